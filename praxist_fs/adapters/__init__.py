@@ -1,0 +1,1 @@
+"""The imperative shell: files, processes, inotify. Adapters make no scheduling decisions."""

@@ -1,0 +1,96 @@
+"""Start an attempt's shim: attempt files, environment, new session, barrier pipes (R-RUN-1).
+
+The coordinator owns the final Popen. The shim gets two pipes: it reads GO
+from one and reports READY on the other, whose EOF also tells us it exited.
+Both pipes are only a fast path: READY, GO, ABORT and exit.json are files, so
+a restarted coordinator can carry on where the pipes were lost.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.effects import SpawnAttempt
+from .fsio import dumps, write_atomic, write_json
+from .layout import RunLayout
+
+SHIM = Path(__file__).with_name("shim.py")
+
+
+@dataclass
+class ShimHandle:
+    """A shim we started ourselves (re-adopted shims have no handle, only a pidfd)."""
+
+    popen: subprocess.Popen
+    go_fd: int | None
+    status_fd: int
+
+    def release_barrier(self, word: bytes) -> None:
+        if self.go_fd is None:
+            return
+        try:
+            os.write(self.go_fd, word)
+        except OSError:
+            pass
+        os.close(self.go_fd)
+        self.go_fd = None
+
+    def close(self) -> None:
+        self.release_barrier(b"")
+        os.close(self.status_fd)
+
+
+def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, str]:
+    """The submitted environment plus the attempt's identity and GPU binding."""
+    gpus = ",".join(effect.gpus)
+    return {
+        **effect.env,
+        "PRAXIST_RUN_DIR": str(layout.root),
+        "PRAXIST_PEER_ID": effect.metadata.get("peer", ""),
+        "PRAXIST_EXPERIMENT_ID": effect.job_id,
+        "PRAXIST_EXPERIMENT_ATTEMPT_ID": effect.attempt_id,
+        "PRAXIST_EXPERIMENT_ATTEMPT_DIR": str(layout.attempt_dir(effect.job_id, effect.attempt_id)),
+        "PRAXIST_RESOURCE_PROFILE": effect.profile,
+        "PRAXIST_ASSIGNED_GPU_UUIDS": gpus,
+        "CUDA_VISIBLE_DEVICES": gpus,
+        "NVIDIA_VISIBLE_DEVICES": gpus,
+    }
+
+
+def spawn(layout: RunLayout, effect: SpawnAttempt) -> ShimHandle:
+    """Write the attempt's files and start its shim; raises OSError if it cannot start."""
+    attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
+    attempt_dir.mkdir(parents=True, exist_ok=True)
+    log = layout.log(effect.job_id, effect.attempt_id)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    write_json(attempt_dir / "attempt.json", {
+        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
+        "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
+    })
+    spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
+            "cwd": effect.cwd or str(layout.root), "env": attempt_environment(layout, effect),
+            "log": str(log)}
+    write_atomic(attempt_dir / "spec.json", dumps(spec), mode=0o600)
+    go_read, go_write = os.pipe()
+    status_read, status_write = os.pipe()
+    try:
+        with open(attempt_dir / "shim.log", "ab") as shim_log:
+            popen = subprocess.Popen(
+                [sys.executable, "-S", str(SHIM), str(attempt_dir), str(go_read),
+                 str(status_write)],
+                pass_fds=(go_read, status_write), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=shim_log, stderr=subprocess.STDOUT,
+                cwd=attempt_dir, env={"PATH": os.environ.get("PATH", os.defpath)})
+    except OSError:
+        for fd in (go_write, status_read):
+            os.close(fd)
+        raise
+    finally:
+        os.close(go_read)
+        os.close(status_write)
+    os.set_blocking(status_read, False)
+    return ShimHandle(popen=popen, go_fd=go_write, status_fd=status_read)

@@ -1,0 +1,99 @@
+"""Every path of the run directory (R-FS-1) in one place; the core never sees a path."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+JOB_DIRECTORIES = ("queued", "running", "done")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    @classmethod
+    def at(cls, run_dir: str | os.PathLike) -> RunLayout:
+        return cls(Path(os.path.abspath(run_dir)))
+
+    @property
+    def scheduler(self) -> Path:
+        return self.root / "resource_scheduler"
+
+    @property
+    def endpoint(self) -> Path:
+        return self.scheduler / "endpoint.json"
+
+    @property
+    def owner_lock(self) -> Path:
+        return self.scheduler / "owner.lock"
+
+    @property
+    def policy(self) -> Path:
+        return self.scheduler / "policy.json"
+
+    @property
+    def status(self) -> Path:
+        return self.scheduler / "status.json"
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.scheduler / "journal"
+
+    @property
+    def journal(self) -> Path:
+        return self.journal_dir / "journal.log"
+
+    @property
+    def spool(self) -> Path:
+        return self.scheduler / "spool"
+
+    @property
+    def spool_tmp(self) -> Path:
+        return self.spool / "tmp"
+
+    @property
+    def incoming(self) -> Path:
+        return self.spool / "incoming"
+
+    @property
+    def replies(self) -> Path:
+        return self.spool / "replies"
+
+    @property
+    def rejected(self) -> Path:
+        return self.spool / "rejected"
+
+    @property
+    def control(self) -> Path:
+        return self.scheduler / "control"
+
+    @property
+    def attempts(self) -> Path:
+        return self.scheduler / "attempts"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs" / "experiments"
+
+    def jobs(self, directory: str) -> Path:
+        return self.scheduler / "jobs" / directory
+
+    def job_file(self, directory: str, job_id: str) -> Path:
+        return self.jobs(directory) / f"{job_id}.json"
+
+    def reply(self, request_id: str) -> Path:
+        return self.replies / f"{request_id}.json"
+
+    def attempt_dir(self, job_id: str, attempt_id: str) -> Path:
+        return self.attempts / job_id / attempt_id
+
+    def log(self, job_id: str, attempt_id: str) -> Path:
+        return self.logs / job_id / f"{attempt_id}.log"
+
+    def create(self) -> None:
+        for path in (self.journal_dir, self.spool_tmp, self.incoming, self.replies,
+                     self.rejected, self.control, self.attempts, self.logs,
+                     *(self.jobs(d) for d in JOB_DIRECTORIES)):
+            path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,79 @@
+"""The run's owner lock and endpoint.json, the run-owned launch authority (R-DUR-3).
+
+owner.lock is a filelock held for the coordinator's life (its descriptor is
+close-on-exec and never passed to children). endpoint.json names the owner by
+(pid, start time, host, boot id); clients trust it only while that identity is
+alive, never because an environment variable says so.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import filelock
+
+from ..errors import OwnerBusy
+from . import procs
+from .fsio import read_json, unlink, write_json
+from .layout import RunLayout
+
+PROTOCOL_VERSION = 1
+
+
+class OwnerLock:
+    def __init__(self, layout: RunLayout) -> None:
+        self.layout = layout
+        self._lock = filelock.FileLock(str(layout.owner_lock), timeout=0)
+
+    def acquire(self) -> None:
+        try:
+            self._lock.acquire()
+        except filelock.Timeout:
+            raise OwnerBusy(describe_owner(self.layout)) from None
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def describe_owner(layout: RunLayout) -> str:
+    endpoint = read_json(layout.endpoint)
+    if not isinstance(endpoint, dict):
+        return f"run {layout.root} is owned by another coordinator (it holds {layout.owner_lock})"
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(endpoint.get("since", 0)))
+    return (f"run {layout.root} is owned by coordinator pid {endpoint.get('pid')} "
+            f"on host {endpoint.get('host')} since {since}")
+
+
+def write_endpoint(layout: RunLayout, *, since: float) -> dict[str, Any]:
+    pid, started, boot = procs.own_identity()
+    endpoint = {
+        "pid": pid,
+        "start_time": started,
+        "host": socket.gethostname(),
+        "boot_id": boot,
+        "protocol_version": PROTOCOL_VERSION,
+        "run_dir": str(layout.root),
+        "spool": str(layout.spool),
+        "since": since,
+    }
+    write_json(layout.endpoint, endpoint, durable=True)
+    return endpoint
+
+
+def remove_endpoint(layout: RunLayout) -> None:
+    unlink(layout.endpoint)
+
+
+def live_endpoint(layout: RunLayout) -> dict[str, Any] | None:
+    """endpoint.json if its coordinator is alive on this boot, else None."""
+    endpoint = read_json(layout.endpoint)
+    if not isinstance(endpoint, dict):
+        return None
+    if endpoint.get("host") != socket.gethostname():
+        return None
+    if procs.is_alive(endpoint.get("pid"), endpoint.get("start_time"), endpoint.get("boot_id")):
+        return endpoint
+    return None
+

@@ -1,0 +1,49 @@
+"""Process identity from /proc (R-RUN-3): (boot id, pid, start time), never pid alone.
+
+A pid is alive only while /proc shows the same start time and a state other
+than zombie or dead; ``kill(pid, 0)`` would also answer for a zombie.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'.
+    return data[data.rfind(b")") + 2:].decode().split()
+
+
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: clock ticks after boot at which the process started."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def is_alive(pid: int | None, started: int | None, boot: str | None = None) -> bool:
+    if pid is None or started is None:
+        return False
+    if boot is not None and boot != boot_id():
+        return False
+    fields = _stat_fields(pid)
+    return bool(fields) and int(fields[19]) == started and fields[0] not in ("Z", "X")
+
+
+def own_identity() -> tuple[int, int | None, str]:
+    pid = os.getpid()
+    return pid, start_time(pid), boot_id()

@@ -1,0 +1,79 @@
+"""The spool: list incoming request files and turn each into a ``RequestSeen`` fact.
+
+Names starting with '.' or not ending in '.json' are ignored (R-FS-3). A file
+that does not parse yet and was modified within the grace period is left for
+the next scan, in case a peer wrote it in place instead of renaming it in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..core.events import RequestSeen
+from ..core.request import MAX_REQUEST_BYTES, parse_request, request_id_from_filename
+from ..errors import BadRequest
+from .fsio import read_spool_file, unlink, write_json
+
+GRACE_SECONDS = 2.0
+BATCH = 512
+
+
+def pending(incoming: Path) -> list[str]:
+    """Request names in arrival order (mtime, then name), at most one batch."""
+    entries = []
+    with os.scandir(incoming) as it:
+        for entry in it:
+            if entry.name.startswith(".") or not entry.name.endswith(".json"):
+                continue
+            try:
+                entries.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+            except FileNotFoundError:
+                continue
+    entries.sort()
+    return [name for _, name in entries[:BATCH]]
+
+
+def read_request(incoming: Path, dir_fd: int, name: str, now: float) -> RequestSeen | None:
+    """The fact of one request file, or None if it vanished or is still within its grace."""
+    try:
+        data = read_spool_file(dir_fd, name, MAX_REQUEST_BYTES)
+    except FileNotFoundError:
+        return None
+    except BadRequest as exc:
+        digest = hashlib.sha256(f"unreadable:{name}:{exc}".encode()).hexdigest()
+        return RequestSeen(at=now, name=name, digest=digest,
+                           request_id=request_id_from_filename(name),
+                           error_field=exc.field, error_problem=exc.problem)
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        request = parse_request(name, data)
+    except BadRequest as exc:
+        if exc.field == "<file>" and _young(incoming / name, now):
+            return None
+        return RequestSeen(at=now, name=name, digest=digest,
+                           request_id=request_id_from_filename(name),
+                           error_field=exc.field, error_problem=exc.problem)
+    return RequestSeen(at=now, name=name, digest=digest, request_id=request.request_id,
+                       request=request)
+
+
+def _young(path: Path, now: float) -> bool:
+    try:
+        return now - path.stat(follow_symlinks=False).st_mtime < GRACE_SECONDS
+    except FileNotFoundError:
+        return False
+
+
+def consume(incoming: Path, name: str) -> None:
+    unlink(incoming / name)
+
+
+def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
+    """Keep the offending file (a symlink stays a link, never followed) and say why."""
+    write_json(rejected / f"{name}.error.json", error)
+    try:
+        os.rename(incoming / name, rejected / name)
+    except FileNotFoundError:
+        pass

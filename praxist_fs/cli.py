@@ -1,0 +1,180 @@
+"""Command line: parse, call, print. No scheduling logic lives here."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from . import client
+from .adapters.layout import RunLayout
+from .config import load_policy
+from .errors import JournalCorrupt, OwnerBusy, PolicyError
+
+EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
+EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
+EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.func(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="praxist-fs", description=__doc__)
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run the coordinator of a run directory")
+    serve.add_argument("--run-dir", required=True)
+    serve.add_argument("--config", help="task YAML (default: the embedded seed contract)")
+    serve.set_defaults(func=cmd_serve)
+
+    launch = sub.add_parser("launch", help="submit an experiment and wait for it, like srun")
+    launch.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    launch.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"))
+    launch.add_argument("--tag", required=True)
+    launch.add_argument("--profile")
+    launch.add_argument("--work-class", default="ordinary")
+    launch.add_argument("--eta", type=float)
+    launch.add_argument("--retry-terminal", action="store_true")
+    launch.add_argument("--lease")
+    launch.add_argument("--detach", action="store_true",
+                        help="print the job id once accepted and exit 0")
+    launch.add_argument("--wait-coordinator", type=float, default=10.0, metavar="SECONDS",
+                        help="how long to wait for a live coordinator (default 10)")
+    launch.add_argument("cmd", nargs=argparse.REMAINDER)
+    launch.set_defaults(func=cmd_launch)
+
+    status = sub.add_parser("status", help="show the run's status.json")
+    status.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"), required=False)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
+    demo.add_argument("--run-dir", default=".demo-run")
+    demo.add_argument("--config", help="task YAML (default: fixtures/tasks/example.yaml)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .daemon import Coordinator
+
+    logging.basicConfig(level=logging.INFO, format="praxist-fs: %(message)s")
+    try:
+        policy = load_policy(args.config)
+    except PolicyError as exc:
+        print(f"praxist-fs serve: invalid task file: {exc}", file=sys.stderr)
+        return 2
+    if policy.mode != "central":
+        print("praxist-fs serve: the task is not 'mode: central'; legacy peer-local launching "
+              "has no coordinator", file=sys.stderr)
+        return 2
+    try:
+        return Coordinator(args.run_dir, policy).run()
+    except (OwnerBusy, JournalCorrupt) as exc:
+        print(f"praxist-fs serve: {exc}", file=sys.stderr)
+        return 1
+
+
+def cmd_launch(args: argparse.Namespace) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    missing = [flag for flag, value in (("--run-dir", args.run_dir), ("--peer", args.peer))
+               if not value]
+    if missing or not cmd:
+        print(f"praxist-fs launch: needs {', '.join(missing) or 'a command after --'}",
+              file=sys.stderr)
+        return 2
+    layout = RunLayout.at(args.run_dir)
+    try:
+        client.wait_for_coordinator(layout, args.wait_coordinator)
+        request = {
+            "request_id": client.new_request_id(args.peer), "peer": args.peer, "tag": args.tag,
+            "profile": args.profile, "work_class": args.work_class, "eta_s": args.eta,
+            "argv": cmd, "cwd": os.getcwd(), "env": client.submission_env(dict(os.environ)),
+            "retry_terminal": args.retry_terminal, "lease": args.lease,
+        }
+        client.submit(layout, {k: v for k, v in request.items() if v is not None})
+        reply = client.wait_for_reply(layout, request["request_id"], args.wait_coordinator)
+    except client.NoCoordinator as exc:
+        print(f"praxist-fs launch: {exc}", file=sys.stderr)
+        return EXIT_NO_COORDINATOR
+    outcome, job_id = reply["outcome"], reply["job_id"]
+    if outcome == "rejected":
+        print(f"praxist-fs launch: rejected: {reply['reason']}", file=sys.stderr)
+        return EXIT_REJECTED
+    if outcome == "terminal_duplicate":
+        print(f"praxist-fs launch: not rerun: {reply['reason']}", file=sys.stderr)
+        return EXIT_REJECTED
+    if args.detach:
+        print(job_id)
+        return 0
+    print(f"praxist-fs launch: {outcome}: job {job_id}", file=sys.stderr)
+    earlier = set()
+    if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
+        doc = client.job_document(layout, job_id) or {"attempts": []}
+        earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
+    final = client.follow(layout, job_id, sys.stdout.buffer, skip=earlier)
+    if final["state"] == "drained_unknown":
+        print(f"praxist-fs launch: job {job_id}: {final['reason']}", file=sys.stderr)
+        return EXIT_DRAINED_UNKNOWN
+    if final["state"] != "completed":
+        print(f"praxist-fs launch: job {job_id} {final['state']}: {final['reason']}",
+              file=sys.stderr)
+    code = final["exit_code"]
+    return code if isinstance(code, int) else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not args.run_dir:
+        print("praxist-fs status: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        return 2
+    doc = client.status_document(RunLayout.at(args.run_dir))
+    if doc is None:
+        print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_status(doc))
+    return 0
+
+
+def format_status(doc: dict) -> str:
+    coord = doc.get("coordinator", {})
+    age = time.time() - doc.get("updated_at", 0)
+    lines = [
+        f"coordinator pid {coord.get('pid')} on {coord.get('host')}: {coord.get('state')} "
+        f"({coord.get('observer')}, journal seq {coord.get('journal_seq')}, "
+        f"updated {age:.1f}s ago)",
+        f"concurrency target {doc['concurrency']['target']} "
+        f"(min {doc['concurrency']['min']}, max {doc['concurrency']['max']}); "
+        f"running {doc['running']}",
+        "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
+    ]
+    if doc["active"]:
+        lines += ["", f"{'JOB':40} {'ATTEMPT':8} {'PID':>8} {'AGE':>8}  {'PROFILE':14} PEER"]
+        lines += [f"{a['job_id'][:40]:40} {a['attempt_id']:8} {str(a['pid']):>8} "
+                  f"{a['age_s']:>7.1f}s  {a['profile'][:14]:14} {a['peer']}"
+                  for a in doc["active"]]
+    if doc["queue"]:
+        lines += ["", f"{'QUEUED JOB':40} {'AGE':>8}  {'PROFILE':14} REASON"]
+        lines += [f"{q['job_id'][:40]:40} {q['age_s']:>7.1f}s  {q['profile'][:14]:14} {q['reason']}"
+                  for q in doc["queue"]]
+        if doc["queue_length"] > len(doc["queue"]):
+            lines.append(f"... and {doc['queue_length'] - len(doc['queue'])} more")
+    return "\n".join(lines)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.run_dir, args.config)

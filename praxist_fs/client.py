@@ -1,0 +1,122 @@
+"""The peer side of the spool protocol, used by ``praxist-fs launch``.
+
+It does exactly what a shell script may do: write a request into spool/tmp,
+rename it into spool/incoming, wait for spool/replies/<request_id>.json, then
+follow the job file and the attempt logs. It never runs the command itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, BinaryIO
+
+from .adapters.fsio import dumps, read_json, write_atomic
+from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
+
+TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown")
+# Shell bookkeeping that differs between two shells running the same experiment;
+# leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
+VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
+                "TERM_SESSION_ID", "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                "XDG_SESSION_ID", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+
+
+class NoCoordinator(Exception):
+    pass
+
+
+def submission_env(environ: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items()
+            if k not in VOLATILE_ENV and not k.startswith(("PRAXIST_EXPERIMENT", "PRAXIST_ASSIGNED"))}
+
+
+def new_request_id(peer: str) -> str:
+    return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}"
+
+
+def wait_for_coordinator(layout: RunLayout, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        endpoint = live_endpoint(layout)
+        if endpoint is not None:
+            return endpoint
+        if time.monotonic() >= deadline:
+            raise NoCoordinator(
+                f"no live coordinator owns {layout.root} (endpoint.json missing or its owner "
+                f"is dead); waited {timeout:g}s. Start one with: praxist-fs serve --run-dir "
+                f"{layout.root}")
+        time.sleep(0.1)
+
+
+def submit(layout: RunLayout, request: dict[str, Any]) -> None:
+    """Write then rename, as R-FS-3 asks of every writer."""
+    name = f"{request['request_id']}.json"
+    write_atomic(layout.spool_tmp / name, dumps(request))
+    os.rename(layout.spool_tmp / name, layout.incoming / name)
+
+
+def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float) -> dict[str, Any]:
+    """Poll for the reply; give up only when no coordinator has been alive for the grace."""
+    path = layout.reply(request_id)
+    delay, lost_since = 0.002, None
+    while True:
+        reply = read_json(path)
+        if isinstance(reply, dict):
+            return reply
+        if live_endpoint(layout) is None:
+            lost_since = lost_since or time.monotonic()
+            if time.monotonic() - lost_since > coordinator_grace:
+                raise NoCoordinator(
+                    f"the coordinator of {layout.root} went away before answering; request "
+                    f"{request_id} stays in the spool and is processed when one starts")
+        else:
+            lost_since = None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def job_document(layout: RunLayout, job_id: str) -> dict[str, Any] | None:
+    for directory in ("done", "running", "queued"):
+        doc = read_json(layout.job_file(directory, job_id))
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
+def follow(layout: RunLayout, job_id: str, out: BinaryIO, skip: set[str] = frozenset()
+           ) -> dict[str, Any]:
+    """Stream the attempts' logs (but those in ``skip``) until the job is terminal.
+
+    Returns the final job file."""
+    offsets: dict[str, int] = {}
+    while True:
+        doc = job_document(layout, job_id)
+        if doc is not None:
+            for attempt in doc["attempts"]:
+                if attempt["attempt_id"] in skip:
+                    continue
+                _copy_new(layout.log(job_id, attempt["attempt_id"]), offsets,
+                          attempt["attempt_id"], out)
+            if doc["state"] in TERMINAL:
+                return doc
+        time.sleep(0.05)
+
+
+def _copy_new(path: os.PathLike, offsets: dict[str, int], key: str, out: BinaryIO) -> None:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offsets.get(key, 0))
+            data = handle.read()
+    except FileNotFoundError:
+        return
+    if data:
+        offsets[key] = offsets.get(key, 0) + len(data)
+        out.write(data)
+        out.flush()
+
+
+def status_document(layout: RunLayout) -> dict[str, Any] | None:
+    doc = read_json(layout.status)
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,76 @@
+"""Outputs of the core: what the adapters must make true on disk or in processes.
+
+Each effect is idempotent to carry out, so a restart may simply redo the
+effects of the last events ("destination exists and source is gone" is done).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Effect:
+    pass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteJob(Effect):
+    """Place jobs/<directory>/<job_id>.json with ``document``; remove it from the others."""
+
+    job_id: str
+    directory: str
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteReply(Effect):
+    request_id: str
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeRequest(Effect):
+    """The request is answered and journaled: remove it from spool/incoming."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectRequest(Effect):
+    """Move the request to spool/rejected/ beside ``<name>.error.json``."""
+
+    name: str
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpawnAttempt(Effect):
+    """Start the attempt's shim in a new session; it waits for GO before the command."""
+
+    job_id: str
+    attempt_id: str
+    argv: tuple[str, ...] | None
+    command: str | None
+    cwd: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    profile: str
+    gpus: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteGo(Effect):
+    """Open the launch barrier: the intent, pid and allocation are journaled."""
+
+    job_id: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AbortAttempt(Effect):
+    """Tell a shim that never got GO to exit without running the command."""
+
+    job_id: str
+    attempt_id: str

@@ -1,0 +1,115 @@
+"""Inputs to the core: immutable facts, each carrying its own time ``at``.
+
+Events that change scheduler state are what the journal stores; replaying
+them through ``Scheduler.handle`` rebuilds the state exactly. ``to_record`` /
+``from_record`` are the journal codec (plain JSON values only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from .request import Request
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = "event"
+    at: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.at, (int, float)) or self.at != self.at:
+            raise ValueError(f"{type(self).__name__}.at must be a number, got {self.at!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoordinatorStarted(Event):
+    """A coordinator took the run; ``policy`` is the resolved policy it runs with."""
+
+    kind: ClassVar[str] = "coordinator_started"
+    policy: dict[str, Any]
+    pid: int
+    host: str
+    boot_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSeen(Event):
+    """A request file was read. Exactly one of ``request`` / ``error_field`` is set."""
+
+    kind: ClassVar[str] = "request_seen"
+    name: str
+    digest: str
+    request_id: str | None
+    request: Request | None = None
+    error_field: str | None = None
+    error_problem: str | None = None
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if (self.request is None) == (self.error_field is None):
+            raise ValueError("RequestSeen needs exactly one of request or error_field")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptLaunched(Event):
+    """The core admitted a queued job: a new attempt with this allocation starts."""
+
+    kind: ClassVar[str] = "attempt_launched"
+    job_id: str
+    attempt_id: str
+    gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptObserved(Event):
+    """What the adapters saw of an attempt's shim: identity, barrier files, exit record."""
+
+    kind: ClassVar[str] = "attempt_observed"
+    job_id: str
+    attempt_id: str
+    alive: bool
+    pid: int | None = None
+    pid_start: int | None = None
+    boot_id: str | None = None
+    ready: bool = False
+    go: bool = False
+    exited: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    ended_at: float | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if self.exited and self.exit_code is None:
+            raise ValueError("an exited attempt needs an exit_code")
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved)
+}
+
+
+def to_record(event: Event) -> dict[str, Any]:
+    record: dict[str, Any] = {"type": event.kind}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, Request):
+            value = value.to_dict()
+        elif isinstance(value, tuple):
+            value = list(value)
+        record[f.name] = value
+    return record
+
+
+def from_record(record: dict[str, Any]) -> Event:
+    values = dict(record)
+    cls = EVENT_TYPES[values.pop("type")]
+    if values.get("request") is not None:
+        values["request"] = Request.from_dict(values["request"])
+    if isinstance(values.get("gpus"), list):
+        values["gpus"] = tuple(values["gpus"])
+    return cls(**values)

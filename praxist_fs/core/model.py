@@ -1,0 +1,132 @@
+"""The core's whole world: jobs, their attempts, and the replies owed to peers.
+
+Plain mutable dataclasses owned by ``Scheduler``; nothing else mutates them.
+``to_dict`` gives the persisted shapes (R-FS-5, R-FS-6) and the comparison
+used by the replay-equivalence tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .request import Request
+from .states import JobState
+
+
+class AttemptPhase:
+    LAUNCHING = "launching"  # intent journaled, shim not yet seen
+    BARRIER = "barrier"      # shim pid recorded; GO may be written once READY
+    ENDED = "ended"
+
+
+@dataclass(slots=True, kw_only=True)
+class Attempt:
+    attempt_id: str
+    number: int
+    round: int
+    started_at: float
+    gpus: tuple[str, ...] = ()
+    phase: str = AttemptPhase.LAUNCHING
+    pid: int | None = None
+    pid_start: int | None = None
+    boot_id: str | None = None
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    outcome: str | None = None  # completed, failed, infra_retry, released, lost
+
+    @property
+    def consumed(self) -> bool:
+        """A released attempt never started its command and uses up no retry."""
+        return self.outcome != "released"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attempt_id": self.attempt_id,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "exit_code": self.exit_code,
+            "gpus": list(self.gpus),
+            "outcome": self.outcome,
+            "signal": self.signal,
+            "pid": self.pid,
+            "pid_start": self.pid_start,
+            "round": self.round,
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class Job:
+    job_id: str
+    request: Request
+    profile: str
+    fingerprint: str
+    submitted_at: float
+    order: int
+    state: JobState = JobState.QUEUED
+    reason: str = "queued"
+    round: int = 1
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def exit_code(self) -> int | None:
+        ended = [a for a in self.attempts if a.exit_code is not None]
+        return ended[-1].exit_code if ended else None
+
+    def consumed_in_round(self) -> int:
+        return sum(1 for a in self.attempts if a.round == self.round and a.consumed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job file (R-FS-6); the first fields are the public contract."""
+        req = self.request
+        return {
+            "job_id": self.job_id,
+            "tag": req.tag,
+            "peer": req.peer,
+            "profile": self.profile,
+            "work_class": req.work_class,
+            "state": self.state.value,
+            "exit_code": self.exit_code,
+            "reason": self.reason,
+            "attempts": [a.to_dict() for a in self.attempts],
+            "eta_s": req.eta_s,
+            "submitted_at": self.submitted_at,
+            "request_id": req.request_id,
+            "fingerprint": self.fingerprint,
+            "argv": list(req.argv) if req.argv is not None else None,
+            "command": req.command,
+            "cwd": req.cwd,
+            "generation": req.generation,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reply:
+    """What a peer is told about one request (R-FS-5); ``digest`` spots retransmissions."""
+
+    request_id: str
+    outcome: str  # accepted, duplicate, terminal_duplicate, retry_accepted, rejected
+    job_id: str | None
+    state: str | None
+    reason: str
+    digest: str
+    field: str | None = None
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {
+            "request_id": self.request_id,
+            "outcome": self.outcome,
+            "job_id": self.job_id,
+            "state": self.state,
+            "reason": self.reason,
+        }
+        if self.field is not None:
+            doc["field"] = self.field
+            doc["problem"] = self.problem
+        return doc

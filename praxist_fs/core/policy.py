@@ -1,0 +1,146 @@
+"""The resolved scheduler policy: plain values the core decides with.
+
+Loading, validation and normalization of the task file live in
+``praxist_fs.config``; this module only holds the result, so the core can be
+driven by a policy without reading YAML. A policy travels in the journal (the
+``CoordinatorStarted`` event), which makes replay independent of later edits
+to the task file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESSURE_DOMAINS = ("cpu", "memory", "io")
+ACCELERATORS = ("cpu", "gpu")
+WORK_CLASSES = ("scout", "ordinary", "mature")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A declared resource shape. Missing GPU demand means exclusive placement."""
+
+    name: str
+    accelerator: str
+    gpu_count: int = 0
+    gpu_memory_gb: float | None = None
+    gpu_utilization_pct: float | None = None
+    pressure_domains: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.accelerator not in ACCELERATORS:
+            raise ValueError(f"profile {self.name}: accelerator {self.accelerator!r}")
+        for domain in self.pressure_domains:
+            if domain not in PRESSURE_DOMAINS:
+                raise ValueError(f"profile {self.name}: pressure domain {domain!r}")
+
+    @property
+    def uses_gpu(self) -> bool:
+        return self.accelerator == "gpu"
+
+    @property
+    def demand_known(self) -> bool:
+        """R-CFG-5: omitting either GPU demand field makes demand unknown."""
+        return self.gpu_memory_gb is not None and self.gpu_utilization_pct is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accelerator": self.accelerator,
+            "gpu_count": self.gpu_count,
+            "gpu_memory_gb": self.gpu_memory_gb,
+            "gpu_utilization_pct": self.gpu_utilization_pct,
+            "pressure_domains": list(self.pressure_domains),
+        }
+
+    @classmethod
+    def from_dict(cls, name: str, data: dict[str, Any]) -> Profile:
+        return cls(
+            name=name,
+            accelerator=data["accelerator"],
+            gpu_count=data["gpu_count"],
+            gpu_memory_gb=data["gpu_memory_gb"],
+            gpu_utilization_pct=data["gpu_utilization_pct"],
+            pressure_domains=tuple(data["pressure_domains"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Normalization:
+    """One valid value that was moved into its policy range (R-CFG-3)."""
+
+    key_path: str
+    given: Any
+    used: Any
+    rule: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key_path": self.key_path, "given": self.given, "used": self.used, "rule": self.rule}
+
+
+DEFAULT_PROFILES = {
+    "cpu_ordinary": Profile(
+        name="cpu_ordinary", accelerator="cpu", pressure_domains=PRESSURE_DOMAINS
+    ),
+    "gpu_work": Profile(
+        name="gpu_work",
+        accelerator="gpu",
+        gpu_count=1,
+        gpu_memory_gb=20.0,
+        gpu_utilization_pct=45.0,
+        pressure_domains=PRESSURE_DOMAINS,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """compute_budget.resource_scheduler after validation; defaults are seed 000's."""
+
+    mode: str = "central"
+    initial_concurrent_experiments: int = 2
+    min_concurrent_experiments: int = 1
+    max_concurrent_experiments: int | str = 8  # an int, or "auto" (sized from the host)
+    supply_signal_enabled: bool = True
+    supply_idle_samples: int = 3
+    supply_lease_seconds: int = 600
+    mature_supply_fraction: float = 0.25
+    mature_supply_redundancy: float = 3.0
+    mature_assessment_min_completion_probability: float = 0.25
+    exploration_reserve: int = 1
+    infrastructure_retries: int = 1
+    default_profile: str = "gpu_work"
+    profiles: dict[str, Profile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
+    mature_quorum_fraction: float = 0.0  # synthesis_trigger.mature_quorum_fraction
+    normalizations: tuple[Normalization, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "initial_concurrent_experiments": self.initial_concurrent_experiments,
+            "min_concurrent_experiments": self.min_concurrent_experiments,
+            "max_concurrent_experiments": self.max_concurrent_experiments,
+            "supply_signal_enabled": self.supply_signal_enabled,
+            "supply_idle_samples": self.supply_idle_samples,
+            "supply_lease_seconds": self.supply_lease_seconds,
+            "mature_supply_fraction": self.mature_supply_fraction,
+            "mature_supply_redundancy": self.mature_supply_redundancy,
+            "mature_assessment_min_completion_probability": (
+                self.mature_assessment_min_completion_probability
+            ),
+            "exploration_reserve": self.exploration_reserve,
+            "infrastructure_retries": self.infrastructure_retries,
+            "default_profile": self.default_profile,
+            "profiles": {name: p.to_dict() for name, p in sorted(self.profiles.items())},
+            "mature_quorum_fraction": self.mature_quorum_fraction,
+            "normalizations": [n.to_dict() for n in self.normalizations],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Policy:
+        values = dict(data)
+        values["profiles"] = {
+            name: Profile.from_dict(name, p) for name, p in data["profiles"].items()
+        }
+        values["normalizations"] = tuple(Normalization(**n) for n in data["normalizations"])
+        return cls(**values)

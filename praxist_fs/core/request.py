@@ -1,0 +1,246 @@
+"""Request bytes -> ``Request``, or ``BadRequest(field, problem)``.
+
+Everything in the spool is hostile: bytes are decoded strictly as UTF-8 (no
+BOM, no UTF-16), JSON is parsed with duplicate keys and NaN/Infinity refused,
+every field is type- and size-checked, and names that may ever reach a path
+(tag, peer, request_id) must match a small ASCII allowlist. The field names
+are the public contract of R-SUB-1: add, never rename.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BadRequest
+from .policy import WORK_CLASSES
+
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_ARGV_ITEMS = 4096
+MAX_ENV_ITEMS = 1024
+MAX_STRING = 32 * 1024
+
+# Tags, peers, request ids and lease locators share one safe alphabet: they
+# become file names, so no '/', no leading dot or dash, no control characters.
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+=@,-]{0,127}"
+NAME_RE = re.compile(NAME_PATTERN)
+REQUEST_FILE_RE = re.compile(rf"({NAME_PATTERN})\.json")
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+
+FIELDS = (
+    "peer", "tag", "profile", "work_class", "eta_s", "argv", "command", "cwd",
+    "env", "retry_terminal", "lease", "request_id", "generation",
+)
+NAME_EXPECTED = "1-128 characters from A-Z a-z 0-9 . _ + = @ , -, starting with a letter or digit"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """A validated submission (R-SUB-1). ``profile`` None means default_profile."""
+
+    request_id: str
+    peer: str
+    tag: str
+    profile: str | None = None
+    work_class: str = "ordinary"
+    eta_s: float | None = None
+    argv: tuple[str, ...] | None = None
+    command: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    retry_terminal: bool = False
+    lease: str | None = None
+    generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "peer": self.peer,
+            "tag": self.tag,
+            "profile": self.profile,
+            "work_class": self.work_class,
+            "eta_s": self.eta_s,
+            "argv": list(self.argv) if self.argv is not None else None,
+            "command": self.command,
+            "cwd": self.cwd,
+            "env": dict(self.env),
+            "retry_terminal": self.retry_terminal,
+            "lease": self.lease,
+            "generation": self.generation,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Request:
+        values = dict(data)
+        if values.get("argv") is not None:
+            values["argv"] = tuple(values["argv"])
+        return cls(**values)
+
+
+def request_id_from_filename(name: str) -> str | None:
+    """The default request id (the file name without .json), if the name is safe."""
+    match = REQUEST_FILE_RE.fullmatch(name)
+    return match.group(1) if match else None
+
+
+def parse_request(name: str, data: bytes) -> Request:
+    """Validate one request file's bytes; raises ``BadRequest`` naming the field."""
+    if len(data) > MAX_REQUEST_BYTES:
+        raise BadRequest("<file>", f"larger than {MAX_REQUEST_BYTES} bytes")
+    if not data.strip():
+        raise BadRequest("<file>", "empty file; expected a JSON object")
+    if data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        raise BadRequest("<file>", "byte order mark; expected plain UTF-8 JSON")
+    try:
+        text = data.decode("utf-8", "strict")
+    except UnicodeDecodeError as exc:
+        raise BadRequest("<file>", f"invalid UTF-8 at byte {exc.start}") from None
+    raw = _loads(text)
+    if not isinstance(raw, dict):
+        raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
+    unknown = sorted(set(raw) - set(FIELDS))
+    if unknown:
+        raise BadRequest(unknown[0], "unknown field; expected one of " + ", ".join(FIELDS))
+    return _build(name, raw)
+
+
+def _loads(text: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise BadRequest(key, "duplicate key")
+            result[key] = value
+        return result
+
+    def no_constants(token: str) -> Any:
+        raise BadRequest("<file>", f"{token} is not valid JSON; expected a finite number")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    except BadRequest:
+        raise
+    except RecursionError:
+        raise BadRequest("<file>", "nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and int literals over the digit limit
+        raise BadRequest("<file>", f"invalid JSON: {exc}") from None
+
+
+def _build(name: str, raw: dict[str, Any]) -> Request:
+    for key in ("peer", "tag"):
+        if key not in raw:
+            raise BadRequest(key, "missing; it is required")
+    has_argv, has_command = raw.get("argv") is not None, raw.get("command") is not None
+    if has_argv == has_command:
+        raise BadRequest("argv", "give exactly one of argv (list of strings) or command (string)")
+    request_id = raw.get("request_id")
+    if request_id is None:
+        request_id = request_id_from_filename(name)
+        if request_id is None:
+            raise BadRequest("request_id", f"file name {name!r} is not a safe id; {NAME_EXPECTED}")
+    return Request(
+        request_id=_name("request_id", request_id),
+        peer=_name("peer", raw["peer"]),
+        tag=_name("tag", raw["tag"]),
+        profile=_optional(raw, "profile", _name),
+        work_class=_work_class(raw.get("work_class", "ordinary")),
+        eta_s=_optional(raw, "eta_s", _eta),
+        argv=_optional(raw, "argv", _argv),
+        command=_optional(raw, "command", _string),
+        cwd=_optional(raw, "cwd", _cwd),
+        env=_env(raw.get("env", {})),
+        retry_terminal=_bool("retry_terminal", raw.get("retry_terminal", False)),
+        lease=_optional(raw, "lease", _name),
+        generation=_optional(raw, "generation", _generation),
+    )
+
+
+def _optional(raw: dict[str, Any], key: str, check: Any) -> Any:
+    value = raw.get(key)
+    return None if value is None else check(key, value)
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            int: "an integer", float: "a number", type(None): "null"}.get(type(value), "a value")
+
+
+def _string(key: str, value: Any, limit: int = MAX_STRING) -> str:
+    if type(value) is not str:
+        raise BadRequest(key, f"is {_kind(value)}; expected a string")
+    if not value:
+        raise BadRequest(key, "is empty; expected a non-empty string")
+    if len(value) > limit:
+        raise BadRequest(key, f"longer than {limit} characters")
+    if "\x00" in value:
+        raise BadRequest(key, "contains a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(key, "contains a lone surrogate; expected valid Unicode") from None
+    return value
+
+
+def _name(key: str, value: Any) -> str:
+    value = _string(key, value, limit=128)
+    if not NAME_RE.fullmatch(value):
+        raise BadRequest(key, f"{value!r} is not allowed; expected {NAME_EXPECTED}")
+    return value
+
+
+def _bool(key: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise BadRequest(key, f"is {_kind(value)}; expected true or false")
+    return value
+
+
+def _work_class(value: Any) -> str:
+    if value not in WORK_CLASSES or type(value) is not str:
+        raise BadRequest("work_class", f"{value!r}; expected one of {', '.join(WORK_CLASSES)}")
+    return value
+
+
+def _eta(key: str, value: Any) -> float:
+    if type(value) not in (int, float) or not 0 < value <= 365 * 86400:
+        raise BadRequest(key, f"{value!r}; expected seconds as a number in (0, 31536000]")
+    return float(value)
+
+
+def _generation(key: str, value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise BadRequest(key, f"{value!r}; expected a non-negative integer")
+    return value
+
+
+def _argv(key: str, value: Any) -> tuple[str, ...]:
+    if type(value) is not list or not value:
+        raise BadRequest(key, f"is {_kind(value)}; expected a non-empty list of strings")
+    if len(value) > MAX_ARGV_ITEMS:
+        raise BadRequest(key, f"has more than {MAX_ARGV_ITEMS} items")
+    return tuple(_string(f"{key}[{i}]", item) for i, item in enumerate(value))
+
+
+def _cwd(key: str, value: Any) -> str:
+    value = _string(key, value, limit=4096)
+    if not value.startswith("/"):
+        raise BadRequest(key, f"{value!r}; expected an absolute path")
+    return value
+
+
+def _env(value: Any) -> dict[str, str]:
+    if type(value) is not dict:
+        raise BadRequest("env", f"is {_kind(value)}; expected an object of strings")
+    if len(value) > MAX_ENV_ITEMS:
+        raise BadRequest("env", f"has more than {MAX_ENV_ITEMS} variables")
+    env = {}
+    for name, item in value.items():
+        if not ENV_NAME_RE.fullmatch(name):
+            raise BadRequest(f"env.{name}", "is not a valid variable name")
+        if type(item) is not str:
+            raise BadRequest(f"env.{name}", f"is {_kind(item)}; expected a string")
+        if "\x00" in item:
+            raise BadRequest(f"env.{name}", "contains a NUL character")
+        env[name] = _string(f"env.{name}", item) if item else item
+    return env

@@ -1,0 +1,71 @@
+"""Job states and the one table of allowed transitions.
+
+Rule 1: every job state change goes through ``transition()``; a pair missing
+from ``TRANSITIONS`` is a bug in the scheduler and raises ``InvalidTransition``
+naming the job, the state and the trigger, leaving the job unchanged.
+Rule 2: states are plain strings on disk (``JobState`` is a ``str`` enum).
+docs/PROTOCOL.md's state diagram is generated from this table.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from ..errors import InvalidTransition
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    DRAINED_UNKNOWN = "drained_unknown"
+
+    @property
+    def directory(self) -> str:
+        """The jobs/ subdirectory that holds a job in this state (R-FS-6)."""
+        if self in (JobState.QUEUED, JobState.SUSPENDED):
+            return "queued"
+        if self is JobState.RUNNING:
+            return "running"
+        return "done"
+
+    @property
+    def terminal(self) -> bool:
+        return self.directory == "done"
+
+
+class Trigger(str, Enum):
+    LAUNCH = "launch"                # admitted: an attempt starts
+    EXIT_OK = "exit_ok"              # the attempt exited 0
+    EXIT_RETRY = "exit_retry"        # exit 75 with infrastructure retries left
+    EXIT_FAIL = "exit_fail"          # any other exit, or 75 with none left
+    RELEASE = "release"              # the attempt never started its command
+    LOST = "lost"                    # the attempt vanished without an exit record
+    RETRY_TERMINAL = "retry_terminal"  # a --retry-terminal request reopens the job
+
+
+TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
+    (JobState.QUEUED, Trigger.LAUNCH): JobState.RUNNING,
+    (JobState.RUNNING, Trigger.EXIT_OK): JobState.COMPLETED,
+    (JobState.RUNNING, Trigger.EXIT_RETRY): JobState.QUEUED,
+    (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,
+    (JobState.RUNNING, Trigger.RELEASE): JobState.QUEUED,
+    (JobState.RUNNING, Trigger.LOST): JobState.DRAINED_UNKNOWN,
+    (JobState.FAILED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
+    (JobState.REJECTED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
+    (JobState.CANCELLED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
+}
+
+
+def transition(job_id: str, state: JobState, trigger: Trigger) -> JobState:
+    """The state after ``trigger``, or ``InvalidTransition`` if the table has no entry."""
+    try:
+        return TRANSITIONS[(state, trigger)]
+    except KeyError:
+        raise InvalidTransition(
+            f"can't handle {trigger.value} in state {state.value} for job {job_id}"
+        ) from None

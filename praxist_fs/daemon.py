@@ -1,0 +1,367 @@
+"""The coordinator: the only module that joins the core and the adapters.
+
+lock -> replay the journal -> record this start -> repair derived files ->
+re-adopt live attempts -> start the observer -> scan the spool -> loop.
+The loop waits on one selector (wake-up pipe rung by watchdog and signals,
+shim status pipes, pidfds of re-adopted shims, or a timeout), turns what it
+sees into events, and for every batch: ``Scheduler.handle`` -> journal append
+-> one fsync -> carry out the effects. Nothing here decides what to run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+from pathlib import Path
+
+from .adapters import launcher, procs, spool
+from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
+from .adapters.journal import Journal
+from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
+from .adapters.watcher import filesystem_type, needs_polling, start_observer
+from .core.effects import (
+    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
+    WriteReply,
+)
+from .core.events import AttemptObserved, CoordinatorStarted, Event, from_record, to_record
+from .core.model import Attempt, Job
+from .core.policy import Policy
+from .core.scheduler import Scheduler
+from .core.status import render_status
+
+log = logging.getLogger("praxist_fs")
+
+RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4)
+RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
+STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
+STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
+
+AttemptKey = tuple[str, str]
+
+
+class Coordinator:
+    def __init__(self, run_dir: str | os.PathLike, policy: Policy) -> None:
+        self.layout = RunLayout.at(run_dir)
+        self.policy = policy
+        self.sched = Scheduler()
+        self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
+        self.pidfds: dict[AttemptKey, int] = {}
+        self.selector = selectors.DefaultSelector()
+        self.stop_requested = False
+        self.observer = None
+        self.polling = False
+        self.filesystem = "unknown"
+        self._status_version = -1
+        self._status_at = 0.0
+
+    # -- life cycle ---------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT. Raises OwnerBusy if another coordinator owns the run."""
+        self.layout.create()
+        owner = OwnerLock(self.layout)
+        owner.acquire()
+        try:
+            self._start()
+            self._loop()
+        finally:
+            self._shutdown()
+            owner.release()
+        return 0
+
+    def _start(self) -> None:
+        self.journal = Journal(self.layout.journal)
+        if self.journal.truncated_bytes:
+            log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
+        for record in self.journal.records:
+            self.sched.handle(from_record(record))
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        now = time.time()
+        pid, _, boot = procs.own_identity()
+        self._process([CoordinatorStarted(at=now, policy=self.policy.to_dict(), pid=pid,
+                                          host=socket.gethostname(), boot_id=boot)])
+        write_json(self.layout.policy, self.policy.to_dict(), durable=True)
+        self._repair_views()
+        for job in self.sched.running():
+            self._adopt(job, job.current)
+        self.filesystem = filesystem_type(self.layout.root)
+        self.polling = needs_polling(self.layout.root)
+        self._write_status(force=True)
+        self.endpoint = write_endpoint(self.layout, since=now)
+        self.observer = start_observer([self.layout.incoming], self._wake_write, self.polling)
+        self._scan_incoming()
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stop_requested = True
+        try:
+            os.write(self._wake_write, b"s")
+        except OSError:
+            pass
+
+    def _shutdown(self) -> None:
+        """Stop admitting and leave: running attempts stay with their shims (re-adopted later)."""
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=5)
+        for handle in self.handles.values():
+            handle.close()
+        for fd in self.pidfds.values():
+            os.close(fd)
+        if hasattr(self, "journal"):
+            self._write_status(force=True, state="stopped")
+            self.journal.close()
+            remove_endpoint(self.layout)
+
+    # -- the loop -----------------------------------------------------------
+
+    def _loop(self) -> None:
+        next_scan = time.monotonic() + RESCAN_SECONDS
+        next_reconcile = time.monotonic() + RECONCILE_SECONDS
+        while not self.stop_requested:
+            self._launch()
+            self._write_status()
+            now = time.monotonic()
+            deadline = min(next_scan, next_reconcile, self._status_deadline(now))
+            scan = False
+            for key, _ in self.selector.select(max(0.0, deadline - now)):
+                kind, attempt_key = key.data
+                if kind == "wake":
+                    scan |= self._drain_wake()
+                elif kind == "shim":
+                    self._on_shim(attempt_key)
+                elif kind == "pidfd":
+                    self._forget_pidfd(attempt_key)
+                    self._observe_key(attempt_key)
+            now = time.monotonic()
+            if scan or now >= next_scan:
+                if self._scan_incoming():
+                    self._ring()  # a full batch: more files are waiting
+                next_scan = now + RESCAN_SECONDS
+            if now >= next_reconcile:
+                self._reconcile()
+                next_reconcile = now + RECONCILE_SECONDS
+
+    def _drain_wake(self) -> bool:
+        try:
+            while os.read(self._wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        return True
+
+    def _ring(self) -> None:
+        try:
+            os.write(self._wake_write, b"w")
+        except BlockingIOError:
+            pass
+
+    def _reconcile(self) -> None:
+        if self.observer is not None and not self.observer.is_alive():
+            log.warning("watchdog observer died; starting a new one and rescanning")
+            self.observer = start_observer([self.layout.incoming], self._wake_write, self.polling)
+            self._ring()
+        for job in self.sched.running():
+            key = (job.job_id, job.current.attempt_id)
+            if key not in self.handles:
+                self._observe_key(key)
+
+    # -- events in ----------------------------------------------------------
+
+    def _process(self, events: list[Event]) -> None:
+        """handle -> journal the events that changed state -> one fsync -> effects."""
+        while events:
+            effects: list[Effect] = []
+            committed = False
+            for event in events:
+                before = self.sched.version
+                effects += self.sched.handle(event)
+                if self.sched.version != before:
+                    self.journal.append(to_record(event))
+                    committed = True
+            if committed:
+                self.journal.commit()
+            events = []
+            for effect in effects:
+                events += self._execute(effect)
+
+    def _launch(self) -> None:
+        while launches := self.sched.next_launches(time.time()):
+            self._process(list(launches))
+
+    def _scan_incoming(self) -> bool:
+        """Read one batch of requests; True if the batch was full."""
+        names = spool.pending(self.layout.incoming)
+        dir_fd = os.open(self.layout.incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            events = [seen for name in names
+                      if (seen := spool.read_request(self.layout.incoming, dir_fd, name,
+                                                     time.time())) is not None]
+        finally:
+            os.close(dir_fd)
+        self._process(events)
+        return len(names) >= spool.BATCH
+
+    def _on_shim(self, key: AttemptKey) -> None:
+        handle = self.handles[key]
+        try:
+            data = os.read(handle.status_fd, 64)
+        except BlockingIOError:
+            return
+        if not data:  # EOF: the shim exited (exit.json, if any, is written)
+            self.selector.unregister(handle.status_fd)
+            handle.popen.wait()
+            handle.close()
+            del self.handles[key]
+        self._observe_key(key)
+
+    def _observe_key(self, key: AttemptKey) -> None:
+        job = self.sched.jobs.get(key[0])
+        if job is None or job.current is None or job.current.attempt_id != key[1]:
+            return
+        self._process([self._observe(job, job.current)])
+
+    def _observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
+        """What the disk and /proc say about an attempt, as an event for the core."""
+        attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
+        pid, started, boot = attempt.pid, attempt.pid_start, attempt.boot_id
+        ready = read_json(attempt_dir / "READY")
+        if pid is None and isinstance(ready, dict):
+            pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
+        handle = self.handles.get((job.job_id, attempt.attempt_id))
+        alive = procs.is_alive(pid, started, boot) and (
+            handle is None or handle.popen.poll() is None)
+        exit_record = read_json(attempt_dir / "exit.json")
+        exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
+        return AttemptObserved(
+            at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
+            pid=pid if alive else None, pid_start=started if alive else None,
+            boot_id=boot if alive else None, ready=isinstance(ready, dict),
+            go=(attempt_dir / "GO").exists(), exited=exited,
+            exit_code=exit_record["exit_code"] if exited else None,
+            signal=exit_record.get("signal") if exited else None,
+            ended_at=exit_record.get("ended_at") if exited else None,
+            error=exit_record.get("error") if exited else None)
+
+    def _adopt(self, job: Job, attempt: Attempt) -> None:
+        """Re-adopt an attempt found running at start: observe it, then watch its pidfd."""
+        key = (job.job_id, attempt.attempt_id)
+        self._observe_key(key)
+        current = self.sched.jobs[job.job_id].current
+        if current is None or current.phase == "ended" or current.pid is None:
+            return
+        try:
+            pidfd = os.pidfd_open(current.pid)
+        except OSError:
+            self._observe_key(key)
+            return
+        if not procs.is_alive(current.pid, current.pid_start, current.boot_id):
+            os.close(pidfd)  # the pid was reused or it just exited
+            self._observe_key(key)
+            return
+        self.pidfds[key] = pidfd
+        self.selector.register(pidfd, selectors.EVENT_READ, ("pidfd", key))
+
+    def _forget_pidfd(self, key: AttemptKey) -> None:
+        fd = self.pidfds.pop(key)
+        self.selector.unregister(fd)
+        os.close(fd)
+
+    # -- effects out --------------------------------------------------------
+
+    def _execute(self, effect: Effect) -> list[Event]:
+        if isinstance(effect, WriteJob):
+            self._write_job(effect)
+        elif isinstance(effect, WriteReply):
+            write_json(self.layout.reply(effect.request_id), effect.document)
+        elif isinstance(effect, ConsumeRequest):
+            spool.consume(self.layout.incoming, effect.name)
+        elif isinstance(effect, RejectRequest):
+            spool.reject(self.layout.incoming, self.layout.rejected, effect.name, effect.error)
+        elif isinstance(effect, SpawnAttempt):
+            return [self._spawn(effect)]
+        elif isinstance(effect, WriteGo):
+            self._barrier(effect.job_id, effect.attempt_id, "GO", b"G")
+        elif isinstance(effect, AbortAttempt):
+            self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
+        else:
+            raise TypeError(f"no adapter for effect {type(effect).__name__}")
+        return []
+
+    def _write_job(self, effect: WriteJob) -> None:
+        write_json(self.layout.job_file(effect.directory, effect.job_id), effect.document)
+        self._remove_stale_copies(effect)
+
+    def _remove_stale_copies(self, effect: WriteJob) -> None:
+        for directory in JOB_DIRECTORIES:
+            if directory != effect.directory:
+                unlink(self.layout.job_file(directory, effect.job_id))
+
+    def _spawn(self, effect: SpawnAttempt) -> AttemptObserved:
+        key = (effect.job_id, effect.attempt_id)
+        try:
+            handle = launcher.spawn(self.layout, effect)
+        except OSError as exc:
+            return AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                   attempt_id=effect.attempt_id, alive=False, exited=True,
+                                   exit_code=127, error=f"could not start the shim: {exc}")
+        self.handles[key] = handle
+        self.selector.register(handle.status_fd, selectors.EVENT_READ, ("shim", key))
+        pid = handle.popen.pid
+        return AttemptObserved(at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
+                               alive=True, pid=pid, pid_start=procs.start_time(pid),
+                               boot_id=procs.boot_id())
+
+    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
+        path = self.layout.attempt_dir(job_id, attempt_id) / name
+        if path.parent.exists():
+            write_atomic(path, b"")
+        handle = self.handles.get((job_id, attempt_id))
+        if handle is not None:
+            handle.release_barrier(word)
+
+    # -- derived files --------------------------------------------------------
+
+    def _repair_views(self) -> None:
+        """Job files and replies are derived: rewrite any that disagree with the journal."""
+        for effect in self.sched.derived_views():
+            if isinstance(effect, WriteJob):
+                path = self.layout.job_file(effect.directory, effect.job_id)
+            else:
+                path = self.layout.reply(effect.request_id)
+            if _read_bytes(path) != dumps(effect.document):
+                self._execute(effect)
+            elif isinstance(effect, WriteJob):
+                self._remove_stale_copies(effect)
+
+    def _status_deadline(self, now: float) -> float:
+        if self.sched.version != self._status_version:
+            return now + max(0.0, self._status_at + STATUS_MIN_GAP - time.time())
+        return now + STATUS_MAX_AGE
+
+    def _write_status(self, force: bool = False, state: str = "serving") -> None:
+        now = time.time()
+        changed = self.sched.version != self._status_version
+        if not force and not (changed and now - self._status_at >= STATUS_MIN_GAP) \
+                and now - self._status_at < STATUS_MAX_AGE:
+            return
+        runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
+                   "observer": "polling" if self.polling else "inotify",
+                   "filesystem": self.filesystem,
+                   "journal_seq": self.journal.seq}
+        write_json(self.layout.status, render_status(self.sched, now, runtime))
+        self._status_version, self._status_at = self.sched.version, now
+
+
+def _read_bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -1,0 +1,147 @@
+"""`praxist-fs demo`: a guided tour on a scratch run directory, in under a minute.
+
+It starts a real coordinator, submits through the same files a shell script
+would use, shows dedup, a failure and its explicit retry, an exit-75
+infrastructure retry, a hostile request, a GPU job held without a GPU, and a
+kill -9 of the coordinator with the running attempt re-adopted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import client
+from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
+from .cli import format_status
+
+EXAMPLE_TASK = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "example.yaml"
+
+
+class Tour:
+    def __init__(self, run_dir: str, config: str | None) -> None:
+        self.layout = RunLayout.at(run_dir)
+        self.config = config or (str(EXAMPLE_TASK) if EXAMPLE_TASK.exists() else None)
+        self.proc: subprocess.Popen | None = None
+        self.serial = 0
+
+    def say(self, text: str) -> None:
+        print(f"\n== {text}", flush=True)
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.layout.root)]
+        if self.config:
+            command += ["--config", self.config]
+        log = open(self.layout.root / "coordinator.log", "ab")
+        self.proc = subprocess.Popen(command, stdout=log, stderr=log)
+        log.close()
+        self.wait(lambda: (e := live_endpoint(self.layout)) and e["pid"] == self.proc.pid,
+                  "the coordinator to start")
+        print(f"   coordinator pid {self.proc.pid} serves {self.layout.root}")
+
+    def submit(self, tag: str, command: str, **fields) -> dict:
+        """Exactly what `printf ... > spool/tmp/X.json && mv` does."""
+        self.serial += 1
+        request = {"request_id": f"demo-{self.serial}", "peer": "demo-peer", "tag": tag,
+                   "command": command, "cwd": str(self.layout.root), **fields}
+        client.submit(self.layout, request)
+        reply = client.wait_for_reply(self.layout, request["request_id"], 10)
+        print(f"   {tag:<22} -> {reply['outcome']:<18} {reply['reason']}")
+        return reply
+
+    def wait_job(self, job_id: str, *states: str) -> dict:
+        return self.wait(lambda: (d := client.job_document(self.layout, job_id))
+                         and d["state"] in states and d, f"job {job_id} to be {states}")
+
+    def wait(self, predicate, what: str, timeout: float = 30.0):
+        deadline = time.monotonic() + timeout
+        while not (value := predicate()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"demo: timed out waiting for {what}")
+            time.sleep(0.05)
+        return value
+
+    def run(self) -> int:
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+        self.layout.root.mkdir(parents=True)
+        self.say("Start a coordinator (praxist-fs serve)")
+        self.start()
+        try:
+            self.tour()
+        finally:
+            if self.proc and self.proc.poll() is None:
+                self.proc.send_signal(signal.SIGTERM)
+                self.proc.wait(timeout=10)
+        return 0
+
+    def tour(self) -> None:
+        self.say("Submit an experiment, then the same one again: one job, one run")
+        first = self.submit("resnet-lr0.1-seed1", "echo training; sleep 1; echo done")
+        self.submit("resnet-lr0.1-seed1", "echo training; sleep 1; echo done")
+        self.submit("resnet-lr0.1-seed1", "echo a changed command")
+        job = self.wait_job(first["job_id"], "completed")
+        print(f"   {first['job_id']} completed with exit code {job['exit_code']} "
+              f"after {len(job['attempts'])} attempt(s)")
+
+        self.say("A failure is final until resubmitted with retry_terminal")
+        failed = self.submit("vit-bad-config", "echo 'bad config' >&2; exit 3")
+        print(f"   -> {self.wait_job(failed['job_id'], 'failed')['reason']}")
+        self.submit("vit-bad-config", "echo 'bad config' >&2; exit 3")
+        self.submit("vit-bad-config", "echo fixed", retry_terminal=True)
+        job = self.wait_job(failed["job_id"], "completed")
+        print("   attempts: " + ", ".join(f"{a['attempt_id']}={a['exit_code']}"
+                                          for a in job["attempts"]))
+
+        self.say("Exit code 75 means 'infrastructure': retried under the same identity")
+        flaky = self.submit("flaky-node", "[ -e flaky.once ] || { touch flaky.once; exit 75; }")
+        job = self.wait_job(flaky["job_id"], "completed")
+        print("   attempts: " + ", ".join(f"{a['attempt_id']}={a['exit_code']}({a['outcome']})"
+                                          for a in job["attempts"]))
+
+        self.say("A hostile request is rejected with the field named; nothing crashes")
+        name = "hostile.json"
+        (self.layout.spool_tmp / name).write_text('{"peer": "x", "tag": "../../etc", "argv": ["true"]}')
+        (self.layout.spool_tmp / name).rename(self.layout.incoming / name)
+        reply = client.wait_for_reply(self.layout, "hostile", 10)
+        print(f"   hostile -> {reply['outcome']}: {reply['reason']}")
+        print(f"   kept in {self.layout.rejected / name} with {name}.error.json")
+
+        self.say("GPU work is never run on the CPU: without a GPU inventory it waits")
+        self.submit("llm-finetune", "nvidia-smi", profile="gpu_work")
+
+        self.say("kill -9 the coordinator while an experiment runs, then restart it")
+        long = self.submit("long-eval", "echo started; sleep 3; echo finished; exit 0")
+        self.wait_job(long["job_id"], "running")
+        before = self.wait(lambda: (d := client.job_document(self.layout, long["job_id"]))
+                           and d["attempts"][0]["pid"], "the long job's pid")
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        print(f"   killed coordinator; the attempt (shim pid {before}) keeps running")
+        self.start()
+        job = self.wait_job(long["job_id"], "completed")
+        print(f"   re-adopted pid {job['attempts'][0]['pid']}, exit code {job['exit_code']}, "
+              f"{len(job['attempts'])} attempt: it ran exactly once")
+
+        self.say("Status (praxist-fs status --run-dir %s)" % self.layout.root)
+        self.wait(lambda: (s := client.status_document(self.layout))
+                  and s["counts"]["completed"] >= 4 and s, "status.json to catch up")
+        print(format_status(client.status_document(self.layout)))
+        self.say("Where to look")
+        root = self.layout.root
+        print(f"   jobs:      {self.layout.jobs('done')}/*.json")
+        print(f"   replies:   {self.layout.replies}/")
+        print(f"   logs:      {root / 'logs' / 'experiments'}/<job>/<attempt>.log")
+        print(f"   attempts:  {self.layout.attempts}/<job>/<attempt>/ (READY, GO, exit.json)")
+        print(f"   journal:   {self.layout.journal}")
+        print(f"   status:    {self.layout.status}  (json: praxist-fs status --json)")
+        print(json.dumps({"demo": "ok", "run_dir": str(root)}))
+
+
+def run_demo(run_dir: str, config: str | None) -> int:
+    return Tour(run_dir, config).run()

@@ -1,0 +1,66 @@
+"""Atomic writes and the hostile-file reader of the spool."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from praxist_fs.adapters.fsio import read_spool_file, write_atomic, write_json
+from praxist_fs.errors import BadRequest
+
+
+def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "status.json"
+    write_json(target, {"v": 1})
+    write_atomic(target, b'{"v": 2}\n', durable=True)
+    assert target.read_text() == '{"v": 2}\n'
+    assert os.listdir(tmp_path) == ["status.json"]
+
+
+@pytest.fixture
+def spool(tmp_path):
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    yield tmp_path, fd
+    os.close(fd)
+
+
+def test_reads_a_regular_file(spool):
+    path, fd = spool
+    (path / "ok.json").write_bytes(b"{}")
+    assert read_spool_file(fd, "ok.json", 100) == b"{}"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "hardlink", "too_large"])
+def test_refuses_what_is_not_a_small_regular_file(spool, kind):
+    path, fd = spool
+    target = path / "x.json"
+    if kind == "symlink":
+        (path / "real").write_text("{}")
+        target.symlink_to(path / "real")
+    elif kind == "fifo":
+        os.mkfifo(target)  # opened non-blocking: no hang
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "hardlink":
+        (path / "real").write_text("{}")
+        os.link(path / "real", target)
+    else:
+        target.write_bytes(b" " * 101)
+    with pytest.raises(BadRequest) as info:
+        read_spool_file(fd, "x.json", 100)
+    assert info.value.field == "<file>"
+
+
+def test_sparse_file_is_refused_from_its_size_without_reading(spool):
+    path, fd = spool
+    with open(path / "big.json", "wb") as handle:
+        handle.truncate(1 << 40)
+    with pytest.raises(BadRequest, match="limit"):
+        read_spool_file(fd, "big.json", 65536)
+
+
+def test_vanished_file_is_not_an_error_of_the_peer(spool):
+    _, fd = spool
+    with pytest.raises(FileNotFoundError):
+        read_spool_file(fd, "gone.json", 100)

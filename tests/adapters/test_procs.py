@@ -1,0 +1,41 @@
+"""Process identity is (pid, start time); a zombie is not alive (R-RUN-3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from praxist_fs.adapters import procs
+from tests.e2e.conftest import wait_for
+
+
+def test_own_identity_is_alive():
+    pid, started, boot = procs.own_identity()
+    assert procs.is_alive(pid, started, boot)
+    assert not procs.is_alive(pid, started + 1, boot)  # a reused pid has another start time
+    assert not procs.is_alive(pid, started, "another-boot")
+
+
+def test_a_zombie_is_not_alive_and_a_sleeper_is():
+    child = subprocess.Popen(["sleep", "30"])
+    started = procs.start_time(child.pid)
+    assert procs.is_alive(child.pid, started)
+    child.kill()
+    wait_for(lambda: open(f"/proc/{child.pid}/stat").read().split(")")[-1].split()[0] == "Z")
+    assert os.path.exists(f"/proc/{child.pid}")  # still a zombie, kill(pid, 0) would succeed
+    assert not procs.is_alive(child.pid, started)
+    child.wait()
+
+
+def test_comm_with_spaces_and_parentheses_is_parsed(tmp_path):
+    script = tmp_path / "odd) name ("
+    script.write_text("#!/bin/sh\nsleep 30\n")
+    script.chmod(0o755)
+    child = subprocess.Popen([str(script)])
+    try:
+        wait_for(lambda: "odd" in open(f"/proc/{child.pid}/stat").read())
+        assert procs.start_time(child.pid) is not None
+        assert procs.is_alive(child.pid, procs.start_time(child.pid))
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,166 @@
+"""A real coordinator in a subprocess on a temporary run directory, driven through files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: {slots}
+    min_concurrent_experiments: 1
+    max_concurrent_experiments: 8
+    infrastructure_retries: {retries}
+    default_profile: cpu
+    profiles:
+      cpu: {{accelerator: cpu, pressure_domains: [cpu]}}
+      other_cpu: {{accelerator: cpu}}
+      gpu_work: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
+"""
+
+
+def wait_for(predicate, timeout=15.0, interval=0.02, message="condition"):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Run:
+    """One run directory and (at most) one coordinator process serving it."""
+
+    def __init__(self, root: Path, task: Path) -> None:
+        self.root = root
+        self.task = task
+        self.sched = root / "resource_scheduler"
+        self.proc: subprocess.Popen | None = None
+        self._serial = 0
+
+    # -- coordinator ----------------------------------------------------------
+
+    def serve_command(self) -> list[str]:
+        return [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.root),
+                "--config", str(self.task)]
+
+    def start(self) -> subprocess.Popen:
+        log = open(self.root.parent / f"coordinator-{self.root.name}.log", "ab")
+        self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log)
+        log.close()
+        pid = self.proc.pid
+        wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,
+                 message="endpoint.json of the new coordinator")
+        return self.proc
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        code = self.proc.wait(timeout=15)
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    # -- peer side ------------------------------------------------------------
+
+    def submit(self, doc: dict, name: str | None = None) -> str:
+        if name is None:
+            self._serial += 1
+            name = f"req-{self._serial}-{time.time_ns()}.json"
+        tmp = self.sched / "spool" / "tmp" / name
+        tmp.write_text(json.dumps(doc))
+        os.rename(tmp, self.sched / "spool" / "incoming" / name)
+        return doc.get("request_id") or name[: -len(".json")]
+
+    def drop_raw(self, name: str, data: bytes) -> None:
+        tmp = self.sched / "spool" / "tmp" / name
+        tmp.write_bytes(data)
+        os.rename(tmp, self.sched / "spool" / "incoming" / name)
+
+    def reply(self, request_id: str, timeout: float = 15.0) -> dict:
+        path = self.sched / "spool" / "replies" / f"{request_id}.json"
+        return wait_for(lambda: read_json(path), timeout, message=f"reply {request_id}")
+
+    def job(self, job_id: str) -> dict | None:
+        for directory in ("done", "running", "queued"):
+            doc = read_json(self.sched / "jobs" / directory / f"{job_id}.json")
+            if doc:
+                return doc
+        return None
+
+    def job_dirs(self, job_id: str) -> list[str]:
+        return [d for d in ("queued", "running", "done")
+                if (self.sched / "jobs" / d / f"{job_id}.json").exists()]
+
+    def wait_state(self, job_id: str, *states: str, timeout: float = 15.0) -> dict:
+        return wait_for(lambda: (doc := self.job(job_id)) and doc["state"] in states and doc,
+                        timeout, message=f"job {job_id} in {states}")
+
+    def status(self) -> dict | None:
+        return read_json(self.sched / "status.json")
+
+    def kill_attempt_groups(self) -> None:
+        """Test cleanup: no shim or command may outlive the test."""
+        for ready in self.sched.glob("attempts/*/*/READY"):
+            pid = (read_json(ready) or {}).get("pid")
+            if pid:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+@pytest.fixture
+def make_run(tmp_path):
+    runs: list[Run] = []
+
+    def make(slots: int = 2, retries: int = 1, name: str = "run") -> Run:
+        task = tmp_path / f"{name}-task.yaml"
+        task.write_text(TASK.format(slots=slots, retries=retries))
+        run = Run(tmp_path / name, task)
+        run.root.mkdir()
+        # The layout exists before the first start so tests may drop files early.
+        for sub in ("spool/tmp", "spool/incoming"):
+            (run.sched / sub).mkdir(parents=True)
+        runs.append(run)
+        return run
+
+    yield make
+    for run in runs:
+        if run.proc is not None and run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait()
+        run.kill_attempt_groups()
+
+
+@pytest.fixture
+def run(make_run):
+    run = make_run()
+    run.start()
+    return run
+
+
+def request(tag: str, argv: list[str] | None = None, **fields) -> dict:
+    doc = {"peer": "tester", "tag": tag, "argv": argv or ["true"]}
+    doc.update(fields)
+    return doc

@@ -1,0 +1,137 @@
+"""kill -9 the coordinator: running attempts are re-adopted, never relaunched (R-DUR-2, R-RUN-2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from .conftest import read_json, request, wait_for
+
+
+def counting(marker, body: str) -> list[str]:
+    """A command that appends its tag to ``marker`` as its first act (counts starts)."""
+    return ["sh", "-c", f'echo "$PRAXIST_EXPERIMENT_ID" >> {marker}; {body}']
+
+
+def starts(marker) -> list[str]:
+    return marker.read_text().split() if marker.exists() else []
+
+
+def test_kill_9_readopts_the_running_attempt_and_runs_the_queue_once(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    marker, gate = tmp_path / "starts", tmp_path / "gate"
+    long_job = run.reply(run.submit(request(
+        "long", counting(marker, f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 7"))))["job_id"]
+    queued = [run.reply(run.submit(request(f"q{i}", counting(marker, "true"))))["job_id"]
+              for i in range(3)]
+    wait_for(lambda: starts(marker) == [long_job], message="the long job to start")
+    before = run.job(long_job)["attempts"][0]
+
+    run.kill()
+    run.start()
+    status = wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid
+                      and s)
+    assert status["running"] == 1 and status["active"][0]["job_id"] == long_job
+    assert status["active"][0]["pid"] == before["pid"]  # the same shim, re-adopted
+    gate.touch()
+
+    job = run.wait_state(long_job, "failed")
+    assert job["exit_code"] == 7 and len(job["attempts"]) == 1  # the true exit code, once
+    for job_id in queued:
+        run.wait_state(job_id, "completed")
+    assert sorted(starts(marker)) == sorted([long_job, *queued])  # every command ran once
+
+
+def test_command_killed_while_coordinator_is_down_ends_with_its_status(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    marker = tmp_path / "starts"
+    job_id = run.reply(run.submit(request("victim", counting(marker, "exec sleep 60"))))["job_id"]
+    wait_for(lambda: starts(marker), message="the victim to start")
+    shim_pid = run.job(job_id)["attempts"][0]["pid"]
+    run.kill()
+    command = wait_for(lambda: _children(shim_pid), message="the command under the shim")
+    os.kill(command[0], signal.SIGKILL)
+    attempt_dir = run.sched / "attempts" / job_id / "a1"
+    wait_for(lambda: read_json(attempt_dir / "exit.json"), message="exit.json from the shim")
+
+    run.start()
+    job = run.wait_state(job_id, "failed")
+    assert job["exit_code"] == 137 and job["attempts"][0]["outcome"] == "failed"
+    assert "signal 9" in job["reason"]
+    assert starts(marker) == [job_id]
+
+
+def test_sigterm_leaves_attempts_running_for_the_next_coordinator(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    marker, gate = tmp_path / "starts", tmp_path / "gate"
+    job_id = run.reply(run.submit(request(
+        "survivor", counting(marker, f"while [ ! -e {gate} ]; do sleep 0.05; done"))))["job_id"]
+    wait_for(lambda: starts(marker))
+    assert run.stop() == 0
+    assert not (run.sched / "endpoint.json").exists()
+    assert run.status()["coordinator"]["state"] == "stopped"
+    assert run.job(job_id)["state"] == "running"
+    gate.touch()  # it finishes while no coordinator runs
+    wait_for(lambda: read_json(run.sched / "attempts" / job_id / "a1" / "exit.json"))
+    run.start()
+    assert run.wait_state(job_id, "completed")["exit_code"] == 0
+    assert starts(marker) == [job_id]
+
+
+def test_requests_dropped_while_down_are_processed_at_start(make_run):
+    run = make_run()
+    ids = [run.submit(request(f"early-{i}")) for i in range(3)]
+    run.start()
+    for rid in ids:
+        job_id = run.reply(rid)["job_id"]
+        run.wait_state(job_id, "completed")
+
+
+def test_derived_files_are_repaired_from_the_journal(run):
+    rid = run.submit(request("repair-me"))
+    job_id = run.reply(rid)["job_id"]
+    run.wait_state(job_id, "completed")
+    run.stop()
+    (run.sched / "jobs" / "done" / f"{job_id}.json").unlink()
+    (run.sched / "spool" / "replies" / f"{rid}.json").write_text("garbage")
+    (run.sched / "jobs" / "queued" / f"{job_id}.json").write_text("{}")  # a stale copy
+    run.start()
+    assert run.wait_state(job_id, "completed")["exit_code"] == 0
+    assert run.reply(rid)["outcome"] == "accepted"
+    assert run.job_dirs(job_id) == ["done"]
+
+
+def test_torn_journal_tail_is_truncated_and_serving_resumes(run):
+    job_id = run.reply(run.submit(request("before-tear")))["job_id"]
+    run.wait_state(job_id, "completed")
+    run.kill()
+    journal = run.sched / "journal" / "journal.log"
+    with open(journal, "ab") as handle:
+        handle.write(b'99 deadbeef {"type": "request_se')  # a torn, unfinished record
+    run.start()
+    rid = run.submit(request("after-tear"))
+    assert run.reply(rid)["outcome"] == "accepted"
+    assert b"deadbeef" not in journal.read_bytes()
+    assert run.job(job_id)["state"] == "completed"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = read_stat(int(entry))
+            if stat and stat[1] == pid:
+                found.append(int(entry))
+    return found
+
+
+def read_stat(pid: int):
+    try:
+        data = open(f"/proc/{pid}/stat", "rb").read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    return fields[0].decode(), int(fields[1])

@@ -1,0 +1,21 @@
+"""`praxist-fs demo` (R-OPS-2) runs end to end on a scratch directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "fixtures" / "tasks" / "example.yaml"
+
+
+def test_demo_runs_the_tour(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "praxist_fs", "demo", "--run-dir", str(tmp_path / "demo"),
+         "--config", str(EXAMPLE)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in ("-> duplicate", "-> terminal_duplicate", "-> retry_accepted",
+                     "a1=75(infra_retry), a2=0(completed)", "hostile -> rejected",
+                     "it ran exactly once", '{"demo": "ok"'):
+        assert expected in out, expected

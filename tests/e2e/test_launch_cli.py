@@ -1,0 +1,94 @@
+"""praxist-fs launch behaves like srun: stream the log, exit with the experiment's code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import read_json
+
+LAUNCH = [sys.executable, "-m", "praxist_fs", "launch"]
+
+
+def launch(run, *args, timeout=60, **kwargs):
+    return subprocess.run([*LAUNCH, f"--run-dir={run.root}", "--peer=cli", *args],
+                          capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def test_launch_streams_the_log_and_returns_the_exit_code(run, tmp_path):
+    result = launch(run, "--tag=cli-exit", "--", "sh", "-c",
+                    'echo "id=$PRAXIST_EXPERIMENT_ID cuda=[$CUDA_VISIBLE_DEVICES]"; '
+                    'echo "profile=$PRAXIST_RESOURCE_PROFILE dir=$PRAXIST_EXPERIMENT_ATTEMPT_DIR"; '
+                    'pwd; exit 4', cwd=tmp_path)
+    assert result.returncode == 4
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("id=cli-exit-") and lines[0].endswith("cuda=[]")
+    assert lines[1].startswith("profile=cpu dir=") and lines[1].endswith("/a1")
+    assert lines[2] == str(tmp_path)  # runs in the caller's directory
+    assert "failed" in result.stderr
+
+
+def test_launch_passes_the_callers_environment(run):
+    env = {"PATH": "/usr/bin:/bin", "LEARNING_RATE": "0.03"}
+    result = launch(run, "--tag=cli-env", "--", "sh", "-c", 'echo "lr=$LEARNING_RATE"', env=env)
+    assert result.returncode == 0 and result.stdout == "lr=0.03\n"
+
+
+def test_detach_prints_the_job_id_and_returns(run, tmp_path):
+    gate = tmp_path / "gate"
+    result = launch(run, "--tag=cli-detach", "--detach", "--", "sh", "-c",
+                    f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    assert result.returncode == 0
+    job_id = result.stdout.strip()
+    assert job_id.startswith("cli-detach-") and run.job(job_id)["state"] in ("queued", "running")
+    gate.touch()
+    run.wait_state(job_id, "completed")
+
+
+def test_rejected_launch_exits_nonzero_with_the_reason(run):
+    result = launch(run, "--tag=bad/tag", "--", "true")
+    assert result.returncode == 2 and "tag" in result.stderr
+    result = launch(run, "--tag=cli-prof", "--profile=nope", "--", "true")
+    assert result.returncode == 2 and "nope" in result.stderr
+
+
+def test_retry_terminal_shows_only_the_new_attempt(run):
+    assert launch(run, "--tag=cli-retry", "--", "sh", "-c", "echo first; exit 3").returncode == 3
+    again = launch(run, "--tag=cli-retry", "--", "sh", "-c", "echo first; exit 3")
+    assert again.returncode == 2 and "retry_terminal" in again.stderr
+    fixed = launch(run, "--tag=cli-retry", "--retry-terminal", "--", "sh", "-c", "echo second")
+    assert fixed.returncode == 0 and fixed.stdout == "second\n"
+
+
+def test_launch_without_a_live_coordinator_fails_after_a_bounded_wait(make_run, tmp_path):
+    run = make_run()
+    marker = tmp_path / "ran"
+    started = time.monotonic()
+    result = launch(run, "--tag=cli-none", "--wait-coordinator=0.5", "--", "touch", str(marker))
+    assert result.returncode == 69 and "no live coordinator" in result.stderr
+    assert time.monotonic() - started < 10 and not marker.exists()
+
+
+def test_stale_endpoint_of_a_dead_coordinator_is_not_trusted(make_run):
+    run = make_run()
+    run.start()
+    run.kill()  # endpoint.json stays behind, naming a dead pid
+    assert read_json(run.sched / "endpoint.json")
+    result = launch(run, "--tag=cli-stale", "--wait-coordinator=0.3", "--", "true")
+    assert result.returncode == 69
+
+
+@pytest.mark.parametrize("entry", [["-m", "praxist_fs"], None])
+def test_console_script_and_module_are_the_same_command(run, entry):
+    if entry is None:
+        exe = [str(Path(sys.executable).with_name("praxist-fs"))]
+    else:
+        exe = [sys.executable, *entry]
+    result = subprocess.run([*exe, "launch", f"--run-dir={run.root}", "--peer=cli",
+                             f"--tag=cli-entry-{len(exe)}", "--", "echo", "ok"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout == "ok\n"

@@ -1,0 +1,401 @@
+"""Task-file loading (SPEC R-CFG-1..5): strictness, defaults, normalization."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
+from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.errors import PolicyError
+
+TASKS = Path(__file__).resolve().parent.parent / "fixtures" / "tasks"
+RS = "compute_budget.resource_scheduler"
+
+SEED_000_CONTRACT = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: 2
+    min_concurrent_experiments: 1
+    max_concurrent_experiments: 8
+    supply_signal_enabled: true
+    supply_idle_samples: 3
+    supply_lease_seconds: 600
+    mature_supply_fraction: 0.25
+    mature_supply_redundancy: 3.0
+    mature_assessment_min_completion_probability: 0.25
+    exploration_reserve: 1
+    infrastructure_retries: 1
+    default_profile: gpu_work
+    profiles:
+      cpu_ordinary:
+        accelerator: cpu
+        pressure_domains: [cpu, memory, io]
+      gpu_work:
+        accelerator: gpu
+        gpu_count: 1
+        gpu_memory_gb: 20
+        gpu_utilization_pct: 45
+        pressure_domains: [cpu, memory, io]
+"""
+
+
+def scheduler(body: str, mode: str | None = "central", extra: str = "") -> str:
+    """A task file whose resource_scheduler holds ``body`` (indented YAML lines)."""
+    lines = ["compute_budget:", "  resource_scheduler:"]
+    if mode is not None:
+        lines.append(f"    mode: {mode}")
+    lines += ["    " + line for line in body.strip("\n").splitlines()]
+    return "\n".join(lines) + "\n" + extra
+
+
+def load_text(tmp_path: Path, text: str) -> Policy:
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    return load_policy(path)
+
+
+def assert_policy_error(exc: PolicyError, key_path: str, value: object, expected: str) -> None:
+    assert exc.key_path == key_path
+    assert exc.value == value
+    assert expected in exc.expected
+    message = str(exc)
+    assert key_path in message and repr(value) in message and expected in message
+
+
+# --- the embedded default and the example -------------------------------------
+
+
+def test_embedded_default_is_seed_000_and_policy_defaults():
+    policy = load_policy(None)
+    assert policy == Policy()
+    assert policy == load_policy_text(SEED_000_CONTRACT)
+    assert (policy.mode, policy.initial_concurrent_experiments, policy.min_concurrent_experiments,
+            policy.max_concurrent_experiments) == ("central", 2, 1, 8)
+    assert policy.supply_signal_enabled is True
+    assert (policy.supply_idle_samples, policy.supply_lease_seconds) == (3, 600)
+    assert (policy.mature_supply_fraction, policy.mature_supply_redundancy,
+            policy.mature_assessment_min_completion_probability) == (0.25, 3.0, 0.25)
+    assert (policy.exploration_reserve, policy.infrastructure_retries) == (1, 1)
+    assert policy.default_profile == "gpu_work"
+    assert policy.profiles["gpu_work"] == Profile(
+        name="gpu_work", accelerator="gpu", gpu_count=1, gpu_memory_gb=20.0,
+        gpu_utilization_pct=45.0, pressure_domains=("cpu", "memory", "io"))
+    assert policy.profiles["cpu_ordinary"].gpu_count == 0
+    assert policy.normalizations == ()
+
+
+def load_policy_text(text: str) -> Policy:
+    return policy_from_mapping(parse_task_text(text))
+
+
+def test_example_fixture_loads_and_ignores_foreign_sections():
+    policy = load_policy(TASKS / "example.yaml")
+    assert policy.mode == "central"
+    assert policy.default_profile == "cpu_ordinary"
+    assert set(policy.profiles) == {"cpu_ordinary", "cpu_light", "gpu_work"}
+    assert policy.profiles["cpu_light"].pressure_domains == ()
+    assert policy.profiles["cpu_light"].gpu_count == 0
+    assert policy.profiles["cpu_ordinary"].pressure_domains == ("cpu", "memory", "io")
+    assert policy.profiles["gpu_work"].demand_known
+    assert policy.normalizations == ()
+
+
+@pytest.mark.parametrize("name", ["example.yaml", "normalized.yaml"])
+def test_round_trip_through_policy_json(name):
+    policy = load_policy(str(TASKS / name))
+    as_json = json.loads(json.dumps(policy.to_dict()))
+    assert Policy.from_dict(as_json) == policy
+
+
+# --- strictness in mode central -----------------------------------------------
+
+BAD_FIXTURES = [
+    # fixture, key path, value, expectation, (text that fixes it, replacement)
+    ("bad_unknown_key.yaml", f"{RS}.max_concurent_experiments", 8,
+     "a known key (did you mean 'max_concurrent_experiments'?)", ("max_concurent", "max_concurrent")),
+    ("bad_bool_ture.yaml", f"{RS}.supply_signal_enabled", "ture", "true or false",
+     ("ture", "true")),
+    ("bad_number_eight.yaml", f"{RS}.max_concurrent_experiments", "eight",
+     'an integer or "auto"', ('"eight"', "8")),
+    ("bad_pressure_domain.yaml", f"{RS}.profiles.gpu_work.pressure_domains[1]", "gpu_temp",
+     "one of cpu, memory, io", ("gpu_temp", "io")),
+]
+
+
+@pytest.mark.parametrize("name,key_path,value,expected,fix", BAD_FIXTURES)
+def test_bad_fixture_names_key_value_and_expectation(tmp_path, name, key_path, value, expected, fix):
+    with pytest.raises(PolicyError) as info:
+        load_policy(TASKS / name)
+    assert_policy_error(info.value, key_path, value, expected)
+    # The named defect is the only one: fixing it makes the file load.
+    fixed = (TASKS / name).read_text().replace(*fix)
+    assert load_text(tmp_path, fixed).mode == "central"
+
+
+BAD_INLINE = [
+    # resource_scheduler body, key path (under RS), value, expectation
+    ("supply_signal_enabled: yes", "supply_signal_enabled", "yes", "true or false"),
+    ("supply_signal_enabled: no", "supply_signal_enabled", "no", "true or false"),
+    ("supply_signal_enabled: off", "supply_signal_enabled", "off", "true or false"),
+    ("supply_signal_enabled: 1", "supply_signal_enabled", 1, "true or false"),
+    ('supply_idle_samples: "3"', "supply_idle_samples", "3", "an integer"),
+    ("supply_idle_samples: true", "supply_idle_samples", True, "an integer"),
+    ("supply_lease_seconds: 600.5", "supply_lease_seconds", 600.5, "an integer"),
+    ("supply_lease_seconds: 600.0", "supply_lease_seconds", 600.0, "an integer"),
+    ("max_concurrent_experiments: automatic", "max_concurrent_experiments", "automatic",
+     'an integer or "auto"'),
+    ("mature_supply_fraction: .nan", "mature_supply_fraction", None, "a finite number"),
+    ("mature_supply_redundancy: .inf", "mature_supply_redundancy", float("inf"),
+     "a finite number"),
+    ("mature_supply_fraction: quarter", "mature_supply_fraction", "quarter", "a finite number"),
+    ("exploration_reserve:", "exploration_reserve", None, "an integer"),
+    ("default_profile: tpu_work", "default_profile", "tpu_work",
+     "one of the defined profiles: cpu_ordinary, gpu_work"),
+    ("profiles: [gpu_work]", "profiles", ["gpu_work"], "a mapping"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_memory_gb: 0}",
+     "profiles.gpu_work.gpu_memory_gb", 0, "a number > 0"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_memory_gb: -4}",
+     "profiles.gpu_work.gpu_memory_gb", -4, "a number > 0"),
+    ("profiles:\n  gpu_work: {pressure_domains: [cpu]}", "profiles.gpu_work.accelerator", None,
+     "one of cpu, gpu"),
+    ("profiles:\n  gpu_work: {accelerator: tpu}", "profiles.gpu_work.accelerator", "tpu",
+     "one of cpu, gpu"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, pressure_domains: cpu}",
+     "profiles.gpu_work.pressure_domains", "cpu", "a list of cpu, memory, io"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, pressure_domains: [io, cpu, io]}",
+     "profiles.gpu_work.pressure_domains[2]", "io", "each pressure domain once"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_memory: 20}", "profiles.gpu_work.gpu_memory",
+     20, "did you mean 'gpu_memory_gb'"),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_count: two}", "profiles.gpu_work.gpu_count",
+     "two", "an integer"),
+    ("default_profile: cpu_ordinary\nprofiles:\n  cpu_ordinary: {accelerator: cpu, gpu_count: 1}",
+     "profiles.cpu_ordinary.gpu_count", 1, "no GPU fields on a cpu profile"),
+    ("default_profile: cpu_ordinary\nprofiles:\n"
+     "  cpu_ordinary: {accelerator: cpu, gpu_memory_gb: 8}",
+     "profiles.cpu_ordinary.gpu_memory_gb", 8, "no GPU fields on a cpu profile"),
+    ("profiles:\n  gpu_work: {accelerator: gpu}\n  bad name: {accelerator: cpu}",
+     "profiles.bad name", "bad name", "a profile name matching"),
+    ("profiles:\n  gpu_work: {accelerator: gpu}\n  .hidden: {accelerator: cpu}",
+     "profiles..hidden", ".hidden", "a profile name matching"),
+    ("profiles:\n  gpu_work: {accelerator: gpu}\n  7: {accelerator: cpu}",
+     "profiles.7", 7, "a profile name matching"),
+    ("7: central", "7", "central", "a known key"),
+    ("default_profile: " + "x" * 65, "default_profile", "x" * 65, "a profile name matching"),
+]
+
+
+@pytest.mark.parametrize("body,key,value,expected", BAD_INLINE)
+def test_central_rejects_malformed_values(tmp_path, body, key, value, expected):
+    with pytest.raises(PolicyError) as info:
+        load_text(tmp_path, scheduler(body))
+    exc = info.value
+    if value is None and "nan" in body:  # NaN != NaN: check the rest
+        assert exc.key_path == f"{RS}.{key}" and expected in exc.expected
+        return
+    assert_policy_error(exc, f"{RS}.{key}", value, expected)
+
+
+def test_misspelled_mode_fails_instead_of_falling_back_to_legacy():
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler("", mode="centrl"))
+    assert_policy_error(info.value, f"{RS}.mode", "centrl", "one of central, legacy")
+
+
+def test_yaml_12_booleans_accepted():
+    for spelling, result in [("true", True), ("True", True), ("false", False), ("FALSE", False)]:
+        policy = load_policy_text(scheduler(f"supply_signal_enabled: {spelling}"))
+        assert policy.supply_signal_enabled is result
+
+
+def test_unknown_key_in_synthesis_trigger_fails_in_central():
+    text = scheduler("", extra="synthesis_trigger:\n  mature_quorum_fraktion: 0.5\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(text)
+    assert info.value.key_path == "synthesis_trigger.mature_quorum_fraktion"
+    assert "mature_quorum_fraction" in info.value.expected
+
+
+def test_synthesis_trigger_quorum_is_read():
+    text = scheduler("", extra="synthesis_trigger:\n  mature_quorum_fraction: 0.5\n")
+    assert load_policy_text(text).mature_quorum_fraction == 0.5
+    assert load_policy_text(scheduler("")).mature_quorum_fraction == 0.0
+
+
+def test_foreign_keys_under_compute_budget_and_top_level_are_ignored():
+    text = ("compute_budget:\n  gpu_hours: lots\n  resource_scheduler:\n    mode: central\n"
+            "evaluation:\n  strict: yes\n  anything: [1, 2]\n")
+    assert load_policy_text(text) == Policy()
+
+
+# --- duplicate keys and file-level errors --------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["central", "legacy"])
+def test_duplicate_keys_fail_with_key_path(tmp_path, mode):
+    text = scheduler("supply_lease_seconds: 600\nsupply_lease_seconds: 900", mode=mode)
+    with pytest.raises(PolicyError) as info:
+        load_text(tmp_path, text)
+    assert info.value.key_path == f"{RS}.supply_lease_seconds"
+    assert "each key once" in info.value.expected and "line 4" in info.value.expected
+
+
+def test_duplicate_profile_name_fails(tmp_path):
+    body = "profiles:\n  gpu_work: {accelerator: gpu}\n  gpu_work: {accelerator: cpu}"
+    with pytest.raises(PolicyError) as info:
+        load_text(tmp_path, scheduler(body))
+    assert info.value.key_path == f"{RS}.profiles.gpu_work"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("compute_budget: [unclosed\n", "valid YAML"),
+    ("- just\n- a list\n", "a YAML mapping at the top level"),
+    ("", "a YAML mapping at the top level"),
+    ("a: 1\n---\nb: 2\n", "valid YAML"),
+    ("x: !!python/object:os.system {}\n", "valid YAML"),
+    ("compute_budget: 5\n", "a mapping"),
+])
+def test_file_level_errors(tmp_path, text, expected):
+    with pytest.raises(PolicyError) as info:
+        load_text(tmp_path, text)
+    assert expected in info.value.expected
+    assert info.value.key_path in ("<file>", "compute_budget")
+
+
+def test_missing_and_non_utf8_files(tmp_path):
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path / "absent.yaml")
+    assert info.value.key_path == "<file>" and "readable" in info.value.expected
+    (tmp_path / "latin1.yaml").write_bytes(b"task: {name: caf\xe9}\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path / "latin1.yaml")
+    assert "UTF-8" in info.value.expected
+
+
+def test_alias_cycle_does_not_hang(tmp_path):
+    text = scheduler("", extra="other: &a [*a]\n")
+    assert load_text(tmp_path, text).mode == "central"
+
+
+# --- legacy mode -----------------------------------------------------------------
+
+
+def test_omitted_mode_is_legacy():
+    assert load_policy_text(scheduler("supply_lease_seconds: 900", mode=None)).mode == "legacy"
+    assert load_policy_text("task: {name: x}\n").mode == "legacy"
+
+
+def test_legacy_ignores_unknown_keys_but_checks_values(tmp_path):
+    text = (TASKS / "bad_unknown_key.yaml").read_text().replace("central", "legacy")
+    text += "    profiles:\n      gpu_work: {accelerator: gpu, colour: red}\n"
+    text += "synthesis_trigger:\n  whatever: 1\n"
+    policy = load_text(tmp_path, text)
+    assert policy.mode == "legacy"
+    assert policy.max_concurrent_experiments == 8  # the typo is not read
+    assert set(policy.profiles) == {"gpu_work"}
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler("supply_signal_enabled: ture", mode="legacy"))
+    assert info.value.key_path == f"{RS}.supply_signal_enabled"
+
+
+# --- profiles -----------------------------------------------------------------
+
+
+def test_profiles_replace_the_defaults_entirely():
+    policy = load_policy_text(scheduler(
+        "default_profile: big\nprofiles:\n  big: {accelerator: gpu, gpu_count: 2}"))
+    assert set(policy.profiles) == {"big"}
+    big = policy.profiles["big"]
+    assert (big.gpu_count, big.gpu_memory_gb, big.gpu_utilization_pct) == (2, None, None)
+    assert not big.demand_known  # R-CFG-5: exclusive placement
+
+
+def test_replaced_profiles_without_the_default_profile_fail():
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler("profiles:\n  big: {accelerator: gpu}"))
+    assert_policy_error(info.value, f"{RS}.default_profile", "gpu_work",
+                        "one of the defined profiles: big")
+
+
+def test_gpu_count_defaults_to_one_and_domains_are_canonical():
+    policy = load_policy_text(scheduler(
+        "profiles:\n  gpu_work: {accelerator: gpu, pressure_domains: [io, cpu]}"))
+    assert policy.profiles["gpu_work"].gpu_count == 1
+    assert policy.profiles["gpu_work"].pressure_domains == ("cpu", "io")
+
+
+# --- normalization (R-CFG-3) -------------------------------------------------------
+
+
+def test_normalized_fixture_records_each_move_in_order():
+    policy = load_policy(TASKS / "normalized.yaml")
+    assert policy.initial_concurrent_experiments == 8
+    assert policy.supply_lease_seconds == 180
+    assert policy.mature_supply_fraction == 1.0
+    moves = [(n.key_path, n.given, n.used) for n in policy.normalizations]
+    assert moves == [
+        (f"{RS}.initial_concurrent_experiments", 12, 8),
+        (f"{RS}.supply_lease_seconds", 60, 180),
+        (f"{RS}.mature_supply_fraction", 1.5, 1.0),
+    ]
+    assert all(n.rule.startswith("clamped to") for n in policy.normalizations)
+    recorded = policy.to_dict()["normalizations"]
+    assert recorded[1] == {"key_path": f"{RS}.supply_lease_seconds", "given": 60, "used": 180,
+                           "rule": "clamped to 180..3600"}
+
+
+NORMALIZE = [
+    # body, key path (under RS unless absolute), given, used
+    ("supply_lease_seconds: 9000", "supply_lease_seconds", 9000, 3600),
+    ("min_concurrent_experiments: 0", "min_concurrent_experiments", 0, 1),
+    ("min_concurrent_experiments: 4\nmax_concurrent_experiments: 2",
+     "max_concurrent_experiments", 2, 4),
+    ("initial_concurrent_experiments: 0", "initial_concurrent_experiments", 0, 1),
+    ("supply_idle_samples: 0", "supply_idle_samples", 0, 1),
+    ("mature_supply_fraction: -0.5", "mature_supply_fraction", -0.5, 0.0),
+    ("mature_supply_redundancy: -1", "mature_supply_redundancy", -1.0, 0.0),
+    ("mature_assessment_min_completion_probability: 2",
+     "mature_assessment_min_completion_probability", 2.0, 1.0),
+    ("exploration_reserve: 20", "exploration_reserve", 20, 8),
+    ("exploration_reserve: -1", "exploration_reserve", -1, 0),
+    ("infrastructure_retries: 50", "infrastructure_retries", 50, 10),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_count: 0}",
+     "profiles.gpu_work.gpu_count", 0, 1),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_count: 100}",
+     "profiles.gpu_work.gpu_count", 100, 64),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_utilization_pct: 150}",
+     "profiles.gpu_work.gpu_utilization_pct", 150.0, 100.0),
+    ("profiles:\n  gpu_work: {accelerator: gpu, gpu_utilization_pct: 0}",
+     "profiles.gpu_work.gpu_utilization_pct", 0.0, 1.0),
+]
+
+
+@pytest.mark.parametrize("body,key,given,used", NORMALIZE)
+def test_out_of_range_values_are_moved_and_recorded(body, key, given, used):
+    policy = load_policy_text(scheduler(body))
+    [note] = policy.normalizations
+    assert (note.key_path, note.given, note.used) == (f"{RS}.{key}", given, used)
+    assert type(note.used) is type(given)
+
+
+def test_quorum_fraction_is_normalized_under_its_own_path():
+    policy = load_policy_text(scheduler("", extra="synthesis_trigger:\n  mature_quorum_fraction: 3\n"))
+    assert policy.mature_quorum_fraction == 1.0
+    assert [n.key_path for n in policy.normalizations] == ["synthesis_trigger.mature_quorum_fraction"]
+
+
+def test_auto_max_bounds_only_from_below():
+    policy = load_policy_text(scheduler(
+        "max_concurrent_experiments: auto\ninitial_concurrent_experiments: 40\n"
+        "exploration_reserve: 30"))
+    assert policy.max_concurrent_experiments == "auto"
+    assert (policy.initial_concurrent_experiments, policy.exploration_reserve) == (40, 30)
+    assert policy.normalizations == ()
+
+
+def test_in_range_values_are_not_recorded():
+    policy = load_policy_text(scheduler("supply_lease_seconds: 180\nmature_supply_fraction: 0"))
+    assert policy.normalizations == ()
