@@ -25,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `praxist-fs status | head`
+        sys.stderr.close()
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -322,7 +322,8 @@ class Coordinator:
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
         path = self.layout.attempt_dir(job_id, attempt_id) / name
         if path.parent.exists():
-            write_atomic(path, b"")
+            # Durable: after a power loss GO is the record that the command may have run.
+            write_atomic(path, b"", durable=True)
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(word)

@@ -19,6 +19,8 @@ from .fsio import dumps, write_atomic, write_json
 from .layout import RunLayout
 
 SHIM = Path(__file__).with_name("shim.py")
+# How long a shim whose coordinator vanished waits for the next one to give GO.
+BARRIER_TIMEOUT_S = 600
 
 
 @dataclass
@@ -73,7 +75,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt) -> ShimHandle:
     })
     spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(layout.root), "env": attempt_environment(layout, effect),
-            "log": str(log)}
+            "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
     write_atomic(attempt_dir / "spec.json", dumps(spec), mode=0o600)
     go_read, go_write = os.pipe()
     status_read, status_write = os.pipe()

@@ -6,7 +6,8 @@ waits until the coordinator writes GO (the intent, pid and allocation are
 journaled by then), runs the command with the submitted environment, and
 records the exit durably in exit.json, which survives a coordinator crash.
 If the coordinator dies while we wait, we poll for GO or ABORT written by the
-next one. As a child subreaper we also wait for orphaned descendants, so the
+next one, for at most the barrier timeout; giving up is safe because nothing
+ran, and the next coordinator then releases the attempt without consuming it. As a child subreaper we also wait for orphaned descendants, so the
 attempt counts as running until its whole tree is gone.
 """
 
@@ -54,8 +55,8 @@ def boot_id():
         return "unknown"
 
 
-def wait_for_go(attempt_dir, go_fd):
-    """True once GO is given, False on ABORT. Survives the coordinator's death."""
+def wait_for_go(attempt_dir, go_fd, timeout):
+    """True once GO is given; False on ABORT or when no coordinator gave GO in time."""
     go_path, abort_path = os.path.join(attempt_dir, "GO"), os.path.join(attempt_dir, "ABORT")
     try:
         word = os.read(go_fd, 1)
@@ -64,12 +65,14 @@ def wait_for_go(attempt_dir, go_fd):
     os.close(go_fd)
     if word == b"G" and os.path.exists(go_path):
         return True
-    while True:  # the coordinator went away: the next one writes GO or ABORT
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # the coordinator went away: the next one decides
         if os.path.exists(abort_path):
             return False
         if os.path.exists(go_path):
             return True
         time.sleep(POLL_SECONDS)
+    return False  # nothing ran: a later coordinator releases the attempt unconsumed
 
 
 def run(attempt_dir, spec):
@@ -124,7 +127,7 @@ def main():
         os.write(status_fd, b"R")
     except OSError:
         pass  # the coordinator is gone; the next one reads READY from disk
-    if not wait_for_go(attempt_dir, go_fd):
+    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"]):
         return 0
     result = run(attempt_dir, spec)
     write_file(os.path.join(attempt_dir, "exit.json"), json.dumps(result).encode(), durable=True)

@@ -71,9 +71,17 @@ def consume(incoming: Path, name: str) -> None:
 
 
 def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
-    """Keep the offending file (a symlink stays a link, never followed) and say why."""
-    write_json(rejected / f"{name}.error.json", error)
+    """Keep the offending file (a symlink stays a link, never followed) and say why.
+
+    An earlier rejected file of the same name is kept too: the newcomer gets a suffix."""
+    if not os.path.lexists(incoming / name):
+        return  # already filed (a redone effect after a restart)
+    kept, serial = name, 1
+    while os.path.lexists(rejected / kept):
+        serial += 1
+        kept = f"{name}.{serial}"
+    write_json(rejected / f"{kept}.error.json", error)
     try:
-        os.rename(incoming / name, rejected / name)
+        os.rename(incoming / name, rejected / kept)
     except FileNotFoundError:
         pass

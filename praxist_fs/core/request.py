@@ -100,18 +100,26 @@ def parse_request(name: str, data: bytes) -> Request:
     raw = _loads(text)
     if not isinstance(raw, dict):
         raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
+    if raw.duplicates:
+        raise BadRequest(raw.duplicates[0], "duplicate key")
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
         raise BadRequest(unknown[0], "unknown field; expected one of " + ", ".join(FIELDS))
-    return _build(name, raw)
+    return _build(name, {key: value for key, value in raw.items() if value is not None})
+
+
+class _Object(dict):
+    """A JSON object that remembers its duplicate keys, so the error can name their path."""
+
+    duplicates: tuple[str, ...] = ()
 
 
 def _loads(text: str) -> Any:
     def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
+        result = _Object()
         for key, value in pairs:
             if key in result:
-                raise BadRequest(key, "duplicate key")
+                result.duplicates += (key,)
             result[key] = value
         return result
 
@@ -129,11 +137,11 @@ def _loads(text: str) -> Any:
 
 
 def _build(name: str, raw: dict[str, Any]) -> Request:
+    """``raw`` holds the fields present and not null (null means absent, for every field)."""
     for key in ("peer", "tag"):
         if key not in raw:
             raise BadRequest(key, "missing; it is required")
-    has_argv, has_command = raw.get("argv") is not None, raw.get("command") is not None
-    if has_argv == has_command:
+    if ("argv" in raw) == ("command" in raw):
         raise BadRequest("argv", "give exactly one of argv (list of strings) or command (string)")
     request_id = raw.get("request_id")
     if request_id is None:
@@ -163,7 +171,7 @@ def _optional(raw: dict[str, Any], key: str, check: Any) -> Any:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+    return {dict: "an object", _Object: "an object", list: "a list", str: "a string", bool: "a boolean",
             int: "an integer", float: "a number", type(None): "null"}.get(type(value), "a value")
 
 
@@ -230,8 +238,10 @@ def _cwd(key: str, value: Any) -> str:
 
 
 def _env(value: Any) -> dict[str, str]:
-    if type(value) is not dict:
+    if not isinstance(value, dict):
         raise BadRequest("env", f"is {_kind(value)}; expected an object of strings")
+    if getattr(value, "duplicates", ()):
+        raise BadRequest(f"env.{value.duplicates[0]}", "duplicate key")
     if len(value) > MAX_ENV_ITEMS:
         raise BadRequest("env", f"has more than {MAX_ENV_ITEMS} variables")
     env = {}

@@ -28,6 +28,7 @@ from .policy import Policy
 from .states import JobState, Trigger, transition
 
 INFRA_EXIT_CODE = 75
+MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 RETRYABLE_STATES = (JobState.FAILED, JobState.REJECTED, JobState.CANCELLED)
@@ -40,6 +41,7 @@ class Scheduler:
         self.replies: dict[str, Reply] = {}
         self.coordinator: dict[str, Any] | None = None
         self.version = 0
+        self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._next_order = 0
 
     # -- events -----------------------------------------------------------
@@ -86,6 +88,8 @@ class Scheduler:
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
                       submitted_at=ev.at, order=self._take_order())
             self.jobs[job_id] = job
+            self._by_state[job.state][job_id] = job
+            job.reason = self.hold_reason(job) or job.reason
             return [self._write_job(job), *self._reply(ev, "accepted", job)]
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
@@ -99,10 +103,10 @@ class Scheduler:
             return self._reply(ev, "terminal_duplicate", job, reason=(
                 f"job {job_id} is {job.state.value} ({job.reason}); "
                 "submit again with retry_terminal to run it again under the same tag"))
-        job.state = transition(job_id, job.state, Trigger.RETRY_TERMINAL)
+        self._transition(job, Trigger.RETRY_TERMINAL)
         job.request, job.profile, job.fingerprint = request, profile, digest
         job.round += 1
-        job.reason = f"retry accepted (round {job.round})"
+        job.reason = self.hold_reason(job) or f"retry accepted (round {job.round})"
         return [self._write_job(job), *self._reply(ev, "retry_accepted", job)]
 
     def _on_launched(self, ev: AttemptLaunched) -> list[Effect]:
@@ -111,7 +115,7 @@ class Scheduler:
         if ev.attempt_id != expected:
             raise InvalidTransition(
                 f"can't launch {ev.attempt_id} for job {job.job_id}: next attempt is {expected}")
-        job.state = transition(job.job_id, job.state, Trigger.LAUNCH)
+        self._transition(job, Trigger.LAUNCH)
         attempt = Attempt(attempt_id=ev.attempt_id, number=len(job.attempts) + 1,
                           round=job.round, started_at=ev.at, gpus=ev.gpus)
         job.attempts.append(attempt)
@@ -140,9 +144,13 @@ class Scheduler:
                 return self._settle(job, attempt, ev.at, Trigger.LOST,
                                     f"attempt {attempt.attempt_id} vanished without an exit record")
             attempt.outcome = "released"
-            effects = self._settle(job, attempt, ev.at, Trigger.RELEASE,
-                                   f"attempt {attempt.attempt_id} never started; requeued")
-            return [AbortAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id), *effects]
+            abort = AbortAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)
+            if _released_in_a_row(job) >= MAX_RELEASES_IN_A_ROW:
+                return [abort, *self._settle(job, attempt, ev.at, Trigger.EXIT_FAIL, (
+                    f"the launch barrier failed {MAX_RELEASES_IN_A_ROW} times in a row; "
+                    f"see attempts/{job.job_id}/{attempt.attempt_id}/shim.log"))]
+            return [abort, *self._settle(job, attempt, ev.at, Trigger.RELEASE,
+                                         f"attempt {attempt.attempt_id} never started; requeued")]
         effects: list[Effect] = []
         if attempt.pid is None and ev.pid is not None:
             attempt.pid, attempt.pid_start, attempt.boot_id = ev.pid, ev.pid_start, ev.boot_id
@@ -180,7 +188,7 @@ class Scheduler:
 
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
                 reason: str) -> list[Effect]:
-        job.state = transition(job.job_id, job.state, trigger)
+        self._transition(job, trigger)
         attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
         job.reason = reason
         self.version += 1
@@ -224,14 +232,13 @@ class Scheduler:
     # -- views ------------------------------------------------------------
 
     def queued(self) -> list[Job]:
-        return sorted((j for j in self.jobs.values() if j.state is JobState.QUEUED),
-                      key=lambda j: j.order)
+        return sorted(self._by_state[JobState.QUEUED].values(), key=lambda j: j.order)
 
     def running(self) -> list[Job]:
-        return [j for j in self.jobs.values() if j.state is JobState.RUNNING]
+        return list(self._by_state[JobState.RUNNING].values())
 
     def count(self, state: JobState) -> int:
-        return sum(1 for j in self.jobs.values() if j.state is state)
+        return len(self._by_state[state])
 
     def derived_views(self) -> list[Effect]:
         """Every job file and reply the journal implies, for repair at start."""
@@ -259,6 +266,13 @@ class Scheduler:
             return self.jobs[job_id]
         except KeyError:
             raise InvalidTransition(f"no job {job_id}") from None
+
+    def _transition(self, job: Job, trigger: Trigger) -> None:
+        """The one place a job changes state; keeps the per-state index in step."""
+        new = transition(job.job_id, job.state, trigger)
+        del self._by_state[job.state][job.job_id]
+        job.state = new
+        self._by_state[new][job.job_id] = job
 
     def _take_order(self) -> int:
         self._next_order += 1
@@ -288,6 +302,15 @@ class Scheduler:
             return [RejectRequest(name=name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
         return [reply_effect, ConsumeRequest(name=name)]
+
+
+def _released_in_a_row(job: Job) -> int:
+    count = 0
+    for attempt in reversed(job.attempts):
+        if attempt.outcome != "released":
+            break
+        count += 1
+    return count
 
 
 def _find(job: Job, attempt_id: str) -> Attempt | None:

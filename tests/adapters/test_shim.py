@@ -96,3 +96,13 @@ def test_command_runs_in_a_new_session_under_the_shim(layout, tmp_path):
     sid, pgid = map(int, out.read_text().split())
     assert sid == pgid == handle.popen.pid != os.getsid(0)
     handle.close()
+
+
+def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, monkeypatch):
+    monkeypatch.setattr(launcher, "BARRIER_TIMEOUT_S", 0.5)
+    handle, attempt_dir, marker = spawn(layout, tmp_path)
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    handle.release_barrier(b"")  # the coordinator is gone and none comes back
+    assert handle.popen.wait(timeout=15) == 0
+    assert not marker.exists() and not (attempt_dir / "exit.json").exists()
+    handle.close()

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 TASK = """\
@@ -120,12 +121,15 @@ class Run:
         return read_json(self.sched / "status.json")
 
     def kill_attempt_groups(self) -> None:
-        """Test cleanup: no shim or command may outlive the test."""
-        for ready in self.sched.glob("attempts/*/*/READY"):
-            pid = (read_json(ready) or {}).get("pid")
-            if pid:
+        """Test cleanup: no shim or command of this run may outlive the test.
+
+        Shims are found by their command line (a shim that has not written READY yet
+        has no other trace), their commands by the process group the shim leads."""
+        attempts = str(self.sched / "attempts")
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if any(attempts in part for part in proc.info["cmdline"] or ()):
                 try:
-                    os.killpg(pid, signal.SIGKILL)
+                    os.killpg(proc.info["pid"], signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
 

@@ -1,0 +1,299 @@
+"""replay(journal) == live state, for random legal operation sequences.
+
+The driver acts like the daemon: it feeds events to a live Scheduler, journals
+exactly the events that changed ``version`` (through to_record + JSON), carries
+out effects on a fake disk, and at random points "restarts" by replaying the
+journal into a fresh ``Scheduler()`` and carrying on with that one.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from praxist_fs.core.effects import AbortAttempt, WriteGo, WriteJob, WriteReply
+from praxist_fs.core.events import (
+    AttemptObserved, CoordinatorStarted, Event, RequestSeen, from_record, to_record,
+)
+from praxist_fs.core.request import parse_request, request_id_from_filename
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.states import JobState
+from praxist_fs.errors import BadRequest
+
+from .helpers import make_policy
+
+TAGS = ["exp-a", "exp-b", "exp-c"]
+ARGVS = [["python", "a.py"], ["python", "b.py"]]
+ENVS = [{}, {"SEED": "1"}]
+PROFILES = [None, None, None, "cpu", "gpu", "tpu"]
+
+
+def full_state(s: Scheduler) -> dict[str, Any]:
+    """The snapshot plus every field of every object (phases, boot ids, ...)."""
+    return {
+        "snapshot": s.snapshot(),
+        "jobs": {jid: dataclasses.asdict(j) for jid, j in s.jobs.items()},
+        "replies": {rid: dataclasses.asdict(r) for rid, r in s.replies.items()},
+    }
+
+
+def replay(records: list[dict[str, Any]]) -> Scheduler:
+    fresh = Scheduler()
+    for record in records:
+        fresh.handle(from_record(json.loads(json.dumps(record))))
+    return fresh
+
+
+class Driver:
+    def __init__(self, policy) -> None:
+        self.policy = policy
+        self.sched = Scheduler(policy)
+        self.records: list[dict[str, Any]] = []
+        self.now = 100.0
+        self.names = 0
+        self.pids = 1000
+        self.sent: list[tuple[str, bytes]] = []
+        self.go_written: set[tuple[str, str]] = set()
+        self.aborted: set[tuple[str, str]] = set()
+        self.disk_jobs: dict[str, dict[str, dict[str, Any]]] = {
+            "queued": {}, "running": {}, "done": {}}
+        self.disk_replies: dict[str, dict[str, Any]] = {}
+        self.feed(CoordinatorStarted(at=self.tick(), policy=policy.to_dict(), pid=1,
+                                     host="host", boot_id="boot"))
+
+    def tick(self) -> float:
+        self.now += 0.25
+        return self.now
+
+    # -- the daemon's loop ------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        version = self.sched.version
+        before = copy.deepcopy(full_state(self.sched))
+        effects = self.sched.handle(event)  # the driver is legal: nothing may raise
+        if self.sched.version != version:
+            record = json.loads(json.dumps(to_record(event)))
+            assert from_record(record) == event
+            self.records.append(record)
+        else:  # not journaled, so it must not have changed anything
+            assert full_state(self.sched) == before, event
+        for effect in effects:
+            if isinstance(effect, WriteJob):
+                for folder in self.disk_jobs.values():
+                    folder.pop(effect.job_id, None)
+                self.disk_jobs[effect.directory][effect.job_id] = effect.document
+            elif isinstance(effect, WriteReply):
+                self.disk_replies[effect.request_id] = effect.document
+            elif isinstance(effect, WriteGo):
+                key = (effect.job_id, effect.attempt_id)
+                assert key not in self.go_written, "GO written twice"
+                attempt = self.attempt(*key)
+                assert attempt.pid is not None, "GO before the pid was recorded"
+                self.go_written.add(key)
+            elif isinstance(effect, AbortAttempt):
+                key = (effect.job_id, effect.attempt_id)
+                assert key not in self.go_written, "abort after GO"
+                self.aborted.add(key)
+        self.check_invariants()
+
+    def attempt(self, job_id: str, attempt_id: str):
+        return next(a for a in self.sched.jobs[job_id].attempts if a.attempt_id == attempt_id)
+
+    def restart(self) -> None:
+        fresh = replay(self.records)
+        assert full_state(fresh) == full_state(self.sched)
+        assert fresh.version == self.sched.version
+        self.sched = fresh
+
+    # -- operations ----------------------------------------------------------------
+
+    def submit(self, data: st.DataObject) -> None:
+        mode = data.draw(st.sampled_from(["fresh", "fresh", "fresh", "resend", "clash", "bad"]))
+        if mode == "resend" and self.sent:
+            name, raw = data.draw(st.sampled_from(self.sent))
+        else:
+            doc: dict[str, Any] = {
+                "peer": data.draw(st.sampled_from(["p1", "p2"])),
+                "tag": data.draw(st.sampled_from(TAGS)),
+                "argv": data.draw(st.sampled_from(ARGVS)),
+                "env": data.draw(st.sampled_from(ENVS)),
+            }
+            profile = data.draw(st.sampled_from(PROFILES))
+            if profile is not None:
+                doc["profile"] = profile
+            if data.draw(st.booleans()):
+                doc["retry_terminal"] = True
+            if mode == "bad":
+                doc["tag"] = data.draw(st.sampled_from(["../x", ".hidden", ""]))
+            if mode == "clash" and self.sent:
+                name = data.draw(st.sampled_from(self.sent))[0]
+                doc["argv"] = doc["argv"] + ["--changed"]
+            else:
+                self.names += 1
+                name = f"r{self.names}.json"
+            raw = json.dumps(doc).encode()
+        self.sent.append((name, raw))
+        digest = hashlib.sha256(raw).hexdigest()
+        try:
+            request = parse_request(name, raw)
+        except BadRequest as exc:
+            event = RequestSeen(at=self.tick(), name=name, digest=digest,
+                                request_id=request_id_from_filename(name),
+                                error_field=exc.field, error_problem=exc.problem)
+        else:
+            event = RequestSeen(at=self.tick(), name=name, digest=digest,
+                                request_id=request.request_id, request=request)
+        self.feed(event)
+
+    def launch(self, data: st.DataObject) -> None:
+        for event in self.sched.next_launches(self.tick()):
+            self.feed(event)
+
+    def observe(self, data: st.DataObject) -> None:
+        running = sorted(self.sched.running(), key=lambda j: j.order)
+        if not running:
+            return
+        job = data.draw(st.sampled_from(running))
+        attempt = job.current
+        key = (job.job_id, attempt.attempt_id)
+        go = key in self.go_written
+        choices = ["spawn", "spawn", "ready", "ready", "dead"]
+        if go:
+            choices += ["exit"] * 6
+        action = data.draw(st.sampled_from(choices))
+        base = dict(at=self.tick(), job_id=job.job_id, attempt_id=attempt.attempt_id)
+        if action == "spawn":  # a sighting of the shim; the same pid once it is known
+            if attempt.pid is None:
+                self.pids += 1
+            pid = attempt.pid or self.pids
+            event = AttemptObserved(**base, alive=True, pid=pid, pid_start=pid * 7,
+                                    boot_id="boot", go=go)
+        elif action == "ready":
+            event = AttemptObserved(**base, alive=True, pid=attempt.pid, ready=True, go=go)
+        elif action == "dead":
+            event = AttemptObserved(**base, alive=False, ready=data.draw(st.booleans()), go=go)
+        else:
+            code, signal = data.draw(st.sampled_from(
+                [(0, None), (3, None), (75, None), (75, None), (137, 9)]))
+            event = AttemptObserved(**base, alive=False, ready=True, go=True, exited=True,
+                                    exit_code=code, signal=signal, ended_at=self.now - 0.1)
+        self.feed(event)
+
+    def late_sighting(self, data: st.DataObject) -> None:
+        ended = [(j.job_id, a.attempt_id) for j in self.sched.jobs.values()
+                 for a in j.attempts if a.ended_at is not None]
+        if not ended:
+            return
+        job_id, attempt_id = data.draw(st.sampled_from(sorted(ended)))
+        version = self.sched.version
+        self.feed(AttemptObserved(at=self.tick(), job_id=job_id, attempt_id=attempt_id,
+                                  alive=False, go=True, exited=True, exit_code=0))
+        assert self.sched.version == version
+
+    # -- invariants -----------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        s = self.sched
+        assert s.count(JobState.RUNNING) <= self.policy.initial_concurrent_experiments
+        # each job is in exactly one state, and its file in exactly one directory
+        assert sum(s.count(state) for state in JobState) == len(s.jobs)
+        for job_id, job in s.jobs.items():
+            holders = [d for d, folder in self.disk_jobs.items() if job_id in folder]
+            assert holders == [job.state.directory], (job_id, holders, job.state)
+            assert self.disk_jobs[holders[0]][job_id] == job.to_dict(), "stale job file"
+            ids = [a.attempt_id for a in job.attempts]
+            assert ids == [f"a{n}" for n in range(1, len(ids) + 1)]
+            open_attempts = [a for a in job.attempts if a.ended_at is None]
+            if job.state is JobState.RUNNING:
+                assert open_attempts == [job.current]
+            else:
+                assert open_attempts == []
+            if job.profile == "gpu":  # (a retry may switch a CPU job to GPU: new round)
+                assert [a for a in job.attempts if a.round == job.round] == [], \
+                    "GPU work ran on the CPU"
+        assert sum(len(folder) for folder in self.disk_jobs.values()) == len(s.jobs)
+        for rid, reply in s.replies.items():
+            assert reply.job_id is None or reply.job_id in s.jobs
+            if reply.job_id is None:
+                assert reply.outcome == "rejected"
+            assert self.disk_replies[rid] == reply.to_dict()
+        assert set(self.disk_replies) == set(s.replies)
+
+
+OPERATIONS = ["submit", "submit", "submit", "launch", "launch", "observe", "observe",
+              "observe", "observe", "late_sighting", "restart"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(),
+       retries=st.integers(0, 2),
+       slots=st.integers(1, 3),
+       steps=st.integers(0, 60))
+def test_replay_of_the_journal_equals_the_live_state(data, retries, slots, steps):
+    policy = make_policy(infrastructure_retries=retries, initial_concurrent_experiments=slots,
+                         max_concurrent_experiments=max(slots, 3))
+    driver = Driver(policy)
+    for _ in range(steps):
+        op = data.draw(st.sampled_from(OPERATIONS))
+        if op == "restart":
+            driver.restart()
+        else:
+            getattr(driver, op)(data)
+    replayed = replay(driver.records)
+    assert replayed.snapshot() == driver.sched.snapshot()
+    assert full_state(replayed) == full_state(driver.sched)
+    assert replayed.version == driver.sched.version
+    # the derived views a restart would write match what the live run wrote
+    for effect in replayed.derived_views():
+        if isinstance(effect, WriteJob):
+            assert driver.disk_jobs[effect.directory][effect.job_id] == effect.document
+        elif isinstance(effect, WriteReply):
+            assert driver.disk_replies[effect.request_id] == effect.document
+
+
+def test_driver_reaches_interesting_states():
+    """A fixed walk through the driver's operations, so the property test's
+    machinery is known to reach retries, releases and terminal states."""
+    policy = make_policy(infrastructure_retries=1)
+    d = Driver(policy)
+
+    class Scripted:
+        def __init__(self, values):
+            self.values = list(values)
+
+        def draw(self, strategy):
+            return self.values.pop(0)
+
+    # submit exp-a (fresh), launch, spawn, ready -> GO, exit 75 -> requeued
+    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, False]))
+    d.launch(None)
+    (job,) = d.sched.running()
+    d.observe(Scripted([job, "spawn"]))
+    d.observe(Scripted([job, "ready"]))
+    assert (job.job_id, "a1") in d.go_written
+    d.observe(Scripted([job, "exit", (75, None)]))
+    assert job.state is JobState.QUEUED
+    d.launch(None)
+    d.observe(Scripted([job, "dead", False]))  # released before GO
+    assert (job.job_id, "a2") in d.aborted and job.state is JobState.QUEUED
+    d.restart()
+    job = d.sched.jobs[job.job_id]
+    d.launch(None)
+    d.observe(Scripted([job, "spawn"]))
+    d.observe(Scripted([job, "ready"]))
+    d.observe(Scripted([job, "exit", (3, None)]))
+    assert job.state is JobState.FAILED
+    assert [a.outcome for a in job.attempts] == ["infra_retry", "released", "failed"]
+    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, True]))
+    assert job.state is JobState.QUEUED
+    d.submit(Scripted(["resend"] + [d.sent[-1]]))
+    assert replay(d.records).snapshot() == d.sched.snapshot()
+    kinds = [r["type"] for r in d.records]
+    assert kinds[0] == "coordinator_started"
+    assert {"request_seen", "attempt_launched", "attempt_observed"} <= set(kinds)

@@ -1,0 +1,586 @@
+"""The scheduler driven by hand-built events: replies (R-FS-5), job files (R-FS-6),
+dedup and retries (R-SUB-2..4), the launch barrier, and status."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from praxist_fs.core.effects import (
+    AbortAttempt, ConsumeRequest, RejectRequest, SpawnAttempt, WriteGo, WriteJob, WriteReply,
+)
+from praxist_fs.core.events import AttemptLaunched, RequestSeen
+from praxist_fs.core.status import render_status
+
+from .helpers import Harness, make_policy
+
+REPLY_KEYS = {"request_id", "outcome", "job_id", "state", "reason"}
+JOB_KEYS = {"job_id", "tag", "peer", "profile", "work_class", "state", "exit_code", "reason",
+            "attempts"}
+ATTEMPT_KEYS = {"attempt_id", "started_at", "ended_at", "exit_code", "gpus", "outcome"}
+
+
+def effects_of(effects, kind):
+    return [e for e in effects if isinstance(e, kind)]
+
+
+def check_reply(reply, outcome, job_id, state):
+    assert REPLY_KEYS <= set(reply)
+    assert reply["outcome"] == outcome, reply
+    assert reply["job_id"] == job_id
+    assert reply["state"] == state
+    assert isinstance(reply["reason"], str) and reply["reason"]
+
+
+# -- acceptance and admission ------------------------------------------------------
+
+
+def test_accepted_request_makes_a_queued_job():
+    h = Harness()
+    reply = h.submit("exp-1", name="first.json", peer="peer-b", work_class="scout", eta_s=30)
+    job_id = reply["job_id"]
+    check_reply(reply, "accepted", job_id, "queued")
+    assert reply["request_id"] == "first"
+    assert "exp-1" in job_id
+    effects = h.last_effects
+    assert effects_of(effects, ConsumeRequest) == [ConsumeRequest(name="first.json")]
+    assert h.reply_files["first"] == reply
+    job = h.job(job_id)
+    assert JOB_KEYS <= set(job)
+    assert job["job_id"] == job_id and job["tag"] == "exp-1" and job["peer"] == "peer-b"
+    assert job["profile"] == "cpu" and job["work_class"] == "scout"
+    assert job["state"] == "queued" and job["exit_code"] is None and job["attempts"] == []
+    assert isinstance(job["reason"], str) and job["reason"]
+    assert h.directory(job_id) == "queued"
+
+
+def test_job_id_is_derived_from_the_tag_alone():
+    a, b = Harness(), Harness()
+    assert a.submit("same-tag", peer="p1")["job_id"] == b.submit(
+        "same-tag", peer="p2", argv=["other"])["job_id"]
+    assert a.submit("other-tag")["job_id"] != a.submit("same-tag")["job_id"]
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_next_launches_respects_concurrency_and_fcfs(slots):
+    h = Harness(make_policy(initial_concurrent_experiments=slots))
+    ids = [h.submit(f"exp-{i}")["job_id"] for i in range(5)]
+    first = h.launch_all()
+    assert first == [(j, "a1") for j in ids[:slots]]
+    assert h.sched.next_launches(h.tick()) == []  # full
+    for job_id in ids[:slots]:
+        assert h.job(job_id)["state"] == "running"
+        assert h.directory(job_id) == "running"
+    # one finishes: exactly the next-oldest starts
+    h.go(ids[0], "a1")
+    h.exit(ids[0], "a1", 0)
+    assert h.launch_all() == [(ids[slots], "a1")]
+    assert h.job(ids[0])["state"] == "completed"
+    assert len(h.sched.running()) == slots
+    assert [j.job_id for j in h.sched.queued()] == ids[slots + 1:]
+
+
+def test_spawn_effect_carries_the_request():
+    h = Harness()
+    job_id = h.submit("exp-1", argv=["python", "-m", "x"], cwd="/srv/w", env={"SEED": "4"},
+                      profile="cpu")["job_id"]
+    (event,) = h.sched.next_launches(h.tick())
+    effects = h.handle(event)
+    (spawn,) = effects_of(effects, SpawnAttempt)
+    assert (spawn.job_id, spawn.attempt_id) == (job_id, "a1")
+    assert spawn.argv == ("python", "-m", "x") and spawn.command is None
+    assert spawn.cwd == "/srv/w" and spawn.env == {"SEED": "4"} and spawn.profile == "cpu"
+    assert spawn.gpus == ()
+    (write,) = effects_of(effects, WriteJob)
+    assert write.directory == "running"
+    (attempt,) = write.document["attempts"]
+    assert ATTEMPT_KEYS <= set(attempt)
+    assert attempt["attempt_id"] == "a1" and attempt["started_at"] == event.at
+    assert attempt["ended_at"] is None and attempt["exit_code"] is None
+    assert attempt["gpus"] == [] and attempt["outcome"] is None
+
+
+def test_gpu_jobs_are_held_and_do_not_block_cpu_jobs():
+    h = Harness(make_policy(initial_concurrent_experiments=2))
+    gpu = h.submit("exp-gpu", profile="gpu")["job_id"]
+    cpu1 = h.submit("exp-cpu-1")["job_id"]
+    cpu2 = h.submit("exp-cpu-2")["job_id"]
+    assert h.launch_all() == [(cpu1, "a1"), (cpu2, "a1")]
+    assert h.job(gpu)["state"] == "queued" and h.job(gpu)["attempts"] == []
+    reason = h.sched.hold_reason(h.sched.jobs[gpu])
+    assert reason and "gpu" in reason.lower()
+    assert h.sched.hold_reason(h.sched.jobs[cpu1]) is None
+    # even with every slot free, GPU work is never turned into CPU work
+    for job_id in (cpu1, cpu2):
+        h.go(job_id, "a1")
+        h.exit(job_id, "a1", 0)
+    assert h.launch_all() == []
+    status = render_status(h.sched, h.now, {})
+    (entry,) = status["queue"]
+    assert entry["job_id"] == gpu and "gpu" in entry["reason"].lower()
+
+
+def test_held_gpu_job_file_says_why():
+    h = Harness()
+    gpu = h.submit("exp-gpu", profile="gpu")["job_id"]
+    h.launch_all()
+    assert "gpu" in h.job(gpu)["reason"].lower()
+
+
+# -- R-SUB-3: identity and retries -----------------------------------------------
+
+
+def bring_to(h: Harness, state: str, tag: str = "exp-1", **fields) -> str:
+    """Submit ``tag`` and drive its job into ``state``; return the job id."""
+    reply = h.submit(tag, **fields)
+    assert reply["outcome"] == "accepted"
+    job_id = reply["job_id"]
+    if state == "queued":
+        return job_id
+    (launched,) = h.launch_all()
+    assert launched == (job_id, "a1")
+    h.go(job_id, "a1")
+    if state == "completed":
+        h.exit(job_id, "a1", 0)
+    elif state == "failed":
+        h.exit(job_id, "a1", 3)
+    elif state == "drained_unknown":
+        h.observe(job_id, "a1", alive=False, go=True)
+    else:
+        assert state == "running"
+    assert h.job(job_id)["state"] == state
+    return job_id
+
+
+LIVE_STATES = ["queued", "running", "completed", "drained_unknown"]
+BASE_SUBMIT = {"argv": ("python", "train.py"), "env": {"SEED": "1"}, "cwd": "/srv/w"}
+CHANGES = {
+    "argv": {"argv": ("python", "train.py", "--lr=0.1")},
+    "command": {"argv": None, "command": "python train.py"},
+    "env": {"env": {"SEED": "2"}},
+    "env added": {"env": {"SEED": "1", "EXTRA": "x"}},
+    "cwd": {"cwd": "/srv/other"},
+    "profile": {"profile": "gpu"},
+}
+NON_IDENTITY = {
+    "other peer": {"peer": "peer-z"},
+    "other work_class": {"work_class": "mature"},
+    "eta": {"eta_s": 99},
+    "explicit default profile": {"profile": "cpu"},
+    "generation": {"generation": 4},
+}
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+@pytest.mark.parametrize("variant", sorted(NON_IDENTITY))
+def test_same_fingerprint_is_a_duplicate(state, variant):
+    h = Harness()
+    job_id = bring_to(h, state, **BASE_SUBMIT)
+    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    reply = h.submit("exp-1", **{**BASE_SUBMIT, **NON_IDENTITY[variant]})
+    check_reply(reply, "duplicate", job_id, state)
+    assert h.sched.jobs[job_id].to_dict() == before
+    assert h.launch_all() == ([(job_id, "a1")] if state == "queued" else [])
+    assert len(h.sched.jobs) == 1
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+@pytest.mark.parametrize("change", sorted(CHANGES))
+@pytest.mark.parametrize("flag", [False, True])
+def test_changed_request_on_a_live_job_is_rejected_as_a_tag_conflict(state, change, flag):
+    h = Harness()
+    job_id = bring_to(h, state, **BASE_SUBMIT)
+    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    fields = {**BASE_SUBMIT, **CHANGES[change]}
+    if flag:
+        fields["retry_terminal"] = True
+    reply = h.submit("exp-1", **fields)
+    check_reply(reply, "rejected", job_id, state)
+    assert reply["field"] == "tag"
+    assert job_id in reply["problem"]
+    if flag:
+        assert "retry_terminal" in reply["problem"]
+    (reject,) = effects_of(h.last_effects, RejectRequest)
+    assert reject.error["field"] == "tag"
+    assert h.sched.jobs[job_id].to_dict() == before
+
+
+@pytest.mark.parametrize("change", [None, "argv", "env"])
+def test_failed_job_without_flag_is_a_terminal_duplicate(change):
+    h = Harness()
+    job_id = bring_to(h, "failed", **BASE_SUBMIT)
+    fields = {**BASE_SUBMIT, **(CHANGES[change] if change else {})}
+    reply = h.submit("exp-1", **fields)
+    check_reply(reply, "terminal_duplicate", job_id, "failed")
+    assert effects_of(h.last_effects, ConsumeRequest)
+    assert h.launch_all() == []
+    assert h.job(job_id)["state"] == "failed"
+
+
+def retried_job(h: Harness, **changes) -> str:
+    job_id = bring_to(h, "failed", **BASE_SUBMIT)
+    reply = h.submit("exp-1", retry_terminal=True, **{**BASE_SUBMIT, **changes})
+    check_reply(reply, "retry_accepted", job_id, "queued")
+    return job_id
+
+
+def test_retry_terminal_reruns_under_the_same_job_with_a_new_attempt():
+    h = Harness()
+    job_id = retried_job(h)
+    job = h.job(job_id)
+    assert job["state"] == "queued" and h.directory(job_id) == "queued"
+    assert [a["attempt_id"] for a in job["attempts"]] == ["a1"]
+    assert h.launch_all() == [(job_id, "a2")]
+    h.go(job_id, "a2")
+    h.exit(job_id, "a2", 0)
+    job = h.job(job_id)
+    assert job["state"] == "completed" and job["exit_code"] == 0
+    assert [(a["attempt_id"], a["outcome"]) for a in job["attempts"]] == [
+        ("a1", "failed"), ("a2", "completed")]
+
+
+def test_retry_terminal_may_change_the_request():
+    h = Harness()
+    job_id = retried_job(h, argv=("python", "fixed.py"))
+    (event,) = h.sched.next_launches(h.tick())
+    (spawn,) = effects_of(h.handle(event), SpawnAttempt)
+    assert spawn.job_id == job_id and spawn.argv == ("python", "fixed.py")
+
+
+def _advance(h: Harness, job_id: str, state: str) -> None:
+    if state == "queued":
+        return
+    assert h.launch_all() == [(job_id, "a2")]
+    h.go(job_id, "a2")
+    if state == "completed":
+        h.exit(job_id, "a2", 0)
+    elif state == "drained_unknown":
+        h.observe(job_id, "a2", alive=False, go=True)
+    assert h.job(job_id)["state"] == state
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+def test_retransmitted_retry_is_idempotent(state):
+    h = Harness()
+    job_id = retried_job(h)
+    _advance(h, job_id, state)
+    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    reply = h.submit("exp-1", retry_terminal=True, **BASE_SUBMIT)  # a new request id
+    check_reply(reply, "duplicate", job_id, state)
+    assert h.sched.jobs[job_id].to_dict() == before
+    assert h.launch_all() == ([(job_id, "a2")] if state == "queued" else [])
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+def test_changed_retry_is_rejected_while_the_retry_is_live(state):
+    h = Harness()
+    job_id = retried_job(h)
+    _advance(h, job_id, state)
+    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    reply = h.submit("exp-1", retry_terminal=True, **{**BASE_SUBMIT, "argv": ("other",)})
+    check_reply(reply, "rejected", job_id, state)
+    assert reply["field"] == "tag"
+    assert h.sched.jobs[job_id].to_dict() == before
+
+
+def test_a_failed_retry_can_be_retried_again():
+    h = Harness()
+    job_id = retried_job(h)
+    h.launch_all()
+    h.go(job_id, "a2")
+    h.exit(job_id, "a2", 4)
+    assert h.job(job_id)["state"] == "failed" and h.job(job_id)["exit_code"] == 4
+    reply = h.submit("exp-1", retry_terminal=True, **BASE_SUBMIT)
+    check_reply(reply, "retry_accepted", job_id, "queued")
+    assert h.launch_all() == [(job_id, "a3")]
+
+
+# -- exits and infrastructure retries (R-SUB-4) -----------------------------------------
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2])
+def test_exit_75_is_retried_up_to_infrastructure_retries(retries):
+    h = Harness(make_policy(infrastructure_retries=retries))
+    job_id = h.submit("exp-1")["job_id"]
+    for n in range(1, retries + 2):
+        assert h.launch_all() == [(job_id, f"a{n}")]
+        h.go(job_id, f"a{n}")
+        h.exit(job_id, f"a{n}", 75)
+        job = h.job(job_id)
+        if n <= retries:
+            assert job["state"] == "queued", n
+            assert h.directory(job_id) == "queued"
+            assert "75" in job["reason"]
+    job = h.job(job_id)
+    assert job["state"] == "failed" and h.directory(job_id) == "done"
+    assert job["exit_code"] == 75
+    assert "75" in job["reason"]
+    assert [a["attempt_id"] for a in job["attempts"]] == [f"a{n}" for n in range(1, retries + 2)]
+    assert [a["outcome"] for a in job["attempts"]] == ["infra_retry"] * retries + ["failed"]
+    assert all(a["exit_code"] == 75 and a["ended_at"] is not None for a in job["attempts"])
+    assert h.launch_all() == []
+
+
+@pytest.mark.parametrize(("code", "signal", "state", "outcome", "words"), [
+    (0, None, "completed", "completed", ["0"]),
+    (3, None, "failed", "failed", ["3"]),
+    (1, None, "failed", "failed", ["1"]),
+    (137, 9, "failed", "failed", ["signal", "9"]),
+    (143, 15, "failed", "failed", ["signal", "15"]),
+])
+def test_exit_codes(code, signal, state, outcome, words):
+    h = Harness(make_policy(infrastructure_retries=2))
+    job_id = h.submit("exp-1")["job_id"]
+    h.launch_all()
+    h.go(job_id, "a1")
+    h.exit(job_id, "a1", code, signal=signal)
+    job = h.job(job_id)
+    assert job["state"] == state and h.directory(job_id) == "done"
+    assert job["exit_code"] == code
+    for word in words:
+        assert word in job["reason"]
+    (attempt,) = job["attempts"]
+    assert attempt["outcome"] == outcome and attempt["exit_code"] == code
+    observed_at = h.now
+    assert attempt["ended_at"] == observed_at - 0.5  # the shim's recorded end time, not ours
+    assert h.launch_all() == []  # nothing is retried except exit 75
+
+
+def test_exit_error_text_reaches_the_reason():
+    h = Harness()
+    job_id = h.submit("exp-1")["job_id"]
+    h.launch_all()
+    h.go(job_id, "a1")
+    h.exit(job_id, "a1", 2, error="command not found: trian.py")
+    assert "command not found" in h.job(job_id)["reason"]
+
+
+# -- the launch barrier (R-RUN-2) -------------------------------------------------------
+
+
+def launched(policy=None):
+    h = Harness(policy)
+    job_id = h.submit("exp-1")["job_id"]
+    h.launch_all()
+    return h, job_id
+
+
+def test_go_needs_the_pid_recorded_first():
+    h, job_id = launched()
+    # READY seen before the shim's pid is known: no GO
+    assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo) == []
+    version = h.sched.version
+    effects = h.observe(job_id, "a1", pid=4242, pid_start=9, boot_id="b")
+    assert effects_of(effects, WriteGo) == []  # pid but no READY yet
+    assert h.sched.version > version  # the pid is a journaled fact
+    assert h.job(job_id)["attempts"][0]["pid"] == 4242
+    effects = h.observe(job_id, "a1", ready=True)
+    assert effects_of(effects, WriteGo) == [WriteGo(job_id=job_id, attempt_id="a1")]
+
+
+def test_pid_and_ready_in_one_sighting_records_pid_before_go():
+    h, job_id = launched()
+    version = h.sched.version
+    effects = h.observe(job_id, "a1", pid=4242, pid_start=9, ready=True)
+    kinds = [type(e) for e in effects]
+    assert WriteGo in kinds and WriteJob in kinds
+    assert kinds.index(WriteJob) < kinds.index(WriteGo)
+    assert h.sched.version > version  # so the daemon journals it before writing GO
+
+
+def test_go_is_never_written_again_once_seen():
+    h, job_id = launched()
+    assert effects_of(h.go(job_id, "a1"), WriteGo)
+    version = h.sched.version
+    for _ in range(3):
+        assert effects_of(h.observe(job_id, "a1", ready=True, go=True), WriteGo) == []
+    assert h.sched.version == version
+
+
+def test_dead_before_go_is_released_without_using_a_retry():
+    h, job_id = launched(make_policy(infrastructure_retries=1))
+    h.spawn(job_id, "a1")
+    effects = h.observe(job_id, "a1", alive=False, ready=True, go=False)
+    assert effects_of(effects, AbortAttempt) == [AbortAttempt(job_id=job_id, attempt_id="a1")]
+    job = h.job(job_id)
+    assert job["state"] == "queued" and h.directory(job_id) == "queued"
+    assert job["attempts"][0]["outcome"] == "released"
+    assert job["exit_code"] is None
+    # a2: exit 75 still has its one retry; a3: exit 75 is final
+    assert h.launch_all() == [(job_id, "a2")]
+    h.go(job_id, "a2")
+    h.exit(job_id, "a2", 75)
+    assert h.job(job_id)["state"] == "queued"
+    assert h.launch_all() == [(job_id, "a3")]
+    h.go(job_id, "a3")
+    h.exit(job_id, "a3", 75)
+    job = h.job(job_id)
+    assert job["state"] == "failed"
+    assert [a["outcome"] for a in job["attempts"]] == ["released", "infra_retry", "failed"]
+
+
+def test_released_before_spawn_is_also_requeued():
+    h, job_id = launched()
+    effects = h.observe(job_id, "a1", alive=False)
+    assert effects_of(effects, AbortAttempt)
+    assert h.job(job_id)["state"] == "queued"
+    assert h.launch_all() == [(job_id, "a2")]
+
+
+def test_dead_after_go_without_exit_record_is_drained_unknown():
+    h, job_id = launched()
+    h.go(job_id, "a1")
+    effects = h.observe(job_id, "a1", alive=False, ready=True, go=True)
+    assert effects_of(effects, AbortAttempt) == []
+    job = h.job(job_id)
+    assert job["state"] == "drained_unknown" and h.directory(job_id) == "done"
+    assert job["attempts"][0]["outcome"] == "lost"
+    assert job["exit_code"] is None
+    assert h.launch_all() == []
+
+
+# -- request ids: retransmission and conflicts ---------------------------------------------
+
+
+def test_retransmitted_request_gets_the_same_reply_and_is_not_journaled():
+    h = Harness()
+    first = h.submit("exp-1", name="r1.json")
+    version, before = h.sched.version, copy.deepcopy(h.sched.snapshot())
+    again = h.submit("exp-1", name="r1.json")
+    assert again == first
+    assert effects_of(h.last_effects, ConsumeRequest) == [ConsumeRequest(name="r1.json")]
+    assert h.sched.version == version
+    assert h.sched.snapshot() == before
+
+
+def test_reused_request_id_with_other_content_is_rejected_and_the_reply_kept():
+    h = Harness()
+    first = h.submit("exp-1", name="r1.json")
+    version, before = h.sched.version, copy.deepcopy(h.sched.snapshot())
+    effects = h.handle(h.request_event({"peer": "peer-a", "tag": "exp-2", "argv": ["x"]},
+                                       name="r1.json"))
+    assert effects_of(effects, WriteReply) == []
+    (reject,) = effects_of(effects, RejectRequest)
+    assert reject.name == "r1.json"
+    assert reject.error["field"] == "request_id" and reject.error["problem"]
+    assert h.reply_files["r1"] == first
+    assert h.sched.version == version and h.sched.snapshot() == before
+    assert len(h.sched.jobs) == 1
+
+
+def test_explicit_request_id_collides_across_file_names():
+    h = Harness()
+    h.submit("exp-1", name="a.json", request_id="rid-1")
+    effects = h.handle(h.request_event(
+        {"peer": "peer-a", "tag": "exp-2", "argv": ["x"], "request_id": "rid-1"}, name="b.json"))
+    (reject,) = effects_of(effects, RejectRequest)
+    assert reject.name == "b.json" and reject.error["field"] == "request_id"
+
+
+# -- rejection before identity ------------------------------------------------------
+
+
+def test_bad_request_gets_a_rejected_reply_without_a_job():
+    h = Harness()
+    reply = h.submit("../evil", name="bad-1.json")
+    check_reply(reply, "rejected", None, None)
+    assert reply["request_id"] == "bad-1"
+    assert reply["field"] == "tag" and reply["problem"]
+    (reject,) = effects_of(h.last_effects, RejectRequest)
+    assert reject.name == "bad-1.json"
+    assert reject.error["field"] == "tag" and reject.error["problem"] == reply["problem"]
+    assert effects_of(h.last_effects, ConsumeRequest) == []
+    assert h.sched.jobs == {}
+
+
+def test_bad_request_without_a_usable_id_is_moved_aside_only():
+    h = Harness()
+    version = h.sched.version
+    event = RequestSeen(at=h.tick(), name="bad name.json", digest="d", request_id=None,
+                        error_field="request_id", error_problem="file name is not a safe id")
+    effects = h.handle(event)
+    assert effects == [RejectRequest(name="bad name.json", error=effects[0].error)]
+    assert effects[0].error["field"] == "request_id" and effects[0].error["problem"]
+    assert h.sched.version == version and h.sched.replies == {}
+
+
+def test_unknown_profile_is_rejected_before_identity():
+    h = Harness()
+    reply = h.submit("exp-1", profile="tpu")
+    check_reply(reply, "rejected", None, None)
+    assert reply["field"] == "profile" and "tpu" in reply["problem"]
+    (reject,) = effects_of(h.last_effects, RejectRequest)
+    assert reject.error["field"] == "profile"
+    assert h.sched.jobs == {}
+    # the same tag is still free for a good request
+    assert h.submit("exp-1")["outcome"] == "accepted"
+
+
+def test_unknown_default_profile_names_profile():
+    h = Harness(make_policy(default_profile="missing"))
+    reply = h.submit("exp-1")
+    check_reply(reply, "rejected", None, None)
+    assert reply["field"] == "profile"
+
+
+# -- status ------------------------------------------------------------------------
+
+
+def test_status_counts_active_and_queue():
+    h = Harness(make_policy(initial_concurrent_experiments=2))
+    run1 = h.submit("exp-run-1", peer="p1", work_class="scout")["job_id"]
+    run2 = h.submit("exp-run-2", peer="p2")["job_id"]
+    wait = h.submit("exp-wait", peer="p3", work_class="mature")["job_id"]
+    gpu = h.submit("exp-gpu", profile="gpu")["job_id"]
+    done = h.submit("exp-done")["job_id"]
+    h.launch_all()
+    h.spawn(run1, "a1")
+    pid1 = h.sched.jobs[run1].current.pid
+    status = render_status(h.sched, h.now, {"observer": "inotify"})
+    assert status["counts"]["running"] == 2 and status["counts"]["queued"] == 3
+    assert sum(status["counts"].values()) == len(h.sched.jobs)
+    assert status["running"] == 2
+    assert status["coordinator"]["observer"] == "inotify"
+    active = {a["job_id"]: a for a in status["active"]}
+    assert set(active) == {run1, run2}
+    assert active[run1]["attempt_id"] == "a1" and active[run1]["pid"] == pid1
+    assert active[run1]["profile"] == "cpu" and active[run1]["peer"] == "p1"
+    assert active[run1]["work_class"] == "scout"
+    assert active[run2]["pid"] is None and active[run2]["peer"] == "p2"
+    queue = [q["job_id"] for q in status["queue"]]
+    assert queue == [wait, gpu, done]
+    assert status["queue_length"] == 3
+    reasons = {q["job_id"]: q["reason"] for q in status["queue"]}
+    assert "slot" in reasons[wait] and "gpu" in reasons[gpu].lower()
+    assert status["queue"][0]["work_class"] == "mature" and status["queue"][0]["peer"] == "p3"
+    # finish one: counts move, the oldest waiting job takes the slot
+    h.go(run1, "a1")
+    h.exit(run1, "a1", 3)
+    h.launch_all()
+    status = render_status(h.sched, h.now, {})
+    assert status["counts"]["failed"] == 1 and status["counts"]["running"] == 2
+    assert {a["job_id"] for a in status["active"]} == {run2, wait}
+    assert [q["job_id"] for q in status["queue"]] == [gpu, done]
+
+
+def test_status_is_deterministic_and_json_safe():
+    import json
+
+    h = Harness()
+    h.submit("exp-1")
+    h.launch_all()
+    a = render_status(h.sched, 5000.0, {})
+    b = render_status(h.sched, 5000.0, {})
+    assert a == b
+    assert json.loads(json.dumps(a)) == a
+
+
+def test_launch_event_is_the_only_way_to_start_work():
+    """next_launches decides but does not mutate; handle applies."""
+    h = Harness()
+    job_id = h.submit("exp-1")["job_id"]
+    version, before = h.sched.version, copy.deepcopy(h.sched.snapshot())
+    events = h.sched.next_launches(h.tick())
+    assert events == [AttemptLaunched(at=h.now, job_id=job_id, attempt_id="a1")]
+    assert h.sched.version == version and h.sched.snapshot() == before
