@@ -39,6 +39,8 @@ from pathlib import Path
 
 import psutil
 
+from praxist_fs.adapters.watcher import filesystem_type
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PEER = "bench"
@@ -99,21 +101,6 @@ def read_json(path: Path):
 def count_json(directory: Path) -> int:
     return sum(1 for name in os.listdir(directory)
                if name.endswith(".json") and not name.startswith("."))
-
-
-def filesystem_type(path: str) -> str:
-    target, best, kind = os.path.realpath(path), "", "unknown"
-    try:
-        with open("/proc/self/mountinfo") as handle:
-            for line in handle:
-                left, _, right = line.partition(" - ")
-                mount_point = left.split()[4].replace("\\040", " ")
-                if (target == mount_point or target.startswith(mount_point.rstrip("/") + "/")) \
-                        and len(mount_point) >= len(best):
-                    best, kind = mount_point, right.split()[0]
-    except OSError:
-        pass
-    return kind
 
 
 def executable(name: str, fallback: str) -> str:

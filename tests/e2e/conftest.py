@@ -64,9 +64,10 @@ class Run:
         return [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.root),
                 "--config", str(self.task)]
 
-    def start(self) -> subprocess.Popen:
+    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.root.parent / f"coordinator-{self.root.name}.log", "ab")
-        self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log)
+        self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log,
+                                     env={**os.environ, **(env or {})})
         log.close()
         pid = self.proc.pid
         wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,

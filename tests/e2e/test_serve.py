@@ -87,3 +87,11 @@ def test_status_command_prints_table_and_json(run):
     raw = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=30)
     assert json.loads(raw.stdout)["counts"]["completed"] == 1
 
+
+
+def test_polling_observer_serves_and_says_so(make_run):
+    # What a network filesystem (NFS, Lustre) gets: inotify misses remote writes there.
+    run = make_run()
+    run.start(env={"PRAXIST_FORCE_POLLING": "1"})
+    assert run.reply(run.submit(request("polled")))["outcome"] == "accepted"
+    assert wait_for(lambda: run.status())["coordinator"]["observer"] == "polling"
