@@ -90,6 +90,10 @@ class Coordinator:
                                           host=socket.gethostname(), boot_id=boot)])
         write_json(self.layout.policy, self.policy.to_dict(), durable=True)
         self._repair_views()
+        own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
+               *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
+        if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
+            log.info("removed %d abandoned temporary files", removed)
         for job in self.sched.running():
             self._adopt(job, job.current)
         self.filesystem = filesystem_type(self.layout.root)

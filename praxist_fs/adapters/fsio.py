@@ -41,7 +41,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
         os.fsync(fd)
     except BaseException:
         os.close(fd)
-        _unlink_quietly(tmp)
+        unlink(tmp)
         raise
     os.close(fd)
     os.replace(tmp, path)
@@ -106,10 +106,7 @@ def read_spool_file(dir_fd: int, name: str, limit: int) -> bytes:
 
 
 def unlink(path: str | os.PathLike) -> None:
-    _unlink_quietly(path)
-
-
-def _unlink_quietly(path: str | os.PathLike) -> None:
+    """Remove a file; one that is already gone counts as removed."""
     try:
         os.unlink(path)
     except FileNotFoundError:

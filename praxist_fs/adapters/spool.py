@@ -18,6 +18,7 @@ from .fsio import read_spool_file, unlink, write_json
 
 GRACE_SECONDS = 2.0
 BATCH = 512
+STALE_TMP_SECONDS = 36 * 3600  # Maildir's rule for abandoned writes in tmp/
 
 
 def pending(incoming: Path) -> list[str]:
@@ -85,3 +86,23 @@ def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
         os.rename(incoming / name, rejected / kept)
     except FileNotFoundError:
         pass
+
+
+def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int:
+    """Remove abandoned writes: peers' spool/tmp files older than 36 h, and our own
+    hidden temp files (a crash between write and rename leaves them). Returns a count."""
+    removed = 0
+    for directory in own_directories:
+        for path in directory.glob(".*.tmp"):
+            unlink(path)
+            removed += 1
+    with os.scandir(spool_tmp) as it:
+        for entry in it:
+            try:
+                stale = now - entry.stat(follow_symlinks=False).st_mtime > STALE_TMP_SECONDS
+            except FileNotFoundError:
+                continue
+            if stale and not entry.is_dir(follow_symlinks=False):
+                unlink(entry.path)
+                removed += 1
+    return removed

@@ -31,7 +31,6 @@ INFRA_EXIT_CODE = 75
 MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
-RETRYABLE_STATES = (JobState.FAILED, JobState.REJECTED, JobState.CANCELLED)
 
 
 class Scheduler:

@@ -135,3 +135,18 @@ def read_stat(pid: int):
         return None
     fields = data[data.rfind(b")") + 2:].split()
     return fields[0].decode(), int(fields[1])
+
+
+def test_abandoned_temporary_files_are_swept_at_start(make_run):
+    run = make_run()
+    run.start()
+    run.kill()
+    ours = run.sched / "jobs" / "queued" / ".x.json.123.0.tmp"  # a crash between write and rename
+    ours.write_text("{")
+    old = run.sched / "spool" / "tmp" / "abandoned.json"
+    old.write_text("{")
+    os.utime(old, (1, 1))
+    fresh = run.sched / "spool" / "tmp" / "being-written.json"
+    fresh.write_text("{")
+    run.start()
+    assert not ours.exists() and not old.exists() and fresh.exists()
