@@ -20,6 +20,13 @@ EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["profile"]:  # these two parse their own flags and pass the rest on
+        from .profiler import main_profile
+        return main_profile(argv[1:])
+    if argv[:1] == ["bind"]:
+        from .binding import main_bind
+        return main_bind(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -39,6 +46,14 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the coordinator of a run directory")
     serve.add_argument("--run-dir", required=True)
     serve.add_argument("--config", help="task YAML (default: the embedded seed contract)")
+    serve.add_argument("--fake-gpus", default=os.environ.get("PRAXIST_FAKE_GPUS"),
+                       metavar="FILE", help="use the documented fake GPU inventory in FILE "
+                       "instead of NVML (tests, demos)")
+    serve.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
+                       metavar="DIR", help="host-wide GPU allocation registry shared by the "
+                       "runs of this host (default /run/praxist_fs or the runtime dir)")
+    serve.add_argument("--psi-root", default=os.environ.get("PRAXIST_PSI_ROOT", "/proc/pressure"),
+                       metavar="DIR", help="where to read PSI pressure files (default %(default)s)")
     serve.set_defaults(func=cmd_serve)
 
     launch = sub.add_parser("launch", help="submit an experiment and wait for it, like srun")
@@ -62,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     status.set_defaults(func=cmd_status)
 
+    sub.add_parser("profile", add_help=False,
+                   help="observe an unchanged command and propose a resource profile: "
+                   "profile [--interval S] [--repeat N] [--out FILE] -- CMD")
+    sub.add_parser("bind", add_help=False,
+                   help="run CMD with the attempt's GPU mask verified or restored: bind -- CMD")
+
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
     demo.add_argument("--run-dir", default=".demo-run")
     demo.add_argument("--config", help="task YAML (default: fixtures/tasks/example.yaml)")
@@ -83,7 +104,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
               "has no coordinator", file=sys.stderr)
         return 2
     try:
-        return Coordinator(args.run_dir, policy).run()
+        return Coordinator(args.run_dir, policy, fake_gpus=args.fake_gpus,
+                           host_registry=args.host_registry, psi_root=args.psi_root).run()
     except (OwnerBusy, JournalCorrupt) as exc:
         print(f"praxist-fs serve: {exc}", file=sys.stderr)
         return 1

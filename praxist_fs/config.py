@@ -9,7 +9,7 @@ instead, and each move is recorded in ``Policy.normalizations`` (which ends up
 in ``policy.json``). ``mode: legacy`` (also: no mode at all, R-DUR-3) ignores
 unknown keys but checks the values it reads the same way.
 
-The rules live in two tables (``_SCHEDULER_KEYS``, ``_PROFILE_KEYS``) of
+The rules live in tables (``_SCHEDULER_KEYS``, ``_THRESHOLD_KEYS``, ``_PROFILE_KEYS``) of
 key -> (checker, normalizer); defaults come from ``Policy()`` itself so there
 is one source of truth. See docs/CONFIG.md.
 """
@@ -25,7 +25,13 @@ from typing import Any, Callable
 
 import yaml
 
-from praxist_fs.core.policy import PRESSURE_DOMAINS, Normalization, Policy, Profile
+from praxist_fs.core.policy import (
+    PRESSURE_DOMAINS,
+    Normalization,
+    Policy,
+    PressureThreshold,
+    Profile,
+)
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "load_policy", "parse_task_text", "policy_from_mapping"]
@@ -63,6 +69,8 @@ SCHEDULER_PATH = "compute_budget.resource_scheduler"
 SYNTHESIS_PATH = "synthesis_trigger"
 FILE_PATH = "<file>"  # key_path of errors about the file as a whole
 MAX_GPU_COUNT = 64
+MAX_CALM_SAMPLES = 100
+MAX_EXPERIMENT_MEMORY_GB = 1024.0
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
@@ -264,9 +272,18 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "mature_assessment_min_completion_probability": _Key(_number, _clamp(0, 1)),
     "exploration_reserve": _Key(_int, _clamp(0, "max_concurrent_experiments")),
     "infrastructure_retries": _Key(_int, _clamp(0, 10)),
+    "calm_samples": _Key(_int, _clamp(1, MAX_CALM_SAMPLES)),
+    "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
     "default_profile": _Key(_profile_name),
 }
-_SCHEDULER_SECTIONS = ("mode", "profiles")  # read outside the table
+_SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles")  # read outside the table
+
+# One domain of pressure_thresholds; both keys are required. ``low`` is bounded
+# by the already normalized ``high`` (calm must not be above "too high").
+_THRESHOLD_KEYS: dict[str, _Key] = {
+    "high": _Key(_number, _clamp(0, 100)),
+    "low": _Key(_number, _clamp(0, "high")),
+}
 
 _SYNTHESIS_KEYS: dict[str, _Key] = {
     "mature_quorum_fraction": _Key(_number, _clamp(0, 1)),
@@ -317,6 +334,29 @@ class _Resolver:
                     value = used
             resolved[name] = value
         return resolved
+
+    def pressure_thresholds(self, raw: Any, path: str) -> dict[str, PressureThreshold]:
+        """domain -> {high, low}; omitted domains keep their defaults."""
+        expected = "a mapping of " + ", ".join(PRESSURE_DOMAINS) + " -> {high: number, low: number}"
+        if not isinstance(raw, dict):
+            raise PolicyError(path, raw, expected)
+        thresholds = dict(Policy().pressure_thresholds)
+        self.reject_unknown(raw, PRESSURE_DOMAINS, path)
+        for domain in PRESSURE_DOMAINS:  # canonical order, like pressure_domains
+            if domain not in raw:
+                continue
+            where = _join(path, domain)
+            body = raw[domain]
+            if not isinstance(body, dict):
+                raise PolicyError(where, body, "a mapping {high: number, low: number}")
+            self.reject_unknown(body, tuple(_THRESHOLD_KEYS), where)
+            for name in _THRESHOLD_KEYS:
+                if name not in body:
+                    raise PolicyError(_join(where, name), None,
+                                      "a number (high and low are both required)")
+            thresholds[domain] = PressureThreshold(
+                **self.read(body, _THRESHOLD_KEYS, where, {}))
+        return thresholds
 
     def profile(self, name: str, body: Any, path: str) -> Profile:
         if not isinstance(body, dict):
@@ -373,6 +413,9 @@ def policy_from_mapping(task: Any) -> Policy:
 
     defaults = Policy()
     values = resolver.read(scheduler, _SCHEDULER_KEYS, SCHEDULER_PATH, _as_dict(defaults))
+    thresholds = (resolver.pressure_thresholds(scheduler["pressure_thresholds"],
+                                               _join(SCHEDULER_PATH, "pressure_thresholds"))
+                  if "pressure_thresholds" in scheduler else dict(defaults.pressure_thresholds))
     profiles_path = _join(SCHEDULER_PATH, "profiles")
     profiles = (resolver.profiles(scheduler["profiles"], profiles_path)
                 if "profiles" in scheduler else dict(defaults.profiles))
@@ -380,8 +423,8 @@ def policy_from_mapping(task: Any) -> Policy:
         raise PolicyError(_join(SCHEDULER_PATH, "default_profile"), values["default_profile"],
                           "one of the defined profiles: " + ", ".join(sorted(profiles)))
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
-    return Policy(mode=mode, profiles=profiles, normalizations=tuple(resolver.notes),
-                  **values, **synth)
+    return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds,
+                  normalizations=tuple(resolver.notes), **values, **synth)
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

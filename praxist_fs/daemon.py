@@ -16,9 +16,15 @@ import selectors
 import signal
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from .adapters import launcher, procs, spool
+from .adapters.capacity import read_host_capacity
+from .adapters.gpus import open_inventory
+from .adapters.hostclaims import HostRegistry, default_directory
+from .adapters.pressure import PressureSampler
 from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
 from .adapters.journal import Journal
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
@@ -28,16 +34,22 @@ from .core.effects import (
     AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
     WriteReply,
 )
-from .core.events import AttemptObserved, CoordinatorStarted, Event, from_record, to_record
+from .core.events import (
+    AttemptObserved, ClaimsSeen, CoordinatorStarted, Event, HostSampled, from_record, to_record,
+)
 from .core.model import Attempt, Job
+from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.scheduler import Scheduler
+from .core.states import JobState
 from .core.status import render_status
 
 log = logging.getLogger("praxist_fs")
 
 RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4)
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
+SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
+REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 
@@ -45,9 +57,16 @@ AttemptKey = tuple[str, str]
 
 
 class Coordinator:
-    def __init__(self, run_dir: str | os.PathLike, policy: Policy) -> None:
+    def __init__(self, run_dir: str | os.PathLike, policy: Policy, *,
+                 fake_gpus: str | None = None, host_registry: str | None = None,
+                 psi_root: str = "/proc/pressure") -> None:
         self.layout = RunLayout.at(run_dir)
         self.policy = policy
+        self.fake_gpus = fake_gpus
+        self.host_registry = host_registry
+        self.psi_root = psi_root
+        self.registry: HostRegistry | None = None
+        self._published: list[dict[str, Any]] = []
         self.sched = Scheduler()
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.pidfds: dict[AttemptKey, int] = {}
@@ -89,6 +108,12 @@ class Coordinator:
         self._process([CoordinatorStarted(at=now, policy=self.policy.to_dict(), pid=pid,
                                           host=socket.gethostname(), boot_id=boot)])
         write_json(self.layout.policy, self.policy.to_dict(), durable=True)
+        self.inventory = open_inventory(self.fake_gpus)
+        self.pressure = PressureSampler(self.psi_root)
+        if any(p.uses_gpu for p in self.policy.profiles.values()):
+            directory = Path(self.host_registry) if self.host_registry else default_directory()
+            self.registry = HostRegistry(directory, self.layout.root)
+        self._sample()
         self._repair_views()
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
@@ -115,6 +140,8 @@ class Coordinator:
         if self.observer is not None:
             self.observer.stop()
             self.observer.join(timeout=5)
+        if hasattr(self, "inventory"):
+            self.inventory.close()
         for handle in self.handles.values():
             handle.close()
         for fd in self.pidfds.values():
@@ -129,11 +156,13 @@ class Coordinator:
     def _loop(self) -> None:
         next_scan = time.monotonic() + RESCAN_SECONDS
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
+        next_sample = time.monotonic() + SAMPLE_SECONDS
         while not self.stop_requested:
             self._launch()
+            self._publish_claims()
             self._write_status()
             now = time.monotonic()
-            deadline = min(next_scan, next_reconcile, self._status_deadline(now))
+            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, attempt_key = key.data
@@ -152,6 +181,9 @@ class Coordinator:
             if now >= next_reconcile:
                 self._reconcile()
                 next_reconcile = now + RECONCILE_SECONDS
+            if now >= next_sample:
+                self._sample()
+                next_sample = now + SAMPLE_SECONDS
 
     def _drain_wake(self) -> bool:
         try:
@@ -197,8 +229,58 @@ class Coordinator:
                 events += self._execute(effect)
 
     def _launch(self) -> None:
-        while launches := self.sched.next_launches(time.time()):
-            self._process(list(launches))
+        """Scheduling passes until nothing more starts. GPU placement runs under the host
+        registry lock, from reading the other runs' envelopes to publishing ours."""
+        while True:
+            if self.registry is not None and self.sched.count(JobState.QUEUED):
+                with self.registry.locked():
+                    others, _ = self.registry.others()
+                    self.sched.handle(ClaimsSeen(at=time.time(), others=tuple(others)))
+                    launches = self.sched.next_launches(time.time())
+                    self._process(list(launches))
+                    self._publish_claims(locked=True)
+            else:
+                launches = self.sched.next_launches(time.time())
+                self._process(list(launches))
+            for effect in self.sched.reason_updates():
+                self._execute(effect)
+            if not launches:
+                return
+
+    def _publish_claims(self, locked: bool = False) -> None:
+        """Keep this run's file in the host registry equal to the envelopes it holds."""
+        if self.registry is None:
+            return
+        claims = []
+        for envelope in self.sched.held_envelopes():
+            attempt = self.sched.jobs[envelope.owner].current
+            claims.append({"job_id": envelope.owner, "uuid": envelope.uuid,
+                           "utilization_pct": envelope.utilization_pct,
+                           "memory_mib": envelope.memory_mib, "exclusive": envelope.exclusive,
+                           "shim_pid": attempt.pid, "shim_start": attempt.pid_start,
+                           "boot_id": attempt.boot_id})
+        if claims == self._published:
+            return
+        if locked:
+            self.registry.publish(claims)
+        else:
+            with self.registry.locked():
+                self.registry.publish(claims)
+        self._published = claims
+
+    def _sample(self) -> None:
+        """One look at the host for the core: pressure, GPUs (attributed), capacity."""
+        others, foreign_shims = self.registry.others() if self.registry else ([], {})
+        owners = {job.current.pid: job.job_id for job in self.sched.running()
+                  if job.current.pid is not None}
+        capacity = None
+        if self.sched.policy.max_concurrent_experiments == "auto":
+            capacity = read_host_capacity(self.sched.policy.experiment_memory_gb * 1024,
+                                          list(owners))
+        self._process([HostSampled(
+            at=time.time(), pressure=self.pressure.sample(),
+            gpus=_attribute(self.inventory.sample(), {**foreign_shims, **owners}),
+            capacity=capacity, others=tuple(others))])
 
     def _scan_incoming(self) -> bool:
         """Read one batch of requests; True if the batch was full."""
@@ -244,6 +326,7 @@ class Coordinator:
             handle is None or handle.popen.poll() is None)
         exit_record = read_json(attempt_dir / "exit.json")
         exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
+        failure = _task_report(attempt_dir / "failure.json") if exited else None
         return AttemptObserved(
             at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
             pid=pid if alive else None, pid_start=started if alive else None,
@@ -252,7 +335,7 @@ class Coordinator:
             exit_code=exit_record["exit_code"] if exited else None,
             signal=exit_record.get("signal") if exited else None,
             ended_at=exit_record.get("ended_at") if exited else None,
-            error=exit_record.get("error") if exited else None)
+            error=exit_record.get("error") if exited else None, failure=failure)
 
     def _adopt(self, job: Job, attempt: Attempt) -> None:
         """Re-adopt an attempt found running at start: observe it, then watch its pidfd."""
@@ -361,7 +444,13 @@ class Coordinator:
                    "observer": "polling" if self.polling else "inotify",
                    "filesystem": self.filesystem,
                    "journal_seq": self.journal.seq}
-        write_json(self.layout.status, render_status(self.sched, now, runtime))
+        reports = {}
+        for job in self.sched.running():
+            attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
+            reports[job.job_id] = {"progress": _task_report(attempt_dir / "progress.json"),
+                                   "failure": _task_report(attempt_dir / "failure.json")}
+        runtime["gpu_inventory"] = self.inventory.source
+        write_json(self.layout.status, render_status(self.sched, now, runtime, reports))
         self._status_version, self._status_at = self.sched.version, now
 
 
@@ -370,3 +459,29 @@ def _read_bytes(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
+
+
+def _attribute(sample: GpuSample, owners: dict[int, str]) -> GpuSample:
+    """Map each GPU process to the praxist job whose shim leads its session, if any.
+
+    A pid missing from our /proc is outside our PID namespace: unmappable."""
+    devices = []
+    for device in sample.devices:
+        processes = []
+        for process in device.processes:
+            session = procs.session_id(process.pid)
+            processes.append(replace(process, in_namespace=session is not None,
+                                     owner=owners.get(session) if session is not None else None))
+        devices.append(replace(device, processes=tuple(processes)))
+    return replace(sample, devices=tuple(devices))
+
+
+def _task_report(path: Path) -> dict[str, Any] | None:
+    """A task-owned JSON report (progress.json, failure.json): a small object, or None."""
+    try:
+        if path.stat().st_size > REPORT_LIMIT:
+            return None
+    except OSError:
+        return None
+    document = read_json(path)
+    return document if isinstance(document, dict) else None

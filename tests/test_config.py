@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
-from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.policy import DEFAULT_PRESSURE_THRESHOLDS, Policy, PressureThreshold, Profile
 from praxist_fs.errors import PolicyError
 
 TASKS = Path(__file__).resolve().parent.parent / "fixtures" / "tasks"
@@ -104,7 +104,7 @@ def test_example_fixture_loads_and_ignores_foreign_sections():
     assert policy.normalizations == ()
 
 
-@pytest.mark.parametrize("name", ["example.yaml", "normalized.yaml"])
+@pytest.mark.parametrize("name", ["example.yaml", "normalized.yaml", "pressure.yaml"])
 def test_round_trip_through_policy_json(name):
     policy = load_policy(str(TASKS / name))
     as_json = json.loads(json.dumps(policy.to_dict()))
@@ -123,6 +123,8 @@ BAD_FIXTURES = [
      'an integer or "auto"', ('"eight"', "8")),
     ("bad_pressure_domain.yaml", f"{RS}.profiles.gpu_work.pressure_domains[1]", "gpu_temp",
      "one of cpu, memory, io", ("gpu_temp", "io")),
+    ("bad_threshold_domain.yaml", f"{RS}.pressure_thresholds.gpu", {"high": 90, "low": 50},
+     "a known key (did you mean 'cpu'?)", ("gpu:", "io:")),
 ]
 
 
@@ -399,3 +401,154 @@ def test_auto_max_bounds_only_from_below():
 def test_in_range_values_are_not_recorded():
     policy = load_policy_text(scheduler("supply_lease_seconds: 180\nmature_supply_fraction: 0"))
     assert policy.normalizations == ()
+
+
+# --- pressure thresholds, calm samples, experiment memory (R-ADM-1..3) ---------------
+
+
+def test_new_keys_default_to_the_documented_values():
+    policy = load_policy(None)
+    assert policy.calm_samples == 3
+    assert policy.experiment_memory_gb == 4.0
+    assert policy.pressure_thresholds == {
+        "cpu": PressureThreshold(high=80.0, low=40.0),
+        "memory": PressureThreshold(high=20.0, low=5.0),
+        "io": PressureThreshold(high=40.0, low=10.0),
+    }
+    assert policy.pressure_thresholds == DEFAULT_PRESSURE_THRESHOLDS
+    assert load_policy_text(scheduler("pressure_thresholds: {}")) == Policy()
+
+
+def test_pressure_fixture_loads_with_its_normalizations():
+    policy = load_policy(TASKS / "pressure.yaml")
+    assert policy.max_concurrent_experiments == "auto"
+    assert (policy.calm_samples, policy.experiment_memory_gb) == (5, 6.0)
+    assert policy.pressure_thresholds == {
+        "cpu": PressureThreshold(high=90.0, low=50.0),
+        "memory": PressureThreshold(high=100.0, low=10.0),
+        "io": PressureThreshold(high=30.0, low=30.0),
+    }
+    moves = [(n.key_path, n.given, n.used, n.rule) for n in policy.normalizations]
+    assert moves == [
+        (f"{RS}.pressure_thresholds.memory.high", 150.0, 100.0, "clamped to 0..100"),
+        (f"{RS}.pressure_thresholds.io.low", 35.0, 30.0, "clamped to 0..high=30.0"),
+    ]
+
+
+def test_omitted_domains_keep_their_defaults():
+    policy = load_policy_text(scheduler("pressure_thresholds:\n  io: {high: 60, low: 20}"))
+    assert policy.pressure_thresholds["io"] == PressureThreshold(high=60.0, low=20.0)
+    assert policy.pressure_thresholds["cpu"] == DEFAULT_PRESSURE_THRESHOLDS["cpu"]
+    assert policy.pressure_thresholds["memory"] == DEFAULT_PRESSURE_THRESHOLDS["memory"]
+    assert list(policy.pressure_thresholds) == ["cpu", "memory", "io"]
+    assert policy.normalizations == ()
+
+
+def test_thresholds_are_floats_and_round_trip():
+    policy = load_policy_text(scheduler("pressure_thresholds:\n  cpu: {high: 70, low: 35}"))
+    threshold = policy.pressure_thresholds["cpu"]
+    assert type(threshold.high) is float and type(threshold.low) is float
+    assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+
+
+THRESHOLD_ERRORS = [
+    # resource_scheduler body, key path (under RS), value, expectation
+    ("pressure_thresholds:\n  gpu: {high: 1, low: 0}", "pressure_thresholds.gpu",
+     {"high": 1, "low": 0}, "a known key"),
+    ("pressure_thresholds:\n  CPU: {high: 1, low: 0}", "pressure_thresholds.CPU",
+     {"high": 1, "low": 0}, "a known key"),
+    ("pressure_thresholds: [cpu]", "pressure_thresholds", ["cpu"],
+     "a mapping of cpu, memory, io -> {high: number, low: number}"),
+    ("pressure_thresholds:", "pressure_thresholds", None, "a mapping of cpu, memory, io"),
+    ("pressure_thresholds:\n  cpu: 80", "pressure_thresholds.cpu", 80,
+     "a mapping {high: number, low: number}"),
+    ("pressure_thresholds:\n  cpu: {high: 80}", "pressure_thresholds.cpu.low", None,
+     "high and low are both required"),
+    ("pressure_thresholds:\n  memory: {low: 5}", "pressure_thresholds.memory.high", None,
+     "high and low are both required"),
+    ("pressure_thresholds:\n  cpu: {high: 80, low: 40, hgh: 3}",
+     "pressure_thresholds.cpu.hgh", 3, "did you mean 'high'"),
+    ("pressure_thresholds:\n  cpu: {high: eighty, low: 40}", "pressure_thresholds.cpu.high",
+     "eighty", "a finite number"),
+    ("pressure_thresholds:\n  io: {high: 40, low: true}", "pressure_thresholds.io.low",
+     True, "a finite number"),
+    ("pressure_thresholds:\n  io: {high: .inf, low: 1}", "pressure_thresholds.io.high",
+     float("inf"), "a finite number"),
+    ("calm_samples: 2.5", "calm_samples", 2.5, "an integer"),
+    ('calm_samples: "3"', "calm_samples", "3", "an integer"),
+    ("calm_samples:", "calm_samples", None, "an integer"),
+    ("experiment_memory_gb: 0", "experiment_memory_gb", 0, "a number > 0"),
+    ("experiment_memory_gb: -4", "experiment_memory_gb", -4, "a number > 0"),
+    ("experiment_memory_gb: four", "experiment_memory_gb", "four", "a finite number"),
+    ("experiment_memory_gb: .inf", "experiment_memory_gb", float("inf"), "a finite number"),
+    ("calm_sample: 3", "calm_sample", 3, "did you mean 'calm_samples'"),
+    ("pressure_threshold: {}", "pressure_threshold", {}, "did you mean 'pressure_thresholds'"),
+]
+
+
+@pytest.mark.parametrize("body,key,value,expected", THRESHOLD_ERRORS)
+def test_new_keys_reject_malformed_values(body, key, value, expected):
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler(body))
+    assert_policy_error(info.value, f"{RS}.{key}", value, expected)
+
+
+NEW_KEY_NORMALIZE = [
+    # body, key path (under RS), given, used
+    ("calm_samples: 0", "calm_samples", 0, 1),
+    ("calm_samples: -3", "calm_samples", -3, 1),
+    ("calm_samples: 1000", "calm_samples", 1000, 100),
+    ("experiment_memory_gb: 4096", "experiment_memory_gb", 4096.0, 1024.0),
+    ("pressure_thresholds:\n  cpu: {high: 120, low: 40}",
+     "pressure_thresholds.cpu.high", 120.0, 100.0),
+    ("pressure_thresholds:\n  cpu: {high: 80, low: -5}",
+     "pressure_thresholds.cpu.low", -5.0, 0.0),
+    ("pressure_thresholds:\n  memory: {high: 10, low: 30}",
+     "pressure_thresholds.memory.low", 30.0, 10.0),
+]
+
+
+@pytest.mark.parametrize("body,key,given,used", NEW_KEY_NORMALIZE)
+def test_new_keys_out_of_range_are_moved_and_recorded(body, key, given, used):
+    policy = load_policy_text(scheduler(body))
+    [note] = policy.normalizations
+    assert (note.key_path, note.given, note.used) == (f"{RS}.{key}", given, used)
+    assert type(note.used) is type(given)
+
+
+def test_negative_high_moves_low_with_it():
+    policy = load_policy_text(scheduler("pressure_thresholds:\n  io: {high: -10, low: 5}"))
+    assert policy.pressure_thresholds["io"] == PressureThreshold(high=0.0, low=0.0)
+    assert [(n.key_path, n.used) for n in policy.normalizations] == [
+        (f"{RS}.pressure_thresholds.io.high", 0.0), (f"{RS}.pressure_thresholds.io.low", 0.0)]
+
+
+def test_equal_high_and_low_and_small_memory_are_kept():
+    policy = load_policy_text(scheduler(
+        "experiment_memory_gb: 0.5\ncalm_samples: 100\n"
+        "pressure_thresholds:\n  cpu: {high: 50, low: 50}"))
+    assert policy.experiment_memory_gb == 0.5 and policy.calm_samples == 100
+    assert policy.pressure_thresholds["cpu"] == PressureThreshold(high=50.0, low=50.0)
+    assert policy.normalizations == ()
+
+
+def test_normalization_order_puts_thresholds_after_scheduler_keys_and_before_profiles():
+    policy = load_policy_text(scheduler(
+        "pressure_thresholds:\n  io: {high: 200, low: 1}\n  cpu: {high: 200, low: 1}\n"
+        "calm_samples: 0\nsupply_lease_seconds: 1\n"
+        "profiles:\n  gpu_work: {accelerator: gpu, gpu_count: 0}"))
+    assert [n.key_path.removeprefix(RS + ".") for n in policy.normalizations] == [
+        "supply_lease_seconds", "calm_samples", "pressure_thresholds.cpu.high",
+        "pressure_thresholds.io.high", "profiles.gpu_work.gpu_count"]
+
+
+def test_legacy_ignores_unknown_threshold_domains_but_checks_values():
+    policy = load_policy_text(scheduler(
+        "pressure_thresholds:\n  gpu: {high: 1, low: 0}\n  cpu: {high: 70, low: 30, x: 1}",
+        mode="legacy"))
+    assert policy.pressure_thresholds["cpu"] == PressureThreshold(high=70.0, low=30.0)
+    assert set(policy.pressure_thresholds) == {"cpu", "memory", "io"}
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler("pressure_thresholds:\n  cpu: {high: x, low: 1}",
+                                   mode="legacy"))
+    assert info.value.key_path == f"{RS}.pressure_thresholds.cpu.high"

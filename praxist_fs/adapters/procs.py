@@ -47,3 +47,10 @@ def is_alive(pid: int | None, started: int | None, boot: str | None = None) -> b
 def own_identity() -> tuple[int, int | None, str]:
     pid = os.getpid()
     return pid, start_time(pid), boot_id()
+
+
+def session_id(pid: int) -> int | None:
+    """Field 6 of /proc/<pid>/stat: the session, i.e. the shim pid for an attempt's tree.
+    None when the pid is not in our PID namespace."""
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields else None

@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .observations import Envelope, GpuSample, HostCapacity, PressureSample
 from .request import Request
 
 
@@ -81,11 +82,35 @@ class AttemptObserved(Event):
     signal: int | None = None
     ended_at: float | None = None
     error: str | None = None
+    failure: dict[str, Any] | None = None  # the task's own failure.json summary (R-OPS-3)
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
         if self.exited and self.exit_code is None:
             raise ValueError("an exited attempt needs an exit_code")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostSampled(Event):
+    """A periodic look at the host: pressure, GPUs, capacity and other runs' envelopes.
+
+    Soft state only: it never changes durable state, so it is never journaled."""
+
+    kind: ClassVar[str] = "host_sampled"
+    pressure: PressureSample | None = None
+    gpus: GpuSample | None = None
+    capacity: HostCapacity | None = None
+    others: tuple[Envelope, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimsSeen(Event):
+    """Other runs' GPU envelopes, read under the host registry lock just before placing.
+
+    Soft state only, never journaled."""
+
+    kind: ClassVar[str] = "claims_seen"
+    others: tuple[Envelope, ...] = ()
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -35,6 +35,7 @@ class Attempt:
     exit_code: int | None = None
     signal: int | None = None
     outcome: str | None = None  # completed, failed, infra_retry, released, lost
+    failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
 
     @property
     def consumed(self) -> bool:
@@ -53,6 +54,7 @@ class Attempt:
             "pid": self.pid,
             "pid_start": self.pid_start,
             "round": self.round,
+            "failure": self.failure,
         }
 
 

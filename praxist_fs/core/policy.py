@@ -94,6 +94,25 @@ DEFAULT_PROFILES = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PressureThreshold:
+    """PSI ``some avg10`` percentages: above ``high`` a domain holds new work of the
+    profiles that declare it; below ``low`` it counts as calm for raising concurrency."""
+
+    high: float
+    low: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"high": self.high, "low": self.low}
+
+
+DEFAULT_PRESSURE_THRESHOLDS = {
+    "cpu": PressureThreshold(high=80.0, low=40.0),
+    "memory": PressureThreshold(high=20.0, low=5.0),
+    "io": PressureThreshold(high=40.0, low=10.0),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Policy:
     """compute_budget.resource_scheduler after validation; defaults are seed 000's."""
 
@@ -112,6 +131,10 @@ class Policy:
     default_profile: str = "gpu_work"
     profiles: dict[str, Profile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
     mature_quorum_fraction: float = 0.0  # synthesis_trigger.mature_quorum_fraction
+    pressure_thresholds: dict[str, PressureThreshold] = field(
+        default_factory=lambda: dict(DEFAULT_PRESSURE_THRESHOLDS))
+    calm_samples: int = 3  # consecutive calm samples with queued work before one step up
+    experiment_memory_gb: float = 4.0  # per-experiment host memory estimate for "auto"
     normalizations: tuple[Normalization, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +156,9 @@ class Policy:
             "default_profile": self.default_profile,
             "profiles": {name: p.to_dict() for name, p in sorted(self.profiles.items())},
             "mature_quorum_fraction": self.mature_quorum_fraction,
+            "pressure_thresholds": {d: t.to_dict() for d, t in self.pressure_thresholds.items()},
+            "calm_samples": self.calm_samples,
+            "experiment_memory_gb": self.experiment_memory_gb,
             "normalizations": [n.to_dict() for n in self.normalizations],
         }
 
@@ -143,4 +169,7 @@ class Policy:
             name: Profile.from_dict(name, p) for name, p in data["profiles"].items()
         }
         values["normalizations"] = tuple(Normalization(**n) for n in data["normalizations"])
+        if "pressure_thresholds" in data:  # journals written before these keys existed lack them
+            values["pressure_thresholds"] = {
+                d: PressureThreshold(**t) for d, t in data["pressure_thresholds"].items()}
         return cls(**values)

@@ -14,6 +14,8 @@ journaled; their effects are idempotent.
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidTransition
@@ -21,9 +23,15 @@ from .effects import (
     AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
     WriteReply,
 )
-from .events import AttemptLaunched, AttemptObserved, CoordinatorStarted, Event, RequestSeen
+from .admission import ConcurrencyController, pressure_hold, upper_bound
+from .events import (
+    AttemptLaunched, AttemptObserved, ClaimsSeen, CoordinatorStarted, Event, HostSampled,
+    RequestSeen,
+)
 from .identity import fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
+from .observations import Envelope
+from .placement import Demand, DeviceLoad, device_loads, held_envelope, place
 from .policy import Policy
 from .states import JobState, Trigger, transition
 
@@ -42,6 +50,14 @@ class Scheduler:
         self.version = 0
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._next_order = 0
+        # Soft state, rebuilt from live observation after a restart and never journaled:
+        self.host: HostSampled | None = None
+        self.controller = ConcurrencyController.start(self.policy)
+        self.pending: dict[str, str] = {}      # job id -> why it waits (Slurm's Reason)
+        self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
+        self._slot_limited = False             # last pass held work only for a free slot
+        self._last_pass: tuple[int, int] | None = None
+        self._samples = 0
 
     # -- events -----------------------------------------------------------
 
@@ -52,8 +68,20 @@ class Scheduler:
             return self._on_observed(event)
         if isinstance(event, AttemptLaunched):
             return self._on_launched(event)
+        if isinstance(event, ClaimsSeen):
+            if self.host is not None and event.others != self.host.others:
+                self.host = replace(self.host, others=event.others)
+                self._samples += 1
+            return []
+        if isinstance(event, HostSampled):
+            self.host = event
+            self._samples += 1
+            self.controller.observe(self.policy, event.pressure, event.capacity,
+                                    self._slot_limited)
+            return []
         if isinstance(event, CoordinatorStarted):
             self.policy = Policy.from_dict(event.policy)
+            self.controller = ConcurrencyController.start(self.policy)
             self.coordinator = {"pid": event.pid, "host": event.host,
                                 "boot_id": event.boot_id, "since": event.at}
             self.version += 1
@@ -88,7 +116,6 @@ class Scheduler:
                       submitted_at=ev.at, order=self._take_order())
             self.jobs[job_id] = job
             self._by_state[job.state][job_id] = job
-            job.reason = self.hold_reason(job) or job.reason
             return [self._write_job(job), *self._reply(ev, "accepted", job)]
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
@@ -105,7 +132,7 @@ class Scheduler:
         self._transition(job, Trigger.RETRY_TERMINAL)
         job.request, job.profile, job.fingerprint = request, profile, digest
         job.round += 1
-        job.reason = self.hold_reason(job) or f"retry accepted (round {job.round})"
+        job.reason = f"retry accepted (round {job.round})"
         return [self._write_job(job), *self._reply(ev, "retry_accepted", job)]
 
     def _on_launched(self, ev: AttemptLaunched) -> list[Effect]:
@@ -162,7 +189,7 @@ class Scheduler:
         return effects
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
-        attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
+        attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
         code = ev.exit_code
         if code == 0:
             attempt.outcome = "completed"
@@ -196,37 +223,101 @@ class Scheduler:
     # -- decisions --------------------------------------------------------
 
     def concurrency_target(self) -> int:
-        """Fixed at initial_concurrent_experiments until the adaptive controller lands."""
-        return self.policy.initial_concurrent_experiments
+        return self.controller.target
+
+    def upper_bound(self) -> int:
+        return upper_bound(self.policy, self.host.capacity if self.host else None)
 
     def next_launches(self, at: float) -> list[AttemptLaunched]:
-        """Queued jobs to start now, oldest first, within the concurrency target."""
-        free = self.concurrency_target() - self.count(JobState.RUNNING)
-        launches = []
+        """Queued jobs to start now, oldest first, and why each other one waits.
+
+        One pass over the queue: a job starts when a slot is free, its declared
+        pressure domains are calm and, for GPU work, a placement exists. A demand
+        that failed once in a pass is not tried again in that pass (R-POL-4), so
+        the pass stays linear in the queue. Nothing is recomputed while neither
+        the state nor the host sample changed since the last pass."""
+        if self._last_pass == (self.version, self._samples):
+            return []
+        self._last_pass = (self.version, self._samples)
+        target = self.concurrency_target()
+        free = target - self.count(JobState.RUNNING)
+        loads = self._device_loads()
+        unsatisfiable: dict[str, str] = {}
+        verdicts: dict[str, str | None] = {}  # profile -> hold reason, once the slots are full
+        launches: list[AttemptLaunched] = []
+        self._slot_limited = False
         for job in self.queued():
             if free <= 0:
-                break
-            if self.hold_reason(job) is None:
-                launches.append(AttemptLaunched(
-                    at=at, job_id=job.job_id, attempt_id=f"a{len(job.attempts) + 1}"))
-                free -= 1
+                if job.profile not in verdicts:
+                    verdicts[job.profile] = self._admit(job, loads, unsatisfiable)[1]
+                self._slot_limited |= verdicts[job.profile] is None
+                self._hold(job, verdicts[job.profile] or
+                           f"waiting for a slot: {target - free} of {target} running")
+                continue
+            gpus, reason = self._admit(job, loads, unsatisfiable)
+            if reason:
+                self._hold(job, reason)
+                continue
+            launches.append(AttemptLaunched(at=at, job_id=job.job_id,
+                                            attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
+            free -= 1
+            if gpus:
+                profile = self.policy.profiles[job.profile]
+                loads = _with_envelopes(loads, [held_envelope(profile, u, job.job_id)
+                                                for u in gpus])
         return launches
 
-    def hold_reason(self, job: Job) -> str | None:
-        """Why a queued job cannot start regardless of free slots, or None."""
+    def _admit(self, job: Job, loads: list[DeviceLoad] | None,
+               unsatisfiable: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
+        """(GPU UUIDs, None) when the job may start now, else ((), why not)."""
         profile = self.policy.profiles.get(job.profile)
         if profile is None:
-            return f"profile {job.profile!r} is no longer defined by the task file"
-        if profile.uses_gpu:
-            return "gpu placement: no GPU inventory yet (GPU work is never run on the CPU)"
-        return None
-
-    def pending_reason(self, job: Job) -> str:
-        held = self.hold_reason(job)
+            return (), f"profile {job.profile!r} is no longer defined by the task file"
+        held = pressure_hold(self.policy, profile, self.host.pressure if self.host else None)
         if held:
-            return held
-        return (f"waiting for a slot: {self.count(JobState.RUNNING)} of "
-                f"{self.concurrency_target()} running")
+            return (), held
+        if not profile.uses_gpu:
+            return (), None
+        if loads is None:
+            error = self.host.gpus.error if self.host and self.host.gpus else "not sampled yet"
+            return (), (f"gpu placement: no GPU inventory ({error}); "
+                        "GPU work is never run on the CPU")
+        if job.profile not in unsatisfiable:
+            gpus, reason = place(Demand.of(profile), loads)
+            if not reason:
+                return gpus, None
+            unsatisfiable[job.profile] = reason
+        return (), unsatisfiable[job.profile]
+
+    def _device_loads(self) -> list[DeviceLoad] | None:
+        sample = self.host.gpus if self.host else None
+        if sample is None or sample.error is not None:
+            return None
+        return device_loads(sample, [*self.held_envelopes(), *self.host.others])
+
+    def held_envelopes(self) -> list[Envelope]:
+        """The GPU envelopes this run's running jobs hold, through every phase of a job."""
+        envelopes = []
+        for job in self.running():
+            profile = self.policy.profiles.get(job.profile)
+            for uuid in job.current.gpus:
+                envelopes.append(held_envelope(profile, uuid, job.job_id) if profile else
+                                 Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0,
+                                          exclusive=True, owner=job.job_id))
+        return envelopes
+
+    def _hold(self, job: Job, reason: str) -> None:
+        if _reason_kind(self.pending.get(job.job_id, "")) != _reason_kind(reason):
+            self._reason_dirty.add(job.job_id)
+        self.pending[job.job_id] = reason
+
+    def reason_updates(self) -> list[Effect]:
+        """Job files of queued jobs whose pending reason changed in kind since last asked.
+
+        Soft: not journaled; the reason's live numbers reach only status.json."""
+        dirty, self._reason_dirty = self._reason_dirty, set()
+        return [self._write_job(self.jobs[j]) for j in sorted(dirty)
+                if self.jobs[j].state is JobState.QUEUED]
 
     # -- views ------------------------------------------------------------
 
@@ -269,6 +360,8 @@ class Scheduler:
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
         new = transition(job.job_id, job.state, trigger)
+        if new is not JobState.QUEUED:
+            self.pending.pop(job.job_id, None)
         del self._by_state[job.state][job.job_id]
         job.state = new
         self._by_state[new][job.job_id] = job
@@ -278,7 +371,10 @@ class Scheduler:
         return self._next_order
 
     def _write_job(self, job: Job) -> WriteJob:
-        return WriteJob(job_id=job.job_id, directory=job.state.directory, document=job.to_dict())
+        document = job.to_dict()
+        if job.state is JobState.QUEUED and job.job_id in self.pending:
+            document["reason"] = self.pending[job.job_id]
+        return WriteJob(job_id=job.job_id, directory=job.state.directory, document=document)
 
     def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
                field: str | None = None, problem: str | None = None,
@@ -320,3 +416,23 @@ def _error(request_id: str | None, field: str | None, problem: str | None) -> di
     return {"request_id": request_id, "field": field, "problem": problem,
             "reason": f"{field}: {problem}"}
 
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without its live numbers: 'cpu pressure #% > #%'."""
+    return re.sub(r"\d+(\.\d+)?", "#", reason)
+
+
+def _with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
+    """The loads after also holding ``envelopes`` (a job placed earlier in this pass)."""
+    updated = []
+    for load in loads:
+        mine = [e for e in envelopes if e.uuid == load.device.uuid]
+        if mine:
+            load = replace(
+                load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
+                declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
+                allocations=load.allocations + len(mine),
+                exclusive_held=load.exclusive_held or any(e.exclusive for e in mine))
+        updated.append(load)
+    return updated

@@ -1,44 +1,137 @@
 """status.json, rendered from scheduler state (R-RUN-4, R-OPS-1).
 
-A compact derived view; deterministic for a given state and ``now``.
+A compact derived view; deterministic for a given state, sample and ``now``.
 ``running`` is a lifecycle count (a shim or its command group is alive), not
-GPU activity.
+GPU activity; ``resource_activity`` is separate telemetry that never feeds a
+scheduling decision.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
+from .model import Job
+from .observations import GpuDevice, GpuSample
+from .placement import device_loads
 from .scheduler import Scheduler
 from .states import JobState
 
 QUEUE_PREVIEW = 50
 
 
-def render_status(sched: Scheduler, now: float, runtime: dict[str, Any]) -> dict[str, Any]:
-    """``runtime`` carries what only the daemon knows (observer kind, journal seq)."""
+def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
+                  reports: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``runtime``: what only the daemon knows (observer kind, journal seq).
+    ``reports``: task-owned progress.json / failure.json per active job id (R-OPS-3)."""
+    reports = reports or {}
+    host = sched.host
+    gpus = host.gpus if host else None
     running = sorted(sched.running(), key=lambda j: j.order)
     queued = sched.queued()
+    active = [_active(job, now, gpus, reports.get(job.job_id, {})) for job in running]
     return {
         "protocol": 1,
         "updated_at": now,
         "coordinator": {**(sched.coordinator or {}), **runtime},
-        "concurrency": {"target": sched.concurrency_target(),
-                        "min": sched.policy.min_concurrent_experiments,
-                        "max": sched.policy.max_concurrent_experiments},
+        "concurrency": _concurrency(sched),
         "counts": {state.value: sched.count(state) for state in JobState},
         "running": len(running),
-        "active": [_active(job, now) for job in running],
+        "running_activity": dict(Counter(a["resource_activity"] for a in active)),
+        "active": active,
         "queue": [{"job_id": j.job_id, "tag": j.request.tag, "peer": j.request.peer,
                    "profile": j.profile, "work_class": j.request.work_class,
                    "age_s": round(now - j.submitted_at, 3),
-                   "reason": sched.pending_reason(j)} for j in queued[:QUEUE_PREVIEW]],
+                   "reason": sched.pending.get(j.job_id, "queued")}
+                  for j in queued[:QUEUE_PREVIEW]],
         "queue_length": len(queued),
+        "pressure": _pressure(sched),
+        "gpus": _gpus(sched, gpus),
     }
 
 
-def _active(job: Any, now: float) -> dict[str, Any]:
+def _concurrency(sched: Scheduler) -> dict[str, Any]:
+    policy = sched.policy
+    capacity = sched.host.capacity if sched.host else None
+    if policy.max_concurrent_experiments == "auto":
+        bound = capacity.bound if capacity else "auto: host not sampled yet"
+    else:
+        bound = f"configured max {policy.max_concurrent_experiments}"
+    return {"target": sched.concurrency_target(), "min": policy.min_concurrent_experiments,
+            "max": policy.max_concurrent_experiments, "upper_bound": sched.upper_bound(),
+            "bound": bound, "last_move": sched.controller.last_move}
+
+
+def _pressure(sched: Scheduler) -> dict[str, Any]:
+    sample = sched.host.pressure if sched.host else None
+    return {
+        "source": sample.source if sample else None,
+        "domains": {domain: {"avg10": sample.get(domain) if sample else None,
+                             "high": threshold.high, "low": threshold.low}
+                    for domain, threshold in sched.policy.pressure_thresholds.items()},
+    }
+
+
+def _gpus(sched: Scheduler, sample: GpuSample | None) -> dict[str, Any]:
+    if sample is None:
+        return {"source": None, "error": "not sampled yet", "devices": []}
+    loads = device_loads(sample, [*sched.held_envelopes(), *sched.host.others])
+    held = sched.held_envelopes()
+    devices = []
+    for load in loads:
+        device = load.device
+        devices.append({
+            "uuid": device.uuid, "index": device.index, "name": device.name,
+            "memory_total_mib": device.memory_total_mib,
+            "memory_used_mib": device.memory_used_mib,
+            "utilization_pct": device.utilization_pct,
+            "declared_utilization_pct": load.declared_util,
+            "declared_memory_mib": load.declared_mem,
+            "external_utilization_pct": load.external_util,
+            "external_memory_mib": load.external_mem,
+            "jobs": sorted(e.owner for e in held if e.uuid == device.uuid),
+            "other_runs_allocations": sum(1 for e in sched.host.others if e.uuid == device.uuid),
+            "mig_mode": device.mig_mode,
+            "attribution": _attribution([device]),
+        })
+    return {"source": sample.source, "error": sample.error, "devices": devices}
+
+
+def _attribution(devices: list[GpuDevice]) -> str:
+    if any(not d.processes_visible for d in devices):
+        return "unavailable"
+    if any(p.in_namespace is False for d in devices for p in d.processes):
+        return "partial"
+    return "complete"
+
+
+def _activity(job: Job, sample: GpuSample | None) -> tuple[str, str]:
+    """(resource_activity, attribution) of a running job, from the last GPU sample."""
+    gpus = job.current.gpus
+    if not gpus:
+        return "non_gpu_allocation", "complete"
+    if sample is None or sample.error is not None:
+        return "unknown", "unavailable"
+    devices = [d for d in sample.devices if d.uuid in gpus]
+    attribution = _attribution(devices)
+    if attribution == "unavailable":
+        return "gpu_process_attribution_unavailable", attribution
+    mine = [p for d in devices for p in d.processes if p.owner == job.job_id]
+    if any((p.sm_util_pct or 0) > 0 for p in mine):
+        return "gpu_compute_active", attribution
+    if mine and all(p.sm_util_pct == 0 for p in mine):
+        return "gpu_context_idle", attribution
+    if mine:
+        return "gpu_context_present", attribution
+    if attribution == "partial":
+        return "gpu_process_attribution_unavailable", attribution
+    return "no_gpu_process_observed", attribution
+
+
+def _active(job: Job, now: float, sample: GpuSample | None,
+            report: dict[str, Any]) -> dict[str, Any]:
     attempt = job.current
+    activity, attribution = _activity(job, sample)
     return {
         "job_id": job.job_id,
         "tag": job.request.tag,
@@ -52,6 +145,8 @@ def _active(job: Any, now: float) -> dict[str, Any]:
         "gpus": list(attempt.gpus),
         "age_s": round(now - attempt.started_at, 3),
         "eta_s": job.request.eta_s,
-        "resource_activity": "non_gpu_allocation" if not attempt.gpus else "unknown",
-        "attribution": "complete" if not attempt.gpus else "unavailable",
+        "resource_activity": activity,
+        "attribution": attribution,
+        "progress": report.get("progress"),
+        "failure": report.get("failure"),
     }

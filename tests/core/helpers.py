@@ -86,10 +86,13 @@ class Harness:
         return replies[0] if replies else {}
 
     def launch_all(self) -> list[tuple[str, str]]:
+        """One scheduling pass as the daemon runs it: launches, then reason rewrites."""
         launched = []
         for event in self.sched.next_launches(self.tick()):
             self.handle(event)
             launched.append((event.job_id, event.attempt_id))
+        for effect in self.sched.reason_updates():
+            self.job_files[effect.job_id] = effect
         return launched
 
     def observe(self, job_id: str, attempt_id: str, **fields: Any) -> list[Effect]:
@@ -118,7 +121,10 @@ class Harness:
         """The job file as last written (R-FS-6), checked against the live state."""
         written = self.job_files[job_id]
         live = self.sched.jobs[job_id]
-        assert written.document == live.to_dict(), "job file is stale"
+        expected = live.to_dict()
+        if live.state.value == "queued" and job_id in self.sched.pending:
+            expected["reason"] = self.sched.pending[job_id]  # the soft "why pending"
+        assert written.document == expected, "job file is stale"
         assert written.directory == live.state.directory
         return written.document
 

@@ -108,9 +108,9 @@ def test_gpu_jobs_are_held_and_do_not_block_cpu_jobs():
     cpu2 = h.submit("exp-cpu-2")["job_id"]
     assert h.launch_all() == [(cpu1, "a1"), (cpu2, "a1")]
     assert h.job(gpu)["state"] == "queued" and h.job(gpu)["attempts"] == []
-    reason = h.sched.hold_reason(h.sched.jobs[gpu])
+    reason = h.sched.pending.get(gpu)
     assert reason and "gpu" in reason.lower()
-    assert h.sched.hold_reason(h.sched.jobs[cpu1]) is None
+    assert cpu1 not in h.sched.pending
     # even with every slot free, GPU work is never turned into CPU work
     for job_id in (cpu1, cpu2):
         h.go(job_id, "a1")

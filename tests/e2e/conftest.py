@@ -139,9 +139,10 @@ class Run:
 def make_run(tmp_path):
     runs: list[Run] = []
 
-    def make(slots: int = 2, retries: int = 1, name: str = "run") -> Run:
+    def make(slots: int = 2, retries: int = 1, name: str = "run", task_text: str | None = None
+             ) -> Run:
         task = tmp_path / f"{name}-task.yaml"
-        task.write_text(TASK.format(slots=slots, retries=retries))
+        task.write_text(task_text or TASK.format(slots=slots, retries=retries))
         run = Run(tmp_path / name, task)
         run.root.mkdir()
         # The layout exists before the first start so tests may drop files early.

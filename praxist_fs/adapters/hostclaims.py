@@ -1,0 +1,80 @@
+"""The host-wide GPU allocation registry: one file per run, under one filelock.
+
+Two coordinators on one host must not promise the same GPU headroom between
+NVML samples. Each run publishes the envelopes its running jobs hold; a run
+that places GPU work holds the registry lock from reading the others' files
+until its own file shows the new allocation. An allocation counts while its
+shim is alive, whether or not its coordinator is (running work outlives a
+coordinator crash).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from ..core.observations import Envelope
+from . import procs
+from .fsio import read_json, write_json
+
+
+def default_directory() -> Path:
+    """PRAXIST_HOST_REGISTRY, else /run/praxist_fs, the user's runtime dir, or /tmp."""
+    if explicit := os.environ.get("PRAXIST_HOST_REGISTRY"):
+        return Path(explicit)
+    if os.access("/run", os.W_OK):
+        return Path("/run/praxist_fs")
+    if runtime := os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(runtime) / "praxist_fs"
+    return Path(tempfile.gettempdir()) / f"praxist_fs-{os.getuid()}"
+
+
+class HostRegistry:
+    def __init__(self, directory: Path, run_dir: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.run_key = hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
+        self.run_dir = run_dir
+        self._lock = filelock.FileLock(str(directory / "registry.lock"))
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        with self._lock:
+            yield
+
+    def others(self) -> tuple[list[Envelope], dict[int, str]]:
+        """Other runs' live envelopes, and their shim pids -> owner (for GPU attribution)."""
+        envelopes, shims = [], {}
+        for path in self.directory.glob("*.json"):
+            if path.stem == self.run_key:
+                continue
+            doc = read_json(path)
+            if not isinstance(doc, dict):
+                continue
+            for item in doc.get("allocations", []):
+                owner = f"{doc.get('run_dir')}:{item.get('job_id')}"
+                if not procs.is_alive(item.get("shim_pid"), item.get("shim_start"),
+                                      item.get("boot_id")):
+                    continue
+                shims[item["shim_pid"]] = owner
+                envelopes.append(Envelope(uuid=item["uuid"],
+                                          utilization_pct=float(item["utilization_pct"]),
+                                          memory_mib=float(item["memory_mib"]),
+                                          exclusive=bool(item["exclusive"]), owner=owner))
+        return envelopes, shims
+
+    def publish(self, allocations: list[dict[str, Any]]) -> None:
+        """Replace this run's file (call with the lock held when placing)."""
+        path = self.directory / f"{self.run_key}.json"
+        if allocations:
+            write_json(path, {"run_dir": str(self.run_dir), "allocations": allocations})
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()

@@ -1,0 +1,135 @@
+"""GPU placement by declared envelope and observed external load (R-GPU-2, R-GPU-3).
+
+Per device, two independent hard limits must hold after placing a job:
+declared utilization (every held envelope, this run's and other runs' on the
+host, plus the job's) + external utilization <= 100 %, and declared memory +
+external memory < 95 % of physical VRAM. External load is what the device
+shows beyond processes attributed to praxist jobs; a process that cannot be
+mapped counts as external, and so does everything when the driver hides its
+processes. Feasible devices are tried most-headroom first (the tighter of the
+two headrooms); gpu_count > 1 takes that many distinct devices. A profile with
+unknown demand gets a device with no allocation and no significant external
+load, and holds it exclusively.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .observations import Envelope, GpuDevice, GpuSample
+from .policy import Profile
+
+MEMORY_CEILING = 0.95           # declared + external memory must stay below this share of VRAM
+IDLE_UTILIZATION_PCT = 5.0      # below this, external compute is "not significant" ...
+IDLE_MEMORY_FRACTION = 0.02     # ... and so is external memory below this share of VRAM
+MIB_PER_GB = 1024.0             # profiles say gpu_memory_gb; we mean GiB
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    gpu_count: int
+    utilization_pct: float | None
+    memory_mib: float | None
+
+    @classmethod
+    def of(cls, profile: Profile) -> Demand:
+        memory = profile.gpu_memory_gb * MIB_PER_GB if profile.gpu_memory_gb is not None else None
+        return cls(profile.gpu_count, profile.gpu_utilization_pct, memory)
+
+    @property
+    def exclusive(self) -> bool:
+        """R-CFG-5: unknown demand (either field missing) means a device of its own."""
+        return self.utilization_pct is None or self.memory_mib is None
+
+    def describe(self) -> str:
+        if self.exclusive:
+            return "an idle device (unknown demand is exclusive)"
+        return f"{self.utilization_pct:g}% utilization and {self.memory_mib / MIB_PER_GB:g} GiB"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """One device as placement sees it: what is promised on it and what else runs there."""
+
+    device: GpuDevice
+    declared_util: float
+    declared_mem: float
+    external_util: float
+    external_mem: float
+    allocations: int
+    exclusive_held: bool
+
+    @property
+    def ceiling_mib(self) -> float:
+        return MEMORY_CEILING * self.device.memory_total_mib
+
+    def fit(self, demand: Demand) -> tuple[float | None, str]:
+        """(headroom left after placing, or None when it does not fit; the limit that bit)."""
+        if self.exclusive_held:
+            return None, "held exclusively"
+        if demand.exclusive:
+            idle = (self.allocations == 0 and self.external_util < IDLE_UTILIZATION_PCT
+                    and self.external_mem < IDLE_MEMORY_FRACTION * self.device.memory_total_mib)
+            return (1.0, "") if idle else (None, "not idle")
+        util = self.declared_util + self.external_util + demand.utilization_pct
+        mem = self.declared_mem + self.external_mem + demand.memory_mib
+        if util > 100.0:
+            return None, "utilization"
+        if mem >= self.ceiling_mib:
+            return None, "memory"
+        return min((100.0 - util) / 100.0, (self.ceiling_mib - mem) / self.device.memory_total_mib), ""
+
+
+def device_loads(sample: GpuSample, held: list[Envelope]) -> list[DeviceLoad]:
+    """Combine a sample with the envelopes held on each device (this run's and others')."""
+    loads = []
+    for device in sample.devices:
+        mine = [e for e in held if e.uuid == device.uuid]
+        attributed = [p for p in device.processes if p.owner is not None] \
+            if device.processes_visible else []
+        attributed_mem = sum(p.used_memory_mib or 0.0 for p in attributed)
+        attributed_util = sum(p.sm_util_pct or 0.0 for p in attributed)
+        loads.append(DeviceLoad(
+            device=device,
+            declared_util=sum(e.utilization_pct for e in mine),
+            declared_mem=sum(e.memory_mib for e in mine),
+            external_util=max(0.0, device.utilization_pct - attributed_util),
+            external_mem=max(0.0, device.memory_used_mib - attributed_mem),
+            allocations=len(mine),
+            exclusive_held=any(e.exclusive for e in mine)))
+    return loads
+
+
+def place(demand: Demand, loads: list[DeviceLoad]) -> tuple[tuple[str, ...], str]:
+    """(UUIDs in placement order, "") or ((), the reason no placement exists)."""
+    fits, misses = [], []
+    for load in loads:
+        headroom, limit = load.fit(demand)
+        if headroom is None:
+            misses.append(limit)
+        else:
+            fits.append((-headroom, load.device.index, load.device.uuid))
+    if len(fits) >= demand.gpu_count:
+        return tuple(uuid for _, _, uuid in sorted(fits)[:demand.gpu_count]), ""
+    if not loads:
+        return (), "gpu placement: no GPU devices in the inventory"
+    needed = f"{demand.gpu_count} devices" if demand.gpu_count > 1 else "a device"
+    if demand.exclusive:
+        return (), f"gpu exclusive: no idle device ({len(fits)} of {demand.gpu_count} found)"
+    if misses and all(m == "memory" for m in misses):
+        return (), (f"gpu memory: no device with {demand.memory_mib / MIB_PER_GB:g} GiB "
+                    f"headroom" + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
+    if misses and all(m == "utilization" for m in misses):
+        return (), (f"gpu utilization: no device with {demand.utilization_pct:g}% free"
+                    + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
+    return (), f"gpu: {needed} with {demand.describe()} free is not available"
+
+
+def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
+    """The envelope a placed job holds on one of its devices for its whole life."""
+    demand = Demand.of(profile)
+    if demand.exclusive:
+        return Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0, exclusive=True,
+                        owner=owner)
+    return Envelope(uuid=uuid, utilization_pct=demand.utilization_pct,
+                    memory_mib=demand.memory_mib, owner=owner)
