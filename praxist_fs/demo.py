@@ -21,7 +21,9 @@ from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .cli import format_status
 
-EXAMPLE_TASK = Path(__file__).resolve().parents[1] / "fixtures" / "tasks" / "example.yaml"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+EXAMPLE_TASK = FIXTURES / "tasks" / "example.yaml"
+FAKE_GPUS = FIXTURES / "gpus" / "two_h200.json"
 
 
 class Tour:
@@ -30,12 +32,16 @@ class Tour:
         self.config = config or (str(EXAMPLE_TASK) if EXAMPLE_TASK.exists() else None)
         self.proc: subprocess.Popen | None = None
         self.serial = 0
+        self.gpus = self.layout.root / "fake-gpus.json"
+        self.psi = self.layout.root / "fake-pressure"
 
     def say(self, text: str) -> None:
         print(f"\n== {text}", flush=True)
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.layout.root)]
+        command = [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.layout.root),
+                   "--fake-gpus", str(self.gpus), "--psi-root", str(self.psi),
+                   "--host-registry", str(self.layout.root / "host-registry")]
         if self.config:
             command += ["--config", self.config]
         log = open(self.layout.root / "coordinator.log", "ab")
@@ -67,9 +73,52 @@ class Tour:
             time.sleep(0.05)
         return value
 
+    def set_gpu(self, index: int, **observed) -> None:
+        """A colleague's load appears or goes away: rewrite the fake inventory."""
+        doc = json.loads(self.gpus.read_text())
+        doc["devices"][index].update(observed)
+        tmp = self.gpus.with_name(".fake-gpus.tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.rename(self.gpus)
+
+    def reason(self, job_id: str) -> str:
+        return self.wait(lambda: next((q["reason"] for q in (client.status_document(
+            self.layout) or {}).get("queue", []) if q["job_id"] == job_id
+            and q["reason"].startswith("gpu")), None), f"a reason for {job_id}")
+
+    def gpu_tour(self) -> None:
+        self.say("GPU placement by declared envelope and observed load (fake 2 x H200)")
+        self.set_gpu(1, utilization_pct=90, memory_used_mib=30000)
+        self.wait(lambda: any(d["external_utilization_pct"] == 90 for d in (
+            client.status_document(self.layout) or {}).get("gpus", {}).get("devices", [])),
+            "the coordinator to sample the colleague's load")
+        print("   a colleague's job (not ours) keeps GPU-fake-1 at 90% utilization")
+        jobs = [self.submit(f"finetune-seed{i}", "sleep 4", profile="gpu_work")["job_id"]
+                for i in range(3)]
+        for job_id in jobs[:2]:
+            doc = self.wait_job(job_id, "running")
+            print(f"   {job_id} runs on {doc['attempts'][0]['gpus']} (45% / 20 GiB declared)")
+        print(f"   {jobs[2]} waits: {self.reason(jobs[2])}")
+        big = self.submit("llm-eval-large", "sleep 1", profile="gpu_large")["job_id"]
+        print(f"   {big} waits: {self.reason(big)}")
+        self.set_gpu(1, utilization_pct=0, memory_used_mib=0)
+        print("   the colleague's job ends: GPU-fake-1 is free again")
+        doc = self.wait_job(jobs[2], "running", "completed")
+        print(f"   {jobs[2]} now runs on {doc['attempts'][0]['gpus']}")
+        doc = self.wait_job(big, "completed")
+        print(f"   {big} ran on {doc['attempts'][0]['gpus']} once 120 GiB fit")
+        for job_id in jobs:
+            self.wait_job(job_id, "completed")
+
     def run(self) -> int:
         shutil.rmtree(self.layout.root, ignore_errors=True)
         self.layout.root.mkdir(parents=True)
+        # The demo's host: a fake two-H200 inventory and calm PSI files, both rewritten
+        # by the tour (a real coordinator reads NVML and /proc/pressure).
+        shutil.copy(FAKE_GPUS, self.gpus)
+        self.psi.mkdir()
+        for domain in ("cpu", "memory", "io"):
+            (self.psi / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
         self.say("Start a coordinator (praxist-fs serve)")
         self.start()
         try:
@@ -112,8 +161,7 @@ class Tour:
         print(f"   hostile -> {reply['outcome']}: {reply['reason']}")
         print(f"   kept in {self.layout.rejected / name} with {name}.error.json")
 
-        self.say("GPU work is never run on the CPU: without a GPU inventory it waits")
-        self.submit("llm-finetune", "nvidia-smi", profile="gpu_work")
+        self.gpu_tour()
 
         self.say("kill -9 the coordinator while an experiment runs, then restart it")
         long = self.submit("long-eval", "echo started; sleep 3; echo finished; exit 0")

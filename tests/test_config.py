@@ -96,7 +96,7 @@ def test_example_fixture_loads_and_ignores_foreign_sections():
     policy = load_policy(TASKS / "example.yaml")
     assert policy.mode == "central"
     assert policy.default_profile == "cpu_ordinary"
-    assert set(policy.profiles) == {"cpu_ordinary", "cpu_light", "gpu_work"}
+    assert set(policy.profiles) == {"cpu_ordinary", "cpu_light", "gpu_work", "gpu_large"}
     assert policy.profiles["cpu_light"].pressure_domains == ()
     assert policy.profiles["cpu_light"].gpu_count == 0
     assert policy.profiles["cpu_ordinary"].pressure_domains == ("cpu", "memory", "io")

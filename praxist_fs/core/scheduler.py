@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 from ..errors import InvalidTransition
@@ -269,25 +270,30 @@ class Scheduler:
 
     def _admit(self, job: Job, loads: list[DeviceLoad] | None,
                unsatisfiable: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
-        """(GPU UUIDs, None) when the job may start now, else ((), why not)."""
+        """(GPU UUIDs, None) when the job may start now, else ((), why not).
+
+        Every hold depends only on the profile within one pass, and a pass only ever
+        takes capacity away, so a profile held once stays held for the pass."""
+        if job.profile in unsatisfiable:
+            return (), unsatisfiable[job.profile]
         profile = self.policy.profiles.get(job.profile)
         if profile is None:
-            return (), f"profile {job.profile!r} is no longer defined by the task file"
-        held = pressure_hold(self.policy, profile, self.host.pressure if self.host else None)
-        if held:
-            return (), held
-        if not profile.uses_gpu:
+            reason = f"profile {job.profile!r} is no longer defined by the task file"
+        elif held := pressure_hold(self.policy, profile,
+                                   self.host.pressure if self.host else None):
+            reason = held
+        elif not profile.uses_gpu:
             return (), None
-        if loads is None:
+        elif loads is None:
             error = self.host.gpus.error if self.host and self.host.gpus else "not sampled yet"
-            return (), (f"gpu placement: no GPU inventory ({error}); "
-                        "GPU work is never run on the CPU")
-        if job.profile not in unsatisfiable:
+            reason = (f"gpu placement: no GPU inventory ({error}); "
+                      "GPU work is never run on the CPU")
+        else:
             gpus, reason = place(Demand.of(profile), loads)
             if not reason:
                 return gpus, None
-            unsatisfiable[job.profile] = reason
-        return (), unsatisfiable[job.profile]
+        unsatisfiable[job.profile] = reason
+        return (), reason
 
     def _device_loads(self) -> list[DeviceLoad] | None:
         sample = self.host.gpus if self.host else None
@@ -307,9 +313,11 @@ class Scheduler:
         return envelopes
 
     def _hold(self, job: Job, reason: str) -> None:
-        if _reason_kind(self.pending.get(job.job_id, "")) != _reason_kind(reason):
-            self._reason_dirty.add(job.job_id)
-        self.pending[job.job_id] = reason
+        before = self.pending.get(job.job_id, "")
+        if before != reason:
+            if _reason_kind(before) != _reason_kind(reason):
+                self._reason_dirty.add(job.job_id)
+            self.pending[job.job_id] = reason
 
     def reason_updates(self) -> list[Effect]:
         """Job files of queued jobs whose pending reason changed in kind since last asked.
@@ -418,6 +426,7 @@ def _error(request_id: str | None, field: str | None, problem: str | None) -> di
 
 
 
+@lru_cache(maxsize=1024)
 def _reason_kind(reason: str) -> str:
     """A reason without its live numbers: 'cpu pressure #% > #%'."""
     return re.sub(r"\d+(\.\d+)?", "#", reason)

@@ -65,9 +65,17 @@ class Run:
                 "--config", str(self.task)]
 
     def start(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a coordinator. Unless ``env`` says otherwise it reads calm PSI files of
+        its own: the real /proc/pressure of a loaded CI box would hold work at random."""
+        calm = self.root.parent / f"calm-pressure-{self.root.name}"
+        calm.mkdir(exist_ok=True)
+        for domain in ("cpu", "memory", "io"):
+            (calm / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+        env = {"PRAXIST_PSI_ROOT": str(calm),
+               "PRAXIST_HOST_REGISTRY": str(self.root.parent / "host-registry"), **(env or {})}
         log = open(self.root.parent / f"coordinator-{self.root.name}.log", "ab")
         self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **env})
         log.close()
         pid = self.proc.pid
         wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,

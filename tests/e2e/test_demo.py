@@ -17,5 +17,8 @@ def test_demo_runs_the_tour(tmp_path):
     out = result.stdout
     for expected in ("-> duplicate", "-> terminal_duplicate", "-> retry_accepted",
                      "a1=75(infra_retry), a2=0(completed)", "hostile -> rejected",
-                     "it ran exactly once", '{"demo": "ok"'):
+                     "it ran exactly once", '{"demo": "ok"',
+                     "waits: gpu utilization: no device with 45% free",
+                     "waits: gpu memory: no device with 120 GiB headroom",
+                     "now runs on ['GPU-fake-1']"):
         assert expected in out, expected
