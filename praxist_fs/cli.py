@@ -186,10 +186,31 @@ def format_status(doc: dict) -> str:
         f"running {doc['running']}",
         "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
     ]
+    pressure = doc.get("pressure", {})
+    if pressure.get("source"):
+        lines.append(f"pressure ({pressure['source']} avg10): " + "  ".join(
+            f"{d} {'?' if v['avg10'] is None else format(v['avg10'], '.0f')}% (high {v['high']:g})"
+            for d, v in pressure["domains"].items()))
+    gpus = doc.get("gpus", {})
+    if gpus.get("devices"):
+        lines += ["", f"{'GPU (' + gpus['source'] + ')':26} {'UTIL decl+ext':>14} "
+                      f"{'MEMORY GiB decl+ext/total':>26}  JOBS"]
+        for d in gpus["devices"]:
+            lines.append(
+                f"{d['uuid'][:26]:26} {d['declared_utilization_pct']:>6.0f}+"
+                f"{d['external_utilization_pct']:<3.0f}%    "
+                f"{d['declared_memory_mib'] / 1024:>9.1f}+{d['external_memory_mib'] / 1024:<5.1f}"
+                f"/{d['memory_total_mib'] / 1024:<6.1f}  {len(d['jobs'])}")
+    elif gpus.get("error"):
+        lines.append(f"gpus: {gpus['error']}")
     if doc["active"]:
-        lines += ["", f"{'JOB':40} {'ATTEMPT':8} {'PID':>8} {'AGE':>8}  {'PROFILE':14} PEER"]
+        lines += ["", f"{'JOB':40} {'ATTEMPT':8} {'PID':>8} {'AGE':>8}  {'PROFILE':14} "
+                      f"{'GPUS':24} ACTIVITY"]
         lines += [f"{a['job_id'][:40]:40} {a['attempt_id']:8} {str(a['pid']):>8} "
-                  f"{a['age_s']:>7.1f}s  {a['profile'][:14]:14} {a['peer']}"
+                  f"{a['age_s']:>7.1f}s  {a['profile'][:14]:14} "
+                  f"{','.join(a['gpus'])[:24] or '-':24} {a['resource_activity']}"
+                  + (f" {a['progress']['done']}/{a['progress']['total']}"
+                     if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
     if doc["queue"]:
         lines += ["", f"{'QUEUED JOB':40} {'AGE':>8}  {'PROFILE':14} REASON"]

@@ -75,7 +75,7 @@ class Coordinator:
         self.observer = None
         self.polling = False
         self.filesystem = "unknown"
-        self._status_version = -1
+        self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
 
     # -- life cycle ---------------------------------------------------------
@@ -429,14 +429,19 @@ class Coordinator:
             elif isinstance(effect, WriteJob):
                 self._remove_stale_copies(effect)
 
+    def _status_stamp(self) -> tuple[int, int]:
+        """What status.json shows changed: state, or a new host sample while there is work."""
+        busy = self.sched.count(JobState.QUEUED) or self.sched.count(JobState.RUNNING)
+        return self.sched.version, self.sched.samples_seen if busy else 0
+
     def _status_deadline(self, now: float) -> float:
-        if self.sched.version != self._status_version:
+        if self._status_stamp() != self._status_version:
             return now + max(0.0, self._status_at + STATUS_MIN_GAP - time.time())
         return now + STATUS_MAX_AGE
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
         now = time.time()
-        changed = self.sched.version != self._status_version
+        changed = self._status_stamp() != self._status_version
         if not force and not (changed and now - self._status_at >= STATUS_MIN_GAP) \
                 and now - self._status_at < STATUS_MAX_AGE:
             return
@@ -447,11 +452,11 @@ class Coordinator:
         reports = {}
         for job in self.sched.running():
             attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
-            reports[job.job_id] = {"progress": _task_report(attempt_dir / "progress.json"),
+            reports[job.job_id] = {"progress": _progress(attempt_dir / "progress.json"),
                                    "failure": _task_report(attempt_dir / "failure.json")}
         runtime["gpu_inventory"] = self.inventory.source
         write_json(self.layout.status, render_status(self.sched, now, runtime, reports))
-        self._status_version, self._status_at = self.sched.version, now
+        self._status_version, self._status_at = self._status_stamp(), now
 
 
 def _read_bytes(path: Path) -> bytes | None:
@@ -485,3 +490,14 @@ def _task_report(path: Path) -> dict[str, Any] | None:
         return None
     document = read_json(path)
     return document if isinstance(document, dict) else None
+
+
+def _progress(path: Path) -> dict[str, Any] | None:
+    """progress.json as R-OPS-3 shapes it (done, total, unit), or None if absent or malformed."""
+    report = _task_report(path)
+    if report is None:
+        return None
+    done, total, unit = report.get("done"), report.get("total"), report.get("unit")
+    if type(done) not in (int, float) or (total is not None and type(total) not in (int, float)):
+        return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
+    return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}

@@ -59,15 +59,18 @@ class HostRegistry:
             if not isinstance(doc, dict):
                 continue
             for item in doc.get("allocations", []):
-                owner = f"{doc.get('run_dir')}:{item.get('job_id')}"
-                if not procs.is_alive(item.get("shim_pid"), item.get("shim_start"),
-                                      item.get("boot_id")):
-                    continue
+                try:
+                    owner = f"{doc.get('run_dir')}:{item['job_id']}"
+                    if not procs.is_alive(item["shim_pid"], item["shim_start"], item["boot_id"]):
+                        continue
+                    envelope = Envelope(uuid=str(item["uuid"]),
+                                        utilization_pct=float(item["utilization_pct"]),
+                                        memory_mib=float(item["memory_mib"]),
+                                        exclusive=bool(item["exclusive"]), owner=owner)
+                except (KeyError, TypeError, ValueError):
+                    continue  # another run's damaged entry: ignore it, never crash on it
                 shims[item["shim_pid"]] = owner
-                envelopes.append(Envelope(uuid=item["uuid"],
-                                          utilization_pct=float(item["utilization_pct"]),
-                                          memory_mib=float(item["memory_mib"]),
-                                          exclusive=bool(item["exclusive"]), owner=owner))
+                envelopes.append(envelope)
         return envelopes, shims
 
     def publish(self, allocations: list[dict[str, Any]]) -> None:

@@ -36,7 +36,7 @@ def start_time(pid: int) -> int | None:
 
 
 def is_alive(pid: int | None, started: int | None, boot: str | None = None) -> bool:
-    if pid is None or started is None:
+    if type(pid) is not int or type(started) is not int:  # also refuses values from damaged files
         return False
     if boot is not None and boot != boot_id():
         return False

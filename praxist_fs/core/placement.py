@@ -65,6 +65,8 @@ class DeviceLoad:
 
     def fit(self, demand: Demand) -> tuple[float | None, str]:
         """(headroom left after placing, or None when it does not fit; the limit that bit)."""
+        if self.device.mig_mode:
+            return None, "MIG enabled (whole-device placement only)"
         if self.exclusive_held:
             return None, "held exclusively"
         if demand.exclusive:
@@ -81,20 +83,35 @@ class DeviceLoad:
 
 
 def device_loads(sample: GpuSample, held: list[Envelope]) -> list[DeviceLoad]:
-    """Combine a sample with the envelopes held on each device (this run's and others')."""
+    """Combine a sample with the envelopes held on each device (this run's and others').
+
+    A praxist job's own processes are not external load, but whatever a job uses
+    beyond its declared envelope is: the device carries it all the same."""
     loads = []
     for device in sample.devices:
         mine = [e for e in held if e.uuid == device.uuid]
-        attributed = [p for p in device.processes if p.owner is not None] \
-            if device.processes_visible else []
-        attributed_mem = sum(p.used_memory_mib or 0.0 for p in attributed)
-        attributed_util = sum(p.sm_util_pct or 0.0 for p in attributed)
+        used_mem: dict[str, float] = {}
+        used_util: dict[str, float] = {}
+        if device.processes_visible:
+            for p in device.processes:
+                if p.owner is not None:
+                    used_mem[p.owner] = used_mem.get(p.owner, 0.0) + (p.used_memory_mib or 0.0)
+                    used_util[p.owner] = used_util.get(p.owner, 0.0) + (p.sm_util_pct or 0.0)
+        declared_mem = {e.owner: 0.0 for e in mine}
+        declared_util = {e.owner: 0.0 for e in mine}
+        for e in mine:
+            declared_mem[e.owner] += e.memory_mib
+            declared_util[e.owner] += 100.0 if e.exclusive else e.utilization_pct
+        overuse_mem = sum(max(0.0, used - declared_mem.get(owner, 0.0))
+                          for owner, used in used_mem.items())
+        overuse_util = sum(max(0.0, used - declared_util.get(owner, 0.0))
+                           for owner, used in used_util.items())
         loads.append(DeviceLoad(
             device=device,
             declared_util=sum(e.utilization_pct for e in mine),
             declared_mem=sum(e.memory_mib for e in mine),
-            external_util=max(0.0, device.utilization_pct - attributed_util),
-            external_mem=max(0.0, device.memory_used_mib - attributed_mem),
+            external_util=max(0.0, device.utilization_pct - sum(used_util.values())) + overuse_util,
+            external_mem=max(0.0, device.memory_used_mib - sum(used_mem.values())) + overuse_mem,
             allocations=len(mine),
             exclusive_held=any(e.exclusive for e in mine)))
     return loads

@@ -58,7 +58,7 @@ class Scheduler:
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
         self._slot_limited = False             # last pass held work only for a free slot
         self._last_pass: tuple[int, int] | None = None
-        self._samples = 0
+        self.samples_seen = 0
 
     # -- events -----------------------------------------------------------
 
@@ -72,11 +72,11 @@ class Scheduler:
         if isinstance(event, ClaimsSeen):
             if self.host is not None and event.others != self.host.others:
                 self.host = replace(self.host, others=event.others)
-                self._samples += 1
+                self.samples_seen += 1
             return []
         if isinstance(event, HostSampled):
             self.host = event
-            self._samples += 1
+            self.samples_seen += 1
             self.controller.observe(self.policy, event.pressure, event.capacity,
                                     self._slot_limited)
             return []
@@ -237,9 +237,9 @@ class Scheduler:
         that failed once in a pass is not tried again in that pass (R-POL-4), so
         the pass stays linear in the queue. Nothing is recomputed while neither
         the state nor the host sample changed since the last pass."""
-        if self._last_pass == (self.version, self._samples):
+        if self._last_pass == (self.version, self.samples_seen):
             return []
-        self._last_pass = (self.version, self._samples)
+        self._last_pass = (self.version, self.samples_seen)
         target = self.concurrency_target()
         free = target - self.count(JobState.RUNNING)
         loads = self._device_loads()
@@ -297,7 +297,7 @@ class Scheduler:
 
     def _device_loads(self) -> list[DeviceLoad] | None:
         sample = self.host.gpus if self.host else None
-        if sample is None or sample.error is not None:
+        if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
         return device_loads(sample, [*self.held_envelopes(), *self.host.others])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,3 +240,29 @@ def read_stat(path: Path) -> int | None:
     except OSError:
         return None
     return int(data[data.rfind(b")") + 2:].split()[1])
+
+
+def test_progress_and_status_table_show_the_job_on_its_gpu(gpu_run, host, tmp_path):
+    run = gpu_run()
+    gate, _ = blocker(tmp_path)
+    script = ('echo \'{"done": 3, "total": 10, "unit": "seeds"}\' > '
+              '"$PRAXIST_EXPERIMENT_ATTEMPT_DIR/progress.json"; '
+              f"while [ ! -e {gate} ]; do sleep 0.05; done")
+    job_id = run.reply(run.submit(request("progressing", ["sh", "-c", script])))["job_id"]
+    status = wait_for(lambda: (s := run.status()) and s["active"] and s["active"][0]["progress"]
+                      and s)
+    assert status["active"][0]["progress"] == {"done": 3, "total": 10, "unit": "seeds"}
+    table = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                            str(run.root)], capture_output=True, text=True, timeout=30).stdout
+    assert "GPU-fake-0" in table and "3/10" in table and "pressure (psi avg10)" in table
+    gate.touch()
+    run.wait_state(job_id, "completed")
+
+
+def test_mig_devices_are_not_placed_on(gpu_run, host, tmp_path):
+    host.edit_device(0, mig_mode=True)
+    host.edit_device(1, mig_mode=True)
+    run = gpu_run()
+    job_id = run.reply(run.submit(request("no-mig")))["job_id"]
+    assert queue_reason(run, job_id).startswith("gpu")
+    assert run.job(job_id)["attempts"] == []
