@@ -1,8 +1,10 @@
 """A small PyTorch job that proves which GPU it was bound to (run on the GPU machine).
 
 It checks the binding first (so a wrong binding fails in seconds), then holds
-about ``--memory-gb`` GiB on cuda:0 and runs matmuls for ``--seconds``, and
-prints one JSON line:
+about ``--memory-gb`` GiB on cuda:0 and runs matmuls for ``--seconds`` (default:
+``$GPU_CHECK_JOB_SECONDS``, else 20, so a job submitted through
+``praxist-fs launch`` without arguments can be shortened from the submitting
+environment), and prints one JSON line:
 
     {"device_count", "device_name", "torch_uuid", "cuda_visible_devices",
      "assigned_gpu_uuids", "pid", "binding_ok", "matmuls", "seconds", "allocated_gib"}
@@ -34,7 +36,8 @@ def torch_uuid(torch, index: int) -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory-gb", type=float, default=4.0)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float,
+                        default=float(os.environ.get("GPU_CHECK_JOB_SECONDS") or 20.0))
     parser.add_argument("--matmul-size", type=int, default=8192)
     args = parser.parse_args()
 
