@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("bind", add_help=False,
                    help="run CMD with the attempt's GPU mask verified or restored: bind -- CMD")
 
+    from .supply_client import add_supply_parsers
+    add_supply_parsers(sub)
+
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
     demo.add_argument("--run-dir", default=".demo-run")
     demo.add_argument("--config", help="task YAML (default: fixtures/tasks/example.yaml)")

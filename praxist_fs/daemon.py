@@ -10,6 +10,7 @@ sees into events, and for every batch: ``Scheduler.handle`` -> journal append
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import selectors
@@ -22,27 +23,30 @@ from typing import Any
 
 from .adapters import launcher, procs, spool
 from .adapters.capacity import read_host_capacity
+from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
-from .adapters.pressure import PressureSampler
-from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
 from .adapters.journal import Journal
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
-from .adapters.watcher import filesystem_type, needs_polling, start_observer
+from .adapters.pressure import PressureSampler
+from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .core.effects import (
-    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
-    WriteReply,
+    AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
+    SpawnAttempt, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
 from .core.events import (
-    AttemptObserved, ClaimsSeen, CoordinatorStarted, Event, HostSampled, from_record, to_record,
+    AttemptObserved, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen, Event,
+    HostSampled, IdleSeen, ResultSeen, from_record, to_record,
 )
 from .core.model import Attempt, Job
 from .core.observations import GpuSample
 from .core.policy import Policy
+from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .core.status import render_status
+from .errors import BadRequest
 
 log = logging.getLogger("praxist_fs")
 
@@ -67,6 +71,8 @@ class Coordinator:
         self.psi_root = psi_root
         self.registry: HostRegistry | None = None
         self._published: list[dict[str, Any]] = []
+        self._results_seen: dict[int, set[str]] = {}
+        self._watched: set[int] = set()
         self.sched = Scheduler()
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.pidfds: dict[AttemptKey, int] = {}
@@ -125,8 +131,10 @@ class Coordinator:
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
         self.endpoint = write_endpoint(self.layout, since=now)
-        self.observer = start_observer([self.layout.incoming], self._wake_write, self.polling)
+        self._start_observer()
         self._scan_incoming()
+        self._scan_control()
+        self._scan_generations()
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.stop_requested = True
@@ -159,6 +167,8 @@ class Coordinator:
         next_sample = time.monotonic() + SAMPLE_SECONDS
         while not self.stop_requested:
             self._launch()
+            self._process(self.sched.due(time.time()))
+            self._process(list(self.sched.next_grants(time.time())))
             self._publish_claims()
             self._write_status()
             now = time.monotonic()
@@ -177,6 +187,8 @@ class Coordinator:
             if scan or now >= next_scan:
                 if self._scan_incoming():
                     self._ring()  # a full batch: more files are waiting
+                self._scan_control()
+                self._scan_generations()
                 next_scan = now + RESCAN_SECONDS
             if now >= next_reconcile:
                 self._reconcile()
@@ -202,7 +214,7 @@ class Coordinator:
     def _reconcile(self) -> None:
         if self.observer is not None and not self.observer.is_alive():
             log.warning("watchdog observer died; starting a new one and rescanning")
-            self.observer = start_observer([self.layout.incoming], self._wake_write, self.polling)
+            self._start_observer()
             self._ring()
         for job in self.sched.running():
             key = (job.job_id, job.current.attempt_id)
@@ -295,6 +307,75 @@ class Coordinator:
         self._process(events)
         return len(names) >= spool.BATCH
 
+    def _start_observer(self) -> None:
+        self.observer = start_observer([self.layout.incoming, self.layout.control],
+                                       self._wake_write, self.polling)
+        self._watched: set[int] = set()
+        for number in self.sched.generations:
+            self._watch_generation(number)
+
+    def _watch_generation(self, number: int) -> None:
+        """A generation's peer inboxes (results, idle registrations) ring the doorbell too."""
+        if self.observer is None or number in self._watched:
+            return
+        self.layout.create_generation(number)
+        for directory in (self.layout.results(number), self.layout.idle(number)):
+            watch(self.observer, directory)
+        self._watched.add(number)
+
+    def _scan_control(self) -> None:
+        events = []
+        for name, data, error in spool.read_inbox(self.layout.control):
+            digest = hashlib.sha256(data or str(error).encode()).hexdigest()
+            request_id = request_id_from_filename(name)
+            if error is None:
+                try:
+                    control = parse_control(name, data)
+                    events.append(ControlSeen(at=time.time(), name=name, digest=digest,
+                                              request_id=control.request_id, control=control))
+                    continue
+                except BadRequest as exc:
+                    error = exc
+            events.append(ControlSeen(at=time.time(), name=name, digest=digest,
+                                      request_id=request_id, error_field=error.field,
+                                      error_problem=error.problem))
+        self._process(events)
+
+    def _scan_generations(self) -> None:
+        """Results (every generation, so late ones are quarantined), idle peers and declines."""
+        events: list[Event] = []
+        for number, gen in self.sched.generations.items():
+            seen = self._results_seen.setdefault(number, set())
+            for name, data, error in spool.read_inbox(self.layout.results(number), skip=seen):
+                try:
+                    if error is not None:
+                        raise error
+                    result_id, peer, mature = parse_result(name, data)
+                except BadRequest as exc:
+                    log.warning("gen_%d/results/%s ignored: %s", number, name, exc)
+                else:
+                    events.append(ResultSeen(at=time.time(), generation=number,
+                                             result_id=result_id, peer=peer, mature=mature))
+                seen.add(name)
+            if not gen.accepting:
+                continue
+            idle, declines = [], []
+            for name, data, error in spool.read_inbox(self.layout.idle(number)):
+                if name.endswith(".decline.json"):
+                    try:
+                        if error is not None:
+                            raise error
+                        peer, lease_id = parse_decline(name, data)
+                        declines.append(DeclineSeen(at=time.time(), generation=number,
+                                                    peer=peer, lease_id=lease_id, name=name))
+                    except BadRequest as exc:
+                        log.warning("gen_%d decline %s ignored: %s", number, name, exc)
+                elif (peer := request_id_from_filename(name)) is not None:
+                    idle.append(peer)
+            events += [IdleSeen(at=time.time(), generation=number, peers=tuple(sorted(idle))),
+                       *declines]
+        self._process(events)
+
     def _on_shim(self, key: AttemptKey) -> None:
         handle = self.handles[key]
         try:
@@ -378,6 +459,21 @@ class Coordinator:
             self._barrier(effect.job_id, effect.attempt_id, "GO", b"G")
         elif isinstance(effect, AbortAttempt):
             self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
+        elif isinstance(effect, WriteControlReply):
+            write_json(self.layout.control_replies / f"{effect.request_id}.json", effect.document)
+        elif isinstance(effect, DisposeControl):
+            if effect.error is None:
+                unlink(self.layout.control / effect.name)
+            else:
+                spool.reject(self.layout.control, self.layout.control_rejected, effect.name,
+                             effect.error)
+        elif isinstance(effect, WriteGenerationFile):
+            self.layout.create_generation(effect.generation)
+            self._watch_generation(effect.generation)
+            write_json(self.layout.generation_file(effect.generation, effect.kind, effect.name),
+                       effect.document)
+        elif isinstance(effect, ConsumeDecline):
+            unlink(self.layout.idle(effect.generation) / effect.name)
         else:
             raise TypeError(f"no adapter for effect {type(effect).__name__}")
         return []
@@ -501,3 +597,4 @@ def _progress(path: Path) -> dict[str, Any] | None:
     if type(done) not in (int, float) or (total is not None and type(total) not in (int, float)):
         return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
     return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}
+

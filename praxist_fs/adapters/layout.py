@@ -92,8 +92,43 @@ class RunLayout:
     def log(self, job_id: str, attempt_id: str) -> Path:
         return self.logs / job_id / f"{attempt_id}.log"
 
+    @property
+    def control_replies(self) -> Path:
+        return self.control / "replies"
+
+    @property
+    def control_rejected(self) -> Path:
+        return self.control / "rejected"
+
+    def generation(self, number: int) -> Path:
+        return self.root / f"gen_{number}"
+
+    def results(self, number: int) -> Path:
+        return self.generation(number) / "results"
+
+    def idle(self, number: int) -> Path:
+        return self.generation(number) / "resource_supply" / "idle"
+
+    def leases(self, number: int) -> Path:
+        return self.generation(number) / "resource_supply" / "leases"
+
+    def generation_file(self, number: int, kind: str, name: str) -> Path:
+        """Where the coordinator writes a generation's files (lease, stats, peer, closing)."""
+        return {
+            "lease": self.leases(number) / f"{name}.json",
+            "stats": self.generation(number) / "resource_supply" / "stats.json",
+            "peer": self.generation(number) / "peers" / f"{name}.json",
+            "closing": self.generation(number) / "CLOSING_SIGNAL",
+        }[kind]
+
+    def create_generation(self, number: int) -> None:
+        for path in (self.results(number), self.idle(number), self.leases(number),
+                     self.generation(number) / "peers"):
+            path.mkdir(parents=True, exist_ok=True)
+
     def create(self) -> None:
         for path in (self.journal_dir, self.spool_tmp, self.incoming, self.replies,
-                     self.rejected, self.control, self.attempts, self.logs,
+                     self.rejected, self.control / "tmp", self.control_replies,
+                     self.control_rejected, self.attempts, self.logs,
                      *(self.jobs(d) for d in JOB_DIRECTORIES)):
             path.mkdir(parents=True, exist_ok=True)

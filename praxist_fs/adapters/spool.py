@@ -106,3 +106,26 @@ def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int
                 unlink(entry.path)
                 removed += 1
     return removed
+
+
+def read_inbox(directory: Path, skip: set[str] = frozenset()
+                ) -> list[tuple[str, bytes | None, BadRequest | None]]:
+    """The peer-written .json files of ``directory``: (name, bytes, None) or (name, None, why)."""
+    found = []
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return found
+    try:
+        for name in sorted(os.listdir(fd)):
+            if name.startswith(".") or not name.endswith(".json") or name in skip:
+                continue
+            try:
+                found.append((name, read_spool_file(fd, name, MAX_REQUEST_BYTES), None))
+            except FileNotFoundError:
+                continue
+            except BadRequest as exc:
+                found.append((name, None, exc))
+    finally:
+        os.close(fd)
+    return found

@@ -55,9 +55,14 @@ def needs_polling(path: Path) -> bool:
 def start_observer(directories: list[Path], wake_fd: int, polling: bool):
     """A started observer ringing ``wake_fd``; the caller checks ``is_alive()`` each tick."""
     observer = PollingObserver(timeout=1.0) if polling else Observer()
-    handler = _Doorbell(wake_fd)
+    observer.doorbell = _Doorbell(wake_fd)
     for directory in directories:
-        observer.schedule(handler, str(directory), recursive=False)
+        watch(observer, directory)
     observer.daemon = True
     observer.start()
     return observer
+
+
+def watch(observer, directory: Path) -> None:
+    """Ring the same doorbell for one more directory (a new generation's inboxes)."""
+    observer.schedule(observer.doorbell, str(directory), recursive=False)

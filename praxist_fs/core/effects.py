@@ -74,3 +74,33 @@ class AbortAttempt(Effect):
 
     job_id: str
     attempt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteControlReply(Effect):
+    request_id: str
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DisposeControl(Effect):
+    """Remove an answered control file; a rejected one is kept with its error."""
+
+    name: str
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteGenerationFile(Effect):
+    """A coordinator-owned file of gen_<N>/: ``kind`` is lease, stats, peer or closing."""
+
+    generation: int
+    kind: str
+    name: str
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumeDecline(Effect):
+    generation: int
+    name: str

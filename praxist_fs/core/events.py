@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
-from .request import Request
+from .request import ControlRequest, Request
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,8 +113,84 @@ class ClaimsSeen(Event):
     others: tuple[Envelope, ...] = ()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlSeen(Event):
+    """An operator's control file was read. Exactly one of ``control`` / ``error_field``."""
+
+    kind: ClassVar[str] = "control_seen"
+    name: str
+    digest: str
+    request_id: str | None
+    control: ControlRequest | None = None
+    error_field: str | None = None
+    error_problem: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResultSeen(Event):
+    """An evaluator published gen_N/results/<result_id>.json."""
+
+    kind: ClassVar[str] = "result_seen"
+    generation: int
+    result_id: str
+    peer: str
+    mature: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IdleSeen(Event):
+    """The peers registered idle in gen_N/resource_supply/idle/ (soft, never journaled)."""
+
+    kind: ClassVar[str] = "idle_seen"
+    generation: int
+    peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeclineSeen(Event):
+    """A peer declined its lease (gen_N/resource_supply/idle/<peer>.decline.json)."""
+
+    kind: ClassVar[str] = "decline_seen"
+    generation: int
+    peer: str
+    lease_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseGranted(Event):
+    """The core decided to wake an idle peer with a directed lease."""
+
+    kind: ClassVar[str] = "lease_granted"
+    generation: int
+    lease_id: str
+    peer: str
+    priority: str
+    profiles: tuple[str, ...]
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseExpired(Event):
+    kind: ClassVar[str] = "lease_expired"
+    generation: int
+    lease_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationPhase(Event):
+    """The core moved a generation on (assessment -> closing -> closed)."""
+
+    kind: ClassVar[str] = "generation_phase"
+    generation: int
+    phase: str
+    reason: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved)
+    cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
+                              ControlSeen, ResultSeen, DeclineSeen, LeaseGranted, LeaseExpired,
+                              GenerationPhase)
 }
 
 
@@ -122,7 +198,7 @@ def to_record(event: Event) -> dict[str, Any]:
     record: dict[str, Any] = {"type": event.kind}
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
-        if isinstance(value, Request):
+        if isinstance(value, (Request, ControlRequest)):
             value = value.to_dict()
         elif isinstance(value, tuple):
             value = list(value)
@@ -135,6 +211,9 @@ def from_record(record: dict[str, Any]) -> Event:
     cls = EVENT_TYPES[values.pop("type")]
     if values.get("request") is not None:
         values["request"] = Request.from_dict(values["request"])
-    if isinstance(values.get("gpus"), list):
-        values["gpus"] = tuple(values["gpus"])
+    if values.get("control") is not None:
+        values["control"] = ControlRequest.from_dict(values["control"])
+    for key in ("gpus", "profiles"):
+        if isinstance(values.get(key), list):
+            values[key] = tuple(values[key])
     return cls(**values)

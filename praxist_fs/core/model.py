@@ -69,6 +69,7 @@ class Job:
     state: JobState = JobState.QUEUED
     reason: str = "queued"
     round: int = 1
+    generation: int | None = None
     attempts: list[Attempt] = field(default_factory=list)
 
     @property
@@ -103,7 +104,7 @@ class Job:
             "argv": list(req.argv) if req.argv is not None else None,
             "command": req.command,
             "cwd": req.cwd,
-            "generation": req.generation,
+            "generation": self.generation,
         }
 
 
@@ -119,6 +120,7 @@ class Reply:
     digest: str
     field: str | None = None
     problem: str | None = None
+    lease: dict[str, str] | None = None  # what the submission did to the lease it carried
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -131,4 +133,6 @@ class Reply:
         if self.field is not None:
             doc["field"] = self.field
             doc["problem"] = self.problem
+        if self.lease is not None:
+            doc["lease"] = self.lease
         return doc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..errors import BadRequest
@@ -254,3 +255,99 @@ def _env(value: Any) -> dict[str, str]:
             raise BadRequest(f"env.{name}", "contains a NUL character")
         env[name] = _string(f"env.{name}", item) if item else item
     return env
+
+
+CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close")
+CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlRequest:
+    """An operator's request in control/ (generation open, assess, close)."""
+
+    request_id: str
+    action: str
+    generation: int
+    cohort: tuple[str, ...] = ()
+    deadline: float | None = None  # unix seconds, from an ISO-8601 time with a zone
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request_id": self.request_id, "action": self.action,
+                "generation": self.generation, "cohort": list(self.cohort),
+                "deadline": self.deadline}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ControlRequest:
+        return cls(**{**data, "cohort": tuple(data["cohort"])})
+
+
+def parse_control(name: str, data: bytes) -> ControlRequest:
+    """Validate a control file like a request: strict JSON, known fields, safe names."""
+    raw = _object(data)
+    unknown = sorted(set(raw) - set(CONTROL_FIELDS))
+    if unknown:
+        raise BadRequest(unknown[0], "unknown field; expected one of " + ", ".join(CONTROL_FIELDS))
+    raw = {key: value for key, value in raw.items() if value is not None}
+    action = raw.get("action")
+    if action not in CONTROL_ACTIONS:
+        raise BadRequest("action", f"{action!r}; expected one of {', '.join(CONTROL_ACTIONS)}")
+    generation = raw.get("generation")
+    if type(generation) is not int or generation < 1:
+        raise BadRequest("generation", f"{generation!r}; expected an integer >= 1")
+    cohort = raw.get("cohort", [])
+    if type(cohort) is not list:
+        raise BadRequest("cohort", f"is {_kind(cohort)}; expected a list of peer names")
+    request_id = raw.get("request_id") or request_id_from_filename(name)
+    if request_id is None:
+        raise BadRequest("request_id", f"file name {name!r} is not a safe id; {NAME_EXPECTED}")
+    return ControlRequest(
+        request_id=_name("request_id", request_id), action=action, generation=generation,
+        cohort=tuple(sorted(set(_name(f"cohort[{i}]", p) for i, p in enumerate(cohort)))),
+        deadline=_deadline(raw["deadline"]) if "deadline" in raw else None)
+
+
+def _deadline(value: Any) -> float:
+    if type(value) is not str:
+        raise BadRequest("deadline", f"is {_kind(value)}; expected an ISO-8601 time with a zone")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadRequest("deadline", f"{value!r} is not an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        raise BadRequest("deadline", f"{value!r} has no time zone; add one, e.g. +00:00")
+    return moment.timestamp()
+
+
+def parse_result(name: str, data: bytes) -> tuple[str, str, bool]:
+    """A published result: (result_id from the file name, peer, mature). Other fields are
+    the evaluator's own and are not read here."""
+    result_id = request_id_from_filename(name)
+    if result_id is None:
+        raise BadRequest("<file>", f"result file name {name!r} is not a safe id; {NAME_EXPECTED}")
+    raw = _object(data)
+    if type(raw.get("mature")) is not bool:
+        raise BadRequest("mature", f"{raw.get('mature')!r}; expected true or false")
+    return result_id, _name("peer", raw.get("peer")), raw["mature"]
+
+
+def parse_decline(name: str, data: bytes) -> tuple[str, str]:
+    """A decline file ``<peer>.decline.json``: (peer, lease_id); the peer must match the name."""
+    raw = _object(data)
+    peer, lease_id = _name("peer", raw.get("peer")), _name("lease_id", raw.get("lease_id"))
+    if name != f"{peer}.decline.json":
+        raise BadRequest("peer", f"{peer!r} does not match the file name {name!r}")
+    return peer, lease_id
+
+
+def _object(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_REQUEST_BYTES:
+        raise BadRequest("<file>", f"larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        raw = _loads(data.decode("utf-8", "strict"))
+    except UnicodeDecodeError as exc:
+        raise BadRequest("<file>", f"invalid UTF-8 at byte {exc.start}") from None
+    if not isinstance(raw, dict):
+        raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
+    if raw.duplicates:
+        raise BadRequest(raw.duplicates[0], "duplicate key")
+    return raw

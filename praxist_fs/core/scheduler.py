@@ -25,16 +25,20 @@ from .effects import (
     WriteReply,
 )
 from .admission import ConcurrencyController, pressure_hold, upper_bound
+from .calibration import Calibration
 from .events import (
-    AttemptLaunched, AttemptObserved, ClaimsSeen, CoordinatorStarted, Event, HostSampled,
-    RequestSeen,
+    AttemptLaunched, AttemptObserved, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
+    Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired, LeaseGranted, RequestSeen,
+    ResultSeen,
 )
+from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place
 from .policy import Policy
 from .states import JobState, Trigger, transition
+from .supply import MATURE, Generation
 
 INFRA_EXIT_CODE = 75
 MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
@@ -42,7 +46,7 @@ REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
 
-class Scheduler:
+class Scheduler(GenerationDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.jobs: dict[str, Job] = {}
@@ -51,6 +55,10 @@ class Scheduler:
         self.version = 0
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._next_order = 0
+        self.generations: dict[int, Generation] = {}
+        self.control_replies: dict[str, dict[str, Any]] = {}
+        self.calibration = Calibration()        # derived from journaled exits, so replayed
+        self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
         self.controller = ConcurrencyController.start(self.policy)
@@ -59,6 +67,10 @@ class Scheduler:
         self._slot_limited = False             # last pass held work only for a free slot
         self._last_pass: tuple[int, int] | None = None
         self.samples_seen = 0
+        self.idle_peers: dict[int, frozenset[str]] = {}
+        self.idle_streak = 0                   # consecutive samples with unused capacity
+        self.unused_slots = 0                  # free slots the last pass could not fill
+        self.admissible: tuple[str, ...] = ()  # profiles that could start now
 
     # -- events -----------------------------------------------------------
 
@@ -69,6 +81,20 @@ class Scheduler:
             return self._on_observed(event)
         if isinstance(event, AttemptLaunched):
             return self._on_launched(event)
+        if isinstance(event, ControlSeen):
+            return self._on_control(event)
+        if isinstance(event, ResultSeen):
+            return self._on_result(event)
+        if isinstance(event, IdleSeen):
+            return self._on_idle(event)
+        if isinstance(event, DeclineSeen):
+            return self._on_decline(event)
+        if isinstance(event, LeaseGranted):
+            return self._on_granted(event)
+        if isinstance(event, LeaseExpired):
+            return self._on_expired(event)
+        if isinstance(event, GenerationPhase):
+            return self._on_phase(event)
         if isinstance(event, ClaimsSeen):
             if self.host is not None and event.others != self.host.others:
                 self.host = replace(self.host, others=event.others)
@@ -79,6 +105,9 @@ class Scheduler:
             self.samples_seen += 1
             self.controller.observe(self.policy, event.pressure, event.capacity,
                                     self._slot_limited)
+            self.admissible = self.admissible_profiles()
+            spare = self.unused_slots - self.outstanding_leases() > 0
+            self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
             return []
         if isinstance(event, CoordinatorStarted):
             self.policy = Policy.from_dict(event.policy)
@@ -86,7 +115,7 @@ class Scheduler:
             self.coordinator = {"pid": event.pid, "host": event.host,
                                 "boot_id": event.boot_id, "since": event.at}
             self.version += 1
-            return []
+            return self._revoke_interrupted(event.at)
         raise InvalidTransition(f"can't handle event {type(event).__name__}")
 
     def _on_request(self, ev: RequestSeen) -> list[Effect]:
@@ -112,9 +141,15 @@ class Scheduler:
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
+        generation = request.generation
+        if generation is None and (current := self.current_generation()) is not None:
+            generation = current.number
+        closed = self._closed_to_new_work(generation)
         if job is None:
+            if closed:
+                return self._reply(ev, "rejected", None, "generation", closed)
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
-                      submitted_at=ev.at, order=self._take_order())
+                      submitted_at=ev.at, order=self._take_order(), generation=generation)
             self.jobs[job_id] = job
             self._by_state[job.state][job_id] = job
             return [self._write_job(job), *self._reply(ev, "accepted", job)]
@@ -130,7 +165,10 @@ class Scheduler:
             return self._reply(ev, "terminal_duplicate", job, reason=(
                 f"job {job_id} is {job.state.value} ({job.reason}); "
                 "submit again with retry_terminal to run it again under the same tag"))
+        if closed:
+            return self._reply(ev, "rejected", job, "generation", closed)
         self._transition(job, Trigger.RETRY_TERMINAL)
+        job.generation = generation
         job.request, job.profile, job.fingerprint = request, profile, digest
         job.round += 1
         job.reason = f"retry accepted (round {job.round})"
@@ -194,6 +232,9 @@ class Scheduler:
         code = ev.exit_code
         if code == 0:
             attempt.outcome = "completed"
+            if job.request.eta_s is not None:
+                self.calibration.observe((ev.ended_at or ev.at) - attempt.started_at,
+                                         job.request.eta_s)
             return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
         if code == INFRA_EXIT_CODE:
             used = sum(1 for a in job.attempts if a.round == job.round and a.outcome == "infra_retry")
@@ -247,7 +288,18 @@ class Scheduler:
         verdicts: dict[str, str | None] = {}  # profile -> hold reason, once the slots are full
         launches: list[AttemptLaunched] = []
         self._slot_limited = False
-        for job in self.queued():
+        queue = self.queued()
+        mature = [j for j in queue if j.request.work_class == MATURE]
+        exploring = len(queue) - len(mature)
+        for job in [*mature, *(j for j in queue if j.request.work_class != MATURE)]:
+            if (held := self.assessment_hold(job, at)) is not None:
+                self._hold(job, held)
+                continue
+            if job.request.work_class == MATURE and 0 < free <= min(
+                    self.policy.exploration_reserve, exploring):
+                self._hold(job, f"exploration_reserve: {free} slot(s) kept for queued "
+                                "exploration")
+                continue
             if free <= 0:
                 if job.profile not in verdicts:
                     verdicts[job.profile] = self._admit(job, loads, unsatisfiable)[1]
@@ -262,10 +314,13 @@ class Scheduler:
             launches.append(AttemptLaunched(at=at, job_id=job.job_id,
                                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
             free -= 1
+            if job.request.work_class != MATURE:
+                exploring -= 1
             if gpus:
                 profile = self.policy.profiles[job.profile]
                 loads = _with_envelopes(loads, [held_envelope(profile, u, job.job_id)
                                                 for u in gpus])
+        self.unused_slots = max(0, free)
         return launches
 
     def _admit(self, job: Job, loads: list[DeviceLoad] | None,
@@ -355,6 +410,10 @@ class Scheduler:
             "replies": {rid: {**r.to_dict(), "digest": r.digest}
                         for rid, r in sorted(self.replies.items())},
             "next_order": self._next_order,
+            "generations": {n: g.to_dict() for n, g in sorted(self.generations.items())},
+            "control_replies": dict(sorted(self.control_replies.items())),
+            "calibration": [self.calibration.count, self.calibration.total,
+                            self.calibration.total_sq],
         }
 
     # -- helpers ----------------------------------------------------------
@@ -389,13 +448,28 @@ class Scheduler:
                reason: str | None = None) -> list[Effect]:
         if reason is None:
             reason = f"{field}: {problem}" if field else f"job {job.job_id} {job.state.value}"
+        request, lease = ev.request, None
+        if request is not None and outcome != "rejected":
+            if request.lease is not None:
+                lease = self._use_lease(request.peer, request.lease, ev.at)
+            if outcome in ("accepted", "retry_accepted") and job.generation in self.generations:
+                cooldowns = self.generations[job.generation].cooldowns
+                for key in [k for k in cooldowns if k[0] == request.peer]:
+                    del cooldowns[key]  # a new submission resets the peer's decline backoff
         reply = Reply(request_id=ev.request_id, outcome=outcome,
                       job_id=job.job_id if job else None,
                       state=job.state.value if job else None,
-                      reason=reason, digest=ev.digest, field=field, problem=problem)
+                      reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease)
         self.replies[reply.request_id] = reply
         self.version += 1
-        return self._answer(ev.name, reply)
+        touched, self._lease_effects = self._lease_effects, []
+        return touched + self._answer(ev.name, reply)
+
+    def _closed_to_new_work(self, generation: int | None) -> str | None:
+        gen = self.generations.get(generation) if generation is not None else None
+        if gen is None or gen.accepting:
+            return None
+        return f"generation {generation} is {gen.phase}: queued and new work is rejected"
 
     @staticmethod
     def _answer(name: str, reply: Reply) -> list[Effect]:

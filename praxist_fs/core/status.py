@@ -47,6 +47,11 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "queue_length": len(queued),
         "pressure": _pressure(sched),
         "gpus": _gpus(sched, gpus),
+        "generation": (sched.generation_status(current)
+                       if (current := sched.current_generation()) else None),
+        "generations": [{"number": g.number, "phase": g.phase, "results": len(g.results),
+                         "quarantined": len(g.quarantined), "stats": g.stats_document()}
+                        for g in sorted(sched.generations.values(), key=lambda g: g.number)],
     }
 
 

@@ -531,7 +531,7 @@ def test_status_counts_active_and_queue():
     h = Harness(make_policy(initial_concurrent_experiments=2))
     run1 = h.submit("exp-run-1", peer="p1", work_class="scout")["job_id"]
     run2 = h.submit("exp-run-2", peer="p2")["job_id"]
-    wait = h.submit("exp-wait", peer="p3", work_class="mature")["job_id"]
+    wait = h.submit("exp-wait", peer="p3", work_class="ordinary")["job_id"]
     gpu = h.submit("exp-gpu", profile="gpu")["job_id"]
     done = h.submit("exp-done")["job_id"]
     h.launch_all()
@@ -553,7 +553,7 @@ def test_status_counts_active_and_queue():
     assert status["queue_length"] == 3
     reasons = {q["job_id"]: q["reason"] for q in status["queue"]}
     assert "slot" in reasons[wait] and "gpu" in reasons[gpu].lower()
-    assert status["queue"][0]["work_class"] == "mature" and status["queue"][0]["peer"] == "p3"
+    assert status["queue"][0]["work_class"] == "ordinary" and status["queue"][0]["peer"] == "p3"
     # finish one: counts move, the oldest waiting job takes the slot
     h.go(run1, "a1")
     h.exit(run1, "a1", 3)

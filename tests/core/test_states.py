@@ -16,6 +16,7 @@ from .helpers import Harness
 
 EXPECTED_TABLE = {
     (JobState.QUEUED, Trigger.LAUNCH): JobState.RUNNING,
+    (JobState.QUEUED, Trigger.FREEZE): JobState.REJECTED,
     (JobState.RUNNING, Trigger.EXIT_OK): JobState.COMPLETED,
     (JobState.RUNNING, Trigger.EXIT_RETRY): JobState.QUEUED,
     (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,

@@ -1,0 +1,341 @@
+"""Generations, results, idle supply and close (R-SUP-1..8): the Scheduler's second half.
+
+A mixin of ``Scheduler``, kept in its own file because it is a subject of its
+own; it mutates the same state under the same rules (see scheduler.py): every
+change bumps ``version`` and is journaled by the daemon before its effects.
+
+Leases are decisions (``LeaseGranted``, ``LeaseExpired``, ``GenerationPhase``)
+that the core proposes from ``next_grants`` and ``due``, the daemon journals,
+and ``handle`` applies; so replay never re-decides. A restart revokes every
+grant that was still waiting for its peer's answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .effects import ConsumeDecline, DisposeControl, Effect, WriteControlReply, \
+    WriteGenerationFile
+from .events import (
+    ControlSeen, DeclineSeen, Event, GenerationPhase, IdleSeen, LeaseExpired, LeaseGranted,
+    ResultSeen,
+)
+from .admission import pressure_hold
+from .placement import Demand, place
+from .states import Trigger
+from .supply import (
+    MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity, plan_priorities,
+)
+
+if TYPE_CHECKING:
+    from .model import Job
+    from .scheduler import Scheduler
+
+ASSESSMENT_HOLD = "generation {n} is in assessment: only mature top-ups start"
+
+
+class GenerationDesk:
+    """Methods of Scheduler for generations and supply (``self`` is the Scheduler)."""
+
+    # -- operator control ---------------------------------------------------
+
+    def _on_control(self: Scheduler, ev: ControlSeen) -> list[Effect]:
+        prior = self.control_replies.get(ev.request_id) if ev.request_id else None
+        if prior is not None:
+            if prior["digest"] == ev.digest:
+                return _control_answer(ev.name, prior["document"])
+            return [DisposeControl(name=ev.name, error=_problem(
+                "request_id", "already used by a different control request"))]
+        if ev.control is None:
+            if ev.request_id is None:
+                return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
+                                                                     ev.error_problem))]
+            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
+                                       None)
+        control, number = ev.control, ev.control.generation
+        gen = self.generations.get(number)
+        effects: list[Effect] = []
+        if control.action == "generation_open":
+            if gen is not None:
+                return self._control_reply(ev, "rejected",
+                                           f"generation {number} already exists ({gen.phase})", gen)
+            gen = Generation(number=number, cohort=control.cohort, deadline=control.deadline,
+                             opened_at=ev.at)
+            self.generations[number] = gen
+            effects += [WriteGenerationFile(generation=number, kind="peer", name=peer,
+                                            document={"peer": peer, "generation": number})
+                        for peer in gen.cohort]
+            effects.append(self._stats_file(gen))
+            return effects + self._control_reply(ev, "ok", f"generation {number} open", gen)
+        if gen is None:
+            return self._control_reply(ev, "rejected", f"generation {number} was never opened",
+                                       None)
+        if not gen.accepting:
+            return self._control_reply(ev, "rejected", f"generation {number} is {gen.phase}", gen)
+        if control.action == "generation_assess":
+            gen.phase = "assessment"
+            return self._control_reply(ev, "ok", f"generation {number} in assessment", gen)
+        gen.close_requested = True
+        mature = self.maturity(gen)
+        if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \
+                (gen.deadline is None or ev.at < gen.deadline):
+            gen.phase = "assessment"
+            return self._control_reply(ev, "ok", (
+                f"generation {number} in assessment: {mature.m} of {mature.hard_quorum} mature "
+                "peers; it closes when the quorum is met or the deadline passes"), gen)
+        effects = self._close(gen, ev.at, "closed by the operator")
+        return effects + self._control_reply(ev, "ok", f"generation {number} closing", gen)
+
+    def _control_reply(self: Scheduler, ev: ControlSeen, outcome: str, reason: str,
+                       gen: Generation | None) -> list[Effect]:
+        document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
+                    "generation": self.generation_status(gen) if gen else None}
+        self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
+        self.version += 1
+        return _control_answer(ev.name, document)
+
+    def _close(self: Scheduler, gen: Generation, at: float, reason: str) -> list[Effect]:
+        """Freeze the generation's queue, revoke its leases, then write CLOSING_SIGNAL."""
+        gen.phase = "closing"
+        effects: list[Effect] = []
+        for job in self.queued():
+            if job.generation == gen.number:
+                self._transition(job, Trigger.FREEZE)
+                job.reason = f"generation {gen.number} closed before it started ({reason})"
+                effects.append(self._write_job(job))
+        for lease in gen.outstanding():
+            effects += self._end_lease(gen, lease, "revoked", at, f"generation closing ({reason})")
+        effects.append(WriteGenerationFile(generation=gen.number, kind="closing",
+                                           name="CLOSING_SIGNAL",
+                                           document={"generation": gen.number, "at": at,
+                                                     "reason": reason}))
+        self.version += 1
+        return effects
+
+    # -- peers: results, idle registrations, declines -----------------------
+
+    def _on_result(self: Scheduler, ev: ResultSeen) -> list[Effect]:
+        gen = self.generations.get(ev.generation)
+        if gen is None or ev.result_id in gen.results or ev.result_id in gen.quarantined:
+            return []
+        if gen.phase == "closed":  # after the drain: kept, never counted
+            gen.quarantined[ev.result_id] = ev.peer
+        else:
+            gen.results[ev.result_id] = (ev.peer, ev.mature)
+        self.version += 1
+        return []
+
+    def _on_idle(self: Scheduler, ev: IdleSeen) -> list[Effect]:
+        self.idle_peers[ev.generation] = frozenset(ev.peers)
+        return []
+
+    def _on_decline(self: Scheduler, ev: DeclineSeen) -> list[Effect]:
+        effects: list[Effect] = [ConsumeDecline(generation=ev.generation, name=ev.name)]
+        gen = self.generations.get(ev.generation)
+        lease = gen.leases.get(ev.lease_id) if gen else None
+        if lease is None or lease.peer != ev.peer or not lease.outstanding:
+            return effects
+        declines = gen.cooldowns.get((lease.peer, lease.priority), (0, 0.0))[0] + 1
+        gen.cooldowns[(lease.peer, lease.priority)] = (declines,
+                                                       ev.at + cooldown_seconds(declines))
+        return self._end_lease(gen, lease, "declined", ev.at, "declined by the peer") + effects
+
+    # -- decisions ------------------------------------------------------------
+
+    def _on_granted(self: Scheduler, ev: LeaseGranted) -> list[Effect]:
+        gen = self.generations[ev.generation]
+        lease = Lease(lease_id=ev.lease_id, peer=ev.peer, generation=ev.generation,
+                      priority=ev.priority, profiles=ev.profiles, granted_at=ev.at,
+                      expires_at=ev.expires_at)
+        gen.leases[lease.lease_id] = lease
+        gen.count(lease.priority, "granted")
+        self.version += 1
+        return [self._lease_file(lease), self._stats_file(gen)]
+
+    def _on_expired(self: Scheduler, ev: LeaseExpired) -> list[Effect]:
+        gen = self.generations[ev.generation]
+        lease = gen.leases[ev.lease_id]
+        if not lease.outstanding:
+            return []
+        return self._end_lease(gen, lease, "expired", ev.at,
+                               "expired unused (the submission window closed)")
+
+    def _on_phase(self: Scheduler, ev: GenerationPhase) -> list[Effect]:
+        gen = self.generations[ev.generation]
+        if ev.phase == "closing":
+            return self._close(gen, ev.at, ev.reason)
+        gen.phase = ev.phase
+        self.version += 1
+        return []
+
+    def _revoke_interrupted(self: Scheduler, at: float) -> list[Effect]:
+        """At a (re)start, grants still waiting for an answer are revoked (R-SUP-6)."""
+        effects: list[Effect] = []
+        for gen in self.generations.values():
+            for lease in gen.outstanding():
+                effects += self._end_lease(gen, lease, "revoked", at,
+                                           "the coordinator restarted before the peer answered")
+        return effects
+
+    def _end_lease(self: Scheduler, gen: Generation, lease: Lease, state: str, at: float,
+                   reason: str) -> list[Effect]:
+        lease.state, lease.reason, lease.ended_at = state, reason, at
+        gen.count(lease.priority, state)
+        self.version += 1
+        return [self._lease_file(lease), self._stats_file(gen)]
+
+    def _use_lease(self: Scheduler, peer: str, lease_id: str, at: float) -> dict[str, str]:
+        """What a submission carrying ``lease_id`` does to that lease (R-SUP-4)."""
+        for gen in self.generations.values():
+            lease = gen.leases.get(lease_id)
+            if lease is None or lease.peer != peer:
+                continue
+            if lease.outstanding:
+                lease.state, lease.ended_at = "consumed", at
+                lease.reason = "consumed by a submission"
+                gen.count(lease.priority, "consumed")
+                self._lease_effects += [self._lease_file(lease), self._stats_file(gen)]
+                return {"lease_id": lease_id, "outcome": "consumed"}
+            key = "reuse_ignored" if lease.state == "consumed" else "stale_submission"
+            gen.count(lease.priority, key)
+            self._lease_effects.append(self._stats_file(gen))
+            return {"lease_id": lease_id, "outcome": key}
+        return {"lease_id": lease_id, "outcome": "unknown"}
+
+    def due(self: Scheduler, at: float) -> list[Event]:
+        """Time- and state-driven decisions: expiries, assessment ending, drain finished."""
+        events: list[Event] = []
+        for gen in self.generations.values():
+            if gen.phase == "closed":
+                continue
+            events += [LeaseExpired(at=at, generation=gen.number, lease_id=lease.lease_id)
+                       for lease in gen.outstanding() if at >= lease.expires_at]
+            if gen.phase == "assessment" and gen.close_requested:
+                mature = self.maturity(gen)
+                if mature.hard_quorum is not None and mature.m >= mature.hard_quorum:
+                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
+                                                  reason="mature quorum met"))
+                elif gen.deadline is not None and at >= gen.deadline:
+                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
+                                                  reason="deadline passed"))
+            elif gen.phase == "closing" and not any(
+                    j.generation == gen.number for j in self.running()):
+                events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
+                                              reason="running work drained"))
+        return events
+
+    def next_grants(self: Scheduler, at: float) -> list[LeaseGranted]:
+        """Leases for idle peers when slots sit unused that the queue cannot fill (R-SUP-3)."""
+        gen = self.current_generation()
+        if not self.policy.supply_signal_enabled or gen is None or \
+                self.idle_streak < self.policy.supply_idle_samples or not self.admissible:
+            return []
+        slots = self.unused_slots - self.outstanding_leases()
+        busy = {lease.peer for lease in gen.outstanding()}
+        peers = sorted(p for p in self.idle_peers.get(gen.number, ())
+                       if p not in busy and (not gen.cohort or p in gen.cohort))
+        if slots <= 0 or not peers:
+            return []
+        first_wave = not any(gen.stats[p]["granted"] for p in gen.stats)
+        priorities = plan_priorities(min(slots, len(peers)), self.maturity(gen), first_wave)
+        if gen.phase == "assessment":
+            priorities = [p for p in priorities if p == MATURE]
+        grants, serial = [], sum(gen.stats[p]["granted"] for p in gen.stats)
+        for priority in priorities:
+            peer = next((p for p in peers
+                         if gen.cooldowns.get((p, priority), (0, 0.0))[1] <= at), None)
+            if peer is None:
+                continue
+            peers.remove(peer)
+            serial += 1
+            grants.append(LeaseGranted(
+                at=at, generation=gen.number, lease_id=f"g{gen.number}-{peer}-{serial}",
+                peer=peer, priority=priority, profiles=self.admissible,
+                expires_at=at + self.policy.supply_lease_seconds))
+        return grants
+
+    # -- views ----------------------------------------------------------------
+
+    def current_generation(self: Scheduler) -> Generation | None:
+        accepting = [g for g in self.generations.values() if g.accepting]
+        return max(accepting, key=lambda g: g.number) if accepting else None
+
+    def outstanding_leases(self: Scheduler) -> int:
+        return sum(len(g.outstanding()) for g in self.generations.values())
+
+    def maturity(self: Scheduler, gen: Generation) -> Maturity:
+        mature_results = [peer for peer, is_mature in gen.results.values() if is_mature]
+        commitments = sum(1 for j in (*self.queued(), *self.running())
+                          if j.generation == gen.number and j.request.work_class == MATURE)
+        commitments += sum(1 for lease in gen.outstanding() if lease.priority == MATURE)
+        cohort = len(gen.cohort) or len(self.idle_peers.get(gen.number, ())) or 1
+        return maturity(cohort_size=cohort, fraction=self.policy.mature_supply_fraction,
+                        redundancy=self.policy.mature_supply_redundancy,
+                        quorum_fraction=self.policy.mature_quorum_fraction,
+                        mature_results=len(mature_results), mature_peers=len(set(mature_results)),
+                        commitments=commitments)
+
+    def admissible_profiles(self: Scheduler) -> tuple[str, ...]:
+        """Profiles that could start now: declared domains calm and, for GPUs, a placement."""
+        pressure = self.host.pressure if self.host else None
+        loads = self._device_loads()
+        names = []
+        for name, profile in sorted(self.policy.profiles.items()):
+            if pressure_hold(self.policy, profile, pressure):
+                continue
+            if profile.uses_gpu and (loads is None or place(Demand.of(profile), loads)[1]):
+                continue
+            names.append(name)
+        return tuple(names)
+
+    def assessment_hold(self: Scheduler, job: Job, at: float) -> str | None:
+        """In assessment only deadline-safe mature top-ups start (R-SUP-7)."""
+        gen = self.generations.get(job.generation) if job.generation else None
+        if gen is None or gen.phase != "assessment":
+            return None
+        if job.request.work_class != MATURE:
+            return ASSESSMENT_HOLD.format(n=gen.number)
+        if gen.deadline is None:
+            return None
+        p = self.calibration.p_finish(job.request.eta_s, gen.deadline - at)
+        if p is None:
+            return (f"generation {gen.number} is in assessment: the ETA is unknown, so it "
+                    "cannot be shown to finish before the deadline")
+        floor = self.policy.mature_assessment_min_completion_probability
+        if p < floor:
+            return (f"generation {gen.number} is in assessment: P(finish before the deadline) = "
+                    f"{p:.2f} < {floor:g}")
+        return None
+
+    def generation_status(self: Scheduler, gen: Generation) -> dict[str, Any]:
+        doc = gen.to_dict()
+        doc.pop("cooldowns")
+        doc["results"] = {"count": len(gen.results),
+                          "mature": sum(1 for _, m in gen.results.values() if m),
+                          "quarantined": sorted(gen.quarantined)}
+        doc.pop("quarantined")
+        doc["maturity"] = self.maturity(gen).to_dict()
+        doc["leases"] = [lease.to_dict() for lease in gen.outstanding()]
+        doc["idle_peers"] = sorted(self.idle_peers.get(gen.number, ()))
+        return doc
+
+    def _lease_file(self: Scheduler, lease: Lease) -> WriteGenerationFile:
+        return WriteGenerationFile(generation=lease.generation, kind="lease", name=lease.peer,
+                                   document=lease.to_dict())
+
+    def _stats_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
+        return WriteGenerationFile(generation=gen.number, kind="stats", name="stats",
+                                   document=gen.stats_document())
+
+
+def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
+    error = None
+    if document["outcome"] == "rejected":
+        error = {"request_id": document["request_id"], "reason": document["reason"]}
+    return [DisposeControl(name=name, error=error),
+            WriteControlReply(request_id=document["request_id"], document=document)]
+
+
+def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
+    return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
+

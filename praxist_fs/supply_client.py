@@ -1,0 +1,482 @@
+"""The operator and peer side of generations and idle supply (R-SUP), as files.
+
+Like ``client``, this does only what a shell script may do:
+
+- ``generation_command``: an operator request written to
+  ``resource_scheduler/control/tmp/<request_id>.json``, renamed into
+  ``control/``, answered in ``control/replies/<request_id>.json``.
+- ``lease_wait``: a peer registers as idle in
+  ``gen_<N>/resource_supply/idle/<peer>.json`` and waits for a new granted lease
+  in ``gen_<N>/resource_supply/leases/<peer>.json``. A watchdog observer on the
+  leases directory is only a doorbell; the file is re-read every second anyway,
+  so a missed event delays, never loses, a grant.
+- ``lease_decline``: ``gen_<N>/resource_supply/idle/<peer>.decline.json``.
+
+Every file is written atomically (a hidden temp name in the same directory,
+fsync, rename). ``add_supply_parsers`` registers the ``generation`` and
+``lease`` subcommands of ``praxist-fs``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, TextIO
+
+from . import client
+from .adapters.fsio import dumps, read_json, unlink, write_atomic
+from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
+from .core.request import NAME_EXPECTED, NAME_RE
+from .errors import PraxistError
+
+ACTIONS = ("open", "assess", "close")
+LEASE_STATES = ("granted", "consumed", "declined", "expired", "revoked")
+DECLINE_SUFFIX = ".decline"
+RECHECK_SECONDS = 1.0
+
+EXIT_ERROR = 2           # invalid input, unresolvable generation, rejected control request
+EXIT_TIMEOUT = 1         # no reply / no lease within --timeout
+EXIT_NO_COORDINATOR = 69  # as `praxist-fs launch`
+EXIT_INTERRUPTED = 130
+
+
+class SupplyError(PraxistError, ValueError):
+    """Invalid input or a state that makes the command meaningless; the message says which."""
+
+
+# -- paths ------------------------------------------------------------------------------
+
+
+def generation_dir(layout: RunLayout, generation: int) -> Path:
+    return layout.root / f"gen_{generation}"
+
+
+def idle_dir(layout: RunLayout, generation: int) -> Path:
+    return generation_dir(layout, generation) / "resource_supply" / "idle"
+
+
+def leases_dir(layout: RunLayout, generation: int) -> Path:
+    return generation_dir(layout, generation) / "resource_supply" / "leases"
+
+
+def idle_file(layout: RunLayout, generation: int, peer: str) -> Path:
+    return idle_dir(layout, generation) / f"{peer}.json"
+
+
+def decline_file(layout: RunLayout, generation: int, peer: str) -> Path:
+    return idle_dir(layout, generation) / f"{peer}{DECLINE_SUFFIX}.json"
+
+
+def lease_file(layout: RunLayout, generation: int, peer: str) -> Path:
+    return leases_dir(layout, generation) / f"{peer}.json"
+
+
+def control_tmp(layout: RunLayout) -> Path:
+    return layout.control / "tmp"
+
+
+def control_replies(layout: RunLayout) -> Path:
+    return layout.control / "replies"
+
+
+# -- validation -------------------------------------------------------------------------
+
+
+def _name(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+        raise SupplyError(f"{what} {value!r} is not a valid name: expected {NAME_EXPECTED}")
+    return value
+
+
+def _peer(value: Any) -> str:
+    if not value:
+        raise SupplyError("a peer id is needed (--peer or PRAXIST_PEER_ID)")
+    peer = _name("peer", value)
+    if peer.endswith(DECLINE_SUFFIX):
+        # idle/<peer>.json of such a peer would be the decline file of another peer
+        raise SupplyError(f"peer {peer!r} ends with {DECLINE_SUFFIX!r}, which the idle "
+                          f"directory reserves for decline files; choose another peer id")
+    return peer
+
+
+def _generation(value: Any) -> int:
+    if type(value) is not int or value < 1:
+        raise SupplyError(f"generation {value!r} is not valid: expected an integer >= 1")
+    return value
+
+
+def _deadline(value: str) -> str:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise SupplyError(f"deadline {value!r} is not an ISO-8601 date-time, e.g. "
+                          f"2025-06-01T18:00:00+02:00") from None
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise SupplyError(f"deadline {value!r} has no timezone; add one, e.g. "
+                          f"{parsed.isoformat()}+00:00 or a trailing Z")
+    return value
+
+
+def _timeout(value: float | None, what: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value \
+            or value < 0:
+        raise SupplyError(f"{what} {value!r} is not valid: expected seconds >= 0")
+    return float(value)
+
+
+def current_generation(layout: RunLayout) -> int:
+    """status.json's ``generation.number``; ``SupplyError`` when there is none."""
+    doc = client.status_document(layout)
+    if doc is None:
+        raise SupplyError(f"no generation given and no status.json under {layout.root}; "
+                          f"pass --generation N")
+    generation = doc.get("generation")
+    if not isinstance(generation, dict) or generation.get("number") is None:
+        raise SupplyError(f"no generation given and {layout.status} shows no current "
+                          f"generation; pass --generation N or open one with "
+                          f"praxist-fs generation open")
+    try:
+        return _generation(generation["number"])
+    except SupplyError:
+        raise SupplyError(f"{layout.status} has an invalid generation.number "
+                          f"{generation['number']!r}; pass --generation N") from None
+
+
+def _resolve_generation(layout: RunLayout, generation: int | None) -> int:
+    return current_generation(layout) if generation is None else _generation(generation)
+
+
+def _require_run(layout: RunLayout) -> None:
+    if not layout.scheduler.is_dir():
+        raise SupplyError(f"{layout.root} is not a run directory (no resource_scheduler/); "
+                          f"start its coordinator with: praxist-fs serve --run-dir {layout.root}")
+
+
+# -- operator: generation control -------------------------------------------------------
+
+
+def generation_request(action: str, number: int, cohort: Iterable[str] = (),
+                       deadline: str | None = None, request_id: str | None = None
+                       ) -> dict[str, Any]:
+    """The validated control request body for ``action`` on generation ``number``."""
+    if action not in ACTIONS:
+        raise SupplyError(f"action {action!r} is not valid: expected one of "
+                          f"{', '.join(ACTIONS)}")
+    number = _generation(number)
+    if isinstance(cohort, str):
+        raise SupplyError("cohort must be a list of peer ids, not one string")
+    cohort = list(cohort)
+    if action != "open" and (cohort or deadline is not None):
+        raise SupplyError(f"--cohort and --deadline apply to 'open' only, not {action!r}")
+    seen: set[str] = set()
+    for peer in cohort:
+        _peer(peer)
+        if peer in seen:
+            raise SupplyError(f"peer {peer!r} appears twice in the cohort")
+        seen.add(peer)
+    if request_id is None:
+        request_id = client.new_request_id(f"generation-{action}-{number}")
+    request: dict[str, Any] = {"request_id": _name("request_id", request_id),
+                               "action": f"generation_{action}", "generation": number}
+    if cohort:
+        request["cohort"] = cohort
+    if deadline is not None:
+        request["deadline"] = _deadline(deadline)
+    return request
+
+
+def generation_command(run_dir: str | os.PathLike, action: str, number: int,
+                       cohort: Iterable[str] = (), deadline: str | None = None,
+                       timeout: float = 30.0, *, wait_coordinator: float = 0.0,
+                       request_id: str | None = None) -> dict[str, Any]:
+    """Send one generation control request and return the coordinator's reply.
+
+    The reply is returned whatever its outcome (``ok`` or ``rejected``). Raises
+    ``SupplyError`` for invalid input, ``client.NoCoordinator`` when no live
+    coordinator owns the run (after ``wait_coordinator`` seconds), and
+    ``TimeoutError`` when no reply came within ``timeout`` seconds; the request
+    is then withdrawn if the coordinator has not taken it yet."""
+    layout = RunLayout.at(run_dir)
+    request = generation_request(action, number, cohort, deadline, request_id)
+    timeout = _timeout(timeout, "timeout")
+    if timeout is None:
+        raise SupplyError("a generation command needs a finite timeout")
+    client.wait_for_coordinator(layout, _timeout(wait_coordinator, "wait_coordinator") or 0.0)
+    name = f"{request['request_id']}.json"
+    tmp = control_tmp(layout)
+    tmp.mkdir(parents=True, exist_ok=True)
+    write_atomic(tmp / name, dumps(request))
+    os.rename(tmp / name, layout.control / name)
+    reply_path = control_replies(layout) / name
+    deadline_at = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        reply = read_json(reply_path)
+        if isinstance(reply, dict):
+            return reply
+        remaining = deadline_at - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.1)
+    withdrawn = False
+    try:
+        os.unlink(layout.control / name)
+        withdrawn = True
+    except FileNotFoundError:
+        pass
+    alive = live_endpoint(layout) is not None
+    raise TimeoutError(
+        f"no reply to {request['action']} of generation {request['generation']} within "
+        f"{timeout:g}s (request {request['request_id']}; the coordinator is "
+        f"{'alive' if alive else 'no longer alive'}); "
+        + ("the request was withdrawn unprocessed" if withdrawn else
+           f"the coordinator took the request: its reply will appear in {reply_path}"))
+
+
+# -- peer: idle registration, leases, declines ------------------------------------------
+
+
+def _usable_grant(doc: Any, peer: str, generation: int, ignore: str | None
+                  ) -> dict[str, Any] | None:
+    if not isinstance(doc, dict) or doc.get("state") != "granted":
+        return None
+    lease_id = doc.get("lease_id")
+    if not isinstance(lease_id, str) or not lease_id or lease_id == ignore:
+        return None
+    if doc.get("peer") != peer or doc.get("generation") != generation:
+        return None
+    return doc
+
+
+def _lease_id(doc: Any) -> str | None:
+    lease_id = doc.get("lease_id") if isinstance(doc, dict) else None
+    return lease_id if isinstance(lease_id, str) else None
+
+
+class _Doorbell:
+    """A watchdog observer on one directory that sets an Event on any change in it."""
+
+    def __init__(self, directory: Path, bell: threading.Event) -> None:
+        self.observer = None
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            class Handler(FileSystemEventHandler):
+                def on_any_event(self, event: object) -> None:
+                    bell.set()  # never raises; an exception would kill the observer thread
+
+            observer = Observer()
+            observer.daemon = True
+            observer.schedule(Handler(), str(directory), recursive=False)
+            observer.start()
+            self.observer = observer
+        except Exception:  # no inotify (limits, exotic FS): the periodic re-check suffices
+            self.close()
+
+    def close(self) -> None:
+        observer, self.observer = self.observer, None
+        if observer is None:
+            return
+        try:
+            observer.stop()
+        finally:
+            if observer.is_alive():
+                observer.join(timeout=5.0)
+
+
+def register_idle(run_dir: str | os.PathLike, peer: str, generation: int) -> dict[str, Any]:
+    """Write ``gen_<N>/resource_supply/idle/<peer>.json`` atomically; return what was written."""
+    layout = RunLayout.at(run_dir)
+    peer, generation = _peer(peer), _generation(generation)
+    directory = idle_dir(layout, generation)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {"peer": peer, "generation": generation, "at": time.time()}
+    write_atomic(idle_file(layout, generation, peer), dumps(document))
+    return document
+
+
+def unregister_idle(run_dir: str | os.PathLike, peer: str, generation: int) -> None:
+    layout = RunLayout.at(run_dir)
+    unlink(idle_file(layout, _generation(generation), _peer(peer)))
+
+
+def lease_wait(run_dir: str | os.PathLike, peer: str, generation: int | None = None,
+               timeout: float | None = None, out: TextIO | None = None) -> dict[str, Any]:
+    """Register ``peer`` as idle and block until it holds a new granted lease.
+
+    A lease counts when the peer's lease file shows ``state: granted`` with a
+    ``lease_id`` other than the one in the file when waiting started, and names
+    this peer and generation. The lease is printed to ``out`` (default stdout) as
+    JSON and returned. The idle registration is removed on every exit (lease,
+    timeout, interrupt): a peer holding a lease, or no longer waiting, is not
+    idle. ``TimeoutError`` after ``timeout`` seconds (None: wait for ever)."""
+    out = sys.stdout if out is None else out
+    layout = RunLayout.at(run_dir)
+    peer = _peer(peer)
+    timeout = _timeout(timeout, "timeout")
+    _require_run(layout)
+    generation = _resolve_generation(layout, generation)
+    leases = leases_dir(layout, generation)
+    leases.mkdir(parents=True, exist_ok=True)
+    path = lease_file(layout, generation, peer)
+    bell = threading.Event()
+    doorbell = _Doorbell(leases, bell)  # before the snapshot, so no change goes unrung
+    try:
+        ignore = _lease_id(read_json(path))  # a lease already there is not for this wait
+        register_idle(layout.root, peer, generation)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        lease = None
+        try:
+            while True:
+                bell.clear()
+                lease = _usable_grant(read_json(path), peer, generation, ignore)
+                if lease is not None:
+                    break
+                wait = RECHECK_SECONDS
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    wait = min(wait, remaining)
+                bell.wait(wait)
+        finally:
+            unlink(idle_file(layout, generation, peer))
+        if lease is None:  # a grant racing the unregistration still counts
+            lease = _usable_grant(read_json(path), peer, generation, ignore)
+        if lease is None:
+            raise TimeoutError(f"no lease for peer {peer} in generation {generation} within "
+                               f"{timeout:g}s; the idle registration was withdrawn")
+    finally:
+        doorbell.close()
+    print(json.dumps(lease, indent=2), file=out, flush=True)
+    return lease
+
+
+def lease_decline(run_dir: str | os.PathLike, peer: str, lease_id: str | None = None,
+                  generation: int | None = None) -> dict[str, Any]:
+    """Write ``gen_<N>/resource_supply/idle/<peer>.decline.json``; return what was written.
+
+    Without ``lease_id`` the lease is the one in the peer's lease file, which must
+    be in state granted."""
+    layout = RunLayout.at(run_dir)
+    peer = _peer(peer)
+    if lease_id is not None:
+        _name("lease id", lease_id)
+    _require_run(layout)
+    generation = _resolve_generation(layout, generation)
+    if lease_id is None:
+        path = lease_file(layout, generation, peer)
+        doc = read_json(path)
+        if not isinstance(doc, dict):
+            raise SupplyError(f"peer {peer} has no lease in generation {generation} "
+                              f"({path} is missing or unreadable); nothing to decline")
+        if doc.get("state") != "granted":
+            raise SupplyError(f"the lease {doc.get('lease_id')!r} of peer {peer} in generation "
+                              f"{generation} is {doc.get('state')!r}, not granted; "
+                              f"nothing to decline")
+        lease_id = _name("lease id", _lease_id(doc))
+    directory = idle_dir(layout, generation)
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {"peer": peer, "generation": generation, "lease_id": lease_id}
+    write_atomic(decline_file(layout, generation, peer), dumps(document))
+    return document
+
+
+# -- command line -----------------------------------------------------------------------
+
+
+def add_supply_parsers(sub: argparse._SubParsersAction) -> None:
+    """Register ``generation open|assess|close`` and ``lease wait|decline`` on ``sub``."""
+    generation = sub.add_parser("generation", help="open, assess or close a generation "
+                                "(an operator request to the coordinator)")
+    actions = generation.add_subparsers(dest="generation_action", metavar="open|assess|close")
+    actions.required = True
+    for action, text in (("open", "open generation N"),
+                         ("assess", "move generation N into assessment"),
+                         ("close", "close generation N")):
+        parser = actions.add_parser(action, help=text)
+        parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+        parser.add_argument("number", type=int, metavar="N", help="the generation (>= 1)")
+        if action == "open":
+            parser.add_argument("--cohort", nargs="+", action="extend", default=[],
+                                metavar="PEER", help="the peers of the generation")
+            parser.add_argument("--deadline", metavar="ISO",
+                                help="ISO-8601 date-time with a timezone")
+        parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                            help="how long to wait for the reply (default 30)")
+        parser.add_argument("--wait-coordinator", type=float, default=0.0, metavar="SECONDS",
+                            help="how long to wait for a live coordinator (default 0)")
+        parser.set_defaults(func=cmd_generation)
+
+    lease = sub.add_parser("lease", help="wait for or decline an idle-supply lease (a peer)")
+    verbs = lease.add_subparsers(dest="lease_action", metavar="wait|decline")
+    verbs.required = True
+    wait = verbs.add_parser("wait", help="register as idle and print the next granted lease")
+    decline = verbs.add_parser("decline", help="decline a granted lease")
+    for parser in (wait, decline):
+        parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+        parser.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"))
+        parser.add_argument("--generation", type=int, metavar="N",
+                            help="default: the current generation in status.json")
+        parser.set_defaults(func=cmd_lease)
+    wait.add_argument("--timeout", type=float, metavar="SECONDS",
+                      help="give up (exit 1) after this long (default: wait for ever)")
+    decline.add_argument("--lease", metavar="ID",
+                         help="default: the lease in the peer's lease file, if granted")
+
+
+def _fail(command: str, message: object, code: int) -> int:
+    print(f"praxist-fs {command}: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_generation(args: argparse.Namespace) -> int:
+    command = f"generation {args.generation_action}"
+    if not args.run_dir:
+        return _fail(command, "needs --run-dir (or PRAXIST_RUN_DIR)", EXIT_ERROR)
+    try:
+        reply = generation_command(args.run_dir, args.generation_action, args.number,
+                                   cohort=getattr(args, "cohort", ()),
+                                   deadline=getattr(args, "deadline", None),
+                                   timeout=args.timeout, wait_coordinator=args.wait_coordinator)
+    except SupplyError as exc:
+        return _fail(command, exc, EXIT_ERROR)
+    except client.NoCoordinator as exc:
+        return _fail(command, exc, EXIT_NO_COORDINATOR)
+    except TimeoutError as exc:
+        return _fail(command, exc, EXIT_TIMEOUT)
+    print(json.dumps(reply, indent=2), flush=True)
+    if reply.get("outcome") != "ok":
+        return _fail(command, f"{reply.get('outcome')}: {reply.get('reason')}", EXIT_ERROR)
+    return 0
+
+
+def cmd_lease(args: argparse.Namespace) -> int:
+    command = f"lease {args.lease_action}"
+    if not args.run_dir:
+        return _fail(command, "needs --run-dir (or PRAXIST_RUN_DIR)", EXIT_ERROR)
+    try:
+        if args.lease_action == "wait":
+            lease_wait(args.run_dir, args.peer, args.generation, args.timeout)
+        else:
+            written = lease_decline(args.run_dir, args.peer, args.lease, args.generation)
+            print(json.dumps(written, indent=2), flush=True)
+    except SupplyError as exc:
+        return _fail(command, exc, EXIT_ERROR)
+    except TimeoutError as exc:
+        return _fail(command, exc, EXIT_TIMEOUT)
+    except KeyboardInterrupt:
+        return _fail(command, "interrupted; the idle registration was withdrawn",
+                     EXIT_INTERRUPTED)
+    return 0

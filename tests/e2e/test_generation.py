@@ -1,0 +1,147 @@
+"""A whole generation through real files and a real coordinator (R-SUP-1..8): leases to
+idle peers, a consumed and a declined lease, mature results, assessment, close, drain."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from .conftest import read_json, request, wait_for
+
+TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: 4
+    max_concurrent_experiments: 4
+    supply_idle_samples: 2
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+synthesis_trigger:
+  mature_quorum_fraction: 0.5
+"""
+
+CLI = [sys.executable, "-m", "praxist_fs"]
+
+
+def cli(run, *args, timeout=60):
+    result = subprocess.run([*CLI, *args, f"--run-dir={run.root}"], capture_output=True,
+                            text=True, timeout=timeout)
+    return result.returncode, (json.loads(result.stdout) if result.stdout.strip() else None), \
+        result.stderr
+
+
+def gen_file(run, *parts):
+    return read_json(run.root.joinpath("gen_1", *parts))
+
+
+def publish(run, result_id, peer, mature=True):
+    results = run.root / "gen_1" / "results"
+    (results / f".{result_id}.tmp").write_text(json.dumps({"peer": peer, "mature": mature,
+                                                            "score": 0.9}))
+    (results / f".{result_id}.tmp").rename(results / f"{result_id}.json")
+
+
+def test_a_generation_from_open_to_close(make_run, tmp_path):
+    run = make_run(task_text=TASK)
+    run.start()
+    code, reply, _ = cli(run, "generation", "open", "1", "--cohort", "p1", "--cohort", "p2",
+                         "--cohort", "p3", "--cohort", "p4")
+    assert code == 0 and reply["outcome"] == "ok", reply
+    assert gen_file(run, "peers", "p3.json") == {"peer": "p3", "generation": 1}
+
+    waiters = {peer: subprocess.Popen([*CLI, "lease", "wait", f"--run-dir={run.root}",
+                                       f"--peer={peer}", "--timeout=60"],
+                                      stdout=subprocess.PIPE, text=True)
+               for peer in ("p1", "p2", "p3", "p4")}
+    leases = {peer: json.loads(proc.communicate(timeout=90)[0]) for peer, proc in waiters.items()}
+    assert all(lease["state"] == "granted" for lease in leases.values())
+    priorities = sorted(lease["priority"] for lease in leases.values())
+    # hard quorum 2 of 4 replaces Q=1: two mature leases, and the others keep exploring
+    assert priorities == ["frontier_followup", "frontier_followup", "mature", "mature"]
+    assert all(lease["profiles"] == ["cpu"] for lease in leases.values())
+    status = run.status()
+    assert status["generation"]["maturity"]["Q"] == 2
+    assert status["generation"]["maturity"]["mature_commitments"] == 2
+
+    mature_peer = next(p for p, lease in leases.items() if lease["priority"] == "mature")
+    other_mature = next(p for p, lease in leases.items()
+                        if lease["priority"] == "mature" and p != mature_peer)
+    explorer = next(p for p, lease in leases.items() if lease["priority"] != "mature")
+    decliner = next(p for p in leases if p not in (mature_peer, other_mature, explorer))
+
+    consumed = run.reply(run.submit(request("mature-eval-1", peer=mature_peer, work_class="mature",
+                                            lease=leases[mature_peer]["lease_id"])))
+    assert consumed["lease"] == {"lease_id": leases[mature_peer]["lease_id"],
+                                 "outcome": "consumed"}
+    assert gen_file(run, "resource_supply", "leases", f"{mature_peer}.json")["state"] == "consumed"
+    again = run.reply(run.submit(request("mature-eval-2", peer=mature_peer,
+                                         lease=leases[mature_peer]["lease_id"])))
+    assert again["lease"]["outcome"] == "reuse_ignored"
+    code, _, _ = cli(run, "lease", "decline", f"--peer={decliner}")
+    assert code == 0
+    wait_for(lambda: gen_file(run, "resource_supply", "leases",
+                              f"{decliner}.json")["state"] == "declined")
+    run.wait_state(consumed["job_id"], "completed")
+    publish(run, "r1", mature_peer)
+
+    gate = tmp_path / "gate"
+    slow = run.reply(run.submit(request("explore-long", ["sh", "-c",
+                                                         f"while [ ! -e {gate} ]; do sleep 0.05; done"],
+                                        peer=explorer)))
+    run.wait_state(slow["job_id"], "running")
+
+    code, reply, _ = cli(run, "generation", "close", "1")
+    assert code == 0 and "assessment" in reply["reason"]  # 1 of 2 mature peers so far
+    wait_for(lambda: run.status()["generation"]["phase"] == "assessment")
+    waiting = run.reply(run.submit(request("explore-late", peer=explorer)))
+    reason = wait_for(lambda: next((q["reason"] for q in run.status()["queue"]
+                                    if q["job_id"] == waiting["job_id"]), None))
+    assert "assessment" in reason
+    top_up = run.reply(run.submit(request("mature-top-up", peer=other_mature,
+                                          work_class="mature")))
+    run.wait_state(top_up["job_id"], "completed")  # mature top-ups still run
+    publish(run, "r2", other_mature)
+
+    wait_for(lambda: (run.root / "gen_1" / "CLOSING_SIGNAL").exists())
+    frozen = run.wait_state(waiting["job_id"], "rejected")
+    assert "generation 1 closed" in frozen["reason"]
+    late = run.reply(run.submit(request("too-late", peer=explorer, generation=1)))
+    assert late["outcome"] == "rejected" and late["field"] == "generation"
+    assert run.job(slow["job_id"])["state"] == "running"  # running work drains, not killed
+    gate.touch()
+    run.wait_state(slow["job_id"], "completed")
+    wait_for(lambda: run.status()["generations"][0]["phase"] == "closed")
+    publish(run, "r3", explorer)
+    wait_for(lambda: run.status()["generations"][0]["quarantined"] == 1)
+
+    stats = gen_file(run, "resource_supply", "stats.json")
+    assert (stats["granted"], stats["consumed"], stats["declined"], stats["revoked"]) == (4, 1, 1, 2)
+    assert stats["reuse_ignored"] == 1 and stats["conversion_rate"] == 0.25
+    assert stats["by_priority"]["mature"]["granted"] == 2
+    assert stats["by_priority"]["mature"]["consumed"] == 1
+
+    run.kill()
+    run.start()
+    assert gen_file(run, "resource_supply", "stats.json") == stats  # nothing reset or re-counted
+    status = wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid and s)
+    assert status["generations"][0]["stats"]["granted"] == 4
+    assert run.job(waiting["job_id"])["state"] == "rejected"  # a restart never revives it
+
+
+def test_interrupted_grants_are_revoked_at_restart(make_run):
+    run = make_run(task_text=TASK)
+    run.start()
+    assert cli(run, "generation", "open", "1", "--cohort", "solo")[0] == 0
+    waiter = subprocess.Popen([*CLI, "lease", "wait", f"--run-dir={run.root}", "--peer=solo",
+                               "--timeout=60"], stdout=subprocess.PIPE, text=True)
+    lease = json.loads(waiter.communicate(timeout=90)[0])
+    assert lease["priority"] == "mature"  # a cohort of one gets mature advice
+    run.kill()
+    run.start()
+    revoked = wait_for(lambda: (doc := gen_file(run, "resource_supply", "leases", "solo.json"))
+                       and doc["state"] == "revoked" and doc)
+    assert "restarted" in revoked["reason"]
+    assert gen_file(run, "resource_supply", "stats.json")["revoked"] == 1
