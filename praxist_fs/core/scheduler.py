@@ -75,48 +75,34 @@ class Scheduler(GenerationDesk):
     # -- events -----------------------------------------------------------
 
     def handle(self, event: Event) -> list[Effect]:
-        if isinstance(event, RequestSeen):
-            return self._on_request(event)
-        if isinstance(event, AttemptObserved):
-            return self._on_observed(event)
-        if isinstance(event, AttemptLaunched):
-            return self._on_launched(event)
-        if isinstance(event, ControlSeen):
-            return self._on_control(event)
-        if isinstance(event, ResultSeen):
-            return self._on_result(event)
-        if isinstance(event, IdleSeen):
-            return self._on_idle(event)
-        if isinstance(event, DeclineSeen):
-            return self._on_decline(event)
-        if isinstance(event, LeaseGranted):
-            return self._on_granted(event)
-        if isinstance(event, LeaseExpired):
-            return self._on_expired(event)
-        if isinstance(event, GenerationPhase):
-            return self._on_phase(event)
-        if isinstance(event, ClaimsSeen):
-            if self.host is not None and event.others != self.host.others:
-                self.host = replace(self.host, others=event.others)
-                self.samples_seen += 1
-            return []
-        if isinstance(event, HostSampled):
-            self.host = event
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise InvalidTransition(f"can't handle event {type(event).__name__}")
+        return handler(self, event)
+
+    def _on_started(self, ev: CoordinatorStarted) -> list[Effect]:
+        self.policy = Policy.from_dict(ev.policy)
+        self.controller = ConcurrencyController.start(self.policy)
+        self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
+                            "since": ev.at}
+        self.version += 1
+        return self._revoke_interrupted(ev.at)
+
+    def _on_sampled(self, ev: HostSampled) -> list[Effect]:
+        """Soft: controller step, admissible profiles, the idle-capacity streak."""
+        self.host = ev
+        self.samples_seen += 1
+        self.controller.observe(self.policy, ev.pressure, ev.capacity, self._slot_limited)
+        self.admissible = self.admissible_profiles()
+        spare = self.unused_slots - self.outstanding_leases() > 0
+        self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
+        return []
+
+    def _on_claims(self, ev: ClaimsSeen) -> list[Effect]:
+        if self.host is not None and ev.others != self.host.others:
+            self.host = replace(self.host, others=ev.others)
             self.samples_seen += 1
-            self.controller.observe(self.policy, event.pressure, event.capacity,
-                                    self._slot_limited)
-            self.admissible = self.admissible_profiles()
-            spare = self.unused_slots - self.outstanding_leases() > 0
-            self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
-            return []
-        if isinstance(event, CoordinatorStarted):
-            self.policy = Policy.from_dict(event.policy)
-            self.controller = ConcurrencyController.start(self.policy)
-            self.coordinator = {"pid": event.pid, "host": event.host,
-                                "boot_id": event.boot_id, "since": event.at}
-            self.version += 1
-            return self._revoke_interrupted(event.at)
-        raise InvalidTransition(f"can't handle event {type(event).__name__}")
+        return []
 
     def _on_request(self, ev: RequestSeen) -> list[Effect]:
         prior = self.replies.get(ev.request_id) if ev.request_id else None
@@ -479,6 +465,23 @@ class Scheduler(GenerationDesk):
             return [RejectRequest(name=name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
         return [reply_effect, ConsumeRequest(name=name)]
+
+
+_HANDLERS = {
+    RequestSeen: Scheduler._on_request,
+    AttemptLaunched: Scheduler._on_launched,
+    AttemptObserved: Scheduler._on_observed,
+    CoordinatorStarted: Scheduler._on_started,
+    HostSampled: Scheduler._on_sampled,
+    ClaimsSeen: Scheduler._on_claims,
+    ControlSeen: Scheduler._on_control,
+    ResultSeen: Scheduler._on_result,
+    IdleSeen: Scheduler._on_idle,
+    DeclineSeen: Scheduler._on_decline,
+    LeaseGranted: Scheduler._on_granted,
+    LeaseExpired: Scheduler._on_expired,
+    GenerationPhase: Scheduler._on_phase,
+}
 
 
 def _released_in_a_row(job: Job) -> int:
