@@ -36,7 +36,8 @@ from .core.effects import (
     SpawnAttempt, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
 from .core.events import (
-    AttemptObserved, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen, Event,
+    AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
+    Event,
     HostSampled, IdleSeen, ResultSeen, from_record, to_record,
 )
 from .core.model import Attempt, Job
@@ -70,7 +71,7 @@ class Coordinator:
         self.host_registry = host_registry
         self.psi_root = psi_root
         self.registry: HostRegistry | None = None
-        self._published: list[dict[str, Any]] = []
+        self._published: dict[str, list[dict[str, Any]]] = {}
         self._results_seen: dict[int, set[str]] = {}
         self._watched: set[int] = set()
         self.sched = Scheduler()
@@ -260,25 +261,41 @@ class Coordinator:
                 return
 
     def _publish_claims(self, locked: bool = False) -> None:
-        """Keep this run's file in the host registry equal to the envelopes it holds."""
+        """Keep this run's registry file equal to what it holds: the envelopes of its running
+        jobs and the claims of its outstanding leases. A claim that cannot be removed leaves
+        its lease release_pending until a later pass succeeds (R-SUP-5)."""
         if self.registry is None:
             return
-        claims = []
+        allocations = []
         for envelope in self.sched.held_envelopes():
             attempt = self.sched.jobs[envelope.owner].current
-            claims.append({"job_id": envelope.owner, "uuid": envelope.uuid,
-                           "utilization_pct": envelope.utilization_pct,
-                           "memory_mib": envelope.memory_mib, "exclusive": envelope.exclusive,
-                           "shim_pid": attempt.pid, "shim_start": attempt.pid_start,
-                           "boot_id": attempt.boot_id})
-        if claims == self._published:
+            allocations.append({"job_id": envelope.owner, "uuid": envelope.uuid,
+                                "utilization_pct": envelope.utilization_pct,
+                                "memory_mib": envelope.memory_mib,
+                                "exclusive": envelope.exclusive, "shim_pid": attempt.pid,
+                                "shim_start": attempt.pid_start, "boot_id": attempt.boot_id})
+        claims = [{"lease_id": lease.lease_id, "expires_at": lease.expires_at, **lease.claim}
+                  for gen in self.sched.generations.values() for lease in gen.outstanding()
+                  if lease.claim]
+        published = {"allocations": allocations, "claims": claims}
+        if published == self._published:
             return
-        if locked:
-            self.registry.publish(claims)
-        else:
-            with self.registry.locked():
-                self.registry.publish(claims)
-        self._published = claims
+        try:
+            if locked:
+                self.registry.publish(allocations, claims)
+            else:
+                with self.registry.locked():
+                    self.registry.publish(allocations, claims)
+        except OSError as exc:
+            stuck = {c["lease_id"] for c in self._published.get("claims", [])} - \
+                {c["lease_id"] for c in claims}
+            if stuck != self.sched.release_pending:
+                log.warning("host registry not writable (%s); claims stay pending", exc)
+                self._process([ClaimsReleased(at=time.time(), pending=tuple(sorted(stuck)))])
+            return
+        self._published = published
+        if self.sched.release_pending:
+            self._process([ClaimsReleased(at=time.time(), pending=())])
 
     def _sample(self) -> None:
         """One look at the host for the core: pressure, GPUs (attributed), capacity."""

@@ -5,7 +5,10 @@ NVML samples. Each run publishes the envelopes its running jobs hold; a run
 that places GPU work holds the registry lock from reading the others' files
 until its own file shows the new allocation. An allocation counts while its
 shim is alive, whether or not its coordinator is (running work outlives a
-coordinator crash).
+coordinator crash). A lease's claim is speculative: it counts, until it
+expires, while the coordinator that granted it is alive; other runs do not
+promise that capacity again, but their real work may take it (and the claim's
+owner then revokes the lease).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,7 @@ class HostRegistry:
             doc = read_json(path)
             if not isinstance(doc, dict):
                 continue
+            envelopes += _live_claims(doc)
             for item in doc.get("allocations", []):
                 try:
                     owner = f"{doc.get('run_dir')}:{item['job_id']}"
@@ -73,11 +78,36 @@ class HostRegistry:
                 envelopes.append(envelope)
         return envelopes, shims
 
-    def publish(self, allocations: list[dict[str, Any]]) -> None:
-        """Replace this run's file (call with the lock held when placing)."""
+    def publish(self, allocations: list[dict[str, Any]], claims: list[dict[str, Any]]) -> None:
+        """Replace this run's file (call with the lock held when placing). Raises OSError
+        when the registry cannot be written; the caller retries on its next pass."""
         path = self.directory / f"{self.run_key}.json"
-        if allocations:
-            write_json(path, {"run_dir": str(self.run_dir), "allocations": allocations})
+        if allocations or claims:
+            pid, started, boot = procs.own_identity()
+            write_json(path, {"run_dir": str(self.run_dir), "allocations": allocations,
+                              "claims": claims, "coordinator": {
+                                  "pid": pid, "start_time": started, "boot_id": boot}})
         else:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+
+
+def _live_claims(doc: dict[str, Any]) -> list[Envelope]:
+    """Another run's lease claims, while its coordinator lives and they have not expired."""
+    owner = doc.get("coordinator") or {}
+    if not procs.is_alive(owner.get("pid"), owner.get("start_time"), owner.get("boot_id")):
+        return []
+    claims = []
+    for item in doc.get("claims", []):
+        try:
+            if float(item["expires_at"]) <= time.time():
+                continue
+            claims.append(Envelope(uuid=str(item["uuid"]),
+                                   utilization_pct=float(item["utilization_pct"]),
+                                   memory_mib=float(item["memory_mib"]),
+                                   exclusive=bool(item["exclusive"]),
+                                   owner=f"{doc.get('run_dir')}:{item['lease_id']}",
+                                   speculative=True))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return claims

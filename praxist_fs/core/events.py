@@ -168,6 +168,7 @@ class LeaseGranted(Event):
     priority: str
     profiles: tuple[str, ...]
     expires_at: float
+    claim: dict[str, Any] | None = None  # the GPU envelope promised on the host, if any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,6 +176,24 @@ class LeaseExpired(Event):
     kind: ClassVar[str] = "lease_expired"
     generation: int
     lease_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseRevoked(Event):
+    """The core revoked a lease: real work took the capacity its claim promised."""
+
+    kind: ClassVar[str] = "lease_revoked"
+    generation: int
+    lease_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimsReleased(Event):
+    """Whether the host registry still shows claims of ended leases (soft, never journaled)."""
+
+    kind: ClassVar[str] = "claims_released"
+    pending: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,7 +209,7 @@ class GenerationPhase(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
                               ControlSeen, ResultSeen, DeclineSeen, LeaseGranted, LeaseExpired,
-                              GenerationPhase)
+                              LeaseRevoked, GenerationPhase)
 }
 
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .admission import pressure_hold
 from .effects import ConsumeDecline, DisposeControl, Effect, WriteControlReply, \
     WriteGenerationFile
 from .events import (
-    ControlSeen, DeclineSeen, Event, GenerationPhase, IdleSeen, LeaseExpired, LeaseGranted,
-    ResultSeen,
+    ClaimsReleased, ControlSeen, DeclineSeen, Event, GenerationPhase, IdleSeen, LeaseExpired,
+    LeaseGranted, LeaseRevoked, ResultSeen,
 )
-from .admission import pressure_hold
-from .placement import Demand, place
+from .observations import Envelope
+from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
 from .states import Trigger
 from .supply import (
     MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity, plan_priorities,
@@ -146,7 +147,7 @@ class GenerationDesk:
         gen = self.generations[ev.generation]
         lease = Lease(lease_id=ev.lease_id, peer=ev.peer, generation=ev.generation,
                       priority=ev.priority, profiles=ev.profiles, granted_at=ev.at,
-                      expires_at=ev.expires_at)
+                      expires_at=ev.expires_at, claim=ev.claim)
         gen.leases[lease.lease_id] = lease
         gen.count(lease.priority, "granted")
         self.version += 1
@@ -159,6 +160,21 @@ class GenerationDesk:
             return []
         return self._end_lease(gen, lease, "expired", ev.at,
                                "expired unused (the submission window closed)")
+
+    def _on_revoked(self: Scheduler, ev: LeaseRevoked) -> list[Effect]:
+        gen = self.generations[ev.generation]
+        lease = gen.leases[ev.lease_id]
+        if not lease.outstanding:
+            return []
+        return self._end_lease(gen, lease, "revoked", ev.at, ev.reason)
+
+    def _on_claims_released(self: Scheduler, ev: ClaimsReleased) -> list[Effect]:
+        """Soft: leases whose host claim could not be removed show release_pending: true
+        until a later reconciliation removes it (R-SUP-5)."""
+        changed = self.release_pending.symmetric_difference(ev.pending)
+        self.release_pending = set(ev.pending)
+        return [self._lease_file(gen.leases[lease_id]) for gen in self.generations.values()
+                for lease_id in sorted(changed) if lease_id in gen.leases]
 
     def _on_phase(self: Scheduler, ev: GenerationPhase) -> list[Effect]:
         gen = self.generations[ev.generation]
@@ -205,11 +221,18 @@ class GenerationDesk:
     def due(self: Scheduler, at: float) -> list[Event]:
         """Time- and state-driven decisions: expiries, assessment ending, drain finished."""
         events: list[Event] = []
+        real = self._device_loads()  # real allocations only: claims never block real work
         for gen in self.generations.values():
             if gen.phase == "closed":
                 continue
-            events += [LeaseExpired(at=at, generation=gen.number, lease_id=lease.lease_id)
-                       for lease in gen.outstanding() if at >= lease.expires_at]
+            for lease in gen.outstanding():
+                if at >= lease.expires_at:
+                    events.append(LeaseExpired(at=at, generation=gen.number,
+                                               lease_id=lease.lease_id))
+                elif lease.claim and real is not None and not _claim_fits(lease.claim, real):
+                    events.append(LeaseRevoked(
+                        at=at, generation=gen.number, lease_id=lease.lease_id,
+                        reason="preempted: real work took the capacity its claim promised"))
             if gen.phase == "assessment" and gen.close_requested:
                 mature = self.maturity(gen)
                 if mature.hard_quorum is not None and mature.m >= mature.hard_quorum:
@@ -241,18 +264,60 @@ class GenerationDesk:
         if gen.phase == "assessment":
             priorities = [p for p in priorities if p == MATURE]
         grants, serial = [], sum(gen.stats[p]["granted"] for p in gen.stats)
+        loads = self._supply_loads()
         for priority in priorities:
             peer = next((p for p in peers
                          if gen.cooldowns.get((p, priority), (0, 0.0))[1] <= at), None)
             if peer is None:
                 continue
+            profiles, claim = self._claim(loads)
+            if not profiles:
+                break
             peers.remove(peer)
             serial += 1
+            lease_id = f"g{gen.number}-{peer}-{serial}"
+            if claim is not None:
+                loads = _with_claim(loads, claim, lease_id)
             grants.append(LeaseGranted(
-                at=at, generation=gen.number, lease_id=f"g{gen.number}-{peer}-{serial}",
-                peer=peer, priority=priority, profiles=self.admissible,
-                expires_at=at + self.policy.supply_lease_seconds))
+                at=at, generation=gen.number, lease_id=lease_id, peer=peer, priority=priority,
+                profiles=profiles, expires_at=at + self.policy.supply_lease_seconds,
+                claim=claim))
         return grants
+
+    def _claim(self: Scheduler, loads: list[DeviceLoad] | None
+               ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+        """The profiles a lease may name, and the GPU envelope it claims on the host.
+
+        The claim is sized for the most demanding admissible GPU profile, placed like
+        real work; GPU profiles are left out of the lease when no claim fits."""
+        cpu = tuple(n for n in self.admissible if not self.policy.profiles[n].uses_gpu)
+        gpu = [self.policy.profiles[n] for n in self.admissible
+               if self.policy.profiles[n].uses_gpu]
+        if not gpu or loads is None:
+            return cpu, None
+        biggest = max(gpu, key=lambda p: (Demand.of(p).exclusive, p.gpu_memory_gb or 0.0,
+                                          p.gpu_utilization_pct or 0.0))
+        uuids, reason = place(Demand.of(biggest), loads)
+        if reason:
+            return cpu, None
+        envelope = held_envelope(biggest, uuids[0], "")
+        return tuple(self.admissible), {"uuid": envelope.uuid,
+                                        "utilization_pct": envelope.utilization_pct,
+                                        "memory_mib": envelope.memory_mib,
+                                        "exclusive": envelope.exclusive}
+
+    def _supply_loads(self: Scheduler) -> list[DeviceLoad] | None:
+        """Loads as promises see them: real allocations plus every outstanding claim."""
+        sample = self.host.gpus if self.host else None
+        if sample is None or not sample.devices:
+            return None
+        return device_loads(sample, [*self.held_envelopes(), *self.host.others,
+                                     *self.own_claims()])
+
+    def own_claims(self: Scheduler) -> list[Envelope]:
+        return [_claim_envelope(lease.claim, lease.lease_id)
+                for gen in self.generations.values() for lease in gen.outstanding()
+                if lease.claim]
 
     # -- views ----------------------------------------------------------------
 
@@ -278,7 +343,7 @@ class GenerationDesk:
     def admissible_profiles(self: Scheduler) -> tuple[str, ...]:
         """Profiles that could start now: declared domains calm and, for GPUs, a placement."""
         pressure = self.host.pressure if self.host else None
-        loads = self._device_loads()
+        loads = self._supply_loads()
         names = []
         for name, profile in sorted(self.policy.profiles.items()):
             if pressure_hold(self.policy, profile, pressure):
@@ -320,12 +385,34 @@ class GenerationDesk:
         return doc
 
     def _lease_file(self: Scheduler, lease: Lease) -> WriteGenerationFile:
+        document = {**lease.to_dict(), "release_pending": lease.lease_id in self.release_pending}
         return WriteGenerationFile(generation=lease.generation, kind="lease", name=lease.peer,
-                                   document=lease.to_dict())
+                                   document=document)
 
     def _stats_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
         return WriteGenerationFile(generation=gen.number, kind="stats", name="stats",
                                    document=gen.stats_document())
+
+
+def _claim_envelope(claim: dict[str, Any], lease_id: str) -> Envelope:
+    return Envelope(uuid=claim["uuid"], utilization_pct=claim["utilization_pct"],
+                    memory_mib=claim["memory_mib"], exclusive=claim["exclusive"],
+                    owner=lease_id, speculative=True)
+
+
+def _with_claim(loads: list[DeviceLoad], claim: dict[str, Any], lease_id: str
+                ) -> list[DeviceLoad]:
+    return with_envelopes(loads, [_claim_envelope(claim, lease_id)])
+
+
+def _claim_fits(claim: dict[str, Any], real: list[DeviceLoad]) -> bool:
+    """Does the claimed envelope still fit beside the real work now on its device?"""
+    load = next((load for load in real if load.device.uuid == claim["uuid"]), None)
+    if load is None:
+        return False
+    demand = Demand(1, None, None) if claim["exclusive"] else \
+        Demand(1, claim["utilization_pct"], claim["memory_mib"])
+    return load.fit(demand)[0] is not None
 
 
 def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:

@@ -46,13 +46,15 @@ class GpuSample:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Envelope:
-    """A declared GPU allocation of another praxist run on this host (host registry)."""
+    """A declared GPU allocation held on a device. ``speculative``: a lease's short-lived
+    claim, which blocks further promises but never real work (real work preempts it)."""
 
     uuid: str
     utilization_pct: float
     memory_mib: float
     exclusive: bool = False
     owner: str = ""
+    speculative: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ load, and holds it exclusively.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .observations import Envelope, GpuDevice, GpuSample
 from .policy import Profile
@@ -150,3 +150,18 @@ def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
                         owner=owner)
     return Envelope(uuid=uuid, utilization_pct=demand.utilization_pct,
                     memory_mib=demand.memory_mib, owner=owner)
+
+
+def with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
+    """The loads after also holding ``envelopes`` (a job placed earlier in this pass)."""
+    updated = []
+    for load in loads:
+        mine = [e for e in envelopes if e.uuid == load.device.uuid]
+        if mine:
+            load = replace(
+                load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
+                declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
+                allocations=load.allocations + len(mine),
+                exclusive_held=load.exclusive_held or any(e.exclusive for e in mine))
+        updated.append(load)
+    return updated

@@ -20,22 +20,22 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import InvalidTransition
+from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .effects import (
     AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
     WriteReply,
 )
-from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .calibration import Calibration
 from .events import (
-    AttemptLaunched, AttemptObserved, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
-    Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired, LeaseGranted, RequestSeen,
-    ResultSeen,
+    AttemptLaunched, AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen,
+    CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
+    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen,
 )
 from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
-from .placement import Demand, DeviceLoad, device_loads, held_envelope, place
+from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
 from .policy import Policy
 from .states import JobState, Trigger, transition
 from .supply import MATURE, Generation
@@ -71,6 +71,7 @@ class Scheduler(GenerationDesk):
         self.idle_streak = 0                   # consecutive samples with unused capacity
         self.unused_slots = 0                  # free slots the last pass could not fill
         self.admissible: tuple[str, ...] = ()  # profiles that could start now
+        self.release_pending: set[str] = set()  # leases whose host claim is not yet removed
 
     # -- events -----------------------------------------------------------
 
@@ -304,7 +305,7 @@ class Scheduler(GenerationDesk):
                 exploring -= 1
             if gpus:
                 profile = self.policy.profiles[job.profile]
-                loads = _with_envelopes(loads, [held_envelope(profile, u, job.job_id)
+                loads = with_envelopes(loads, [held_envelope(profile, u, job.job_id)
                                                 for u in gpus])
         self.unused_slots = max(0, free)
         return launches
@@ -340,7 +341,8 @@ class Scheduler(GenerationDesk):
         sample = self.host.gpus if self.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
-        return device_loads(sample, [*self.held_envelopes(), *self.host.others])
+        real = [e for e in self.host.others if not e.speculative]
+        return device_loads(sample, [*self.held_envelopes(), *real])
 
     def held_envelopes(self) -> list[Envelope]:
         """The GPU envelopes this run's running jobs hold, through every phase of a job."""
@@ -480,6 +482,8 @@ _HANDLERS = {
     DeclineSeen: Scheduler._on_decline,
     LeaseGranted: Scheduler._on_granted,
     LeaseExpired: Scheduler._on_expired,
+    LeaseRevoked: Scheduler._on_revoked,
+    ClaimsReleased: Scheduler._on_claims_released,
     GenerationPhase: Scheduler._on_phase,
 }
 
@@ -507,18 +511,3 @@ def _error(request_id: str | None, field: str | None, problem: str | None) -> di
 def _reason_kind(reason: str) -> str:
     """A reason without its live numbers: 'cpu pressure #% > #%'."""
     return re.sub(r"\d+(\.\d+)?", "#", reason)
-
-
-def _with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
-    """The loads after also holding ``envelopes`` (a job placed earlier in this pass)."""
-    updated = []
-    for load in loads:
-        mine = [e for e in envelopes if e.uuid == load.device.uuid]
-        if mine:
-            load = replace(
-                load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
-                declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
-                allocations=load.allocations + len(mine),
-                exclusive_held=load.exclusive_held or any(e.exclusive for e in mine))
-        updated.append(load)
-    return updated

@@ -90,7 +90,7 @@ class Lease:
     state: str = "granted"
     reason: str = "granted: you may submit one already-planned experiment"
     ended_at: float | None = None
-    release_pending: bool = False
+    claim: dict[str, Any] | None = None  # uuid, utilization_pct, memory_mib, exclusive
 
     @property
     def outstanding(self) -> bool:
@@ -100,8 +100,8 @@ class Lease:
         return {"lease_id": self.lease_id, "peer": self.peer, "generation": self.generation,
                 "priority": self.priority, "profiles": list(self.profiles),
                 "granted_at": self.granted_at, "expires_at": self.expires_at,
-                "state": self.state, "release_pending": self.release_pending,
-                "reason": self.reason, "ended_at": self.ended_at}
+                "state": self.state, "reason": self.reason, "ended_at": self.ended_at,
+                "claim": self.claim}
 
 
 @dataclass(slots=True, kw_only=True)

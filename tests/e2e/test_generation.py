@@ -145,3 +145,72 @@ def test_interrupted_grants_are_revoked_at_restart(make_run):
                        and doc["state"] == "revoked" and doc)
     assert "restarted" in revoked["reason"]
     assert gen_file(run, "resource_supply", "stats.json")["revoked"] == 1
+
+
+GPU_TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: {slots}
+    max_concurrent_experiments: 4
+    supply_idle_samples: 1
+    default_profile: gpu45
+    profiles:
+      gpu45: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
+"""
+
+
+def gpu_pair(make_run, tmp_path, slots_a=1, slots_b=2):
+    from .test_placement import Host
+
+    host = Host(tmp_path)
+    host.edit_device(1, utilization_pct=100)  # one usable device for both runs
+    a = make_run(name="run-a", task_text=GPU_TASK.format(slots=slots_a))
+    b = make_run(name="run-b", task_text=GPU_TASK.format(slots=slots_b))
+    for run in (a, b):
+        run.start(env=host.env())
+    return host, a, b
+
+
+def granted_lease(run, peer):
+    assert cli(run, "generation", "open", "1", "--cohort", peer)[0] == 0
+    waiter = subprocess.Popen([*CLI, "lease", "wait", f"--run-dir={run.root}", f"--peer={peer}",
+                               "--timeout=60"], stdout=subprocess.PIPE, text=True)
+    return json.loads(waiter.communicate(timeout=90)[0])
+
+
+def test_a_lease_claims_gpu_capacity_that_real_work_of_another_run_preempts(make_run, tmp_path):
+    host, a, b = gpu_pair(make_run, tmp_path)
+    lease = granted_lease(a, "pa")
+    assert lease["claim"]["uuid"] == "GPU-fake-0" and lease["claim"]["utilization_pct"] == 45
+    registry = wait_for(lambda: next((doc for p in host.registry.glob("*.json")
+                                      if (doc := read_json(p)) and doc.get("claims")), None))
+    assert [c["lease_id"] for c in registry["claims"]] == [lease["lease_id"]]
+    gate = tmp_path / "gate"
+    argv = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    jobs = [b.reply(b.submit(request(f"real-{i}", argv)))["job_id"] for i in range(2)]
+    for job_id in jobs:  # a claim never blocks real work: both place beside it
+        assert b.wait_state(job_id, "running")["attempts"][0]["gpus"] == ["GPU-fake-0"]
+    revoked = wait_for(lambda: (doc := read_json(a.root / "gen_1" / "resource_supply" /
+                                                 "leases" / "pa.json"))
+                       and doc["state"] == "revoked" and doc)
+    assert "preempted" in revoked["reason"]
+    gate.touch()
+
+
+def test_a_claim_that_cannot_be_released_stays_visible_until_it_can(make_run, tmp_path):
+    import hashlib
+
+    host, a, _ = gpu_pair(make_run, tmp_path)
+    lease = granted_lease(a, "pa")
+    path = host.registry / f"{hashlib.sha256(str(a.root).encode()).hexdigest()[:16]}.json"
+    wait_for(lambda: (read_json(path) or {}).get("claims"))  # published right after the grant
+    path.unlink()
+    path.mkdir()  # the registry entry can no longer be replaced (root ignores file modes)
+    assert cli(a, "lease", "decline", "--peer=pa")[0] == 0
+    lease_file = a.root / "gen_1" / "resource_supply" / "leases" / "pa.json"
+    stuck = wait_for(lambda: (doc := read_json(lease_file)) and doc["release_pending"] and doc)
+    assert stuck["state"] == "declined" and stuck["lease_id"] == lease["lease_id"]
+    wait_for(lambda: a.status()["generation"]["maturity"]["mature_commitments"] == 0)
+    path.rmdir()  # reconciliation retries and succeeds
+    wait_for(lambda: read_json(lease_file)["release_pending"] is False)
