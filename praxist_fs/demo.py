@@ -2,8 +2,9 @@
 
 It starts a real coordinator, submits through the same files a shell script
 would use, shows dedup, a failure and its explicit retry, an exit-75
-infrastructure retry, a hostile request, a GPU job held without a GPU, and a
-kill -9 of the coordinator with the running attempt re-adopted.
+infrastructure retry, a hostile request, a GPU job held without a GPU, a short
+generation with idle-supply leases, and a kill -9 of the coordinator with the
+running attempt re-adopted.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from io import StringIO
 from pathlib import Path
 
-from . import client
+from . import client, supply_client
+from .adapters.fsio import read_json
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .cli import format_status
@@ -24,6 +28,8 @@ from .cli import format_status
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLE_TASK = FIXTURES / "tasks" / "example.yaml"
 FAKE_GPUS = FIXTURES / "gpus" / "two_h200.json"
+COHORT = ("peer-a", "peer-b", "peer-c")
+LEASE_WAIT_S = 20.0  # idle samples (3 x 1 s) plus room for a loaded CI machine
 
 
 class Tour:
@@ -110,6 +116,89 @@ class Tour:
         for job_id in jobs:
             self.wait_job(job_id, "completed")
 
+    def generation_tour(self) -> None:
+        self.say("A generation: idle peers get leases, one consumes, one declines")
+        # Leases need unused slots for supply_idle_samples samples: nothing else may run.
+        self.wait(lambda: (s := client.status_document(self.layout)) and s["running"] == 0
+                  and s["queue_length"] == 0, "the earlier work to finish")
+        root, number = self.layout.root, 1
+        leases: dict[str, dict] = {}
+        errors: dict[str, BaseException] = {}
+
+        def wait_for_lease(peer: str) -> None:  # what `praxist-fs lease wait` does
+            try:
+                leases[peer] = supply_client.lease_wait(root, peer, number, LEASE_WAIT_S,
+                                                        out=StringIO())
+            except BaseException as exc:  # reported below, in the demo's thread
+                errors[peer] = exc
+
+        waiters = [threading.Thread(target=wait_for_lease, args=(peer,), daemon=True)
+                   for peer in COHORT]
+        for waiter in waiters:
+            waiter.start()
+        # All three are idle before the generation opens, so its first wave sees them all.
+        self.wait(lambda: all(supply_client.idle_file(self.layout, number, peer).exists()
+                              or peer in leases or peer in errors for peer in COHORT),
+                  "the peers to register as idle", timeout=10)
+        print(f"   {', '.join(COHORT)} wait idle (lease wait: "
+              f"gen_{number}/resource_supply/idle/<peer>.json)")
+        reply = supply_client.generation_command(root, "open", number, cohort=COHORT,
+                                                 timeout=10)
+        maturity = reply["generation"]["maturity"]
+        print(f"   generation open {number} --cohort {' '.join(COHORT)} -> {reply['outcome']}: "
+              f"{reply['reason']} (Q={maturity['Q']}, A_target={maturity['A_target']})")
+        for waiter in waiters:
+            waiter.join(LEASE_WAIT_S + 10)
+        if errors or len(leases) != len(COHORT):
+            raise RuntimeError(f"demo: no lease for {sorted(set(COHORT) - set(leases))}: "
+                               f"{errors or 'the waiting threads did not finish'}")
+        for peer in COHORT:
+            print(f"   {peer} granted {leases[peer]['lease_id']:<14} "
+                  f"priority {leases[peer]['priority']}")
+        explorers = [p for p in COHORT if leases[p]["priority"] != "mature"]
+        print(f"   first wave: {len(COHORT) - len(explorers)} mature lease(s) for "
+              f"Q={maturity['Q']}; {len(explorers)} peer(s) keep exploring")
+
+        mature = next(p for p in COHORT if leases[p]["priority"] == "mature")
+        decliner, idler = [p for p in COHORT if p != mature]
+        lease_id = leases[mature]["lease_id"]
+        used = self.submit("mature-eval", "echo evaluating the mature candidate", peer=mature,
+                           work_class="mature", lease=lease_id)
+        print(f"   {mature} submits with lease={lease_id}: lease {used['lease']['outcome']}")
+        supply_client.lease_decline(root, decliner, generation=number)
+        declined = self.wait(lambda: (d := read_json(supply_client.lease_file(
+            self.layout, number, decliner))) and d.get("state") == "declined" and d,
+            f"{decliner}'s decline")
+        print(f"   {decliner} declines {declined['lease_id']}: {declined['reason']}")
+        self.wait_job(used["job_id"], "completed")
+        results = self.layout.results(number)
+        results.mkdir(parents=True, exist_ok=True)
+        (results / ".r1.tmp").write_text(json.dumps({"peer": mature, "mature": True,
+                                                     "score": 0.91}))
+        (results / ".r1.tmp").rename(results / "r1.json")
+        self.wait(lambda: ((client.status_document(self.layout) or {}).get("generation")
+                           or {}).get("results", {}).get("mature"), "the result to be counted")
+        print(f"   {mature} publishes a mature result: gen_{number}/results/r1.json")
+
+        reply = supply_client.generation_command(root, "close", number, timeout=10)
+        print(f"   generation close {number} -> {reply['outcome']}: {reply['reason']}")
+        signal_file = self.layout.generation(number) / "CLOSING_SIGNAL"
+        self.wait(signal_file.exists, "CLOSING_SIGNAL")
+        print(f"   wrote {signal_file.relative_to(root)}")
+        revoked = self.wait(lambda: (d := read_json(supply_client.lease_file(
+            self.layout, number, idler))) and d.get("state") == "revoked" and d,
+            f"{idler}'s unused lease to be revoked")
+        print(f"   {idler}'s unused {revoked['lease_id']} is revoked: {revoked['reason']}")
+        stats_file = self.layout.generation(number) / "resource_supply" / "stats.json"
+        stats = self.wait(lambda: (d := read_json(stats_file)) and d.get("revoked") and d,
+                          "the revoked lease in stats.json")
+        self.wait(lambda: any(g["number"] == number and g["phase"] == "closed" for g in (
+            client.status_document(self.layout) or {}).get("generations", [])),
+            f"generation {number} to close")
+        print(f"   {stats_file.relative_to(root)}: granted {stats['granted']}, consumed "
+              f"{stats['consumed']}, declined {stats['declined']}, revoked {stats['revoked']}, "
+              f"conversion_rate {stats['conversion_rate']}")
+
     def run(self) -> int:
         shutil.rmtree(self.layout.root, ignore_errors=True)
         self.layout.root.mkdir(parents=True)
@@ -162,6 +251,7 @@ class Tour:
         print(f"   kept in {self.layout.rejected / name} with {name}.error.json")
 
         self.gpu_tour()
+        self.generation_tour()
 
         self.say("kill -9 the coordinator while an experiment runs, then restart it")
         long = self.submit("long-eval", "echo started; sleep 3; echo finished; exit 0")

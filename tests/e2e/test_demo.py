@@ -20,5 +20,11 @@ def test_demo_runs_the_tour(tmp_path):
                      "it ran exactly once", '{"demo": "ok"',
                      "waits: gpu utilization: no device with 45% free",
                      "waits: gpu memory: no device with 120 GiB headroom",
-                     "now runs on ['GPU-fake-1']"):
+                     "now runs on ['GPU-fake-1']",
+                     "-> ok: generation 1 open (Q=1, A_target=3)",
+                     "first wave: 1 mature lease(s) for Q=1; 2 peer(s) keep exploring",
+                     "submits with lease=g1-peer-a-1: lease consumed",
+                     "declines g1-peer-b-2: declined by the peer",
+                     "gen_1/CLOSING_SIGNAL",
+                     "granted 3, consumed 1, declined 1, revoked 1, conversion_rate 0.3333"):
         assert expected in out, expected
