@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .adapters import launcher, procs, spool
+from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
 from .adapters.gpus import open_inventory
@@ -102,6 +103,7 @@ class Coordinator:
 
     def _start(self) -> None:
         self.journal = Journal(self.layout.journal)
+        reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
         for record in self.journal.records:
@@ -122,12 +124,14 @@ class Coordinator:
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
         self._repair_views()
+        reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
         if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
             log.info("removed %d abandoned temporary files", removed)
         for job in self.sched.running():
             self._adopt(job, job.current)
+        reach("start.after_adopt")
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -236,10 +240,15 @@ class Coordinator:
                     self.journal.append(to_record(event))
                     committed = True
             if committed:
+                reach("journal.before_commit")
                 self.journal.commit()
+                reach("journal.after_commit")
             events = []
             for effect in effects:
+                point = f"effect.{_effect_name(effect)}"
+                reach(f"{point}.before")
                 events += self._execute(effect)
+                reach(f"{point}.after")
 
     def _launch(self) -> None:
         """Scheduling passes until nothing more starts. GPU placement runs under the host
@@ -280,6 +289,7 @@ class Coordinator:
         published = {"allocations": allocations, "claims": claims}
         if published == self._published:
             return
+        reach("claims.before_publish")
         try:
             if locked:
                 self.registry.publish(allocations, claims)
@@ -535,8 +545,12 @@ class Coordinator:
         for effect in self.sched.derived_views():
             if isinstance(effect, WriteJob):
                 path = self.layout.job_file(effect.directory, effect.job_id)
-            else:
+            elif isinstance(effect, WriteReply):
                 path = self.layout.reply(effect.request_id)
+            elif isinstance(effect, WriteControlReply):
+                path = self.layout.control_replies / f"{effect.request_id}.json"
+            else:
+                path = self.layout.generation_file(effect.generation, effect.kind, effect.name)
             if _read_bytes(path) != dumps(effect.document):
                 self._execute(effect)
             elif isinstance(effect, WriteJob):
@@ -568,7 +582,9 @@ class Coordinator:
             reports[job.job_id] = {"progress": _progress(attempt_dir / "progress.json"),
                                    "failure": _task_report(attempt_dir / "failure.json")}
         runtime["gpu_inventory"] = self.inventory.source
+        reach("status.before_write")
         write_json(self.layout.status, render_status(self.sched, now, runtime, reports))
+        reach("status.after_write")
         self._status_version, self._status_at = self._status_stamp(), now
 
 
@@ -615,3 +631,9 @@ def _progress(path: Path) -> dict[str, Any] | None:
         return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
     return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}
 
+
+
+def _effect_name(effect: Effect) -> str:
+    """WriteJob, WriteReply, ...; generation files add their kind (WriteGenerationFile.lease)."""
+    name = type(effect).__name__
+    return f"{name}.{effect.kind}" if isinstance(effect, WriteGenerationFile) else name

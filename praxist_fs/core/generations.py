@@ -106,10 +106,8 @@ class GenerationDesk:
                 effects.append(self._write_job(job))
         for lease in gen.outstanding():
             effects += self._end_lease(gen, lease, "revoked", at, f"generation closing ({reason})")
-        effects.append(WriteGenerationFile(generation=gen.number, kind="closing",
-                                           name="CLOSING_SIGNAL",
-                                           document={"generation": gen.number, "at": at,
-                                                     "reason": reason}))
+        gen.closing_signal = {"generation": gen.number, "at": at, "reason": reason}
+        effects.append(self._closing_file(gen))
         self.version += 1
         return effects
 
@@ -384,6 +382,26 @@ class GenerationDesk:
         doc["idle_peers"] = sorted(self.idle_peers.get(gen.number, ()))
         return doc
 
+    def generation_views(self: Scheduler) -> list[Effect]:
+        """Every generation file and control reply the journal implies, for repair at start."""
+        effects: list[Effect] = [WriteControlReply(request_id=rid, document=c["document"])
+                                 for rid, c in self.control_replies.items()]
+        for gen in self.generations.values():
+            effects += [WriteGenerationFile(generation=gen.number, kind="peer", name=peer,
+                                            document={"peer": peer, "generation": gen.number})
+                        for peer in gen.cohort]
+            latest = {lease.peer: lease for lease in sorted(gen.leases.values(),
+                                                             key=lambda l: l.granted_at)}
+            effects += [self._lease_file(lease) for lease in latest.values()]
+            effects.append(self._stats_file(gen))
+            if gen.closing_signal is not None:
+                effects.append(self._closing_file(gen))
+        return effects
+
+    def _closing_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
+        return WriteGenerationFile(generation=gen.number, kind="closing", name="CLOSING_SIGNAL",
+                                   document=gen.closing_signal)
+
     def _lease_file(self: Scheduler, lease: Lease) -> WriteGenerationFile:
         document = {**lease.to_dict(), "release_pending": lease.lease_id in self.release_pending}
         return WriteGenerationFile(generation=lease.generation, kind="lease", name=lease.peer,
@@ -416,11 +434,12 @@ def _claim_fits(claim: dict[str, Any], real: list[DeviceLoad]) -> bool:
 
 
 def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
-    error = None
+    """Like a request: a rejection is filed before the reply, an answer before the consume."""
+    reply = WriteControlReply(request_id=document["request_id"], document=document)
     if document["outcome"] == "rejected":
-        error = {"request_id": document["request_id"], "reason": document["reason"]}
-    return [DisposeControl(name=name, error=error),
-            WriteControlReply(request_id=document["request_id"], document=document)]
+        return [DisposeControl(name=name, error={"request_id": document["request_id"],
+                                                  "reason": document["reason"]}), reply]
+    return [reply, DisposeControl(name=name)]
 
 
 def _problem(field: str | None, problem: str | None) -> dict[str, Any]:

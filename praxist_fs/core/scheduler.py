@@ -386,7 +386,7 @@ class Scheduler(GenerationDesk):
         effects: list[Effect] = [self._write_job(j) for j in self.jobs.values()]
         effects += [WriteReply(request_id=r.request_id, document=r.to_dict())
                     for r in self.replies.values()]
-        return effects
+        return effects + self.generation_views()
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain values: equal snapshots mean equal schedulers."""

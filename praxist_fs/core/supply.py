@@ -112,6 +112,7 @@ class Generation:
     deadline: float | None = None
     opened_at: float = 0.0
     close_requested: bool = False
+    closing_signal: dict[str, Any] | None = None  # the CLOSING_SIGNAL written at close
     results: dict[str, tuple[str, bool]] = field(default_factory=dict)  # id -> (peer, mature)
     quarantined: dict[str, str] = field(default_factory=dict)           # id -> peer
     leases: dict[str, Lease] = field(default_factory=dict)
@@ -139,7 +140,7 @@ class Generation:
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "phase": self.phase, "cohort": list(self.cohort),
                 "deadline": self.deadline, "opened_at": self.opened_at,
-                "close_requested": self.close_requested,
+                "close_requested": self.close_requested, "closing_signal": self.closing_signal,
                 "results": {k: list(v) for k, v in sorted(self.results.items())},
                 "quarantined": dict(sorted(self.quarantined.items())),
                 "leases": {k: v.to_dict() for k, v in sorted(self.leases.items())},

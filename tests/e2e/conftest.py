@@ -65,8 +65,17 @@ class Run:
                 "--config", str(self.task)]
 
     def start(self, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start a coordinator. Unless ``env`` says otherwise it reads calm PSI files of
-        its own: the real /proc/pressure of a loaded CI box would hold work at random."""
+        """Start a coordinator and wait until it serves (its endpoint.json names it)."""
+        self.start_raw(env)
+        pid = self.proc.pid
+        wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,
+                 message="endpoint.json of the new coordinator")
+        return self.proc
+
+    def start_raw(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a coordinator without waiting for it. Unless ``env`` says otherwise it reads
+        calm PSI files of its own: the real /proc/pressure of a loaded CI box would hold
+        work at random."""
         calm = self.root.parent / f"calm-pressure-{self.root.name}"
         calm.mkdir(exist_ok=True)
         for domain in ("cpu", "memory", "io"):
@@ -77,9 +86,6 @@ class Run:
         self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log,
                                      env={**os.environ, **env})
         log.close()
-        pid = self.proc.pid
-        wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,
-                 message="endpoint.json of the new coordinator")
         return self.proc
 
     def stop(self, signum: int = signal.SIGTERM) -> int:

@@ -1,0 +1,129 @@
+"""An invariant checker for a run directory, written without the coordinator's code.
+
+It reads only files (and /proc) as an operator or a peer would, so a bug in the
+coordinator cannot hide behind a shared helper. ``check_run`` returns a list of
+broken promises; an empty list means the run directory is consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import Counter
+from pathlib import Path
+
+TERMINAL = {"completed", "failed", "rejected", "cancelled", "drained_unknown"}
+DIRECTORY_OF = {"queued": "queued", "suspended": "queued", "running": "running",
+                **{state: "done" for state in TERMINAL}}
+RAN = {"completed", "failed", "infra_retry"}  # attempts whose command started
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid, start) -> bool:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    fields = data[data.rfind(b")") + 2:].split()
+    return int(fields[19]) == start and fields[0] not in (b"Z", b"X")
+
+
+def check_journal(path: Path) -> list[str]:
+    problems, expected = [], 1
+    for line in path.read_bytes().splitlines():
+        seq, crc, payload = line.split(b" ", 2)
+        if int(seq) != expected:
+            problems.append(f"journal: seq {int(seq)} where {expected} was due")
+        if int(crc, 16) != zlib.crc32(seq + b" " + payload):
+            problems.append(f"journal: bad checksum at seq {int(seq)}")
+        json.loads(payload)
+        expected += 1
+    return problems
+
+
+def check_run(root: Path, *, settled: bool = True, starts: Path | None = None,
+              registry: Path | None = None) -> list[str]:
+    """Promises that hold for any run directory; ``settled``: no work is left in flight."""
+    sched = root / "resource_scheduler"
+    problems = check_journal(sched / "journal" / "journal.log")
+    jobs, places = {}, Counter()
+    for directory in ("queued", "running", "done"):
+        for path in (sched / "jobs" / directory).glob("*.json"):
+            doc = _json(path)
+            if doc is None:
+                problems.append(f"jobs/{directory}/{path.name}: unreadable")
+                continue
+            places[doc["job_id"]] += 1
+            jobs[doc["job_id"]] = doc
+            if DIRECTORY_OF[doc["state"]] != directory:
+                problems.append(f"job {doc['job_id']} is {doc['state']} but in jobs/{directory}")
+    problems += [f"job {job_id} is in {n} state directories" for job_id, n in places.items()
+                 if n > 1]
+    for path in (sched / "spool" / "replies").glob("*.json"):
+        reply = _json(path)
+        if reply is None:
+            problems.append(f"reply {path.name}: unreadable")
+        elif reply["job_id"] is not None and reply["job_id"] not in jobs:
+            problems.append(f"reply {path.name} names job {reply['job_id']}, which has no file")
+    for job_id, job in jobs.items():
+        ids = [a["attempt_id"] for a in job["attempts"]]
+        if ids != [f"a{i}" for i in range(1, len(ids) + 1)]:
+            problems.append(f"job {job_id}: attempt ids {ids}")
+        for attempt in job["attempts"]:
+            record = _json(sched / "attempts" / job_id / attempt["attempt_id"] / "exit.json")
+            if attempt["outcome"] in RAN and (record is None or
+                                              record["exit_code"] != attempt["exit_code"]):
+                problems.append(f"job {job_id} {attempt['attempt_id']}: exit code "
+                                f"{attempt['exit_code']} but exit.json says {record}")
+            if attempt["outcome"] == "released" and record is not None:
+                problems.append(f"job {job_id} {attempt['attempt_id']}: released but it ran")
+        if job["state"] == "running":
+            ready = _json(sched / "attempts" / job_id / job["attempts"][-1]["attempt_id"] /
+                          "READY") or {}
+            if not _alive(ready.get("pid"), ready.get("start_time")):
+                problems.append(f"job {job_id} is running but its shim is not alive")
+    if starts is not None:
+        ran = Counter(starts.read_text().split()) if starts.exists() else Counter()
+        for job_id, job in jobs.items():
+            expected = sum(1 for a in job["attempts"] if a["outcome"] in RAN)
+            if job["state"] == "running":
+                expected += 1  # its current attempt may have started
+                if ran[job_id] not in (expected - 1, expected):
+                    problems.append(f"job {job_id}: command started {ran[job_id]} times")
+            elif ran[job_id] != expected:
+                problems.append(f"job {job_id}: command started {ran[job_id]} times, "
+                                f"{expected} attempts ran")
+    status = _json(sched / "status.json")
+    if settled:
+        if any((sched / "spool" / "incoming").glob("*.json")):
+            problems.append("requests left unanswered in spool/incoming")
+        if status is not None:
+            counts = Counter(job["state"] for job in jobs.values())
+            for state, count in status["counts"].items():
+                if count != counts.get(state, 0):
+                    problems.append(f"status says {count} {state}, job files say "
+                                    f"{counts.get(state, 0)}")
+    if registry is not None:
+        running = {j for j, doc in jobs.items() if doc["state"] == "running"}
+        for path in registry.glob("*.json"):
+            doc = _json(path) or {}
+            if doc.get("run_dir") == str(root):
+                held = {a["job_id"] for a in doc.get("allocations", [])}
+                problems += [f"registry: terminal job {j} still holds an allocation"
+                             for j in held - running]
+    for gen in sorted(root.glob("gen_*")):
+        stats = _json(gen / "resource_supply" / "stats.json")
+        leases = [_json(p) for p in (gen / "resource_supply" / "leases").glob("*.json")]
+        if stats is not None:
+            ended = sum(stats[k] for k in ("consumed", "declined", "expired", "revoked"))
+            outstanding = sum(1 for lease in leases if lease and lease["state"] == "granted")
+            if stats["granted"] != ended + outstanding:
+                problems.append(f"{gen.name}: {stats['granted']} granted but {ended} ended and "
+                                f"{outstanding} outstanding")
+    return problems
