@@ -83,8 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("bind", add_help=False,
                    help="run CMD with the attempt's GPU mask verified or restored: bind -- CMD")
 
+    from .stopper import add_stop_parser
     from .supply_client import add_supply_parsers
     add_supply_parsers(sub)
+    add_stop_parser(sub)
 
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
     demo.add_argument("--run-dir", default=".demo-run")

@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import launcher, procs, spool
+from .adapters import fence, launcher, procs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
@@ -34,12 +34,13 @@ from .adapters.pressure import PressureSampler
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .core.effects import (
     AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
-    SpawnAttempt, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
+    SpawnAttempt, TerminateAttempts, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob,
+    WriteReply,
 )
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
     Event,
-    HostSampled, IdleSeen, ResultSeen, from_record, to_record,
+    HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
 from .core.model import Attempt, Job
 from .core.observations import GpuSample
@@ -56,6 +57,7 @@ RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
 SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
 REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
+STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 
@@ -129,9 +131,14 @@ class Coordinator:
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
         if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
             log.info("removed %d abandoned temporary files", removed)
+        if self.layout.stop_sentinel.exists() and not self.sched.stopped:
+            self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
         for job in self.sched.running():
             self._adopt(job, job.current)
         reach("start.after_adopt")
+        # A run already stopped stays served (frozen: it answers, admits nothing); a stop
+        # requested during this life ends the coordinator once its work is gone.
+        self._stopped_at_start = self.sched.stopped
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -171,6 +178,10 @@ class Coordinator:
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS
         while not self.stop_requested:
+            if self.sched.stopped and not self._stopped_at_start and \
+                    not self.sched.count(JobState.RUNNING):
+                log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
+                break
             self._launch()
             self._process(self.sched.due(time.time()))
             self._process(list(self.sched.next_grants(time.time())))
@@ -486,6 +497,8 @@ class Coordinator:
             self._barrier(effect.job_id, effect.attempt_id, "GO", b"G")
         elif isinstance(effect, AbortAttempt):
             self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
+        elif isinstance(effect, TerminateAttempts):
+            self._terminate(effect.attempts)
         elif isinstance(effect, WriteControlReply):
             write_json(self.layout.control_replies / f"{effect.request_id}.json", effect.document)
         elif isinstance(effect, DisposeControl):
@@ -528,6 +541,23 @@ class Coordinator:
         return AttemptObserved(at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
                                alive=True, pid=pid, pid_start=procs.start_time(pid),
                                boot_id=procs.boot_id())
+
+    def _terminate(self, attempts: tuple[tuple[str, str], ...]) -> None:
+        """Signal the stopping run's attempts (blocking for the grace period: nothing is
+        admitted any more); their exits are then observed like any other."""
+        shims = []
+        for job_id, attempt_id in attempts:
+            attempt = self.sched.jobs[job_id].current
+            if attempt.pid is not None:
+                shims.append((attempt.pid, attempt.pid_start, attempt.boot_id))
+            self._barrier(job_id, attempt_id, "ABORT", b"A")  # one still at the barrier
+        survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
+        if survivors:
+            log.error("stop: processes still alive after KILL: %s", survivors)
+        for key in list(self.handles):
+            self._on_shim(key)
+        for job in self.sched.running():
+            self._observe_key((job.job_id, job.current.attempt_id))
 
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
         path = self.layout.attempt_dir(job_id, attempt_id) / name

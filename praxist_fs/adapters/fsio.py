@@ -50,7 +50,9 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
 
 
 def dumps(document: Any) -> bytes:
-    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+    # backslashreplace: a lone surrogate from a peer's key must not make a write fail
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode(
+        "utf-8", "backslashreplace")
 
 
 def write_json(path: str | os.PathLike, document: Any, *, durable: bool = False,

@@ -93,6 +93,11 @@ class RunLayout:
         return self.logs / job_id / f"{attempt_id}.log"
 
     @property
+    def stop_sentinel(self) -> Path:
+        """Written by ``praxist-fs stop`` when it fenced the run itself: the run stays stopped."""
+        return self.scheduler / "STOP"
+
+    @property
     def control_replies(self) -> Path:
         return self.control / "replies"
 

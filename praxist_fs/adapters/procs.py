@@ -54,3 +54,11 @@ def session_id(pid: int) -> int | None:
     None when the pid is not in our PID namespace."""
     fields = _stat_fields(pid)
     return int(fields[3]) if fields else None
+
+
+def group_and_session(pid: int) -> tuple[int, int, str, int] | None:
+    """(process group, session, state letter, start time) of a pid, or None if gone."""
+    fields = _stat_fields(pid)
+    if not fields:
+        return None
+    return int(fields[2]), int(fields[3]), fields[0], int(fields[19])

@@ -77,10 +77,12 @@ def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
     An earlier rejected file of the same name is kept too: the newcomer gets a suffix."""
     if not os.path.lexists(incoming / name):
         return  # already filed (a redone effect after a restart)
-    kept, serial = name, 1
+    base = name if len(name.encode(errors="surrogateescape")) <= 160 else \
+        f"{name[:100]}-{hashlib.sha256(name.encode(errors='surrogateescape')).hexdigest()[:16]}"
+    kept, serial = base, 1
     while os.path.lexists(rejected / kept):
         serial += 1
-        kept = f"{name}.{serial}"
+        kept = f"{base}.{serial}"
     write_json(rejected / f"{kept}.error.json", error)
     try:
         os.rename(incoming / name, rejected / kept)

@@ -77,6 +77,14 @@ class AbortAttempt(Effect):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TerminateAttempts(Effect):
+    """The run is stopping: signal these attempts' process groups (TERM, grace, KILL),
+    revalidating each process's identity before every signal."""
+
+    attempts: tuple[tuple[str, str], ...]  # (job_id, attempt_id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WriteControlReply(Effect):
     request_id: str
     document: dict[str, Any]

@@ -206,10 +206,18 @@ class GenerationPhase(Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStopRequested(Event):
+    """The run's stop sentinel was found (``praxist-fs stop`` fenced a dead coordinator)."""
+
+    kind: ClassVar[str] = "run_stop_requested"
+    reason: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
                               ControlSeen, ResultSeen, DeclineSeen, LeaseGranted, LeaseExpired,
-                              LeaseRevoked, GenerationPhase)
+                              LeaseRevoked, GenerationPhase, RunStopRequested)
 }
 
 

@@ -54,6 +54,10 @@ class GenerationDesk:
             return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
                                        None)
         control, number = ev.control, ev.control.generation
+        if control.action == "run_stop":
+            effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
+            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
+                                                 "running work is being terminated", None)
         gen = self.generations.get(number)
         effects: list[Effect] = []
         if control.action == "generation_open":

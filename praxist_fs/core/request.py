@@ -102,10 +102,10 @@ def parse_request(name: str, data: bytes) -> Request:
     if not isinstance(raw, dict):
         raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
     if raw.duplicates:
-        raise BadRequest(raw.duplicates[0], "duplicate key")
+        raise BadRequest(_key(raw.duplicates[0]), "duplicate key")
     unknown = sorted(set(raw) - set(FIELDS))
     if unknown:
-        raise BadRequest(unknown[0], "unknown field; expected one of " + ", ".join(FIELDS))
+        raise BadRequest(_key(unknown[0]), "unknown field; expected one of " + ", ".join(FIELDS))
     return _build(name, {key: value for key, value in raw.items() if value is not None})
 
 
@@ -164,6 +164,12 @@ def _build(name: str, raw: dict[str, Any]) -> Request:
         lease=_optional(raw, "lease", _name),
         generation=_optional(raw, "generation", _generation),
     )
+
+
+def _key(key: str) -> str:
+    """A peer's JSON key as a printable field name: never empty, always encodable."""
+    printable = key.encode("utf-8", "backslashreplace").decode("utf-8")
+    return printable[:64] if printable.strip() else repr(key)
 
 
 def _optional(raw: dict[str, Any], key: str, check: Any) -> Any:
@@ -242,13 +248,13 @@ def _env(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise BadRequest("env", f"is {_kind(value)}; expected an object of strings")
     if getattr(value, "duplicates", ()):
-        raise BadRequest(f"env.{value.duplicates[0]}", "duplicate key")
+        raise BadRequest(f"env.{_key(value.duplicates[0])}", "duplicate key")
     if len(value) > MAX_ENV_ITEMS:
         raise BadRequest("env", f"has more than {MAX_ENV_ITEMS} variables")
     env = {}
     for name, item in value.items():
         if not ENV_NAME_RE.fullmatch(name):
-            raise BadRequest(f"env.{name}", "is not a valid variable name")
+            raise BadRequest(f"env.{_key(name)}", "is not a valid variable name")
         if type(item) is not str:
             raise BadRequest(f"env.{name}", f"is {_kind(item)}; expected a string")
         if "\x00" in item:
@@ -257,7 +263,7 @@ def _env(value: Any) -> dict[str, str]:
     return env
 
 
-CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close")
+CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close", "run_stop")
 CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline")
 
 
@@ -267,7 +273,7 @@ class ControlRequest:
 
     request_id: str
     action: str
-    generation: int
+    generation: int | None = None  # every action but run_stop names one
     cohort: tuple[str, ...] = ()
     deadline: float | None = None  # unix seconds, from an ISO-8601 time with a zone
 
@@ -286,13 +292,15 @@ def parse_control(name: str, data: bytes) -> ControlRequest:
     raw = _object(data)
     unknown = sorted(set(raw) - set(CONTROL_FIELDS))
     if unknown:
-        raise BadRequest(unknown[0], "unknown field; expected one of " + ", ".join(CONTROL_FIELDS))
+        raise BadRequest(_key(unknown[0]),
+                         "unknown field; expected one of " + ", ".join(CONTROL_FIELDS))
     raw = {key: value for key, value in raw.items() if value is not None}
     action = raw.get("action")
     if action not in CONTROL_ACTIONS:
         raise BadRequest("action", f"{action!r}; expected one of {', '.join(CONTROL_ACTIONS)}")
     generation = raw.get("generation")
-    if type(generation) is not int or generation < 1:
+    if (action != "run_stop" or generation is not None) and (
+            type(generation) is not int or generation < 1):
         raise BadRequest("generation", f"{generation!r}; expected an integer >= 1")
     cohort = raw.get("cohort", [])
     if type(cohort) is not list:
@@ -349,5 +357,5 @@ def _object(data: bytes) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
     if raw.duplicates:
-        raise BadRequest(raw.duplicates[0], "duplicate key")
+        raise BadRequest(_key(raw.duplicates[0]), "duplicate key")
     return raw

@@ -22,14 +22,14 @@ from typing import Any
 from ..errors import InvalidTransition
 from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .effects import (
-    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, WriteGo, WriteJob,
-    WriteReply,
+    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, TerminateAttempts,
+    WriteGo, WriteJob, WriteReply,
 )
 from .calibration import Calibration
 from .events import (
     AttemptLaunched, AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen,
+    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested,
 )
 from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
@@ -55,6 +55,7 @@ class Scheduler(GenerationDesk):
         self.version = 0
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._next_order = 0
+        self.stopped: str | None = None  # why the run was stopped: it admits nothing more
         self.generations: dict[int, Generation] = {}
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
@@ -128,6 +129,8 @@ class Scheduler(GenerationDesk):
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
+        if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
+            return self._reply(ev, "rejected", job, "run", f"the run is stopped ({self.stopped})")
         generation = request.generation
         if generation is None and (current := self.current_generation()) is not None:
             generation = current.number
@@ -188,6 +191,11 @@ class Scheduler(GenerationDesk):
         attempt = _find(job, ev.attempt_id) if job else None
         if attempt is None or attempt.phase == AttemptPhase.ENDED:
             return []  # a late sighting of an attempt already settled
+        if self.stopped and (ev.exited or not ev.alive):
+            attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
+            attempt.outcome = "cancelled"
+            return self._settle(job, attempt, ev.at, Trigger.CANCEL,
+                                f"run stopped ({self.stopped})")
         if ev.exited:
             return self._end(job, attempt, ev)
         if not ev.alive:
@@ -265,7 +273,7 @@ class Scheduler(GenerationDesk):
         that failed once in a pass is not tried again in that pass (R-POL-4), so
         the pass stays linear in the queue. Nothing is recomputed while neither
         the state nor the host sample changed since the last pass."""
-        if self._last_pass == (self.version, self.samples_seen):
+        if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
         self._last_pass = (self.version, self.samples_seen)
         target = self.concurrency_target()
@@ -399,6 +407,7 @@ class Scheduler(GenerationDesk):
                         for rid, r in sorted(self.replies.items())},
             "next_order": self._next_order,
             "generations": {n: g.to_dict() for n, g in sorted(self.generations.items())},
+            "stopped": self.stopped,
             "control_replies": dict(sorted(self.control_replies.items())),
             "calibration": [self.calibration.count, self.calibration.total,
                             self.calibration.total_sq],
@@ -411,6 +420,26 @@ class Scheduler(GenerationDesk):
             return self.jobs[job_id]
         except KeyError:
             raise InvalidTransition(f"no job {job_id}") from None
+
+    def _stop(self, at: float, reason: str) -> list[Effect]:
+        """Freeze all admission for good, cancel queued work, revoke leases, and terminate
+        the running attempts (R-SUP-8). Idempotent: a second stop changes nothing."""
+        if self.stopped:
+            return []
+        self.stopped = reason
+        effects: list[Effect] = []
+        for job in self.queued():
+            self._transition(job, Trigger.CANCEL)
+            job.reason = f"run stopped before it started ({reason})"
+            effects.append(self._write_job(job))
+        for gen in self.generations.values():
+            for lease in gen.outstanding():
+                effects += self._end_lease(gen, lease, "revoked", at, f"run stopped ({reason})")
+        running = tuple((j.job_id, j.current.attempt_id) for j in self.running())
+        if running:
+            effects.append(TerminateAttempts(attempts=running))
+        self.version += 1
+        return effects
 
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
@@ -435,7 +464,8 @@ class Scheduler(GenerationDesk):
                field: str | None = None, problem: str | None = None,
                reason: str | None = None) -> list[Effect]:
         if reason is None:
-            reason = f"{field}: {problem}" if field else f"job {job.job_id} {job.state.value}"
+            reason = (f"{field}: {problem}" if field is not None
+                      else f"job {job.job_id} {job.state.value}")
         request, lease = ev.request, None
         if request is not None and outcome != "rejected":
             if request.lease is not None:
@@ -485,6 +515,7 @@ _HANDLERS = {
     LeaseRevoked: Scheduler._on_revoked,
     ClaimsReleased: Scheduler._on_claims_released,
     GenerationPhase: Scheduler._on_phase,
+    RunStopRequested: lambda sched, ev: sched._stop(ev.at, ev.reason),
 }
 
 

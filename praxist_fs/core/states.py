@@ -47,11 +47,14 @@ class Trigger(str, Enum):
     LOST = "lost"                    # the attempt vanished without an exit record
     RETRY_TERMINAL = "retry_terminal"  # a --retry-terminal request reopens the job
     FREEZE = "freeze"                # its generation closed before it started
+    CANCEL = "cancel"                # the run was stopped
 
 
 TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
     (JobState.QUEUED, Trigger.LAUNCH): JobState.RUNNING,
     (JobState.QUEUED, Trigger.FREEZE): JobState.REJECTED,
+    (JobState.QUEUED, Trigger.CANCEL): JobState.CANCELLED,
+    (JobState.RUNNING, Trigger.CANCEL): JobState.CANCELLED,
     (JobState.RUNNING, Trigger.EXIT_OK): JobState.COMPLETED,
     (JobState.RUNNING, Trigger.EXIT_RETRY): JobState.QUEUED,
     (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,

@@ -17,6 +17,8 @@ from .helpers import Harness
 EXPECTED_TABLE = {
     (JobState.QUEUED, Trigger.LAUNCH): JobState.RUNNING,
     (JobState.QUEUED, Trigger.FREEZE): JobState.REJECTED,
+    (JobState.QUEUED, Trigger.CANCEL): JobState.CANCELLED,
+    (JobState.RUNNING, Trigger.CANCEL): JobState.CANCELLED,
     (JobState.RUNNING, Trigger.EXIT_OK): JobState.COMPLETED,
     (JobState.RUNNING, Trigger.EXIT_RETRY): JobState.QUEUED,
     (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,

@@ -171,7 +171,8 @@ def test_job_process_on_the_gpu_is_attributed_to_the_job(gpu_run, host, tmp_path
     run = gpu_run()
     gate, argv = blocker(tmp_path)
     job_id = run.reply(run.submit(request("seen", argv)))["job_id"]
-    job = run.wait_state(job_id, "running")
+    job = wait_for(lambda: (doc := run.wait_state(job_id, "running"))["attempts"][0]["pid"]
+                   and doc)  # the pid is recorded just after the launch
     shim = job["attempts"][0]["pid"]
     command = wait_for(lambda: _child_of(shim))
     uuid = job["attempts"][0]["gpus"][0]

@@ -65,7 +65,8 @@ def test_status_json_follows_changes_within_a_second(run, tmp_path):
     gate = tmp_path / "gate"
     job_id = run.reply(run.submit(request(
         "watched", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])))["job_id"]
-    status = wait_for(lambda: (s := run.status()) and s["running"] == 1 and s, timeout=1.5)
+    status = wait_for(lambda: (s := run.status()) and s["running"] == 1 and s["active"][0]["pid"]
+                      and s, timeout=3.0)
     [active] = status["active"]
     assert active["job_id"] == job_id and active["attempt_id"] == "a1"
     assert active["pid"] and active["profile"] == "cpu" and active["peer"] == "tester"

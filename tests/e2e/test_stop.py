@@ -1,0 +1,104 @@
+"""praxist-fs stop: freeze admission, terminate the run's process groups, fence a dead
+coordinator's run, never signal an unrelated process (R-SUP-8, R-RUN-3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import filelock
+
+from .conftest import read_json, request, wait_for
+
+STOP = [sys.executable, "-m", "praxist_fs", "stop", "--grace=1"]
+
+
+def stop(*runs):
+    result = subprocess.run([*STOP, *(str(r.root) for r in runs)], capture_output=True,
+                            text=True, timeout=120)
+    return result.returncode, json.loads(result.stdout)
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def started(tmp_path, name):
+    return wait_for(lambda: (tmp_path / name).exists() and int((tmp_path / name).read_text()),
+                    message=f"{name} to start")
+
+
+def decoys(run, tmp_path):
+    """Processes a careless stop would hit: same command line; look-alike environment."""
+    same_cmd = subprocess.Popen(["sh", "-c", "echo x; sleep 60"])
+    env = {**os.environ, "PRAXIST_RUN_DIR": str(run.root) + "-other",
+           "PRAXIST_EXPERIMENT_ATTEMPT_ID": "a1"}
+    same_env = subprocess.Popen(["sleep", "60"], env=env)
+    return [same_cmd, same_env]
+
+
+def test_stop_through_a_live_coordinator(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    body = f"echo $$ > {tmp_path}/pid; sleep 60"
+    running = run.reply(run.submit(request("long", ["sh", "-c", body])))["job_id"]
+    queued = run.reply(run.submit(request("waiting", ["true"])))["job_id"]
+    pid = started(tmp_path, "pid")
+    bystanders = decoys(run, tmp_path)
+    try:
+        code, result = stop(run)
+        assert code == 0 and result["stopped_run_ids"] == [str(run.root)]
+        assert result["failed_run_ids"] == []
+        assert not alive(pid)
+        assert run.proc.wait(timeout=30) == 0  # the coordinator exits once its work is gone
+        job = run.job(running)
+        assert job["state"] == "cancelled" and job["attempts"][0]["outcome"] == "cancelled"
+        assert run.job(queued)["state"] == "cancelled"
+        assert all(p.poll() is None for p in bystanders)
+    finally:
+        for p in bystanders:
+            p.kill()
+            p.wait()
+
+
+def test_stop_fences_the_run_of_a_dead_coordinator(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    # ignores TERM, and leaves a descendant that escaped into its own session
+    body = (f"trap '' TERM; setsid sh -c 'echo $$ > {tmp_path}/escaped; sleep 60' & "
+            f"echo $$ > {tmp_path}/pid; sleep 60")
+    job_id = run.reply(run.submit(request("stubborn", ["sh", "-c", body])))["job_id"]
+    pid, escaped = started(tmp_path, "pid"), started(tmp_path, "escaped")
+    run.kill()
+    code, result = stop(run)
+    assert code == 0 and result["stopped_run_ids"] == [str(run.root)]
+    assert not alive(pid) and not alive(escaped)
+    assert (run.sched / "STOP").exists()
+    run.start()
+    assert run.wait_state(job_id, "cancelled")["state"] == "cancelled"
+    late = run.reply(run.submit(request("after-stop")))
+    assert late["outcome"] == "rejected" and "stopped" in late["reason"]
+
+
+def test_a_run_that_cannot_be_fenced_is_reported_and_left_alone(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    job_id = run.reply(run.submit(request("kept", ["sh", "-c",
+                                                   f"echo $$ > {tmp_path}/pid; sleep 60"])))["job_id"]
+    pid = started(tmp_path, "pid")
+    run.kill()
+    (run.sched / "endpoint.json").unlink()
+    holder = filelock.FileLock(str(run.sched / "owner.lock"), timeout=0)
+    holder.acquire()  # someone else holds the run (a coordinator still starting, say)
+    try:
+        code, result = stop(run)
+    finally:
+        holder.release()
+    assert code != 0 and result["failed_run_ids"] == [str(run.root)]
+    assert alive(pid) and run.job(job_id)["state"] == "running"
