@@ -31,6 +31,7 @@ from .adapters.journal import Journal
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
+from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .core.effects import (
     AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
@@ -39,7 +40,7 @@ from .core.effects import (
 )
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
-    Event,
+    Event, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
 from .core.model import Attempt, Job
@@ -105,6 +106,7 @@ class Coordinator:
 
     def _start(self) -> None:
         self.journal = Journal(self.layout.journal)
+        self.vault = Vault(self.layout)
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
@@ -136,6 +138,8 @@ class Coordinator:
         for job in self.sched.running():
             self._adopt(job, job.current)
         reach("start.after_adopt")
+        self.vault.sweep({job.request.request_id
+                          for job in (*self.sched.queued(), *self.sched.running())})
         # A run already stopped stays served (frozen: it answers, admits nothing); a stop
         # requested during this life ends the coordinator once its work is gone.
         self._stopped_at_start = self.sched.stopped
@@ -337,9 +341,9 @@ class Coordinator:
         names = spool.pending(self.layout.incoming)
         dir_fd = os.open(self.layout.incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            events = [seen for name in names
+            events = [self._redacted(seen) for name in names
                       if (seen := spool.read_request(self.layout.incoming, dir_fd, name,
-                                                     time.time())) is not None]
+                                                     time.time(), self.vault.digest)) is not None]
         finally:
             os.close(dir_fd)
         self._process(events)
@@ -414,6 +418,12 @@ class Coordinator:
                        *declines]
         self._process(events)
 
+    def _redacted(self, seen: RequestSeen) -> RequestSeen:
+        """Credential-shaped env values never reach the core, the journal or any view."""
+        if seen.request is None:
+            return seen
+        return replace(seen, request=self.vault.redact(seen.request))
+
     def _on_shim(self, key: AttemptKey) -> None:
         handle = self.handles[key]
         try:
@@ -487,6 +497,8 @@ class Coordinator:
             self._write_job(effect)
         elif isinstance(effect, WriteReply):
             write_json(self.layout.reply(effect.request_id), effect.document)
+            if effect.document["outcome"] not in ("accepted", "retry_accepted"):
+                self.vault.scrub(effect.request_id)  # this request will never launch
         elif isinstance(effect, ConsumeRequest):
             spool.consume(self.layout.incoming, effect.name)
         elif isinstance(effect, RejectRequest):
@@ -521,6 +533,8 @@ class Coordinator:
     def _write_job(self, effect: WriteJob) -> None:
         write_json(self.layout.job_file(effect.directory, effect.job_id), effect.document)
         self._remove_stale_copies(effect)
+        if effect.directory == "done":  # terminal: its secrets are no longer needed
+            self.vault.scrub(effect.document["request_id"])
 
     def _remove_stale_copies(self, effect: WriteJob) -> None:
         for directory in JOB_DIRECTORIES:
@@ -530,7 +544,9 @@ class Coordinator:
     def _spawn(self, effect: SpawnAttempt) -> AttemptObserved:
         key = (effect.job_id, effect.attempt_id)
         try:
-            handle = launcher.spawn(self.layout, effect)
+            env = self.vault.reveal(effect.metadata["request_id"],
+                                    launcher.attempt_environment(self.layout, effect))
+            handle = launcher.spawn(self.layout, effect, env)
         except OSError as exc:
             return AttemptObserved(at=time.time(), job_id=effect.job_id,
                                    attempt_id=effect.attempt_id, alive=False, exited=True,

@@ -63,8 +63,11 @@ def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, st
     }
 
 
-def spawn(layout: RunLayout, effect: SpawnAttempt) -> ShimHandle:
-    """Write the attempt's files and start its shim; raises OSError if it cannot start."""
+def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str]) -> ShimHandle:
+    """Write the attempt's files and start its shim; raises OSError if it cannot start.
+
+    ``env`` is the environment the command gets (secrets revealed); it goes only into
+    spec.json (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     attempt_dir.mkdir(parents=True, exist_ok=True)
     log = layout.log(effect.job_id, effect.attempt_id)
@@ -74,7 +77,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt) -> ShimHandle:
         "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
     })
     spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-            "cwd": effect.cwd or str(layout.root), "env": attempt_environment(layout, effect),
+            "cwd": effect.cwd or str(layout.root), "env": env,
             "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
     write_atomic(attempt_dir / "spec.json", dumps(spec), mode=0o600)
     go_read, go_write = os.pipe()

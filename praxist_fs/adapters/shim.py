@@ -120,6 +120,7 @@ def main():
         return 0
     with open(os.path.join(attempt_dir, "spec.json")) as handle:
         spec = json.load(handle)
+    os.unlink(os.path.join(attempt_dir, "spec.json"))  # it may hold raw secrets
     ready = {"pid": os.getpid(), "start_time": own_start_time(), "boot_id": boot_id(),
              "at": time.time()}
     write_file(os.path.join(attempt_dir, "READY"), json.dumps(ready).encode(), durable=False)

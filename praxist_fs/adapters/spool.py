@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from ..core.events import RequestSeen
@@ -36,18 +37,19 @@ def pending(incoming: Path) -> list[str]:
     return [name for _, name in entries[:BATCH]]
 
 
-def read_request(incoming: Path, dir_fd: int, name: str, now: float) -> RequestSeen | None:
+def read_request(incoming: Path, dir_fd: int, name: str, now: float,
+                 digest_of: Callable[[bytes], str]) -> RequestSeen | None:
     """The fact of one request file, or None if it vanished or is still within its grace."""
     try:
         data = read_spool_file(dir_fd, name, MAX_REQUEST_BYTES)
     except FileNotFoundError:
         return None
     except BadRequest as exc:
-        digest = hashlib.sha256(f"unreadable:{name}:{exc}".encode()).hexdigest()
+        digest = digest_of(f"unreadable:{name}:{exc}".encode())
         return RequestSeen(at=now, name=name, digest=digest,
                            request_id=request_id_from_filename(name),
                            error_field=exc.field, error_problem=exc.problem)
-    digest = hashlib.sha256(data).hexdigest()
+    digest = digest_of(data)
     try:
         request = parse_request(name, data)
     except BadRequest as exc:

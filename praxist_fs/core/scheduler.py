@@ -182,6 +182,7 @@ class Scheduler(GenerationDesk):
             command=req.command, cwd=req.cwd, env=dict(req.env), profile=job.profile,
             gpus=attempt.gpus, metadata={
                 "job_id": job.job_id, "attempt_id": attempt.attempt_id, "tag": req.tag,
+                "request_id": req.request_id,
                 "peer": req.peer, "profile": job.profile, "work_class": req.work_class,
                 "gpus": list(attempt.gpus), "decided_at": ev.at, "round": job.round,
             })]
@@ -254,6 +255,9 @@ class Scheduler(GenerationDesk):
         self._transition(job, trigger)
         attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
         job.reason = reason
+        if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
+            self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen
+            job.reason = f"{reason}; not requeued: {closed}"
         self.version += 1
         return [self._write_job(job)]
 

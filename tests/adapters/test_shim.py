@@ -27,7 +27,7 @@ def spawn(layout, tmp_path, body="echo started", env=None, gpus=()):
                           command=f"touch {marker}; {body}", cwd=str(tmp_path),
                           env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=gpus,
                           metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect)
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
     return handle, layout.attempt_dir("job-1", "a1"), marker
 
 
@@ -82,7 +82,7 @@ def test_environment_carries_identity_and_gpu_binding(layout, tmp_path):
     for name in ("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
         assert env[name] == "GPU-a,GPU-b"
     assert "PYTHONPATH" not in env  # nothing of ours leaks in beyond the contract
-    assert os.stat(attempt_dir / "spec.json").st_mode & 0o777 == 0o600
+    assert not (attempt_dir / "spec.json").exists()  # read once, then removed (raw secrets)
     handle.close()
 
 
