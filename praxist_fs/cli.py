@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 
@@ -125,6 +126,13 @@ def cmd_launch(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     layout = RunLayout.at(args.run_dir)
+    try:
+        if client.enclosing_attempt(layout, dict(os.environ)) is not None:
+            # Inside a live attempt: the child stays in its allocation, not queued again.
+            return subprocess.call(cmd)
+    except client.NotInAttempt as exc:
+        print(f"praxist-fs launch: refusing nested launch: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
     try:
         client.wait_for_coordinator(layout, args.wait_coordinator)
         request = {

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any, BinaryIO
 
+from .adapters import procs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
@@ -120,3 +122,34 @@ def _copy_new(path: os.PathLike, offsets: dict[str, int], key: str, out: BinaryI
 def status_document(layout: RunLayout) -> dict[str, Any] | None:
     doc = read_json(layout.status)
     return doc if isinstance(doc, dict) else None
+
+
+class NotInAttempt(Exception):
+    """Attempt variables are present but do not prove the caller is inside that attempt."""
+
+
+def enclosing_attempt(layout: RunLayout, environ: dict[str, str]) -> Path | None:
+    """The live attempt this process runs inside, for nested launch reuse (R-SUB-6).
+
+    None when no attempt variables are set. Variables alone prove nothing (they are
+    copied easily); the attempt must be this run's own directory, hold the READY/GO
+    handshake, be led by a live shim whose session is the caller's, and be the
+    current attempt of a running job in the coordinator's state."""
+    claimed = environ.get("PRAXIST_EXPERIMENT_ATTEMPT_DIR")
+    if not claimed:
+        return None
+    attempt_dir = Path(os.path.realpath(claimed))
+    if attempt_dir.parent.parent != Path(os.path.realpath(layout.attempts)):
+        raise NotInAttempt(f"{claimed} is not an attempt directory of run {layout.root}")
+    ready = read_json(attempt_dir / "READY")
+    if not isinstance(ready, dict) or not (attempt_dir / "GO").exists():
+        raise NotInAttempt(f"{claimed} has no completed READY/GO handshake")
+    if os.getsid(0) != ready.get("pid") or not procs.is_alive(
+            ready.get("pid"), ready.get("start_time"), ready.get("boot_id")):
+        raise NotInAttempt("this process does not run under that attempt's live shim")
+    job = read_json(layout.job_file("running", attempt_dir.parent.name))
+    attempts = job.get("attempts") if isinstance(job, dict) else None
+    if not attempts or attempts[-1]["attempt_id"] != attempt_dir.name or \
+            attempts[-1]["pid"] != ready["pid"]:
+        raise NotInAttempt("the coordinator does not hold that attempt as running")
+    return attempt_dir

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -92,3 +93,23 @@ def test_console_script_and_module_are_the_same_command(run, entry):
                              f"--tag=cli-entry-{len(exe)}", "--", "echo", "ok"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout == "ok\n"
+
+
+def test_nested_launch_runs_inside_the_existing_allocation(run, tmp_path):
+    nested = (f"{sys.executable} -m praxist_fs launch --run-dir={run.root} --peer=cli "
+              f"--tag=inner -- sh -c 'echo inner $PRAXIST_EXPERIMENT_ID'")
+    result = launch(run, "--tag=outer", "--", "sh", "-c", f"{nested}; echo outer done")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("inner outer-") and lines[1] == "outer done"  # outer's identity
+    inner = [p.name for p in (run.sched / "jobs" / "done").glob("inner-*.json")]
+    assert inner == []  # never queued as a second top-level experiment
+
+
+def test_copied_attempt_variables_are_refused(run, tmp_path):
+    launch(run, "--tag=donor", "--", "true")
+    donor = next((run.sched / "attempts").glob("donor-*/a1"))
+    env = {**os.environ, "PRAXIST_EXPERIMENT_ATTEMPT_DIR": str(donor),
+           "PRAXIST_EXPERIMENT_ID": donor.parent.name}
+    result = launch(run, "--tag=impostor", "--", "true", env=env)
+    assert result.returncode == 2 and "refusing nested launch" in result.stderr
