@@ -129,7 +129,12 @@ def cmd_launch(args: argparse.Namespace) -> int:
     try:
         if client.enclosing_attempt(layout, dict(os.environ)) is not None:
             # Inside a live attempt: the child stays in its allocation, not queued again.
-            return subprocess.call(cmd)
+            try:
+                code = subprocess.call(cmd)
+            except OSError as exc:
+                print(f"praxist-fs launch: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+                return 127
+            return 128 - code if code < 0 else code  # killed by signal N: 128 + N
     except client.NotInAttempt as exc:
         print(f"praxist-fs launch: refusing nested launch: {exc}", file=sys.stderr)
         return EXIT_REJECTED

@@ -140,9 +140,8 @@ class Coordinator:
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
                           for job in (*self.sched.queued(), *self.sched.running())})
-        # A run already stopped stays served (frozen: it answers, admits nothing); a stop
-        # requested during this life ends the coordinator once its work is gone.
-        self._stopped_at_start = self.sched.stopped
+        # A run already stopped stays served (frozen: it answers, admits nothing); a
+        # run_stop request to this coordinator ends it once its work is gone.
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -182,7 +181,7 @@ class Coordinator:
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS
         while not self.stop_requested:
-            if self.sched.stopped and not self._stopped_at_start and \
+            if self.sched.stopped and self.sched.stop_calls and \
                     not self.sched.count(JobState.RUNNING):
                 log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
                 break
@@ -497,7 +496,9 @@ class Coordinator:
             self._write_job(effect)
         elif isinstance(effect, WriteReply):
             write_json(self.layout.reply(effect.request_id), effect.document)
-            if effect.document["outcome"] not in ("accepted", "retry_accepted"):
+            job = self.sched.jobs.get(effect.document["job_id"] or "")
+            if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
+                    (job is not None and job.state.terminal):
                 self.vault.scrub(effect.request_id)  # this request will never launch
         elif isinstance(effect, ConsumeRequest):
             spool.consume(self.layout.incoming, effect.name)
@@ -618,6 +619,8 @@ class Coordinator:
         if not force and not (changed and now - self._status_at >= STATUS_MIN_GAP) \
                 and now - self._status_at < STATUS_MAX_AGE:
             return
+        if self.sched.stopped and state == "serving":
+            state = f"stopped: {self.sched.stopped} (admits nothing)"
         runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
                    "observer": "polling" if self.polling else "inotify",
                    "filesystem": self.filesystem,

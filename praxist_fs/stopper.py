@@ -28,6 +28,8 @@ def stop_runs(run_dirs: list[str], grace: float = 10.0, timeout: float = 60.0) -
     for run_dir in run_dirs:
         layout = RunLayout.at(run_dir)
         try:
+            if not layout.journal.exists():
+                raise RuntimeError(f"{layout.root} is not a run directory (no journal)")
             if live_endpoint(layout) is not None:
                 _through_coordinator(layout, timeout)
             else:

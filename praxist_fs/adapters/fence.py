@@ -26,8 +26,13 @@ STABLE_SCANS = 3
 
 def members(shims: list[Shim], run_dir: Path) -> list[tuple[int, int]]:
     """Live processes of the run: in a shim's group or session, or carrying the run's
-    PRAXIST_RUN_DIR and an attempt id in their environment. (pid, start time) pairs."""
-    groups = {pid for pid, _, _ in shims}
+    PRAXIST_RUN_DIR and an attempt id in their environment. (pid, start time) pairs.
+
+    A shim's pid names our group only while that pid is unused or still the shim: the
+    kernel does not reuse a pid while a group or session of that id has members, so a
+    different process holding the pid means our group is gone and the id is foreign."""
+    groups = {pid for pid, started, boot in shims
+              if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}
     marker = f"PRAXIST_RUN_DIR={run_dir}".encode()
     found = []
     for entry in os.listdir("/proc"):

@@ -55,6 +55,7 @@ class GenerationDesk:
                                        None)
         control, number = ev.control, ev.control.generation
         if control.action == "run_stop":
+            self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
             return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
                                                  "running work is being terminated", None)

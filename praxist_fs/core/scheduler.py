@@ -56,6 +56,7 @@ class Scheduler(GenerationDesk):
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
+        self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
         self.generations: dict[int, Generation] = {}
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
@@ -192,7 +193,7 @@ class Scheduler(GenerationDesk):
         attempt = _find(job, ev.attempt_id) if job else None
         if attempt is None or attempt.phase == AttemptPhase.ENDED:
             return []  # a late sighting of an attempt already settled
-        if self.stopped and (ev.exited or not ev.alive):
+        if self.stopped and not (ev.exited and ev.exit_code == 0) and (ev.exited or not ev.alive):
             attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
             attempt.outcome = "cancelled"
             return self._settle(job, attempt, ev.at, Trigger.CANCEL,

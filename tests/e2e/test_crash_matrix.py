@@ -104,8 +104,9 @@ def test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp_path,
     assert outcome["c"]["state"] == "failed" and outcome["c"]["exit_code"] == 3
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
-    wait_for(lambda: not check_run(run.root, starts=tmp_path / "starts"), timeout=10,
-             message=f"invariants: {check_run(run.root, starts=tmp_path / 'starts')}")
+    registry = run.root.parent / "host-registry"
+    wait_for(lambda: not check_run(run.root, starts=tmp_path / "starts", registry=registry),
+             timeout=10, message=f"invariants: {check_run(run.root, starts=tmp_path / 'starts')}")
 
 
 def cli(run, *args):

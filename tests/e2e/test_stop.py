@@ -102,3 +102,42 @@ def test_a_run_that_cannot_be_fenced_is_reported_and_left_alone(make_run, tmp_pa
         holder.release()
     assert code != 0 and result["failed_run_ids"] == [str(run.root)]
     assert alive(pid) and run.job(job_id)["state"] == "running"
+
+
+def test_a_stale_ready_never_targets_the_process_that_reuses_its_pid(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    job_id = run.reply(run.submit(request("gone", ["true"])))["job_id"]
+    run.wait_state(job_id, "completed")
+    run.stop()
+    stranger = subprocess.Popen(["setsid", "sleep", "60"])  # its own group and session
+    try:
+        ready = next((run.sched / "attempts").glob("*/a1/READY"))
+        doc = json.loads(ready.read_text())
+        doc["pid"] = stranger.pid  # as if the shim's pid had been reused (start time differs)
+        ready.write_text(json.dumps(doc))
+        (ready.parent / "exit.json").unlink()
+        code, result = stop(run)
+        assert code == 0 and stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_stop_refuses_a_directory_that_is_not_a_run(tmp_path):
+    result = subprocess.run([*STOP, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert json.loads(result.stdout)["failed_run_ids"] == [str(tmp_path)]
+    assert not (tmp_path / "resource_scheduler").exists()
+
+
+def test_stopping_an_already_stopped_run_ends_its_frozen_coordinator(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    run.kill()
+    assert stop(run)[0] == 0  # fenced: the STOP sentinel
+    run.start()  # serves frozen
+    wait_for(lambda: "stopped" in run.status()["coordinator"]["state"])
+    code, result = stop(run)
+    assert code == 0 and result["stopped_run_ids"] == [str(run.root)]
+    assert run.proc.wait(timeout=30) == 0
