@@ -253,7 +253,7 @@ class GenerationDesk:
     def next_grants(self: Scheduler, at: float) -> list[LeaseGranted]:
         """Leases for idle peers when slots sit unused that the queue cannot fill (R-SUP-3)."""
         gen = self.current_generation()
-        if not self.policy.supply_signal_enabled or gen is None or \
+        if self.stopped or not self.policy.supply_signal_enabled or gen is None or \
                 self.idle_streak < self.policy.supply_idle_samples or not self.admissible:
             return []
         slots = self.unused_slots - self.outstanding_leases()

@@ -89,7 +89,11 @@ class Scheduler(GenerationDesk):
         self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
                             "since": ev.at}
         self.version += 1
-        return self._revoke_interrupted(ev.at)
+        effects = self._revoke_interrupted(ev.at)
+        running = tuple((j.job_id, j.current.attempt_id) for j in self.running())
+        if self.stopped and running:  # a stop the last coordinator did not finish
+            effects.append(TerminateAttempts(attempts=running))
+        return effects
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
         """Soft: controller step, admissible profiles, the idle-capacity streak."""
@@ -221,7 +225,8 @@ class Scheduler(GenerationDesk):
             self.version += 1
             effects.append(self._write_job(job))
         if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
-            effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
+            barrier = AbortAttempt if self.stopped else WriteGo  # a stopped run starts nothing
+            effects.append(barrier(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
