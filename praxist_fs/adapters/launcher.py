@@ -8,6 +8,7 @@ a restarted coordinator can carry on where the pipes were lost.
 
 from __future__ import annotations
 
+import marshal
 import os
 import subprocess
 import sys
@@ -15,10 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.effects import SpawnAttempt
-from .fsio import dumps, write_atomic, write_json
+from .fsio import unlink, write_json
 from .layout import RunLayout
 
 SHIM = Path(__file__).with_name("shim.py")
+# -S: no site, so a peer's sitecustomize cannot run in the shim (and start-up is faster).
+PYTHON_FLAGS = ("-S",)
+# The shim is imported rather than run as ``python -S shim.py``: a script is compiled
+# at every start (about 2 ms, a fifth of the shim's start-up), a module loads from
+# __pycache__. sys.path[0] is then the shim's directory, as it would be for the script.
+SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main())" % str(
+    SHIM.parent)
 # How long a shim whose coordinator vanished waits for the next one to give GO.
 BARRIER_TIMEOUT_S = 600
 
@@ -67,7 +75,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str]) -> ShimH
     """Write the attempt's files and start its shim; raises OSError if it cannot start.
 
     ``env`` is the environment the command gets (secrets revealed); it goes only into
-    spec.json (0600), which the shim removes once it has read it."""
+    spec.marshal (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     attempt_dir.mkdir(parents=True, exist_ok=True)
     log = layout.log(effect.job_id, effect.attempt_id)
@@ -79,23 +87,45 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str]) -> ShimH
     spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(layout.root), "env": env,
             "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
-    write_atomic(attempt_dir / "spec.json", dumps(spec), mode=0o600)
+    spec_path = attempt_dir / "spec.marshal"
+    write_spec(spec_path, spec)
     go_read, go_write = os.pipe()
     status_read, status_write = os.pipe()
     try:
         with open(attempt_dir / "shim.log", "ab") as shim_log:
             popen = subprocess.Popen(
-                [sys.executable, "-S", str(SHIM), str(attempt_dir), str(go_read),
-                 str(status_write)],
+                [sys.executable, *PYTHON_FLAGS, "-c", SHIM_BOOTSTRAP, str(attempt_dir),
+                 str(go_read), str(status_write)],
                 pass_fds=(go_read, status_write), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=shim_log, stderr=subprocess.STDOUT,
                 cwd=attempt_dir, env={"PATH": os.environ.get("PATH", os.defpath)})
     except OSError:
         for fd in (go_write, status_read):
             os.close(fd)
+        unlink(spec_path)  # no shim will read it: do not leave the secrets behind
         raise
     finally:
         os.close(go_read)
         os.close(status_write)
     os.set_blocking(status_read, False)
     return ShimHandle(popen=popen, go_fd=go_write, status_fd=status_read)
+
+
+def write_spec(path: Path, spec: dict) -> None:
+    """What the shim runs, for the shim only (0600), in marshal: it loads without imports.
+
+    The shim runs on this same interpreter (``sys.executable``), so the marshal format
+    matches. Neither fsync nor rename: the shim is started only after the write and
+    unlinks the file at once, a machine crash ends the shim as well, and raw secrets had
+    better not be forced onto the disk. O_EXCL creates the file afresh with mode 0600."""
+    unlink(path)  # left by a coordinator that crashed before starting this attempt's shim
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(marshal.dumps(spec))
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        unlink(path)
+        raise
+    os.close(fd)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import marshal
 import os
+import signal
 
 import pytest
 
@@ -106,3 +109,194 @@ def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, mo
     assert handle.popen.wait(timeout=15) == 0
     assert not marker.exists() and not (attempt_dir / "exit.json").exists()
     handle.close()
+
+
+def spawn_argv(layout, argv, cwd, env=None):
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=tuple(argv), command=None,
+                          cwd=str(cwd), env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
+    return handle, layout.attempt_dir("job-1", "a1")
+
+
+def go_and_wait(handle, attempt_dir):
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    assert handle.popen.wait(timeout=15) == 0
+    assert os.read(handle.status_fd, 64) == b"R" and os.read(handle.status_fd, 64) == b""
+    record = read_json(attempt_dir / "exit.json")
+    handle.close()
+    assert set(record) == {"exit_code", "signal", "started_at", "ended_at", "error"}
+    assert record["started_at"] <= record["ended_at"]
+    return record
+
+
+def attempt_log(layout):
+    return layout.log("job-1", "a1").read_text()
+
+
+@pytest.mark.parametrize("argv, code, words", [
+    (["no-such-command-praxist"], 127, ["No such file or directory", "'no-such-command-praxist'"]),
+    (["/no/such/dir/prog"], 127, ["No such file or directory", "'/no/such/dir/prog'"]),
+    (["{tmp}/data"], 126, ["Permission denied", "/data'"]),  # not executable
+    (["{tmp}/garbage"], 126, ["Exec format error", "/garbage'"]),
+    (["true", "\0"], 126, ["ValueError"]),  # cannot be passed to exec at all
+])
+def test_a_command_that_cannot_start_is_recorded(layout, tmp_path, argv, code, words):
+    (tmp_path / "data").write_text("x")
+    (tmp_path / "garbage").write_bytes(b"\x7fELF\x00garbage")
+    (tmp_path / "garbage").chmod(0o755)
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    handle, attempt_dir = spawn_argv(layout, argv, tmp_path)
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == code and record["signal"] is None
+    assert record["error"].startswith("could not start the command: ")
+    for word in words:
+        assert word in record["error"]
+
+
+@pytest.mark.parametrize("name, code", [("missing", 127), ("file", 126)])
+def test_a_bad_cwd_is_recorded(layout, tmp_path, name, code):
+    (tmp_path / "file").write_text("")
+    handle, attempt_dir = spawn_argv(layout, ["true"], tmp_path / name)
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == code and str(tmp_path / name) in record["error"]
+    assert record["error"].startswith("could not start the command: [Errno ")
+
+
+def test_a_command_killed_by_a_signal(layout, tmp_path):
+    handle, attempt_dir, _ = spawn(layout, tmp_path, body="kill -KILL $$")
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 137 and record["signal"] == 9 and record["error"] is None
+
+
+def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_path):
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exec sleep 30")
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    wait_for(marker.exists)
+    wait_for(lambda: any(_ppid(pid) == handle.popen.pid and _comm(pid) == "sleep"
+                         for pid in _pids()))
+    os.killpg(handle.popen.pid, signal.SIGTERM)
+    assert handle.popen.wait(timeout=15) == 0
+    record = read_json(attempt_dir / "exit.json")
+    assert record["exit_code"] == 143 and record["signal"] == signal.SIGTERM
+    handle.close()
+
+
+def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layout, tmp_path):
+    handle, attempt_dir = spawn_argv(layout, ["sh", "-c", "cat /proc/self/status; "
+                                              "ls -l /proc/self/fd/ >&2"], tmp_path)
+    go_and_wait(handle, attempt_dir)
+    log = attempt_log(layout)
+    fields = dict(line.split(":\t", 1) for line in log.splitlines() if ":\t" in line)
+    ignored, blocked = int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert not ignored & (1 << (signum - 1)), signum
+        assert not blocked & (1 << (signum - 1)), signum
+    fds = {line.split()[-3]: line.split()[-1] for line in log.splitlines() if " -> " in line}
+    assert fds["0"] == "/dev/null"
+    assert fds["1"] == fds["2"] == str(layout.log("job-1", "a1"))
+    assert "pipe:" not in " ".join(fds.values())  # the status pipe's EOF means the shim exited
+
+
+def test_sigpipe_kills_a_writer_as_in_a_shell(layout, tmp_path):
+    handle, attempt_dir, _ = spawn(layout, tmp_path, body="yes | head -1 >/dev/null; "
+                                                        "yes | (exec head -1); exit 0")
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 0
+    assert "Broken pipe" not in attempt_log(layout)  # yes died of SIGPIPE, not EPIPE
+
+
+def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path):
+    pidfile = tmp_path / "orphan"
+    handle, attempt_dir, _ = spawn(layout, tmp_path, body=f"(sleep 2 & echo $! > {pidfile})")
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    orphan = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
+    wait_for(lambda: _ppid(orphan) == handle.popen.pid, message="the orphan reparented")
+    assert not (attempt_dir / "exit.json").exists() and handle.popen.poll() is None
+    assert handle.popen.wait(timeout=15) == 0
+    assert _ppid(orphan) is None  # reaped before exit.json was written
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
+    handle.close()
+
+
+def test_the_spec_is_private_and_never_left_behind(layout, tmp_path, monkeypatch):
+    seen = {}
+
+    def refuse(argv, **kwargs):
+        spec = layout.attempt_dir("job-1", "a1") / "spec.marshal"
+        seen["mode"] = spec.stat().st_mode & 0o777
+        seen["spec"] = marshal.loads(spec.read_bytes())
+        raise OSError(errno.EAGAIN, "no processes")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(launcher.subprocess, "Popen", refuse)
+        with pytest.raises(OSError):
+            spawn(layout, tmp_path, env={"PATH": "/bin", "TOKEN": "s3cret"})
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    assert seen["mode"] == 0o600 and seen["spec"]["env"]["TOKEN"] == "s3cret"
+    assert not (attempt_dir / "spec.marshal").exists()  # the shim could not start
+    # ABORT found at start: the shim exits without READY, and still removes the spec
+    write_atomic(attempt_dir / "ABORT", b"")
+    handle, _, marker = spawn(layout, tmp_path)
+    assert handle.popen.wait(timeout=15) == 0
+    assert not (attempt_dir / "READY").exists() and not marker.exists()
+    assert not (attempt_dir / "spec.marshal").exists()
+    handle.close()
+    # the ordinary path: read, then removed before READY
+    os.unlink(attempt_dir / "ABORT")
+    handle, _, _ = spawn(layout, tmp_path)
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 0 and not (attempt_dir / "spec.marshal").exists()
+    assert sorted(p.name for p in attempt_dir.iterdir() if p.name.startswith(".")) == []
+
+
+def test_the_shim_imports_only_what_it_must(layout, tmp_path, monkeypatch):
+    """Start-up is on every job's path: no json (re), subprocess, signal (enum), ctypes."""
+    monkeypatch.setattr(launcher, "PYTHON_FLAGS", ("-S", "-X", "importtime"))
+    handle, attempt_dir, _ = spawn(layout, tmp_path, body="exit 3")
+    assert go_and_wait(handle, attempt_dir)["exit_code"] == 3
+    lines = (attempt_dir / "shim.log").read_text().splitlines()
+    modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    assert {"shim", "_ctypes"} <= modules  # the whole life ran, the subreaper included
+    assert not modules & {"json", "re", "subprocess", "signal", "enum", "ctypes", "os"}, modules
+
+
+@pytest.mark.parametrize("value", [
+    "", "plain", 'quote " and \\ backslash', "\x00\x01\n\r\t\x1f\x7f", "é ü 日本", "\U0001f600",
+    "\udcff lone surrogate", 0, -3, 2**40, 1.5, 1733000000.123456, 1e-7, 1e22, None, True, False,
+])
+def test_the_shim_json_writer_matches_json(value):
+    from praxist_fs.adapters import shim
+
+    document = {"key": value, "k\"\\\n": value}
+    assert json.loads(shim.to_json(document)) == json.loads(json.dumps(document))
+    assert json.loads(shim.to_json(document)) == document
+    assert shim.to_json({"a": 1, "b": None}) == json.dumps({"a": 1, "b": None}).encode()
+
+
+def _pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def _stat_fields(pid):
+    try:
+        data = open(f"/proc/{pid}/stat", "rb").read()
+    except OSError:
+        return None
+    return data[:data.rfind(b")")].split(b"(", 1)[1].decode(), data[data.rfind(b")") + 2:].split()
+
+
+def _ppid(pid):
+    fields = _stat_fields(pid)
+    return int(fields[1][1]) if fields and fields[1][0] != b"Z" else None
+
+
+def _comm(pid):
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
