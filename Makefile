@@ -21,5 +21,9 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_coordinator.py
 
+# A long seeded soak outside CI: SEED=1 MINUTES=10 make soak (REAL=--real: real processes)
+soak: $(STAMP)
+	PYTHONPATH=. $(BIN)/python tests/soak.py --seed $${SEED:-1} --minutes $${MINUTES:-10} $${REAL:-}
+
 clean:
 	rm -rf $(VENV) .demo-run .pytest_cache bench/results

@@ -95,7 +95,7 @@ class GenerationDesk:
     def _control_reply(self: Scheduler, ev: ControlSeen, outcome: str, reason: str,
                        gen: Generation | None) -> list[Effect]:
         document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
-                    "generation": self.generation_status(gen) if gen else None}
+                    "generation": self.generation_status(gen, soft=False) if gen else None}
         self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
         self.version += 1
         return _control_answer(ev.name, document)
@@ -176,8 +176,8 @@ class GenerationDesk:
         until a later reconciliation removes it (R-SUP-5)."""
         changed = self.release_pending.symmetric_difference(ev.pending)
         self.release_pending = set(ev.pending)
-        return [self._lease_file(gen.leases[lease_id]) for gen in self.generations.values()
-                for lease_id in sorted(changed) if lease_id in gen.leases]
+        return [self._lease_file(lease) for gen in self.generations.values()
+                for lease in _latest_leases(gen).values() if lease.lease_id in changed]
 
     def _on_phase(self: Scheduler, ev: GenerationPhase) -> list[Effect]:
         gen = self.generations[ev.generation]
@@ -336,12 +336,20 @@ class GenerationDesk:
         commitments = sum(1 for j in (*self.queued(), *self.running())
                           if j.generation == gen.number and j.request.work_class == MATURE)
         commitments += sum(1 for lease in gen.outstanding() if lease.priority == MATURE)
-        cohort = len(gen.cohort) or len(self.idle_peers.get(gen.number, ())) or 1
+        cohort = len(gen.cohort) or len(self.known_peers(gen)) or 1
         return maturity(cohort_size=cohort, fraction=self.policy.mature_supply_fraction,
                         redundancy=self.policy.mature_supply_redundancy,
                         quorum_fraction=self.policy.mature_quorum_fraction,
                         mature_results=len(mature_results), mature_peers=len(set(mature_results)),
                         commitments=commitments)
+
+    def known_peers(self: Scheduler, gen: Generation) -> set[str]:
+        """Without a named cohort: the peers the journal knows in this generation (their
+        jobs, results and leases). Never the soft idle registrations: a decision taken
+        with them would replay differently."""
+        return ({j.request.peer for j in self.jobs.values() if j.generation == gen.number}
+                | {peer for peer, _ in gen.results.values()}
+                | {lease.peer for lease in gen.leases.values()})
 
     def admissible_profiles(self: Scheduler) -> tuple[str, ...]:
         """Profiles that could start now: declared domains calm and, for GPUs, a placement."""
@@ -375,7 +383,10 @@ class GenerationDesk:
                     f"{p:.2f} < {floor:g}")
         return None
 
-    def generation_status(self: Scheduler, gen: Generation) -> dict[str, Any]:
+    def generation_status(self: Scheduler, gen: Generation, soft: bool = True
+                          ) -> dict[str, Any]:
+        """The generation as status.json shows it; ``soft=False`` leaves out what only
+        live observation knows (idle peers), for documents kept in durable state."""
         doc = gen.to_dict()
         doc.pop("cooldowns")
         doc["results"] = {"count": len(gen.results),
@@ -384,7 +395,8 @@ class GenerationDesk:
         doc.pop("quarantined")
         doc["maturity"] = self.maturity(gen).to_dict()
         doc["leases"] = [lease.to_dict() for lease in gen.outstanding()]
-        doc["idle_peers"] = sorted(self.idle_peers.get(gen.number, ()))
+        if soft:
+            doc["idle_peers"] = sorted(self.idle_peers.get(gen.number, ()))
         return doc
 
     def generation_views(self: Scheduler) -> list[Effect]:
@@ -395,9 +407,7 @@ class GenerationDesk:
             effects += [WriteGenerationFile(generation=gen.number, kind="peer", name=peer,
                                             document={"peer": peer, "generation": gen.number})
                         for peer in gen.cohort]
-            latest = {lease.peer: lease for lease in sorted(gen.leases.values(),
-                                                             key=lambda l: l.granted_at)}
-            effects += [self._lease_file(lease) for lease in latest.values()]
+            effects += [self._lease_file(lease) for lease in _latest_leases(gen).values()]
             effects.append(self._stats_file(gen))
             if gen.closing_signal is not None:
                 effects.append(self._closing_file(gen))
@@ -415,6 +425,12 @@ class GenerationDesk:
     def _stats_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
         return WriteGenerationFile(generation=gen.number, kind="stats", name="stats",
                                    document=gen.stats_document())
+
+
+def _latest_leases(gen: Generation) -> dict[str, Lease]:
+    """Each peer's newest lease: the one its lease file shows."""
+    return {lease.peer: lease for lease in sorted(gen.leases.values(),
+                                                  key=lambda lease: lease.granted_at)}
 
 
 def _claim_envelope(claim: dict[str, Any], lease_id: str) -> Envelope:
