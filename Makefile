@@ -18,8 +18,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Side by side with task-spooler (installed with apt-get when missing): see bench/README.md
 bench: $(STAMP)
-	$(BIN)/python bench/bench_coordinator.py
+	$(BIN)/python bench/bench_all.py
 
 # A long seeded soak outside CI: SEED=1 MINUTES=10 make soak (REAL=--real: real processes)
 soak: $(STAMP)

@@ -118,11 +118,22 @@ SH = "/bin/sh"
 class Coordinator:
     """``python -m praxist_fs serve`` on a fresh temp run dir; a context manager."""
 
-    def __init__(self, label: str, concurrency: int) -> None:
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"praxist-bench-{label}-"))
+    def __init__(self, label: str, concurrency: int, *, scratch: Path | None = None,
+                 keep: bool = False, python_args: tuple[str, ...] = (),
+                 start_timeout: float = 60.0, start_poll: float = 0.01) -> None:
+        """``scratch``: an existing directory (a fixture: ``run/``, maybe ``task.yaml``)
+        instead of a fresh one; ``keep``: leave it in place at exit; ``python_args``:
+        interpreter options before ``-m praxist_fs`` (e.g. cProfile)."""
+        self.owned = scratch is None
+        self.keep = keep
+        self.python_args = tuple(python_args)
+        self.start_timeout, self.start_poll = start_timeout, start_poll
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"praxist-bench-{label}-")) \
+            if scratch is None else Path(scratch)
         self.run_dir = self.scratch / "run"
         self.task = self.scratch / "task.yaml"
-        self.task.write_text(TASK_YAML.format(concurrency=concurrency))
+        if self.owned or not self.task.exists():
+            self.task.write_text(TASK_YAML.format(concurrency=concurrency))
         self.sched = self.run_dir / "resource_scheduler"
         self.tmp = self.sched / "spool" / "tmp"
         self.incoming = self.sched / "spool" / "incoming"
@@ -138,17 +149,19 @@ class Coordinator:
         env = dict(os.environ)
         env.pop("PRAXIST_FORCE_POLLING", None)
         with open(self.log_path, "wb") as log:
+            self.started_ns = time.time_ns()
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.run_dir),
-                 "--config", str(self.task)],
+                [sys.executable, *self.python_args, "-m", "praxist_fs", "serve",
+                 "--run-dir", str(self.run_dir), "--config", str(self.task)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 env=env)
         try:
-            wait_until(self._ready, 60, 0.01, "endpoint.json")
+            wait_until(self._ready, self.start_timeout, self.start_poll, "endpoint.json")
         except BaseException:
             self.stop()
             self.cleanup()
             raise
+        self.ready_ns = time.time_ns()  # Popen -> endpoint.json (within start_poll)
         self.ps = psutil.Process(self.proc.pid)
         return self
 
@@ -183,7 +196,8 @@ class Coordinator:
         return self.returncode
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

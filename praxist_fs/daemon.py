@@ -112,6 +112,7 @@ class Coordinator:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
         for record in self.journal.records:
             self.sched.handle(from_record(record))
+        self.journal.forget_loaded()  # replayed: keeping every record would grow without end
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):

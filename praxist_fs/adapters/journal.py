@@ -40,8 +40,9 @@ def _decode(line: bytes, expected_seq: int) -> dict[str, Any] | None:
 class Journal:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = []
+        self.records: list[dict[str, Any]] = []  # what was on disk at open, for replay
         self.truncated_bytes = 0
+        self._seq = 0
         self._pending: list[bytes] = []
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -53,7 +54,11 @@ class Journal:
     @property
     def seq(self) -> int:
         """The sequence number of the last record written (committed or pending)."""
-        return len(self.records)
+        return self._seq
+
+    def forget_loaded(self) -> None:
+        """Drop the records read at open once they are replayed (they are on disk)."""
+        self.records = []
 
     def _load(self) -> None:
         with open(self.path, "rb") as handle:
@@ -66,6 +71,7 @@ class Journal:
                 self._repair_tail(data, offset)
                 return
             self.records.append(record)
+            self._seq += 1
             offset = end + 1
 
     def _repair_tail(self, data: bytes, offset: int) -> None:
@@ -80,9 +86,9 @@ class Journal:
         os.fsync(self._fd)
 
     def append(self, record: dict[str, Any]) -> int:
-        self.records.append(record)
-        self._pending.append(_encode(len(self.records), record))
-        return len(self.records)
+        self._seq += 1
+        self._pending.append(_encode(self._seq, record))
+        return self._seq
 
     def commit(self) -> None:
         if not self._pending:

@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""praxist_fs side by side with task-spooler, plus praxist_fs-only measurements.
+
+    .venv/bin/python bench/bench_all.py            # full: 3 rounds, about 7-8 minutes
+    .venv/bin/python bench/bench_all.py --quick    # small counts, 1 round, about 1 minute
+    .venv/bin/python bench/bench_all.py --profile  # also cProfile the coordinator
+
+Comparisons (praxist_fs and task-spooler alternate within every round, the
+first system swapping from round to round; medians over rounds, ratio =
+praxist_fs / task-spooler):
+
+  latency     submit-to-start p50/p99 over N sequential trivial jobs. Both run
+              the same command, ``/bin/sh -c 'date +%s%N > FILE'`` (task-spooler
+              execs its argv; praxist_fs gets it as ``argv``), so "start" is the
+              timestamp date writes. Submit is the rename into spool/incoming/
+              (praxist_fs) or the ``tsp`` call (task-spooler), timed just before.
+  throughput  wall time for N ``/usr/bin/true`` at two slots, from the first
+              submission to the last job finished.
+  submit      the cost of submitting N jobs while the only slot is held by a
+              blocker (nothing runs): praxist_fs from the first rename to the
+              last ``accepted`` reply (each acceptance fsynced in the journal
+              before its reply is written); task-spooler's per-call cost x N.
+
+praxist_fs alone: acceptance per request with 0 / 10,000 / 100,000 finished jobs
+already in the run; a scheduling pass over 10,000 queued jobs on the fake 8-GPU
+inventory; journal replay of 100,000 events (cold start to serving); idle CPU
+and RSS with 10,000 finished jobs; and the physical floor of this machine.
+Existing jobs are a journal written directly (bench/fixture.py), not run.
+
+The table goes to stdout, everything to bench/results/bench-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import psutil  # noqa: E402
+
+import bench_scheduling  # noqa: E402
+import bench_tsp  # noqa: E402
+from bench_coordinator import (  # noqa: E402
+    MiB, Coordinator, TASK_YAML, TRUE, machine, percentile, read_json, summary_ms, wait_until,
+)
+from praxist_fs.core.events import AttemptObserved  # noqa: E402
+from praxist_fs.core.identity import job_id_for  # noqa: E402
+
+SH = "/bin/sh"
+MB = 1_000_000
+POLL = 0.0005  # seconds between looks at a file, the same for both systems
+
+FULL = {"rounds": 3, "latency": 200, "throughput": 1000, "submit": 1000,
+        "accept_levels": [0, 10_000, 100_000], "accept_rounds": 3, "accept_batch": 1000,
+        "accept_seq": 100,
+        "idle_level": 10_000, "idle_s": 30.0, "replay_events": 100_000,
+        "sched_jobs": 10_000, "sched_rounds": 10, "floor": 200}
+QUICK = {"rounds": 1, "latency": 50, "throughput": 200, "submit": 200,
+         "accept_levels": [0, 1_000, 10_000], "accept_rounds": 1, "accept_batch": 200,
+         "accept_seq": 30,
+         "idle_level": 10_000, "idle_s": 5.0, "replay_events": 20_000,
+         "sched_jobs": 10_000, "sched_rounds": 3, "floor": 50}
+
+
+def stamp_command(path: Path) -> str:
+    return f"date +%s%N > '{path}'"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# --- praxist_fs scenarios ----------------------------------------------------------
+
+
+def wait_file(path: Path, timeout: float, poll: float = POLL):
+    return wait_until(lambda: read_json(path), timeout, poll, str(path))
+
+
+def px_latency(n: int) -> dict:
+    to_start, to_reply, failures = [], [], []
+    phases = {"rename_to_request_seen": [], "seen_to_launch_decided": [],
+              "decided_to_shim_READY": [], "READY_to_command_start": []}
+    with Coordinator("latency", concurrency=2) as co:
+        stamps = co.scratch / "stamps"
+        stamps.mkdir()
+        run = time.time_ns()
+        for i in range(n):
+            rid = f"lat-{run}-{i:05d}"
+            stamp = stamps / f"{i:05d}"
+            name = co.prepare(rid, rid, [SH, "-c", stamp_command(stamp)])
+            submitted = time.time_ns()
+            co.drop(name)
+            reply = wait_file(co.replies / f"{rid}.json", 30)
+            replied = time.time_ns()
+            if reply.get("outcome") != "accepted":
+                failures.append(f"{rid}: {reply.get('outcome')} {reply.get('reason')}")
+                continue
+            job = wait_file(co.done / f"{reply['job_id']}.json", 30)
+            try:
+                started = int(stamp.read_text())
+            except (OSError, ValueError) as exc:
+                failures.append(f"{rid}: {job.get('state')}: no timestamp: {exc}")
+                continue
+            to_start.append(started - submitted)
+            to_reply.append(replied - submitted)
+            attempt = job["attempts"][-1]
+            ready = read_json(co.attempts / job["job_id"] / attempt["attempt_id"] / "READY")
+            seen, decided = int(job["submitted_at"] * 1e9), int(attempt["started_at"] * 1e9)
+            phases["rename_to_request_seen"].append(seen - submitted)
+            phases["seen_to_launch_decided"].append(decided - seen)
+            if isinstance(ready, dict) and "at" in ready:
+                phases["decided_to_shim_READY"].append(int(ready["at"] * 1e9) - decided)
+                phases["READY_to_command_start"].append(started - int(ready["at"] * 1e9))
+    if not to_start:
+        raise RuntimeError("praxist latency: no timestamps: " + "; ".join(failures[:5]))
+    return {"jobs": n, "command": [SH, "-c", stamp_command(Path("FILE"))],
+            "submit_to_start": summary_ms(to_start), "submit_to_reply": summary_ms(to_reply),
+            "phases_p50_ms": {k: round(percentile(v, 50) / 1e6, 3) if v else None
+                              for k, v in phases.items()},
+            "failures": failures}
+
+
+def px_throughput(n: int, python_args: tuple[str, ...] = ()) -> dict:
+    with Coordinator("throughput", concurrency=2, python_args=python_args) as co:
+        run = time.time_ns()
+        tags = [f"tp-{run}-{i:05d}" for i in range(n)]
+        names = [co.prepare(tag, tag, [TRUE]) for tag in tags]
+        done_paths = [co.done / f"{job_id_for(tag)}.json" for tag in tags]
+        cpu0 = co.own_cpu_s()
+        start = time.monotonic()
+        for name in names:
+            co.drop(name)
+        dropped = time.monotonic()
+        deadline = start + max(300.0, n * 0.5)
+        for path in done_paths:  # oldest first at two slots: wait for each in turn
+            while not path.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"praxist throughput: {path.name} not done")
+                time.sleep(0.002)
+        end = time.monotonic()
+        cpu = co.own_cpu_s() - cpu0
+        states: dict[str, int] = {}
+        for path in done_paths:
+            state = (read_json(path) or {}).get("state", "unreadable")
+            states[state] = states.get(state, 0) + 1
+    wall = end - start
+    return {"jobs": n, "slots": 2, "command": [TRUE], "wall_s": round(wall, 3),
+            "jobs_per_s": round(n / wall, 2), "drop_s": round(dropped - start, 4),
+            "coordinator_cpu_s": round(cpu, 3),
+            "coordinator_cpu_ms_per_job": round(cpu * 1000 / n, 3), "done_states": states}
+
+
+class Blocker:
+    """A job that holds the coordinator's only slot until released."""
+
+    def __init__(self, co: Coordinator) -> None:
+        self.co = co
+        self.stop_file = co.scratch / f"STOP-{time.time_ns()}"
+        rid = f"blocker-{time.time_ns()}"
+        co.drop(co.prepare(rid, rid, [SH, "-c",
+                                      f"while [ ! -e '{self.stop_file}' ]; do sleep 0.05; done"]))
+        reply = co.wait_reply(rid, timeout=120)
+        if reply.get("outcome") != "accepted":
+            raise RuntimeError(f"blocker not accepted: {reply}")
+        attempt = co.attempts / reply["job_id"] / "a1"
+        self.ready = wait_until(lambda: read_json(attempt / "READY"), 120, 0.005,
+                                "the blocker's READY")
+        wait_until(lambda: (attempt / "GO").exists(), 120, 0.005, "the blocker's GO")
+
+    def release(self) -> None:
+        """After the coordinator stopped (queued jobs stay queued): let the shim finish."""
+        self.stop_file.touch()
+        pid = self.ready.get("pid")
+        if isinstance(pid, int):
+            try:
+                psutil.Process(pid).wait(timeout=30)
+            except psutil.NoSuchProcess:
+                pass
+            except psutil.TimeoutExpired:
+                print(f"warning: the blocker shim {pid} did not exit", file=sys.stderr)
+
+
+def accept_batch(co: Coordinator, n: int, label: str) -> dict:
+    """n requests renamed in at once: first rename -> last reply (waited for in order)."""
+    run = time.time_ns()
+    ids = [f"{label}-{run}-{i:05d}" for i in range(n)]
+    names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
+    reply_paths = [co.replies / f"{rid}.json" for rid in ids]
+    cpu0 = co.own_cpu_s()
+    start = time.monotonic()
+    for name in names:
+        co.drop(name)
+    dropped = time.monotonic()
+    deadline = start + max(120.0, n * 0.2)
+    for path in reply_paths:
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"acceptance: no reply {path.name}")
+            time.sleep(0.001)
+    end = time.monotonic()
+    cpu = co.own_cpu_s() - cpu0
+    outcomes: dict[str, int] = {}
+    for path in reply_paths:
+        outcome = (read_json(path) or {}).get("outcome", "unreadable")
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    wall = end - start
+    return {"requests": n, "wall_s": round(wall, 4), "per_request_ms": round(wall * 1000 / n, 4),
+            "drop_s": round(dropped - start, 4), "coordinator_cpu_s": round(cpu, 3),
+            "outcomes": outcomes}
+
+
+def accept_sequential(co: Coordinator, n: int, label: str) -> dict:
+    """n requests one at a time: rename -> reply, each."""
+    run = time.time_ns()
+    deltas, outcomes = [], {}
+    for i in range(n):
+        rid = f"{label}-{run}-{i:05d}"
+        name = co.prepare(rid, rid, [TRUE])
+        t0 = time.time_ns()
+        co.drop(name)
+        reply = wait_file(co.replies / f"{rid}.json", 60)
+        deltas.append(time.time_ns() - t0)
+        outcomes[reply.get("outcome")] = outcomes.get(reply.get("outcome"), 0) + 1
+    return {"requests": n, "rename_to_reply": summary_ms(deltas), "outcomes": outcomes}
+
+
+def px_submit(n: int) -> dict:
+    with Coordinator("submit", concurrency=1) as co:
+        blocker = Blocker(co)
+        result = accept_batch(co, n, "sub")
+        co.stop()
+        blocker.release()
+    return result
+
+
+# --- fixtures: runs with existing jobs ---------------------------------------------------
+
+
+def build_fixture(label: str, finished: int, concurrency: int = 1) -> tuple[Path, dict]:
+    """A scratch dir with task.yaml and run/ holding ``finished`` completed jobs (subprocess,
+    so the builder's memory is not the bench's)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"praxist-bench-{label}-"))
+    (scratch / "task.yaml").write_text(TASK_YAML.format(concurrency=concurrency))
+    if not finished:
+        return scratch, {"finished_jobs": 0, "journal_events": 0}
+    out = subprocess.run(
+        [sys.executable, str(HERE / "fixture.py"), str(scratch / "run"),
+         str(scratch / "task.yaml"), "--finished", str(finished), "--prefix", label, "--replay"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE.parent)
+    if out.returncode:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise RuntimeError(f"fixture {label}: {out.stderr}")
+    return scratch, json.loads(out.stdout)
+
+
+def cold_start(scratch: Path | None, label: str, python_args: tuple[str, ...] = ()) -> dict:
+    """Start a coordinator on ``scratch`` (None: a fresh empty run) with a probe request
+    already waiting in incoming/: Popen -> endpoint.json, and Popen -> the probe's reply."""
+    co = Coordinator(label, concurrency=1, scratch=scratch, keep=scratch is not None,
+                     python_args=python_args, start_timeout=900, start_poll=0.001)
+    rid = f"probe-{time.time_ns()}"
+    for path in (co.tmp, co.incoming):
+        path.mkdir(parents=True, exist_ok=True)
+    co.drop(co.prepare(rid, rid, [TRUE]))
+    with co:
+        reply = wait_file(co.replies / f"{rid}.json", 900, 0.001)
+        replied = time.time_ns()
+        if reply.get("outcome") != "accepted":
+            raise RuntimeError(f"probe not accepted: {reply}")
+        rss = co.ps.memory_info().rss
+        wait_file(co.done / f"{reply['job_id']}.json", 60)  # leave no shim behind
+    return {"popen_to_endpoint_s": round((co.ready_ns - co.started_ns) / 1e9, 4),
+            "popen_to_probe_reply_s": round((replied - co.started_ns) / 1e9, 4),
+            "rss_mb_after_start": round(rss / MB, 1)}
+
+
+def px_replay(events: int, rounds: int, profile_to: Path | None) -> dict:
+    jobs = max(1, (events - 1) // 4)  # CoordinatorStarted + 4 events per finished job
+    scratch, built = build_fixture("replay", jobs)
+    try:
+        starts, empty = [], []
+        for _ in range(rounds):
+            empty.append(cold_start(None, "empty"))
+            starts.append(cold_start(scratch, "replay"))
+        profile = None
+        if profile_to is not None:
+            cold_start(scratch, "replay", ("-m", "cProfile", "-o", str(profile_to)))
+            profile = str(profile_to)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return {"fixture": built, "starts": starts, "empty_run_starts": empty,
+            "median_probe_reply_s": statistics.median(s["popen_to_probe_reply_s"] for s in starts),
+            "median_endpoint_s": statistics.median(s["popen_to_endpoint_s"] for s in starts),
+            "median_empty_probe_reply_s": statistics.median(
+                s["popen_to_probe_reply_s"] for s in empty),
+            "profile": profile}
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """Derived files are only ever replaced (temp file + rename), never written in place, so
+    a copy may share them; everything else (the journal, appended in place) is copied."""
+    if f"{os.sep}jobs{os.sep}" in src or f"{os.sep}replies{os.sep}" in src:
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+def copy_fixture(pristine: Path, label: str) -> Path:
+    """A fresh scratch dir holding a copy of a fixture (hard links for the derived files)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"praxist-bench-{label}-"))
+    shutil.copy2(pristine / "task.yaml", scratch / "task.yaml")
+    if (pristine / "run").exists():
+        shutil.copytree(pristine / "run", scratch / "run", copy_function=_link_or_copy)
+    return scratch
+
+
+def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
+                         idle_level: int, idle_s: float) -> tuple[dict, dict]:
+    """Each round starts one coordinator per level on a fresh copy of that level's run (so
+    requests accepted in earlier rounds do not pile up in the queue) and keeps them up
+    together, each with a blocker holding its only slot; the levels are then measured in
+    turn, the first one rotating from round to round: requests one at a time, then a batch."""
+    result: dict[str, dict] = {}
+    idle: dict = {}
+    pristine: dict[int, Path] = {}
+    try:
+        for level in levels:
+            log(f"acceptance: building a run with {level:,} finished jobs ...")
+            pristine[level], built = build_fixture(f"acc{level}", level)
+            result[str(level)] = {"fixture": built, "start_s": [], "rss_mb_settled": [],
+                                  "batches": [], "sequential": []}
+        for r in range(rounds):
+            coordinators, blockers = {}, {}
+            try:
+                for level in levels:
+                    log(f"acceptance round {r + 1}/{rounds}: starting a coordinator on a copy "
+                        f"of the {level:,}-finished run ...")
+                    co = Coordinator(f"acc{level}r{r}", concurrency=1,
+                                     scratch=copy_fixture(pristine[level], f"acc{level}r{r}"),
+                                     start_timeout=900, start_poll=0.005)
+                    co.__enter__()
+                    coordinators[level] = co
+                    result[str(level)]["start_s"].append(
+                        round((co.ready_ns - co.started_ns) / 1e9, 3))
+                time.sleep(2.0)  # first samples taken, status written
+                for level, co in coordinators.items():
+                    result[str(level)]["rss_mb_settled"].append(
+                        round(co.ps.memory_info().rss / MB, 1))
+                if r == 0 and idle_level in coordinators:
+                    log(f"idle: {idle_s:g} s with {idle_level:,} finished jobs ...")
+                    idle = measure_idle(coordinators[idle_level], idle_level, idle_s)
+                for level, co in coordinators.items():
+                    blockers[level] = Blocker(co)
+                order = levels[r % len(levels):] + levels[:r % len(levels)]
+                log(f"acceptance round {r + 1}/{rounds}: measuring levels {order} ...")
+                for level in order:
+                    co, entry = coordinators[level], result[str(level)]
+                    entry["sequential"].append(accept_sequential(co, seq, f"acc{level}s{r}"))
+                    entry["batches"].append(accept_batch(co, batch, f"acc{level}b{r}"))
+            finally:
+                for level, co in coordinators.items():
+                    co.stop()  # queued jobs stay queued; then the blocker's shim may end
+                    if level in blockers:
+                        blockers[level].release()
+                    co.cleanup()
+    finally:
+        for scratch in pristine.values():
+            shutil.rmtree(scratch, ignore_errors=True)
+    for entry in result.values():
+        entry["per_request_ms"] = statistics.median(b["per_request_ms"] for b in entry["batches"])
+        entry["sequential_p50_ms"] = statistics.median(
+            s["rename_to_reply"]["p50_ms"] for s in entry["sequential"])
+        entry["start_s_median"] = statistics.median(entry["start_s"])
+        entry["rss_mb_median"] = statistics.median(entry["rss_mb_settled"])
+    return result, idle
+
+
+def _schedstat_s(pid: int) -> float:
+    """CPU time of all the process's threads from /proc/<pid>/task/*/schedstat (ns, exact);
+    utime/stime are sampled at the tick (10 ms units, biased upward for short wakeups)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return total / 1e9
+
+
+def measure_idle(co: Coordinator, finished: int, idle_s: float) -> dict:
+    pid = co.proc.pid
+    ctx0 = co.ps.num_ctx_switches()
+    cpu0, exact0, wall0 = co.own_cpu_s(), _schedstat_s(pid), time.monotonic()
+    time.sleep(idle_s)
+    cpu1, exact1, wall1 = co.own_cpu_s(), _schedstat_s(pid), time.monotonic()
+    ctx1 = co.ps.num_ctx_switches()
+    ps = co.ps
+    mem = ps.memory_info()
+    window = wall1 - wall0
+    return {"finished_jobs": finished, "window_s": round(window, 3),
+            "cpu_s": round(cpu1 - cpu0, 4),
+            "cpu_s_schedstat": round(exact1 - exact0, 4),
+            "cpu_pct_of_one_core": round((cpu1 - cpu0) / window * 100, 3),
+            "cpu_pct_schedstat": round((exact1 - exact0) / window * 100, 3),
+            "voluntary_switches_per_s": round((ctx1.voluntary - ctx0.voluntary) / window, 1),
+            "rss_mb": round(mem.rss / MB, 2), "rss_mib": round(mem.rss / MiB, 2),
+            "num_fds": ps.num_fds(), "num_threads": ps.num_threads(),
+            "children": len(ps.children(recursive=True))}
+
+
+def px_scheduling(jobs: int, rounds: int) -> dict:
+    """bench_scheduling.py's three passes, medians over ``rounds`` fresh schedulers."""
+    fill, held, after_exit, launched = [], [], [], 0
+    for _ in range(rounds):
+        sched = bench_scheduling.build(jobs)
+        ms, launches = bench_scheduling.timed(lambda: sched.next_launches(2e6))
+        fill.append(ms)
+        launched = len(launches)
+        for event in launches:
+            sched.handle(event)
+            sched.handle(AttemptObserved(at=2e6, job_id=event.job_id,
+                                         attempt_id=event.attempt_id, alive=True, pid=1,
+                                         pid_start=1, boot_id="b"))
+        sched.version += 1  # same state again: every job is held now
+        held.append(bench_scheduling.timed(lambda: sched.next_launches(2e6))[0])
+        first = launches[0]
+        sched.handle(AttemptObserved(at=3e6, job_id=first.job_id, attempt_id=first.attempt_id,
+                                     alive=False, go=True, exited=True, exit_code=0))
+        after_exit.append(bench_scheduling.timed(lambda: sched.next_launches(3e6))[0])
+    return {"jobs": jobs, "devices": 8, "rounds": rounds, "launched_first_pass": launched,
+            "first_pass_ms": round(statistics.median(fill), 3),
+            "all_held_pass_ms": round(statistics.median(held), 3),
+            "pass_after_one_exit_ms": round(statistics.median(after_exit), 3)}
+
+
+def physical_floor(n: int) -> dict:
+    """What one durable file hand-off and one process start cost here, from Python."""
+    scratch = Path(tempfile.mkdtemp(prefix="praxist-bench-floor-"))
+    data = json.dumps({"request_id": "x" * 24, "argv": ["/usr/bin/true"], "pad": "y" * 200})
+    durable, spawn = [], []
+    try:
+        dir_fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for i in range(n):
+                t0 = time.perf_counter_ns()
+                fd = os.open(scratch / f".{i}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, data.encode())
+                os.fsync(fd)
+                os.close(fd)
+                os.rename(scratch / f".{i}.tmp", scratch / f"{i}.json")
+                os.fsync(dir_fd)
+                durable.append(time.perf_counter_ns() - t0)
+        finally:
+            os.close(dir_fd)
+        for _ in range(n):
+            t0 = time.perf_counter_ns()
+            pid = os.posix_spawn(TRUE, [TRUE], os.environ)
+            os.waitpid(pid, 0)
+            spawn.append(time.perf_counter_ns() - t0)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    d, s = summary_ms(durable), summary_ms(spawn)
+    return {"samples": n, "write_fsync_rename_dirfsync": d, "spawn_true_and_wait": s,
+            "sum_p50_ms": round(d["p50_ms"] + s["p50_ms"], 3)}
+
+
+def profile_summary(path: Path, top: int = 25) -> str:
+    import io
+    import pstats
+    out = io.StringIO()
+    stats = pstats.Stats(str(path), stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+# --- the table ---------------------------------------------------------------------------
+
+
+def row(metric, px, ts, ratio, target, met, unit=""):
+    return {"metric": metric, "praxist_fs": px, "task_spooler": ts, "ratio": ratio,
+            "target": target, "met": met, "unit": unit}
+
+
+def _ratio(a, b):
+    return round(a / b, 3) if a is not None and b else None
+
+
+def build_rows(r: dict) -> list[dict]:
+    rows = []
+    cmp_ = r["comparisons"]
+    lat_p = cmp_["latency"]["praxist_fs"]
+    lat_t = cmp_["latency"]["task_spooler"]
+    for q, limit in (("p50_ms", 1.0), ("p99_ms", 1.5)):
+        ratio = _ratio(lat_p[q], lat_t[q])
+        rows.append(row(f"submit-to-start {q[:3]}, {cmp_['latency']['jobs']} sequential jobs",
+                        lat_p[q], lat_t[q], ratio, f"<= {limit}x", ratio is not None
+                        and ratio <= limit, "ms"))
+    tp = cmp_["throughput"]
+    ratio = _ratio(tp["praxist_fs"], tp["task_spooler"])
+    rows.append(row(f"{tp['jobs']:,} trivial jobs at 2 slots, wall", tp["praxist_fs"],
+                    tp["task_spooler"], ratio, "<= 1.0x", ratio is not None and ratio <= 1.0,
+                    "s"))
+    sub = cmp_["submit"]
+    ratio = _ratio(sub["praxist_fs"], sub["task_spooler"])
+    rows.append(row(f"submitting {sub['jobs']:,} jobs", sub["praxist_fs"], sub["task_spooler"],
+                    ratio, "<= 0.1x", ratio is not None and ratio <= 0.1, "s"))
+    acc = r["acceptance"]
+    base = acc[min(acc, key=int)]
+    for level, entry in sorted(acc.items(), key=lambda kv: int(kv[0])):
+        for key, what in (("per_request_ms", "batch"), ("sequential_p50_ms", "one at a time p50")):
+            ratio = _ratio(entry[key], base[key])
+            first = int(level) == int(min(acc, key=int))
+            rows.append(row(f"acceptance per request ({what}), {int(level):,} finished",
+                            entry[key], None, None if first else ratio,
+                            "baseline" if first else "<= 1.5x vs 0",
+                            None if first else ratio is not None and ratio <= 1.5, "ms"))
+    for level, entry in sorted(acc.items(), key=lambda kv: int(kv[0])):
+        if int(level):
+            rows.append(row(f"  cold start with {int(level):,} finished (to endpoint.json)",
+                            entry["start_s_median"], None, None, "", None, "s"))
+            rows.append(row(f"  RSS with {int(level):,} finished (settled)",
+                            entry["rss_mb_median"], None, None, "", None, "MB"))
+    sched = r["scheduling"]
+    for key, what in (("first_pass_ms", "fill"), ("all_held_pass_ms", "all held"),
+                      ("pass_after_one_exit_ms", "after one exit")):
+        rows.append(row(f"scheduling pass, {sched['jobs']:,} queued, 8 GPUs ({what})",
+                        sched[key], None, None, "<= 5 ms", sched[key] <= 5.0, "ms"))
+    rep = r["replay"]
+    events = rep["fixture"].get("journal_events")
+    rows.append(row(f"replay {events:,} events: cold start to serving", rep["median_probe_reply_s"],
+                    None, None, "<= 1 s", rep["median_probe_reply_s"] <= 1.0, "s"))
+    rows.append(row("  same, to endpoint.json", rep["median_endpoint_s"], None, None, "", None,
+                    "s"))
+    rows.append(row("  cold start of an empty run (to serving)", rep["median_empty_probe_reply_s"],
+                    None, None, "", None, "s"))
+    ip = rep["fixture"].get("in_process_replay") or {}
+    if ip:
+        rows.append(row("  in-process replay only (load + handle)", ip["total_s"], None, None,
+                        "", None, "s"))
+    idle = r["idle"]
+    if idle:
+        rows.append(row(f"idle CPU over {idle['window_s']:.0f} s, {idle['finished_jobs']:,} "
+                        "finished", idle["cpu_pct_of_one_core"], None, None, "<= 0.2 %",
+                        idle["cpu_pct_of_one_core"] <= 0.2, "% core"))
+        rows.append(row("  same, exact (schedstat, all threads)", idle["cpu_pct_schedstat"], None,
+                        None, "", None, "% core"))
+        rows.append(row(f"RSS with {idle['finished_jobs']:,} finished jobs", idle["rss_mb"], None,
+                        None, "<= 50 MB", idle["rss_mb"] <= 50, "MB"))
+    fl = r["floor"]
+    rows.append(row("floor: write+fsync+rename+dir fsync (p50)",
+                    fl["write_fsync_rename_dirfsync"]["p50_ms"], None, None, "reference", None,
+                    "ms"))
+    rows.append(row("floor: posix_spawn true + wait (p50)", fl["spawn_true_and_wait"]["p50_ms"],
+                    None, None, "reference", None, "ms"))
+    rows.append(row("floor: sum", fl["sum_p50_ms"], None, None, "reference", None, "ms"))
+    return rows
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def render_table(rows: list[dict]) -> str:
+    head = ("metric", "unit", "praxist_fs", "tsp", "ratio", "target", "met")
+    body = [(r["metric"], r["unit"], _fmt(r["praxist_fs"]), _fmt(r["task_spooler"]),
+             _fmt(r["ratio"]) + ("x" if r["ratio"] is not None else ""), r["target"],
+             _fmt(r["met"])) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
+                       for i, (x, w) in enumerate(zip(line, widths)))
+             for line in (head, *body)]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+# --- main ----------------------------------------------------------------------------------
+
+
+def compare(rounds: int, counts: dict, tsp: str) -> dict:
+    runs = {"latency": {"praxist_fs": [], "task_spooler": []},
+            "throughput": {"praxist_fs": [], "task_spooler": []},
+            "submit": {"praxist_fs": [], "task_spooler": []}}
+    scenarios = {
+        "latency": (lambda: px_latency(counts["latency"]),
+                    lambda: bench_tsp.latency(tsp, counts["latency"], stamp_command, summary_ms,
+                                              POLL)),
+        "throughput": (lambda: px_throughput(counts["throughput"]),
+                       lambda: bench_tsp.throughput(tsp, counts["throughput"], [TRUE])),
+        "submit": (lambda: px_submit(counts["submit"]),
+                   lambda: bench_tsp.submit_cost(tsp, counts["submit"], [TRUE])),
+    }
+    for r in range(rounds):
+        order = ("praxist_fs", "task_spooler") if r % 2 == 0 else ("task_spooler", "praxist_fs")
+        for name, (px, ts) in scenarios.items():
+            for system in order:
+                log(f"round {r + 1}/{rounds}: {name}, {system} ...")
+                runs[name][system].append((px if system == "praxist_fs" else ts)())
+    med = statistics.median
+    return {
+        "order": "alternating; round 1 starts with praxist_fs",
+        "latency": {"jobs": counts["latency"],
+                    "praxist_fs": {q: med(x["submit_to_start"][q] for x in runs["latency"]
+                                          ["praxist_fs"]) for q in ("p50_ms", "p99_ms")},
+                    "task_spooler": {q: med(x["submit_to_start"][q] for x in runs["latency"]
+                                            ["task_spooler"]) for q in ("p50_ms", "p99_ms")},
+                    "runs": runs["latency"]},
+        "throughput": {"jobs": counts["throughput"],
+                       "praxist_fs": med(x["wall_s"] for x in runs["throughput"]["praxist_fs"]),
+                       "task_spooler": med(x["wall_s"] for x in runs["throughput"]
+                                           ["task_spooler"]),
+                       "runs": runs["throughput"]},
+        "submit": {"jobs": counts["submit"],
+                   "praxist_fs": med(x["wall_s"] for x in runs["submit"]["praxist_fs"]),
+                   "task_spooler": med(x["wall_s"] for x in runs["submit"]["task_spooler"]),
+                   "runs": runs["submit"]},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts, one round")
+    parser.add_argument("--rounds", type=int, help="rounds of the comparisons (default 3, "
+                        "quick 1)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also run the coordinator under cProfile for one throughput run "
+                        "and one cold start; print the top functions")
+    parser.add_argument("--tsp", help="the tsp binary (default: tsp on PATH, installed with "
+                        "apt-get if missing)")
+    parser.add_argument("--json", metavar="PATH",
+                        help="write results here (default bench/results/bench-<ts>.json)")
+    args = parser.parse_args(argv)
+    counts = dict(QUICK if args.quick else FULL)
+    if args.rounds:
+        counts["rounds"] = args.rounds
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.json) if args.json else HERE / "results" / f"bench-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tsp, version = bench_tsp.ensure_tsp(args.tsp)
+    t_begin = time.monotonic()
+    results = {"mode": "quick" if args.quick else "full", "counts": counts,
+               "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+               "load_avg_at_start": os.getloadavg(), "task_spooler": {"binary": tsp,
+                                                                      "version": version}}
+    log(f"physical floor ({counts['floor']} samples) ...")
+    results["floor"] = physical_floor(counts["floor"])
+    log(f"scheduling pass over {counts['sched_jobs']:,} queued jobs ...")
+    results["scheduling"] = px_scheduling(counts["sched_jobs"], counts["sched_rounds"])
+    results["comparisons"] = compare(counts["rounds"], counts, tsp)
+    log(f"replay of {counts['replay_events']:,} events: building the journal ...")
+    profile_start = HERE / "results" / f"profile-coldstart-{stamp}.pstats" if args.profile \
+        else None
+    results["replay"] = px_replay(counts["replay_events"], counts["rounds"], profile_start)
+    results["acceptance"], results["idle"] = px_acceptance_levels(
+        counts["accept_levels"], counts["accept_rounds"], counts["accept_batch"],
+        counts["accept_seq"],
+        counts["idle_level"], counts["idle_s"])
+    if args.profile:
+        path = HERE / "results" / f"profile-throughput-{stamp}.pstats"
+        log(f"cProfile: {counts['throughput']} jobs at 2 slots, coordinator under cProfile ...")
+        results["profile_throughput"] = px_throughput(counts["throughput"],
+                                                      ("-m", "cProfile", "-o", str(path)))
+        results["profile_throughput"]["pstats"] = str(path)
+    results["load_avg_at_end"] = os.getloadavg()
+    results["elapsed_s"] = round(time.monotonic() - t_begin, 1)
+    results["table"] = build_rows(results)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+
+    m = results["machine"]
+    print()
+    print(f"machine: nproc {m['nproc']}, Python {m['python']}, {m['tmp_dir']} on {m['tmp_fs']}, "
+          f"kernel {m['kernel']}; {version}; mode {results['mode']}, "
+          f"{counts['rounds']} round(s); load avg {results['load_avg_at_start'][0]:.2f} -> "
+          f"{results['load_avg_at_end'][0]:.2f}")
+    print(render_table(results["table"]))
+    lat = results["comparisons"]["latency"]["runs"]["praxist_fs"][-1]
+    print(f"\npraxist_fs submit-to-start phases (p50 ms, last round): {lat['phases_p50_ms']}")
+    problems = _problems(results)
+    for problem in problems:
+        print(f"PROBLEM: {problem}")
+    if args.profile:
+        for key in ("profile_coldstart", "profile_throughput"):
+            path = Path(results["replay"]["profile"]) if key == "profile_coldstart" else \
+                Path(results["profile_throughput"]["pstats"])
+            if path.exists():
+                print(f"\n=== {key}: {path} ===")
+                print(profile_summary(path))
+    print(f"\nresults: {out} ({results['elapsed_s']:.0f} s)")
+    return 1 if problems else 0
+
+
+def _problems(results: dict) -> list[str]:
+    problems = []
+    c = results["comparisons"]
+    for run in c["latency"]["runs"]["praxist_fs"] + c["latency"]["runs"]["task_spooler"]:
+        problems += run["failures"][:3]
+    for run in c["throughput"]["runs"]["praxist_fs"]:
+        if run["done_states"].get("completed") != run["jobs"]:
+            problems.append(f"praxist throughput done states: {run['done_states']}")
+    for run in c["throughput"]["runs"]["task_spooler"]:
+        if run["exit_levels"].get("0") != run["jobs"]:
+            problems.append(f"tsp throughput exit levels: {run['exit_levels']}")
+    for run in c["submit"]["runs"]["praxist_fs"]:
+        if run["outcomes"].get("accepted") != run["requests"]:
+            problems.append(f"praxist submit outcomes: {run['outcomes']}")
+    for level, entry in results["acceptance"].items():
+        for b in entry["batches"]:
+            if b["outcomes"].get("accepted") != b["requests"]:
+                problems.append(f"acceptance at {level}: {b['outcomes']}")
+    return problems
+
+
+if __name__ == "__main__":
+    sys.exit(main())
