@@ -141,8 +141,6 @@ class Coordinator:
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
                           for job in (*self.sched.queued(), *self.sched.running())})
-        # A run already stopped stays served (frozen: it answers, admits nothing); a
-        # run_stop request to this coordinator ends it once its work is gone.
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -182,6 +180,8 @@ class Coordinator:
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS
         while not self.stop_requested:
+            # A run already stopped stays served (frozen: it answers, admits nothing); a
+            # run_stop request to this coordinator ends it once its work is gone.
             if self.sched.stopped and self.sched.stop_calls and \
                     not self.sched.count(JobState.RUNNING):
                 log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
