@@ -279,8 +279,6 @@ class Coordinator:
             else:
                 launches = self.sched.next_launches(time.time())
                 self._process(list(launches))
-            for effect in self.sched.reason_updates():
-                self._execute(effect)
             if not launches:
                 return
 
@@ -632,6 +630,8 @@ class Coordinator:
             reports[job.job_id] = {"progress": _progress(attempt_dir / "progress.json"),
                                    "failure": _task_report(attempt_dir / "failure.json")}
         runtime["gpu_inventory"] = self.inventory.source
+        for effect in self.sched.reason_updates():  # pending reasons, at status cadence
+            self._execute(effect)
         reach("status.before_write")
         write_json(self.layout.status, render_status(self.sched, now, runtime, reports))
         reach("status.after_write")

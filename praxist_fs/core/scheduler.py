@@ -68,6 +68,8 @@ class Scheduler(GenerationDesk):
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
         self._slot_limited = False             # last pass held work only for a free slot
         self._last_pass: tuple[int, int] | None = None
+        self._last_at = 0.0
+        self._reasons_stale = False            # a pass was skipped: no slot was free
         self.samples_seen = 0
         self.idle_peers: dict[int, frozenset[str]] = {}
         self.idle_streak = 0                   # consecutive samples with unused capacity
@@ -97,6 +99,7 @@ class Scheduler(GenerationDesk):
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
         """Soft: controller step, admissible profiles, the idle-capacity streak."""
+        self.refresh_reasons()  # the controller needs to know if work waits only for a slot
         self.host = ev
         self.samples_seen += 1
         self.controller.observe(self.policy, ev.pressure, ev.capacity, self._slot_limited)
@@ -282,10 +285,24 @@ class Scheduler(GenerationDesk):
         pressure domains are calm and, for GPU work, a placement exists. A demand
         that failed once in a pass is not tried again in that pass (R-POL-4), so
         the pass stays linear in the queue. Nothing is recomputed while neither
-        the state nor the host sample changed since the last pass."""
+        the state nor the host sample changed since the last pass, and with no free
+        slot nothing can start, so why each job waits is worked out only when asked
+        (``refresh_reasons``): a burst of submissions then costs no pass per request."""
         if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
-        self._last_pass = (self.version, self.samples_seen)
+        self._last_pass, self._last_at = (self.version, self.samples_seen), at
+        if self.concurrency_target() <= self.count(JobState.RUNNING):
+            self._reasons_stale, self.unused_slots = True, 0
+            return []
+        return self._pass(at)
+
+    def refresh_reasons(self) -> None:
+        """Bring the pending reasons (and the slot-limited flag) up to date."""
+        if self._reasons_stale and not self.stopped:
+            self._pass(self._last_at)
+
+    def _pass(self, at: float) -> list[AttemptLaunched]:
+        self._reasons_stale = False
         target = self.concurrency_target()
         free = target - self.count(JobState.RUNNING)
         loads = self._device_loads()
@@ -384,6 +401,7 @@ class Scheduler(GenerationDesk):
         """Job files of queued jobs whose pending reason changed in kind since last asked.
 
         Soft: not journaled; the reason's live numbers reach only status.json."""
+        self.refresh_reasons()
         dirty, self._reason_dirty = self._reason_dirty, set()
         return [self._write_job(self.jobs[j]) for j in sorted(dirty)
                 if self.jobs[j].state is JobState.QUEUED]
