@@ -150,7 +150,7 @@ class Coordinator:
         self._scan_control()
         self._scan_generations()
 
-    def _on_signal(self, signum: int, frame: object) -> None:
+    def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_requested = True
         try:
             os.write(self._wake_write, b"s")
@@ -349,7 +349,7 @@ class Coordinator:
 
     def _start_observer(self) -> None:
         self.observer = start_observer([self.layout.incoming, self.layout.control],
-                                       self._wake_write, self.polling)
+                                       self._ring, self.polling)
         self._watched: set[int] = set()
         for number in self.sched.generations:
             self._watch_generation(number)

@@ -33,11 +33,11 @@ from . import client
 from .adapters.fsio import dumps, read_json, unlink, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
+from .adapters.watcher import start_observer
 from .core.request import NAME_EXPECTED, NAME_RE
 from .errors import PraxistError
 
 ACTIONS = ("open", "assess", "close")
-LEASE_STATES = ("granted", "consumed", "declined", "expired", "revoked")
 DECLINE_SUFFIX = ".decline"
 RECHECK_SECONDS = 1.0
 
@@ -269,18 +269,7 @@ class _Doorbell:
     def __init__(self, directory: Path, bell: threading.Event) -> None:
         self.observer = None
         try:
-            from watchdog.events import FileSystemEventHandler
-            from watchdog.observers import Observer
-
-            class Handler(FileSystemEventHandler):
-                def on_any_event(self, event: object) -> None:
-                    bell.set()  # never raises; an exception would kill the observer thread
-
-            observer = Observer()
-            observer.daemon = True
-            observer.schedule(Handler(), str(directory), recursive=False)
-            observer.start()
-            self.observer = observer
+            self.observer = start_observer([directory], bell.set, polling=False)
         except Exception:  # no inotify (limits, exotic FS): the periodic re-check suffices
             self.close()
 
@@ -304,11 +293,6 @@ def register_idle(run_dir: str | os.PathLike, peer: str, generation: int) -> dic
     document = {"peer": peer, "generation": generation, "at": time.time()}
     write_atomic(idle_file(layout, generation, peer), dumps(document))
     return document
-
-
-def unregister_idle(run_dir: str | os.PathLike, peer: str, generation: int) -> None:
-    layout = RunLayout.at(run_dir)
-    unlink(idle_file(layout, _generation(generation), _peer(peer)))
 
 
 def lease_wait(run_dir: str | os.PathLike, peer: str, generation: int | None = None,

@@ -50,10 +50,10 @@ def own_identity() -> tuple[int, int | None, str]:
 
 
 def session_id(pid: int) -> int | None:
-    """Field 6 of /proc/<pid>/stat: the session, i.e. the shim pid for an attempt's tree.
-    None when the pid is not in our PID namespace."""
-    fields = _stat_fields(pid)
-    return int(fields[3]) if fields else None
+    """The session of a pid (an attempt's tree shares its shim's), or None when the pid is
+    not in our PID namespace."""
+    info = group_and_session(pid)
+    return info[1] if info else None
 
 
 def group_and_session(pid: int) -> tuple[int, int, str, int] | None:

@@ -1,14 +1,16 @@
-"""watchdog as a doorbell: any event under a watched directory wakes the loop.
+"""watchdog as a doorbell: any event under a watched directory rings.
 
-Events are hints, never facts; the loop lists the directory itself. The
-handler does one non-blocking write to a wake-up pipe inside a guard, because
-an exception in a watchdog handler silently kills the observer thread. On
+Events are hints, never facts; whoever waits lists the directory itself. The
+handler only calls ``ring`` (a non-blocking pipe write for the coordinator, an
+Event for a waiting peer) inside a guard, because an exception in a watchdog
+handler silently kills the observer thread. On
 network filesystems inotify misses remote writes, so we poll instead (R-FS-4).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import FileSystemEventHandler
@@ -20,13 +22,13 @@ NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs",
 
 
 class _Doorbell(FileSystemEventHandler):
-    def __init__(self, wake_fd: int) -> None:
-        self.wake_fd = wake_fd
+    def __init__(self, ring: Callable[[], object]) -> None:
+        self.ring = ring
 
     def on_any_event(self, event: object) -> None:
         try:
-            os.write(self.wake_fd, b"w")
-        except Exception:  # a full pipe already means "wake up"; never raise here
+            self.ring()
+        except Exception:  # e.g. a full wake-up pipe already means "wake up"; never raise
             pass
 
 
@@ -52,10 +54,10 @@ def needs_polling(path: Path) -> bool:
         os.environ.get("PRAXIST_FORCE_POLLING") == "1"
 
 
-def start_observer(directories: list[Path], wake_fd: int, polling: bool):
-    """A started observer ringing ``wake_fd``; the caller checks ``is_alive()`` each tick."""
+def start_observer(directories: list[Path], ring: Callable[[], object], polling: bool):
+    """A started observer calling ``ring`` on any change; the caller checks ``is_alive()``."""
     observer = PollingObserver(timeout=1.0) if polling else Observer()
-    observer.doorbell = _Doorbell(wake_fd)
+    observer.doorbell = _Doorbell(ring)
     for directory in directories:
         watch(observer, directory)
     observer.daemon = True

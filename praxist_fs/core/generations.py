@@ -224,7 +224,7 @@ class GenerationDesk:
     def due(self: Scheduler, at: float) -> list[Event]:
         """Time- and state-driven decisions: expiries, assessment ending, drain finished."""
         events: list[Event] = []
-        real = self._device_loads()  # real allocations only: claims never block real work
+        real = self.real_loads()
         for gen in self.generations.values():
             if gen.phase == "closed":
                 continue

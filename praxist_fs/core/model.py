@@ -37,11 +37,6 @@ class Attempt:
     outcome: str | None = None  # completed, failed, infra_retry, released, lost
     failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
 
-    @property
-    def consumed(self) -> bool:
-        """A released attempt never started its command and uses up no retry."""
-        return self.outcome != "released"
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "attempt_id": self.attempt_id,
@@ -80,9 +75,6 @@ class Job:
     def exit_code(self) -> int | None:
         ended = [a for a in self.attempts if a.exit_code is not None]
         return ended[-1].exit_code if ended else None
-
-    def consumed_in_round(self) -> int:
-        return sum(1 for a in self.attempts if a.round == self.round and a.consumed)
 
     def to_dict(self) -> dict[str, Any]:
         """The job file (R-FS-6); the first fields are the public contract."""

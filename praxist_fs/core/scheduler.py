@@ -305,7 +305,7 @@ class Scheduler(GenerationDesk):
         self._reasons_stale = False
         target = self.concurrency_target()
         free = target - self.count(JobState.RUNNING)
-        loads = self._device_loads()
+        loads = self.real_loads()
         unsatisfiable: dict[str, str] = {}
         verdicts: dict[str, str | None] = {}  # profile -> hold reason, once the slots are full
         launches: list[AttemptLaunched] = []
@@ -372,7 +372,8 @@ class Scheduler(GenerationDesk):
         unsatisfiable[job.profile] = reason
         return (), reason
 
-    def _device_loads(self) -> list[DeviceLoad] | None:
+    def real_loads(self) -> list[DeviceLoad] | None:
+        """Per-device load as placement sees it (real allocations; claims never block)."""
         sample = self.host.gpus if self.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None

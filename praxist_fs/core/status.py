@@ -13,7 +13,6 @@ from typing import Any
 
 from .model import Job
 from .observations import GpuDevice, GpuSample
-from .placement import device_loads
 from .scheduler import Scheduler
 from .states import JobState
 
@@ -80,10 +79,9 @@ def _pressure(sched: Scheduler) -> dict[str, Any]:
 def _gpus(sched: Scheduler, sample: GpuSample | None) -> dict[str, Any]:
     if sample is None:
         return {"source": None, "error": "not sampled yet", "devices": []}
-    loads = device_loads(sample, [*sched.held_envelopes(), *sched.host.others])
     held = sched.held_envelopes()
     devices = []
-    for load in loads:
+    for load in sched.real_loads() or []:
         device = load.device
         devices.append({
             "uuid": device.uuid, "index": device.index, "name": device.name,
@@ -95,7 +93,10 @@ def _gpus(sched: Scheduler, sample: GpuSample | None) -> dict[str, Any]:
             "external_utilization_pct": load.external_util,
             "external_memory_mib": load.external_mem,
             "jobs": sorted(e.owner for e in held if e.uuid == device.uuid),
-            "other_runs_allocations": sum(1 for e in sched.host.others if e.uuid == device.uuid),
+            "other_runs_allocations": sum(1 for e in sched.host.others
+                                          if e.uuid == device.uuid and not e.speculative),
+            "lease_claims": sum(1 for e in (*sched.host.others, *sched.own_claims())
+                                if e.uuid == device.uuid and e.speculative),
             "mig_mode": device.mig_mode,
             "attribution": _attribution([device]),
         })
