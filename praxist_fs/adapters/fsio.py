@@ -3,10 +3,22 @@
 Create and replace: a unique hidden temp name in the target directory, written
 fully, fsynced, renamed into place; the directory is fsynced when the caller
 asks for durability. A reader never sees a half-written file.
+
+Power-loss testing: with ``PRAXIST_POWERLOSS_LEDGER=<path>`` every operation
+that changes the disk is also appended, as one JSON line, to that ledger, so a
+test can rebuild what would survive a power cut (tests/powerloss.py). Lines
+carry ``op`` and ``path`` (absolute) and, by op: ``create`` (``data``,
+``mode``), ``fsync``, ``rename`` (``src``, ``moved``, ``replaced``),
+``unlink`` (``old``), ``mkdir``, ``fsync_dir`` (``names``: the directory's
+entries at that moment), ``open_append`` (``old``), ``append`` (``data``),
+``truncate`` (``size``). ``data`` is base64; ``moved``/``replaced``/``old``
+describe what the name held before (``{"kind": "absent" | "file" |
+"symlink" | "other", ...}``). Unset, each operation pays one ``is None`` test.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -17,14 +29,102 @@ from typing import Any
 from ..errors import BadRequest
 
 _counter = itertools.count()
+LEDGER_ENV = "PRAXIST_POWERLOSS_LEDGER"
+
+
+def _open_ledger() -> int | None:
+    path = os.environ.get(LEDGER_ENV)
+    if not path:
+        return None
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+
+_ledger = _open_ledger()
+_append_paths: dict[int, str] = {}  # fd -> path of files opened by open_append, ledger only
+
+
+def _record(op: str, path: str | os.PathLike, **fields: Any) -> None:
+    """One ledger line, written at once: the ledger must hold every op before a crash."""
+    line = json.dumps({"op": op, "path": os.path.abspath(path), **fields}) + "\n"
+    os.write(_ledger, line.encode())
+
+
+def _encode(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _describe(path: str | os.PathLike) -> dict[str, Any]:
+    """What a name holds now, for a ledger line: enough to put it back (test runs only:
+    it reads a whole file)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return {"kind": "absent"}
+    if stat.S_ISLNK(info.st_mode):
+        return {"kind": "symlink", "target": os.readlink(path)}
+    if stat.S_ISREG(info.st_mode):
+        with open(path, "rb") as handle:
+            return {"kind": "file", "data": _encode(handle.read()),
+                    "mode": stat.S_IMODE(info.st_mode)}
+    return {"kind": "other"}
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
+        if _ledger is not None:
+            _record("fsync_dir", path, names=sorted(os.listdir(fd)))
     finally:
         os.close(fd)
+
+
+def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o777) -> None:
+    """``mkdir -p``. With ``durable`` each directory it creates is fsynced into its
+    parent, so that what is fsynced inside cannot vanish with it after a power cut (one
+    made by a process killed before that fsync is the caller's to fsync again)."""
+    path = Path(os.path.abspath(path))
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue  # made by someone else meanwhile
+        if _ledger is not None:
+            _record("mkdir", directory)
+        if durable:
+            fsync_dir(directory.parent)
+
+
+def _create(path: Path, data: bytes, mode: int, *, sync: bool) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if _ledger is not None:
+            _record("create", path, data=_encode(data), mode=mode)
+        if sync:
+            os.fsync(fd)
+            if _ledger is not None:
+                _record("fsync", path)
+    except BaseException:
+        os.close(fd)
+        unlink(path)
+        raise
+    os.close(fd)
+
+
+def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
+    """A new file (never an existing one, never through a link), neither fsynced nor
+    renamed: for files only a child reads, which a machine crash makes moot."""
+    _create(Path(path), data, mode, sync=False)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
@@ -32,21 +132,52 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_counter)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
+    _create(tmp, data, mode, sync=True)
+    rename(tmp, path)
     if durable:
         fsync_dir(path.parent)
+
+
+def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Move a name, replacing ``dst``, within one file system: whatever ``src`` is (a
+    peer's symlink stays a link), it is not opened, except to describe it in a ledger."""
+    if _ledger is None:
+        os.rename(src, dst)
+        return
+    moved, replaced = _describe(src), _describe(dst)
+    os.rename(src, dst)
+    _record("rename", dst, src=os.path.abspath(src), moved=moved, replaced=replaced)
+
+
+def open_append(path: str | os.PathLike, *, mode: int = 0o600) -> int:
+    """A descriptor for appending to ``path`` (created if missing), read-write."""
+    old = _describe(path) if _ledger is not None else None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode)
+    if _ledger is not None:
+        _append_paths[fd] = os.path.abspath(path)
+        _record("open_append", path, old=old, mode=mode)
+    return fd
+
+
+def append(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if _ledger is not None:
+        _record("append", _append_paths[fd], data=_encode(data))
+
+
+def fsync(fd: int) -> None:
+    """fsync a descriptor from ``open_append``; an error propagates (it is fatal)."""
+    os.fsync(fd)
+    if _ledger is not None:
+        _record("fsync", _append_paths[fd])
+
+
+def truncate(fd: int, size: int) -> None:
+    os.ftruncate(fd, size)
+    if _ledger is not None:
+        _record("truncate", _append_paths[fd], size=size)
 
 
 def dumps(document: Any) -> bytes:
@@ -109,7 +240,10 @@ def read_spool_file(dir_fd: int, name: str, limit: int) -> bytes:
 
 def unlink(path: str | os.PathLike) -> None:
     """Remove a file; one that is already gone counts as removed."""
+    old = _describe(path) if _ledger is not None else None
     try:
         os.unlink(path)
     except FileNotFoundError:
-        pass
+        return
+    if _ledger is not None:
+        _record("unlink", path, old=old)

@@ -26,7 +26,7 @@ import filelock
 
 from ..core.observations import Envelope
 from . import procs
-from .fsio import read_json, write_json
+from .fsio import makedirs, read_json, unlink, write_json
 
 
 def default_directory() -> Path:
@@ -43,7 +43,7 @@ def default_directory() -> Path:
 class HostRegistry:
     def __init__(self, directory: Path, run_dir: Path) -> None:
         self.directory = directory
-        self.directory.mkdir(parents=True, exist_ok=True)
+        makedirs(self.directory)
         self.run_key = hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
         self.run_dir = run_dir
         self._lock = filelock.FileLock(str(directory / "registry.lock"))
@@ -88,8 +88,7 @@ class HostRegistry:
                               "claims": claims, "coordinator": {
                                   "pid": pid, "start_time": started, "boot_id": boot}})
         else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            unlink(path)
 
 
 def _live_claims(doc: dict[str, Any]) -> list[Envelope]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.effects import SpawnAttempt
-from .fsio import unlink, write_json
+from .fsio import create, fsync_dir, makedirs, unlink, write_json
 from .layout import RunLayout
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -77,9 +77,9 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str]) -> ShimH
     ``env`` is the environment the command gets (secrets revealed); it goes only into
     spec.marshal (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
-    attempt_dir.mkdir(parents=True, exist_ok=True)
+    makedirs(attempt_dir)
     log = layout.log(effect.job_id, effect.attempt_id)
-    log.parent.mkdir(parents=True, exist_ok=True)
+    makedirs(log.parent)
     write_json(attempt_dir / "attempt.json", {
         **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
         "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
@@ -107,6 +107,11 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str]) -> ShimH
     finally:
         os.close(go_read)
         os.close(status_write)
+    # GO, fsynced into attempt_dir, is what says after a power cut that the command may
+    # have run, so attempt_dir must be durable before GO; made so while the shim starts,
+    # every time: the job's directory may come from a coordinator killed before its fsync.
+    for directory in (layout.attempts, attempt_dir.parent):
+        fsync_dir(directory)
     os.set_blocking(status_read, False)
     return ShimHandle(popen=popen, go_fd=go_write, status_fd=status_read)
 
@@ -117,15 +122,6 @@ def write_spec(path: Path, spec: dict) -> None:
     The shim runs on this same interpreter (``sys.executable``), so the marshal format
     matches. Neither fsync nor rename: the shim is started only after the write and
     unlinks the file at once, a machine crash ends the shim as well, and raw secrets had
-    better not be forced onto the disk. O_EXCL creates the file afresh with mode 0600."""
+    better not be forced onto the disk. It is created afresh (O_EXCL) with mode 0600."""
     unlink(path)  # left by a coordinator that crashed before starting this attempt's shim
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(marshal.dumps(spec))
-        while view:
-            view = view[os.write(fd, view):]
-    except BaseException:
-        os.close(fd)
-        unlink(path)
-        raise
-    os.close(fd)
+    create(path, marshal.dumps(spec), mode=0o600)

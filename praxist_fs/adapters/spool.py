@@ -15,7 +15,7 @@ from pathlib import Path
 from ..core.events import RequestSeen
 from ..core.request import MAX_REQUEST_BYTES, parse_request, request_id_from_filename
 from ..errors import BadRequest
-from .fsio import read_spool_file, unlink, write_json
+from .fsio import read_spool_file, rename, unlink, write_json
 
 GRACE_SECONDS = 2.0
 BATCH = 512
@@ -87,7 +87,7 @@ def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
         kept = f"{base}.{serial}"
     write_json(rejected / f"{kept}.error.json", error)
     try:
-        os.rename(incoming / name, rejected / kept)
+        rename(incoming / name, rejected / kept)
     except FileNotFoundError:
         pass
 

@@ -17,14 +17,16 @@ from pathlib import Path
 
 from ..core import secrets
 from ..core.request import Request
-from .fsio import dumps, read_json, unlink, write_atomic
+from .fsio import dumps, makedirs, read_json, unlink, write_atomic
 from .layout import RunLayout
 
 
 class Vault:
     def __init__(self, layout: RunLayout) -> None:
         self.directory = layout.scheduler / "private"
-        self.directory.mkdir(mode=0o700, exist_ok=True)
+        # Durable: the key and raw values below are fsynced into it, and a key lost to a
+        # power cut would change every digest, so a re-read request would look altered.
+        makedirs(self.directory, durable=True, mode=0o700)
         os.chmod(self.directory, 0o700)
         key_file = self.directory / "hmac.key"
         if not key_file.exists():

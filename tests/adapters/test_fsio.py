@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from praxist_fs.adapters.fsio import read_spool_file, write_atomic, write_json
+from praxist_fs.adapters.fsio import (
+    create, makedirs, read_spool_file, rename, write_atomic, write_json,
+)
 from praxist_fs.errors import BadRequest
 
 
@@ -64,3 +66,30 @@ def test_vanished_file_is_not_an_error_of_the_peer(spool):
     _, fd = spool
     with pytest.raises(FileNotFoundError):
         read_spool_file(fd, "gone.json", 100)
+
+
+def test_makedirs_makes_what_is_missing_and_refuses_a_file_in_the_way(tmp_path):
+    (tmp_path / "a").mkdir()
+    makedirs(tmp_path / "a" / "b" / "c", durable=True, mode=0o700)
+    makedirs(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").stat().st_mode & 0o777 == 0o700
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FileExistsError):
+        makedirs(tmp_path / "file")
+
+
+def test_create_makes_a_new_file_only(tmp_path):
+    create(tmp_path / "spec", b"x", mode=0o600)
+    assert (tmp_path / "spec").read_bytes() == b"x"
+    assert (tmp_path / "spec").stat().st_mode & 0o777 == 0o600
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    for existing in ("spec", "link"):
+        with pytest.raises(FileExistsError):
+            create(tmp_path / existing, b"y")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_rename_moves_a_link_as_a_link(tmp_path):
+    (tmp_path / "in.json").symlink_to("/etc/passwd")
+    rename(tmp_path / "in.json", tmp_path / "kept")
+    assert os.readlink(tmp_path / "kept") == "/etc/passwd"

@@ -1,0 +1,256 @@
+"""The power-loss model (tests/powerloss.py) on hand-made ledgers and on fsio's own."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from praxist_fs.adapters import fsio, launcher
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.core.effects import SpawnAttempt
+
+from .. import powerloss
+
+
+class Ledger:
+    """Does an operation on the real directory and writes its ledger line, by hand."""
+
+    def __init__(self, root):
+        self.root = root
+        self.path = root.parent / "ledger.jsonl"
+        self.lines = []
+
+    def _add(self, op, path, **fields):
+        self.lines.append(json.dumps({"op": op, "path": str(self.root / path), **fields}))
+        self.path.write_text("\n".join(self.lines) + "\n")
+
+    @staticmethod
+    def describe(data):
+        if data is None:
+            return {"kind": "absent"}
+        return {"kind": "file", "data": base64.b64encode(data).decode(), "mode": 0o644}
+
+    def mkdir(self, path):
+        (self.root / path).mkdir()
+        self._add("mkdir", path)
+
+    def create(self, path, data):
+        (self.root / path).write_bytes(data)
+        self._add("create", path, data=base64.b64encode(data).decode(), mode=0o644)
+
+    def fsync(self, path):
+        self._add("fsync", path)
+
+    def rename(self, src, dst):
+        old = (self.root / dst).read_bytes() if (self.root / dst).exists() else None
+        moved = (self.root / src).read_bytes()
+        os.replace(self.root / src, self.root / dst)
+        self._add("rename", dst, src=str(self.root / src), moved=self.describe(moved),
+                  replaced=self.describe(old))
+
+    def unlink(self, path):
+        old = (self.root / path).read_bytes()
+        (self.root / path).unlink()
+        self._add("unlink", path, old=self.describe(old))
+
+    def fsync_dir(self, path=""):
+        self._add("fsync_dir", path, names=sorted(os.listdir(self.root / path)))
+
+    def open_append(self, path):
+        (self.root / path).touch()
+        self._add("open_append", path, old={"kind": "absent"}, mode=0o600)
+
+    def append(self, path, data):
+        with open(self.root / path, "ab") as handle:
+            handle.write(data)
+        self._add("append", path, data=base64.b64encode(data).decode())
+
+    def crash(self):
+        return powerloss.apply(self.path, self.root)
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    return Ledger(root)
+
+
+def write_atomic(ledger, name, data, *, durable):
+    tmp = f"{name}.tmp"
+    ledger.create(tmp, data)
+    ledger.fsync(tmp)
+    ledger.rename(tmp, name)
+    if durable:
+        ledger.fsync_dir(os.path.dirname(name))
+
+
+def test_a_rename_not_followed_by_a_directory_fsync_is_lost(ledger):
+    write_atomic(ledger, "reply.json", b"{}", durable=False)
+    ledger.crash()
+    assert os.listdir(ledger.root) == []
+
+
+def test_a_rename_followed_by_a_directory_fsync_survives(ledger):
+    write_atomic(ledger, "reply.json", b"{}", durable=True)
+    ledger.crash()
+    assert os.listdir(ledger.root) == ["reply.json"]
+    assert (ledger.root / "reply.json").read_bytes() == b"{}"
+
+
+def test_an_unsynced_replacement_brings_the_old_content_back(ledger):
+    (ledger.root / "status.json").write_bytes(b"old")  # there before the ledger: durable
+    write_atomic(ledger, "status.json", b"new", durable=False)
+    assert (ledger.root / "status.json").read_bytes() == b"new"
+    ledger.crash()
+    assert (ledger.root / "status.json").read_bytes() == b"old"
+
+
+def test_an_entry_made_durable_before_its_content_survives_empty(ledger):
+    ledger.create("spec", b"secret")
+    ledger.fsync_dir()
+    ledger.crash()
+    assert (ledger.root / "spec").read_bytes() == b""
+
+
+def test_an_unsynced_unlink_of_a_peer_file_is_undone(ledger):
+    (ledger.root / "r1.json").write_bytes(b'{"tag": "t"}')  # the peer's request
+    ledger.unlink("r1.json")
+    ledger.crash()
+    assert (ledger.root / "r1.json").read_bytes() == b'{"tag": "t"}'
+
+
+def test_a_synced_unlink_stays_done(ledger):
+    (ledger.root / "r1.json").write_bytes(b"{}")
+    ledger.unlink("r1.json")
+    ledger.fsync_dir()
+    ledger.crash()
+    assert os.listdir(ledger.root) == []
+
+
+def test_appends_after_the_last_fsync_are_dropped(ledger):
+    ledger.open_append("journal.log")
+    ledger.fsync("journal.log")
+    ledger.fsync_dir()
+    ledger.append("journal.log", b"1 aaaa {}\n")
+    ledger.fsync("journal.log")
+    ledger.append("journal.log", b"2 bbbb {}\n")
+    changes = ledger.crash()
+    assert (ledger.root / "journal.log").read_bytes() == b"1 aaaa {}\n"
+    assert changes == [f"reverted {ledger.root / 'journal.log'} to 10 bytes"]
+
+
+def test_a_journal_whose_creation_was_never_fsynced_into_its_directory_is_lost(ledger):
+    ledger.open_append("journal.log")
+    ledger.append("journal.log", b"1 aaaa {}\n")
+    ledger.fsync("journal.log")
+    ledger.crash()
+    assert not (ledger.root / "journal.log").exists()
+
+
+def test_an_unsynced_directory_takes_everything_in_it_along(ledger):
+    ledger.mkdir("a1")
+    (ledger.root / "a1" / "READY").write_text("{}")  # a shim's file, durable or not
+    write_atomic(ledger, "a1/GO", b"", durable=True)  # durable in a directory that is not
+    ledger.crash()
+    assert os.listdir(ledger.root) == []
+
+
+def test_a_synced_directory_keeps_other_writers_files(ledger):
+    ledger.mkdir("a1")
+    ledger.fsync_dir()
+    (ledger.root / "a1" / "READY").write_text("{}")
+    ledger.crash()
+    assert os.listdir(ledger.root / "a1") == ["READY"]
+
+
+def test_the_halves_of_a_move_are_durable_apart(ledger):
+    ledger.mkdir("incoming")
+    ledger.mkdir("rejected")
+    ledger.fsync_dir()
+    (ledger.root / "incoming" / "bad.json").write_bytes(b"x")
+    ledger.rename("incoming/bad.json", "rejected/bad.json")
+    ledger.fsync_dir("rejected")
+    ledger.crash()
+    assert (ledger.root / "incoming" / "bad.json").read_bytes() == b"x"
+    assert (ledger.root / "rejected" / "bad.json").read_bytes() == b"x"
+
+
+def test_a_name_another_process_removed_before_the_fsync_stays_removed(ledger):
+    ledger.create("spec.marshal", b"secret")
+    (ledger.root / "spec.marshal").unlink()  # the shim read and removed it
+    ledger.fsync_dir()
+    ledger.crash()
+    assert os.listdir(ledger.root) == []
+
+
+def test_paths_outside_the_run_directory_are_left_alone(ledger, tmp_path):
+    outside = tmp_path / "registry.json"
+    ledger.lines.append(json.dumps({"op": "create", "path": str(outside), "data": "",
+                                    "mode": 0o644}))
+    ledger.path.write_text("\n".join(ledger.lines) + "\n")
+    outside.write_text("kept")
+    ledger.crash()
+    assert outside.read_text() == "kept"
+
+
+@pytest.fixture
+def recording(tmp_path, monkeypatch):
+    """fsio writing its ledger, as the coordinator does under PRAXIST_POWERLOSS_LEDGER."""
+    path = tmp_path / "ledger.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    monkeypatch.setattr(fsio, "_ledger", fd)
+    yield path
+    os.close(fd)
+
+
+def test_fsio_ledger_replays_to_what_each_call_promised(tmp_path, recording):
+    root = tmp_path / "run"
+    fsio.makedirs(root / "jobs", durable=True)  # run/ is the test's own: durable
+    fsio.makedirs(root / "logs" / "j1")
+    fsio.write_json(root / "jobs" / "durable.json", {"v": 1}, durable=True)
+    (root / "jobs" / "peer.json").write_text("{}")
+    fsio.rename(root / "jobs" / "peer.json", root / "jobs" / "kept.json")
+    fd = fsio.open_append(root / "jobs" / "journal.log")
+    fsio.fsync(fd)
+    fsio.fsync_dir(root / "jobs")
+    fsio.append(fd, b"one\n")
+    fsio.fsync(fd)
+    fsio.append(fd, b"two\n")
+    os.close(fd)
+    fsio.write_json(root / "jobs" / "durable.json", {"v": 2})
+    fsio.write_json(root / "jobs" / "derived.json", {"v": 1})
+    fsio.unlink(root / "jobs" / "kept.json")
+
+    powerloss.apply(recording, root)
+    assert sorted(os.listdir(root)) == ["jobs"]  # logs/ was never fsynced into run/
+    assert sorted(os.listdir(root / "jobs")) == ["durable.json", "journal.log", "kept.json"]
+    assert json.loads((root / "jobs" / "durable.json").read_text()) == {"v": 1}
+    assert (root / "jobs" / "kept.json").read_text() == "{}"
+    assert (root / "jobs" / "journal.log").read_bytes() == b"one\n"
+
+
+def test_go_survives_in_a_job_directory_a_killed_coordinator_never_fsynced(tmp_path, recording):
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    fsio.makedirs(layout.attempts / "job-1")  # then kill -9, before its fsync
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=("true",), command=None,
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
+    go = layout.attempt_dir("job-1", "a1") / "GO"
+    fsio.write_atomic(go, b"", durable=True)
+    handle.release_barrier(b"G")
+    assert handle.popen.wait(timeout=15) == 0
+    handle.close()
+    powerloss.apply(recording, layout.root)
+    assert go.exists()
+
+
+def test_without_a_ledger_fsio_records_nothing(tmp_path):
+    assert fsio._ledger is None  # the test process has no PRAXIST_POWERLOSS_LEDGER
+    fsio.write_json(tmp_path / "x.json", {}, durable=True)
+    assert os.listdir(tmp_path) == ["x.json"]
