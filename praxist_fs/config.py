@@ -9,32 +9,45 @@ instead, and each move is recorded in ``Policy.normalizations`` (which ends up
 in ``policy.json``). ``mode: legacy`` (also: no mode at all, R-DUR-3) ignores
 unknown keys but checks the values it reads the same way.
 
-The rules live in tables (``_SCHEDULER_KEYS``, ``_THRESHOLD_KEYS``, ``_PROFILE_KEYS``) of
-key -> (checker, normalizer); defaults come from ``Policy()`` itself so there
-is one source of truth. See docs/CONFIG.md.
+The rules live in tables (``_SCHEDULER_KEYS``, ``_THRESHOLD_KEYS``, ``_PROFILE_KEYS``,
+``_QUEUE_KEYS``) of key -> (checker, normalizer); defaults come from ``Policy()``
+itself so there is one source of truth. See docs/CONFIG.md.
+
+Picker names (R-POL-1) are checked against ``praxist_fs.core.pickers.PICKERS``;
+a name that is not a builtin makes this module look, once, for pickers that
+installed packages publish under the ``praxist_fs.pickers`` entry points: the
+one piece of the scheduling framework that touches the environment, so it is
+here and not in the core.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
 import math
 import os
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import yaml
 
+from praxist_fs.core.budget import Budget
+from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.policy import (
     PRESSURE_DOMAINS,
+    WORK_CLASSES,
     Normalization,
     Policy,
     PressureThreshold,
     Profile,
 )
+from praxist_fs.core.queues import PREEMPT_MODES, Queue
 from praxist_fs.errors import PolicyError
 
-__all__ = ["DEFAULT_TASK_YAML", "load_policy", "parse_task_text", "policy_from_mapping"]
+__all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
+           "parse_task_text", "policy_from_mapping"]
 
 # Seed 000's Task Contract, verbatim: what ``load_policy(None)`` resolves.
 DEFAULT_TASK_YAML = """\
@@ -71,7 +84,9 @@ FILE_PATH = "<file>"  # key_path of errors about the file as a whole
 MAX_GPU_COUNT = 64
 MAX_CALM_SAMPLES = 100
 MAX_EXPERIMENT_MEMORY_GB = 1024.0
-_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+MIN_HALF_LIFE_S, MAX_HALF_LIFE_S = 60.0, 30 * 86400.0
+PICKER_ENTRY_POINTS = "praxist_fs.pickers"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
 
@@ -197,10 +212,58 @@ def _choice(*options: str) -> Checker:
     return check
 
 
-def _profile_name(path: str, value: Any) -> str:
-    if not isinstance(value, str) or not _PROFILE_NAME.fullmatch(value):
-        raise PolicyError(path, value, "a profile name matching [A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+def _name(path: str, value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        raise PolicyError(path, value, f"{what} matching [A-Za-z0-9][A-Za-z0-9._-]{{0,63}}")
     return value
+
+
+def _profile_name(path: str, value: Any) -> str:
+    return _name(path, value, "a profile name")
+
+
+def _names(path: str, value: Any, what: str) -> tuple[str, ...]:
+    """A list of distinct names (queue names, work classes), in the order given."""
+    if not isinstance(value, list):
+        raise PolicyError(path, value, f"a list of {what}")
+    seen: list[str] = []
+    for index, name in enumerate(value):
+        if not isinstance(name, str) or name in seen:
+            raise PolicyError(_join(path, index), name, f"each of the {what} once, as a name")
+        seen.append(name)
+    return tuple(seen)
+
+
+_discovered = False
+
+
+def discover_pickers() -> None:
+    """Register the pickers installed packages publish as ``praxist_fs.pickers`` entry
+    points (name = picker name, object = a Picker subclass whose ``kind`` says its level).
+    Once per process, and only when a task file names a picker that is not a builtin."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    for entry in importlib.metadata.entry_points(group=PICKER_ENTRY_POINTS):
+        cls = entry.load()
+        register_picker(getattr(cls, "kind", None), entry.name, cls)
+
+
+def _picker(kind: str) -> Checker:
+    def check(path: str, value: Any) -> str:
+        if isinstance(value, str) and value not in PICKERS[kind]:
+            try:
+                discover_pickers()
+            except Exception as exc:  # a broken plugin: say which, and why
+                raise PolicyError(path, value, f"an installed {kind} picker (loading the "
+                                  f"{PICKER_ENTRY_POINTS} entry points failed: {exc!r})") from None
+        if not isinstance(value, str) or value not in PICKERS[kind]:
+            raise PolicyError(path, value, f"a {kind} picker: one of "
+                              + ", ".join(sorted(PICKERS[kind])))
+        return value
+
+    return check
 
 
 def _pressure_domains(path: str, value: Any) -> tuple[str, ...]:
@@ -274,9 +337,13 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "infrastructure_retries": _Key(_int, _clamp(0, 10)),
     "calm_samples": _Key(_int, _clamp(1, MAX_CALM_SAMPLES)),
     "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
+    "fair_share_half_life_seconds": _Key(_positive, _clamp(MIN_HALF_LIFE_S, MAX_HALF_LIFE_S)),
     "default_profile": _Key(_profile_name),
+    "project_picker": _Key(_picker("project")),
+    "queue_picker": _Key(_picker("queue")),
+    "job_picker": _Key(_picker("job")),
 }
-_SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles")  # read outside the table
+_SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "budget")  # apart
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -289,6 +356,14 @@ _SYNTHESIS_KEYS: dict[str, _Key] = {
     "mature_quorum_fraction": _Key(_number, _clamp(0, 1)),
 }
 
+# The run budget (R-BUD-1), advisory; ``rates`` (profile -> cost per unit-hour) is read
+# apart, since its keys are the task's profile names.
+_BUDGET_KEYS: dict[str, _Key] = {
+    "gpu_hours": _Key(_positive),
+    "cost": _Key(_positive),
+    "at_fraction": _Key(_positive, _clamp(0, 1)),
+}
+
 _GPU_FIELDS = ("gpu_count", "gpu_memory_gb", "gpu_utilization_pct")
 _PROFILE_KEYS: dict[str, _Key] = {
     "accelerator": _Key(_choice("cpu", "gpu")),
@@ -297,6 +372,62 @@ _PROFILE_KEYS: dict[str, _Key] = {
     "gpu_utilization_pct": _Key(_number, _clamp(1, 100)),
     "pressure_domains": _Key(_pressure_domains),
 }
+
+
+def _work_classes(path: str, value: Any) -> tuple[str, ...]:
+    classes = _names(path, value, "work classes " + ", ".join(WORK_CLASSES))
+    for index, work_class in enumerate(classes):
+        _choice(*WORK_CLASSES)(_join(path, index), work_class)
+    return classes
+
+
+_queue_names = partial(_names, what="queue names")
+
+# One queue (R-POL-1); ``limits`` and ``leave_slots`` are small mappings of their own.
+# Names in ``leave_slots.for`` and ``preemptible_queues`` are checked once all queues
+# are known (``_check_queues``).
+_QUEUE_KEYS: dict[str, _Key] = {
+    "priority": _Key(_int),
+    "work_classes": _Key(_work_classes),
+    "picker": _Key(_picker("job")),
+    "preemptible_queues": _Key(_queue_names),
+    "preempt": _Key(_choice(*PREEMPT_MODES)),
+}
+_QUEUE_SECTIONS = {
+    "limits": {"max_running": _Key(_int, _clamp(0))},
+    "leave_slots": {"slots": _Key(_int, _clamp(0, "max_concurrent_experiments")),
+                    "for": _Key(_queue_names)},
+}
+_QUEUE_DEFAULTS = {"priority": 0, "picker": None, "preemptible_queues": (), "preempt": "suspend",
+                   "max_running": None, "slots": 0, "for": ()}
+
+
+def _check_queues(queues: list[Queue], paths: list[str], path: str) -> None:
+    """Every work class in exactly one queue; the queues named by others exist."""
+    names = [q.name for q in queues]
+    owner: dict[str, str] = {}
+    for queue, where in zip(queues, paths):
+        if not queue.work_classes:
+            raise PolicyError(_join(where, "work_classes"), [], "at least one work class "
+                              "(a queue named after a work class takes it by default)")
+        for index, work_class in enumerate(queue.work_classes):
+            if work_class in owner:
+                raise PolicyError(_join(_join(where, "work_classes"), index), work_class,
+                                  f"a work class no other queue takes (queue "
+                                  f"{owner[work_class]} takes it)")
+            owner[work_class] = queue.name
+        for key, listed in (("leave_slots.for", queue.leave_slots_for),
+                            ("preemptible_queues", queue.preemptible_queues)):
+            for index, other in enumerate(listed):
+                if other not in names or other == queue.name:
+                    others = [n for n in names if n != queue.name]
+                    raise PolicyError(_join(_join(where, key), index), other, (
+                        "another queue: " + ", ".join(others)) if others else
+                        "another queue (there is only this one)")
+    missing = [c for c in WORK_CLASSES if c not in owner]
+    if missing:
+        raise PolicyError(path, names, "every work class in some queue's work_classes ("
+                          + ", ".join(missing) + " in none)")
 
 
 # --- resolution ---------------------------------------------------------------
@@ -318,8 +449,10 @@ class _Resolver:
                 hint = f"did you mean {near[0]!r}?" if near else "known: " + ", ".join(known)
                 raise PolicyError(_join(path, str(key)), value, f"a known key ({hint})")
 
-    def read(self, mapping: dict, table: dict[str, _Key], path: str, defaults: dict) -> dict:
-        """Check, default and normalize every key of ``table`` from ``mapping``."""
+    def read(self, mapping: dict, table: dict[str, _Key], path: str, defaults: dict,
+             bounds: dict[str, Any] | None = None) -> dict:
+        """Check, default and normalize every key of ``table`` from ``mapping``;
+        ``bounds``: already resolved keys of an enclosing section a bound may name."""
         resolved: dict[str, Any] = {}
         for name, key in table.items():
             if name not in mapping:
@@ -327,7 +460,7 @@ class _Resolver:
                 continue
             value = key.check(_join(path, name), mapping[name])
             if key.normalize is not None:
-                used, rule = key.normalize(value, resolved)
+                used, rule = key.normalize(value, {**(bounds or {}), **resolved})
                 if used != value:
                     self.notes.append(Normalization(
                         key_path=_join(path, name), given=value, used=used, rule=rule))
@@ -372,6 +505,70 @@ class _Resolver:
         defaults = {"accelerator": accelerator, "gpu_count": 1 if accelerator == "gpu" else 0,
                     "gpu_memory_gb": None, "gpu_utilization_pct": None, "pressure_domains": ()}
         return Profile(name=name, **self.read(body, _PROFILE_KEYS, path, defaults))
+
+    def queues(self, raw: Any, path: str, bounds: dict[str, Any]) -> tuple[Queue, ...]:
+        """``queues:`` as a mapping name -> queue, or a list of queues that carry ``name``."""
+        if isinstance(raw, list):
+            items = []
+            for index, body in enumerate(raw):
+                where = _join(path, index)
+                if not isinstance(body, dict) or "name" not in body:
+                    raise PolicyError(where, body, "a queue mapping with a name")
+                _name(_join(where, "name"), body["name"], "a queue name")
+                items.append((where, body["name"], {k: v for k, v in body.items() if k != "name"}))
+        elif isinstance(raw, dict):
+            items = [(_join(path, str(name)), _name(_join(path, str(name)), name, "a queue name"),
+                      body) for name, body in raw.items()]
+        else:
+            items = []
+        if not items:
+            raise PolicyError(path, raw, "a non-empty mapping of queue name -> queue "
+                              "(or a list of queues with a name)")
+        queues: list[Queue] = []
+        for where, name, body in items:
+            if any(q.name == name for q in queues):
+                raise PolicyError(where, name, "each queue name once")
+            queues.append(self.queue(name, body, where, bounds))
+        _check_queues(queues, [where for where, _, _ in items], path)
+        return tuple(queues)
+
+    def queue(self, name: str, body: Any, path: str, bounds: dict[str, Any]) -> Queue:
+        if not isinstance(body, dict):
+            raise PolicyError(path, body, "a queue mapping of "
+                              + ", ".join((*_QUEUE_KEYS, *_QUEUE_SECTIONS)))
+        self.reject_unknown(body, (*_QUEUE_KEYS, *_QUEUE_SECTIONS), path)
+        defaults = {**_QUEUE_DEFAULTS, "work_classes": (name,) if name in WORK_CLASSES else ()}
+        values = self.read(body, _QUEUE_KEYS, path, defaults)
+        for section, table in _QUEUE_SECTIONS.items():
+            where = _join(path, section)
+            raw = body.get(section, {})
+            if not isinstance(raw, dict):
+                raise PolicyError(where, raw, "a mapping of " + ", ".join(table))
+            self.reject_unknown(raw, tuple(table), where)
+            values.update(self.read(raw, table, where, defaults, bounds))
+        return Queue(name=name, priority=values["priority"], work_classes=values["work_classes"],
+                     picker=values["picker"], max_running=values["max_running"],
+                     leave_slots=values["slots"], leave_slots_for=values["for"],
+                     preemptible_queues=values["preemptible_queues"], preempt=values["preempt"])
+
+    def budget(self, raw: dict, path: str, profiles: dict[str, Profile]) -> Budget:
+        self.reject_unknown(raw, (*_BUDGET_KEYS, "rates"), path)
+        values = self.read(raw, _BUDGET_KEYS, path, Budget().to_dict())
+        where = _join(path, "rates")
+        rates = {}
+        for name, rate in _section(raw, "rates", where).items():
+            if name not in profiles:
+                raise PolicyError(_join(where, str(name)), rate, "a profile of the task: "
+                                  + ", ".join(sorted(profiles)))
+            rates[name] = _number(_join(where, name), rate)
+            if rates[name] < 0:
+                raise PolicyError(_join(where, name), rate, "a number >= 0 (cost per GPU-hour, "
+                                  "or per hour for a cpu profile)")
+        if values["cost"] is not None and not rates:
+            raise PolicyError(_join(path, "cost"), values["cost"], "a cost limit with rates "
+                              "beside it (rates: {profile: cost per GPU-hour, or per hour for "
+                              "a cpu profile}); without rates nothing has a cost")
+        return Budget(rates=rates, **values)
 
     def profiles(self, raw: Any, path: str) -> dict[str, Profile]:
         if not isinstance(raw, dict):
@@ -422,9 +619,19 @@ def policy_from_mapping(task: Any) -> Policy:
     if values["default_profile"] not in profiles:
         raise PolicyError(_join(SCHEDULER_PATH, "default_profile"), values["default_profile"],
                           "one of the defined profiles: " + ", ".join(sorted(profiles)))
+    queues = None
+    if "queues" in scheduler:
+        if "exploration_reserve" in scheduler:
+            raise PolicyError(_join(SCHEDULER_PATH, "exploration_reserve"),
+                              scheduler["exploration_reserve"],
+                              "no exploration_reserve beside queues: give the queue that "
+                              "should leave slots free a leave_slots: {slots: N, for: [...]}")
+        queues = resolver.queues(scheduler["queues"], _join(SCHEDULER_PATH, "queues"), values)
+    budget_path = _join(SCHEDULER_PATH, "budget")
+    budget = resolver.budget(_section(scheduler, "budget", budget_path), budget_path, profiles)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
-    return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds,
-                  normalizations=tuple(resolver.notes), **values, **synth)
+    return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
+                  budget=budget, normalizations=tuple(resolver.notes), **values, **synth)
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

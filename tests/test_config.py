@@ -104,7 +104,8 @@ def test_example_fixture_loads_and_ignores_foreign_sections():
     assert policy.normalizations == ()
 
 
-@pytest.mark.parametrize("name", ["example.yaml", "normalized.yaml", "pressure.yaml"])
+@pytest.mark.parametrize("name", ["example.yaml", "normalized.yaml", "pressure.yaml",
+                                  "queues.yaml"])
 def test_round_trip_through_policy_json(name):
     policy = load_policy(str(TASKS / name))
     as_json = json.loads(json.dumps(policy.to_dict()))
@@ -552,3 +553,68 @@ def test_legacy_ignores_unknown_threshold_domains_but_checks_values():
         load_policy_text(scheduler("pressure_thresholds:\n  cpu: {high: x, low: 1}",
                                    mode="legacy"))
     assert info.value.key_path == f"{RS}.pressure_thresholds.cpu.high"
+
+
+# -- the run budget (R-BUD-1) ----------------------------------------------------------
+
+BUDGET_PROFILES = "default_profile: cpu\nprofiles:\n  cpu: {accelerator: cpu}\n" \
+                  "  gpu: {accelerator: gpu, gpu_count: 2}\n"
+
+
+def test_a_budget_loads_with_rates_and_round_trips():
+    policy = load_policy_text(scheduler(BUDGET_PROFILES + (
+        "budget:\n  gpu_hours: 100\n  cost: 250.5\n  at_fraction: 0.8\n"
+        "  rates: {gpu: 2.5, cpu: 0}")))
+    budget = policy.budget
+    assert (budget.gpu_hours, budget.cost, budget.at_fraction) == (100.0, 250.5, 0.8)
+    assert budget.rates == {"gpu": 2.5, "cpu": 0.0} and policy.normalizations == ()
+    assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+
+
+def test_no_budget_block_means_no_limits_and_no_rates():
+    for text in (SEED_000_CONTRACT, scheduler(BUDGET_PROFILES + "budget:")):
+        budget = load_policy_text(text).budget
+        assert not budget.limited and budget.rates == {} and budget.at_fraction == 0.9
+
+
+def test_at_fraction_above_one_is_clamped_and_recorded():
+    policy = load_policy_text(scheduler(BUDGET_PROFILES + "budget: {gpu_hours: 1, "
+                                        "at_fraction: 1.5}\nqueues: {mature: {}, scout: {}, "
+                                        "ordinary: {limits: {max_running: -1}}}"))
+    assert policy.budget.at_fraction == 1.0
+    assert [n.key_path.removeprefix(RS + ".") for n in policy.normalizations] == [
+        "queues.ordinary.limits.max_running", "budget.at_fraction"]  # after the queues
+
+
+BUDGET_ERRORS = [
+    ("budget: {gpu_hours: 0}", "budget.gpu_hours", "a number > 0"),
+    ("budget: {gpu_hours: ten}", "budget.gpu_hours", "a finite number"),
+    ("budget: {cost: -1, rates: {cpu: 1}}", "budget.cost", "a number > 0"),
+    ("budget: {cost: 5}", "budget.cost", "a cost limit with rates beside it"),
+    ("budget: {at_fraction: 0}", "budget.at_fraction", "a number > 0"),
+    ("budget: {gpu_hour: 1}", "budget.gpu_hour", "did you mean 'gpu_hours'?"),
+    ("budget: {rates: {gpu_big: 1}}", "budget.rates.gpu_big", "a profile of the task: cpu, gpu"),
+    ("budget: {rates: {cpu: -0.5}}", "budget.rates.cpu", "a number >= 0"),
+    ("budget: {rates: {cpu: yes}}", "budget.rates.cpu", "a finite number"),
+    ("budget: {rates: [cpu]}", "budget.rates", "a mapping"),
+    ("budget: 5", "budget", "a mapping"),
+    ("budget: {gpu_hours: null}", "budget.gpu_hours", "a finite number"),
+]
+
+
+@pytest.mark.parametrize("body,key,expected", BUDGET_ERRORS)
+def test_a_malformed_budget_fails_by_key_path(body, key, expected):
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler(BUDGET_PROFILES + body))
+    assert info.value.key_path == f"{RS}.{key}"
+    assert expected in info.value.expected
+
+
+def test_legacy_ignores_unknown_budget_keys_but_checks_values():
+    policy = load_policy_text(scheduler(BUDGET_PROFILES + "budget: {gpu_hours: 2, x: 1}",
+                                        mode="legacy"))
+    assert policy.budget.gpu_hours == 2.0
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(scheduler(BUDGET_PROFILES + "budget: {rates: {nope: 1}}",
+                                   mode="legacy"))
+    assert info.value.key_path == f"{RS}.budget.rates.nope"

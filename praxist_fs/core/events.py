@@ -11,6 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .budget import VERDICTS
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
 from .request import ControlRequest, Request
 
@@ -214,10 +215,27 @@ class RunStopRequested(Event):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetVerdict(Event):
+    """The core found the run's spend on the other side of a budget threshold (R-BUD-1):
+    the new verdict (None: no limits any more) and the spend that made it. Advisory."""
+
+    kind: ClassVar[str] = "budget_verdict"
+    verdict: str | None
+    gpu_hours: float
+    cost: float
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if self.verdict not in (*VERDICTS, None):
+            raise ValueError(f"BudgetVerdict.verdict must be one of {VERDICTS} or None, "
+                             f"got {self.verdict!r}")
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
                               ControlSeen, ResultSeen, DeclineSeen, LeaseGranted, LeaseExpired,
-                              LeaseRevoked, GenerationPhase, RunStopRequested)
+                              LeaseRevoked, GenerationPhase, RunStopRequested, BudgetVerdict)
 }
 
 

@@ -113,6 +113,7 @@ class Reply:
     field: str | None = None
     problem: str | None = None
     lease: dict[str, str] | None = None  # what the submission did to the lease it carried
+    estimate: dict[str, Any] | None = None  # the cost estimate a max_cost was checked against
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -127,4 +128,6 @@ class Reply:
             doc["problem"] = self.problem
         if self.lease is not None:
             doc["lease"] = self.lease
+        if self.estimate is not None:
+            doc["estimate"] = self.estimate
         return doc

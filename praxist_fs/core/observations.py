@@ -33,6 +33,9 @@ class GpuDevice:
     processes: tuple[GpuProcess, ...] = ()
     mig_mode: bool = False
     processes_visible: bool = True  # False: the driver would not list processes
+    # Locality groups, tightest first (an NVLink domain, a PCIe switch, a NUMA node):
+    # devices with the same label at one position are close. Empty: not reported.
+    topology: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,10 +10,19 @@ processes. Feasible devices are tried most-headroom first (the tighter of the
 two headrooms); gpu_count > 1 takes that many distinct devices. A profile with
 unknown demand gets a device with no allocation and no significant external
 load, and holds it exclusively.
+
+Allocation is lazy (R-POL-2, seed 002's plan and host iterators): ``plans``
+yields candidate plans in preference order (devices that share the tightest
+topology group first, where the inventory reports ``GpuDevice.topology``; then
+any devices), and each plan is tried against the feasible devices in headroom
+order, group by group, taking the first ``per_host`` of a group: no
+combination of devices is ever built. One host today, so a plan is "N
+devices"; ``Plan.hosts`` is there for the multi-node split (1 x N, 2 x N/2, ...).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 
 from .observations import Envelope, GpuDevice, GpuSample
@@ -57,7 +66,11 @@ class DeviceLoad:
     external_util: float
     external_mem: float
     allocations: int
-    exclusive_held: bool
+    exclusive: int  # how many of the held envelopes are exclusive
+
+    @property
+    def exclusive_held(self) -> bool:
+        return self.exclusive > 0
 
     @property
     def ceiling_mib(self) -> float:
@@ -113,21 +126,67 @@ def device_loads(sample: GpuSample, held: list[Envelope]) -> list[DeviceLoad]:
             external_util=max(0.0, device.utilization_pct - sum(used_util.values())) + overuse_util,
             external_mem=max(0.0, device.memory_used_mib - sum(used_mem.values())) + overuse_mem,
             allocations=len(mine),
-            exclusive_held=any(e.exclusive for e in mine)))
+            exclusive=sum(1 for e in mine if e.exclusive)))
     return loads
 
 
-def place(demand: Demand, loads: list[DeviceLoad]) -> tuple[tuple[str, ...], str]:
-    """(UUIDs in placement order, "") or ((), the reason no placement exists)."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """``hosts`` x ``per_host`` devices; the devices of a host share their topology
+    group at ``level`` (an index into ``GpuDevice.topology``), or any when None."""
+
+    hosts: int
+    per_host: int
+    level: int | None
+
+
+def plans(count: int, depth: int, hosts: int = 1) -> Iterator[Plan]:
+    """Plans for ``count`` devices in preference order: fewer hosts first (seed 002:
+    1 x N, 2 x ceil(N/2), ...); within a split, the tightest shared group first."""
+    for split in range(1, min(hosts, count) + 1):
+        per_host = -(-count // split)
+        if per_host > 1:
+            for level in range(depth):
+                yield Plan(split, per_host, level)
+        yield Plan(split, per_host, None)
+
+
+def candidates(plan: Plan, fits: list[DeviceLoad]) -> Iterator[tuple[str, ...]]:
+    """Device sets for a one-host ``plan``, lazily: ``fits`` come in preference order,
+    and each topology group (in the order its best device comes) offers its best
+    ``per_host`` devices. A device that does not report the level forms no group."""
+    if plan.level is None:
+        if len(fits) >= plan.per_host:
+            yield tuple(load.device.uuid for load in fits[:plan.per_host])
+        return
+    groups: dict[str, list[str]] = {}
+    for load in fits:
+        topology = load.device.topology
+        if plan.level < len(topology):
+            members = groups.setdefault(topology[plan.level], [])
+            members.append(load.device.uuid)
+            if len(members) == plan.per_host:
+                yield tuple(members)
+
+
+def place(demand: Demand, loads: list[DeviceLoad],
+          avoid: Collection[str] = ()) -> tuple[tuple[str, ...], str]:
+    """(UUIDs in placement order, "") or ((), the reason no placement exists).
+
+    ``avoid``: devices this placement must not use (an EASY backfill reservation)."""
     fits, misses = [], []
     for load in loads:
-        headroom, limit = load.fit(demand)
+        headroom, limit = (None, "reserved") if load.device.uuid in avoid else load.fit(demand)
         if headroom is None:
             misses.append(limit)
         else:
-            fits.append((-headroom, load.device.index, load.device.uuid))
-    if len(fits) >= demand.gpu_count:
-        return tuple(uuid for _, _, uuid in sorted(fits)[:demand.gpu_count]), ""
+            fits.append((-headroom, load.device.index, load))
+    fits.sort(key=lambda fit: fit[:2])
+    ordered = [load for _, _, load in fits]
+    depth = max((len(load.device.topology) for load in ordered), default=0)
+    for plan in plans(demand.gpu_count, depth):
+        for uuids in candidates(plan, ordered):
+            return uuids, ""
     if not loads:
         return (), "gpu placement: no GPU devices in the inventory"
     needed = f"{demand.gpu_count} devices" if demand.gpu_count > 1 else "a device"
@@ -152,6 +211,14 @@ def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
                     memory_mib=demand.memory_mib, owner=owner)
 
 
+def envelopes_of(profile: Profile | None, gpus: tuple[str, ...], owner: str) -> list[Envelope]:
+    """What a job holds on its devices; a profile no longer defined holds them exclusively."""
+    if profile is None:
+        return [Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0, exclusive=True,
+                         owner=owner) for uuid in gpus]
+    return [held_envelope(profile, uuid, owner) for uuid in gpus]
+
+
 def with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
     """The loads after also holding ``envelopes`` (a job placed earlier in this pass)."""
     updated = []
@@ -162,6 +229,22 @@ def with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[D
                 load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
                 declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
                 allocations=load.allocations + len(mine),
-                exclusive_held=load.exclusive_held or any(e.exclusive for e in mine))
+                exclusive=load.exclusive + sum(1 for e in mine if e.exclusive))
+        updated.append(load)
+    return updated
+
+
+def without_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
+    """The loads once ``envelopes`` are released (a running job ended): the inverse of
+    ``with_envelopes``. What the job used beyond its envelope stays external load."""
+    updated = []
+    for load in loads:
+        mine = [e for e in envelopes if e.uuid == load.device.uuid]
+        if mine:
+            load = replace(
+                load, declared_util=load.declared_util - sum(e.utilization_pct for e in mine),
+                declared_mem=load.declared_mem - sum(e.memory_mib for e in mine),
+                allocations=load.allocations - len(mine),
+                exclusive=load.exclusive - sum(1 for e in mine if e.exclusive))
         updated.append(load)
     return updated

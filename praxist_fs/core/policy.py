@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .budget import Budget
+from .queues import Queue, default_queues
+
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
 WORK_CLASSES = ("scout", "ordinary", "mature")
@@ -135,7 +138,27 @@ class Policy:
         default_factory=lambda: dict(DEFAULT_PRESSURE_THRESHOLDS))
     calm_samples: int = 3  # consecutive calm samples with queued work before one step up
     experiment_memory_gb: float = 4.0  # per-experiment host memory estimate for "auto"
+    queues: tuple[Queue, ...] | None = None  # None: the work classes (queue_set)
+    project_picker: str = "flat"
+    queue_picker: str = "strict_priority"
+    job_picker: str = "fcfs"
+    fair_share_half_life_seconds: float = 3600.0
+    budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
     normalizations: tuple[Normalization, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.queues is not None:  # config.py says which key is wrong; this guards the core
+            names = [q.name for q in self.queues]
+            if len(set(names)) != len(names):
+                raise ValueError(f"queues: queue names must differ, got {names}")
+            classes = sorted(c for q in self.queues for c in q.work_classes)
+            if classes != sorted(WORK_CLASSES):
+                raise ValueError(f"queues: every work class in exactly one queue, got {classes}")
+
+    def queue_set(self) -> tuple[Queue, ...]:
+        """The queues in force: the configured ones, else the work classes (R-POL-1)."""
+        return self.queues if self.queues is not None else default_queues(
+            self.exploration_reserve)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -159,6 +182,12 @@ class Policy:
             "pressure_thresholds": {d: t.to_dict() for d, t in self.pressure_thresholds.items()},
             "calm_samples": self.calm_samples,
             "experiment_memory_gb": self.experiment_memory_gb,
+            "queues": None if self.queues is None else {q.name: q.to_dict() for q in self.queues},
+            "project_picker": self.project_picker,
+            "queue_picker": self.queue_picker,
+            "job_picker": self.job_picker,
+            "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
+            "budget": self.budget.to_dict(),
             "normalizations": [n.to_dict() for n in self.normalizations],
         }
 
@@ -169,7 +198,11 @@ class Policy:
             name: Profile.from_dict(name, p) for name, p in data["profiles"].items()
         }
         values["normalizations"] = tuple(Normalization(**n) for n in data["normalizations"])
+        if data.get("queues") is not None:  # a mapping keeps its order through JSON
+            values["queues"] = tuple(Queue.from_dict(n, q) for n, q in data["queues"].items())
         if "pressure_thresholds" in data:  # journals written before these keys existed lack them
             values["pressure_thresholds"] = {
                 d: PressureThreshold(**t) for d, t in data["pressure_thresholds"].items()}
+        if "budget" in data:
+            values["budget"] = Budget.from_dict(data["budget"])
         return cls(**values)

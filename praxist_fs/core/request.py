@@ -22,6 +22,7 @@ MAX_REQUEST_BYTES = 64 * 1024
 MAX_ARGV_ITEMS = 4096
 MAX_ENV_ITEMS = 1024
 MAX_STRING = 32 * 1024
+MAX_COST = 1e15  # bounded, so that a huge integer still converts to a float
 
 # Tags, peers, request ids and lease locators share one safe alphabet: they
 # become file names, so no '/', no leading dot or dash, no control characters.
@@ -32,7 +33,7 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
 FIELDS = (
     "peer", "tag", "profile", "work_class", "eta_s", "argv", "command", "cwd",
-    "env", "retry_terminal", "lease", "request_id", "generation",
+    "env", "retry_terminal", "lease", "request_id", "generation", "max_cost",
 )
 NAME_EXPECTED = "1-128 characters from A-Z a-z 0-9 . _ + = @ , -, starting with a letter or digit"
 
@@ -54,6 +55,7 @@ class Request:
     retry_terminal: bool = False
     lease: str | None = None
     generation: int | None = None
+    max_cost: float | None = None  # a hard ceiling on the ETA-based cost estimate (R-BUD-1)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +72,7 @@ class Request:
             "retry_terminal": self.retry_terminal,
             "lease": self.lease,
             "generation": self.generation,
+            "max_cost": self.max_cost,
         }
 
     @classmethod
@@ -163,6 +166,7 @@ def _build(name: str, raw: dict[str, Any]) -> Request:
         retry_terminal=_bool("retry_terminal", raw.get("retry_terminal", False)),
         lease=_optional(raw, "lease", _name),
         generation=_optional(raw, "generation", _generation),
+        max_cost=_optional(raw, "max_cost", _max_cost),
     )
 
 
@@ -220,6 +224,13 @@ def _work_class(value: Any) -> str:
 def _eta(key: str, value: Any) -> float:
     if type(value) not in (int, float) or not 0 < value <= 365 * 86400:
         raise BadRequest(key, f"{value!r}; expected seconds as a number in (0, 31536000]")
+    return float(value)
+
+
+def _max_cost(key: str, value: Any) -> float:
+    if type(value) not in (int, float) or not 0 < value <= MAX_COST:
+        raise BadRequest(key, f"{value!r}; expected a number in (0, {MAX_COST:g}], in the "
+                         "units of the task's budget rates")
     return float(value)
 
 

@@ -14,9 +14,12 @@ journaled; their effects are idempotent.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
@@ -25,23 +28,27 @@ from .effects import (
     AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, TerminateAttempts,
     WriteGo, WriteJob, WriteReply,
 )
+from .budget import (
+    INFRA_EXIT_CODE, KINDS, RUNNING, Ledger, Spend, attempt_spend, estimate, kind_of, verdict,
+)
 from .calibration import Calibration
 from .events import (
     AttemptLaunched, AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested,
+    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetVerdict,
 )
 from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
-from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
+from .pickers import JobPicker, Pass, Usage, each, tier_pickers
+from .placement import Demand, DeviceLoad, device_loads, envelopes_of, place
 from .policy import Policy
 from .states import JobState, Trigger, transition
-from .supply import MATURE, Generation
+from .supply import Generation
 
-INFRA_EXIT_CODE = 75
 MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
+_ORDER = attrgetter("order")
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
@@ -60,6 +67,8 @@ class Scheduler(GenerationDesk):
         self.generations: dict[int, Generation] = {}
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
+        self.usage = Usage()                    # fair share's ledger, likewise
+        self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
@@ -146,11 +155,14 @@ class Scheduler(GenerationDesk):
         if job is None:
             if closed:
                 return self._reply(ev, "rejected", None, "generation", closed)
+            cost, refused = self._ceiling(ev, None, profile)
+            if refused:
+                return refused
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
                       submitted_at=ev.at, order=self._take_order(), generation=generation)
             self.jobs[job_id] = job
             self._by_state[job.state][job_id] = job
-            return [self._write_job(job), *self._reply(ev, "accepted", job)]
+            return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
                 return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
@@ -165,12 +177,42 @@ class Scheduler(GenerationDesk):
                 "submit again with retry_terminal to run it again under the same tag"))
         if closed:
             return self._reply(ev, "rejected", job, "generation", closed)
+        cost, refused = self._ceiling(ev, job, profile)
+        if refused:
+            return refused
         self._transition(job, Trigger.RETRY_TERMINAL)
         job.generation = generation
         job.request, job.profile, job.fingerprint = request, profile, digest
         job.round += 1
         job.reason = f"retry accepted (round {job.round})"
-        return [self._write_job(job), *self._reply(ev, "retry_accepted", job)]
+        return [self._write_job(job), *self._reply(ev, "retry_accepted", job, estimate=cost)]
+
+    def _ceiling(self, ev: RequestSeen, job: Job | None, profile: str
+                 ) -> tuple[dict[str, Any] | None, list[Effect]]:
+        """A request's ``max_cost`` against its estimate (R-BUD-1): (the estimate, and the
+        rejection when the estimate is over the ceiling or cannot be made). The ceiling
+        is the peer's own and hard, so an unknown estimate does not pass it."""
+        ceiling = ev.request.max_cost
+        if ceiling is None:
+            return None, []
+        eta_s, rate = ev.request.eta_s, self.policy.budget.rates.get(profile)
+        if eta_s is None or rate is None:
+            missing = " and ".join(what for what, absent in (
+                ("the request gives no eta_s", eta_s is None),
+                (f"the task's budget.rates has no rate for profile {profile!r}", rate is None))
+                if absent)
+            return None, self._reply(ev, "rejected", job, "max_cost", (
+                f"{ceiling:g} cannot be checked: an estimate needs eta_s and a rate, "
+                f"and {missing}"))
+        cost = estimate(eta_s, math.exp(self.calibration.fit()[0]),
+                        self.policy.profiles[profile].gpu_count, rate)
+        if cost["cost"] <= ceiling:
+            return cost, []
+        return cost, self._reply(ev, "rejected", job, "max_cost", (
+            f"estimated cost {cost['cost']:g} is over {ceiling:g} (eta_s {eta_s:g} x "
+            f"calibrated ratio {cost['ratio']:.3g} x {max(cost['gpus'], 1)} "
+            f"{'GPU(s)' if cost['gpus'] else 'CPU attempt'} x rate {rate:g} per "
+            f"{cost['rate_per']})"), estimate=cost)
 
     def _on_launched(self, ev: AttemptLaunched) -> list[Effect]:
         job = self._job(ev.job_id)
@@ -263,6 +305,11 @@ class Scheduler(GenerationDesk):
                 reason: str) -> list[Effect]:
         self._transition(job, trigger)
         attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
+        spent = self._spent(job, attempt, at)  # whatever the outcome
+        if attempt.gpus:  # fair share's ledger: GPU-seconds
+            self.usage.charge(job.request.peer, spent.gpu_seconds, at,
+                              self.policy.fair_share_half_life_seconds)
+        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code), spent)
         job.reason = reason
         if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
             self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen
@@ -270,7 +317,39 @@ class Scheduler(GenerationDesk):
         self.version += 1
         return [self._write_job(job)]
 
+    def _on_verdict(self, ev: BudgetVerdict) -> list[Effect]:
+        """Advisory (seed 003): recorded and published, it holds and denies nothing."""
+        if ev.verdict == self.ledger.verdict:
+            return []
+        self.ledger.verdict, self.ledger.since = ev.verdict, ev.at
+        self.version += 1
+        return []
+
     # -- decisions --------------------------------------------------------
+
+    def due(self, at: float) -> list[Event]:
+        """Time-driven decisions: the generations' (``GenerationDesk.due``), and a budget
+        verdict that differs from the journaled one, since running work spends by the
+        second (R-BUD-1). Without limits (and none before) it costs nothing."""
+        events = super().due(at)
+        if self.policy.budget.limited or self.ledger.verdict is not None:
+            total = sum(self.spend(at).values(), Spend())
+            now = verdict(self.policy.budget, total)
+            if now != self.ledger.verdict:
+                events.append(BudgetVerdict(at=at, verdict=now, cost=total.cost,
+                                            gpu_hours=total.gpu_seconds / 3600))
+        return events
+
+    def spend(self, at: float) -> dict[str, Spend]:
+        """The run's spend at ``at`` by kind: the ended attempts' charges, and what the
+        running ones have spent so far (``running``)."""
+        running = sum((self._spent(job, job.current, at) for job in self.running()), Spend())
+        ended = self.ledger.ended
+        return {**{kind: ended.get(kind, Spend()) for kind in KINDS}, RUNNING: running}
+
+    def _spent(self, job: Job, attempt: Attempt, until: float) -> Spend:
+        return attempt_spend(len(attempt.gpus), until - attempt.started_at,
+                             self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
         return self.controller.target
@@ -279,14 +358,14 @@ class Scheduler(GenerationDesk):
         return upper_bound(self.policy, self.host.capacity if self.host else None)
 
     def next_launches(self, at: float) -> list[AttemptLaunched]:
-        """Queued jobs to start now, oldest first, and why each other one waits.
+        """Queued jobs to start now, in the pickers' order, and why each other one waits.
 
-        One pass over the queue: a job starts when a slot is free, its declared
-        pressure domains are calm and, for GPU work, a placement exists. A demand
-        that failed once in a pass is not tried again in that pass (R-POL-4), so
-        the pass stays linear in the queue. Nothing is recomputed while neither
-        the state nor the host sample changed since the last pass, and with no free
-        slot nothing can start, so why each job waits is worked out only when asked
+        One pass (``_pass``): a job starts when a slot is free, its queue's rules and
+        declared pressure domains allow it and, for GPU work, a placement exists. A
+        demand that failed once in a pass is not tried again in that pass (R-POL-4), so
+        the pass stays linear in the queue. Nothing is recomputed while neither the
+        state nor the host sample changed since the last pass, and with no free slot
+        nothing can start, so why each job waits is worked out only when asked
         (``refresh_reasons``): a burst of submissions then costs no pass per request."""
         if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
@@ -302,58 +381,74 @@ class Scheduler(GenerationDesk):
             self._pass(self._last_at)
 
     def _pass(self, at: float) -> list[AttemptLaunched]:
+        """The scheduling loop (R-POL-1): project -> queue tier -> job -> allocation."""
         self._reasons_stale = False
-        target = self.concurrency_target()
-        free = target - self.count(JobState.RUNNING)
-        loads = self.real_loads()
-        unsatisfiable: dict[str, str] = {}
-        verdicts: dict[str, str | None] = {}  # profile -> hold reason, once the slots are full
-        launches: list[AttemptLaunched] = []
         self._slot_limited = False
-        queue = self.queued()
-        mature = [j for j in queue if j.request.work_class == MATURE]
-        exploring = len(queue) - len(mature)
-        for job in [*mature, *(j for j in queue if j.request.work_class != MATURE)]:
-            if (held := self.assessment_hold(job, at)) is not None:
-                self._hold(job, held)
-                continue
-            if job.request.work_class == MATURE and 0 < free <= min(
-                    self.policy.exploration_reserve, exploring):
-                self._hold(job, f"exploration_reserve: {free} slot(s) kept for queued "
-                                "exploration")
-                continue
-            if free <= 0:
-                if job.profile not in verdicts:
-                    verdicts[job.profile] = self._admit(job, loads, unsatisfiable)[1]
-                self._slot_limited |= verdicts[job.profile] is None
-                self._hold(job, verdicts[job.profile] or
-                           f"waiting for a slot: {target - free} of {target} running")
-                continue
-            gpus, reason = self._admit(job, loads, unsatisfiable)
-            if reason:
-                self._hold(job, reason)
-                continue
-            launches.append(AttemptLaunched(at=at, job_id=job.job_id,
-                                            attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
-            free -= 1
-            if job.request.work_class != MATURE:
-                exploring -= 1
-            if gpus:
-                profile = self.policy.profiles[job.profile]
-                loads = with_envelopes(loads, [held_envelope(profile, u, job.job_id)
-                                                for u in gpus])
-        self.unused_slots = max(0, free)
+        target, running = self.concurrency_target(), self.running()
+        ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
+                   loads=self.real_loads(), queued=self.queued(), running=running,
+                   ledger=self.usage, ratio=math.exp(self.calibration.fit()[0]),
+                   assessing=any(g.phase == "assessment" for g in self.generations.values()))
+        launches: list[AttemptLaunched] = []
+        policy = self.policy
+        for project in each(ctx, "project", policy.project_picker, None):
+            for tier in each(ctx, "queue", policy.queue_picker, project):
+                with tier_pickers(ctx, project, tier) as next_job:
+                    launches += self._serve(ctx, next_job)
+        self.unused_slots = max(0, ctx.free)
         return launches
 
-    def _admit(self, job: Job, loads: list[DeviceLoad] | None,
-               unsatisfiable: dict[str, str]) -> tuple[tuple[str, ...], str | None]:
-        """(GPU UUIDs, None) when the job may start now, else ((), why not).
+    def _serve(self, ctx: Pass, next_job: Callable[[], Job | None]) -> list[AttemptLaunched]:
+        """The jobs of one tier in the pickers' order: each starts now or is held (and why).
 
-        Every hold depends only on the profile within one pass, and a pass only ever
-        takes capacity away, so a profile held once stays held for the pass."""
-        if job.profile in unsatisfiable:
-            return (), unsatisfiable[job.profile]
+        A demand that failed once in a pass fails again for the rest of it (a pass only
+        takes capacity away), so it is looked up, not retried (R-POL-4): the pass stays
+        linear in the queue. The key holds the job picker too, so that each picker
+        learns (``JobPicker.blocked``) of the first job of each demand it could not place."""
+        launches, pending = [], self.pending
+        while (job := next_job()) is not None:
+            work_class = job.request.work_class
+            reason = self.assessment_hold(job, ctx.at) if ctx.assessing else None
+            if reason is None and work_class in ctx.ruled:
+                reason = ctx.queue_hold(ctx.by_class[work_class])
+            if reason is None and ctx.free <= 0:
+                reason = self._slot_verdict(ctx, job)
+            if reason is None:
+                avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
+                picker = ctx.picker_of[work_class]
+                key = (job.profile, type(picker), bool(avoid))
+                reason = ctx.unsatisfiable.get(key)
+                if reason is None:
+                    gpus, reason = self._admit(ctx, job, picker, avoid, key)
+                    if reason is None:
+                        ctx.place(job, gpus)
+                        launches.append(AttemptLaunched(
+                            at=ctx.at, job_id=job.job_id,
+                            attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
+                        continue
+            if pending.get(job.job_id) != reason:
+                self._hold(job, reason)
+        return launches
+
+    def _slot_verdict(self, ctx: Pass, job: Job) -> str:
+        """Why a job waits once every slot is taken: what would hold it anyway, else the
+        slot (and then the controller may raise concurrency: ``_slot_limited``)."""
+        if job.profile not in ctx.verdicts:
+            picker = ctx.picker_of[job.request.work_class]
+            key = (job.profile, type(picker), False)
+            if key not in ctx.unsatisfiable:
+                self._admit(ctx, job, picker, (), key)
+            ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
+        verdict = ctx.verdicts[job.profile]
+        self._slot_limited |= verdict is None
+        return verdict or f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
+
+    def _admit(self, ctx: Pass, job: Job, picker: JobPicker, avoid: tuple[str, ...],
+               key: tuple[Any, ...]) -> tuple[tuple[str, ...], str | None]:
+        """(GPU UUIDs, None) when the job may start now, else ((), why not), remembered
+        under ``key``. ``avoid``: devices an EASY backfill reservation keeps free."""
         profile = self.policy.profiles.get(job.profile)
+        unplaceable = False  # allocation itself failed (not pressure, not the reservation)
         if profile is None:
             reason = f"profile {job.profile!r} is no longer defined by the task file"
         elif held := pressure_hold(self.policy, profile,
@@ -361,15 +456,24 @@ class Scheduler(GenerationDesk):
             reason = held
         elif not profile.uses_gpu:
             return (), None
-        elif loads is None:
+        elif ctx.loads is None:
             error = self.host.gpus.error if self.host and self.host.gpus else "not sampled yet"
             reason = (f"gpu placement: no GPU inventory ({error}); "
                       "GPU work is never run on the CPU")
         else:
-            gpus, reason = place(Demand.of(profile), loads)
+            gpus, reason = place(Demand.of(profile), ctx.loads, avoid)
             if not reason:
                 return gpus, None
-        unsatisfiable[job.profile] = reason
+            unplaceable = True
+            if avoid:  # why it does not fit at all, or else that only the reservation stops it
+                reason = place(Demand.of(profile), ctx.loads)[1]
+                if not reason:
+                    reason, unplaceable = ctx.reservation.hold, False
+        ctx.unsatisfiable[key] = reason
+        if unplaceable:  # preemption (R-POL-3) will choose its victims here
+            picker.blocked(job)
+            if ctx.reservation is not None and ctx.reservation.job is job:
+                reason = f"{reason}; {ctx.reservation.promise}"
         return (), reason
 
     def real_loads(self) -> list[DeviceLoad] | None:
@@ -382,14 +486,8 @@ class Scheduler(GenerationDesk):
 
     def held_envelopes(self) -> list[Envelope]:
         """The GPU envelopes this run's running jobs hold, through every phase of a job."""
-        envelopes = []
-        for job in self.running():
-            profile = self.policy.profiles.get(job.profile)
-            for uuid in job.current.gpus:
-                envelopes.append(held_envelope(profile, uuid, job.job_id) if profile else
-                                 Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0,
-                                          exclusive=True, owner=job.job_id))
-        return envelopes
+        return [envelope for job in self.running() for envelope in envelopes_of(
+            self.policy.profiles.get(job.profile), job.current.gpus, job.job_id)]
 
     def _hold(self, job: Job, reason: str) -> None:
         before = self.pending.get(job.job_id, "")
@@ -410,7 +508,7 @@ class Scheduler(GenerationDesk):
     # -- views ------------------------------------------------------------
 
     def queued(self) -> list[Job]:
-        return sorted(self._by_state[JobState.QUEUED].values(), key=lambda j: j.order)
+        return sorted(self._by_state[JobState.QUEUED].values(), key=_ORDER)
 
     def running(self) -> list[Job]:
         return list(self._by_state[JobState.RUNNING].values())
@@ -418,11 +516,16 @@ class Scheduler(GenerationDesk):
     def count(self, state: JobState) -> int:
         return len(self._by_state[state])
 
-    def derived_views(self) -> list[Effect]:
-        """Every job file and reply the journal implies, for repair at start."""
-        effects: list[Effect] = [self._write_job(j) for j in self.jobs.values()]
+    def derived_views(self, current: Callable[[str, str], bool] | None = None) -> list[Effect]:
+        """Every job file and reply the journal implies, for repair at start.
+
+        ``current(directory, key)`` (a job's state directory and id, or ``"replies"`` and a
+        request id) may say a file is known to be up to date: its document is not built."""
+        current = current or (lambda directory, key: False)
+        effects: list[Effect] = [self._write_job(j) for j in self.jobs.values()
+                                 if not current(j.state.directory, j.job_id)]
         effects += [WriteReply(request_id=r.request_id, document=r.to_dict())
-                    for r in self.replies.values()]
+                    for r in self.replies.values() if not current("replies", r.request_id)]
         return effects + self.generation_views()
 
     def snapshot(self) -> dict[str, Any]:
@@ -440,6 +543,8 @@ class Scheduler(GenerationDesk):
             "control_replies": dict(sorted(self.control_replies.items())),
             "calibration": [self.calibration.count, self.calibration.total,
                             self.calibration.total_sq],
+            "usage": self.usage.to_dict(),
+            "budget": self.ledger.to_dict(),
         }
 
     # -- helpers ----------------------------------------------------------
@@ -491,7 +596,8 @@ class Scheduler(GenerationDesk):
 
     def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
                field: str | None = None, problem: str | None = None,
-               reason: str | None = None) -> list[Effect]:
+               reason: str | None = None, estimate: dict[str, Any] | None = None
+               ) -> list[Effect]:
         if reason is None:
             reason = (f"{field}: {problem}" if field is not None
                       else f"job {job.job_id} {job.state.value}")
@@ -506,7 +612,8 @@ class Scheduler(GenerationDesk):
         reply = Reply(request_id=ev.request_id, outcome=outcome,
                       job_id=job.job_id if job else None,
                       state=job.state.value if job else None,
-                      reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease)
+                      reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease,
+                      estimate=estimate)
         self.replies[reply.request_id] = reply
         self.version += 1
         touched, self._lease_effects = self._lease_effects, []
@@ -545,6 +652,7 @@ _HANDLERS = {
     ClaimsReleased: Scheduler._on_claims_released,
     GenerationPhase: Scheduler._on_phase,
     RunStopRequested: lambda sched, ev: sched._stop(ev.at, ev.reason),
+    BudgetVerdict: Scheduler._on_verdict,
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from .budget import Spend
 from .model import Job
 from .observations import GpuDevice, GpuSample
 from .scheduler import Scheduler
@@ -51,7 +52,19 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "generations": [{"number": g.number, "phase": g.phase, "results": len(g.results),
                          "quarantined": len(g.quarantined), "stats": g.stats_document()}
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
+        "budget": _budget(sched, now),
     }
+
+
+def _budget(sched: Scheduler, now: float) -> dict[str, Any]:
+    """Spend now, by kind; the verdict is the journaled one (``Scheduler.due``)."""
+    budget, by_kind = sched.policy.budget, sched.spend(now)
+    return {"verdict": sched.ledger.verdict, "since": sched.ledger.since,
+            "limits": {"gpu_hours": budget.gpu_hours, "cost": budget.cost,
+                       "at_fraction": budget.at_fraction},
+            "rates": dict(sorted(budget.rates.items())),
+            "spend": sum(by_kind.values(), Spend()).to_dict(),
+            **{kind: spend.to_dict() for kind, spend in by_kind.items()}}
 
 
 def _concurrency(sched: Scheduler) -> dict[str, Any]:

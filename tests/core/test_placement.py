@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 
 from praxist_fs.core.observations import Envelope, GpuDevice, GpuProcess, GpuSample
-from praxist_fs.core.placement import Demand, device_loads, place
+from praxist_fs.core.placement import (
+    Demand, Plan, device_loads, place, plans, with_envelopes, without_envelopes,
+)
 
 TOTAL = 100_000.0  # MiB, so 95 % is 95,000
 
 
-def device(index, used=0.0, util=0.0, processes=(), visible=True, mig=False):
+def device(index, used=0.0, util=0.0, processes=(), visible=True, mig=False, topology=()):
     return GpuDevice(uuid=f"GPU-{index}", index=index, name="test", memory_total_mib=TOTAL,
                      memory_used_mib=used, utilization_pct=util, processes=tuple(processes),
-                     processes_visible=visible, mig_mode=mig)
+                     processes_visible=visible, mig_mode=mig, topology=tuple(topology))
 
 
 def loads(*devices, held=()):
@@ -103,3 +105,45 @@ def test_hidden_processes_make_all_observed_load_external():
 def test_mig_enabled_devices_are_never_placed_on():
     assert place(demand(), loads(device(0, mig=True), device(1)))[0] == ("GPU-1",)
     assert place(demand(), loads(device(0, mig=True)))[0] == ()
+
+
+# -- lazy allocation plans (R-POL-2) ---------------------------------------------------
+
+
+def test_plans_prefer_fewer_hosts_then_the_tightest_shared_group():
+    assert list(plans(1, depth=2)) == [Plan(1, 1, None)]
+    assert list(plans(4, depth=2)) == [Plan(1, 4, 0), Plan(1, 4, 1), Plan(1, 4, None)]
+    # seed 002's host split, ready for multi-node: 1 x N, 2 x ceil(N/2), ...
+    assert list(plans(3, depth=0, hosts=3)) == [Plan(1, 3, None), Plan(2, 2, None),
+                                                Plan(3, 1, None)]
+    lazy = plans(10**9, depth=1, hosts=10**9)  # nothing is built up front
+    assert next(lazy) == Plan(1, 10**9, 0)
+
+
+def test_devices_that_share_a_topology_group_are_placed_together():
+    # NVLink pairs (0, 2) and (1, 3) under one NUMA node; 0 and 1 have the most headroom
+    nvlink = ["nv-a", "nv-b", "nv-a", "nv-b"]
+    devices = [device(i, util=util, topology=(nvlink[i], "numa-0"))
+               for i, util in enumerate((0.0, 0.0, 20.0, 30.0))]
+    assert place(demand(count=2), loads(*devices)) == (("GPU-0", "GPU-2"), "")
+    # without topology the two devices with the most headroom win
+    plain = [device(i, util=util) for i, util in enumerate((0.0, 0.0, 20.0, 30.0))]
+    assert place(demand(count=2), loads(*plain)) == (("GPU-0", "GPU-1"), "")
+    # no group has room for both: the looser level, then any devices
+    devices[2] = device(2, util=90.0, topology=("nv-a", "numa-0"))
+    devices[3] = device(3, util=90.0, topology=("nv-b", "numa-1"))
+    assert place(demand(count=2), loads(*devices)) == (("GPU-0", "GPU-1"), "")
+
+
+def test_avoided_devices_are_never_placed_on():
+    free = loads(device(0), device(1), device(2))
+    assert place(demand(), free, avoid=("GPU-0",)) == (("GPU-1",), "")
+    assert place(demand(count=2), free, avoid=("GPU-0", "GPU-1"))[0] == ()
+
+
+def test_released_envelopes_give_back_exactly_what_they_took():
+    before = loads(device(0, util=10.0), device(1), held=[env(0, 30.0, 5000.0, "x")])
+    envelopes = [env(0, 45.0, 20_000.0, "a"), env(1, 100.0, 0.0, "b", exclusive=True)]
+    held = with_envelopes(before, envelopes)
+    assert held[1].exclusive_held and held[0].allocations == 2
+    assert without_envelopes(held, envelopes) == before

@@ -170,6 +170,7 @@ def test_every_field_parses():
         "peer": "p1", "tag": "t1", "profile": "gpu", "work_class": "mature", "eta_s": 90,
         "argv": ["a", "b c"], "cwd": "/srv/work", "env": {"SEED": "3", "EMPTY": ""},
         "retry_terminal": True, "lease": "lease-1", "request_id": "rid", "generation": 2,
+        "max_cost": 2.5,
     }
     assert set(full) | {"command"} == set(FIELDS)
     r = parse_request("x.json", json.dumps(full).encode())
@@ -184,7 +185,7 @@ def test_work_classes(work_class):
 
 def test_null_optional_fields_mean_absent():
     r = parse_request("x.json", doc(profile=None, eta_s=None, cwd=None, lease=None,
-                                    generation=None, command=None))
+                                    generation=None, command=None, max_cost=None))
     assert r == parse_request("x.json", doc())
 
 

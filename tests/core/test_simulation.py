@@ -41,7 +41,7 @@ import json
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -62,6 +62,7 @@ from praxist_fs.core.observations import (
     Envelope, GpuDevice, GpuProcess, GpuSample, HostCapacity, PressureSample,
 )
 from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.queues import Queue, default_queues, queue_of_class
 from praxist_fs.core.request import parse_control, parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
@@ -143,6 +144,38 @@ def random_policy(rng: random.Random) -> Policy:
     )
 
 
+JOB_PICKERS = ("fcfs", "fair_share", "backfill")
+QUEUE_HOLDS = ("queue ", "queues.", "backfill")  # reasons a queue's own rules give
+
+
+def queued_policy(policy: Policy, rng: random.Random) -> Policy:
+    """``policy`` with a queues block (R-POL-1) drawn from ``rng``: the work classes as
+    queues or mature + one exploration queue, random priorities, pickers, limits and
+    reserves, and a random global job picker."""
+    def picker() -> str | None:
+        return rng.choice([None, *JOB_PICKERS])
+
+    def limit() -> int | None:
+        return rng.choice([None, None, 1, 2])
+
+    if rng.random() < 0.5:
+        explore = (Queue(name="scout", priority=rng.randint(0, 1), picker=picker(),
+                         work_classes=("scout",), max_running=limit()),
+                   Queue(name="ordinary", priority=rng.randint(0, 1), picker=picker(),
+                         work_classes=("ordinary",), max_running=limit()))
+    else:
+        explore = (Queue(name="explore", priority=rng.randint(0, 1), picker=picker(),
+                         work_classes=("scout", "ordinary"), max_running=limit()),)
+    mature = Queue(name="mature", priority=rng.randint(0, 2), picker=picker(),
+                   work_classes=("mature",), max_running=limit(),
+                   leave_slots=rng.randint(0, 1),
+                   leave_slots_for=tuple(q.name for q in explore),
+                   preemptible_queues=(explore[0].name,), preempt=rng.choice(["suspend",
+                                                                               "requeue"]))
+    return replace(policy, queues=(mature, *explore), job_picker=rng.choice(JOB_PICKERS),
+                   fair_share_half_life_seconds=rng.choice([60.0, 3600.0]))
+
+
 @dataclass
 class FakeGpu:
     uuid: str
@@ -189,12 +222,21 @@ class Disk:
 
 class Simulation:
     def __init__(self, seed: int, *, check_every: int = 1,
-                 tolerate: frozenset[str] | set[str] = frozenset(KNOWN_BUGS)) -> None:
+                 tolerate: frozenset[str] | set[str] = frozenset(KNOWN_BUGS),
+                 queues: str | None = None) -> None:
+        """``queues``: None for no queues block; "default" for one that spells out the
+        default queues; "random" for one drawn (from its own generator, so that the rest
+        of the run draws as without it)."""
         self.seed = seed
         self.tolerate = frozenset(tolerate)
         self.rng = random.Random(seed)
         self.check_every = check_every
         self.policy = random_policy(self.rng)
+        if queues == "default":
+            self.policy = replace(self.policy,
+                                  queues=default_queues(self.policy.exploration_reserve))
+        elif queues == "random":
+            self.policy = queued_policy(self.policy, random.Random(f"queues-{seed}"))
         self.uses_gpu = any(p.uses_gpu for p in self.policy.profiles.values())
         self.now = 1_700_000_000.0 + self.rng.randint(0, 10_000)
         self.step_no = 0
@@ -890,6 +932,13 @@ class Simulation:
         assert running < s.concurrency_target(), (
             f"launch of {job.job_id} with {running} running and target "
             f"{s.concurrency_target()}")
+        by_class = queue_of_class(self.policy.queue_set())
+        queue = by_class[job.request.work_class]
+        if queue.max_running is not None:
+            in_queue = sum(1 for j in s.running() if by_class[j.request.work_class] is queue)
+            assert in_queue < queue.max_running, (
+                f"launch of {job.job_id} with {in_queue} running in queue {queue.name} "
+                f"(max_running {queue.max_running})")
         for domain in profile.pressure_domains:
             value = self.view_pressure.get(domain) if self.view_pressure else None
             high = self.policy.pressure_thresholds[domain].high
@@ -1013,7 +1062,8 @@ class Simulation:
             profile = self.policy.profiles[job.profile]
             gen = s.generations.get(job.generation) if job.generation is not None else None
             if profile.uses_gpu or job.request.work_class == "mature" or (
-                    gen is not None and gen.phase != "open") or any(
+                    gen is not None and gen.phase != "open") or \
+                    s.pending.get(job.job_id, "").startswith(QUEUE_HOLDS) or any(
                     (self.view_pressure.get(d) or 0.0) > self.policy.pressure_thresholds[d].high
                     for d in profile.pressure_domains):
                 continue
@@ -1140,6 +1190,14 @@ def test_simulation_keeps_every_invariant(seed):
     _totals["seconds_x1000"] += int(elapsed * 1000)
     print(f"seed {seed}: {STEPS / elapsed:.0f} steps/s, {len(sim.journal)} records, "
           f"{sim.stats['crashes']} crashes")
+
+
+@pytest.mark.parametrize("seed", range(1, 21))
+def test_simulation_with_queues_and_pickers_keeps_every_invariant(seed):
+    """A random queues block: fcfs, fair share and backfill, limits and reserves, through
+    crashes and replays (``replay(journal) == live`` is checked at every step)."""
+    sim = run_seed(seed, STEPS, queues="random")
+    assert sim.policy.queues is not None
 
 
 def test_the_simulation_reaches_the_interesting_states():

@@ -1,0 +1,155 @@
+"""The scheduler's journaled state as one document, and back: journal compaction.
+
+``capture`` holds exactly what replaying the journal so far rebuilds; ``restore``
+builds that scheduler without the events, so a start reads one snapshot plus
+the journal's tail instead of every event since the run began. Soft state (host
+samples, the concurrency controller, pending reasons, idle registrations) is
+left out, as replay leaves it out. The test of both is the scheduler's own
+equality: ``restore(capture(s)).snapshot() == s.snapshot()``, and the restored
+scheduler must go on deciding exactly as the original would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .budget import Ledger
+from .calibration import Calibration
+from .model import Attempt, Job, Reply
+from .pickers import Usage
+from .policy import Policy
+from .request import Request
+from .scheduler import Scheduler
+from .states import JobState
+from .supply import Generation, Lease
+
+FORMAT = 1  # a key added later must be optional in ``_restore``: older snapshots lack it
+_STATES = {state.value: state for state in JobState}  # JobState(value) is slow at 100k jobs
+
+
+class SnapshotError(ValueError):
+    """A snapshot this version cannot read (written by a newer one, or damaged)."""
+
+
+def capture(sched: Scheduler) -> dict[str, Any]:
+    calibration = sched.calibration
+    return {
+        "format": FORMAT,
+        "policy": sched.policy.to_dict(),
+        "coordinator": sched.coordinator,
+        "version": sched.version,
+        "next_order": sched._next_order,
+        "stopped": sched.stopped,
+        "jobs": [_job(job) for job in sched.jobs.values()],
+        # each state's jobs in the order they entered it (running() is in that order)
+        "by_state": {state.value: list(jobs) for state, jobs in sched._by_state.items() if jobs},
+        "replies": [_reply(reply) for reply in sched.replies.values()],
+        "generations": [_generation(gen) for gen in sched.generations.values()],
+        "control_replies": sched.control_replies,
+        "calibration": [calibration.count, calibration.total, calibration.total_sq],
+        "usage": sched.usage.to_dict(),
+        "budget": sched.ledger.to_dict(),
+    }
+
+
+def restore(doc: dict[str, Any]) -> Scheduler:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise SnapshotError(f"snapshot format {found!r}; this version reads {FORMAT}")
+    try:
+        return _restore(doc)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SnapshotError(f"damaged snapshot: {exc!r}") from None
+
+
+def _restore(doc: dict[str, Any]) -> Scheduler:
+    sched = Scheduler(Policy.from_dict(doc["policy"]))
+    sched.coordinator = doc["coordinator"]
+    sched.version = doc["version"]
+    sched._next_order = doc["next_order"]
+    sched.stopped = doc["stopped"]
+    sched.jobs = {data["job_id"]: _to_job(data) for data in doc["jobs"]}
+    for state, job_ids in doc["by_state"].items():
+        sched._by_state[_STATES[state]] = {job_id: sched.jobs[job_id] for job_id in job_ids}
+    if sum(map(len, sched._by_state.values())) != len(sched.jobs) or any(
+            job.job_id not in sched._by_state[job.state] for job in sched.jobs.values()):
+        raise ValueError("jobs and their per-state index disagree")
+    sched.replies = {data["request_id"]: Reply(**data) for data in doc["replies"]}
+    sched.generations = {data["number"]: _to_generation(data) for data in doc["generations"]}
+    sched.control_replies = doc["control_replies"]
+    sched.calibration = Calibration(*doc["calibration"])
+    sched.usage = Usage({peer: (value, as_of) for peer, (value, as_of) in doc["usage"].items()})
+    sched.ledger = Ledger.from_dict(doc["budget"])
+    return sched
+
+
+def _job(job: Job) -> dict[str, Any]:
+    return {"job_id": job.job_id, "request": job.request.to_dict(), "profile": job.profile,
+            "fingerprint": job.fingerprint, "submitted_at": job.submitted_at,
+            "order": job.order, "state": job.state.value, "reason": job.reason,
+            "round": job.round, "generation": job.generation,
+            "attempts": [_attempt(a) for a in job.attempts]}
+
+
+def _to_job(data: dict[str, Any]) -> Job:
+    return Job(job_id=data["job_id"], request=Request.from_dict(data["request"]),
+               profile=data["profile"], fingerprint=data["fingerprint"],
+               submitted_at=data["submitted_at"], order=data["order"],
+               state=_STATES[data["state"]], reason=data["reason"], round=data["round"],
+               generation=data["generation"],
+               attempts=[_to_attempt(a) for a in data["attempts"]])
+
+
+def _attempt(attempt: Attempt) -> dict[str, Any]:
+    return {"attempt_id": attempt.attempt_id, "number": attempt.number, "round": attempt.round,
+            "started_at": attempt.started_at, "gpus": list(attempt.gpus),
+            "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
+            "boot_id": attempt.boot_id, "ended_at": attempt.ended_at,
+            "exit_code": attempt.exit_code, "signal": attempt.signal,
+            "outcome": attempt.outcome, "failure": attempt.failure}
+
+
+def _to_attempt(data: dict[str, Any]) -> Attempt:
+    attempt = Attempt(**data)
+    attempt.gpus = tuple(attempt.gpus)
+    return attempt
+
+
+def _reply(reply: Reply) -> dict[str, Any]:
+    return {"request_id": reply.request_id, "outcome": reply.outcome, "job_id": reply.job_id,
+            "state": reply.state, "reason": reply.reason, "digest": reply.digest,
+            "field": reply.field, "problem": reply.problem, "lease": reply.lease,
+            "estimate": reply.estimate}
+
+
+def _generation(gen: Generation) -> dict[str, Any]:
+    return {"number": gen.number, "phase": gen.phase, "cohort": list(gen.cohort),
+            "deadline": gen.deadline, "opened_at": gen.opened_at,
+            "close_requested": gen.close_requested, "closing_signal": gen.closing_signal,
+            "results": {rid: list(value) for rid, value in gen.results.items()},
+            "quarantined": gen.quarantined,
+            "leases": [_lease(lease) for lease in gen.leases.values()],
+            "cooldowns": [[peer, priority, declines, until]
+                          for (peer, priority), (declines, until) in gen.cooldowns.items()],
+            "stats": gen.stats}
+
+
+def _to_generation(data: dict[str, Any]) -> Generation:
+    return Generation(
+        number=data["number"], phase=data["phase"], cohort=tuple(data["cohort"]),
+        deadline=data["deadline"], opened_at=data["opened_at"],
+        close_requested=data["close_requested"], closing_signal=data["closing_signal"],
+        results={rid: (peer, mature) for rid, (peer, mature) in data["results"].items()},
+        quarantined=data["quarantined"],
+        leases={lease["lease_id"]: _to_lease(lease) for lease in data["leases"]},
+        cooldowns={(peer, priority): (declines, until)
+                   for peer, priority, declines, until in data["cooldowns"]},
+        stats=data["stats"])
+
+
+def _lease(lease: Lease) -> dict[str, Any]:
+    return {**lease.to_dict(), "profiles": list(lease.profiles)}
+
+
+def _to_lease(data: dict[str, Any]) -> Lease:
+    return Lease(**{**data, "profiles": tuple(data["profiles"])})

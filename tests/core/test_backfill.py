@@ -1,0 +1,246 @@
+"""EASY backfill (R-POL-1, Slurm's sched/backfill) on a virtual clock.
+
+The first job a backfill queue cannot place gets a reservation: the earliest
+time enough running work has ended (by its calibrated ETA) for it to fit, and
+the devices it would get. Later jobs start only if they end before then, or
+use devices it does not need and leave it a slot.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from praxist_fs.core.events import HostSampled
+from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.queues import Queue
+
+from .helpers import Harness
+
+CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
+PROFILES = {
+    "cpu": Profile(name="cpu", accelerator="cpu"),
+    "g1": Profile(name="g1", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g8": Profile(name="g8", accelerator="gpu", gpu_count=8, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g2": Profile(name="g2", accelerator="gpu", gpu_count=2, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g3": Profile(name="g3", accelerator="gpu", gpu_count=3, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "small": Profile(name="small", accelerator="gpu", gpu_count=1, gpu_memory_gb=5.0,
+                     gpu_utilization_pct=30.0),
+}
+
+
+def policy(job_picker: str = "backfill", slots: int = 16, **overrides: Any) -> Policy:
+    return Policy(profiles=PROFILES, default_profile="g1", job_picker=job_picker,
+                  initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
+                  min_concurrent_experiments=slots, **overrides)
+
+
+def sample(external: tuple[float, ...]) -> GpuSample:
+    """Devices GPU-0.. with this much external utilization each."""
+    return GpuSample(source="fake", devices=tuple(
+        GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
+                  memory_used_mib=0.0, utilization_pct=load) for i, load in enumerate(external)))
+
+
+class Cluster:
+    """A harness on (eight idle) GPUs whose jobs run exactly as long as their ETA says."""
+
+    def __init__(self, pol: Policy, external: tuple[float, ...] = (0.0,) * 8) -> None:
+        self.h = Harness(pol)
+        self.h.handle(HostSampled(at=self.h.now, gpus=sample(external), pressure=CALM))
+        self.serial = 0
+        self.started: dict[str, float] = {}  # tag -> when it launched
+
+    @property
+    def now(self) -> float:
+        return self.h.now
+
+    def submit(self, profile: str, eta: float | None, peer: str = "a",
+               work_class: str = "ordinary") -> str:
+        self.serial += 1
+        tag = f"{profile}-{self.serial}"
+        fields: dict[str, Any] = {"profile": profile, "work_class": work_class}
+        if eta is not None:
+            fields["eta_s"] = eta
+        assert self.h.submit(tag, peer=peer, **fields)["outcome"] == "accepted"
+        return tag
+
+    def schedule(self) -> list[str]:
+        launched = []
+        for event in self.h.sched.next_launches(self.h.now):
+            self.h.handle(event)
+            self.h.go(event.job_id, event.attempt_id)
+            tag = self.h.sched.jobs[event.job_id].request.tag
+            self.started[tag] = event.at
+            launched.append(tag)
+        return launched
+
+    def advance(self, seconds: float) -> None:
+        """Let time pass; every job whose ETA is up exits 0 at its ETA."""
+        until = self.h.now + seconds
+        for job in sorted(self.h.sched.running(), key=lambda j: j.order):
+            eta = job.request.eta_s
+            if eta is not None and job.current.started_at + eta <= until:
+                self.h.now = job.current.started_at + eta - 0.5
+                self.h.exit(job.job_id, job.current.attempt_id, 0)
+        self.h.now = until
+
+    def reason(self, tag: str) -> str:
+        job = next(j for j in self.h.sched.jobs.values() if j.request.tag == tag)
+        return self.h.sched.pending.get(job.job_id, "")
+
+
+def stream(cluster: Cluster, horizon: float, eta: float, every: float = 10.0) -> None:
+    """A 1-GPU job every ``every`` seconds, scheduling after each, until ``horizon``."""
+    while cluster.now < horizon:
+        cluster.submit("g1", eta)
+        cluster.advance(every)
+        cluster.schedule()
+
+
+@pytest.mark.parametrize("picker", ["fcfs", "backfill"])
+def test_a_wide_job_is_not_starved_by_a_stream_of_narrow_ones(picker):
+    cluster = Cluster(policy(picker))
+    first = [cluster.submit("g1", eta=100.0 + 10 * i) for i in range(8)]
+    assert cluster.schedule() == first           # the devices free one by one, t+100..170
+    last_end = max(cluster.started[tag] + 100.0 + 10 * i for i, tag in enumerate(first))
+    wide = cluster.submit("g8", eta=500.0)
+    stream(cluster, cluster.now + 1500.0, eta=300.0)
+    if picker == "fcfs":   # each freed device goes to the next narrow job: starved
+        assert wide not in cluster.started
+        assert "gpu" in cluster.reason(wide)
+    else:                  # the devices drain for it, and it starts when the last is free
+        assert last_end <= cluster.started[wide] <= last_end + 10.0
+        narrow = [t for t in cluster.started if t.startswith("g1")][8:]
+        assert narrow and all(cluster.started[t] >= cluster.started[wide] for t in narrow)
+
+
+def test_the_reserved_job_says_when_and_where():
+    cluster = Cluster(policy())
+    for i in range(8):
+        cluster.submit("g1", eta=100.0 + 10 * i)
+    cluster.schedule()
+    cluster.advance(105.0)                      # GPU-0 is free, the others end one by one
+    wide = cluster.submit("g8", eta=500.0)
+    narrow = cluster.submit("g1", eta=300.0)    # fits on GPU-0, but would outlive the wait
+    assert cluster.schedule() == []
+    assert re.search(r"; backfill reservation: expected to start in \d+s on GPU-0, GPU-1, .*"
+                     r"GPU-7$", cluster.reason(wide)), cluster.reason(wide)
+    assert re.fullmatch(rf"backfill: would delay {wide}-\w+, reserved in \d+s on 8 device\(s\)",
+                        cluster.reason(narrow)), cluster.reason(narrow)
+
+
+def test_jobs_that_end_before_the_reservation_may_use_its_devices():
+    cluster = Cluster(policy())
+    for eta in (100.0, 100.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0):
+        cluster.submit("g1", eta=eta)
+    cluster.schedule()
+    cluster.advance(1.0)
+    pair = cluster.submit("g2", eta=50.0)       # blocked until the two 100 s jobs end ...
+    cluster.advance(100.0)                       # ... which they now did
+    assert cluster.schedule() == [pair]
+    wide = cluster.submit("g8", eta=100.0)       # needs everything: reserved in ~950 s
+    short = cluster.submit("g1", eta=30.0)
+    long = cluster.submit("g1", eta=5000.0)
+    unknown = cluster.submit("g1", eta=None)
+    cluster.advance(60.0)                        # the pair ends; two devices are free
+    assert cluster.schedule() == [short]
+    assert cluster.reason(long).startswith("backfill: would delay")
+    assert cluster.reason(unknown).startswith("backfill: would delay")
+    assert "backfill reservation" in cluster.reason(wide)
+
+
+def test_devices_the_reserved_job_does_not_need_stay_usable():
+    # GPU-4 carries a colleague's 50 %: too busy for 60 % jobs, room for a 30 % one
+    cluster = Cluster(policy(), external=(0.0, 0.0, 0.0, 0.0, 50.0))
+    short = [cluster.submit("g1", eta=100.0) for _ in range(2)]   # GPU-0, GPU-1
+    long = cluster.submit("g1", eta=5000.0)                        # GPU-2
+    assert cluster.schedule() == [*short, long]
+    wide = cluster.submit("g3", eta=100.0)       # only GPU-3 fits now: reserved 0, 1, 3
+    forever = cluster.submit("g1", eta=None)     # would fit on GPU-3 only: held
+    small = cluster.submit("small", eta=None)    # fits on GPU-4, which wide does not need
+    assert cluster.schedule() == [small]
+    assert cluster.reason(wide).endswith("on GPU-0, GPU-1, GPU-3")
+    assert cluster.reason(forever).startswith(f"backfill: would delay")
+    job = next(j for j in cluster.h.sched.running() if j.request.tag == small)
+    assert job.current.gpus == ("GPU-4",)
+    cluster.advance(100.0)
+    assert cluster.schedule() == [wide]
+
+
+def test_running_work_without_an_eta_means_no_reservation():
+    cluster = Cluster(policy())
+    for _ in range(8):
+        cluster.submit("g1", eta=None)
+    cluster.schedule()
+    wide = cluster.submit("g8", eta=100.0)
+    cpu = cluster.submit("cpu", eta=None)
+    assert cluster.schedule() == [cpu]           # nothing to wait for: later work starts
+    assert "backfill reservation" not in cluster.reason(wide)
+    assert cluster.reason(wide).startswith("gpu")
+
+
+def test_cpu_work_backfills_freely():
+    """It holds no device the reservation needs, and a slot is always left for the
+    reserved job: every job that ends by its start frees one."""
+    cluster = Cluster(policy(slots=10))
+    for _ in range(8):
+        cluster.submit("g1", eta=100.0)
+    cluster.schedule()
+    cluster.submit("g8", eta=100.0)
+    cpus = [cluster.submit("cpu", eta=None) for _ in range(3)]
+    assert cluster.schedule() == cpus[:2]
+    assert cluster.reason(cpus[2]).startswith("waiting for a slot")
+
+
+def test_a_reservation_binds_lower_priority_queues_too():
+    queues = (Queue(name="wide", priority=1, work_classes=("mature",), picker="backfill"),
+              Queue(name="rest", work_classes=("scout", "ordinary"), picker="fcfs"))
+    cluster = Cluster(policy("fcfs", queues=queues))
+    for _ in range(8):
+        cluster.submit("g1", eta=100.0)
+    cluster.schedule()
+    wide = cluster.submit("g8", eta=100.0, work_class="mature")
+    narrow = cluster.submit("g1", eta=1000.0)
+    cluster.advance(100.0)
+    assert cluster.schedule() == [wide]
+    assert narrow not in cluster.started
+
+
+def test_fcfs_queues_make_no_reservation():
+    cluster = Cluster(policy("fcfs"))
+    for _ in range(8):
+        cluster.submit("g1", eta=100.0)
+    cluster.schedule()
+    wide = cluster.submit("g8", eta=100.0)
+    cluster.advance(50.0)
+    assert "reservation" not in cluster.reason(wide)
+
+
+def test_the_reservation_uses_calibrated_etas():
+    """Jobs that took twice their ETA make the scheduler expect the same of the running
+    ones: the reservation moves out with the calibrated ratio."""
+    def reserved_in(cluster: Cluster) -> float:
+        for _ in range(8):
+            cluster.submit("g1", eta=100.0)
+        cluster.schedule()
+        wide = cluster.submit("g8", eta=100.0)
+        cluster.schedule()
+        return float(re.search(r"start in (\d+)s", cluster.reason(wide)).group(1))
+
+    neutral, slow = Cluster(policy()), Cluster(policy())
+    for _ in range(20):
+        tag = slow.submit("cpu", eta=10.0)
+        slow.schedule()
+        job = next(j for j in slow.h.sched.running() if j.request.tag == tag)
+        slow.h.now = job.current.started_at + 19.5
+        slow.h.exit(job.job_id, job.current.attempt_id, 0)   # 20 s for a 10 s ETA
+    assert slow.h.sched.calibration.fit()[0] > 0.5
+    assert reserved_in(neutral) <= 100.0 < 150.0 < reserved_in(slow)

@@ -1,0 +1,65 @@
+"""Journal compaction: a snapshot plus the journal's tail is the whole journal.
+
+The journals come from the deterministic simulation (every kind of event,
+crashes and restarts included). For cut points along each journal, the state
+replayed up to the cut is captured, sent through JSON, restored, and the rest
+of the journal is replayed on top: the result must equal replaying everything.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from praxist_fs.core.events import from_record
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.snapshot import FORMAT, SnapshotError, capture, restore
+
+from .test_simulation import replay, run_seed
+
+
+def _through_json(doc):
+    return json.loads(json.dumps(doc))
+
+
+def _state(sched: Scheduler) -> tuple:
+    """Everything a later decision can depend on, order of the running jobs included."""
+    return (sched.snapshot(), _through_json(capture(sched)),
+            [job.job_id for job in sched.running()], [job.job_id for job in sched.queued()])
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_a_snapshot_and_the_tail_replay_to_the_same_state(seed):
+    journal = run_seed(seed, 250).journal
+    whole = _state(replay(journal))
+    rng = random.Random(seed)
+    cuts = sorted({0, len(journal), *(rng.randint(0, len(journal)) for _ in range(6))})
+    for cut in cuts:
+        restored = restore(_through_json(capture(replay(journal[:cut]))))
+        for record in journal[cut:]:
+            restored.handle(from_record(_through_json(record)))
+        assert _state(restored) == whole, f"seed {seed}: cut at record {cut}"
+
+
+def test_a_restored_scheduler_captures_to_the_same_document():
+    sched = replay(run_seed(3, 300).journal)
+    doc = _through_json(capture(sched))
+    assert _through_json(capture(restore(doc))) == doc
+
+
+def test_a_snapshot_from_a_newer_version_is_refused_by_name():
+    doc = _through_json(capture(Scheduler()))
+    with pytest.raises(SnapshotError, match=f"format 99; this version reads {FORMAT}"):
+        restore({**doc, "format": 99})
+
+
+def test_a_damaged_snapshot_is_refused_not_half_restored():
+    doc = _through_json(capture(replay(run_seed(5, 200).journal)))
+    assert doc["jobs"], "the seed should have made jobs"
+    broken = {**doc, "by_state": {}}  # jobs that no state lists
+    with pytest.raises(SnapshotError, match="per-state index"):
+        restore(broken)
+    with pytest.raises(SnapshotError, match="damaged"):
+        restore({key: value for key, value in doc.items() if key != "replies"})
