@@ -35,6 +35,7 @@ from praxist_fs.core.events import (
 )
 from praxist_fs.core.request import parse_request
 from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.snapshot import capture
 
 PEER = "bench"
 COMMIT_EVERY = 4096  # records per group commit while building
@@ -126,6 +127,10 @@ def build_run(run_dir: Path, task: Path, *, finished: int = 0, queued: int = 0,
     b.journal.commit()
     t1 = time.monotonic()
     files = b.write_views()
+    # As a clean stop leaves it: the views are all there (bench_all removes this marker to
+    # time the start after a crash, which reads every derived file back).
+    with open(b.layout.clean_stop, "w") as handle:
+        json.dump({"journal_seq": b.journal.seq, "views_durable_ns": time.time_ns()}, handle)
     b.journal.close()
     return {"finished_jobs": finished, "queued_jobs": queued, "journal_events": b.events,
             "journal_bytes": os.path.getsize(b.layout.journal), "derived_files": files,
@@ -148,6 +153,23 @@ def replay_in_process(run_dir: Path) -> dict:
             "handle_s": round(t2 - t1, 4), "total_s": round(t2 - t0, 4)}
 
 
+def compact_run(run_dir: Path) -> dict:
+    """Compact a built run as the coordinator does: the replayed state as snapshot.json,
+    then an empty journal (the clean-stop marker keeps vouching for the same seq)."""
+    layout = RunLayout.at(run_dir)
+    journal = Journal(layout.journal)
+    sched = Scheduler()
+    for record in journal.records:
+        sched.handle(from_record(record))
+    data = json.dumps({"journal_seq": journal.seq, "scheduler": capture(sched)},
+                      separators=(",", ":")).encode()
+    with open(layout.snapshot, "wb") as handle:
+        handle.write(data)
+    journal.compact()
+    journal.close()
+    return {"snapshot_bytes": len(data), "journal_seq": journal.seq}
+
+
 def main(argv: list[str] | None = None) -> int:
     """``fixture.py RUN_DIR TASK_YAML --finished N [--queued M]``: build, print JSON."""
     import argparse
@@ -159,7 +181,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="fx")
     parser.add_argument("--replay", action="store_true",
                         help="also time an in-process replay of the journal just built")
+    parser.add_argument("--compact", action="store_true",
+                        help="only compact the run already at RUN_DIR into a snapshot")
     args = parser.parse_args(argv)
+    if args.compact:
+        print(json.dumps(compact_run(args.run_dir)))
+        return 0
     built = build_run(args.run_dir, args.task, finished=args.finished, queued=args.queued,
                       prefix=args.prefix)
     if args.replay:

@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 
-from . import client
+from . import client, legacy
+from .adapters import manifests
 from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
 from .config import load_policy
+from .core.request import NAME_EXPECTED, NAME_RE
 from .errors import JournalCorrupt, OwnerBusy, PolicyError
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
@@ -66,10 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_argument("--eta", type=float)
     launch.add_argument("--retry-terminal", action="store_true")
     launch.add_argument("--lease")
+    launch.add_argument("--max-cost", type=float, metavar="X",
+                        help="reject the request if its estimated cost (eta x calibrated "
+                        "ratio x GPUs x the profile's budget rate) is over X; needs --eta")
     launch.add_argument("--detach", action="store_true",
                         help="print the job id once accepted and exit 0")
     launch.add_argument("--wait-coordinator", type=float, default=10.0, metavar="SECONDS",
                         help="how long to wait for a live coordinator (default 10)")
+    launch.add_argument("--config", default=os.environ.get("PRAXIST_TASK_CONFIG"),
+                        metavar="TASK", help="the task YAML: one that is not 'mode: central' "
+                        "runs the command peer-local when no coordinator owns or has served "
+                        "the run (default $PRAXIST_TASK_CONFIG)")
+    launch.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
+                        metavar="DIR", help="where a peer-local launch registers the run "
+                        "for stop --all (default as for serve)")
     launch.add_argument("cmd", nargs=argparse.REMAINDER)
     launch.set_defaults(func=cmd_launch)
 
@@ -88,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     from .supply_client import add_supply_parsers
     add_supply_parsers(sub)
     add_stop_parser(sub)
+
+    from .simulate import add_simulate_parser
+    add_simulate_parser(sub)
 
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
     demo.add_argument("--run-dir", default=".demo-run")
@@ -138,6 +154,16 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except client.NotInAttempt as exc:
         print(f"praxist-fs launch: refusing nested launch: {exc}", file=sys.stderr)
         return EXIT_REJECTED
+    try:  # a live coordinator decides, whatever the task file or the environment says
+        local = live_endpoint(layout) is None and legacy.peer_local(layout, args.config)
+    except PolicyError as exc:
+        print(f"praxist-fs launch: invalid task file: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
+    if local:
+        try:
+            return _launch_peer_local(args, layout, cmd)
+        except legacy.Deferred:
+            pass  # a coordinator took the run meanwhile: the request goes to it
     try:
         client.wait_for_coordinator(layout, args.wait_coordinator)
         request = {
@@ -145,6 +171,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             "profile": args.profile, "work_class": args.work_class, "eta_s": args.eta,
             "argv": cmd, "cwd": os.getcwd(), "env": client.submission_env(dict(os.environ)),
             "retry_terminal": args.retry_terminal, "lease": args.lease,
+            "max_cost": args.max_cost,
         }
         client.submit(layout, {k: v for k, v in request.items() if v is not None})
         reply = client.wait_for_reply(layout, request["request_id"], args.wait_coordinator)
@@ -161,7 +188,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if args.detach:
         print(job_id)
         return 0
-    print(f"praxist-fs launch: {outcome}: job {job_id}", file=sys.stderr)
+    cost = reply.get("estimate")
+    print(f"praxist-fs launch: {outcome}: job {job_id}"
+          + (f" (estimated cost {cost['cost']:g})" if cost else ""), file=sys.stderr)
     earlier = set()
     if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
         doc = client.job_document(layout, job_id) or {"attempts": []}
@@ -177,19 +206,71 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return code if isinstance(code, int) else 1
 
 
+def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[str]) -> int:
+    """R-DUR-3: a legacy task's launch runs the command itself, recorded for stop and status."""
+    bad = [flag for flag, value in (("--peer", args.peer), ("--tag", args.tag))
+           if not NAME_RE.fullmatch(value)]
+    needs = [flag for flag, given in (("--detach", args.detach),
+                                      ("--max-cost", args.max_cost is not None)) if given]
+    if bad or needs:
+        print("praxist-fs launch: " + (f"{', '.join(bad)}: expected {NAME_EXPECTED}" if bad
+              else f"{needs[0]} needs a coordinator (the task is not 'mode: central')"),
+              file=sys.stderr)
+        return EXIT_REJECTED
+    try:
+        return legacy.launch(layout, peer=args.peer, tag=args.tag, argv=cmd,
+                             host_registry=args.host_registry, wait=args.wait_coordinator)
+    except legacy.Refused as exc:
+        print(f"praxist-fs launch: {exc}", file=sys.stderr)
+        return 127 if isinstance(exc, legacy.NotStarted) else EXIT_REJECTED
+    except legacy.Busy as exc:
+        print(f"praxist-fs launch: {exc}", file=sys.stderr)
+        return EXIT_NO_COORDINATOR
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     if not args.run_dir:
         print("praxist-fs status: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
         return 2
-    doc = client.status_document(RunLayout.at(args.run_dir))
-    if doc is None:
+    layout = RunLayout.at(args.run_dir)
+    doc = client.status_document(layout)
+    local = [{**launch, "age_s": manifests.age(launch)} for launch in manifests.launches(layout)]
+    if doc is None and not local:
         print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps({**(doc or {}), "peer_local_launches": local}, indent=2))
     else:
-        print(format_status(doc))
+        print("\n\n".join(([format_status(doc)] if doc else [])
+                          + ([format_peer_local(local)] if local else [])))
     return 0
+
+
+def format_peer_local(launches: list[dict]) -> str:
+    """Legacy peer-local launches, from the protected-PID manifests (R-DUR-3)."""
+    lines = [f"{'PEER-LOCAL LAUNCH (TAG)':32} {'PEER':12} {'PID':>8} {'AGE':>8}  "
+             f"{'STATE':12} COMMAND"]
+    for launch in launches:
+        age = "-" if launch["age_s"] is None else f"{launch['age_s']:.1f}s"
+        command = " ".join(map(str, launch.get("argv") or []))
+        lines.append(f"{str(launch.get('tag'))[:32]:32} {launch['peer'][:12]:12} "
+                     f"{str(launch.get('pid')):>8} {age:>8}  {launch['state']:12} {command[:60]}")
+    return "\n".join(lines)
+
+
+def format_budget(budget: dict) -> str:
+    """One line: the verdict and for how long, spend against each limit, and how much of
+    it infrastructure failures took."""
+    limits, spend, infra = budget["limits"], budget["spend"], budget["infrastructure"]
+
+    def against(key: str) -> str:
+        limit = limits[key]
+        return f"{spend[key]:.4g}" + ("" if limit is None else f" of {limit:g}")
+
+    verdict = "no limits" if budget["verdict"] is None else \
+        f"{budget['verdict']} for {time.time() - budget['since']:.0f}s"
+    return (f"budget {verdict}: {against('gpu_hours')} GPU-h, cost {against('cost')} "
+            f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})")
 
 
 def format_status(doc: dict) -> str:
@@ -209,6 +290,8 @@ def format_status(doc: dict) -> str:
         lines.append(f"pressure ({pressure['source']} avg10): " + "  ".join(
             f"{d} {'?' if v['avg10'] is None else format(v['avg10'], '.0f')}% (high {v['high']:g})"
             for d, v in pressure["domains"].items()))
+    if doc.get("budget"):
+        lines.append(format_budget(doc["budget"]))
     gpus = doc.get("gpus", {})
     if gpus.get("devices"):
         lines += ["", f"{'GPU (' + gpus['source'] + ')':26} {'UTIL decl+ext':>14} "

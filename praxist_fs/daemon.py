@@ -11,6 +11,7 @@ sees into events, and for every batch: ``Scheduler.handle`` -> journal append
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import selectors
@@ -21,10 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import fence, launcher, procs, spool
+from .adapters import fence, launcher, procs, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
-from .adapters.fsio import dumps, read_json, unlink, write_atomic, write_json
+from .adapters.fsio import dumps, fsync_dir, read_json, unlink, write_atomic, write_json
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.journal import Journal
@@ -48,16 +49,19 @@ from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
 from .core.scheduler import Scheduler
+from .core.snapshot import capture, restore
 from .core.states import JobState
 from .core.status import render_status
-from .errors import BadRequest
+from .errors import BadRequest, JournalCorrupt
 
 log = logging.getLogger("praxist_fs")
 
 RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4)
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
 SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
+QUIET_SECONDS = 5.0       # sample, rescan and reconcile cadence while nothing waits, runs or may be woken
 REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
+COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
@@ -86,6 +90,9 @@ class Coordinator:
         self.observer = None
         self.polling = False
         self.filesystem = "unknown"
+        # a tuning (and test) knob: how long the journal may grow before it is compacted
+        self.compact_after = max(1, int(os.environ.get("PRAXIST_COMPACT_AFTER")
+                                        or COMPACT_AFTER_RECORDS))
         self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
 
@@ -96,16 +103,19 @@ class Coordinator:
         self.layout.create()
         owner = OwnerLock(self.layout)
         owner.acquire()
+        clean = False
         try:
             self._start()
             self._loop()
+            clean = True
         finally:
-            self._shutdown()
+            self._shutdown(clean)
             owner.release()
         return 0
 
     def _start(self) -> None:
-        self.journal = Journal(self.layout.journal)
+        runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
+        self.journal = Journal(self.layout.journal, after=self._restore_snapshot())
         self.vault = Vault(self.layout)
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
@@ -113,6 +123,7 @@ class Coordinator:
         for record in self.journal.records:
             self.sched.handle(from_record(record))
         self.journal.forget_loaded()  # replayed: keeping every record would grow without end
+        views_durable_ns = self._take_clean_stop()
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -128,7 +139,7 @@ class Coordinator:
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
-        self._repair_views()
+        self._repair_views(views_durable_ns)
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
@@ -157,7 +168,7 @@ class Coordinator:
         except OSError:
             pass
 
-    def _shutdown(self) -> None:
+    def _shutdown(self, clean: bool) -> None:
         """Stop admitting and leave: running attempts stay with their shims (re-adopted later)."""
         if self.observer is not None:
             self.observer.stop()
@@ -170,6 +181,10 @@ class Coordinator:
             os.close(fd)
         if hasattr(self, "journal"):
             self._write_status(force=True, state="stopped")
+            if clean:
+                if self.journal.tail:
+                    self._compact()
+                self._mark_clean_stop()
             self.journal.close()
             remove_endpoint(self.layout)
 
@@ -192,6 +207,11 @@ class Coordinator:
             self._publish_claims()
             self._write_status()
             now = time.monotonic()
+            quiet = self._quiet()
+            if not quiet:  # work arrived while the cadence was slow
+                next_scan = min(next_scan, now + RESCAN_SECONDS)
+                next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
+                next_sample = min(next_sample, now + SAMPLE_SECONDS)
             deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
@@ -209,13 +229,24 @@ class Coordinator:
                     self._ring()  # a full batch: more files are waiting
                 self._scan_control()
                 self._scan_generations()
-                next_scan = now + RESCAN_SECONDS
+                next_scan = now + (QUIET_SECONDS if quiet else RESCAN_SECONDS)
             if now >= next_reconcile:
                 self._reconcile()
-                next_reconcile = now + RECONCILE_SECONDS
+                next_reconcile = now + (QUIET_SECONDS if quiet else RECONCILE_SECONDS)
             if now >= next_sample:
                 self._sample()
-                next_sample = now + SAMPLE_SECONDS
+                next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
+            if self.journal.tail >= self.compact_after:
+                self._compact()
+
+    def _quiet(self) -> bool:
+        """Nothing queued, running, leased or idle-registered: no decision waits on the host,
+        so an idle coordinator looks at it (and rescans the spool) less often. inotify still
+        wakes it at once for a new request."""
+        sched = self.sched
+        return not (sched.count(JobState.QUEUED) or sched.count(JobState.RUNNING)
+                    or sched.outstanding_leases() or sched.release_pending
+                    or any(sched.idle_peers.values()))
 
     def _drain_wake(self) -> bool:
         try:
@@ -586,11 +617,89 @@ class Coordinator:
 
     # -- derived files --------------------------------------------------------
 
-    def _repair_views(self) -> None:
-        """Job files and replies are derived: rewrite any that disagree with the journal."""
-        for effect in self.sched.derived_views():
+    def _restore_snapshot(self) -> int:
+        """The scheduler as the last compaction left it, and the journal seq it covers."""
+        try:
+            with open(self.layout.snapshot, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return 0
+        try:
+            doc = json.loads(data)
+            seq, self.sched = doc["journal_seq"], restore(doc["scheduler"])
+        except (ValueError, KeyError, TypeError) as exc:  # SnapshotError is a ValueError
+            raise JournalCorrupt(
+                f"{self.layout.snapshot}: {exc}; refusing to start. If journal.log still "
+                "begins at seq 1, moving the snapshot aside replays the whole history") from None
+        if not isinstance(seq, int) or seq < 0:
+            raise JournalCorrupt(f"{self.layout.snapshot}: journal_seq {seq!r} is not a count")
+        return seq
+
+    def _compact(self) -> None:
+        """Write the state the journal has built as one durable snapshot, then empty the
+        journal: a start then reads the snapshot and a short tail, not the whole history.
+        Runs between loop turns, when every handled event is committed."""
+        self.journal.commit()
+        document = {"journal_seq": self.journal.seq, "scheduler": capture(self.sched)}
+        reach("snapshot.before_write")
+        write_atomic(self.layout.snapshot, json.dumps(document, separators=(",", ":"),
+                                                      ensure_ascii=False).encode(
+            "utf-8", "backslashreplace"), durable=True, mode=0o600)
+        reach("snapshot.after_write")
+        self.journal.compact()
+        reach("snapshot.after_truncate")
+        log.info("journal compacted into a snapshot at seq %d", self.journal.seq)
+
+    def _mark_clean_stop(self) -> None:
+        """Every effect of every journaled event was carried out: make the derived files
+        durable, then say so, so that the next start need not read them all back."""
+        for directory in self._derived_directories():
+            fsync_dir(directory)
+        write_json(self.layout.clean_stop, {"journal_seq": self.journal.seq,
+                                           "views_durable_ns": time.time_ns()}, durable=True)
+
+    def _take_clean_stop(self) -> int | None:
+        """When the last coordinator stopped cleanly at exactly this journal, the time its
+        derived files were all durable. The marker is removed (durably) before anything
+        new is journaled, so it never vouches for a later state."""
+        marker = read_json(self.layout.clean_stop)
+        if marker is None:
+            return None
+        unlink(self.layout.clean_stop)
+        fsync_dir(self.layout.clean_stop.parent)
+        if not isinstance(marker, dict) or marker.get("journal_seq") != self.journal.seq:
+            return None
+        durable_ns = marker.get("views_durable_ns")
+        return durable_ns if isinstance(durable_ns, int) else None
+
+    def _derived_directories(self) -> list[Path]:
+        return [self.layout.replies, self.layout.control_replies,
+                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
+
+    def _repair_views(self, durable_ns: int | None) -> None:
+        """Job files and replies are derived: rewrite any that disagree with the journal.
+
+        After a crash every file is read back and compared. After a clean stop the files
+        were all written and made durable by ``durable_ns``: one that is there and was not
+        touched since is current, so a restart lists directories instead of reading (or
+        even rendering) every file; a missing or since-modified one is compared and
+        rewritten as usual. Copies of a job in the wrong state directory are removed."""
+        jobs_dir = {d: str(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
+        listed = {d: _mtimes(jobs_dir[d]) for d in JOB_DIRECTORIES}
+        listed["replies"] = _mtimes(self.layout.replies)
+        for job in self.sched.jobs.values():
+            name = f"{job.job_id}.json"
+            for other in JOB_DIRECTORIES:
+                if other != job.state.directory and name in listed[other]:
+                    unlink(os.path.join(jobs_dir[other], name))
+
+        def current(directory: str, key: str) -> bool:  # there, and untouched since
+            return durable_ns is not None and \
+                listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
+
+        for effect in self.sched.derived_views(current):
             if isinstance(effect, WriteJob):
-                path = self.layout.job_file(effect.directory, effect.job_id)
+                path = os.path.join(jobs_dir[effect.directory], f"{effect.job_id}.json")
             elif isinstance(effect, WriteReply):
                 path = self.layout.reply(effect.request_id)
             elif isinstance(effect, WriteControlReply):
@@ -599,8 +708,6 @@ class Coordinator:
                 path = self.layout.generation_file(effect.generation, effect.kind, effect.name)
             if _read_bytes(path) != dumps(effect.document):
                 self._execute(effect)
-            elif isinstance(effect, WriteJob):
-                self._remove_stale_copies(effect)
 
     def _status_stamp(self) -> tuple[int, int]:
         """What status.json shows changed: state, or a new host sample while there is work."""
@@ -638,9 +745,22 @@ class Coordinator:
         self._status_version, self._status_at = self._status_stamp(), now
 
 
-def _read_bytes(path: Path) -> bytes | None:
+def _mtimes(directory: str | os.PathLike) -> dict[str, int]:
+    """name -> modification time (ns) of each entry of a directory."""
+    found = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                found[entry.name] = entry.stat(follow_symlinks=False).st_mtime_ns
+            except FileNotFoundError:
+                pass
+    return found
+
+
+def _read_bytes(path: str | os.PathLike) -> bytes | None:
     try:
-        return path.read_bytes()
+        with open(path, "rb") as handle:
+            return handle.read()
     except OSError:
         return None
 

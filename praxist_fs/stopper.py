@@ -1,26 +1,36 @@
-"""``praxist-fs stop RUN [RUN ...]``: freeze admission, then terminate the run's work.
+"""``praxist-fs stop RUN [RUN ...]`` and ``stop --all``: freeze admission, then terminate
+the runs' work.
 
 With a live coordinator the stop goes through it (a ``run_stop`` control file:
 it freezes, cancels queued work, revokes leases, terminates its attempts and
 exits). Without one, the command fences the run itself: it takes the run's
-owner lock so no coordinator can start, writes the STOP sentinel that every
-later coordinator honours, and terminates the attempts' process groups. A run
-that can be neither stopped through its coordinator nor fenced is left alone
-and reported in ``failed_run_ids``.
+owner lock so no coordinator can start (and no legacy peer-local launch can
+begin), writes the STOP sentinel that every later coordinator honours, and
+terminates the attempts' process groups and the groups its protected-PID
+manifests list. A run that can be neither stopped through its coordinator nor
+fenced, or whose manifests list live processes that cannot be verified as its
+own, is reported in ``failed_run_ids``. ``--all`` stops every run of the host's
+run registry that way, then sweeps once more for escaped descendants, unless a
+run could not be fenced.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import fence
+from .adapters import fence, manifests, runs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
 from .errors import OwnerBusy
+
+OWNER_WAIT = 2.0  # a legacy launch holds the owner lock for milliseconds
+FAILURES = (OwnerBusy, RuntimeError, TimeoutError, OSError)
 
 
 def stop_runs(run_dirs: list[str], grace: float = 10.0, timeout: float = 60.0) -> dict[str, Any]:
@@ -28,20 +38,61 @@ def stop_runs(run_dirs: list[str], grace: float = 10.0, timeout: float = 60.0) -
     for run_dir in run_dirs:
         layout = RunLayout.at(run_dir)
         try:
-            if not layout.journal.exists():
-                raise RuntimeError(f"{layout.root} is not a run directory (no journal)")
-            if live_endpoint(layout) is not None:
-                _through_coordinator(layout, timeout)
-            else:
-                _fence(layout, grace, timeout)
-            survivors = fence.terminate(_shims(layout), layout.root, grace=0.5, deadline=timeout)
+            _stop(layout, grace, timeout)
+            survivors = fence.terminate_scopes([_scope(layout)], grace=0.5, deadline=timeout)
             if survivors:
-                raise RuntimeError(f"processes still alive: {survivors}")
+                raise RuntimeError(f"processes still alive: {survivors[layout.root]}")
             stopped.append(str(layout.root))
-        except (OwnerBusy, RuntimeError, TimeoutError, OSError) as exc:
+        except FAILURES as exc:
             failed.append(str(layout.root))
             reasons[str(layout.root)] = str(exc)
     return {"stopped_run_ids": stopped, "failed_run_ids": failed, "reasons": reasons}
+
+
+def stop_all(host_registry: str | None, grace: float = 10.0, timeout: float = 60.0
+             ) -> dict[str, Any]:
+    """Every registered run, stopped as ``stop RUN`` stops it; then one sweep over all of
+    them for escaped descendants, by environment identity and, narrowly, a cleared
+    environment working in the run's peer workspaces. When any run could not be fenced
+    the sweep is skipped: what it would find cannot be told from that run's orphans."""
+    stopped: list[RunLayout] = []
+    failed, reasons = [], {}
+    for run_dir in runs.registered(host_registry):
+        layout = RunLayout.at(run_dir)
+        try:
+            _stop(layout, grace, timeout)
+            stopped.append(layout)
+        except FAILURES as exc:
+            failed.append(str(layout.root))
+            reasons[str(layout.root)] = str(exc)
+    scanned = not failed
+    if scanned:
+        scopes = [_scope(layout, layout.peer_workspaces) for layout in stopped]
+        for run_dir, processes in fence.terminate_scopes(scopes, 0.5, timeout).items():
+            failed.append(str(run_dir))
+            reasons[str(run_dir)] = f"processes still alive: {processes}"
+    return {"stopped_run_ids": [str(l.root) for l in stopped if str(l.root) not in failed],
+            "failed_run_ids": failed, "reasons": reasons,
+            "escaped_scan": "done" if scanned else "skipped"}
+
+
+def _stop(layout: RunLayout, grace: float, timeout: float) -> None:
+    if not (layout.journal.exists() or layout.protected_pids.is_dir()):
+        raise RuntimeError(f"{layout.root} is not a run directory (no journal, no "
+                           f"protected-PID manifests)")
+    if live_endpoint(layout) is not None:
+        _through_coordinator(layout, timeout)
+        if manifests.launches(layout):  # legacy launches from before a coordinator took over
+            fence.terminate_scopes([_scope(layout)], grace, timeout)
+    else:
+        _fence(layout, grace, timeout)
+    manifests.prune(layout)
+    if unverifiable := [l for l in manifests.launches(layout)
+                        if l["state"] == manifests.UNVERIFIABLE]:
+        raise RuntimeError("not signalled: live processes hold the group of " + ", ".join(
+            f"peer {l['peer']}'s launch {l.get('launch_id')} (pgid {l.get('pgid')})"
+            for l in unverifiable) + ", but neither its command nor its launcher is the "
+            "recorded process any more; check them by hand")
 
 
 def _through_coordinator(layout: RunLayout, timeout: float) -> None:
@@ -67,35 +118,65 @@ def _through_coordinator(layout: RunLayout, timeout: float) -> None:
 def _fence(layout: RunLayout, grace: float, timeout: float) -> None:
     """No live coordinator: hold the owner lock while stopping, so none can start."""
     owner = OwnerLock(layout)
-    owner.acquire()  # OwnerBusy: someone holds the run; we leave it untouched
+    wait_end = time.monotonic() + OWNER_WAIT
+    while True:
+        try:
+            owner.acquire()
+            break
+        except OwnerBusy:  # someone holds the run; after a short wait we leave it untouched
+            if time.monotonic() >= wait_end or live_endpoint(layout) is not None:
+                raise
+            time.sleep(0.05)
     try:
         write_atomic(layout.stop_sentinel, dumps({"stopped_at": time.time()}), durable=True)
-        survivors = fence.terminate(_shims(layout), layout.root, grace=grace, deadline=timeout)
+        survivors = fence.terminate_scopes([_scope(layout)], grace, timeout)
         if survivors:
-            raise RuntimeError(f"processes still alive after KILL: {survivors}")
+            raise RuntimeError(f"processes still alive after KILL: {survivors[layout.root]}")
     finally:
         owner.release()
 
 
-def _shims(layout: RunLayout) -> list[fence.Shim]:
-    """The shims of every attempt that may still run, from their READY files."""
-    shims = []
+def _scope(layout: RunLayout, workspaces: Path | None = None) -> fence.Scope:
+    """The run's group leaders: the shims of every attempt that may still run (from their
+    READY files) and the legacy launches its manifests can still verify."""
+    leaders = []
     for ready in Path(layout.attempts).glob("*/*/READY"):
         doc = read_json(ready)
         if isinstance(doc, dict) and not (ready.parent / "exit.json").exists():
-            shims.append((doc.get("pid"), doc.get("start_time"), doc.get("boot_id")))
-    return [s for s in shims if isinstance(s[0], int) and isinstance(s[1], int)]
+            leaders.append((doc.get("pid"), doc.get("start_time"), doc.get("boot_id")))
+    leaders += [manifests.leader(l) for l in manifests.launches(layout)
+                if l["state"] in (manifests.RUNNING, manifests.DRAINING)]
+    return fence.Scope(layout.root, tuple(s for s in leaders
+                                          if isinstance(s[0], int) and isinstance(s[1], int)),
+                       workspaces)
 
 
 def cmd_stop(args: Any) -> int:
-    result = stop_runs(args.runs, grace=args.grace, timeout=args.timeout)
+    if bool(args.all) == bool(args.runs):
+        print("praxist-fs stop: name the runs to stop, or give --all (not both)",
+              file=sys.stderr)
+        return 2
+    if args.all:
+        try:
+            result = stop_all(args.host_registry, grace=args.grace, timeout=args.timeout)
+        except OSError as exc:  # the registry itself: unreadable, or its lock never free
+            print(f"praxist-fs stop: cannot read the run registry "
+                  f"{runs.directory(args.host_registry)}: {exc}", file=sys.stderr)
+            return 1
+    else:
+        result = stop_runs(args.runs, grace=args.grace, timeout=args.timeout)
     print(json.dumps(result, indent=2))
     return 1 if result["failed_run_ids"] else 0
 
 
 def add_stop_parser(sub: Any) -> None:
-    stop = sub.add_parser("stop", help="freeze a run and terminate its work (fenced)")
-    stop.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
+    stop = sub.add_parser("stop", help="freeze runs and terminate their work (fenced)")
+    stop.add_argument("runs", nargs="*", metavar="RUN", help="run directories")
+    stop.add_argument("--all", action="store_true",
+                      help="every run of this host's run registry")
+    stop.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
+                      metavar="DIR", help="the host registry whose runs/ --all reads "
+                      "(default /run/praxist_fs, the runtime dir, or /tmp/praxist_fs-<uid>)")
     stop.add_argument("--grace", type=float, default=10.0,
                       help="seconds between TERM and KILL (default 10)")
     stop.add_argument("--timeout", type=float, default=60.0)

@@ -35,15 +35,22 @@ def _alive(pid, start) -> bool:
 
 
 def check_journal(path: Path) -> list[str]:
-    problems, expected = [], 1
+    """Intact, consecutive records, starting no later than right after the snapshot beside it."""
+    snapshot = _json(path.parent / "snapshot.json")
+    covered = snapshot["journal_seq"] if snapshot is not None else 0
+    problems, expected = [], None
     for line in path.read_bytes().splitlines():
         seq, crc, payload = line.split(b" ", 2)
+        if expected is None and 1 <= int(seq) <= covered + 1:
+            expected = int(seq)
         if int(seq) != expected:
-            problems.append(f"journal: seq {int(seq)} where {expected} was due")
+            problems.append(f"journal: seq {int(seq)} where {expected or covered + 1} was due")
         if int(crc, 16) != zlib.crc32(seq + b" " + payload):
             problems.append(f"journal: bad checksum at seq {int(seq)}")
         json.loads(payload)
-        expected += 1
+        expected = int(seq) + 1
+    if expected is not None and expected - 1 < covered:
+        problems.append(f"journal: ends at seq {expected - 1}, before its snapshot ({covered})")
     return problems
 
 

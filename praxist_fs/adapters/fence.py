@@ -1,13 +1,16 @@
 """Terminating a run's process groups safely (R-RUN-3, R-SUP-8).
 
-A target is an attempt's shim, named by (pid, start time, boot id); its pid is
-the process group and the session of everything the attempt started. Before
-every signal the identity is checked again: a group is signalled while its
-leader is the same process, or, once the leader is gone, while a live member
-still holds the group id (a group id is not reused while it has members).
-Processes that escaped the group (setsid) are found by the run's exact identity
-in their environment, never by a command-line match. TERM, a grace period, KILL,
-then a bounded rescan until the run's processes are stably absent.
+A target is a group leader named by (pid, start time, boot id): an attempt's
+shim, or a legacy peer-local command; its pid is the process group and the
+session of everything it started. Before every signal the identity is checked
+again: a group is signalled while its leader is the same process, or, once the
+leader is gone, while a live member still holds the group id (a group id is not
+reused while it has members). Processes that escaped the group (setsid) are
+found by the run's exact identity in their environment, never by a command-line
+match; ``stop --all`` adds one narrow fallback, a cleared environment inside
+the run's peer workspaces. TERM, a grace period, KILL, then a bounded rescan
+until the run's processes are stably absent. We never signal ourselves or an
+ancestor (the operator's shell may well sit in a workspace).
 """
 
 from __future__ import annotations
@@ -15,49 +18,117 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from . import procs
 
 Shim = tuple[int, int, str]  # pid, start time, boot id
+Process = tuple[int, int]    # pid, start time
 RESCAN_SECONDS = 0.1
 STABLE_SCANS = 3
 
 
-def members(shims: list[Shim], run_dir: Path) -> list[tuple[int, int]]:
-    """Live processes of the run: in a shim's group or session, or carrying the run's
-    PRAXIST_RUN_DIR and an attempt id in their environment. (pid, start time) pairs.
+@dataclass(frozen=True)
+class Scope:
+    """What belongs to one run: the groups and sessions of its leaders, processes whose
+    environment holds ``PRAXIST_RUN_DIR=<run_dir>`` and an attempt id, and, when
+    ``workspaces`` is set, processes without any PRAXIST_RUN_DIR whose working directory
+    lies under it (a descendant that cleared its environment)."""
+    run_dir: Path
+    leaders: tuple[Shim, ...] = ()
+    workspaces: Path | None = None
 
-    A shim's pid names our group only while that pid is unused or still the shim: the
+
+def members(scopes: list[Scope]) -> dict[Process, Path]:
+    """Live processes of the scopes, each with the run it belongs to.
+
+    A leader's pid names our group only while that pid is unused or still the leader: the
     kernel does not reuse a pid while a group or session of that id has members, so a
     different process holding the pid means our group is gone and the id is foreign."""
-    groups = {pid for pid, started, boot in shims
-              if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}
-    marker = f"PRAXIST_RUN_DIR={run_dir}".encode()
-    found = []
+    spared = _lineage()
+    prepared = [(scope, _groups(scope.leaders), f"PRAXIST_RUN_DIR={scope.run_dir}".encode(),
+                 _roots(scope.workspaces)) for scope in scopes]
+    found: dict[Process, Path] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) in spared:
             continue
         pid = int(entry)
         info = procs.group_and_session(pid)
-        if info is None or pid == os.getpid():
+        if info is None or info[2] in ("Z", "X"):
             continue
-        pgrp, session, state, started = info
-        if state in ("Z", "X"):
-            continue
-        if pgrp in groups or session in groups or _carries(pid, marker):
-            found.append((pid, started))
+        pgrp, session, _, started = info
+        environ = None
+        for scope, groups, marker, roots in prepared:
+            if pgrp in groups or session in groups:
+                found[(pid, started)] = scope.run_dir
+                break
+            environ = _environ(pid) if environ is None else environ
+            if _carries(environ, marker) or _cleared_in(pid, environ, roots):
+                found[(pid, started)] = scope.run_dir
+                break
     return found
 
 
-def _carries(pid: int, marker: bytes) -> bool:
+def holders(leaders: tuple[Shim, ...]) -> list[Process]:
+    """Live members of the leaders' groups and sessions, under the same identity rule."""
+    groups = _groups(leaders)
+    found = []
+    for entry in os.listdir("/proc"):
+        info = procs.group_and_session(int(entry)) if entry.isdigit() else None
+        if info is not None and info[2] not in ("Z", "X") and (info[0] in groups
+                                                                or info[1] in groups):
+            found.append((int(entry), info[3]))
+    return found
+
+
+def signal_group(leader: Shim, signum: int) -> None:
+    """Pass a signal on to every live member of a leader's group and session."""
+    for pid, started in holders((leader,)):
+        _signal(pid, started, signum)
+
+
+def _groups(leaders: tuple[Shim, ...]) -> set[int]:
+    return {pid for pid, started, boot in leaders
+            if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}
+
+
+def _roots(workspaces: Path | None) -> tuple[str, ...]:
+    """The workspace directory as written and resolved (/proc/<pid>/cwd is resolved)."""
+    if workspaces is None:
+        return ()
+    return tuple({os.path.abspath(workspaces), os.path.realpath(workspaces)})
+
+
+def _lineage() -> set[int]:
+    own = psutil.Process()
+    return {own.pid, *(parent.pid for parent in own.parents())}
+
+
+def _environ(pid: int) -> list[bytes]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
-            variables = handle.read().split(b"\0")
+            return handle.read().split(b"\0")
+    except OSError:
+        return []  # gone, or another user's: nothing to match on
+
+
+def _carries(environ: list[bytes], marker: bytes) -> bool:
+    return marker in environ and any(v.startswith(b"PRAXIST_EXPERIMENT_ATTEMPT_ID=")
+                                     for v in environ)
+
+
+def _cleared_in(pid: int, environ: list[bytes], roots: tuple[str, ...]) -> bool:
+    """A readable environment without PRAXIST_RUN_DIR, working inside a workspace root."""
+    if not roots or not environ or any(v.startswith(b"PRAXIST_RUN_DIR=") for v in environ):
+        return False
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return False
-    return marker in variables and any(v.startswith(b"PRAXIST_EXPERIMENT_ATTEMPT_ID=")
-                                       for v in variables)
+    return any(cwd == root or cwd.startswith(root + os.sep) for root in roots)
 
 
 def _signal(pid: int, started: int, signum: int) -> None:
@@ -75,25 +146,34 @@ def _signal(pid: int, started: int, signum: int) -> None:
         os.close(fd)
 
 
-def terminate(shims: list[Shim], run_dir: Path, grace: float = 10.0,
-              deadline: float = 30.0) -> list[tuple[int, int]]:
-    """TERM, wait ``grace``, KILL, rescan until stably absent; returns survivors (if any)."""
+def terminate_scopes(scopes: list[Scope], grace: float = 10.0, deadline: float = 30.0
+                     ) -> dict[Path, list[Process]]:
+    """TERM, wait ``grace``, KILL, rescan until stably absent; survivors by run (if any)."""
     end = time.monotonic() + deadline
-    for pid, started in members(shims, run_dir):
+    for pid, started in members(scopes):
         _signal(pid, started, signal.SIGTERM)
     soft_end = time.monotonic() + grace
-    while time.monotonic() < soft_end and members(shims, run_dir):
+    while time.monotonic() < soft_end and members(scopes):
         time.sleep(RESCAN_SECONDS)
     empty_scans = 0
     while time.monotonic() < end:
-        alive = members(shims, run_dir)
+        alive = members(scopes)
         if not alive:
             empty_scans += 1
             if empty_scans >= STABLE_SCANS:
-                return []
+                return {}
         else:
             empty_scans = 0
             for pid, started in alive:
                 _signal(pid, started, signal.SIGKILL)
         time.sleep(RESCAN_SECONDS)
-    return members(shims, run_dir)
+    survivors: dict[Path, list[Process]] = {}
+    for process, run_dir in members(scopes).items():
+        survivors.setdefault(run_dir, []).append(process)
+    return survivors
+
+
+def terminate(shims: list[Shim], run_dir: Path, grace: float = 10.0,
+              deadline: float = 30.0) -> list[Process]:
+    """``terminate_scopes`` for one run's shims and environment identity."""
+    return terminate_scopes([Scope(run_dir, tuple(shims))], grace, deadline).get(run_dir, [])

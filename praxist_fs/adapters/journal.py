@@ -6,6 +6,12 @@ a record. At open a damaged tail is truncated to the last good record; a
 damaged record followed by a good one is corruption and stops the coordinator.
 ``append`` buffers, ``commit`` writes and fsyncs (group commit); an fsync error
 propagates and is fatal for the caller.
+
+Compaction: once a durable snapshot covers every record up to seq N, ``compact``
+empties the file and numbering goes on from N + 1. A journal therefore starts no
+later than right after its snapshot (``after``): records the snapshot already
+covers (a crash between writing it and emptying the file) are skipped, and a
+journal that starts later than that has lost records and is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JournalCorrupt
-from .fsio import fsync_dir
+from . import fsio
 
 
 def _encode(seq: int, record: dict[str, Any]) -> bytes:
@@ -26,35 +32,42 @@ def _encode(seq: int, record: dict[str, Any]) -> bytes:
     return head + f"{zlib.crc32(head + payload):08x} ".encode() + payload + b"\n"
 
 
-def _decode(line: bytes, expected_seq: int) -> dict[str, Any] | None:
+def _decode(line: bytes) -> tuple[int, dict[str, Any]] | None:
+    """(seq, record) of an intact line, whatever its seq; None if torn or damaged."""
     try:
         seq_text, crc_text, payload = line.split(b" ", 2)
-        seq = int(seq_text)
-        if seq != expected_seq or int(crc_text, 16) != zlib.crc32(seq_text + b" " + payload):
+        if int(crc_text, 16) != zlib.crc32(seq_text + b" " + payload):
             return None
-        return json.loads(payload)
+        return int(seq_text), json.loads(payload)
     except ValueError:
         return None
 
 
 class Journal:
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, after: int = 0) -> None:
+        """``after``: the seq a snapshot already covers (0: none)."""
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = []  # what was on disk at open, for replay
+        self.records: list[dict[str, Any]] = []  # after ``after``, on disk at open: to replay
         self.truncated_bytes = 0
-        self._seq = 0
+        self._after = after
+        self._seq = after
         self._pending: list[bytes] = []
         created = not self.path.exists()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._fd = fsio.open_append(self.path)
         if created:
-            os.fsync(self._fd)
-            fsync_dir(self.path.parent)
+            fsio.fsync(self._fd)
+            fsio.fsync_dir(self.path.parent)
         self._load()
 
     @property
     def seq(self) -> int:
         """The sequence number of the last record written (committed or pending)."""
         return self._seq
+
+    @property
+    def tail(self) -> int:
+        """Records written since the snapshot (or since the run began)."""
+        return self._seq - self._after
 
     def forget_loaded(self) -> None:
         """Drop the records read at open once they are replayed (they are on disk)."""
@@ -63,27 +76,46 @@ class Journal:
     def _load(self) -> None:
         with open(self.path, "rb") as handle:
             data = handle.read()
-        offset = 0
+        offset, expected = 0, None
         while offset < len(data):
             end = data.find(b"\n", offset)
-            record = _decode(data[offset:end], len(self.records) + 1) if end >= 0 else None
-            if record is None:
-                self._repair_tail(data, offset)
-                return
-            self.records.append(record)
-            self._seq += 1
-            offset = end + 1
-
-    def _repair_tail(self, data: bytes, offset: int) -> None:
-        for later in data[offset:].split(b"\n")[1:]:
-            if _decode(later, len(self.records) + 2) is not None:
+            decoded = _decode(data[offset:end]) if end >= 0 else None
+            if decoded is None:
+                self._repair_tail(data, offset, (expected or self._after + 1) - 1)
+                break
+            seq, record = decoded
+            if expected is None and 1 <= seq <= self._after + 1:
+                expected = seq  # a start no later than right after the snapshot: no gap
+            if seq != expected:
                 raise JournalCorrupt(
-                    f"{self.path}: damaged record after seq {len(self.records)} "
-                    "is followed by good records; refusing to start (copy the journal aside "
-                    "and ask an operator)")
+                    f"{self.path}: record seq {seq} where {expected or self._after + 1} was "
+                    "due; refusing to start (a journal without its snapshot, or records lost)")
+            if seq > self._after:
+                self.records.append(record)
+            expected = seq + 1
+            offset = end + 1
+        last = expected - 1 if expected is not None else self._after
+        if last < self._after:
+            raise JournalCorrupt(f"{self.path}: ends at seq {last}, before its snapshot's "
+                                 f"seq {self._after}; refusing to start")
+        self._seq = last
+
+    def _repair_tail(self, data: bytes, offset: int, last_good: int) -> None:
+        for later in data[offset:].split(b"\n")[1:]:
+            if _decode(later) is not None:
+                raise JournalCorrupt(
+                    f"{self.path}: damaged record after seq {last_good} is followed by good "
+                    "records; refusing to start (copy the journal aside and ask an operator)")
         self.truncated_bytes = len(data) - offset
-        os.ftruncate(self._fd, offset)
-        os.fsync(self._fd)
+        fsio.truncate(self._fd, offset)
+        fsio.fsync(self._fd)
+
+    def compact(self) -> None:
+        """Empty the journal: a durable snapshot covers every record in it."""
+        self.commit()
+        fsio.truncate(self._fd, 0)
+        fsio.fsync(self._fd)
+        self._after = self._seq
 
     def append(self, record: dict[str, Any]) -> int:
         self._seq += 1
@@ -95,10 +127,8 @@ class Journal:
             return
         data = b"".join(self._pending)
         self._pending.clear()
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._fd, view):]
-        os.fsync(self._fd)
+        fsio.append(self._fd, data)
+        fsio.fsync(self._fd)
 
     def close(self) -> None:
         os.close(self._fd)

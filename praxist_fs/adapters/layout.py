@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .fsio import fsync_dir, makedirs
+
 JOB_DIRECTORIES = ("queued", "running", "done")
+
+# R-SEC-2: who may write where, for peers that run under other uids of the run's group (the
+# run directory's group; with its setgid bit every directory below inherits it).
+PEER_WRITABLE = 0o3770  # setgid + sticky: the group adds files; only a file's owner removes it
+SHARED = 0o2750         # the group reads; only the coordinator writes
+PRIVATE = 0o700         # the coordinator alone: the journal, the snapshot, raw secrets
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,16 @@ class RunLayout:
     @property
     def journal(self) -> Path:
         return self.journal_dir / "journal.log"
+
+    @property
+    def snapshot(self) -> Path:
+        """The scheduler state the journal had built when it was last compacted."""
+        return self.journal_dir / "snapshot.json"
+
+    @property
+    def clean_stop(self) -> Path:
+        """Written at a clean stop: the derived files were all durable at this journal seq."""
+        return self.journal_dir / "clean_stop.json"
 
     @property
     def spool(self) -> Path:
@@ -98,6 +117,16 @@ class RunLayout:
         return self.scheduler / "STOP"
 
     @property
+    def protected_pids(self) -> Path:
+        """Per-peer manifests of legacy peer-local launches (``<peer>.json``)."""
+        return self.scheduler / "protected_pids"
+
+    @property
+    def peer_workspaces(self) -> Path:
+        """The peers' framework-owned working directories (``stop --all``'s cwd fallback)."""
+        return self.root / "peer_workspaces"
+
+    @property
     def control_replies(self) -> Path:
         return self.control / "replies"
 
@@ -127,13 +156,52 @@ class RunLayout:
         }[kind]
 
     def create_generation(self, number: int) -> None:
-        for path in (self.results(number), self.idle(number), self.leases(number),
-                     self.generation(number) / "peers"):
-            path.mkdir(parents=True, exist_ok=True)
+        """Durable: peers' results and idle registrations must not vanish with them."""
+        supply = self.generation(number) / "resource_supply"
+        for path, mode in ((self.generation(number), SHARED), (supply, SHARED),
+                           (self.results(number), PEER_WRITABLE),
+                           (self.idle(number), PEER_WRITABLE), (self.leases(number), SHARED),
+                           (self.generation(number) / "peers", SHARED)):
+            makedirs(path, durable=True)
+            set_mode(path, mode)
+
+    def create_protected_pids(self) -> None:
+        """Legacy peer-local launches, under any uid of the group, record themselves here."""
+        makedirs(self.protected_pids, durable=True)
+        set_mode(self.protected_pids, PEER_WRITABLE)
+
+    def modes(self) -> dict[Path, int]:
+        """The run's directories and the mode each is kept at (docs/OPERATIONS.md)."""
+        return {
+            self.scheduler: SHARED, self.journal_dir: PRIVATE, self.spool: SHARED,
+            self.spool_tmp: PEER_WRITABLE, self.incoming: PEER_WRITABLE,
+            self.replies: SHARED, self.rejected: SHARED,
+            self.control: PEER_WRITABLE, self.control / "tmp": PEER_WRITABLE,
+            self.control_replies: SHARED, self.control_rejected: SHARED,
+            self.attempts: SHARED, self.logs.parent: SHARED, self.logs: SHARED,
+            self.scheduler / "jobs": SHARED, **{self.jobs(d): SHARED for d in JOB_DIRECTORIES},
+        }
 
     def create(self) -> None:
-        for path in (self.journal_dir, self.spool_tmp, self.incoming, self.replies,
-                     self.rejected, self.control / "tmp", self.control_replies,
-                     self.control_rejected, self.attempts, self.logs,
-                     *(self.jobs(d) for d in JOB_DIRECTORIES)):
-            path.mkdir(parents=True, exist_ok=True)
+        """Make the run's directories at their modes and fsync every one of them into its
+        parent, at every start: the journal and GO files are fsynced into them, and a
+        coordinator killed between a mkdir and its fsync leaves one a power cut could
+        still take."""
+        modes = self.modes()
+        for path in modes:
+            makedirs(path)
+        for path, mode in modes.items():
+            set_mode(path, mode)
+        parents = {parent for path in modes for parent in path.parents
+                   if parent == self.root or self.root in parent.parents}
+        for parent in sorted(parents):
+            fsync_dir(parent)
+
+
+def set_mode(path: Path, mode: int) -> None:
+    """Keep a directory at ``mode``; one that another uid made is left to its owner."""
+    try:
+        if stat.S_IMODE(os.stat(path).st_mode) != mode:
+            os.chmod(path, mode)
+    except PermissionError:
+        pass

@@ -104,6 +104,65 @@ def test_derived_files_are_repaired_from_the_journal(run):
     assert run.job_dirs(job_id) == ["done"]
 
 
+def test_a_clean_stop_vouches_for_the_derived_files_until_the_next_start(run):
+    rid = run.submit(request("clean-stop"))
+    job_id = run.reply(rid)["job_id"]
+    run.wait_state(job_id, "completed")
+    run.stop()
+    marker = read_json(run.sched / "journal" / "clean_stop.json")
+    assert marker["journal_seq"] > 0
+    (run.sched / "jobs" / "done" / f"{job_id}.json").unlink()  # missing files are still found
+    run.start()
+    assert run.wait_state(job_id, "completed")["exit_code"] == 0
+    assert not (run.sched / "journal" / "clean_stop.json").exists()
+
+
+def test_after_a_crash_every_derived_file_is_read_back(run):
+    rid = run.submit(request("crash-readback"))
+    job_id = run.reply(rid)["job_id"]
+    run.wait_state(job_id, "completed")
+    run.kill()
+    assert not (run.sched / "journal" / "clean_stop.json").exists()
+    reply = run.sched / "spool" / "replies" / f"{rid}.json"
+    before = reply.stat()
+    reply.write_text("garbage")
+    os.utime(reply, ns=(before.st_atime_ns, before.st_mtime_ns))  # even with an old mtime
+    run.start()
+    assert run.reply(rid)["outcome"] == "accepted"
+
+
+def test_a_compacted_journal_restarts_from_its_snapshot(make_run):
+    run = make_run()
+    env = {"PRAXIST_COMPACT_AFTER": "3"}
+    run.start(env)
+    ids = {tag: run.submit(request(tag)) for tag in ("snap-a", "snap-b", "snap-c")}
+    jobs = {tag: run.reply(rid)["job_id"] for tag, rid in ids.items()}
+    for job_id in jobs.values():
+        run.wait_state(job_id, "completed")
+    snapshot = read_json(run.sched / "journal" / "snapshot.json")
+    journal = (run.sched / "journal" / "journal.log").read_bytes().splitlines()
+    assert snapshot["journal_seq"] > 3 and len(journal) < 3
+    run.kill()
+    run.start(env)
+    again = run.reply(run.submit(request("snap-a")))  # known only from the snapshot
+    assert again["outcome"] == "duplicate" and again["job_id"] == jobs["snap-a"]
+    assert run.status()["counts"]["completed"] == 3
+    assert all(run.job(job_id)["exit_code"] == 0 for job_id in jobs.values())
+
+
+def test_a_journal_whose_snapshot_is_gone_is_refused(make_run):
+    run = make_run()
+    run.start({"PRAXIST_COMPACT_AFTER": "2"})
+    for tag in ("lost-a", "lost-b"):
+        run.wait_state(run.reply(run.submit(request(tag)))["job_id"], "completed")
+    run.kill()
+    (run.sched / "journal" / "snapshot.json").unlink()
+    run.start_raw()
+    assert run.proc.wait(timeout=15) != 0
+    log = (run.root.parent / f"coordinator-{run.root.name}.log").read_text()
+    assert "refusing to start" in log
+
+
 def test_torn_journal_tail_is_truncated_and_serving_resumes(run):
     job_id = run.reply(run.submit(request("before-tear")))["job_id"]
     run.wait_state(job_id, "completed")

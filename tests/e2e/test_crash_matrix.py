@@ -34,6 +34,13 @@ BASIC = [
     "effect.WriteGo.before", "effect.WriteGo.after", "effect.WriteGo.before:3",
     "status.before_write", "status.after_write:3",
 ]
+# With the journal compacted every few records, so snapshots are written (and
+# crashed in) throughout the scenario, and the restart reads snapshot + tail.
+COMPACTION = [
+    "snapshot.before_write", "snapshot.after_write", "snapshot.after_truncate",
+    "snapshot.after_write:3", "snapshot.after_truncate:2",
+]
+COMPACT_OFTEN = {"PRAXIST_COMPACT_AFTER": "4"}
 GENERATION = [
     "effect.WriteControlReply.before", "effect.WriteControlReply.after",
     "effect.DisposeControl.before", "effect.DisposeControl.after",
@@ -56,9 +63,9 @@ compute_budget:
 """
 
 
-def start_crashing(run, point: str) -> subprocess.Popen:
+def start_crashing(run, point: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A coordinator that dies at ``point``; unlike Run.start it may die before serving."""
-    return run.start_raw(env={"PRAXIST_CRASH_AT": point})
+    return run.start_raw(env={"PRAXIST_CRASH_AT": point, **(env or {})})
 
 
 def settle(run, tags, timeout=30.0):
@@ -88,13 +95,14 @@ def job_ids(run, ids):
     return {tag: run.reply(rid, timeout=30)["job_id"] for tag, rid in ids.items()}
 
 
-@pytest.mark.parametrize("point", BASIC)
-def test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp_path, point):
+@pytest.mark.parametrize("point, env", [(p, {}) for p in BASIC] +
+                         [(p, COMPACT_OFTEN) for p in COMPACTION])
+def test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp_path, point, env):
     run = make_run(task_text=TASK)
-    proc = start_crashing(run, point)
+    proc = start_crashing(run, point, env)
     ids = basic_scenario(run, tmp_path)
     assert proc.wait(timeout=30) == CRASH_EXIT, f"{point} was never reached"
-    run.start()
+    run.start(env)
     jobs = job_ids(run, ids)
     settle(run, jobs)
     outcome = {tag: run.job(job_id) for tag, job_id in jobs.items()}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -36,10 +37,10 @@ def started(tmp_path, name):
 
 def decoys(run, tmp_path):
     """Processes a careless stop would hit: same command line; look-alike environment."""
-    same_cmd = subprocess.Popen(["sh", "-c", "echo x; sleep 60"])
+    same_cmd = subprocess.Popen(["sh", "-c", "echo x; sleep 60"], start_new_session=True)
     env = {**os.environ, "PRAXIST_RUN_DIR": str(run.root) + "-other",
            "PRAXIST_EXPERIMENT_ATTEMPT_ID": "a1"}
-    same_env = subprocess.Popen(["sleep", "60"], env=env)
+    same_env = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
     return [same_cmd, same_env]
 
 
@@ -63,7 +64,7 @@ def test_stop_through_a_live_coordinator(make_run, tmp_path):
         assert all(p.poll() is None for p in bystanders)
     finally:
         for p in bystanders:
-            p.kill()
+            os.killpg(p.pid, signal.SIGKILL)  # the shell's sleep too
             p.wait()
 
 

@@ -1,0 +1,444 @@
+"""`praxist-fs simulate`: replay a job trace through the real scheduler core.
+
+A policy is judged on real arrival patterns before it meets a cluster, so the
+replay drives the very ``Scheduler`` the coordinator runs, with the events the
+daemon feeds it: a parsed request at the job's submit time, each launch the
+core decides, the shim's READY (the core answers GO), and the exit the trace's
+duration implies. The clock is virtual and jumps from one arrival or
+completion to the next; the GPUs are N idle H200-like devices in the
+documented fake inventory format, placed by the core's own per-device limits.
+
+What the replay neutralizes, because the trace says nothing about it: the
+concurrency cap (raised to the job count, so GPUs are the only constraint)
+and host pressure (one calm sample). Each trace job gets a generated profile:
+``gpus`` devices, exclusive unless the trace declares ``gpu_util_pct`` and
+``gpu_mem_gb`` (and placement is ``declared``). See docs/SIMULATE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import heapq
+import importlib.util
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .adapters.gpus import parse_fake_inventory
+from .config import load_policy
+from .core.effects import WriteReply
+from .core.events import AttemptObserved, CoordinatorStarted, HostSampled, RequestSeen
+from .core.observations import GpuSample, PressureSample
+from .core.policy import Policy, Profile
+from .core.request import NAME_EXPECTED, NAME_RE, parse_request
+from .core.scheduler import Scheduler
+from .core.states import JobState
+from .errors import BadRequest, PolicyError, PraxistError
+
+REQUIRED_COLUMNS = ("job_id", "submit_s", "duration_s", "gpus", "user")
+OPTIONAL_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
+PLACEMENTS = ("declared", "exclusive")
+H200_MIB = 143771            # what NVML reports for an H200 (fixtures/gpus/eight_h200.json)
+MAX_ETA_S = 365 * 86400      # the request's eta_s limit
+METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "gpu_utilization",
+           "preemptions")
+
+
+class TraceError(PraxistError):
+    """The trace file is wrong; the message names the file, line and column."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    job_id: str
+    submit_s: float
+    duration_s: float
+    gpus: int
+    user: str
+    gpu_util_pct: float | None = None
+    gpu_mem_gb: float | None = None
+
+
+# --- the trace ----------------------------------------------------------------
+
+
+def load_trace(path: str | Path, limit: int | None = None) -> list[TraceJob]:
+    """The trace's jobs in submission order (ties keep file order), the first ``limit``."""
+    source = str(path)
+    try:
+        with open(source, encoding="utf-8-sig", newline="") as handle:
+            rows = list(csv.reader(handle))
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    except csv.Error as exc:
+        raise TraceError(f"{source}: not CSV ({exc})") from None
+    if not rows:
+        raise TraceError(f"{source}: empty; expected a header: {','.join(REQUIRED_COLUMNS)}")
+    header = [name.strip() for name in rows[0]]
+    for name in header:
+        if name not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+            raise TraceError(f"{source} line 1: unknown column {name!r}; expected "
+                             + ", ".join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS))
+        if header.count(name) > 1:
+            raise TraceError(f"{source} line 1: column {name!r} appears twice")
+    missing = [name for name in REQUIRED_COLUMNS if name not in header]
+    if missing:
+        raise TraceError(f"{source} line 1: missing column {missing[0]!r} "
+                         f"(required: {', '.join(REQUIRED_COLUMNS)})")
+    jobs: list[TraceJob] = []
+    lines: dict[str, int] = {}
+    for line, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise TraceError(f"{source} line {line}: {len(row)} fields; the header has "
+                             f"{len(header)}")
+        job = _trace_job(dict(zip(header, (cell.strip() for cell in row))),
+                         f"{source} line {line}")
+        if job.job_id in lines:
+            raise TraceError(f"{source} line {line}: column job_id: {job.job_id!r} again "
+                             f"(first at line {lines[job.job_id]})")
+        lines[job.job_id] = line
+        jobs.append(job)
+    jobs.sort(key=lambda j: j.submit_s)  # stable: same-second jobs keep file order
+    return jobs[:limit] if limit is not None else jobs
+
+
+def _trace_job(cells: dict[str, str], where: str) -> TraceJob:
+    def fail(column: str, expected: str) -> TraceError:
+        return TraceError(f"{where}: column {column}: got {cells[column]!r}, expected {expected}")
+
+    def number(column: str, low: float, *, above: bool, high: float = math.inf) -> float:
+        try:
+            value = float(cells[column])
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if above else value >= low)
+                and value <= high):
+            raise fail(column, f"a number {'>' if above else '>='} {low:g}"
+                       + (f" and <= {high:g}" if high < math.inf else ""))
+        return value
+
+    for column in ("job_id", "user"):
+        if not NAME_RE.fullmatch(cells[column]):
+            raise fail(column, NAME_EXPECTED)
+    if not (cells["gpus"].isascii() and cells["gpus"].isdigit()) or int(cells["gpus"]) < 1:
+        raise fail("gpus", "an integer >= 1")
+    optional = {column: number(column, 0, above=True, high=100 if column == "gpu_util_pct"
+                               else math.inf) if cells.get(column) else None
+                for column in OPTIONAL_COLUMNS}
+    return TraceJob(job_id=cells["job_id"], submit_s=number("submit_s", 0, above=False),
+                    duration_s=number("duration_s", 0, above=True), gpus=int(cells["gpus"]),
+                    user=cells["user"], **optional)
+
+
+# --- one replay -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Result:
+    """One policy under one placement mode: the metrics and the curves behind them."""
+
+    policy: str
+    placement: str
+    gpus: int
+    jobs: int
+    completed: int
+    unrunnable: list[dict[str, str]]
+    mean_delay_s: float | None
+    p50_delay_s: float | None
+    p95_delay_s: float | None
+    mean_jct_s: float | None
+    gpu_utilization: float | None
+    preemptions: int
+    makespan_s: float | None
+    wall_s: float
+    series: list[tuple[float, int, float]] = field(repr=False)  # (t, queued, busy GPUs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "placement": self.placement, "gpus": self.gpus,
+                "jobs": self.jobs, "completed": self.completed,
+                **{name: getattr(self, name) for name in METRICS},
+                "makespan_s": self.makespan_s, "wall_s": round(self.wall_s, 3),
+                "unrunnable": self.unrunnable}
+
+
+def fake_inventory(count: int) -> GpuSample:
+    """``count`` idle H200s, through the same parser as ``serve --fake-gpus``."""
+    devices = [{"uuid": f"GPU-sim-{i}", "index": i, "name": "NVIDIA H200 (simulated)",
+                "memory_total_mib": H200_MIB} for i in range(count)]
+    return GpuSample(source="fake", devices=parse_fake_inventory(json.dumps({"devices": devices})))
+
+
+def profile_for(job: TraceJob, placement: str) -> Profile:
+    """The generated profile of a trace job: its GPU count, its declared share if any."""
+    util, mem = (job.gpu_util_pct, job.gpu_mem_gb) if placement == "declared" else (None, None)
+    name = f"sim-g{job.gpus}" + (f"-u{util:g}" if util is not None else "") + (
+        f"-m{mem:g}" if mem is not None else "")
+    return Profile(name=name, accelerator="gpu", gpu_count=job.gpus, gpu_utilization_pct=util,
+                   gpu_memory_gb=mem)
+
+
+def simulation_policy(policy: Policy, profiles: list[Profile], jobs: int) -> Policy:
+    """The policy with the trace's profiles added and no slot cap below the job count."""
+    cap = max(1, jobs, policy.min_concurrent_experiments)
+    return replace(policy, profiles={**policy.profiles, **{p.name: p for p in profiles}},
+                   initial_concurrent_experiments=cap, max_concurrent_experiments=cap)
+
+
+def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = "declared",
+           name: str = "default", eta_noise: float = 0.0, seed: int = 0) -> Result:
+    """Replay ``jobs`` (in submission order) on ``gpus`` simulated devices."""
+    started_wall = time.perf_counter()
+    too_big = [j for j in jobs if j.gpus > gpus]
+    runnable = [j for j in jobs if j.gpus <= gpus]
+    profiles = [profile_for(j, placement) for j in runnable]
+    policy = simulation_policy(policy, profiles, len(runnable))
+    sched = Scheduler(policy)
+    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="simulator",
+                                    boot_id="simulated"))
+    sched.handle(HostSampled(at=0.0, gpus=fake_inventory(gpus), pressure=PressureSample(
+        source="simulated", cpu=0.0, memory=0.0, io=0.0)))
+    rng = random.Random(seed)
+    by_core_id: dict[str, TraceJob] = {}
+    share: dict[str, float] = {}   # core job id -> GPUs of work it does while it runs
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    completions: list[tuple[float, int, str, str]] = []
+    series: list[tuple[float, int, float]] = []
+    busy, launches, nxt = 0.0, 0, 0
+    while nxt < len(runnable) or completions:
+        now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
+                  completions[0][0] if completions else math.inf)
+        while completions and completions[0][0] == now:  # free GPUs before arrivals take them
+            _, _, core_id, attempt_id = heapq.heappop(completions)
+            sched.handle(AttemptObserved(at=now, job_id=core_id, attempt_id=attempt_id,
+                                         alive=False, ready=True, go=True, exited=True,
+                                         exit_code=0, ended_at=now))
+            finish[core_id] = now
+            busy -= share[core_id]
+        while nxt < len(runnable) and runnable[nxt].submit_s == now:
+            job, profile = runnable[nxt], profiles[nxt]
+            core_id = _submit(sched, job, profile.name, now, eta_noise, rng)
+            by_core_id[core_id] = job
+            share[core_id] = job.gpus * (job.gpu_util_pct or 100.0) / 100
+            nxt += 1
+        for launch in sched.next_launches(now):
+            sched.handle(launch)
+            launches += 1
+            sched.handle(AttemptObserved(at=now, job_id=launch.job_id,
+                                         attempt_id=launch.attempt_id, alive=True, pid=launches,
+                                         pid_start=launches, boot_id="simulated", ready=True))
+            start[launch.job_id] = now
+            busy += share[launch.job_id]
+            heapq.heappush(completions, (now + by_core_id[launch.job_id].duration_s, launches,
+                                         launch.job_id, launch.attempt_id))
+        series.append((now, sched.count(JobState.QUEUED), busy))
+    sched.refresh_reasons()
+    unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "
+                   f"cluster has {gpus}"} for j in too_big]
+    unrunnable += [{"job_id": by_core_id[j.job_id].job_id,
+                    "reason": sched.pending.get(j.job_id, j.reason)} for j in sched.queued()]
+    return _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
+                   unrunnable, series, time.perf_counter() - started_wall)
+
+
+def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise: float,
+            rng: random.Random) -> str:
+    """One request file's bytes through ``parse_request``, as the spool would read them."""
+    eta = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
+    name = f"{job.job_id}.json"
+    data = json.dumps({"peer": job.user, "tag": job.job_id, "profile": profile,
+                       "argv": ["trace-job", job.job_id],
+                       "eta_s": min(eta, MAX_ETA_S)}).encode()
+    try:
+        request = parse_request(name, data)
+    except BadRequest as exc:
+        raise TraceError(f"job {job.job_id}: the core refuses its request: {exc}") from None
+    effects = sched.handle(RequestSeen(at=now, name=name, digest=hashlib.sha256(data).hexdigest(),
+                                       request_id=request.request_id, request=request))
+    reply = next(e.document for e in effects if isinstance(e, WriteReply))
+    if reply["outcome"] != "accepted":
+        raise TraceError(f"job {job.job_id}: the core answered {reply['outcome']}: "
+                         f"{reply['reason']}")
+    return reply["job_id"]
+
+
+def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[str, TraceJob],
+            share: dict[str, float], start: dict[str, float], finish: dict[str, float],
+            unrunnable: list[dict[str, str]], series: list[tuple[float, int, float]],
+            wall_s: float) -> Result:
+    done = sorted(finish)
+    delays = sorted(start[c] - by_core_id[c].submit_s for c in done)
+    jcts = [finish[c] - by_core_id[c].submit_s for c in done]
+    makespan = (max(finish.values()) - min(by_core_id[c].submit_s for c in done)
+                if done else None)
+    work = sum(share[c] * by_core_id[c].duration_s for c in done)
+    return Result(
+        policy=name, placement=placement, gpus=gpus, jobs=jobs, completed=len(done),
+        unrunnable=unrunnable,
+        mean_delay_s=sum(delays) / len(delays) if delays else None,
+        p50_delay_s=percentile(delays, 50), p95_delay_s=percentile(delays, 95),
+        mean_jct_s=sum(jcts) / len(jcts) if jcts else None,
+        gpu_utilization=work / (gpus * makespan) if makespan else None,
+        preemptions=0,  # the core does not preempt yet (R-POL-3); the column stays
+        makespan_s=makespan, wall_s=wall_s, series=series)
+
+
+def percentile(ordered: list[float], pct: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default) of a sorted list."""
+    if not ordered:
+        return None
+    pos = (len(ordered) - 1) * pct / 100
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+# --- output ---------------------------------------------------------------------
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def format_table(results: list[Result]) -> str:
+    header = (f"{'POLICY':14} {'PLACEMENT':9} {'JOBS':>6} {'DONE':>6} {'UNRUN':>5} "
+              f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} {'MEAN JCT':>10} "
+              f"{'GPU UTIL':>8} {'PREEMPT':>7} {'MAKESPAN':>10} {'WALL':>6}")
+    lines = [header]
+    for r in results:
+        util = "-" if r.gpu_utilization is None else f"{100 * r.gpu_utilization:.1f}%"
+        lines.append(
+            f"{r.policy[:14]:14} {r.placement:9} {r.jobs:>6} {r.completed:>6} "
+            f"{len(r.unrunnable):>5} {_duration(r.mean_delay_s):>10} "
+            f"{_duration(r.p50_delay_s):>10} {_duration(r.p95_delay_s):>10} "
+            f"{_duration(r.mean_jct_s):>10} {util:>8} {r.preemptions:>7} "
+            f"{_duration(r.makespan_s):>10} {r.wall_s:>5.1f}s")
+    for r in results:
+        for item in r.unrunnable[:5]:
+            lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "
+                         f"{item['reason']}")
+        if len(r.unrunnable) > 5:
+            lines.append(f"unrunnable ({r.policy}, {r.placement}): ... and "
+                         f"{len(r.unrunnable) - 5} more (--json lists them all)")
+    return "\n".join(lines)
+
+
+def write_plot(results: list[Result], path: str) -> None:
+    """Queue length and busy GPUs over time, one line per policy and placement."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    span = max((r.series[-1][0] for r in results if r.series), default=0.0)
+    scale, unit = (86400, "days") if span > 2 * 86400 else (3600, "hours")
+    figure, (queue_ax, busy_ax) = pyplot.subplots(2, 1, sharex=True, figsize=(11, 7))
+    for r in results:
+        times = [t / scale for t, _, _ in r.series]
+        label = f"{r.policy} / {r.placement}"
+        queue_ax.step(times, [q for _, q, _ in r.series], where="post", label=label)
+        busy_ax.step(times, [b for _, _, b in r.series], where="post", label=label)
+    busy_ax.axhline(results[0].gpus, color="grey", linestyle=":", label="GPUs")
+    queue_ax.set_ylabel("queued jobs")
+    busy_ax.set_ylabel("busy GPUs")
+    busy_ax.set_xlabel(f"{unit} since the first submission")
+    queue_ax.legend(loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+
+
+# --- the command ----------------------------------------------------------------
+
+
+def add_simulate_parser(sub: Any) -> None:
+    sim = sub.add_parser("simulate", help="replay a job trace through the scheduler core "
+                         "on a virtual clock and simulated GPUs")
+    sim.add_argument("--trace", required=True, metavar="FILE.csv",
+                     help="columns job_id,submit_s,duration_s,gpus,user "
+                     "[,gpu_util_pct,gpu_mem_gb]")
+    sim.add_argument("--gpus", required=True, type=int, metavar="N",
+                     help="simulated H200-like GPUs (one host)")
+    sim.add_argument("--policy", action="append", default=[], metavar="TASK.yaml",
+                     help="a task file to compare; repeat for more (default: the embedded "
+                     "seed contract)")
+    sim.add_argument("--placement", choices=(*PLACEMENTS, "both"), default="declared",
+                     help="declared: co-locate jobs by their declared share; exclusive: one "
+                     "job per GPU; both: side by side (default %(default)s)")
+    sim.add_argument("--speedup", type=float, default=1.0, metavar="X",
+                     help="divide submit times by X (X > 1 packs arrivals tighter and raises "
+                     "the load); durations are unchanged")
+    sim.add_argument("--eta-noise", type=float, default=0.0, metavar="SIGMA",
+                     help="request eta_s = duration x exp(N(0, SIGMA)) (default exact)")
+    sim.add_argument("--seed", type=int, default=0, help="seed of the ETA noise")
+    sim.add_argument("--limit", type=int, metavar="N", help="replay only the first N jobs")
+    sim.add_argument("--json", action="store_true",
+                     help="print the metrics per policy and placement as JSON")
+    sim.add_argument("--plot", metavar="OUT.png",
+                     help="queue length and busy GPUs over time (needs matplotlib: "
+                     "pip install 'praxist-fs[plot]')")
+    sim.set_defaults(func=cmd_simulate)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    problem = next((text for bad, text in (
+        (args.gpus < 1, "--gpus must be >= 1"),
+        (not (args.speedup > 0 and math.isfinite(args.speedup)), "--speedup must be > 0"),
+        (not (args.eta_noise >= 0 and math.isfinite(args.eta_noise)),
+         "--eta-noise must be >= 0"),
+        (args.limit is not None and args.limit < 1, "--limit must be >= 1"),
+        (args.plot and importlib.util.find_spec("matplotlib") is None,
+         "--plot needs matplotlib, which is not installed: pip install 'praxist-fs[plot]'"),
+    ) if bad), None)
+    if problem:
+        print(f"praxist-fs simulate: {problem}", file=sys.stderr)
+        return 2
+    try:
+        jobs = load_trace(args.trace, args.limit)
+        policies = [(_label(path, args.policy), load_policy(path))
+                    for path in args.policy or [None]]
+    except (TraceError, PolicyError) as exc:
+        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.speedup != 1:
+        jobs = [replace(j, submit_s=j.submit_s / args.speedup) for j in jobs]
+    placements = PLACEMENTS if args.placement == "both" else (args.placement,)
+    try:
+        results = [replay(jobs, gpus=args.gpus, policy=policy, placement=placement, name=name,
+                          eta_noise=args.eta_noise, seed=args.seed)
+                   for name, policy in policies for placement in placements]
+    except TraceError as exc:
+        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"trace": args.trace, "gpus": args.gpus, "jobs": len(jobs),
+                          "results": [r.to_dict() for r in results]}, indent=2))
+    else:
+        print(format_table(results))
+    if args.plot:
+        write_plot(results, args.plot)
+        print(f"praxist-fs simulate: plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _label(path: str | None, paths: list[str]) -> str:
+    """A policy's name in the table: its file name, or its path when two share a name."""
+    if path is None:
+        return "default"
+    stem = Path(path).stem
+    return stem if sum(Path(p).stem == stem for p in paths) == 1 else path

@@ -1,0 +1,251 @@
+"""`praxist-fs simulate`: hand-made traces with delays worked out by hand, trace errors,
+the JSON contract, and a prefix of the real Philly trace against a reference model."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from praxist_fs import simulate
+from praxist_fs.cli import main
+from praxist_fs.config import load_policy
+from praxist_fs.errors import PolicyError
+from praxist_fs.simulate import TraceError, load_trace, percentile, replay
+
+ROOT = Path(__file__).resolve().parents[1]
+PHILLY = ROOT.parent / "shared" / "traces" / "trace_philly.csv"
+FCFS = ROOT / "fixtures" / "policies" / "fcfs.yaml"
+BACKFILL = ROOT / "fixtures" / "policies" / "backfill.yaml"
+HEADER = "job_id,submit_s,duration_s,gpus,user"
+FRACTIONAL_HEADER = HEADER + ",gpu_util_pct,gpu_mem_gb"
+
+
+def trace(tmp_path: Path, *lines: str, header: str = HEADER) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join((header, *lines)) + "\n")
+    return path
+
+
+def run(path: Path, gpus: int, placement: str = "declared", policy_override=None):
+    policy = replace(load_policy(None), **(policy_override or {}))
+    return replay(load_trace(path), gpus=gpus, policy=policy, placement=placement)
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(["simulate", "--json", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_third_job_waits_for_the_first_free_gpu(tmp_path):
+    path = trace(tmp_path, "a,0,10,1,alice", "b,0,20,1,bob", "c,0,30,1,alice")
+    r = run(path, gpus=2)
+    assert (r.completed, r.unrunnable, r.preemptions) == (3, [], 0)
+    assert r.mean_delay_s == pytest.approx(10 / 3)       # delays 0, 0, 10
+    assert (r.p50_delay_s, r.p95_delay_s) == (0, pytest.approx(9.0))
+    assert r.mean_jct_s == pytest.approx((10 + 20 + 40) / 3)
+    assert r.makespan_s == 40
+    assert r.gpu_utilization == pytest.approx(60 / (2 * 40))
+
+
+def test_a_multi_gpu_job_waits_for_enough_idle_devices(tmp_path):
+    path = trace(tmp_path, "a,0,10,1,u", "b,5,10,2,u", "c,6,4,1,u")
+    r = run(path, gpus=2)
+    # b needs both GPUs and waits; c, younger, is not blocked by it: it takes the free
+    # GPU at 6 and ends at 10 with a, when b starts.
+    assert r.mean_delay_s == pytest.approx((0 + 5 + 0) / 3)
+    assert r.makespan_s == 20
+
+
+def test_fractional_jobs_share_a_gpu_only_in_declared_mode(tmp_path):
+    path = trace(tmp_path, "a,0,100,1,u,40,20", "b,0,100,1,u,40,20", header=FRACTIONAL_HEADER)
+    declared = run(path, gpus=1, placement="declared")
+    exclusive = run(path, gpus=1, placement="exclusive")
+    assert (declared.mean_delay_s, declared.makespan_s) == (0, 100)
+    assert declared.gpu_utilization == pytest.approx(2 * 0.4 * 100 / 100)
+    assert (exclusive.mean_delay_s, exclusive.makespan_s) == (50, 200)
+    assert exclusive.gpu_utilization == pytest.approx(2 * 0.4 * 100 / 200)
+
+
+def test_declared_shares_respect_the_per_device_limits(tmp_path):
+    # 60% + 60% > 100%: the second waits although memory would fit.
+    path = trace(tmp_path, "a,0,10,1,u,60,10", "b,0,10,1,u,60,10", header=FRACTIONAL_HEADER)
+    assert run(path, gpus=1).mean_delay_s == 5
+
+
+def test_jobs_that_cannot_run_are_reported_not_hung(tmp_path):
+    path = trace(tmp_path, "small,0,10,1,u,,", "huge,0,10,4,u,,", "fat,1,10,1,u,10,200",
+                 header=FRACTIONAL_HEADER)
+    r = run(path, gpus=2)
+    assert r.completed == 1
+    reasons = {item["job_id"]: item["reason"] for item in r.unrunnable}
+    assert reasons["huge"] == "needs 4 GPUs; the simulated cluster has 2"
+    assert reasons["fat"].startswith("gpu memory: no device with 200 GiB headroom")
+
+
+def test_speedup_packs_arrivals_tighter(tmp_path, capsys):
+    path = trace(tmp_path, "a,0,10,1,u", "b,10,10,1,u")
+    assert run_json(capsys, "--trace", str(path), "--gpus", "1")["results"][0][
+        "mean_delay_s"] == 0
+    doc = run_json(capsys, "--trace", str(path), "--gpus", "1", "--speedup", "2")
+    assert doc["results"][0]["mean_delay_s"] == 2.5   # b arrives at 5, starts at 10
+
+
+def test_json_has_every_metric_per_policy_and_placement(tmp_path, capsys):
+    path = trace(tmp_path, "a,0,10,1,u", "b,3,10,2,v")
+    doc = run_json(capsys, "--trace", str(path), "--gpus", "2", "--placement", "both",
+                   "--policy", str(FCFS), "--eta-noise", "0.5")
+    assert (doc["gpus"], doc["jobs"]) == (2, 2)
+    assert [(r["policy"], r["placement"]) for r in doc["results"]] == [
+        ("fcfs", "declared"), ("fcfs", "exclusive")]
+    for result in doc["results"]:
+        assert {"mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "gpu_utilization",
+                "preemptions"} <= set(result)
+        assert result["preemptions"] == 0 and result["completed"] == 2
+
+
+def test_table_names_policies_and_unrunnable_jobs(tmp_path, capsys):
+    path = trace(tmp_path, "a,0,10,1,u", "b,0,10,3,v")
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--policy", str(FCFS)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["POLICY", "PLACEMENT", "JOBS"]
+    assert out.splitlines()[1].split()[:5] == ["fcfs", "declared", "2", "1", "1"]
+    assert "unrunnable (fcfs, declared): job b: needs 3 GPUs" in out
+
+
+def test_limit_takes_the_earliest_submissions(tmp_path):
+    path = trace(tmp_path, "late,50,1,1,u", "early,0,1,1,u", "mid,7,1,1,u")
+    assert [j.job_id for j in load_trace(path, limit=2)] == ["early", "mid"]
+
+
+@pytest.mark.parametrize("lines, message", [
+    ((), "empty; expected a header"),
+    (("job_id,submit_s,duration_s,gpus", "a,0,1,1"), "line 1: missing column 'user'"),
+    ((HEADER + ",gpu_util", "a,0,1,1,u,5"), "line 1: unknown column 'gpu_util'"),
+    ((HEADER, "a,0,1,1.5,u"), "line 2: column gpus: got '1.5', expected an integer >= 1"),
+    ((HEADER, "a,0,1,0,u"), "line 2: column gpus: got '0'"),
+    ((HEADER, "a,0,1,1,u", "b,x,1,1,u"), "line 3: column submit_s: got 'x', expected a number"),
+    ((HEADER, "a,0,0,1,u"), "line 2: column duration_s: got '0', expected a number > 0"),
+    ((HEADER, "a,0,nan,1,u"), "line 2: column duration_s: got 'nan'"),
+    ((HEADER, "a,inf,1,1,u"), "line 2: column submit_s: got 'inf', expected a number >= 0"),
+    ((HEADER, "a,0,1,\u00b2,u"), "line 2: column gpus: got '\u00b2'"),
+    ((HEADER, "a,0,1,1"), "line 2: 4 fields; the header has 5"),
+    ((HEADER, "a,0,1,1,u", "a,2,1,1,u"), "line 3: column job_id: 'a' again (first at line 2)"),
+    ((HEADER, "a,0,1,1,../etc"), "line 2: column user: got '../etc'"),
+    ((FRACTIONAL_HEADER, "a,0,1,1,u,150,10"), "line 2: column gpu_util_pct: got '150', "
+                                             "expected a number > 0 and <= 100"),
+])
+def test_bad_traces_name_the_line_and_column(tmp_path, capsys, lines, message):
+    path = tmp_path / "bad.csv"
+    path.write_text("\n".join(lines) + "\n" if lines else "")
+    with pytest.raises(TraceError) as caught:
+        load_trace(path)
+    assert str(caught.value).startswith(str(path)) and message in str(caught.value)
+    assert main(["simulate", "--trace", str(path), "--gpus", "1"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreadable_trace_and_bad_flags_exit_2(tmp_path, capsys):
+    assert main(["simulate", "--trace", str(tmp_path / "none.csv"), "--gpus", "1"]) == 2
+    assert "none.csv: cannot read" in capsys.readouterr().err
+    path = trace(tmp_path, "a,0,1,1,u")
+    for flags, problem in ((["--gpus", "0"], "--gpus must be >= 1"),
+                           (["--gpus", "1", "--speedup", "0"], "--speedup must be > 0"),
+                           (["--gpus", "1", "--limit", "0"], "--limit must be >= 1")):
+        assert main(["simulate", "--trace", str(path), *flags]) == 2
+        assert problem in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    real = simulate.importlib.util.find_spec
+    monkeypatch.setattr(simulate.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    path = trace(tmp_path, "a,0,1,1,u")
+    assert main(["simulate", "--trace", str(path), "--gpus", "1", "--plot",
+                 str(tmp_path / "out.png")]) == 2
+    assert "pip install 'praxist-fs[plot]'" in capsys.readouterr().err
+    assert not (tmp_path / "out.png").exists()
+
+
+def test_plot_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the [plot] extra is not installed")
+    path = trace(tmp_path, "a,0,10,1,u", "b,0,10,1,u", "c,5,10,2,u")
+    out = tmp_path / "out.png"
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--placement", "both",
+                 "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_percentile_interpolates_between_ranks():
+    assert percentile([], 50) is None
+    assert percentile([7.0], 95) == 7.0
+    assert percentile([0.0, 10.0, 20.0, 30.0], 50) == 15.0
+
+
+def reference_starts(jobs, gpus: int) -> dict[str, float]:
+    """The current core's rule for whole-GPU jobs, written independently: at each arrival
+    or completion, walk the queue oldest first and start every job that fits."""
+    free, queue, running, starts = gpus, [], [], {}
+    pending = sorted(jobs, key=lambda j: j.submit_s)
+    i = 0
+    while i < len(pending) or running:
+        now = min([end for end, _ in running] + ([pending[i].submit_s] if i < len(pending)
+                                                 else []))
+        for end, job in [r for r in running if r[0] == now]:
+            running.remove((end, job))
+            free += job.gpus
+        while i < len(pending) and pending[i].submit_s == now:
+            queue.append(pending[i])
+            i += 1
+        for job in list(queue):
+            if job.gpus <= free:
+                free -= job.gpus
+                queue.remove(job)
+                starts[job.job_id] = now
+                running.append((now + job.duration_s, job))
+    return starts
+
+
+@pytest.mark.skipif(not PHILLY.exists(), reason="../shared/traces is not checked out")
+def test_philly_prefix_matches_the_reference_model():
+    """2,000 real jobs (up to 8 GPUs) on 64 GPUs: every start time as the reference says.
+    The full 15,000-job replay is bench/bench_simulate.py (minutes; see docs/SIMULATE.md)."""
+    jobs = load_trace(PHILLY, limit=2000)
+    began = time.perf_counter()
+    result = replay(jobs, gpus=64, policy=load_policy(FCFS), name="fcfs")
+    assert time.perf_counter() - began < 30
+    assert (result.completed, result.unrunnable) == (2000, [])
+    starts = reference_starts(jobs, 64)
+    delays = sorted(starts[j.job_id] - j.submit_s for j in jobs)
+    assert result.mean_delay_s == pytest.approx(sum(delays) / len(delays))
+    assert result.p95_delay_s == pytest.approx(percentile(delays, 95))
+    assert 0 < result.gpu_utilization <= 1
+
+
+def test_backfill_keeps_its_reservation_where_fcfs_lets_younger_work_pass(tmp_path):
+    pytest.importorskip("praxist_fs.core.pickers",
+                        reason="needs the picker framework (core/pickers.py), not merged yet")
+    path = trace(tmp_path, "a,0,100,1,u", "b,1,50,2,v", "c,2,10,1,w", "d,3,200,1,w")
+    fcfs, backfill = (run(path, gpus=2, policy_override={"job_picker": picker})
+                      for picker in ("fcfs", "backfill"))
+    # fcfs: d takes the GPU c frees at 12 and b, needing both, waits until 212.
+    assert (fcfs.mean_delay_s, fcfs.makespan_s) == ((0 + 211 + 0 + 9) / 4, 262)
+    # backfill: b is reserved for 100 (when a ends); c fits before it, d would delay it.
+    assert (backfill.mean_delay_s, backfill.makespan_s) == ((0 + 99 + 0 + 147) / 4, 350)
+
+
+def test_backfill_task_file_replays_the_philly_prefix():
+    pytest.importorskip("praxist_fs.core.pickers",
+                        reason="needs the picker framework (core/pickers.py), not merged yet")
+    try:
+        policy = load_policy(BACKFILL)
+    except PolicyError as exc:
+        if not exc.key_path.endswith(".queues"):
+            raise
+        pytest.skip(f"the task file's queues block is not read by config.py yet ({exc})")
+    jobs = load_trace(PHILLY, limit=500)
+    result = replay(jobs, gpus=64, policy=policy, name="backfill")
+    assert (result.completed, result.unrunnable) == (500, [])
