@@ -35,7 +35,7 @@ from praxist_fs.core.events import (
 )
 from praxist_fs.core.request import parse_request
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.snapshot import capture
+from praxist_fs.core.snapshot import dump
 
 PEER = "bench"
 COMMIT_EVERY = 4096  # records per group commit while building
@@ -154,15 +154,14 @@ def replay_in_process(run_dir: Path) -> dict:
 
 
 def compact_run(run_dir: Path) -> dict:
-    """Compact a built run as the coordinator does: the replayed state as snapshot.json,
+    """Compact a built run as the coordinator does: the replayed state as snapshot.jsonl,
     then an empty journal (the clean-stop marker keeps vouching for the same seq)."""
     layout = RunLayout.at(run_dir)
     journal = Journal(layout.journal)
     sched = Scheduler()
     for record in journal.records:
         sched.handle(from_record(record))
-    data = json.dumps({"journal_seq": journal.seq, "scheduler": capture(sched)},
-                      separators=(",", ":")).encode()
+    data = b"".join(dump(sched, journal.seq))
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)
     journal.compact()

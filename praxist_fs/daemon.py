@@ -11,7 +11,6 @@ sees into events, and for every batch: ``Scheduler.handle`` -> journal append
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import selectors
@@ -25,7 +24,9 @@ from typing import Any
 from .adapters import fence, launcher, procs, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
-from .adapters.fsio import dumps, fsync_dir, read_json, unlink, write_atomic, write_json
+from .adapters.fsio import (
+    dumps, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+)
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.journal import Journal
@@ -49,7 +50,7 @@ from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
 from .core.scheduler import Scheduler
-from .core.snapshot import capture, restore
+from .core.snapshot import SnapshotError, dump, load
 from .core.states import JobState
 from .core.status import render_status
 from .errors import BadRequest, JournalCorrupt
@@ -59,7 +60,7 @@ log = logging.getLogger("praxist_fs")
 RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4)
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
 SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
-QUIET_SECONDS = 5.0       # sample, rescan and reconcile cadence while nothing waits, runs or may be woken
+QUIET_SECONDS = 5.0       # those three cadences while nothing waits, runs or may be woken
 REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
 COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
@@ -84,6 +85,7 @@ class Coordinator:
         self._watched: set[int] = set()
         self.sched = Scheduler()
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
+        self.warm: launcher.WarmShim | None = None  # the next attempt's shim, already started
         self.pidfds: dict[AttemptKey, int] = {}
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
@@ -173,6 +175,8 @@ class Coordinator:
         if self.observer is not None:
             self.observer.stop()
             self.observer.join(timeout=5)
+        if self.warm is not None:
+            self.warm.dismiss()
         if hasattr(self, "inventory"):
             self.inventory.close()
         for handle in self.handles.values():
@@ -202,6 +206,7 @@ class Coordinator:
                 log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
                 break
             self._launch()
+            self._keep_warm()
             self._process(self.sched.due(time.time()))
             self._process(list(self.sched.next_grants(time.time())))
             self._publish_claims()
@@ -238,6 +243,16 @@ class Coordinator:
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             if self.journal.tail >= self.compact_after:
                 self._compact()
+
+    def _keep_warm(self) -> None:
+        """Start the next attempt's shim before it is needed (not for a stopped run), once
+        no attempt waits for its GO: its start-up then overlaps commands, not launches."""
+        if self.warm is None and not self.sched.stopped and \
+                all(handle.go_fd is None for handle in self.handles.values()):
+            try:
+                self.warm = launcher.prestart(self.layout)
+            except OSError as exc:  # launches fall back to starting their own shim
+                log.warning("could not start a shim ahead of need: %s", exc)
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,
@@ -525,7 +540,7 @@ class Coordinator:
         if isinstance(effect, WriteJob):
             self._write_job(effect)
         elif isinstance(effect, WriteReply):
-            write_json(self.layout.reply(effect.request_id), effect.document)
+            write_json(self.layout.reply(effect.request_id), effect.document, sync=False)
             job = self.sched.jobs.get(effect.document["job_id"] or "")
             if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
                     (job is not None and job.state.terminal):
@@ -543,7 +558,8 @@ class Coordinator:
         elif isinstance(effect, TerminateAttempts):
             self._terminate(effect.attempts)
         elif isinstance(effect, WriteControlReply):
-            write_json(self.layout.control_replies / f"{effect.request_id}.json", effect.document)
+            write_json(self.layout.control_replies / f"{effect.request_id}.json",
+                       effect.document, sync=False)
         elif isinstance(effect, DisposeControl):
             if effect.error is None:
                 unlink(self.layout.control / effect.name)
@@ -554,7 +570,7 @@ class Coordinator:
             self.layout.create_generation(effect.generation)
             self._watch_generation(effect.generation)
             write_json(self.layout.generation_file(effect.generation, effect.kind, effect.name),
-                       effect.document)
+                       effect.document, sync=False)
         elif isinstance(effect, ConsumeDecline):
             unlink(self.layout.idle(effect.generation) / effect.name)
         else:
@@ -562,7 +578,8 @@ class Coordinator:
         return []
 
     def _write_job(self, effect: WriteJob) -> None:
-        write_json(self.layout.job_file(effect.directory, effect.job_id), effect.document)
+        write_json(self.layout.job_file(effect.directory, effect.job_id), effect.document,
+                   sync=False)
         self._remove_stale_copies(effect)
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
@@ -577,7 +594,8 @@ class Coordinator:
         try:
             env = self.vault.reveal(effect.metadata["request_id"],
                                     launcher.attempt_environment(self.layout, effect))
-            handle = launcher.spawn(self.layout, effect, env)
+            warm, self.warm = self.warm, None
+            handle = launcher.spawn(self.layout, effect, env, warm)
         except OSError as exc:
             return AttemptObserved(at=time.time(), job_id=effect.job_id,
                                    attempt_id=effect.attempt_id, alive=False, exited=True,
@@ -620,17 +638,17 @@ class Coordinator:
     def _restore_snapshot(self) -> int:
         """The scheduler as the last compaction left it, and the journal seq it covers."""
         try:
-            with open(self.layout.snapshot, "rb") as handle:
-                data = handle.read()
+            handle = open(self.layout.snapshot, "rb")
         except FileNotFoundError:
             return 0
-        try:
-            doc = json.loads(data)
-            seq, self.sched = doc["journal_seq"], restore(doc["scheduler"])
-        except (ValueError, KeyError, TypeError) as exc:  # SnapshotError is a ValueError
-            raise JournalCorrupt(
-                f"{self.layout.snapshot}: {exc}; refusing to start. If journal.log still "
-                "begins at seq 1, moving the snapshot aside replays the whole history") from None
+        with handle:
+            try:
+                seq, self.sched = load(handle)
+            except SnapshotError as exc:
+                raise JournalCorrupt(
+                    f"{self.layout.snapshot}: {exc}; refusing to start. If journal.log still "
+                    "begins at seq 1, moving the snapshot aside replays the whole history"
+                ) from None
         if not isinstance(seq, int) or seq < 0:
             raise JournalCorrupt(f"{self.layout.snapshot}: journal_seq {seq!r} is not a count")
         return seq
@@ -640,11 +658,9 @@ class Coordinator:
         journal: a start then reads the snapshot and a short tail, not the whole history.
         Runs between loop turns, when every handled event is committed."""
         self.journal.commit()
-        document = {"journal_seq": self.journal.seq, "scheduler": capture(self.sched)}
+        data = b"".join(dump(self.sched, self.journal.seq))
         reach("snapshot.before_write")
-        write_atomic(self.layout.snapshot, json.dumps(document, separators=(",", ":"),
-                                                      ensure_ascii=False).encode(
-            "utf-8", "backslashreplace"), durable=True, mode=0o600)
+        write_atomic(self.layout.snapshot, data, durable=True, mode=0o600)
         reach("snapshot.after_write")
         self.journal.compact()
         reach("snapshot.after_truncate")
@@ -652,9 +668,9 @@ class Coordinator:
 
     def _mark_clean_stop(self) -> None:
         """Every effect of every journaled event was carried out: make the derived files
-        durable, then say so, so that the next start need not read them all back."""
-        for directory in self._derived_directories():
-            fsync_dir(directory)
+        (written without fsync) durable, then say so, so that the next start need not
+        read them all back."""
+        sync_all()
         write_json(self.layout.clean_stop, {"journal_seq": self.journal.seq,
                                            "views_durable_ns": time.time_ns()}, durable=True)
 
@@ -671,10 +687,6 @@ class Coordinator:
             return None
         durable_ns = marker.get("views_durable_ns")
         return durable_ns if isinstance(durable_ns, int) else None
-
-    def _derived_directories(self) -> list[Path]:
-        return [self.layout.replies, self.layout.control_replies,
-                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
 
     def _repair_views(self, durable_ns: int | None) -> None:
         """Job files and replies are derived: rewrite any that disagree with the journal.
@@ -740,7 +752,7 @@ class Coordinator:
         for effect in self.sched.reason_updates():  # pending reasons, at status cadence
             self._execute(effect)
         reach("status.before_write")
-        write_json(self.layout.status, render_status(self.sched, now, runtime, reports))
+        write_json(self.layout.status, render_status(self.sched, now, runtime, reports), sync=False)
         reach("status.after_write")
         self._status_version, self._status_at = self._status_stamp(), now
 

@@ -36,8 +36,9 @@ def _alive(pid, start) -> bool:
 
 def check_journal(path: Path) -> list[str]:
     """Intact, consecutive records, starting no later than right after the snapshot beside it."""
-    snapshot = _json(path.parent / "snapshot.json")
-    covered = snapshot["journal_seq"] if snapshot is not None else 0
+    snapshot = path.parent / "snapshot.jsonl"  # its first line is a header naming the seq
+    covered = json.loads(snapshot.read_bytes().split(b"\n", 1)[0])["journal_seq"] \
+        if snapshot.exists() else 0
     problems, expected = [], None
     for line in path.read_bytes().splitlines():
         seq, crc, payload = line.split(b" ", 2)

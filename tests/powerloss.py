@@ -94,6 +94,11 @@ class Model:
             self.live[path] = None
         elif op == "fsync_dir":
             self._sync_directory(path, set(record["names"]))
+        elif op == "sync":  # sync(2): every file and every directory entry, as it stands
+            for node in self.live.values():
+                if node is not None:
+                    node.synced = node.data
+            self.durable.update(self.live)
         else:
             raise ValueError(f"unknown ledger op {op!r}")
 

@@ -128,11 +128,15 @@ def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
-                 mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync)."""
+                 sync: bool = True, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync).
+
+    ``sync=False`` skips the fsync of the content: only for derived files that the
+    journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
+    reader still never sees a half-written file; a power cut may leave it empty."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_counter)}.tmp")
-    _create(tmp, data, mode, sync=True)
+    _create(tmp, data, mode, sync=sync)
     rename(tmp, path)
     if durable:
         fsync_dir(path.parent)
@@ -187,8 +191,16 @@ def dumps(document: Any) -> bytes:
 
 
 def write_json(path: str | os.PathLike, document: Any, *, durable: bool = False,
-               mode: int = 0o644) -> None:
-    write_atomic(path, dumps(document), durable=durable, mode=mode)
+               sync: bool = True, mode: int = 0o644) -> None:
+    write_atomic(path, dumps(document), durable=durable, sync=sync, mode=mode)
+
+
+def sync_all() -> None:
+    """Everything written so far reaches the disk (sync(2)): how a clean stop makes the
+    derived files it wrote without fsync durable before vouching for them."""
+    os.sync()
+    if _ledger is not None:
+        _record("sync", "/")
 
 
 def read_json(path: str | os.PathLike) -> Any | None:

@@ -57,7 +57,7 @@ class RunLayout:
     @property
     def snapshot(self) -> Path:
         """The scheduler state the journal had built when it was last compacted."""
-        return self.journal_dir / "snapshot.json"
+        return self.journal_dir / "snapshot.jsonl"
 
     @property
     def clean_stop(self) -> Path:

@@ -2,7 +2,10 @@
 
 Run as ``python -S shim.py ATTEMPT_DIR GO_FD STATUS_FD`` in a new session, so
 a peer's sitecustomize cannot run here (the launcher imports this file with
-``python -S -c`` and calls ``main()`` instead, so that its bytecode is cached).
+``python -S -c`` and calls ``main()`` instead, so that its bytecode is cached),
+or ahead of need as ``--warm ATTEMPTS_DIR CONTROL_FD GO_FD STATUS_FD``: started
+and waiting before there is an attempt, it is told its attempt directory (under
+ATTEMPTS_DIR, which also shows in ``ps`` whose shim it is) on CONTROL_FD.
 It writes READY (its own identity), waits until the coordinator writes GO (the
 intent, pid and allocation are journaled by then), runs the command with the
 submitted environment, and records the exit durably in exit.json, which
@@ -300,10 +303,44 @@ def reap_orphans():
 
 
 def main():
-    attempt_dir, go_fd, status_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     for signum in CAUGHT:
         # The group's signals reach the command directly; we stay to record its exit.
         _signal.signal(signum, lambda *_: None)
+    if sys.argv[1] == "--warm":
+        attempt_dir = wait_for_attempt(sys.argv[2], int(sys.argv[3]))
+        if attempt_dir is None:
+            return 0  # the coordinator went away before it needed us
+        go_fd, status_fd = int(sys.argv[4]), int(sys.argv[5])
+    else:
+        attempt_dir, go_fd, status_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    return serve(attempt_dir, go_fd, status_fd)
+
+
+def wait_for_attempt(attempts, control_fd):
+    """A warm shim, started ahead of need: block until the coordinator names our attempt
+    (its directory under ``attempts``, one line), then become that attempt's shim as if
+    started for it. None when the pipe closes first, or names a directory elsewhere.
+    Python start-up is then off the launch path."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = posix.read(control_fd, 4096)
+        if not chunk:
+            return None
+        data += chunk
+    posix.close(control_fd)
+    attempt_dir = data[:-1].decode("utf-8", "surrogateescape")
+    if not attempt_dir.startswith(attempts + "/"):
+        return None
+    posix.chdir(attempt_dir)
+    log = posix.open(attempt_dir + "/shim.log",
+                     posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC, 0o644)
+    posix.dup2(log, 1)
+    posix.dup2(log, 2)
+    posix.close(log)
+    return attempt_dir
+
+
+def serve(attempt_dir, go_fd, status_fd):
     spec_path = attempt_dir + "/spec.marshal"
     if exists(attempt_dir + "/ABORT"):
         try:

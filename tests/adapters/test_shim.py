@@ -24,13 +24,13 @@ def layout(tmp_path):
     return layout
 
 
-def spawn(layout, tmp_path, body="echo started", env=None, gpus=()):
+def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
     marker = tmp_path / "marker"
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,
                           command=f"touch {marker}; {body}", cwd=str(tmp_path),
                           env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=gpus,
                           metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir("job-1", "a1"), marker
 
 
@@ -99,6 +99,54 @@ def test_command_runs_in_a_new_session_under_the_shim(layout, tmp_path):
     sid, pgid = map(int, out.read_text().split())
     assert sid == pgid == handle.popen.pid != os.getsid(0)
     handle.close()
+
+
+def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path):
+    warm = launcher.prestart(layout)
+    out = tmp_path / "ids"
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm,
+                                        body=f"ps -o sid=,pgid= -p $$ > {out}; exit 4")
+    assert handle.popen.pid == warm.handle.popen.pid  # no new process was started
+    ready = wait_for(lambda: read_json(attempt_dir / "READY"))
+    assert ready["pid"] == handle.popen.pid and not marker.exists()
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    assert handle.popen.wait(timeout=15) == 0
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 4 and marker.exists()
+    sid, pgid = map(int, out.read_text().split())
+    assert sid == pgid == handle.popen.pid != os.getsid(0)  # its own session, as a cold one
+    handle.close()
+
+
+def test_a_warm_shim_nobody_needs_exits_when_dismissed(layout):
+    warm = launcher.prestart(layout)
+    pid = warm.handle.popen.pid
+    warm.dismiss()
+    assert warm.handle.popen.returncode == 0
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_a_dead_warm_shim_is_replaced_by_a_new_one(layout, tmp_path):
+    warm = launcher.prestart(layout)
+    warm.handle.popen.kill()
+    warm.handle.popen.wait()
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm)
+    assert handle.popen.pid != warm.handle.popen.pid
+    go_and_wait(handle, attempt_dir)
+    assert marker.exists()
+
+
+def test_a_warm_shim_runs_nothing_outside_its_runs_attempts(layout, tmp_path):
+    warm = launcher.prestart(layout)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "spec.marshal").write_bytes(marshal.dumps({"argv": ["touch", "x"]}))
+    os.write(warm.control_fd, os.fsencode(elsewhere) + b"\n")
+    assert warm.handle.popen.wait(timeout=15) == 0
+    assert not (elsewhere / "READY").exists()
+    os.close(warm.control_fd)
+    warm.handle.close()
 
 
 def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.snapshot import FORMAT, SnapshotError, capture, restore
+from praxist_fs.core.snapshot import FORMAT, SnapshotError, capture, dump, load, restore
 
 from .test_simulation import replay, run_seed
 
@@ -41,6 +41,18 @@ def test_a_snapshot_and_the_tail_replay_to_the_same_state(seed):
         for record in journal[cut:]:
             restored.handle(from_record(_through_json(record)))
         assert _state(restored) == whole, f"seed {seed}: cut at record {cut}"
+
+
+def test_the_snapshot_file_reads_back_line_by_line():
+    sched = replay(run_seed(4, 300).journal)
+    lines = b"".join(dump(sched, 1234)).splitlines(keepends=True)
+    assert len(lines) == 1 + len(sched.jobs) + len(sched.replies)
+    seq, restored = load(iter(lines))
+    assert seq == 1234 and _state(restored) == _state(sched)
+    with pytest.raises(SnapshotError, match="damaged"):
+        load(iter(lines[:-1]))  # a reply short
+    with pytest.raises(SnapshotError, match="lines after the last reply"):
+        load(iter([*lines, lines[-1]]))
 
 
 def test_a_restored_scheduler_captures_to_the_same_document():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -139,7 +140,8 @@ def test_a_compacted_journal_restarts_from_its_snapshot(make_run):
     jobs = {tag: run.reply(rid)["job_id"] for tag, rid in ids.items()}
     for job_id in jobs.values():
         run.wait_state(job_id, "completed")
-    snapshot = read_json(run.sched / "journal" / "snapshot.json")
+    header = (run.sched / "journal" / "snapshot.jsonl").read_bytes().split(b"\n", 1)[0]
+    snapshot = json.loads(header)
     journal = (run.sched / "journal" / "journal.log").read_bytes().splitlines()
     assert snapshot["journal_seq"] > 3 and len(journal) < 3
     run.kill()
@@ -156,7 +158,7 @@ def test_a_journal_whose_snapshot_is_gone_is_refused(make_run):
     for tag in ("lost-a", "lost-b"):
         run.wait_state(run.reply(run.submit(request(tag)))["job_id"], "completed")
     run.kill()
-    (run.sched / "journal" / "snapshot.json").unlink()
+    (run.sched / "journal" / "snapshot.jsonl").unlink()
     run.start_raw()
     assert run.proc.wait(timeout=15) != 0
     log = (run.root.parent / f"coordinator-{run.root.name}.log").read_text()

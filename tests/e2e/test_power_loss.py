@@ -58,7 +58,9 @@ def journal_records(run):
     journal = run.sched / "journal"
     lines = {int(line.split(b" ", 1)[0]): line
              for line in (journal / "journal.log").read_bytes().splitlines()}
-    return lines, (read_json(journal / "snapshot.json") or {}).get("journal_seq", 0)
+    snapshot = journal / "snapshot.jsonl"
+    header = snapshot.read_bytes().split(b"\n", 1)[0] if snapshot.exists() else b"{}"
+    return lines, json.loads(header).get("journal_seq", 0)
 
 
 def assert_nothing_acknowledged_was_lost(run, seen, journal):
