@@ -237,6 +237,7 @@ def test_backfill_keeps_its_reservation_where_fcfs_lets_younger_work_pass(tmp_pa
     assert (backfill.mean_delay_s, backfill.makespan_s) == ((0 + 99 + 0 + 147) / 4, 350)
 
 
+@pytest.mark.skipif(not PHILLY.exists(), reason="../shared/traces is not checked out")
 def test_backfill_task_file_replays_the_philly_prefix():
     pytest.importorskip("praxist_fs.core.pickers",
                         reason="needs the picker framework (core/pickers.py), not merged yet")
