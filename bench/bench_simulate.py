@@ -4,9 +4,9 @@
                                              [--placement declared] [--profile OUT.pstats]
 
 Prints one JSON object: the replay's wall time (``wall_s``, trace loading excluded), its
-metrics and how many clock steps (one ``next_launches`` call each) it took.
-``--profile`` also runs it under cProfile and prints where the time went (the core's
-scheduling pass dominates; see docs/SIMULATE.md).
+metrics (``by_gpus``: the delays by job size) and how many clock steps (one
+``next_launches`` call each) it took. ``--profile`` also runs it under cProfile and
+prints where the time went (docs/SIMULATE.md, Performance, has the numbers to expect).
 """
 
 from __future__ import annotations

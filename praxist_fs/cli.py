@@ -313,6 +313,10 @@ def format_status(doc: dict) -> str:
                   + (f" {a['progress']['done']}/{a['progress']['total']}"
                      if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
+    if doc.get("suspended"):  # R-POL-3; an older coordinator's status.json has none
+        lines += ["", f"{'SUSPENDED JOB':40} {'ATTEMPT':8} {'FOR':>8}  {'BY':30} WAITING"]
+        lines += [f"{s['job_id'][:40]:40} {s['attempt_id']:8} {s['suspended_s']:>7.1f}s  "
+                  f"{s['by'][:30]:30} {s['waiting']}" for s in doc["suspended"]]
     if doc["queue"]:
         lines += ["", f"{'QUEUED JOB':40} {'AGE':>8}  {'PROFILE':14} REASON"]
         lines += [f"{q['job_id'][:40]:40} {q['age_s']:>7.1f}s  {q['profile'][:14]:14} {q['reason']}"

@@ -36,9 +36,9 @@ from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .core.effects import (
-    AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
-    SpawnAttempt, TerminateAttempts, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob,
-    WriteReply,
+    AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
+    RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
+    WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
@@ -64,6 +64,8 @@ QUIET_SECONDS = 5.0       # those three cadences while nothing waits, runs or ma
 REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
 COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
+EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
+TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 
@@ -87,6 +89,7 @@ class Coordinator:
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.warm: launcher.WarmShim | None = None  # the next attempt's shim, already started
         self.pidfds: dict[AttemptKey, int] = {}
+        self.evicting: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
         self.observer = None
@@ -149,11 +152,11 @@ class Coordinator:
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
             self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
-        for job in self.sched.running():
+        for job in self.sched.in_flight():
             self._adopt(job, job.current)
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
-                          for job in (*self.sched.queued(), *self.sched.running())})
+                          for job in (*self.sched.queued(), *self.sched.in_flight())})
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -202,7 +205,7 @@ class Coordinator:
             # A run already stopped stays served (frozen: it answers, admits nothing); a
             # run_stop request to this coordinator ends it once its work is gone.
             if self.sched.stopped and self.sched.stop_calls and \
-                    not self.sched.count(JobState.RUNNING):
+                    not self.sched.in_flight():
                 log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
                 break
             self._launch()
@@ -259,7 +262,7 @@ class Coordinator:
         so an idle coordinator looks at it (and rescans the spool) less often. inotify still
         wakes it at once for a new request."""
         sched = self.sched
-        return not (sched.count(JobState.QUEUED) or sched.count(JobState.RUNNING)
+        return not (sched.count(JobState.QUEUED) or sched.in_flight()
                     or sched.outstanding_leases() or sched.release_pending
                     or any(sched.idle_peers.values()))
 
@@ -282,10 +285,19 @@ class Coordinator:
             log.warning("watchdog observer died; starting a new one and rescanning")
             self._start_observer()
             self._ring()
-        for job in self.sched.running():
+        for job in self.sched.in_flight():
             key = (job.job_id, job.current.attempt_id)
             if key not in self.handles:
                 self._observe_key(key)
+        for key, (shim, deadline) in list(self.evicting.items()):
+            job = self.sched.jobs.get(key[0])
+            if job is None or job.state is not JobState.RUNNING or \
+                    job.current.attempt_id != key[1]:
+                del self.evicting[key]  # it ended
+            elif time.monotonic() >= deadline:
+                log.warning("preempted attempt %s/%s outlived its grace: KILL", *key)
+                fence.signal_group(shim, signal.SIGKILL)
+                del self.evicting[key]
 
     # -- events in ----------------------------------------------------------
 
@@ -369,12 +381,13 @@ class Coordinator:
     def _sample(self) -> None:
         """One look at the host for the core: pressure, GPUs (attributed), capacity."""
         others, foreign_shims = self.registry.others() if self.registry else ([], {})
-        owners = {job.current.pid: job.job_id for job in self.sched.running()
+        owners = {job.current.pid: job.job_id for job in self.sched.in_flight()
                   if job.current.pid is not None}
         capacity = None
         if self.sched.policy.max_concurrent_experiments == "auto":
-            capacity = read_host_capacity(self.sched.policy.experiment_memory_gb * 1024,
-                                          list(owners))
+            # suspended work holds no slot: its memory is not added back to the bound
+            capacity = read_host_capacity(self.sched.policy.experiment_memory_gb * 1024, [
+                job.current.pid for job in self.sched.running() if job.current.pid is not None])
         self._process([HostSampled(
             at=time.time(), pressure=self.pressure.sample(),
             gpus=_attribute(self.inventory.sample(), {**foreign_shims, **owners}),
@@ -557,6 +570,18 @@ class Coordinator:
             self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
         elif isinstance(effect, TerminateAttempts):
             self._terminate(effect.attempts)
+        elif isinstance(effect, SuspendAttempt):
+            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
+                fence.suspend_group(shim, TSTP_GRACE_SECONDS)
+        elif isinstance(effect, ResumeAttempt):
+            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
+                fence.signal_group(shim, signal.SIGCONT)
+        elif isinstance(effect, EvictAttempt):
+            self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")  # if still there
+            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
+                fence.signal_group(shim, signal.SIGTERM)
+                self.evicting[(effect.job_id, effect.attempt_id)] = (
+                    shim, time.monotonic() + EVICT_GRACE_SECONDS)
         elif isinstance(effect, WriteControlReply):
             write_json(self.layout.control_replies / f"{effect.request_id}.json",
                        effect.document, sync=False)
@@ -607,21 +632,29 @@ class Coordinator:
                                alive=True, pid=pid, pid_start=procs.start_time(pid),
                                boot_id=procs.boot_id())
 
+    def _shim(self, job_id: str, attempt_id: str) -> fence.Shim | None:
+        """The identity of an attempt's shim, the leader of its process group, if known."""
+        attempt = self.sched.jobs[job_id].current
+        if attempt.attempt_id != attempt_id or attempt.pid is None:
+            return None
+        return attempt.pid, attempt.pid_start, attempt.boot_id
+
     def _terminate(self, attempts: tuple[tuple[str, str], ...]) -> None:
         """Signal the stopping run's attempts (blocking for the grace period: nothing is
         admitted any more); their exits are then observed like any other."""
         shims = []
         for job_id, attempt_id in attempts:
-            attempt = self.sched.jobs[job_id].current
-            if attempt.pid is not None:
-                shims.append((attempt.pid, attempt.pid_start, attempt.boot_id))
+            if (shim := self._shim(job_id, attempt_id)) is not None:
+                shims.append(shim)
+                if self.sched.jobs[job_id].state is JobState.SUSPENDED:
+                    fence.signal_group(shim, signal.SIGCONT)  # a stopped group holds TERM
             self._barrier(job_id, attempt_id, "ABORT", b"A")  # one still at the barrier
         survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
         if survivors:
             log.error("stop: processes still alive after KILL: %s", survivors)
         for key in list(self.handles):
             self._on_shim(key)
-        for job in self.sched.running():
+        for job in self.sched.in_flight():
             self._observe_key((job.job_id, job.current.attempt_id))
 
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
@@ -723,7 +756,7 @@ class Coordinator:
 
     def _status_stamp(self) -> tuple[int, int]:
         """What status.json shows changed: state, or a new host sample while there is work."""
-        busy = self.sched.count(JobState.QUEUED) or self.sched.count(JobState.RUNNING)
+        busy = self.sched.count(JobState.QUEUED) or self.sched.in_flight()
         return self.sched.version, self.sched.samples_seen if busy else 0
 
     def _status_deadline(self, now: float) -> float:

@@ -12,7 +12,10 @@ What the replay neutralizes, because the trace says nothing about it: the
 concurrency cap (raised to the job count, so GPUs are the only constraint)
 and host pressure (one calm sample). Each trace job gets a generated profile:
 ``gpus`` devices, exclusive unless the trace declares ``gpu_util_pct`` and
-``gpu_mem_gb`` (and placement is ``declared``). See docs/SIMULATE.md.
+``gpu_mem_gb`` (and placement is ``declared``), and the trace's ``work_class``, which
+selects its queue. Preemptions (R-POL-3) are the core's too; the virtual world carries
+them out: a suspended job's remaining run time is frozen until it resumes, and a job
+preempted for requeue ends at once and later runs again from zero. See docs/SIMULATE.md.
 """
 
 from __future__ import annotations
@@ -34,16 +37,20 @@ from typing import Any
 from .adapters.gpus import parse_fake_inventory
 from .config import load_policy
 from .core.effects import WriteReply
-from .core.events import AttemptObserved, CoordinatorStarted, HostSampled, RequestSeen
+from .core.events import (
+    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, CoordinatorStarted,
+    HostSampled, RequestSeen,
+)
 from .core.observations import GpuSample, PressureSample
-from .core.policy import Policy, Profile
+from .core.policy import WORK_CLASSES, Policy, Profile
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .errors import BadRequest, PolicyError, PraxistError
 
 REQUIRED_COLUMNS = ("job_id", "submit_s", "duration_s", "gpus", "user")
-OPTIONAL_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
+SHARE_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
+OPTIONAL_COLUMNS = (*SHARE_COLUMNS, "work_class")
 PLACEMENTS = ("declared", "exclusive")
 H200_MIB = 143771            # what NVML reports for an H200 (fixtures/gpus/eight_h200.json)
 MAX_ETA_S = 365 * 86400      # the request's eta_s limit
@@ -64,6 +71,7 @@ class TraceJob:
     user: str
     gpu_util_pct: float | None = None
     gpu_mem_gb: float | None = None
+    work_class: str | None = None  # None: the request's default
 
 
 # --- the trace ----------------------------------------------------------------
@@ -133,9 +141,14 @@ def _trace_job(cells: dict[str, str], where: str) -> TraceJob:
             raise fail(column, NAME_EXPECTED)
     if not (cells["gpus"].isascii() and cells["gpus"].isdigit()) or int(cells["gpus"]) < 1:
         raise fail("gpus", "an integer >= 1")
-    optional = {column: number(column, 0, above=True, high=100 if column == "gpu_util_pct"
-                               else math.inf) if cells.get(column) else None
-                for column in OPTIONAL_COLUMNS}
+    optional: dict[str, Any] = {
+        column: number(column, 0, above=True, high=100 if column == "gpu_util_pct"
+                       else math.inf) if cells.get(column) else None
+        for column in SHARE_COLUMNS}
+    if cells.get("work_class"):
+        if cells["work_class"] not in WORK_CLASSES:
+            raise fail("work_class", f"one of {', '.join(WORK_CLASSES)}")
+        optional["work_class"] = cells["work_class"]
     return TraceJob(job_id=cells["job_id"], submit_s=number("submit_s", 0, above=False),
                     duration_s=number("duration_s", 0, above=True), gpus=int(cells["gpus"]),
                     user=cells["user"], **optional)
@@ -163,13 +176,15 @@ class Result:
     makespan_s: float | None
     wall_s: float
     series: list[tuple[float, int, float]] = field(repr=False)  # (t, queued, busy GPUs)
+    # the delays of the completed jobs by GPU count (``size_class``): "1" ... "8", ">8"
+    by_gpus: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "placement": self.placement, "gpus": self.gpus,
                 "jobs": self.jobs, "completed": self.completed,
                 **{name: getattr(self, name) for name in METRICS},
                 "makespan_s": self.makespan_s, "wall_s": round(self.wall_s, 3),
-                "unrunnable": self.unrunnable}
+                "by_gpus": self.by_gpus, "unrunnable": self.unrunnable}
 
 
 def fake_inventory(count: int) -> GpuSample:
@@ -211,16 +226,21 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     rng = random.Random(seed)
     by_core_id: dict[str, TraceJob] = {}
     share: dict[str, float] = {}   # core job id -> GPUs of work it does while it runs
-    start: dict[str, float] = {}
+    start: dict[str, float] = {}   # the first start: a requeued job's delay ends there
     finish: dict[str, float] = {}
     completions: list[tuple[float, int, str, str]] = []
+    ends: dict[str, tuple[float, int]] = {}  # core job id -> its completion in the heap
+    left: dict[str, float] = {}              # core job id -> run time left while suspended
     series: list[tuple[float, int, float]] = []
-    busy, launches, nxt = 0.0, 0, 0
+    busy, launches, serial, preemptions, nxt = 0.0, 0, 0, 0, 0
     while nxt < len(runnable) or completions:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
                   completions[0][0] if completions else math.inf)
         while completions and completions[0][0] == now:  # free GPUs before arrivals take them
-            _, _, core_id, attempt_id = heapq.heappop(completions)
+            end, number, core_id, attempt_id = heapq.heappop(completions)
+            if ends.get(core_id) != (end, number):
+                continue  # preempted since: a completion that no longer comes
+            del ends[core_id]
             sched.handle(AttemptObserved(at=now, job_id=core_id, attempt_id=attempt_id,
                                          alive=False, ready=True, go=True, exited=True,
                                          exit_code=0, ended_at=now))
@@ -232,24 +252,48 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             by_core_id[core_id] = job
             share[core_id] = job.gpus * (job.gpu_util_pct or 100.0) / 100
             nxt += 1
-        for launch in sched.next_launches(now):
-            sched.handle(launch)
-            launches += 1
-            sched.handle(AttemptObserved(at=now, job_id=launch.job_id,
-                                         attempt_id=launch.attempt_id, alive=True, pid=launches,
-                                         pid_start=launches, boot_id="simulated", ready=True))
-            start[launch.job_id] = now
-            busy += share[launch.job_id]
-            heapq.heappush(completions, (now + by_core_id[launch.job_id].duration_s, launches,
-                                         launch.job_id, launch.attempt_id))
+        decide = True
+        while decide:  # again at the same instant once an evicted job has left
+            decide = False
+            for event in sched.next_launches(now):
+                sched.handle(event)
+                core_id = event.job_id
+                if isinstance(event, AttemptPreempted):
+                    preemptions += 1
+                    busy -= share[core_id]
+                    remaining = ends.pop(core_id)[0] - now
+                    if event.mode == "suspend":
+                        left[core_id] = remaining
+                        continue
+                    sched.handle(AttemptObserved(  # TERM: it ends now, its work is lost
+                        at=now, job_id=core_id, attempt_id=event.attempt_id, alive=False,
+                        ready=True, go=True, exited=True, exit_code=143, signal=15,
+                        ended_at=now))
+                    decide = True
+                    continue
+                if isinstance(event, AttemptLaunched):
+                    launches += 1
+                    sched.handle(AttemptObserved(at=now, job_id=core_id,
+                                                 attempt_id=event.attempt_id, alive=True,
+                                                 pid=launches, pid_start=launches,
+                                                 boot_id="simulated", ready=True))
+                    start.setdefault(core_id, now)
+                    run_s = by_core_id[core_id].duration_s
+                else:  # AttemptResumed
+                    run_s = left.pop(core_id)
+                serial += 1
+                busy += share[core_id]
+                ends[core_id] = (now + run_s, serial)
+                heapq.heappush(completions, (now + run_s, serial, core_id, event.attempt_id))
         series.append((now, sched.count(JobState.QUEUED), busy))
     sched.refresh_reasons()
     unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "
                    f"cluster has {gpus}"} for j in too_big]
     unrunnable += [{"job_id": by_core_id[j.job_id].job_id,
-                    "reason": sched.pending.get(j.job_id, j.reason)} for j in sched.queued()]
+                    "reason": sched.pending.get(j.job_id, j.reason)}
+                   for j in (*sched.queued(), *sched.suspended())]
     return _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
-                   unrunnable, series, time.perf_counter() - started_wall)
+                   unrunnable, series, time.perf_counter() - started_wall, preemptions)
 
 
 def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise: float,
@@ -258,8 +302,8 @@ def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise
     eta = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
     name = f"{job.job_id}.json"
     data = json.dumps({"peer": job.user, "tag": job.job_id, "profile": profile,
-                       "argv": ["trace-job", job.job_id],
-                       "eta_s": min(eta, MAX_ETA_S)}).encode()
+                       "argv": ["trace-job", job.job_id], "eta_s": min(eta, MAX_ETA_S),
+                       **({"work_class": job.work_class} if job.work_class else {})}).encode()
     try:
         request = parse_request(name, data)
     except BadRequest as exc:
@@ -276,13 +320,16 @@ def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise
 def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[str, TraceJob],
             share: dict[str, float], start: dict[str, float], finish: dict[str, float],
             unrunnable: list[dict[str, str]], series: list[tuple[float, int, float]],
-            wall_s: float) -> Result:
+            wall_s: float, preemptions: int) -> Result:
     done = sorted(finish)
     delays = sorted(start[c] - by_core_id[c].submit_s for c in done)
     jcts = [finish[c] - by_core_id[c].submit_s for c in done]
     makespan = (max(finish.values()) - min(by_core_id[c].submit_s for c in done)
                 if done else None)
     work = sum(share[c] * by_core_id[c].duration_s for c in done)
+    sizes: dict[int, list[float]] = {}
+    for c in done:
+        sizes.setdefault(by_core_id[c].gpus, []).append(start[c] - by_core_id[c].submit_s)
     return Result(
         policy=name, placement=placement, gpus=gpus, jobs=jobs, completed=len(done),
         unrunnable=unrunnable,
@@ -290,8 +337,28 @@ def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[st
         p50_delay_s=percentile(delays, 50), p95_delay_s=percentile(delays, 95),
         mean_jct_s=sum(jcts) / len(jcts) if jcts else None,
         gpu_utilization=work / (gpus * makespan) if makespan else None,
-        preemptions=0,  # the core does not preempt yet (R-POL-3); the column stays
-        makespan_s=makespan, wall_s=wall_s, series=series)
+        preemptions=preemptions,
+        makespan_s=makespan, wall_s=wall_s, series=series, by_gpus=by_gpus(sizes))
+
+
+def size_class(gpus: int) -> str:
+    """A job's row in the per-size breakdown: its GPU count up to 8, then ">8"."""
+    return str(gpus) if gpus <= 8 else ">8"
+
+
+def by_gpus(delays: dict[int, list[float]]) -> dict[str, dict[str, float | int | None]]:
+    """Queueing delay by size class (``size_class``), smallest first: what a policy does
+    to wide jobs is lost in the overall mean when narrow ones are most of the trace."""
+    classes: dict[str, list[float]] = {}
+    for gpus in sorted(delays):
+        classes.setdefault(size_class(gpus), []).extend(delays[gpus])
+    breakdown = {}
+    for name, values in classes.items():
+        values.sort()
+        breakdown[name] = {"completed": len(values), "mean_delay_s": sum(values) / len(values),
+                           "p50_delay_s": percentile(values, 50),
+                           "p95_delay_s": percentile(values, 95)}
+    return breakdown
 
 
 def percentile(ordered: list[float], pct: float) -> float | None:
@@ -329,6 +396,15 @@ def format_table(results: list[Result]) -> str:
             f"{_duration(r.p50_delay_s):>10} {_duration(r.p95_delay_s):>10} "
             f"{_duration(r.mean_jct_s):>10} {util:>8} {r.preemptions:>7} "
             f"{_duration(r.makespan_s):>10} {r.wall_s:>5.1f}s")
+    if any(r.by_gpus for r in results):
+        lines.append(f"{'POLICY':14} {'PLACEMENT':9} {'GPUS':>6} {'DONE':>6} "
+                     f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10}")
+    for r in results:
+        for size, row in r.by_gpus.items():
+            lines.append(
+                f"{r.policy[:14]:14} {r.placement:9} {size:>6} {row['completed']:>6} "
+                f"{_duration(row['mean_delay_s']):>10} {_duration(row['p50_delay_s']):>10} "
+                f"{_duration(row['p95_delay_s']):>10}")
     for r in results:
         for item in r.unrunnable[:5]:
             lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "
@@ -371,7 +447,7 @@ def add_simulate_parser(sub: Any) -> None:
                          "on a virtual clock and simulated GPUs")
     sim.add_argument("--trace", required=True, metavar="FILE.csv",
                      help="columns job_id,submit_s,duration_s,gpus,user "
-                     "[,gpu_util_pct,gpu_mem_gb]")
+                     "[,gpu_util_pct,gpu_mem_gb,work_class]")
     sim.add_argument("--gpus", required=True, type=int, metavar="N",
                      help="simulated H200-like GPUs (one host)")
     sim.add_argument("--policy", action="append", default=[], metavar="TASK.yaml",

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "trace_philly.csv"
 FCFS = ROOT / "fixtures" / "policies" / "fcfs.yaml"
 BACKFILL = ROOT / "fixtures" / "policies" / "backfill.yaml"
+PREEMPT = ROOT / "fixtures" / "policies" / "preempt.yaml"
 HEADER = "job_id,submit_s,duration_s,gpus,user"
 FRACTIONAL_HEADER = HEADER + ",gpu_util_pct,gpu_mem_gb"
 
@@ -137,6 +138,8 @@ def test_limit_takes_the_earliest_submissions(tmp_path):
     ((HEADER, "a,0,1,1,../etc"), "line 2: column user: got '../etc'"),
     ((FRACTIONAL_HEADER, "a,0,1,1,u,150,10"), "line 2: column gpu_util_pct: got '150', "
                                              "expected a number > 0 and <= 100"),
+    ((HEADER + ",work_class", "a,0,1,1,u,boss"), "line 2: column work_class: got 'boss', "
+                                                "expected one of scout, ordinary, mature"),
 ])
 def test_bad_traces_name_the_line_and_column(tmp_path, capsys, lines, message):
     path = tmp_path / "bad.csv"
@@ -250,3 +253,57 @@ def test_backfill_task_file_replays_the_philly_prefix():
     jobs = load_trace(PHILLY, limit=500)
     result = replay(jobs, gpus=64, policy=policy, name="backfill")
     assert (result.completed, result.unrunnable) == (500, [])
+
+
+def test_preemption_by_suspension_and_by_requeue_worked_by_hand(tmp_path):
+    """One GPU; a (ordinary) and b (mature, the urgent queue) each declare 60%, so they
+    cannot share it. b arrives at 10 with a 90 s from its end."""
+    path = trace(tmp_path, "a,0,100,1,u,60,10,ordinary", "b,10,20,1,v,60,10,mature",
+                 header=FRACTIONAL_HEADER + ",work_class")
+    jobs = load_trace(path)
+    suspend = load_policy(PREEMPT)
+    requeue = replace(suspend, queues=tuple(replace(q, preempt="requeue")
+                                            for q in suspend.queues))
+    waiting = replace(suspend, queues=tuple(replace(q, preemptible_queues=())
+                                            for q in suspend.queues))
+    results = {name: replay(jobs, gpus=1, policy=policy, name=name)
+               for name, policy in (("suspend", suspend), ("requeue", requeue),
+                                    ("none", waiting))}
+    # suspend: a stops at 10 with 90 s left, b runs 10-30, a resumes and ends at 120
+    r = results["suspend"]
+    assert (r.completed, r.unrunnable, r.preemptions) == (2, [], 1)
+    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (0, (120 + 20) / 2, 120)
+    assert r.gpu_utilization == pytest.approx((0.6 * 100 + 0.6 * 20) / 120)
+    # requeue: a is terminated at 10 and runs again, from zero, at 30: it ends at 130
+    # (its delay counts to its first start)
+    r = results["requeue"]
+    assert (r.completed, r.unrunnable, r.preemptions) == (2, [], 1)
+    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (0, (130 + 20) / 2, 130)
+    # no preemption: b waits for a, 100-120
+    r = results["none"]
+    assert (r.preemptions, r.mean_delay_s, r.mean_jct_s) == (0, 90 / 2, (100 + 110) / 2)
+    # an exclusive device is never freed by suspending its job: b waits
+    r = replay(jobs, gpus=1, policy=suspend, placement="exclusive")
+    assert (r.preemptions, r.mean_delay_s, r.makespan_s) == (0, 45, 120)
+
+
+
+def test_delays_by_gpu_count_show_what_backfill_does_for_wide_jobs(tmp_path, capsys):
+    """Nine GPUs. w needs all nine and waits for a (until 10); n, narrow and long, comes at
+    2. fcfs starts n at once, so w also waits for n (until 102); backfill keeps the GPUs
+    for w, which starts at 10, and n starts when w ends, at 20. t is short enough for
+    both (it ends long before 10)."""
+    path = trace(tmp_path, "a,0,10,1,u", "w,0,10,9,v", "n,2,100,1,u", "t,3,1,2,u")
+    doc = run_json(capsys, "--trace", str(path), "--gpus", "9", "--policy", str(FCFS),
+                   "--policy", str(BACKFILL))
+    fcfs, backfill = (result["by_gpus"] for result in doc["results"])
+    assert list(fcfs) == list(backfill) == ["1", "2", ">8"]
+    assert fcfs["1"] == {"completed": 2, "mean_delay_s": 0, "p50_delay_s": 0,
+                         "p95_delay_s": 0}
+    assert (fcfs["2"]["mean_delay_s"], fcfs[">8"]["mean_delay_s"]) == (0, 102)
+    assert backfill["1"] == {"completed": 2, "mean_delay_s": 9, "p50_delay_s": 9,
+                             "p95_delay_s": pytest.approx(17.1)}  # 0 and 18
+    assert (backfill["2"]["mean_delay_s"], backfill[">8"]["mean_delay_s"]) == (0, 10)
+    assert main(["simulate", "--trace", str(path), "--gpus", "9", "--policy", str(FCFS)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["fcfs", "declared", ">8", "1", "102", "s", "102", "s", "102", "s"] in rows

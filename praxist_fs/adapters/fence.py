@@ -90,6 +90,25 @@ def signal_group(leader: Shim, signum: int) -> None:
         _signal(pid, started, signum)
 
 
+def suspend_group(leader: Shim, grace: float) -> None:
+    """Preemption by suspension (R-POL-3): SIGTSTP, then SIGSTOP. The kernel drops a
+    default SIGTSTP in a group with no parent in its session (ours: the shim leads a new
+    session), so SIGSTOP does the stopping; SIGTSTP first lets a member that handles it
+    (to save its state, say) run its handler, for at most ``grace`` seconds, while such a
+    member has not stopped itself."""
+    signal_group(leader, signal.SIGTSTP)
+    end = time.monotonic() + grace
+    while time.monotonic() < end and any(_handling_tstp(pid) for pid, _ in holders((leader,))):
+        time.sleep(RESCAN_SECONDS)
+    signal_group(leader, signal.SIGSTOP)
+
+
+def _handling_tstp(pid: int) -> bool:
+    info = procs.group_and_session(pid)
+    return info is not None and info[2] not in ("T", "t", "Z", "X") and \
+        procs.catches(pid, signal.SIGTSTP)
+
+
 def _groups(leaders: tuple[Shim, ...]) -> set[int]:
     return {pid for pid, started, boot in leaders
             if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}

@@ -62,3 +62,15 @@ def group_and_session(pid: int) -> tuple[int, int, str, int] | None:
     if not fields:
         return None
     return int(fields[2]), int(fields[3]), fields[0], int(fields[19])
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether a process has a handler for ``signum`` (SigCgt of /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False

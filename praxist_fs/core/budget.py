@@ -7,7 +7,9 @@ attempts are charged once, when they settle (``Scheduler._settle``), so replayin
 the journal rebuilds the ledger; running attempts count what they spent so far.
 Spend is kept by kind, so that a flaky node does not pass for expensive science:
 ``infrastructure`` (exit 75, a launch barrier that never let the command start, an
-attempt lost without an exit record) and ``experiment`` (every other end).
+attempt lost without an exit record, an attempt preempted for requeue, whose work is
+lost) and ``experiment`` (every other end). Time an attempt spends suspended by
+preemption is not spent at all: the job it made room for spends those GPUs (R-POL-3).
 
 The budget is advisory, as in seed 003: its verdict (under, at, over) is published
 and journaled each time it changes, and it never holds or denies work. Only a
@@ -23,7 +25,7 @@ INFRA_EXIT_CODE = 75  # R-SUB-4: the one exit code that means "infrastructure"
 EXPERIMENT, INFRASTRUCTURE, RUNNING = "experiment", "infrastructure", "running"
 KINDS = (EXPERIMENT, INFRASTRUCTURE)  # what an ended attempt is charged as
 VERDICTS = ("under", "at", "over")    # in rising severity
-_INFRA_OUTCOMES = ("released", "lost")  # ends that are the host's fault whatever the code
+_INFRA_OUTCOMES = ("released", "lost", "preempted")  # ends not of the experiment's doing
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

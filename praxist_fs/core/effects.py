@@ -85,6 +85,33 @@ class TerminateAttempts(Effect):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SuspendAttempt(Effect):
+    """Preempted by suspension (R-POL-3): SIGTSTP, then SIGSTOP, to the attempt's process
+    group, its identity revalidated before each signal. Stopping a stopped group is a no-op."""
+
+    job_id: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeAttempt(Effect):
+    """A suspended attempt continues: SIGCONT to its group, identity revalidated."""
+
+    job_id: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvictAttempt(Effect):
+    """Preempted for requeue (R-POL-3): TERM the attempt's group (ABORT it if still at the
+    barrier), KILL it after a grace; its end is then observed like any other. Unlike
+    ``TerminateAttempts`` it touches this one group only, and does not wait."""
+
+    job_id: str
+    attempt_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WriteControlReply(Effect):
     request_id: str
     document: dict[str, Any]

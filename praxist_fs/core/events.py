@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from .budget import VERDICTS
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
+from .queues import PREEMPT_MODES
 from .request import ControlRequest, Request
 
 
@@ -63,6 +64,36 @@ class AttemptLaunched(Event):
     job_id: str
     attempt_id: str
     gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptPreempted(Event):
+    """The core preempted a running attempt to make room for job ``by`` (R-POL-3):
+    ``suspend`` stops its process group until ``AttemptResumed``; ``requeue`` terminates
+    it, and its end queues the job again without using a retry. ``reason``: why ``by``
+    could not start."""
+
+    kind: ClassVar[str] = "attempt_preempted"
+    job_id: str
+    attempt_id: str
+    mode: str
+    by: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if self.mode not in PREEMPT_MODES:
+            raise ValueError(f"AttemptPreempted.mode must be one of {PREEMPT_MODES}, "
+                             f"got {self.mode!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptResumed(Event):
+    """The core continues a suspended attempt: its room is there again (R-POL-3)."""
+
+    kind: ClassVar[str] = "attempt_resumed"
+    job_id: str
+    attempt_id: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,8 +265,9 @@ class BudgetVerdict(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
-                              ControlSeen, ResultSeen, DeclineSeen, LeaseGranted, LeaseExpired,
-                              LeaseRevoked, GenerationPhase, RunStopRequested, BudgetVerdict)
+                              AttemptPreempted, AttemptResumed, ControlSeen, ResultSeen,
+                              DeclineSeen, LeaseGranted, LeaseExpired, LeaseRevoked,
+                              GenerationPhase, RunStopRequested, BudgetVerdict)
 }
 
 

@@ -245,7 +245,7 @@ class GenerationDesk:
                     events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
                                                   reason="deadline passed"))
             elif gen.phase == "closing" and not any(
-                    j.generation == gen.number for j in self.running()):
+                    j.generation == gen.number for j in self.in_flight()):
                 events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
                                               reason="running work drained"))
         return events

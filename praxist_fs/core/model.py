@@ -34,8 +34,23 @@ class Attempt:
     ended_at: float | None = None
     exit_code: int | None = None
     signal: int | None = None
-    outcome: str | None = None  # completed, failed, infra_retry, released, lost
+    outcome: str | None = None  # completed, failed, infra_retry, released, lost, preempted
     failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
+    # R-POL-3, oldest first: {"at", "mode" (suspend or requeue), "by" (the job it made room
+    # for), "reason" (why that job could not start), "resumed_at" (a suspension's end)}
+    preemptions: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def evicting(self) -> dict[str, Any] | None:
+        """The requeue preemption under way (the attempt is being terminated), or None."""
+        last = self.preemptions[-1] if self.preemptions else None
+        return last if last is not None and last["mode"] == "requeue" else None
+
+    def active_seconds(self, until: float) -> float:
+        """Wall seconds from its start to ``until``, less the time it spent suspended."""
+        stopped = sum((p["resumed_at"] or until) - p["at"]
+                      for p in self.preemptions if p["mode"] == "suspend")
+        return until - self.started_at - stopped
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +65,7 @@ class Attempt:
             "pid_start": self.pid_start,
             "round": self.round,
             "failure": self.failure,
+            "preemptions": [dict(p) for p in self.preemptions],
         }
 
 

@@ -8,8 +8,8 @@ order, as LSF does); a job picker gets a ``JobScope`` and yields its jobs.
 Pickers only order. Holds, allocation and launches are the loop's
 (``Scheduler._pass``), which tells the job picker through ``blocked(job)``
 when the first job of a demand it picked could not be placed: EASY backfill
-reserves there, and preemption (R-POL-3) will choose its victims at the same
-point.
+reserves there. Preemption (R-POL-3, ``core/preemption.py``) chooses its victims
+at the same point, and resumes suspended work at its queue's turn.
 
 A job picker is chosen per queue, with precedence queue -> project -> global
 (``Queue.picker``, ``Project.picker``, ``Policy.job_picker``); the queues of a
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,12 +37,15 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 from .model import Job
-from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, without_envelopes
+from .placement import (
+    Demand, DeviceLoad, by_uuid, envelopes_of, fitting, place, releasing, with_envelopes,
+)
 from .policy import Policy
 from .queues import Queue, queue_of_class
 
 KINDS = ("project", "queue", "job")
 _WORK_CLASS = attrgetter("request.work_class")
+_ORDER = attrgetter("order")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,9 @@ class QueuePicker(Picker):
 
 
 class JobPicker(Picker):
+    """Yields each job of its scope at most once (the loop counts what is left to visit:
+    ``Openings``), in the order it chooses."""
+
     kind = "job"
 
     def blocked(self, job: Job) -> None:
@@ -187,7 +194,8 @@ class Fcfs(JobPicker):
     orders queues), so this is submit order."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        self.next = partial(next, iter(scope.jobs), None)  # the hot path: no frame per job
+        # the hot path: no frame per job
+        self.next = partial(next, ctx.skim(scope.jobs, type(self)), None)
 
 
 class FairShare(JobPicker):
@@ -204,11 +212,12 @@ class FairShare(JobPicker):
         usage = {peer: ctx.usage(peer) for peer in by_peer}
         runs = sorted(by_peer.values(), key=lambda run: (usage[run[0].request.peer],
                                                          run[0].order))
-        order: list[Job] = []
-        for _, tier in groupby(runs, key=lambda run: usage[run[0].request.peer]):
-            # round robin; the None are zip_longest's fill (a Job is always truthy)
-            order += filter(None, chain.from_iterable(zip_longest(*tier)))
-        self.next = partial(next, iter(order), None)
+        # round robin within each tier of equal usage, as far as the pass reads it; the
+        # None are zip_longest's fill (a Job is always truthy)
+        order = chain.from_iterable(
+            filter(None, chain.from_iterable(zip_longest(*tier)))
+            for _, tier in groupby(runs, key=lambda run: usage[run[0].request.peer]))
+        self.next = partial(next, order, None)
 
 
 class Backfill(Fcfs):
@@ -282,6 +291,78 @@ class Reservation:
         return () if eta is not None and eta <= self.eta_limit else self.devices
 
 
+@dataclass(slots=True)
+class Openings:
+    """Which of the jobs a pass has yet to visit could still start, by profile, so that
+    the loop stops walking once none could: the rest of the walk would only restate why
+    each job waits (``Scheduler._pass`` leaves it until a reason is asked for).
+
+    A profile is open while jobs of it are ``left`` to visit and ``could_start`` (a free
+    slot, calm pressure, enough devices that take it) says one may. Once EASY backfill
+    reserves devices, a profile that fits only on them stays open while jobs of it that
+    end before the reservation (``Reservation.avoid``) are left. Holds by queue rules or
+    assessment are not counted: a held job may keep the walk going, never end it early.
+    The walk ends only after a job (``exhausted``), so a pass always handles its first:
+    its picker hears of it (``JobPicker.blocked``) even when nothing fits."""
+
+    left: Counter[str]                                   # jobs not visited yet, by profile
+    could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
+    ending_by: Callable[[str, float], int]  # queued jobs of a profile with eta_s <= a limit
+    younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after an order
+    open: set[str] = field(default_factory=set)
+    reservation: Reservation | None = None
+    short: Counter[str] = field(default_factory=Counter)  # left jobs that end before it
+    seen: list[Job] = field(default_factory=list)         # visited before the reservation
+    visited: int = 0
+    _can: dict[tuple[str, bool], bool] = field(default_factory=dict)  # until loads change
+
+    def update(self, reservation: Reservation | None) -> None:
+        """After a launch (loads and slots changed) or a reservation: what is open now."""
+        self._can.clear()
+        if reservation is not None and self.reservation is None:
+            self.reservation = reservation
+            self.short = Counter({profile: self.ending_by(profile, reservation.eta_limit)
+                                  for profile, count in self.left.items() if count})
+            self.short.subtract(job.profile for job in self.seen if self._ends_first(job))
+            self.seen = []
+        self.open = {profile for profile, count in self.left.items()
+                     if count and self._opens(profile)}
+
+    @property
+    def exhausted(self) -> bool:
+        """No job still to visit could start, and the pass has handled one."""
+        return not self.open and self.visited > 0
+
+    def visit(self, job: Job) -> None:
+        profile = job.profile
+        self.visited += 1
+        self.left[profile] -= 1
+        if self.reservation is None:
+            self.seen.append(job)
+        elif self._ends_first(job):
+            self.short[profile] -= 1
+            if not self.short[profile] and profile in self.open and not self._opens(profile):
+                self.open.discard(profile)
+        if not self.left[profile]:
+            self.open.discard(profile)
+
+    def _ends_first(self, job: Job) -> bool:
+        return not self.reservation.avoid(job)
+
+    def _opens(self, profile: str) -> bool:
+        if self.reservation is None:
+            return self._could(profile, False)
+        return self._could(profile, True) or (self.short[profile] > 0
+                                              and self._could(profile, False))
+
+    def _could(self, profile: str, avoiding: bool) -> bool:
+        key = (profile, avoiding)
+        if key not in self._can:
+            self._can[key] = self.could_start(
+                profile, self.reservation.devices if avoiding else ())
+        return self._can[key]
+
+
 @dataclass(slots=True, kw_only=True)
 class Pass:
     """One scheduling pass: its inputs, and what it has decided so far."""
@@ -306,16 +387,29 @@ class Pass:
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
     verdicts: dict[str, str | None] = field(default_factory=dict)  # profile -> once slots are full
-    _classes: Counter[str] = field(default_factory=Counter)  # queued jobs by work class
+    # preemption (R-POL-3, core/preemption.py): the reasons it may lift (a full house, a
+    # failed allocation), the jobs preempted or resumed in this pass, and the attempts
+    # being evicted for requeue by the job they make room for (found once per pass)
+    liftable: set[str] = field(default_factory=set)
+    taken: set[str] = field(default_factory=set)
+    evicting: dict[str, list[Job]] | None = None
+    classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
+    openings: Openings | None = None     # None: walk every job (or the walk has ended early)
+    skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
     _running_usage: dict[str, float] | None = None
+    _fitting: dict[tuple[Any, ...], tuple[Demand, int]] = field(default_factory=dict)
+    _fitting_on: list[DeviceLoad] | None = None  # the loads ``_fitting`` counted
+    _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
+        field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
         self.by_class = queue_of_class(self.queues)
         self.ruled = frozenset(c for c, q in self.by_class.items()
                                if q.max_running is not None or q.leave_slots)
-        self._classes = Counter(map(_WORK_CLASS, self.queued))
-        for work_class, count in self._classes.items():
+        if self.classes is None:
+            self.classes = Counter(map(_WORK_CLASS, self.queued))
+        for work_class, count in self.classes.items():
             self.waiting[self.by_class[work_class].name] += count
         for work_class in map(_WORK_CLASS, self.running):
             self.running_in[self.by_class[work_class].name] += 1
@@ -323,21 +417,104 @@ class Pass:
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (of the one project there is), oldest first;
         read-only."""
-        classes = {c for q in queues for c in q.work_classes}.intersection(self._classes)
-        if len(classes) == len(self._classes):
+        classes = {c for q in queues for c in q.work_classes}.intersection(self.classes)
+        if len(classes) == len(self.classes):
             return self.queued
         return [job for job in self.queued if job.request.work_class in classes] if classes else []
 
-    def queue_hold(self, queue: Queue) -> str | None:
-        """Why the queue's own rules hold its next job now, or None."""
+    def fitting(self, demand: Demand, avoid: tuple[str, ...] = ()) -> int:
+        """``placement.fitting`` on ``loads``, counted once per demand shape until the
+        loads change."""
+        if self._fitting_on is not self.loads:
+            self._fitting, self._fitting_on = {}, self.loads
+        key = (demand.utilization_pct, demand.memory_mib, avoid)
+        if key not in self._fitting:
+            self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
+        return self._fitting[key][1]
+
+    def _refit(self, before: list[DeviceLoad]) -> None:
+        """Carry ``fitting``'s counts from ``before`` to ``loads``: a launch changed only
+        its own devices."""
+        if self._fitting_on is not before:
+            return
+        changed = [(old, new) for old, new in zip(before, self.loads) if old is not new]
+        for key, (demand, count) in self._fitting.items():
+            for old, new in changed:
+                if old.device.uuid not in key[2]:
+                    count += (new.fit(demand)[0] is not None) - (old.fit(demand)[0] is not None)
+            self._fitting[key] = (demand, count)
+        self._fitting_on = self.loads
+
+    def skim(self, jobs: list[Job], picker: type[JobPicker]) -> Iterator[Job]:
+        """``jobs`` in submit order, for a picker of that order. When they are the whole
+        queue and nothing in the pass varies by a job's place but launches (``openings``,
+        no queue rules queued), each run of jobs whose demand is known to fail (R-POL-4:
+        it failed earlier in the pass) is skipped, since they are held for that reason
+        wherever they stand. The runs go to ``skipped``; ``skimmed`` gives them back."""
+        if jobs is not self.queued or self.openings is None or \
+                not self.ruled.isdisjoint(self.classes):
+            return iter(jobs)
+        return self._skimming(picker)
+
+    def skimmed(self) -> Iterator[tuple[Job, str]]:
+        """The jobs ``skim`` skipped, each with the reason it is held for."""
+        for start, stop, picker, reserved in self.skipped:
+            for job in self.queued[start:stop]:
+                avoid = reserved and bool(self.reservation.avoid(job))
+                yield job, self.unsatisfiable[(job.profile, picker, avoid)]
+
+    def _skimming(self, picker: type[JobPicker]) -> Iterator[Job]:
+        jobs, position = self.queued, 0
+        while position < len(jobs):
+            job = jobs[position]
+            if self.openings is not None and self._key(job, picker) in self.unsatisfiable:
+                stop = self._wanted_after(job.order, picker)
+                self.skipped.append((position, stop, picker, self.reservation is not None))
+                position = stop
+            else:
+                yield job
+                position += 1
+
+    def _key(self, job: Job, picker: type[JobPicker]) -> tuple[str, type[JobPicker], bool]:
+        """The demand of ``job`` as ``Scheduler._serve`` keys ``unsatisfiable``."""
+        avoid = self.reservation is not None and bool(self.reservation.avoid(job))
+        return job.profile, picker, avoid
+
+    def _wanted_after(self, order: int, picker: type[JobPicker]) -> int:
+        """Where in ``queued`` the first job younger than ``order`` whose demand is not
+        known to fail is (``len(queued)`` when there is none). Each profile's jobs are
+        read once a pass (``_cursors``): a demand once known to fail stays so."""
+        first = math.inf
+        for profile in self.openings.left:
+            if (profile, picker, False) in self.unsatisfiable and (
+                    self.reservation is None or (profile, picker, True) in self.unsatisfiable):
+                continue  # each of its jobs is known held
+            jobs, job = self._cursors.get((profile, picker)) or (
+                self.openings.younger(profile, order), None)
+            job = job or next(jobs, None)
+            while job is not None and job.order < first:
+                if job.order > order and self._key(job, picker) not in self.unsatisfiable:
+                    first = job.order
+                    break
+                job = next(jobs, None)
+            self._cursors[(profile, picker)] = (jobs, job)
+        return len(self.queued) if first == math.inf else bisect_left(self.queued, first,
+                                                                       key=_ORDER)
+
+    def queue_hold(self, queue: Queue, freed: int = 0,
+                   joining: Counter[str] | None = None) -> str | None:
+        """Why the queue's own rules hold its next job now, or None; or, for preemption
+        (R-POL-3), once ``freed`` more slots are free and ``joining`` jobs (by queue) are
+        queued again."""
         running = self.running_in[queue.name]
         if queue.max_running is not None and running >= queue.max_running:
             return f"queue {queue.name}: {running} of max_running {queue.max_running} running"
-        if queue.leave_slots and 0 < self.free <= min(
-                queue.leave_slots, sum(self.waiting[q] for q in queue.leave_slots_for)):
+        free, joining = self.free + freed, joining or {}
+        if queue.leave_slots and 0 < free <= min(queue.leave_slots, sum(
+                self.waiting[q] + joining.get(q, 0) for q in queue.leave_slots_for)):
             if self.policy.queues is None:  # the default queues: today's words
-                return f"exploration_reserve: {self.free} slot(s) kept for queued exploration"
-            return (f"queues.{queue.name}.leave_slots: {self.free} slot(s) kept for queued "
+                return f"exploration_reserve: {free} slot(s) kept for queued exploration"
+            return (f"queues.{queue.name}.leave_slots: {free} slot(s) kept for queued "
                     + ", ".join(queue.leave_slots_for))
         return None
 
@@ -365,8 +542,12 @@ class Pass:
         self.running_in[queue.name] += 1
         self.launched.append((job, gpus))
         if gpus:
+            before = self.loads
             self.loads = with_envelopes(
-                self.loads, envelopes_of(self.policy.profiles.get(job.profile), gpus, job.job_id))
+                before, envelopes_of(self.policy.profiles.get(job.profile), gpus, job.job_id))
+            self._refit(before)
+        if self.openings is not None:
+            self.openings.update(self.reservation)
 
     def reserve(self, job: Job) -> Reservation | None:
         """EASY backfill's reservation for ``job``: the earliest time enough running work
@@ -382,12 +563,22 @@ class Pass:
             for other, started, gpus in (
                 *((j, j.current.started_at, j.current.gpus) for j in self.running),
                 *((j, self.at, gpus) for j, gpus in self.launched)))
-        loads = self.loads
+        # the loads as running work ends, device by device: only where the demand fits
+        # often enough is placement tried (``fitting``)
+        loads = list(self.loads)
+        where = {load.device.uuid: index for index, load in enumerate(loads)}
+        fits = {load.device.uuid for load in loads if load.fit(demand)[0] is not None}
         for end, _, other, gpus in ending:
             if end == math.inf:
                 break
-            loads = without_envelopes(
-                loads, envelopes_of(self.policy.profiles.get(other.profile), gpus, other.job_id))
+            released = envelopes_of(self.policy.profiles.get(other.profile), gpus, other.job_id)
+            for uuid, mine in by_uuid(released).items():
+                if (index := where.get(uuid)) is not None:
+                    loads[index] = releasing(loads[index], mine)
+                    if loads[index].fit(demand)[0] is not None:
+                        fits.add(uuid)
+            if len(fits) < demand.gpu_count:
+                continue
             devices, reason = place(demand, loads)
             if not reason:
                 self.reservation = Reservation(
@@ -396,5 +587,7 @@ class Pass:
                          f"{end - self.at:.0f}s on {len(devices)} device(s)",
                     promise=f"backfill reservation: expected to start in {end - self.at:.0f}s "
                             f"on {', '.join(devices)}")
+                if self.openings is not None:
+                    self.openings.update(self.reservation)
                 return self.reservation
         return None

@@ -80,9 +80,9 @@ class DeviceLoad:
         """(headroom left after placing, or None when it does not fit; the limit that bit)."""
         if self.device.mig_mode:
             return None, "MIG enabled (whole-device placement only)"
-        if self.exclusive_held:
+        if self.exclusive > 0:  # exclusive_held, inline: placement asks every device
             return None, "held exclusively"
-        if demand.exclusive:
+        if demand.utilization_pct is None or demand.memory_mib is None:  # demand.exclusive
             idle = (self.allocations == 0 and self.external_util < IDLE_UTILIZATION_PCT
                     and self.external_mem < IDLE_MEMORY_FRACTION * self.device.memory_total_mib)
             return (1.0, "") if idle else (None, "not idle")
@@ -95,39 +95,60 @@ class DeviceLoad:
         return min((100.0 - util) / 100.0, (self.ceiling_mib - mem) / self.device.memory_total_mib), ""
 
 
-def device_loads(sample: GpuSample, held: list[Envelope]) -> list[DeviceLoad]:
+def device_loads(sample: GpuSample, held: list[Envelope],
+                 memo: dict[str, tuple[GpuDevice, list[Envelope], DeviceLoad]] | None = None
+                 ) -> list[DeviceLoad]:
     """Combine a sample with the envelopes held on each device (this run's and others').
 
     A praxist job's own processes are not external load, but whatever a job uses
-    beyond its declared envelope is: the device carries it all the same."""
+    beyond its declared envelope is: the device carries it all the same. ``memo``
+    (uuid -> the device, its envelopes and its load) keeps a device's load from one
+    call to the next while neither changed: a scheduling pass asks for them all."""
+    by_device = by_uuid(held)
     loads = []
     for device in sample.devices:
-        mine = [e for e in held if e.uuid == device.uuid]
-        used_mem: dict[str, float] = {}
-        used_util: dict[str, float] = {}
-        if device.processes_visible:
-            for p in device.processes:
-                if p.owner is not None:
-                    used_mem[p.owner] = used_mem.get(p.owner, 0.0) + (p.used_memory_mib or 0.0)
-                    used_util[p.owner] = used_util.get(p.owner, 0.0) + (p.sm_util_pct or 0.0)
-        declared_mem = {e.owner: 0.0 for e in mine}
-        declared_util = {e.owner: 0.0 for e in mine}
+        mine = by_device.get(device.uuid, [])
+        if memo is not None and (known := memo.get(device.uuid)) is not None and \
+                known[0] is device and known[1] == mine:
+            loads.append(known[2])
+            continue
+        declared_util = declared_mem = exclusive = 0
         for e in mine:
-            declared_mem[e.owner] += e.memory_mib
-            declared_util[e.owner] += 100.0 if e.exclusive else e.utilization_pct
-        overuse_mem = sum(max(0.0, used - declared_mem.get(owner, 0.0))
-                          for owner, used in used_mem.items())
-        overuse_util = sum(max(0.0, used - declared_util.get(owner, 0.0))
-                           for owner, used in used_util.items())
+            declared_util += e.utilization_pct
+            declared_mem += e.memory_mib
+            exclusive += e.exclusive
+        external_util, external_mem = _external(device, mine)
         loads.append(DeviceLoad(
-            device=device,
-            declared_util=sum(e.utilization_pct for e in mine),
-            declared_mem=sum(e.memory_mib for e in mine),
-            external_util=max(0.0, device.utilization_pct - sum(used_util.values())) + overuse_util,
-            external_mem=max(0.0, device.memory_used_mib - sum(used_mem.values())) + overuse_mem,
-            allocations=len(mine),
-            exclusive=sum(1 for e in mine if e.exclusive)))
+            device=device, declared_util=declared_util, declared_mem=declared_mem,
+            external_util=external_util, external_mem=external_mem, allocations=len(mine),
+            exclusive=exclusive))
+        if memo is not None:
+            memo[device.uuid] = (device, mine, loads[-1])
     return loads
+
+
+def _external(device: GpuDevice, mine: Collection[Envelope]) -> tuple[float, float]:
+    """(utilization, memory) on ``device`` beyond the envelopes held on it."""
+    used_mem: dict[str, float] = {}
+    used_util: dict[str, float] = {}
+    if device.processes_visible:
+        for p in device.processes:
+            if p.owner is not None:
+                used_mem[p.owner] = used_mem.get(p.owner, 0.0) + (p.used_memory_mib or 0.0)
+                used_util[p.owner] = used_util.get(p.owner, 0.0) + (p.sm_util_pct or 0.0)
+    if not used_mem:  # nothing attributed to a job: all of it is external
+        return max(0.0, device.utilization_pct), max(0.0, device.memory_used_mib)
+    declared_mem = {e.owner: 0.0 for e in mine}
+    declared_util = {e.owner: 0.0 for e in mine}
+    for e in mine:
+        declared_mem[e.owner] += e.memory_mib
+        declared_util[e.owner] += 100.0 if e.exclusive else e.utilization_pct
+    overuse_mem = sum(max(0.0, used - declared_mem.get(owner, 0.0))
+                      for owner, used in used_mem.items())
+    overuse_util = sum(max(0.0, used - declared_util.get(owner, 0.0))
+                       for owner, used in used_util.items())
+    return (max(0.0, device.utilization_pct - sum(used_util.values())) + overuse_util,
+            max(0.0, device.memory_used_mib - sum(used_mem.values())) + overuse_mem)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +190,17 @@ def candidates(plan: Plan, fits: list[DeviceLoad]) -> Iterator[tuple[str, ...]]:
                 yield tuple(members)
 
 
+def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()) -> int:
+    """How many devices would take one of ``demand``'s shares now. ``place`` fails when
+    that is under ``gpu_count`` (every plan takes its devices from those); counting
+    costs no ordering, and the count is the same for every demand of one shape."""
+    count = 0
+    for load in loads:
+        if load.device.uuid not in avoid and load.fit(demand)[0] is not None:
+            count += 1
+    return count
+
+
 def place(demand: Demand, loads: list[DeviceLoad],
           avoid: Collection[str] = ()) -> tuple[tuple[str, ...], str]:
     """(UUIDs in placement order, "") or ((), the reason no placement exists).
@@ -203,48 +235,59 @@ def place(demand: Demand, loads: list[DeviceLoad],
 
 def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
     """The envelope a placed job holds on one of its devices for its whole life."""
-    demand = Demand.of(profile)
-    if demand.exclusive:
+    return _envelope(Demand.of(profile), uuid, owner)
+
+
+def envelopes_of(profile: Profile | None, gpus: tuple[str, ...], owner: str) -> list[Envelope]:
+    """What a job holds on its devices; a profile no longer defined holds them exclusively."""
+    demand = None if profile is None else Demand.of(profile)
+    return [_envelope(demand, uuid, owner) for uuid in gpus]
+
+
+def _envelope(demand: Demand | None, uuid: str, owner: str) -> Envelope:
+    if demand is None or demand.exclusive:
         return Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0, exclusive=True,
                         owner=owner)
     return Envelope(uuid=uuid, utilization_pct=demand.utilization_pct,
                     memory_mib=demand.memory_mib, owner=owner)
 
 
-def envelopes_of(profile: Profile | None, gpus: tuple[str, ...], owner: str) -> list[Envelope]:
-    """What a job holds on its devices; a profile no longer defined holds them exclusively."""
-    if profile is None:
-        return [Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0, exclusive=True,
-                         owner=owner) for uuid in gpus]
-    return [held_envelope(profile, uuid, owner) for uuid in gpus]
-
-
 def with_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
     """The loads after also holding ``envelopes`` (a job placed earlier in this pass)."""
-    updated = []
-    for load in loads:
-        mine = [e for e in envelopes if e.uuid == load.device.uuid]
-        if mine:
-            load = replace(
-                load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
-                declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
-                allocations=load.allocations + len(mine),
-                exclusive=load.exclusive + sum(1 for e in mine if e.exclusive))
-        updated.append(load)
-    return updated
+    by_device = by_uuid(envelopes)
+    return [holding(load, mine) if (mine := by_device.get(load.device.uuid)) else load
+            for load in loads]
 
 
 def without_envelopes(loads: list[DeviceLoad], envelopes: list[Envelope]) -> list[DeviceLoad]:
     """The loads once ``envelopes`` are released (a running job ended): the inverse of
     ``with_envelopes``. What the job used beyond its envelope stays external load."""
-    updated = []
-    for load in loads:
-        mine = [e for e in envelopes if e.uuid == load.device.uuid]
-        if mine:
-            load = replace(
-                load, declared_util=load.declared_util - sum(e.utilization_pct for e in mine),
-                declared_mem=load.declared_mem - sum(e.memory_mib for e in mine),
-                allocations=load.allocations - len(mine),
-                exclusive=load.exclusive - sum(1 for e in mine if e.exclusive))
-        updated.append(load)
-    return updated
+    by_device = by_uuid(envelopes)
+    return [releasing(load, mine) if (mine := by_device.get(load.device.uuid)) else load
+            for load in loads]
+
+
+def by_uuid(envelopes: list[Envelope]) -> dict[str, list[Envelope]]:
+    """The envelopes by device, in their order."""
+    grouped: dict[str, list[Envelope]] = {}
+    for envelope in envelopes:
+        grouped.setdefault(envelope.uuid, []).append(envelope)
+    return grouped
+
+
+def holding(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
+    """``load`` also holding ``mine`` (envelopes on its device)."""
+    return replace(
+        load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
+        declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
+        allocations=load.allocations + len(mine),
+        exclusive=load.exclusive + sum(1 for e in mine if e.exclusive))
+
+
+def releasing(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
+    """``load`` without ``mine`` (envelopes on its device)."""
+    return replace(
+        load, declared_util=load.declared_util - sum(e.utilization_pct for e in mine),
+        declared_mem=load.declared_mem - sum(e.memory_mib for e in mine),
+        allocations=load.allocations - len(mine),
+        exclusive=load.exclusive - sum(1 for e in mine if e.exclusive))

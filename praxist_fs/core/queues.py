@@ -24,8 +24,9 @@ class Queue:
 
     ``leave_slots`` free slots are not taken by this queue while the queues in
     ``leave_slots_for`` have that many jobs queued (the exploration reserve,
-    generalized). ``preemptible_queues``/``preempt`` are R-POL-3's settings:
-    read, validated and journaled, not acted on yet."""
+    generalized). ``preemptible_queues``/``preempt`` are R-POL-3's settings, which
+    ``core/preemption.py`` applies: whose running jobs this queue's may preempt (of a
+    lower priority only), and how."""
 
     name: str
     priority: int = 0

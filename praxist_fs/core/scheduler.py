@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from functools import lru_cache
-from operator import attrgetter
+from functools import lru_cache, partial
 from typing import Any
 
 from ..errors import InvalidTransition
 from .admission import ConcurrencyController, pressure_hold, upper_bound
+from .backlog import Backlog
 from .effects import (
     AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, TerminateAttempts,
     WriteGo, WriteJob, WriteReply,
@@ -33,7 +34,8 @@ from .budget import (
 )
 from .calibration import Calibration
 from .events import (
-    AttemptLaunched, AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen,
+    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ClaimsReleased,
+    ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
     LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetVerdict,
 )
@@ -41,19 +43,19 @@ from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
-from .pickers import JobPicker, Pass, Usage, each, tier_pickers
-from .placement import Demand, DeviceLoad, device_loads, envelopes_of, place
+from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
+from .placement import Demand, DeviceLoad, device_loads, place
 from .policy import Policy
+from .preemption import PreemptionDesk
 from .states import JobState, Trigger, transition
 from .supply import Generation
 
 MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
-_ORDER = attrgetter("order")
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
 
-class Scheduler(GenerationDesk):
+class Scheduler(PreemptionDesk, GenerationDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.jobs: dict[str, Job] = {}
@@ -61,6 +63,10 @@ class Scheduler(GenerationDesk):
         self.coordinator: dict[str, Any] | None = None
         self.version = 0
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
+        self._backlog = Backlog()  # the queued jobs in order, with counts (``_queue``)
+        self._backlog_of = self._by_state[JobState.QUEUED]
+        self._loads_memo: dict[str, Any] = {}  # device_loads' from one pass to the next
+        self._held_memo: dict[str, tuple[Any, ...]] = {}  # job id -> (attempt, profile, envelopes)
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
         self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
@@ -69,11 +75,13 @@ class Scheduler(GenerationDesk):
         self.calibration = Calibration()        # derived from journaled exits, so replayed
         self.usage = Usage()                    # fair share's ledger, likewise
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
+        self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
         self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
         self.controller = ConcurrencyController.start(self.policy)
-        self.pending: dict[str, str] = {}      # job id -> why it waits (Slurm's Reason)
+        self._pending: dict[str, str] = {}     # job id -> why it waits (``pending``)
+        self._rest: Iterator[bool] | None = None  # the last pass's walk, if it stopped early
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
         self._slot_limited = False             # last pass held work only for a free slot
         self._last_pass: tuple[int, int] | None = None
@@ -101,9 +109,11 @@ class Scheduler(GenerationDesk):
                             "since": ev.at}
         self.version += 1
         effects = self._revoke_interrupted(ev.at)
-        running = tuple((j.job_id, j.current.attempt_id) for j in self.running())
+        running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if self.stopped and running:  # a stop the last coordinator did not finish
             effects.append(TerminateAttempts(attempts=running))
+        elif not self.stopped:
+            effects += self._reassert_preemptions()
         return effects
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
@@ -161,6 +171,7 @@ class Scheduler(GenerationDesk):
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
                       submitted_at=ev.at, order=self._take_order(), generation=generation)
             self.jobs[job_id] = job
+            self._queue().add(job)
             self._by_state[job.state][job_id] = job
             return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
         if job.state in REPLAYABLE_STATES:
@@ -180,9 +191,9 @@ class Scheduler(GenerationDesk):
         cost, refused = self._ceiling(ev, job, profile)
         if refused:
             return refused
+        job.request, job.profile, job.fingerprint = request, profile, digest  # queued as such
         self._transition(job, Trigger.RETRY_TERMINAL)
         job.generation = generation
-        job.request, job.profile, job.fingerprint = request, profile, digest
         job.round += 1
         job.reason = f"retry accepted (round {job.round})"
         return [self._write_job(job), *self._reply(ev, "retry_accepted", job, estimate=cost)]
@@ -247,6 +258,9 @@ class Scheduler(GenerationDesk):
             attempt.outcome = "cancelled"
             return self._settle(job, attempt, ev.at, Trigger.CANCEL,
                                 f"run stopped ({self.stopped})")
+        if attempt.evicting and (ev.exited or not ev.alive) and \
+                not (ev.exited and ev.exit_code == 0):
+            return self._requeue(job, attempt, ev)  # R-POL-3: an end but a success requeues
         if ev.exited:
             return self._end(job, attempt, ev)
         if not ev.alive:
@@ -270,7 +284,8 @@ class Scheduler(GenerationDesk):
             self.version += 1
             effects.append(self._write_job(job))
         if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
-            barrier = AbortAttempt if self.stopped else WriteGo  # a stopped run starts nothing
+            # a stopped run starts nothing, nor does an attempt preempted for requeue
+            barrier = AbortAttempt if self.stopped or attempt.evicting else WriteGo
             effects.append(barrier(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects
 
@@ -280,7 +295,7 @@ class Scheduler(GenerationDesk):
         if code == 0:
             attempt.outcome = "completed"
             if job.request.eta_s is not None:
-                self.calibration.observe((ev.ended_at or ev.at) - attempt.started_at,
+                self.calibration.observe(attempt.active_seconds(ev.ended_at or ev.at),
                                          job.request.eta_s)
             return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
         if code == INFRA_EXIT_CODE:
@@ -342,13 +357,14 @@ class Scheduler(GenerationDesk):
 
     def spend(self, at: float) -> dict[str, Spend]:
         """The run's spend at ``at`` by kind: the ended attempts' charges, and what the
-        running ones have spent so far (``running``)."""
-        running = sum((self._spent(job, job.current, at) for job in self.running()), Spend())
+        running (and suspended) ones have spent so far (``running``)."""
+        running = sum((self._spent(job, job.current, at) for job in self.in_flight()), Spend())
         ended = self.ledger.ended
         return {**{kind: ended.get(kind, Spend()) for kind in KINDS}, RUNNING: running}
 
     def _spent(self, job: Job, attempt: Attempt, until: float) -> Spend:
-        return attempt_spend(len(attempt.gpus), until - attempt.started_at,
+        """Suspended time is not spent (R-POL-3): the job it made room for spends it."""
+        return attempt_spend(len(attempt.gpus), attempt.active_seconds(until),
                              self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
@@ -370,7 +386,8 @@ class Scheduler(GenerationDesk):
         if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
         self._last_pass, self._last_at = (self.version, self.samples_seen), at
-        if self.concurrency_target() <= self.count(JobState.RUNNING):
+        if self.concurrency_target() <= self.count(JobState.RUNNING) and not self.may_preempt():
+            self._drop_rest()
             self._reasons_stale, self.unused_slots = True, 0
             return []
         return self._pass(at)
@@ -379,34 +396,97 @@ class Scheduler(GenerationDesk):
         """Bring the pending reasons (and the slot-limited flag) up to date."""
         if self._reasons_stale and not self.stopped:
             self._pass(self._last_at)
+        self._finish_rest()
 
     def _pass(self, at: float) -> list[AttemptLaunched]:
-        """The scheduling loop (R-POL-1): project -> queue tier -> job -> allocation."""
+        """The scheduling loop (R-POL-1): project -> queue tier -> job -> allocation.
+
+        The walk skips runs of jobs whose demand is known to fail (``Pass.skim``) and
+        stops once no job it has yet to visit could start (``Openings``): the rest would
+        only restate why each job waits, so it is kept (``_rest``) and run when a reason
+        is asked for (``pending``, ``refresh_reasons``) or before a queued job changes
+        state other than by this pass's launches. Its inputs are copies or do not change
+        until then, so it decides what a whole walk would have, at the cost of what can
+        still change: the launches, and the first job of each demand."""
+        self._drop_rest()
         self._reasons_stale = False
         self._slot_limited = False
-        target, running = self.concurrency_target(), self.running()
+        target, running, queue = self.concurrency_target(), self.running(), self._queue()
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
-                   loads=self.real_loads(), queued=self.queued(), running=running,
-                   ledger=self.usage, ratio=math.exp(self.calibration.fit()[0]),
+                   loads=self.real_loads(), queued=queue.jobs(), running=running,
+                   classes=Counter(queue.by_class), ledger=Usage(dict(self.usage.peers)),
+                   ratio=math.exp(self.calibration.fit()[0]),
                    assessing=any(g.phase == "assessment" for g in self.generations.values()))
+        if not (ctx.assessing or self.count(JobState.SUSPENDED)
+                or any(q.preemptible_queues for q in ctx.queues)):
+            # assessment holds read the live calibration; preemption and resumption start
+            # work that placement alone does not foresee: those passes walk every job
+            ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
+                                    queue.ending_by, queue.younger)
+            ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
-        policy = self.policy
-        for project in each(ctx, "project", policy.project_picker, None):
-            for tier in each(ctx, "queue", policy.queue_picker, project):
-                with tier_pickers(ctx, project, tier) as next_job:
-                    launches += self._serve(ctx, next_job)
+        walk = self._walk(ctx, launches)
+        if next(walk, False):
+            self._rest = walk
         self.unused_slots = max(0, ctx.free)
         return launches
 
-    def _serve(self, ctx: Pass, next_job: Callable[[], Job | None]) -> list[AttemptLaunched]:
+    def _walk(self, ctx: Pass, launches: list[AttemptLaunched]) -> Iterator[bool]:
+        policy = self.policy
+        for project in each(ctx, "project", policy.project_picker, None):
+            for tier in each(ctx, "queue", policy.queue_picker, project):
+                launches += self._resume(ctx, tier)  # R-POL-3: before the tier's new work
+                with tier_pickers(ctx, project, tier) as next_job:
+                    yield from self._serve(ctx, next_job, launches)
+        for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
+            if self._pending.get(job.job_id) != reason:
+                self._hold(job, reason)
+
+    def _finish_rest(self) -> None:
+        """Run the rest of the last pass's walk, if it stopped early: every reason."""
+        rest, self._rest = self._rest, None
+        for _ in rest or ():
+            pass
+
+    def _drop_rest(self) -> None:
+        """Forget the last pass's unfinished walk (its pickers are finished): a new pass
+        restates every reason."""
+        rest, self._rest = self._rest, None
+        if rest is not None:
+            rest.close()
+
+    def _could_start(self, ctx: Pass, name: str, avoid: tuple[str, ...]) -> bool:
+        """Whether a job of profile ``name`` might start now, keeping off ``avoid``
+        (``Openings``): ``_admit``'s checks, with placement's feasibility for its choice.
+        False is certain; True only means the walk goes on."""
+        profile = self.policy.profiles.get(name)
+        if profile is None or ctx.free <= 0 or pressure_hold(
+                self.policy, profile, self.host.pressure if self.host else None):
+            return False
+        if not profile.uses_gpu:
+            return True
+        demand = Demand.of(profile)
+        return ctx.loads is not None and ctx.fitting(demand, avoid) >= demand.gpu_count
+
+    def _serve(self, ctx: Pass, next_job: Callable[[], Job | None],
+               launches: list[AttemptLaunched]) -> Iterator[bool]:
         """The jobs of one tier in the pickers' order: each starts now or is held (and why).
 
         A demand that failed once in a pass fails again for the rest of it (a pass only
         takes capacity away), so it is looked up, not retried (R-POL-4): the pass stays
         linear in the queue. The key holds the job picker too, so that each picker
-        learns (``JobPicker.blocked``) of the first job of each demand it could not place."""
-        launches, pending = [], self.pending
-        while (job := next_job()) is not None:
+        learns (``JobPicker.blocked``) of the first job of each demand it could not place.
+        Yields True, once, when no job still to visit could start (``Pass.openings``):
+        the caller may put off the rest, which only holds jobs."""
+        pending = self._pending
+        while True:
+            if (openings := ctx.openings) is not None and openings.exhausted:
+                ctx.openings = openings = None
+                yield True
+            if (job := next_job()) is None:
+                return
+            if openings is not None:
+                openings.visit(job)
             work_class = job.request.work_class
             reason = self.assessment_hold(job, ctx.at) if ctx.assessing else None
             if reason is None and work_class in ctx.ruled:
@@ -426,9 +506,11 @@ class Scheduler(GenerationDesk):
                             at=ctx.at, job_id=job.job_id,
                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
                         continue
+            if reason in ctx.liftable and (made := self._preempt(ctx, job, reason)) is not None:
+                launches += made  # R-POL-3: preemptions that make room, maybe its launch
+                continue
             if pending.get(job.job_id) != reason:
                 self._hold(job, reason)
-        return launches
 
     def _slot_verdict(self, ctx: Pass, job: Job) -> str:
         """Why a job waits once every slot is taken: what would hold it anyway, else the
@@ -441,7 +523,11 @@ class Scheduler(GenerationDesk):
             ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
         verdict = ctx.verdicts[job.profile]
         self._slot_limited |= verdict is None
-        return verdict or f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
+        if verdict is not None:
+            return verdict
+        reason = f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
+        ctx.liftable.add(reason)  # preemption may free a slot
+        return reason
 
     def _admit(self, ctx: Pass, job: Job, picker: JobPicker, avoid: tuple[str, ...],
                key: tuple[Any, ...]) -> tuple[tuple[str, ...], str | None]:
@@ -470,10 +556,12 @@ class Scheduler(GenerationDesk):
                 if not reason:
                     reason, unplaceable = ctx.reservation.hold, False
         ctx.unsatisfiable[key] = reason
-        if unplaceable:  # preemption (R-POL-3) will choose its victims here
+        if unplaceable:
             picker.blocked(job)
             if ctx.reservation is not None and ctx.reservation.job is job:
                 reason = f"{reason}; {ctx.reservation.promise}"
+            # preemption (R-POL-3) may make room: for this job, and for the cache's later ones
+            ctx.liftable.update((ctx.unsatisfiable[key], reason))
         return (), reason
 
     def real_loads(self) -> list[DeviceLoad] | None:
@@ -482,19 +570,29 @@ class Scheduler(GenerationDesk):
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
         real = [e for e in self.host.others if not e.speculative]
-        return device_loads(sample, [*self.held_envelopes(), *real])
+        return device_loads(sample, [*self.held_envelopes(), *real], self._loads_memo)
 
     def held_envelopes(self) -> list[Envelope]:
-        """The GPU envelopes this run's running jobs hold, through every phase of a job."""
-        return [envelope for job in self.running() for envelope in envelopes_of(
-            self.policy.profiles.get(job.profile), job.current.gpus, job.job_id)]
+        """The GPU envelopes this run's running jobs hold, through every phase of a job,
+        and what suspended ones keep holding (their memory)."""
+        return [envelope for job in self.running() for envelope in self._held(job)] + \
+            self.suspended_envelopes()
+
+    def _held(self, job: Job) -> list[Envelope]:
+        """``_envelopes(job)``, made once per attempt (and profile), since every pass reads
+        them all: the same envelopes also let ``device_loads`` reuse a device's load."""
+        attempt, profile = job.current, self.policy.profiles.get(job.profile)
+        known = self._held_memo.get(job.job_id)
+        if known is None or known[0] is not attempt or known[1] is not profile:
+            known = self._held_memo[job.job_id] = (attempt, profile, self._envelopes(job))
+        return known[2]
 
     def _hold(self, job: Job, reason: str) -> None:
-        before = self.pending.get(job.job_id, "")
+        before = self._pending.get(job.job_id, "")
         if before != reason:
             if _reason_kind(before) != _reason_kind(reason):
                 self._reason_dirty.add(job.job_id)
-            self.pending[job.job_id] = reason
+            self._pending[job.job_id] = reason
 
     def reason_updates(self) -> list[Effect]:
         """Job files of queued jobs whose pending reason changed in kind since last asked.
@@ -507,8 +605,23 @@ class Scheduler(GenerationDesk):
 
     # -- views ------------------------------------------------------------
 
+    @property
+    def pending(self) -> dict[str, str]:
+        """Job id -> why it waits (Slurm's Reason), as the last pass found; read-only."""
+        self._finish_rest()
+        return self._pending
+
     def queued(self) -> list[Job]:
-        return sorted(self._by_state[JobState.QUEUED].values(), key=_ORDER)
+        """The queued jobs, oldest first (a copy)."""
+        return self._queue().jobs()
+
+    def _queue(self) -> Backlog:
+        """The index of the queued jobs, rebuilt when the per-state index was replaced
+        (``snapshot.restore`` installs it directly)."""
+        queued = self._by_state[JobState.QUEUED]
+        if self._backlog_of is not queued:
+            self._backlog, self._backlog_of = Backlog(queued.values()), queued
+        return self._backlog
 
     def running(self) -> list[Job]:
         return list(self._by_state[JobState.RUNNING].values())
@@ -569,7 +682,7 @@ class Scheduler(GenerationDesk):
         for gen in self.generations.values():
             for lease in gen.outstanding():
                 effects += self._end_lease(gen, lease, "revoked", at, f"run stopped ({reason})")
-        running = tuple((j.job_id, j.current.attempt_id) for j in self.running())
+        running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if running:
             effects.append(TerminateAttempts(attempts=running))
         self.version += 1
@@ -578,8 +691,17 @@ class Scheduler(GenerationDesk):
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
         new = transition(job.job_id, job.state, trigger)
-        if new is not JobState.QUEUED:
-            self.pending.pop(job.job_id, None)
+        if job.state is JobState.QUEUED or new is JobState.QUEUED:
+            if trigger is not Trigger.LAUNCH:  # the unfinished walk saw the queue as it was
+                self._finish_rest()
+            if new is JobState.QUEUED:
+                self._queue().add(job)
+            else:
+                self._queue().remove(job)
+        if new is not JobState.QUEUED or job.state is JobState.SUSPENDED:
+            self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
+        if job.state is JobState.RUNNING:
+            self._held_memo.pop(job.job_id, None)
         del self._by_state[job.state][job.job_id]
         job.state = new
         self._by_state[new][job.job_id] = job
@@ -590,8 +712,8 @@ class Scheduler(GenerationDesk):
 
     def _write_job(self, job: Job) -> WriteJob:
         document = job.to_dict()
-        if job.state is JobState.QUEUED and job.job_id in self.pending:
-            document["reason"] = self.pending[job.job_id]
+        if job.state is JobState.QUEUED and job.job_id in self._pending:
+            document["reason"] = self._pending[job.job_id]
         return WriteJob(job_id=job.job_id, directory=job.state.directory, document=document)
 
     def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
@@ -652,6 +774,8 @@ _HANDLERS = {
     ClaimsReleased: Scheduler._on_claims_released,
     GenerationPhase: Scheduler._on_phase,
     RunStopRequested: lambda sched, ev: sched._stop(ev.at, ev.reason),
+    AttemptPreempted: Scheduler._on_preempted,
+    AttemptResumed: Scheduler._on_resumed,
     BudgetVerdict: Scheduler._on_verdict,
 }
 

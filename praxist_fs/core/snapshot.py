@@ -128,6 +128,8 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     sched.calibration = Calibration(*doc["calibration"])
     sched.usage = Usage({peer: (value, as_of) for peer, (value, as_of) in doc["usage"].items()})
     sched.ledger = Ledger.from_dict(doc["budget"])
+    sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
+                            if any(attempt.preemptions for attempt in job.attempts)}
     return sched
 
 
@@ -154,7 +156,8 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
             "boot_id": attempt.boot_id, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
-            "outcome": attempt.outcome, "failure": attempt.failure}
+            "outcome": attempt.outcome, "failure": attempt.failure,
+            "preemptions": [dict(p) for p in attempt.preemptions]}
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:

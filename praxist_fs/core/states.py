@@ -48,6 +48,9 @@ class Trigger(str, Enum):
     RETRY_TERMINAL = "retry_terminal"  # a --retry-terminal request reopens the job
     FREEZE = "freeze"                # its generation closed before it started
     CANCEL = "cancel"                # the run was stopped
+    SUSPEND = "suspend"              # preempted by suspension: its group is stopped (R-POL-3)
+    RESUME = "resume"                # a suspended attempt continues
+    PREEMPT = "preempt"              # an attempt preempted for requeue ended: queued again
 
 
 TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
@@ -60,6 +63,16 @@ TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
     (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,
     (JobState.RUNNING, Trigger.RELEASE): JobState.QUEUED,
     (JobState.RUNNING, Trigger.LOST): JobState.DRAINED_UNKNOWN,
+    (JobState.RUNNING, Trigger.SUSPEND): JobState.SUSPENDED,
+    (JobState.RUNNING, Trigger.PREEMPT): JobState.QUEUED,
+    (JobState.SUSPENDED, Trigger.RESUME): JobState.RUNNING,
+    # a suspended attempt is still an attempt: it may end (killed, lost, the run stopped)
+    (JobState.SUSPENDED, Trigger.CANCEL): JobState.CANCELLED,
+    (JobState.SUSPENDED, Trigger.EXIT_OK): JobState.COMPLETED,
+    (JobState.SUSPENDED, Trigger.EXIT_RETRY): JobState.QUEUED,
+    (JobState.SUSPENDED, Trigger.EXIT_FAIL): JobState.FAILED,
+    (JobState.SUSPENDED, Trigger.RELEASE): JobState.QUEUED,
+    (JobState.SUSPENDED, Trigger.LOST): JobState.DRAINED_UNKNOWN,
     (JobState.FAILED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.REJECTED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.CANCELLED, Trigger.RETRY_TERMINAL): JobState.QUEUED,

@@ -18,6 +18,7 @@ from .scheduler import Scheduler
 from .states import JobState
 
 QUEUE_PREVIEW = 50
+RECENT_PREEMPTIONS = 20
 
 
 def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
@@ -45,6 +46,9 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                    "reason": sched.pending.get(j.job_id, "queued")}
                   for j in queued[:QUEUE_PREVIEW]],
         "queue_length": len(queued),
+        "suspended": [_suspended(sched, job, now) for job in sorted(sched.suspended(),
+                                                                     key=lambda j: j.order)],
+        "preemptions": _preemptions(sched),
         "pressure": _pressure(sched),
         "gpus": _gpus(sched, gpus),
         "generation": (sched.generation_status(current)
@@ -54,6 +58,28 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
         "budget": _budget(sched, now),
     }
+
+
+def _suspended(sched: Scheduler, job: Job, now: float) -> dict[str, Any]:
+    attempt = job.current
+    last = attempt.preemptions[-1]
+    return {"job_id": job.job_id, "tag": job.request.tag, "peer": job.request.peer,
+            "profile": job.profile, "work_class": job.request.work_class,
+            "attempt_id": attempt.attempt_id, "pid": attempt.pid, "gpus": list(attempt.gpus),
+            "suspended_s": round(now - last["at"], 3), "by": last["by"],
+            "reason": last["reason"], "waiting": sched.pending.get(job.job_id, "suspended")}
+
+
+def _preemptions(sched: Scheduler) -> dict[str, Any]:
+    """Every preemption on record (R-POL-3), counted, and the latest ones."""
+    records = sorted(({"job_id": job.job_id, "attempt_id": attempt.attempt_id, **record}
+                      for job in map(sched.jobs.__getitem__, sched.preempted_jobs)
+                      for attempt in job.attempts for record in attempt.preemptions),
+                     key=lambda r: (r["at"], r["job_id"]))
+    modes = Counter(r["mode"] for r in records)
+    return {"suspended": modes["suspend"], "requeued": modes["requeue"],
+            "resumed": sum(1 for r in records if r["resumed_at"] is not None),
+            "recent": records[-RECENT_PREEMPTIONS:]}
 
 
 def _budget(sched: Scheduler, now: float) -> dict[str, Any]:

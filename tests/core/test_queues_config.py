@@ -52,15 +52,15 @@ def test_the_fixture_loads_and_travels_through_the_journal():
     policy = load_policy(TASKS / "queues.yaml")
     mature, explore = policy.queues
     assert mature == Queue(name="mature", priority=10, work_classes=("mature",),
-                           picker="backfill", leave_slots=1, leave_slots_for=("explore",))
+                           picker="backfill", leave_slots=1, leave_slots_for=("explore",),
+                           preemptible_queues=("explore",), preempt="requeue")
     assert explore == Queue(name="explore", work_classes=("scout", "ordinary"),
-                            picker="fair_share", max_running=6, preemptible_queues=("mature",),
-                            preempt="requeue")
+                            picker="fair_share", max_running=6)
     document = json.loads(json.dumps(policy.to_dict()))
-    assert document["queues"]["explore"] == {
-        "priority": 0, "work_classes": ["scout", "ordinary"], "picker": "fair_share",
-        "limits": {"max_running": 6}, "leave_slots": {"slots": 0, "for": []},
-        "preemptible_queues": ["mature"], "preempt": "requeue"}
+    assert document["queues"]["mature"] == {
+        "priority": 10, "work_classes": ["mature"], "picker": "backfill",
+        "limits": {"max_running": None}, "leave_slots": {"slots": 1, "for": ["explore"]},
+        "preemptible_queues": ["explore"], "preempt": "requeue"}
     assert Policy.from_dict(document) == policy
 
 

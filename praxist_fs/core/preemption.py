@@ -1,0 +1,309 @@
+"""Preemption (R-POL-3, seed 002's level 3): victims, suspensions and resumes.
+
+A mixin of ``Scheduler``, like ``GenerationDesk``: the same state under the same
+rules (every change bumps ``version`` and is journaled before its effects).
+
+**What triggers it.** A queued job of a queue with ``preemptible_queues`` that a
+pass cannot start because every slot is taken, or because its GPU allocation
+failed. Nothing else: a generation in assessment, its own queue's limits or
+reserve, hot pressure, an undefined profile, a missing GPU inventory or a
+backfill reservation are never lifted by preempting anyone.
+
+**Victims.** Running jobs (with a known shim) of the listed queues whose priority
+is below the job's queue's; a listed queue of equal or higher priority is never
+preempted. Lowest queue priority first, then youngest attempt first; of those,
+the fewest, taken in that order, whose room would let the job start (victims it
+turns out not to need are dropped again, the most valuable first).
+
+**Modes.** ``suspend`` stops a victim's process group (SIGTSTP, then SIGSTOP; the
+job is ``suspended``, its file in ``jobs/queued/``): it gives back its slot and its
+declared GPU utilization, and keeps its GPU memory (and a device it holds
+exclusively), which placement goes on counting. So suspending helps a job held by a
+full house or by GPU utilization, never one held by GPU memory or waiting for an
+idle device; the job then starts in the same pass. ``requeue`` terminates a victim
+(TERM, a grace, KILL); the job waits until the victim's end is observed, which
+queues the victim again under the same job id with the attempt outcome
+``preempted`` and no retry used (an exit 0 in the meantime still completes it).
+
+**Resume.** A suspended job continues (SIGCONT) at the first pass where, at its
+queue's turn (after the queues above it, before its own queue's and lower queues'
+queued work), a slot is free, its queue's limits allow it, its pressure domains
+are calm, and its declared utilization fits again on its own devices; it does not
+wait for the job it made room for to end. A suspended job holds no slot and does
+not count towards its queue's ``max_running``.
+
+Preemptions and resumes are decisions (``AttemptPreempted``, ``AttemptResumed``)
+that a pass proposes next to its launches, the daemon journals and ``handle``
+applies, so a replay never decides again. A start carries every one out again (all
+are idempotent): a decision journaled just before a crash may not have been.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from ..errors import InvalidTransition
+from .admission import pressure_hold
+from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt
+from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
+from .observations import Envelope
+from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
+    without_envelopes
+from .queues import Queue
+from .states import JobState, Trigger
+
+if TYPE_CHECKING:
+    from .model import Attempt, Job
+    from .pickers import Pass
+    from .scheduler import Scheduler
+
+
+class PreemptionDesk:
+    """Methods of Scheduler for preemption (``self`` is the Scheduler)."""
+
+    # -- views ------------------------------------------------------------------
+
+    def suspended(self: Scheduler) -> list[Job]:
+        return list(self._by_state[JobState.SUSPENDED].values())
+
+    def in_flight(self: Scheduler) -> list[Job]:
+        """Jobs with an attempt open: running, then suspended."""
+        return [*self.running(), *self.suspended()]
+
+    def suspended_envelopes(self: Scheduler) -> list[Envelope]:
+        """What suspended jobs keep holding on their devices (``paused``)."""
+        return paused([e for job in self.suspended() for e in self._envelopes(job)])
+
+    def _envelopes(self: Scheduler, job: Job) -> list[Envelope]:
+        return envelopes_of(self.policy.profiles.get(job.profile), job.current.gpus, job.job_id)
+
+    def may_preempt(self: Scheduler) -> bool:
+        """Whether a pass with every slot taken may still start work: a running job is
+        in a queue that another one preempts."""
+        classes = frozenset().union(*preemptible_classes(self.policy.queue_set()).values())
+        return bool(classes) and any(j.request.work_class in classes for j in self.running())
+
+    # -- events -----------------------------------------------------------------
+
+    def _on_preempted(self: Scheduler, ev: AttemptPreempted) -> list[Effect]:
+        job = self._job(ev.job_id)
+        attempt = job.current
+        if job.state is not JobState.RUNNING or attempt.attempt_id != ev.attempt_id or \
+                attempt.pid is None or attempt.evicting is not None:
+            raise InvalidTransition(f"can't preempt {ev.attempt_id} of job {job.job_id} "
+                                    f"({job.state.value})")
+        attempt.preemptions.append({"at": ev.at, "mode": ev.mode, "by": ev.by,
+                                    "reason": ev.reason, "resumed_at": None})
+        self.preempted_jobs[job.job_id] = None
+        self.version += 1
+        key = {"job_id": job.job_id, "attempt_id": attempt.attempt_id}
+        if ev.mode == "suspend":
+            self._transition(job, Trigger.SUSPEND)
+            job.reason = f"suspended: preempted by job {ev.by} ({ev.reason})"
+            return [self._write_job(job), SuspendAttempt(**key)]
+        job.reason = f"preempted by job {ev.by} ({ev.reason}): terminating, to be requeued"
+        return [self._write_job(job), EvictAttempt(**key)]
+
+    def _on_resumed(self: Scheduler, ev: AttemptResumed) -> list[Effect]:
+        job = self._job(ev.job_id)
+        attempt = job.current
+        if job.state is not JobState.SUSPENDED or attempt.attempt_id != ev.attempt_id:
+            raise InvalidTransition(f"can't resume {ev.attempt_id} of job {job.job_id} "
+                                    f"({job.state.value})")
+        attempt.preemptions[-1]["resumed_at"] = ev.at
+        self._transition(job, Trigger.RESUME)
+        job.reason = f"attempt {attempt.attempt_id} running (resumed)"
+        self.version += 1
+        return [self._write_job(job),
+                ResumeAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)]
+
+    def _requeue(self: Scheduler, job: Job, attempt: Attempt,
+                 ev: AttemptObserved) -> list[Effect]:
+        """An attempt preempted for requeue ended (any end but exit 0): the job is queued
+        again, and the attempt's outcome ``preempted`` uses up no retry."""
+        attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
+        attempt.outcome = "preempted"
+        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
+                            f"attempt {attempt.attempt_id} preempted by job "
+                            f"{attempt.evicting['by']} (requeue): queued again, no retry used")
+
+    def _reassert_preemptions(self: Scheduler) -> list[Effect]:
+        """At a start, every preemption decision is carried out again: stops, continues
+        and terminations are idempotent, and the last coordinator may have journaled one
+        and died before its signal."""
+        effects: list[Effect] = [SuspendAttempt(job_id=j.job_id, attempt_id=j.current.attempt_id)
+                                 for j in self.suspended()]
+        for job in self.running():
+            key = {"job_id": job.job_id, "attempt_id": job.current.attempt_id}
+            if job.current.evicting is not None:
+                effects.append(EvictAttempt(**key))
+            elif job.current.preemptions:  # a suspension that ended: it was resumed
+                effects.append(ResumeAttempt(**key))
+        return effects
+
+    # -- the pass ---------------------------------------------------------------
+
+    def _preempt(self: Scheduler, ctx: Pass, job: Job, reason: str) -> list[Event] | None:
+        """R-POL-3 where ``job`` could not start for ``reason``, one that preemption may
+        lift (``Pass.liftable``): the preemptions that make room for it (and its launch
+        when suspending made the room now), or None when its queue preempts nothing or
+        no victims would make room. When it must wait for victims to end, it is held here."""
+        queue = ctx.by_class[job.request.work_class]
+        classes = preemptible_classes(ctx.queues).get(queue.name)
+        if not classes:
+            return None
+        if ctx.evicting is None:
+            ctx.evicting = {}
+            for other in ctx.running:
+                if (eviction := other.current.evicting) is not None:
+                    ctx.evicting.setdefault(eviction["by"], []).append(other)
+        mine = ctx.evicting.get(job.job_id, [])
+        hopeless = ("preempt", job.profile, queue.name)  # R-POL-4: once per demand and queue
+        if not mine and hopeless in ctx.unsatisfiable:
+            return None
+        profile = self.policy.profiles[job.profile]
+        demand = Demand.of(profile) if profile.uses_gpu else None
+        avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
+        loads = self._room(ctx.loads, mine, "requeue") if demand else ctx.loads
+        free = ctx.free + len(mine)
+
+        def fits(victims: list[Job]) -> tuple[str, ...] | None:
+            """The job's devices once ``victims`` made room (() for CPU work), or None:
+            also when its own queue's rules would keep that room for others, such as a
+            reserve for the very queue the requeued victims go back to."""
+            if free + len(victims) < 1:
+                return None
+            requeued = mine + victims if queue.preempt == "requeue" else mine
+            if ctx.queue_hold(queue, len(mine) + len(victims), Counter(
+                    ctx.by_class[v.request.work_class].name for v in requeued)):
+                return None
+            if demand is None:
+                return ()
+            gpus, why = place(demand, self._room(loads, victims, queue.preempt), avoid)
+            return None if why else gpus
+
+        victims: list[Job] = []
+        if fits([]) is None:
+            candidates = sorted(
+                (j for j in ctx.running if j.request.work_class in classes
+                 and j.current.pid is not None and j.current.evicting is None
+                 and j.job_id not in ctx.taken),
+                key=lambda j: (ctx.by_class[j.request.work_class].priority,
+                               -j.current.started_at, -j.order))
+            for candidate in candidates:
+                victims.append(candidate)
+                if fits(victims) is not None:
+                    break
+            else:
+                if not mine:
+                    ctx.unsatisfiable[hopeless] = reason
+                return None
+            for victim in reversed(victims):  # the fewest: the most valuable go first
+                rest = [v for v in victims if v is not victim]
+                if fits(rest) is not None:
+                    victims = rest
+        ctx.taken.update(v.job_id for v in victims)
+        events: list[Event] = [AttemptPreempted(
+            at=ctx.at, job_id=v.job_id, attempt_id=v.current.attempt_id, mode=queue.preempt,
+            by=job.job_id, reason=f"queue {queue.name}: {reason}") for v in victims]
+        if queue.preempt == "suspend" and not mine:
+            gpus = fits(victims)
+            for victim in victims:
+                ctx.free += 1
+                ctx.running_in[ctx.by_class[victim.request.work_class].name] -= 1
+            if demand:
+                ctx.loads = self._room(ctx.loads, victims, "suspend")
+            ctx.place(job, gpus)
+            return [*events, AttemptLaunched(at=ctx.at, job_id=job.job_id,
+                                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus)]
+        names = [v.job_id for v in (*mine, *victims)]
+        self._hold(job, f"{reason}; preempting {', '.join(names)}: waiting for "
+                        f"{'it' if len(names) == 1 else 'them'} to end")
+        return events
+
+    def _room(self: Scheduler, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
+              mode: str) -> list[DeviceLoad]:
+        """``loads`` once ``victims`` are suspended (``paused``) or gone (``requeue``)."""
+        if not victims:
+            return loads
+        held = [e for victim in victims for e in self._envelopes(victim)]
+        loads = without_envelopes(loads, held)
+        return with_envelopes(loads, paused(held)) if mode == "suspend" else loads
+
+    def _resume(self: Scheduler, ctx: Pass, tier: tuple[Queue, ...]) -> list[Event]:
+        """The suspended jobs of ``tier`` whose room is back, the earliest suspended first;
+        why each other one still waits goes to ``pending`` (status shows it)."""
+        suspended = self._by_state[JobState.SUSPENDED]
+        if not suspended:
+            return []
+        names = {queue.name for queue in tier}
+        waiting = sorted((j for j in suspended.values()
+                          if ctx.by_class[j.request.work_class].name in names),
+                         key=lambda j: (j.current.preemptions[-1]["at"], j.order))
+        events: list[Event] = []
+        for job in waiting:
+            why = self._resume_hold(ctx, job)
+            if why is not None:
+                self._pending[job.job_id] = why
+                continue
+            ctx.free -= 1
+            ctx.running_in[ctx.by_class[job.request.work_class].name] += 1
+            ctx.taken.add(job.job_id)
+            if ctx.loads is not None and job.current.gpus:
+                held = self._envelopes(job)
+                ctx.loads = with_envelopes(without_envelopes(ctx.loads, paused(held)), held)
+            events.append(AttemptResumed(at=ctx.at, job_id=job.job_id,
+                                         attempt_id=job.current.attempt_id))
+        return events
+
+    def _resume_hold(self: Scheduler, ctx: Pass, job: Job) -> str | None:
+        """Why a suspended job cannot continue now, or None. Its memory never left its
+        devices (nor did an exclusive hold), so only its utilization must fit again."""
+        if ctx.free <= 0:
+            return (f"suspended, waiting for a slot to resume: {ctx.target - ctx.free} of "
+                    f"{ctx.target} running")
+        if held := ctx.queue_hold(ctx.by_class[job.request.work_class]):
+            return f"suspended, {held}"
+        profile = self.policy.profiles.get(job.profile)
+        if profile is None:  # it holds its devices exclusively, and declares no domains
+            return None
+        if held := pressure_hold(self.policy, profile, self.host.pressure if self.host else None):
+            return f"suspended, {held}"
+        demand = Demand.of(profile)
+        if not profile.uses_gpu or demand.exclusive:
+            return None
+        if ctx.loads is None:
+            return "suspended: no usable GPU sample to check its devices"
+        loads = {load.device.uuid: load for load in ctx.loads}
+        utilization = Demand(1, demand.utilization_pct, 0.0)
+        for uuid in job.current.gpus:
+            load = loads.get(uuid)
+            limit = "not in the inventory" if load is None else load.fit(utilization)[1]
+            if limit:
+                return (f"suspended, its {demand.utilization_pct:g}% utilization does not fit "
+                        f"back on {uuid}: {limit}")
+        return None
+
+
+def paused(envelopes: list[Envelope]) -> list[Envelope]:
+    """What a suspended job still holds: its memory, and a device it holds exclusively
+    (unknown demand: how much memory it keeps is not known); not its utilization."""
+    return [e if e.exclusive else replace(e, utilization_pct=0.0) for e in envelopes]
+
+
+@lru_cache(maxsize=64)
+def preemptible_classes(queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
+    """queue name -> the work classes whose running jobs it may preempt: those of its
+    ``preemptible_queues`` of a lower priority than its own. Empty without preemption."""
+    by_name = {queue.name: queue for queue in queues}
+    found = {}
+    for queue in queues:
+        classes = frozenset(c for name in queue.preemptible_queues
+                            if by_name[name].priority < queue.priority
+                            for c in by_name[name].work_classes)
+        if classes:
+            found[queue.name] = classes
+    return found

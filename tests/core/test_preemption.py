@@ -1,0 +1,447 @@
+"""Preemption (R-POL-3) in the pure core: triggers, victim order, suspend and requeue,
+GPU memory that suspension keeps, retries it does not use, resumes, and that the
+journal, a snapshot and a restart rebuild and carry all of it out again."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from praxist_fs.core.budget import Budget
+from praxist_fs.core.effects import (
+    Effect, EvictAttempt, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
+)
+from praxist_fs.core.events import (
+    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ControlSeen,
+    CoordinatorStarted, Event,
+    HostSampled, from_record, to_record,
+)
+from praxist_fs.core.observations import GpuDevice, GpuSample
+from praxist_fs.core.policy import Profile
+from praxist_fs.core.queues import Queue
+from praxist_fs.core.request import ControlRequest
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.snapshot import capture, restore
+from praxist_fs.core.states import JobState
+from praxist_fs.core.status import render_status
+from praxist_fs.errors import InvalidTransition
+
+from .helpers import CPU, GPU, Harness, make_policy
+
+WIDE = Profile(name="wide", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
+               gpu_utilization_pct=70.0)
+BIG = Profile(name="big", accelerator="gpu", gpu_count=1, gpu_memory_gb=60.0,
+              gpu_utilization_pct=30.0)
+MID = Profile(name="mid", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
+              gpu_utilization_pct=30.0)
+EXCL = Profile(name="excl", accelerator="gpu", gpu_count=1)  # unknown demand: exclusive
+
+
+def queues(mode: str = "suspend", low_priority: int = 0, **high: Any) -> tuple[Queue, ...]:
+    return (Queue(name="high", priority=10, work_classes=("mature",),
+                  preemptible_queues=("low",), preempt=mode, **high),
+            Queue(name="low", priority=low_priority, work_classes=("scout", "ordinary")))
+
+
+class Run(Harness):
+    """The harness, with every decision of a pass fed back as the daemon does."""
+
+    def __init__(self, slots: int = 1, mode: str = "suspend", gpus: int = 0,
+                 **overrides: Any) -> None:
+        overrides.setdefault("queues", queues(mode))
+        super().__init__(make_policy(
+            profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL)},
+            initial_concurrent_experiments=slots, min_concurrent_experiments=1,
+            max_concurrent_experiments=slots, **overrides))
+        self.journal: list[dict[str, Any]] = []
+        self.effects: list[Effect] = []
+        self.handle(CoordinatorStarted(at=self.tick(), policy=self.sched.policy.to_dict(), pid=1,
+                                       host="h", boot_id="boot"))
+        if gpus:
+            self.handle(HostSampled(at=self.tick(), gpus=GpuSample(source="fake", devices=tuple(
+                GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
+                          memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
+
+    def handle(self, event: Event) -> list[Effect]:
+        version = self.sched.version
+        effects = super().handle(event)
+        if self.sched.version != version:
+            self.journal.append(json.loads(json.dumps(to_record(event))))
+        self.effects += effects
+        return effects
+
+    def decide(self) -> list[Event]:
+        """One pass, its decisions handled in order; then every reason, as status asks."""
+        events = list(self.sched.next_launches(self.tick()))
+        for event in events:
+            self.handle(event)
+        self.sched.refresh_reasons()
+        return events
+
+    def start(self, tag: str, work_class: str = "ordinary", profile: str = "cpu") -> str:
+        """Submit a job and run it: launched, its shim seen, GO."""
+        job_id = self.submit(tag, work_class=work_class, profile=profile)["job_id"]
+        launched = [e for e in self.decide() if isinstance(e, AttemptLaunched)]
+        assert [e.job_id for e in launched] == [job_id], self.sched.pending
+        self.go(job_id, "a1")
+        return job_id
+
+    def state(self, job_id: str) -> str:
+        return self.sched.jobs[job_id].state.value
+
+
+def kinds(events: list[Event]) -> list[tuple[str, str, str]]:
+    return [(type(e).__name__, e.job_id, getattr(e, "mode", "")) for e in events]
+
+
+def replayed(journal: list[dict[str, Any]]) -> Scheduler:
+    sched = Scheduler()
+    for record in journal:
+        sched.handle(from_record(record))
+    return sched
+
+
+# -- suspend ---------------------------------------------------------------------------
+
+
+def test_a_full_house_suspends_the_low_job_and_the_high_one_starts_in_the_same_pass():
+    run = Run(slots=1)
+    low = run.start("low-1")
+    high = run.submit("high-1", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
+                                   ("AttemptLaunched", high, "")]
+    assert (run.state(low), run.state(high)) == ("suspended", "running")
+    assert SuspendAttempt(job_id=low, attempt_id="a1") in run.effects
+    spawn = [e for e in run.effects if isinstance(e, SpawnAttempt)]
+    assert spawn[-1].job_id == high and run.effects.index(spawn[-1]) > run.effects.index(
+        SuspendAttempt(job_id=low, attempt_id="a1"))  # stopped before the new shim starts
+    doc = run.job(low)
+    assert run.directory(low) == "queued"  # jobs/queued/ holds queued and suspended jobs
+    assert doc["reason"] == (f"suspended: preempted by job {high} "
+                             "(queue high: waiting for a slot: 1 of 1 running)")
+    assert doc["attempts"][0]["preemptions"] == [{
+        "at": run.sched.jobs[low].current.preemptions[0]["at"], "mode": "suspend", "by": high,
+        "reason": "queue high: waiting for a slot: 1 of 1 running", "resumed_at": None}]
+    # it does not resume while the high job holds the slot, and says why
+    assert run.decide() == [] and run.sched.pending[low].startswith(
+        "suspended, waiting for a slot to resume: 1 of 1 running")
+    run.exit(high, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptResumed", low, "")]
+    assert run.state(low) == "running" and run.job(low)["reason"] == "attempt a1 running (resumed)"
+    assert run.effects[-1] == ResumeAttempt(job_id=low, attempt_id="a1")
+    run.exit(low, "a1", 0)
+    assert run.state(low) == "completed" and run.sched.jobs[low].current.outcome == "completed"
+
+
+def test_victims_are_the_lowest_priority_queue_first_then_the_youngest():
+    policy_queues = (
+        Queue(name="high", priority=10, work_classes=("mature",),
+              preemptible_queues=("mid", "low"), preempt="suspend"),
+        Queue(name="mid", priority=5, work_classes=("scout",)),
+        Queue(name="low", priority=0, work_classes=("ordinary",)))
+    run = Run(slots=4, queues=policy_queues)
+    old_low = run.start("old-low")
+    mid = run.start("mid", work_class="scout")
+    young_low = run.start("young-low")
+    mid2 = run.start("mid-2", work_class="scout")
+    first = run.submit("h1", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", young_low, "suspend"),
+                                   ("AttemptLaunched", first, "")]
+    second = run.submit("h2", work_class="mature")["job_id"]
+    third = run.submit("h3", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", old_low, "suspend"),
+                                   ("AttemptLaunched", second, ""),
+                                   ("AttemptPreempted", mid2, "suspend"),
+                                   ("AttemptLaunched", third, "")]
+    assert run.state(mid) == "running"
+
+
+def test_a_queue_of_equal_or_higher_priority_is_never_preempted():
+    run = Run(slots=1, queues=queues(low_priority=10))
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert run.decide() == []
+    assert run.state(low) == "running"
+    assert run.sched.pending[high] == "waiting for a slot: 1 of 1 running"
+
+
+def test_holds_that_preemption_does_not_lift_preempt_nothing():
+    run = Run(slots=2, queues=queues(max_running=0))  # the high queue is paused
+    low = run.start("low")
+    run.start("low-2")
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert run.decide() == []
+    assert run.state(low) == "running"
+    assert run.sched.pending[high] == "queue high: 0 of max_running 0 running"
+
+
+def test_suspension_frees_utilization_and_keeps_gpu_memory():
+    run = Run(slots=4, gpus=1)
+    low = run.start("low", profile="wide")                    # 70% and 10 GiB on GPU-0
+    high = run.submit("high", work_class="mature", profile="wide")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
+                                   ("AttemptLaunched", high, "")]
+    load = run.sched.real_loads()[0]
+    assert (load.declared_util, load.declared_mem) == (70.0, 20 * 1024.0)  # both memories
+    assert run.job(low)["reason"].endswith("(queue high: gpu utilization: no device with 70% free)")
+    envelopes = {e.owner: e for e in run.sched.held_envelopes()}
+    assert (envelopes[low].utilization_pct, envelopes[low].memory_mib) == (0.0, 10 * 1024.0)
+    status = render_status(run.sched, run.now, {})
+    assert sorted(status["gpus"]["devices"][0]["jobs"]) == sorted([low, high])
+
+
+def test_suspension_does_not_help_a_job_held_by_gpu_memory_but_requeue_does():
+    for mode, expected in (("suspend", []), ("requeue", ["AttemptPreempted"])):
+        run = Run(slots=4, gpus=1, mode=mode)
+        low = run.start("low", profile="big")                 # 60 GiB of 80
+        high = run.submit("high", work_class="mature", profile="mid")["job_id"]  # needs 30
+        assert [type(e).__name__ for e in run.decide()] == expected, mode
+        assert run.state(low) == "running"
+        assert run.sched.pending[high].startswith("gpu memory: no device with 30 GiB headroom")
+
+
+def test_suspension_never_frees_an_exclusive_device():
+    run = Run(slots=4, gpus=1)
+    run.start("low", profile="excl")
+    high = run.submit("high", work_class="mature", profile="gpu")["job_id"]
+    assert run.decide() == []
+    assert run.sched.pending[high].startswith("gpu")
+
+
+def test_a_suspended_job_resumes_before_younger_work_of_its_queue():
+    run = Run(slots=1)
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()
+    younger = run.submit("younger")["job_id"]
+    run.go(high, "a1")
+    run.exit(high, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptResumed", low, "")]
+    assert run.sched.pending[younger] == "waiting for a slot: 1 of 1 running"
+
+
+def test_a_suspended_job_holds_no_slot_and_resumes_when_one_frees():
+    run = Run(slots=2)
+    low = run.start("low")
+    other = run.start("other")
+    high = run.submit("high", work_class="mature")["job_id"]
+    events = run.decide()
+    assert kinds(events)[0] == ("AttemptPreempted", other, "suspend")  # the youngest
+    assert run.sched.count(JobState.RUNNING) == 2  # low and high: other holds no slot
+    run.exit(low, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptResumed", other, "")]
+    assert run.state(high) == "running"
+
+
+def test_suspended_time_is_not_spent():
+    run = Run(slots=1, budget=Budget(rates={"cpu": 3600.0}))  # 1 per second of CPU work
+    low = run.start("low")
+    started = run.sched.jobs[low].current.started_at
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()
+    suspended_at = run.sched.jobs[low].current.preemptions[0]["at"]
+    run.now += 100
+    assert run.sched.spend(run.now)["running"].cost == pytest.approx(
+        (suspended_at - started) + (run.now - run.sched.jobs[high].current.started_at))
+    run.exit(high, "a1", 0)
+    run.decide()
+    resumed_at = run.sched.jobs[low].current.preemptions[0]["resumed_at"]
+    run.now += 10
+    run.exit(low, "a1", 0)
+    ended = run.sched.jobs[low].current.ended_at
+    assert run.sched.jobs[low].current.active_seconds(ended) == pytest.approx(
+        (suspended_at - started) + (ended - resumed_at))
+
+
+def test_a_suspended_attempt_that_ends_settles_like_a_running_one():
+    run = Run(slots=1)
+    low = run.start("low")
+    run.submit("high", work_class="mature")
+    run.decide()
+    run.exit(low, "a1", 137, signal=9)  # killed while stopped (OOM, an operator)
+    assert run.state(low) == "failed" and run.directory(low) == "done"
+    assert run.sched.jobs[low].current.outcome == "failed"
+
+
+# -- requeue ---------------------------------------------------------------------------
+
+
+def test_requeue_terminates_the_victim_and_the_high_job_waits_for_its_end():
+    run = Run(slots=1, mode="requeue", infrastructure_retries=1)
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", low, "requeue")]
+    assert run.effects[-1] == EvictAttempt(job_id=low, attempt_id="a1")
+    assert run.state(low) == "running" and run.job(low)["reason"].endswith(
+        ": terminating, to be requeued")
+    waiting = f"waiting for a slot: 1 of 1 running; preempting {low}: waiting for it to end"
+    assert run.sched.pending[high] == waiting
+    run.tick()
+    assert run.decide() == [] and run.sched.pending[high] == waiting  # no second victim
+    run.exit(low, "a1", 143, signal=15)
+    attempt = run.sched.jobs[low].attempts[0]
+    assert (run.state(low), attempt.outcome, attempt.exit_code) == ("queued", "preempted", 143)
+    assert run.job(low)["attempts"][0]["outcome"] == "preempted"
+    assert kinds(run.decide()) == [("AttemptLaunched", high, "")]
+    # the requeued job runs again under the same id, and still has its retry
+    run.exit(high, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptLaunched", low, "")]
+    run.go(low, "a2")
+    run.exit(low, "a2", 75)
+    assert run.state(low) == "queued" and run.sched.jobs[low].attempts[1].outcome == "infra_retry"
+    assert run.sched.spend(run.now)["infrastructure"].gpu_seconds == 0  # CPU work
+
+
+def test_a_victim_killed_at_the_barrier_is_requeued_too():
+    run = Run(slots=1, mode="requeue")
+    low = run.submit("low")["job_id"]
+    run.decide()
+    run.spawn(low, "a1")  # its shim is known, GO not written yet
+    run.submit("high", work_class="mature")
+    run.decide()
+    effects = run.observe(low, "a1", ready=True)
+    assert [type(e).__name__ for e in effects] == ["AbortAttempt"]  # never GO once preempted
+    run.observe(low, "a1", alive=False, ready=True)
+    assert run.state(low) == "queued" and run.sched.jobs[low].current.outcome == "preempted"
+
+
+def test_a_victim_that_finishes_during_its_grace_completes():
+    run = Run(slots=1, mode="requeue")
+    low = run.start("low")
+    run.submit("high", work_class="mature")
+    run.decide()
+    run.exit(low, "a1", 0)
+    assert run.state(low) == "completed"
+
+
+# -- the journal, snapshots, restarts, status --------------------------------------------
+
+
+def story(mode: str) -> Run:
+    run = Run(slots=1, mode=mode)
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()
+    if mode == "requeue":
+        run.exit(low, "a1", 143, signal=15)
+        run.decide()
+    run.go(high, "a1")
+    return run
+
+
+@pytest.mark.parametrize("mode", ["suspend", "requeue"])
+def test_the_journal_and_a_snapshot_rebuild_the_same_scheduler(mode):
+    run = story(mode)
+    live = run.sched
+    assert run.journal[0]["type"] == "coordinator_started"
+    again = replayed(run.journal)
+    assert again.snapshot() == live.snapshot()
+    restored = restore(json.loads(json.dumps(capture(live))))
+    assert restored.snapshot() == live.snapshot()
+    for sched in (again, restored):
+        assert render_status(sched, run.now, {})["preemptions"] == \
+            render_status(live, run.now, {})["preemptions"]
+    # and they go on deciding alike
+    high = next(j.job_id for j in live.jobs.values() if j.request.work_class == "mature")
+    end = AttemptObserved(at=run.now + 1, job_id=high, attempt_id="a1", alive=False, go=True,
+                          exited=True, exit_code=0, ended_at=run.now + 1)
+    decided = []
+    for sched in (live, again, restored):
+        sched.handle(end)
+        decided.append(kinds(sched.next_launches(run.now + 2)))
+    assert decided[0] == decided[1] == decided[2]
+    assert decided[0][0][0] == ("AttemptResumed" if mode == "suspend" else "AttemptLaunched")
+
+
+def test_a_restart_carries_out_every_preemption_again():
+    run = Run(slots=2, mode="suspend")
+    low = run.start("low")
+    resumed = run.start("resumed")
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()                     # resumed (the youngest) is suspended
+    run.exit(low, "a1", 0)
+    run.decide()                     # ... and resumed
+    assert run.state(resumed) == "running"
+    second = run.submit("high-2", work_class="mature")["job_id"]
+    run.decide()                     # now it is the only low job: suspended again
+    assert run.state(resumed) == "suspended" and run.state(second) == "running"
+    sched = replayed(run.journal)
+    effects = sched.handle(CoordinatorStarted(at=run.tick(), policy=sched.policy.to_dict(),
+                                              pid=2, host="h", boot_id="boot"))
+    assert SuspendAttempt(job_id=resumed, attempt_id="a1") in effects
+    run.exit(high, "a1", 0)
+    run.exit(second, "a1", 0)
+    run.decide()
+    assert run.state(resumed) == "running"
+    effects = replayed(run.journal).handle(CoordinatorStarted(
+        at=run.tick(), policy=sched.policy.to_dict(), pid=3, host="h", boot_id="boot"))
+    assert ResumeAttempt(job_id=resumed, attempt_id="a1") in effects
+
+
+def test_a_restart_terminates_an_eviction_again_and_a_stop_takes_suspended_work_too():
+    run = Run(slots=1, mode="requeue")
+    low = run.start("low")
+    run.submit("high", work_class="mature")
+    run.decide()
+    effects = replayed(run.journal).handle(CoordinatorStarted(
+        at=run.tick(), policy=run.sched.policy.to_dict(), pid=2, host="h", boot_id="boot"))
+    assert EvictAttempt(job_id=low, attempt_id="a1") in effects
+    run = Run(slots=1)
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()
+    stop = ControlSeen(at=run.tick(), name="stop.json", digest="d", request_id="stop",
+                       control=ControlRequest(request_id="stop", action="run_stop"))
+    terminate = [e for e in run.handle(stop) if isinstance(e, TerminateAttempts)]
+    assert terminate == [TerminateAttempts(attempts=((high, "a1"), (low, "a1")))]
+    run.exit(low, "a1", 143, signal=15)
+    assert run.state(low) == "cancelled"
+
+
+def test_status_shows_suspended_jobs_victims_and_reasons():
+    run = Run(slots=1)
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    run.decide()
+    assert run.decide() == []  # the daemon passes again until nothing starts
+    run.now += 30
+    status = render_status(run.sched, run.now, {})
+    assert status["counts"]["suspended"] == 1 and status["running"] == 1
+    [entry] = status["suspended"]
+    assert entry["job_id"] == low and entry["by"] == high and entry["suspended_s"] >= 30
+    assert entry["reason"] == "queue high: waiting for a slot: 1 of 1 running"
+    assert entry["waiting"] == "suspended, waiting for a slot to resume: 1 of 1 running"
+    assert status["preemptions"]["suspended"] == 1 and status["preemptions"]["resumed"] == 0
+    assert status["preemptions"]["recent"][0]["job_id"] == low
+
+
+def test_a_preemption_the_state_does_not_allow_is_refused():
+    run = Run(slots=1)
+    low = run.start("low")
+    run.exit(low, "a1", 0)
+    with pytest.raises(InvalidTransition):
+        run.handle(AttemptPreempted(at=run.tick(), job_id=low, attempt_id="a1",
+                                    mode="suspend", by="x", reason="r"))
+    with pytest.raises(InvalidTransition):
+        run.handle(AttemptResumed(at=run.tick(), job_id=low, attempt_id="a1"))
+    with pytest.raises(ValueError, match="mode"):
+        AttemptPreempted(at=1.0, job_id="j", attempt_id="a1", mode="kill", by="x", reason="r")
+
+
+def test_a_reserve_of_the_preempting_queue_for_its_victims_queue_is_respected():
+    """No thrash: a queue that leaves a slot for the queue it preempts does not take that
+    slot by preemption (a requeued victim would come back to claim the reserve, run again,
+    and be preempted again)."""
+    reserve = {"leave_slots": 1, "leave_slots_for": ("low",)}
+    run = Run(slots=1, queues=queues("requeue", **reserve))
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert run.decide() == [] and run.state(low) == "running"
+    assert run.sched.pending[high] == "waiting for a slot: 1 of 1 running"
+    run = Run(slots=1, queues=queues("suspend", **reserve))  # a suspended job is not queued
+    low = run.start("low")
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
+                                   ("AttemptLaunched", high, "")]
