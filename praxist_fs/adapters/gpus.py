@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -79,10 +80,42 @@ class NoInventory:
         return f"NoInventory({self.reason!r})"
 
 
+# --- topology -------------------------------------------------------------------
+
+PCI_ADDRESS = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]")
+
+
+def pci_topology(bus_id: str, unique: str, sysfs: str = "/sys/bus/pci/devices"
+                 ) -> tuple[str, ...]:
+    """The groups a GPU shares with its neighbours, tightest first, for placement plans
+    (R-POL-2): its PCIe switch (the bridge above its own downstream port), its host
+    bridge, its NUMA node; from sysfs, by the PCI bus id NVML reports. A level sysfs
+    does not tell gets a key of the device's own (``unique``), so it groups with nothing."""
+    parts = bus_id.lower().split(":")
+    if parts and len(parts[0]) == 8:  # NVML's 8-digit domain; sysfs writes 4
+        parts[0] = parts[0][-4:]
+    address = ":".join(parts)
+    if not PCI_ADDRESS.fullmatch(address):
+        return ()
+    path = os.path.realpath(os.path.join(sysfs, address))
+    components = path.split(os.sep)
+    bridges = [c for c in components[:-1] if PCI_ADDRESS.fullmatch(c)][::-1]  # nearest first
+    roots = [c for c in components if c.startswith("pci") and ":" in c]
+    try:
+        with open(os.path.join(path, "numa_node")) as handle:
+            node = int(handle.read())
+    except (OSError, ValueError):
+        node = -1
+    return (f"switch:{bridges[1]}" if len(bridges) >= 2 else f"switch:none:{unique}",
+            f"host:{roots[0]}" if roots else f"host:none:{unique}",
+            f"numa:{node}" if node >= 0 else f"numa:none:{unique}")
+
+
 # --- fake ---------------------------------------------------------------------
 
 _FAKE_DEVICE_KEYS = {"uuid", "index", "name", "memory_total_mib", "memory_used_mib",
-                     "utilization_pct", "mig_mode", "processes_visible", "processes"}
+                     "utilization_pct", "mig_mode", "processes_visible", "processes",
+                     "topology"}
 _FAKE_PROCESS_KEYS = {"pid", "used_memory_mib", "sm_util_pct"}
 
 
@@ -188,7 +221,15 @@ def _fake_device(raw: Any, where: str) -> GpuDevice:
         processes=processes,
         mig_mode=_bool(raw, "mig_mode", where, False),
         processes_visible=_bool(raw, "processes_visible", where, True),
+        topology=_topology(raw.get("topology", []), f"{where}.topology"),
     )
+
+
+def _topology(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(g, str) and g.strip() for g in raw):
+        raise _FakeFormatError(where, f"expected a list of group names (tightest first), "
+                                      f"got {raw!r}")
+    return tuple(raw)
 
 
 def parse_fake_inventory(text: str) -> tuple[GpuDevice, ...]:
@@ -301,6 +342,7 @@ class NvmlInventory:
         except ImportError as exc:
             raise InventoryUnavailable(f"pynvml is not importable ({exc})") from exc
         self._nvml = pynvml
+        self._topologies: dict[str, tuple[str, ...]] = {}
         try:
             pynvml.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
@@ -380,8 +422,19 @@ class NvmlInventory:
             memory_used_mib=int(memory.used) / MIB,
             utilization_pct=float(utilization),
             mig_mode=self._mig_mode(handle, where, errors),
+            topology=self._topology(handle, uuid),
             **self._processes(handle, uuid, where, errors),
         )
+
+    def _topology(self, handle: Any, uuid: str) -> tuple[str, ...]:
+        """Read once per device (it does not change while the driver is loaded)."""
+        if uuid not in self._topologies:
+            try:
+                bus_id = _nvml_str(self._nvml.nvmlDeviceGetPciInfo(handle).busId)
+            except self._nvml.NVMLError:
+                bus_id = ""
+            self._topologies[uuid] = pci_topology(bus_id, uuid)
+        return self._topologies[uuid]
 
     def _mig_mode(self, handle: Any, where: str, errors: list[str]) -> bool:
         nvml = self._nvml

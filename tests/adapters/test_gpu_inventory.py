@@ -28,6 +28,7 @@ from praxist_fs.adapters.gpus import (
     NoInventory,
     NvmlInventory,
     open_inventory,
+    pci_topology,
 )
 from praxist_fs.core.observations import GpuDevice, GpuSample
 
@@ -510,3 +511,41 @@ def test_sim_unexpected_exception_becomes_an_error(sim, monkeypatch):
     sample = inv.sample()
     assert sample.devices == () and "driver surprise" in sample.error
     inv.close()
+
+
+def _sysfs(tmp_path: Path, gpus: dict[str, tuple[str, int]]) -> Path:
+    """A sysfs like a two-switch host: /sys/devices/pci0000:3a/<root port>/<switch up>/
+    <switch down>/<gpu>, and /sys/bus/pci/devices/<gpu> linking to it."""
+    devices, bus = tmp_path / "devices", tmp_path / "bus"
+    bus.mkdir()
+    for address, (switch, node) in gpus.items():
+        down = f"0000:{switch}:{address[-4:-2]}.0"
+        path = devices / "pci0000:3a" / "0000:3a:00.0" / f"0000:{switch}:00.0" / down / address
+        path.mkdir(parents=True)
+        (path / "numa_node").write_text(f"{node}\n")
+        (bus / address).symlink_to(path)
+    return bus
+
+
+def test_pci_topology_groups_gpus_by_switch_then_host_bridge_then_numa(tmp_path):
+    bus = _sysfs(tmp_path, {"0000:3d:00.0": ("3b", 0), "0000:3e:00.0": ("3b", 0),
+                            "0000:5d:00.0": ("5b", 1)})
+    a, b, c = (pci_topology(f"00000000:{x}:00.0", x, str(bus)) for x in ("3D", "3E", "5D"))
+    assert a == ("switch:0000:3b:00.0", "host:pci0000:3a", "numa:0")
+    assert a == b and c[0] != a[0] and c[1] == a[1] and c[2] == "numa:1"
+
+
+def test_pci_topology_without_sysfs_groups_with_nothing(tmp_path):
+    assert pci_topology("00000000:3B:00.0", "GPU-x", str(tmp_path)) == (
+        "switch:none:GPU-x", "host:none:GPU-x", "numa:none:GPU-x")
+    assert pci_topology("not a bus id", "GPU-x", str(tmp_path)) == ()
+
+
+def test_fake_topology_is_read_and_checked(tmp_path):
+    path = tmp_path / "gpus.json"
+    device = {"uuid": "GPU-a", "index": 0, "name": "H200", "memory_total_mib": 1000,
+              "topology": ["switch:0", "numa:0"]}
+    path.write_text(json.dumps({"devices": [device]}))
+    assert FakeInventory(str(path)).sample().devices[0].topology == ("switch:0", "numa:0")
+    path.write_text(json.dumps({"devices": [{**device, "topology": "switch:0"}]}))
+    assert "devices[0].topology" in FakeInventory(str(path)).sample().error
