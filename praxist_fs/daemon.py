@@ -605,14 +605,10 @@ class Coordinator:
     def _write_job(self, effect: WriteJob) -> None:
         write_json(self.layout.job_file(effect.directory, effect.job_id), effect.document,
                    sync=False)
-        self._remove_stale_copies(effect)
+        if effect.replaces is not None:
+            unlink(self.layout.job_file(effect.replaces, effect.job_id))
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
-
-    def _remove_stale_copies(self, effect: WriteJob) -> None:
-        for directory in JOB_DIRECTORIES:
-            if directory != effect.directory:
-                unlink(self.layout.job_file(directory, effect.job_id))
 
     def _spawn(self, effect: SpawnAttempt) -> AttemptObserved:
         key = (effect.job_id, effect.attempt_id)

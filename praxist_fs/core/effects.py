@@ -17,11 +17,14 @@ class Effect:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WriteJob(Effect):
-    """Place jobs/<directory>/<job_id>.json with ``document``; remove it from the others."""
+    """Place jobs/<directory>/<job_id>.json with ``document``; when the job moved,
+    remove its file from ``replaces``, the directory it was in (start-up repair, not
+    this effect, removes copies no move explains)."""
 
     job_id: str
     directory: str
     document: dict[str, Any]
+    replaces: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

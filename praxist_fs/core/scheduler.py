@@ -77,6 +77,7 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
         self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
+        self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
         self.controller = ConcurrencyController.start(self.policy)
@@ -702,6 +703,8 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
         if job.state is JobState.RUNNING:
             self._held_memo.pop(job.job_id, None)
+        if new.directory != job.state.directory:
+            self._moved_from.setdefault(job.job_id, job.state.directory)
         del self._by_state[job.state][job.job_id]
         job.state = new
         self._by_state[new][job.job_id] = job
@@ -714,7 +717,9 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         document = job.to_dict()
         if job.state is JobState.QUEUED and job.job_id in self._pending:
             document["reason"] = self._pending[job.job_id]
-        return WriteJob(job_id=job.job_id, directory=job.state.directory, document=document)
+        moved_from = self._moved_from.pop(job.job_id, None)
+        return WriteJob(job_id=job.job_id, directory=job.state.directory, document=document,
+                        replaces=moved_from if moved_from != job.state.directory else None)
 
     def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
                field: str | None = None, problem: str | None = None,

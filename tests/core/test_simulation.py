@@ -338,9 +338,9 @@ class Simulation:
 
     def execute(self, effect: Effect) -> list[Event]:
         disk = self.disk
-        if isinstance(effect, WriteJob):
-            for folder in disk.jobs.values():
-                folder.pop(effect.job_id, None)
+        if isinstance(effect, WriteJob):  # only the file a move left behind is removed
+            if effect.replaces is not None:
+                disk.jobs[effect.replaces].pop(effect.job_id, None)
             disk.jobs[effect.directory][effect.job_id] = effect.document
         elif isinstance(effect, WriteReply):
             disk.replies[effect.request_id] = effect.document
@@ -595,6 +595,10 @@ class Simulation:
         self.process([CoordinatorStarted(at=self.now, policy=self.policy.to_dict(),
                                          pid=self.coordinator_pid, host="sim", boot_id=BOOT)])
         self.sample()
+        for job in self.sched.jobs.values():  # the repair removes copies in other directories
+            for directory, folder in self.disk.jobs.items():
+                if directory != job.state.directory:
+                    folder.pop(job.job_id, None)
         for effect in self.sched.derived_views():
             self.opportunity()
             self.execute(effect)
