@@ -38,7 +38,7 @@ from .adapters.gpus import parse_fake_inventory
 from .config import load_policy
 from .core.effects import WriteReply
 from .core.events import (
-    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, CoordinatorStarted,
+    AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted,
     HostSampled, RequestSeen,
 )
 from .core.observations import GpuSample, PressureSample

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from praxist_fs.core.effects import Effect, WriteJob, WriteReply
-from praxist_fs.core.events import AttemptLaunched, AttemptObserved, Event, RequestSeen
+from praxist_fs.core.events import AttemptObserved, Event, RequestSeen
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler

@@ -168,7 +168,7 @@ def test_devices_the_reserved_job_does_not_need_stay_usable():
     small = cluster.submit("small", eta=None)    # fits on GPU-4, which wide does not need
     assert cluster.schedule() == [small]
     assert cluster.reason(wide).endswith("on GPU-0, GPU-1, GPU-3")
-    assert cluster.reason(forever).startswith(f"backfill: would delay")
+    assert cluster.reason(forever).startswith("backfill: would delay")
     job = next(j for j in cluster.h.sched.running() if j.request.tag == small)
     assert job.current.gpus == ("GPU-4",)
     cluster.advance(100.0)

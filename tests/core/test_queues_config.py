@@ -143,9 +143,9 @@ def test_legacy_mode_ignores_unknown_queue_keys_but_checks_values():
 
 
 def test_out_of_range_queue_values_are_moved_and_recorded():
-    policy = load(f"max_concurrent_experiments: 4\nfair_share_half_life_seconds: 5\n"
-                  f"queues:\n  a: {{work_classes: [scout, ordinary], limits: {{max_running: -1}}}}"
-                  f"\n  mature: {{leave_slots: {{slots: 9, for: [a]}}}}")
+    policy = load("max_concurrent_experiments: 4\nfair_share_half_life_seconds: 5\n"
+                  "queues:\n  a: {work_classes: [scout, ordinary], limits: {max_running: -1}}"
+                  "\n  mature: {leave_slots: {slots: 9, for: [a]}}")
     assert [(n.key_path, n.given, n.used) for n in policy.normalizations] == [
         (f"{RS}.fair_share_half_life_seconds", 5.0, 60.0),
         (f"{QUEUES}.a.limits.max_running", -1, 0),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import read_json, request, wait_for
+from .conftest import request, wait_for
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpus"
 

@@ -11,7 +11,7 @@ import sys
 
 import filelock
 
-from .conftest import read_json, request, wait_for
+from .conftest import request, wait_for
 
 STOP = [sys.executable, "-m", "praxist_fs", "stop", "--grace=1"]
 
