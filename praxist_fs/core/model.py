@@ -16,7 +16,7 @@ from .states import JobState
 
 class AttemptPhase:
     LAUNCHING = "launching"  # intent journaled, shim not yet seen
-    BARRIER = "barrier"      # shim pid recorded; GO may be written once READY
+    BARRIER = "barrier"      # shim pid recorded; GO may be written once READY (``go``)
     ENDED = "ended"
 
 
@@ -31,6 +31,9 @@ class Attempt:
     pid: int | None = None
     pid_start: int | None = None
     boot_id: str | None = None
+    # GO decided and journaled: after a power cut the command may have run even if the GO
+    # file (written without fsync) is gone, so a shim dead without an exit record is lost
+    go: bool = False
     ended_at: float | None = None
     exit_code: int | None = None
     signal: int | None = None

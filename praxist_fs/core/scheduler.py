@@ -265,7 +265,10 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         if ev.exited:
             return self._end(job, attempt, ev)
         if not ev.alive:
-            if ev.go:  # it was allowed to run, and left no exit record
+            if ev.go or (attempt.go and self._rebooted_since(attempt)):
+                # it was allowed to run, and left no exit record. Within one boot the GO
+                # file is exact (a shim runs nothing without it); a power cut may take it
+                # (it is not fsynced), and then the journaled decision stands in for it
                 attempt.outcome = "lost"
                 return self._settle(job, attempt, ev.at, Trigger.LOST,
                                     f"attempt {attempt.attempt_id} vanished without an exit record")
@@ -285,10 +288,19 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             self.version += 1
             effects.append(self._write_job(job))
         if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
-            # a stopped run starts nothing, nor does an attempt preempted for requeue
-            barrier = AbortAttempt if self.stopped or attempt.evicting else WriteGo
-            effects.append(barrier(job_id=job.job_id, attempt_id=attempt.attempt_id))
+            if self.stopped or attempt.evicting:  # a stopped run starts nothing, nor does
+                effects.append(AbortAttempt(job_id=job.job_id,  # a requeue-preempted attempt
+                                            attempt_id=attempt.attempt_id))
+                return effects
+            if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
+                attempt.go = True
+                self.version += 1
+            effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects
+
+    def _rebooted_since(self, attempt: Attempt) -> bool:
+        """The host restarted since the attempt's shim was recorded (or we cannot tell)."""
+        return self.coordinator is None or attempt.boot_id != self.coordinator["boot_id"]
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure

@@ -154,7 +154,7 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
     return {"attempt_id": attempt.attempt_id, "number": attempt.number, "round": attempt.round,
             "started_at": attempt.started_at, "gpus": list(attempt.gpus),
             "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
-            "boot_id": attempt.boot_id, "ended_at": attempt.ended_at,
+            "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure,
             "preemptions": [dict(p) for p in attempt.preemptions]}

@@ -10,7 +10,7 @@ import pytest
 from praxist_fs.core.effects import (
     AbortAttempt, ConsumeRequest, RejectRequest, SpawnAttempt, WriteGo, WriteJob, WriteReply,
 )
-from praxist_fs.core.events import AttemptLaunched, RequestSeen
+from praxist_fs.core.events import AttemptLaunched, CoordinatorStarted, RequestSeen
 from praxist_fs.core.status import render_status
 
 from .helpers import Harness, make_policy
@@ -387,6 +387,48 @@ def test_pid_and_ready_in_one_sighting_records_pid_before_go():
     assert WriteGo in kinds and WriteJob in kinds
     assert kinds.index(WriteJob) < kinds.index(WriteGo)
     assert h.sched.version > version  # so the daemon journals it before writing GO
+
+
+def started(boot_id: str):
+    return CoordinatorStarted(at=1.0, policy=make_policy().to_dict(), pid=1, host="h",
+                              boot_id=boot_id)
+
+
+def test_go_is_a_journaled_decision_so_a_go_file_lost_in_a_power_cut_still_means_lost():
+    h, job_id = launched()
+    h.handle(started("boot"))  # the boot the shim is recorded in (helpers' spawn)
+    h.spawn(job_id, "a1")
+    version = h.sched.version
+    assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo)
+    assert h.sched.version > version  # the daemon commits it before GO is written
+    # after a power cut the GO file (written without fsync) may be gone, and the shim with
+    # it: the command may have run, so the job is lost, not relaunched
+    h.handle(started("the next boot"))
+    h.observe(job_id, "a1", alive=False, ready=True, go=False)
+    job = h.job(job_id)
+    assert job["state"] == "drained_unknown" and job["attempts"][0]["outcome"] == "lost"
+    assert h.launch_all() == []
+
+
+def test_go_decided_but_no_go_file_in_the_same_boot_means_nothing_ran():
+    h, job_id = launched()
+    h.handle(started("boot"))
+    h.go(job_id, "a1")
+    # a coordinator killed after its commit, before the GO file; its shim (never told its
+    # attempt) exited with it: within one boot the missing GO file is exact
+    h.handle(started("boot"))
+    h.observe(job_id, "a1", alive=False, ready=False, go=False)
+    job = h.job(job_id)
+    assert job["state"] == "queued" and job["attempts"][0]["outcome"] == "released"
+
+
+def test_go_decided_but_its_file_missing_is_written_again_without_a_new_record():
+    h, job_id = launched()
+    h.go(job_id, "a1")
+    version = h.sched.version
+    # a coordinator that crashed between its commit and the GO file: the next one rewrites it
+    assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo)
+    assert h.sched.version == version
 
 
 def test_go_is_never_written_again_once_seen():
