@@ -125,9 +125,8 @@ class Coordinator:
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
-        for record in self.journal.records:
+        for record in self.journal.replay():
             self.sched.handle(from_record(record))
-        self.journal.forget_loaded()  # replayed: keeping every record would grow without end
         views_durable_ns = self._take_clean_stop()
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))

@@ -20,7 +20,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import JournalCorrupt
 from . import fsio
@@ -32,13 +32,13 @@ def _encode(seq: int, record: dict[str, Any]) -> bytes:
     return head + f"{zlib.crc32(head + payload):08x} ".encode() + payload + b"\n"
 
 
-def _decode(line: bytes) -> tuple[int, dict[str, Any]] | None:
-    """(seq, record) of an intact line, whatever its seq; None if torn or damaged."""
+def _check(line: bytes) -> tuple[int, bytes] | None:
+    """(seq, JSON payload) of an intact line, whatever its seq; None if torn or damaged."""
     try:
         seq_text, crc_text, payload = line.split(b" ", 2)
         if int(crc_text, 16) != zlib.crc32(seq_text + b" " + payload):
             return None
-        return int(seq_text), json.loads(payload)
+        return int(seq_text), payload
     except ValueError:
         return None
 
@@ -47,7 +47,7 @@ class Journal:
     def __init__(self, path: str | os.PathLike, *, after: int = 0) -> None:
         """``after``: the seq a snapshot already covers (0: none)."""
         self.path = Path(path)
-        self.records: list[dict[str, Any]] = []  # after ``after``, on disk at open: to replay
+        self._payloads: list[bytes | None] = []  # after ``after``, on disk at open: to replay
         self.truncated_bytes = 0
         self._after = after
         self._seq = after
@@ -69,44 +69,58 @@ class Journal:
         """Records written since the snapshot (or since the run began)."""
         return self._seq - self._after
 
-    def forget_loaded(self) -> None:
-        """Drop the records read at open once they are replayed (they are on disk)."""
-        self.records = []
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The records read at open (all at once: for tests and tools; a start replays)."""
+        return [json.loads(payload) for payload in self._payloads]
+
+    def replay(self) -> Iterator[dict[str, Any]]:
+        """The records read at open, each decoded when it is due and then forgotten: a
+        start never holds every decoded record at once (their peak would stay as RSS)."""
+        payloads, self._payloads = self._payloads, []
+        for index, payload in enumerate(payloads):
+            payloads[index] = None
+            try:
+                yield json.loads(payload)
+            except ValueError:
+                raise JournalCorrupt(f"{self.path}: a record with a good checksum is not "
+                                     "JSON; refusing to start") from None
 
     def _load(self) -> None:
-        with open(self.path, "rb") as handle:
-            data = handle.read()
         offset, expected = 0, None
-        while offset < len(data):
-            end = data.find(b"\n", offset)
-            decoded = _decode(data[offset:end]) if end >= 0 else None
-            if decoded is None:
-                self._repair_tail(data, offset, (expected or self._after + 1) - 1)
-                break
-            seq, record = decoded
-            if expected is None and 1 <= seq <= self._after + 1:
-                expected = seq  # a start no later than right after the snapshot: no gap
-            if seq != expected:
-                raise JournalCorrupt(
-                    f"{self.path}: record seq {seq} where {expected or self._after + 1} was "
-                    "due; refusing to start (a journal without its snapshot, or records lost)")
-            if seq > self._after:
-                self.records.append(record)
-            expected = seq + 1
-            offset = end + 1
+        with open(self.path, "rb") as handle:
+            for line in handle:
+                checked = _check(line[:-1]) if line.endswith(b"\n") else None
+                if checked is None:
+                    handle.seek(offset)
+                    self._repair_tail(handle.read(), offset, (expected or self._after + 1) - 1)
+                    break
+                seq, payload = checked
+                if expected is None and 1 <= seq <= self._after + 1:
+                    expected = seq  # a start no later than right after the snapshot: no gap
+                if seq != expected:
+                    raise JournalCorrupt(
+                        f"{self.path}: record seq {seq} where {expected or self._after + 1} "
+                        "was due; refusing to start (a journal without its snapshot, or "
+                        "records lost)")
+                if seq > self._after:
+                    self._payloads.append(payload)
+                expected = seq + 1
+                offset += len(line)
         last = expected - 1 if expected is not None else self._after
         if last < self._after:
             raise JournalCorrupt(f"{self.path}: ends at seq {last}, before its snapshot's "
                                  f"seq {self._after}; refusing to start")
         self._seq = last
 
-    def _repair_tail(self, data: bytes, offset: int, last_good: int) -> None:
-        for later in data[offset:].split(b"\n")[1:]:
-            if _decode(later) is not None:
+    def _repair_tail(self, tail: bytes, offset: int, last_good: int) -> None:
+        """``tail``: the file from the first damaged record (at ``offset``) on."""
+        for later in tail.split(b"\n")[1:]:
+            if _check(later) is not None:
                 raise JournalCorrupt(
                     f"{self.path}: damaged record after seq {last_good} is followed by good "
                     "records; refusing to start (copy the journal aside and ask an operator)")
-        self.truncated_bytes = len(data) - offset
+        self.truncated_bytes = len(tail)
         fsio.truncate(self._fd, offset)
         fsio.fsync(self._fd)
 

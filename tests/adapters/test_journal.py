@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 
 import pytest
 
@@ -29,6 +30,25 @@ def test_records_survive_reopen_in_order(tmp_path):
     journal.commit()
     journal.close()
     assert [r["i"] for r in Journal(path).records] == list(range(6))
+
+
+def test_a_replay_hands_out_each_record_once_then_holds_none(tmp_path):
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    journal = Journal(path)
+    assert [r["i"] for r in journal.replay()] == [0, 1, 2, 3, 4] and journal.seq == 5
+    assert journal.records == [] and list(journal.replay()) == []
+
+
+def test_a_checksummed_record_that_is_not_json_is_refused(tmp_path):
+    path = tmp_path / "j.log"
+    write_records(path, 1)
+    head = b"2 "
+    payload = b"{not json"
+    with open(path, "ab") as handle:
+        handle.write(head + b"%08x " % zlib.crc32(head + payload) + payload + b"\n")
+    with pytest.raises(JournalCorrupt, match="not JSON"):
+        list(Journal(path).replay())
 
 
 @pytest.mark.parametrize("tail", [b"6 0000", b"\x00" * 4096, b"6 deadbeef {\"type\":",
