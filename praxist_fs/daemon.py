@@ -35,6 +35,7 @@ from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
+from .core.budget import INFRA_EXIT_CODE
 from .core.effects import (
     AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
@@ -66,6 +67,8 @@ COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces the
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
+WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
+SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 
@@ -87,7 +90,11 @@ class Coordinator:
         self._watched: set[int] = set()
         self.sched = Scheduler()
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
-        self.warm: launcher.WarmShim | None = None  # the next attempt's shim, already started
+        self.server: launcher.ShimServer | None = None  # forks warm shims
+        self._server_retry_at = 0.0
+        self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
+        self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
+        self.unsynced: list[AttemptKey] = []  # attempt directories to fsync after this batch
         self.pidfds: dict[AttemptKey, int] = {}
         self.evicting: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         self.selector = selectors.DefaultSelector()
@@ -177,8 +184,10 @@ class Coordinator:
         if self.observer is not None:
             self.observer.stop()
             self.observer.join(timeout=5)
-        if self.warm is not None:
-            self.warm.dismiss()
+        for warm in self.warm:
+            warm.dismiss()
+        if self.server is not None:
+            self.server.close()
         if hasattr(self, "inventory"):
             self.inventory.close()
         for handle in self.handles.values():
@@ -229,7 +238,7 @@ class Coordinator:
                     self._on_shim(attempt_key)
                 elif kind == "pidfd":
                     self._forget_pidfd(attempt_key)
-                    self._observe_key(attempt_key)
+                    self._observe_key(attempt_key, launch=True)
             now = time.monotonic()
             if scan or now >= next_scan:
                 if self._scan_incoming():
@@ -247,14 +256,37 @@ class Coordinator:
                 self._compact()
 
     def _keep_warm(self) -> None:
-        """Start the next attempt's shim before it is needed (not for a stopped run), once
-        no attempt waits for its GO: its start-up then overlaps commands, not launches."""
-        if self.warm is None and not self.sched.stopped and \
-                all(handle.go_fd is None for handle in self.handles.values()):
-            try:
-                self.warm = launcher.prestart(self.layout)
-            except OSError as exc:  # launches fall back to starting their own shim
-                log.warning("could not start a shim ahead of need: %s", exc)
+        """Keep shims started ahead of need (not for a stopped run): WARM_SHIMS forked by
+        the shim server, so that a pass may launch that many at once; without a server
+        one, started once no attempt waits for its GO, so that its interpreter's start-up
+        overlaps commands, not launches."""
+        if self.sched.stopped:
+            return
+        if (self.server is None or not self.server.alive) and \
+                time.monotonic() >= self._server_retry_at:
+            self._start_server()
+        forking = self.server is not None and self.server.alive
+        if not forking and (self.warm or
+                            any(handle.go_fd is not None for handle in self.handles.values())):
+            return
+        try:
+            while len(self.warm) < (WARM_SHIMS if forking else 1):
+                self.warm.append(launcher.prestart(self.layout, self.server))
+        except OSError as exc:  # launches fall back to starting their own shim
+            log.warning("could not start a shim ahead of need: %s", exc)
+
+    def _start_server(self) -> None:
+        """(Re)start the shim server, at most once a SERVER_RETRY_SECONDS after a start
+        that failed or a server that died; meanwhile warm shims are started one by one."""
+        if self.server is not None:
+            self.server.close()
+            log.warning("the shim server exited; starting a new one")
+        self._server_retry_at = time.monotonic() + SERVER_RETRY_SECONDS
+        try:
+            self.server = launcher.ShimServer.start(self.layout)
+        except OSError as exc:
+            self.server = None
+            log.warning("could not start the shim server: %s", exc)
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,
@@ -300,27 +332,73 @@ class Coordinator:
 
     # -- events in ----------------------------------------------------------
 
-    def _process(self, events: list[Event]) -> None:
-        """handle -> journal the events that changed state -> one fsync -> effects."""
+    def _process(self, events: list[Event], launch: bool = False) -> None:
+        """handle -> journal the events that changed state -> one fsync -> effects.
+
+        With ``launch`` (a batch that may fill or free slots: requests, exits) the
+        scheduling pass runs inside the batch, so an acceptance or an exit and the launch
+        decision it allows share one commit. Not for a run on the host registry: its
+        pass runs under the registry's lock (``_launch``)."""
         while events:
             effects: list[Effect] = []
-            committed = False
-            for event in events:
-                before = self.sched.version
-                effects += self.sched.handle(event)
-                if self.sched.version != before:
-                    self.journal.append(to_record(event))
-                    committed = True
+            committed = self._handle(events, effects)
+            if launch and self.registry is None:
+                committed |= self._handle(self.sched.next_launches(time.time()), effects)
+                launch = False
+            committed |= self._handle(self._bind_warm(effects), effects)
             if committed:
                 reach("journal.before_commit")
                 self.journal.commit()
                 reach("journal.after_commit")
             events = []
-            for effect in effects:
+            for effect in sorted(effects, key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
                 reach(f"{point}.before")
                 events += self._execute(effect)
                 reach(f"{point}.after")
+            self._sync_attempt_dirs()
+
+    def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
+        """Hand events to the core, journal (uncommitted) those that changed its state."""
+        journaled = False
+        for event in events:
+            before = self.sched.version
+            effects += self.sched.handle(event)
+            if self.sched.version != before:
+                self.journal.append(to_record(event))
+                journaled = True
+        return journaled
+
+    def _bind_warm(self, effects: list[Effect]) -> list[AttemptObserved]:
+        """Give new attempts the shims started ahead of need, in the commit that decides
+        them: each shim's pid is journaled with its intent and, as a warm shim waits at
+        the barrier by construction, so is GO. Told its attempt after the commit, the
+        shim finds GO waiting and starts the command: no round trip on the launch path."""
+        events = []
+        for effect in effects:
+            if not isinstance(effect, SpawnAttempt):
+                continue
+            while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
+                warm = self.warm.pop(0)
+                pid = warm.handle.popen.pid
+                started = procs.start_time(pid) if warm.handle.popen.poll() is None else None
+                if started is None:  # it died while it waited: try the next one
+                    warm.dismiss()
+                    continue
+                self.bound[key] = warm
+                events.append(AttemptObserved(
+                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
+                    alive=True, pid=pid, pid_start=started, boot_id=procs.boot_id(),
+                    ready=True))
+        return events
+
+    def _sync_attempt_dirs(self) -> None:
+        """exit.json, fsynced by the shim into its attempt directory, must not vanish with
+        the directory after a power cut: the attempt directories this batch made are made
+        durable once the batch's commands are on their way (GO is in the journal)."""
+        for job_id, attempt_id in self.unsynced:
+            launcher.make_durable(self.layout, job_id, attempt_id)
+        self.unsynced.clear()
 
     def _launch(self) -> None:
         """Scheduling passes until nothing more starts. GPU placement runs under the host
@@ -402,7 +480,7 @@ class Coordinator:
                                                      time.time(), self.vault.digest)) is not None]
         finally:
             os.close(dir_fd)
-        self._process(events)
+        self._process(events, launch=True)
         return len(names) >= spool.BATCH
 
     def _start_observer(self) -> None:
@@ -486,18 +564,22 @@ class Coordinator:
             data = os.read(handle.status_fd, 64)
         except BlockingIOError:
             return
-        if not data:  # EOF: the shim exited (exit.json, if any, is written)
+        if data:  # READY: news only while GO is still to be decided
+            job = self.sched.jobs.get(key[0])
+            if job is not None and job.current is not None and job.current.go:
+                return
+        else:  # EOF: the shim exited (exit.json, if any, is written)
             self.selector.unregister(handle.status_fd)
             handle.popen.wait()
             handle.close()
             del self.handles[key]
-        self._observe_key(key)
+        self._observe_key(key, launch=True)
 
-    def _observe_key(self, key: AttemptKey) -> None:
+    def _observe_key(self, key: AttemptKey, launch: bool = False) -> None:
         job = self.sched.jobs.get(key[0])
         if job is None or job.current is None or job.current.attempt_id != key[1]:
             return
-        self._process([self._observe(job, job.current)])
+        self._process([self._observe(job, job.current)], launch=launch)
 
     def _observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         """What the disk and /proc say about an attempt, as an event for the core."""
@@ -562,9 +644,9 @@ class Coordinator:
         elif isinstance(effect, RejectRequest):
             spool.reject(self.layout.incoming, self.layout.rejected, effect.name, effect.error)
         elif isinstance(effect, SpawnAttempt):
-            return [self._spawn(effect)]
-        elif isinstance(effect, WriteGo):
-            self._barrier(effect.job_id, effect.attempt_id, "GO", b"G")
+            return self._spawn(effect)
+        elif isinstance(effect, WriteGo):  # the journal holds the decision: no fsync
+            self._barrier(effect.job_id, effect.attempt_id, "GO", b"G", durable=False)
         elif isinstance(effect, AbortAttempt):
             self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
         elif isinstance(effect, TerminateAttempts):
@@ -609,23 +691,33 @@ class Coordinator:
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
 
-    def _spawn(self, effect: SpawnAttempt) -> AttemptObserved:
+    def _spawn(self, effect: SpawnAttempt) -> list[AttemptObserved]:
+        """Start the attempt's shim: the one bound to it in its commit, else a new one,
+        whose pid is then journaled before GO."""
         key = (effect.job_id, effect.attempt_id)
+        bound = self.bound.pop(key, None)
         try:
             env = self.vault.reveal(effect.metadata["request_id"],
                                     launcher.attempt_environment(self.layout, effect))
-            warm, self.warm = self.warm, None
-            handle = launcher.spawn(self.layout, effect, env, warm)
+            handle = launcher.spawn(self.layout, effect, env, bound)
         except OSError as exc:
-            return AttemptObserved(at=time.time(), job_id=effect.job_id,
-                                   attempt_id=effect.attempt_id, alive=False, exited=True,
-                                   exit_code=127, error=f"could not start the shim: {exc}")
+            if bound is not None:  # its pid and GO are journaled: nothing ran, so retry it
+                return [AttemptObserved(
+                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
+                    alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                    error=f"the shim started for it was gone: {exc}")]
+            return [AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                    attempt_id=effect.attempt_id, alive=False, exited=True,
+                                    exit_code=127, error=f"could not start the shim: {exc}")]
         self.handles[key] = handle
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("shim", key))
+        self.unsynced.append(key)
+        if bound is not None:
+            return []
         pid = handle.popen.pid
-        return AttemptObserved(at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
-                               alive=True, pid=pid, pid_start=procs.start_time(pid),
-                               boot_id=procs.boot_id())
+        return [AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                attempt_id=effect.attempt_id, alive=True, pid=pid,
+                                pid_start=procs.start_time(pid), boot_id=procs.boot_id())]
 
     def _shim(self, job_id: str, attempt_id: str) -> fence.Shim | None:
         """The identity of an attempt's shim, the leader of its process group, if known."""
@@ -652,11 +744,11 @@ class Coordinator:
         for job in self.sched.in_flight():
             self._observe_key((job.job_id, job.current.attempt_id))
 
-    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
+    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes,
+                 durable: bool = True) -> None:
         path = self.layout.attempt_dir(job_id, attempt_id) / name
         if path.parent.exists():
-            # Durable: after a power loss GO is the record that the command may have run.
-            write_atomic(path, b"", durable=True)
+            write_atomic(path, b"", durable=durable, sync=durable)
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(word)
@@ -841,6 +933,13 @@ def _progress(path: Path) -> dict[str, Any] | None:
         return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
     return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}
 
+
+
+def _launch_path_first(effect: Effect) -> bool:
+    """Sort key: shims are told their attempt and GO before the batch's files are written
+    (replies, job files: nothing waits on them), so that commands start sooner. The
+    sort is stable: a spawn still precedes its GO."""
+    return not isinstance(effect, (SpawnAttempt, WriteGo))
 
 
 def _effect_name(effect: Effect) -> str:

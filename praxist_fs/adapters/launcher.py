@@ -4,12 +4,21 @@ The coordinator owns the final Popen. The shim gets two pipes: it reads GO
 from one and reports READY on the other, whose EOF also tells us it exited.
 Both pipes are only a fast path: READY, GO, ABORT and exit.json are files, so
 a restarted coordinator can carry on where the pipes were lost.
+
+A shim may be started ahead of need (``prestart``), by Popen or, cheaper, by a
+``ShimServer``: one shim process started once, which forks warm shims on request,
+so that no interpreter starts per attempt. Its children are not ours, so their
+handles watch them through a pidfd (``ForkedShim``) instead of a Popen.
 """
 
 from __future__ import annotations
 
+import errno
 import marshal
 import os
+import select
+import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,13 +38,55 @@ SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main(
     SHIM.parent)
 # How long a shim whose coordinator vanished waits for the next one to give GO.
 BARRIER_TIMEOUT_S = 600
+# A fork takes a millisecond: a server that has not answered by then is wedged.
+SERVER_REPLY_TIMEOUT_S = 5
+FORK_REQUEST = b"F"
+
+
+class ForkedShim:
+    """What ShimHandle needs of a Popen, for a shim the server forked: it is not our
+    child, so we watch it through a pidfd, and its exit status went to the server
+    (the kernel reaps the server's children). ``poll`` and ``wait`` return 0 once it
+    exited, whatever its status: exit.json, not the shim's status, is the attempt's
+    record, and the shim itself exits 0 unless it crashed."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        return self._wait(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._wait(timeout) is None:
+            raise subprocess.TimeoutExpired(f"shim {self.pid}", timeout)
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)  # readable once it exited
+            if poller.poll(None if timeout is None else timeout * 1000):
+                self.returncode = 0
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it exited already
+
+    def close(self) -> None:
+        os.close(self.pidfd)
 
 
 @dataclass
 class ShimHandle:
     """A shim we started ourselves (re-adopted shims have no handle, only a pidfd)."""
 
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedShim
     go_fd: int | None
     status_fd: int
 
@@ -52,6 +103,8 @@ class ShimHandle:
     def close(self) -> None:
         self.release_barrier(b"")
         os.close(self.status_fd)
+        if isinstance(self.popen, ForkedShim):
+            self.popen.close()
 
 
 def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, str]:
@@ -79,7 +132,7 @@ class WarmShim:
     control_fd: int
 
     def take(self, attempt_dir: Path) -> ShimHandle | None:
-        """Hand it its attempt; None if it is gone (then start one the usual way)."""
+        """Hand it its attempt; None if it is gone."""
         try:
             if self.handle.popen.poll() is None:
                 os.write(self.control_fd, os.fsencode(attempt_dir) + b"\n")
@@ -103,9 +156,105 @@ class WarmShim:
         self.handle.close()
 
 
-def prestart(layout: RunLayout) -> WarmShim:
+class ShimServer:
+    """A fork server: one shim (``--server``) started once, that forks warm shims on
+    request, each in a session of its own. A fork costs a fraction of a millisecond
+    where a new interpreter costs several, on every attempt.
+
+    Requests go one at a time over a SOCK_SEQPACKET socketpair: one byte carrying the
+    three fds of a ``--warm`` shim (control, GO and status; the server closes its
+    copies right after the fork), answered by the child's pid or minus an errno. Its
+    output goes to /dev/null, which its children keep until they know their attempt's
+    shim.log. Closing our end tells it to exit; its children stay."""
+
+    def __init__(self, popen: subprocess.Popen, sock: socket.socket) -> None:
+        self.popen = popen
+        self.sock = sock
+
+    @classmethod
+    def start(cls, layout: RunLayout) -> ShimServer:
+        """Start one for this run's attempts; raises OSError if it cannot start."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, *PYTHON_FLAGS, "-c", SHIM_BOOTSTRAP, "--server",
+                 str(layout.attempts), str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),), start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, cwd="/",
+                env={"PATH": os.environ.get("PATH", os.defpath)})
+        except OSError:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(SERVER_REPLY_TIMEOUT_S)
+        return cls(popen, ours)
+
+    @property
+    def alive(self) -> bool:
+        """Whether it can still answer: not closed, not broken, still running."""
+        return self.sock.fileno() != -1 and self.popen.poll() is None
+
+    def prestart(self) -> WarmShim:
+        """A warm shim forked by the server, already leading its own session; raises
+        OSError if the server is gone or refuses."""
+        control_read, control_write = os.pipe()
+        go_read, go_write = os.pipe()
+        status_read, status_write = os.pipe()
+        try:
+            # It waits on its control pipe, whose write end we hold: short of a kill and
+            # the pid's reuse in between, the pid is still its own when we open the pidfd.
+            shim = ForkedShim(self._fork((control_read, go_read, status_write)))
+        except OSError:
+            for fd in (control_write, go_write, status_read):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (control_read, go_read, status_write):
+                os.close(fd)
+        os.set_blocking(status_read, False)
+        return WarmShim(handle=ShimHandle(popen=shim, go_fd=go_write, status_fd=status_read),
+                        control_fd=control_write)
+
+    def _fork(self, fds: tuple[int, int, int]) -> int:
+        if self.sock.fileno() == -1:
+            raise BrokenPipeError(errno.EPIPE, "the shim server was closed")
+        try:
+            socket.send_fds(self.sock, [FORK_REQUEST], fds, socket.MSG_NOSIGNAL)
+            reply = self.sock.recv(32)
+            if not reply:
+                raise ConnectionResetError(errno.ECONNRESET, "the shim server exited")
+        except OSError:
+            self.sock.close()  # a late reply would answer the next request: no more
+            raise
+        pid = int(reply)
+        if pid < 0:
+            raise OSError(-pid, f"the shim server could not fork: {os.strerror(-pid)}")
+        return pid
+
+    def close(self, timeout: float = 5) -> None:
+        """Tell it to exit (closing our end) and wait; killed if it does not. Only the
+        server is ever signalled: its children are attempts' shims, or warm ones that
+        exit when their control pipe closes."""
+        self.sock.close()
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()  # its pid alone, never its group
+            self.popen.wait()
+
+
+def prestart(layout: RunLayout, server: ShimServer | None = None) -> WarmShim:
     """Start a shim before any attempt needs it: Python's start-up (most of a launch's
-    latency) then happens while the coordinator waits, not between decision and GO."""
+    latency) then happens while the coordinator waits, not between decision and GO.
+
+    With a live ``server`` it is forked there, with no start-up at all, and raises OSError
+    if that fails. A server found closed, exited or out of step is no longer ``alive``,
+    so later calls start shims with Popen; one that only refused (its fork failed) is
+    asked again."""
+    if server is not None and server.alive:
+        return server.prestart()
     control_read, control_write = os.pipe()
     try:
         handle = _start_shim(["--warm", str(layout.attempts), str(control_read)], os.devnull,
@@ -144,8 +293,9 @@ def _start_shim(leading: list[str], log: str | os.PathLike, cwd: str | os.PathLi
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
-    """Write the attempt's files and give them to a shim (``warm`` if it is still there,
-    else a new one); raises OSError if no shim can be started.
+    """Write the attempt's files and give them to a shim: ``warm``, one started ahead of
+    need (whose pid the caller may have journaled already), else a new one. Raises
+    OSError if that shim cannot be started, or ``warm`` is gone.
 
     ``env`` is the environment the command gets (secrets revealed); it goes only into
     spec.marshal (0600), which the shim removes once it has read it."""
@@ -162,19 +312,24 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
             "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
     spec_path = attempt_dir / "spec.marshal"
     write_spec(spec_path, spec)
-    handle = warm.take(attempt_dir) if warm is not None else None
-    if handle is None:
-        try:
-            handle = _start_shim([str(attempt_dir)], attempt_dir / "shim.log", attempt_dir)
-        except OSError:
-            unlink(spec_path)  # no shim will read it: do not leave the secrets behind
-            raise
-    # GO, fsynced into attempt_dir, is what says after a power cut that the command may
-    # have run, so attempt_dir must be durable before GO; made so while the shim starts,
-    # every time: the job's directory may come from a coordinator killed before its fsync.
+    try:
+        if warm is None:
+            return _start_shim([str(attempt_dir)], attempt_dir / "shim.log", attempt_dir)
+        if (handle := warm.take(attempt_dir)) is None:
+            raise OSError("the shim started ahead of need has exited")
+        return handle
+    except OSError:
+        unlink(spec_path)  # no shim will read it: do not leave the secrets behind
+        raise
+
+
+def make_durable(layout: RunLayout, job_id: str, attempt_id: str) -> None:
+    """fsync an attempt's directory into its parents, every time (the job's directory may
+    come from a coordinator killed before its fsync): exit.json, fsynced by the shim into
+    the attempt directory, must not vanish with the directory after a power cut."""
+    attempt_dir = layout.attempt_dir(job_id, attempt_id)
     for directory in (layout.attempts, attempt_dir.parent):
         fsync_dir(directory)
-    return handle
 
 
 def write_spec(path: Path, spec: dict) -> None:

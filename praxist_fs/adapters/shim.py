@@ -16,16 +16,27 @@ the attempt without consuming it. As a child subreaper we also wait for
 orphaned descendants, so the attempt counts as running until its whole tree
 is gone.
 
+As ``--server ATTEMPTS_DIR SOCK_FD`` it is a fork server, started once by the
+coordinator: each request on SOCK_FD (a SOCK_SEQPACKET socket) carries the
+three fds a ``--warm`` shim gets, and the server forks a child that becomes
+that warm shim in a session of its own, and replies with its pid once the
+child leads that session (pid, process group and session id are one). A fork of
+this small process costs a fraction of a millisecond, an interpreter's start-up
+several. The server exits when the coordinator closes its end; its children,
+the shims of running attempts or warm ones, carry on.
+
 Start-up time is on every job's submit-to-start path, so this file imports only
 modules built into the interpreter (``posix``, ``_signal``, ``errno``, ``time``,
 ``marshal``, ``sys``): ``os``, ``signal`` (which pulls in ``enum``), ``json``
 (``re``), ``subprocess`` and ``ctypes`` each cost milliseconds. Hence the spec
 comes as spec.marshal, READY and exit.json are written by a small JSON writer,
-and the command is started by fork and exec as subprocess would.
+and the command is started by posix_spawn (no Python runs in its child). Only the
+server imports an extension module, ``_socket``, once for all its children.
 """
 
 import _signal
 import errno
+import gc
 import marshal
 import posix
 import sys
@@ -37,6 +48,8 @@ DEFAULT_PATH = "/bin:/usr/bin"  # os.defpath: what subprocess searches when env 
 CAUGHT = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 # Python ignores these at start-up; an ignored disposition survives exec.
 RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
+REQUEST_FDS = 3  # a fork server's request: the control, GO and status fds of a --warm shim
+INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
 
 
 def to_json(document):
@@ -134,8 +147,16 @@ def boot_id():
         return "unknown"
 
 
-def become_subreaper():
-    """prctl(PR_SET_CHILD_SUBREAPER) through _ctypes, the C core of ctypes.
+def become_subreaper(prctl=None):
+    """PR_SET_CHILD_SUBREAPER, through ``prctl`` as bind_prctl() returns it (bound now
+    if not given: a fork server binds it once for all its children)."""
+    if prctl is None:
+        prctl = bind_prctl()
+    return prctl is not None and prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def bind_prctl():
+    """libc's prctl through _ctypes, the C core of ctypes; None if it cannot be bound.
 
     ``import ctypes`` costs about 4 ms (struct, ctypes' Python layer); binding one
     libc function needs only what ctypes.CDLL(None).prctl builds internally."""
@@ -153,15 +174,14 @@ def become_subreaper():
             _restype_ = c_int
             _argtypes_ = (c_int, c_ulong, c_ulong, c_ulong, c_ulong)
 
-        prctl = Prctl(_ctypes.dlsym(_ctypes.dlopen(None, 0x2), "prctl"))  # RTLD_NOW
+        return Prctl(_ctypes.dlsym(_ctypes.dlopen(None, 0x2), "prctl"))  # RTLD_NOW
     except (ImportError, AttributeError, TypeError, OSError):
         try:
             import ctypes  # the documented way, should the private layer ever change
 
-            prctl = ctypes.CDLL(None).prctl
+            return ctypes.CDLL(None).prctl
         except (ImportError, OSError, AttributeError):
-            return False
-    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            return None
 
 
 def wait_for_go(attempt_dir, go_fd, timeout):
@@ -189,9 +209,9 @@ def run(spec, status_fd):
     started = time.time()
     try:
         pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd)
-    except OSError as exc:  # the log, the pipe, fork
+    except OSError as exc:  # the log
         failure = (exc.errno, str(exc))
-    except CouldNotStart as exc:  # reported by the child: cwd, exec, a bad argv or env
+    except CouldNotStart as exc:  # cwd, exec, a bad argv or env
         failure = exc.args
     else:
         failure = None
@@ -210,55 +230,29 @@ def run(spec, status_fd):
 
 
 class CouldNotStart(Exception):
-    """(errno or 0, message) of a child that failed before its exec."""
+    """(errno or 0, message) of a command that could not be started: cwd, exec, a bad
+    argv or env."""
 
 
 def start(argv, env, cwd, log_path, status_fd):
-    """fork + exec, as subprocess.Popen does; the child's pid.
+    """The command's pid, started by posix_spawn: glibc's runs the child in our memory
+    (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
+    pages are copied nor any Python runs in the child.
 
-    The child reports a failure before or in exec on a close-on-exec pipe, so
-    EOF there without a report means that the exec succeeded."""
+    Its dispositions are reset and its signal mask restored before the exec: no signal
+    reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
+    change to the command's cwd first: the shim uses absolute paths only."""
     log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC,
                      0o644)
     try:
-        err_read, err_write = posix.pipe2(posix.O_CLOEXEC)
         try:
-            # Until the child has default dispositions, a signal to the group must
-            # wait: our handler would swallow it in the child before exec.
-            mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, CAUGHT)
-            try:
-                pid = posix.fork()
-                if pid == 0:
-                    exec_child(argv, env, cwd, log, status_fd, err_write, mask)  # no return
-            finally:
-                _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
-                posix.close(err_write)
-            report = b""
-            while True:
-                chunk = posix.read(err_read, 65536)
-                if not chunk:
-                    break
-                report += chunk
-        finally:
-            posix.close(err_read)
-    finally:
-        posix.close(log)
-    if report:
-        posix.waitpid(pid, 0)
-        raise CouldNotStart(*marshal.loads(report))
-    return pid
-
-
-def exec_child(argv, env, cwd, log, status_fd, err_write, mask):
-    try:
-        for signum in RESTORED:
-            _signal.signal(signum, _signal.SIG_DFL)
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)  # a pending SIGTERM acts now
-        posix.close(status_fd)  # its EOF must mean that the shim exited
-        posix.chdir(cwd)
-        redirect(log, 1)
-        redirect(log, 2)
-        redirect(posix.open("/dev/null", posix.O_RDONLY | posix.O_CLOEXEC), 0)
+            posix.chdir(cwd)
+        except OSError as exc:
+            raise CouldNotStart(exc.errno, str(exc)) from None
+        actions = [(posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
+                   (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
+                   (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
+        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
         executable = argv[0]
         if "/" in executable:
             candidates = [executable]
@@ -268,28 +262,18 @@ def exec_child(argv, env, cwd, log, status_fd, err_write, mask):
         saved = last = None
         for candidate in candidates:
             try:
-                posix.execve(candidate, argv, env)
+                return posix.posix_spawn(candidate, argv, env, file_actions=actions,
+                                         setsigmask=mask, setsigdef=RESTORED)
             except OSError as exc:  # as subprocess: the first error other than "not here"
                 last = exc
                 if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
                     saved = exc
+            except (ValueError, TypeError) as exc:  # a bad argv or env: NUL, '=' in a name
+                raise CouldNotStart(0, "%s: %s" % (type(exc).__name__, exc)) from None
         code = (saved or last).errno
-        error = (code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
-    except OSError as exc:
-        error = (exc.errno or 0, str(exc))
-    except BaseException as exc:  # a bad argv or env: NUL, '=' in a name, not text
-        error = (0, "%s: %s" % (type(exc).__name__, exc))
-    try:
-        posix.write(err_write, marshal.dumps(error))
+        raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
     finally:
-        posix._exit(255)
-
-
-def redirect(fd, target):
-    if fd == target:
-        posix.set_inheritable(fd, True)  # dup2 would leave it close-on-exec
-    else:
-        posix.dup2(fd, target)
+        posix.close(log)
 
 
 def reap_orphans():
@@ -303,17 +287,102 @@ def reap_orphans():
 
 
 def main():
+    if sys.argv[1] == "--server":
+        return serve_forks(sys.argv[2], int(sys.argv[3]))
+    catch_signals()
+    if sys.argv[1] == "--warm":
+        return serve_warm(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    return serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+
+
+def catch_signals():
     for signum in CAUGHT:
         # The group's signals reach the command directly; we stay to record its exit.
         _signal.signal(signum, lambda *_: None)
-    if sys.argv[1] == "--warm":
-        attempt_dir = wait_for_attempt(sys.argv[2], int(sys.argv[3]))
-        if attempt_dir is None:
-            return 0  # the coordinator went away before it needed us
-        go_fd, status_fd = int(sys.argv[4]), int(sys.argv[5])
-    else:
-        attempt_dir, go_fd, status_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    return serve(attempt_dir, go_fd, status_fd)
+
+
+def serve_forks(attempts, sock_fd):
+    """The fork server: one warm shim forked per request, until the coordinator closes
+    its end. The reply is the child's pid, or minus an errno (the fork failed, or the
+    request was not one byte carrying exactly REQUEST_FDS fds)."""
+    import _socket  # an extension module: the server pays for it once, its children never
+
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_IGN)  # the kernel reaps our children
+    prctl = bind_prctl()  # _ctypes loaded and prctl bound once, inherited by every child
+    gc.freeze()  # a child's collections then skip our objects: their pages stay shared
+    sock = _socket.socket(fileno=sock_fd)
+    space = _socket.CMSG_SPACE(INT_SIZE * (REQUEST_FDS + 1))  # one more shows too many
+    truncated = _socket.MSG_TRUNC | _socket.MSG_CTRUNC
+    while True:
+        data, ancillary, flags, _ = sock.recvmsg(1, space, _socket.MSG_CMSG_CLOEXEC)
+        if not data and not ancillary:
+            return 0  # EOF: the coordinator closed its end or is gone
+        fds = received_fds(ancillary)
+        if len(data) == 1 and len(fds) == REQUEST_FDS and not flags & truncated:
+            reply = fork_warm_shim(attempts, sock, fds, prctl)
+        else:
+            reply = -errno.EINVAL
+        for fd in fds:  # at once: each pipe's EOF must mean that its shim closed it
+            posix.close(fd)
+        try:
+            sock.send(b"%d" % reply)
+        except OSError:
+            pass  # the coordinator is gone: the next recvmsg reads EOF
+
+
+def received_fds(ancillary):
+    """Every fd a request brought, well-formed or not: the server closes them all."""
+    import _socket
+
+    fds = []
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += memoryview(data[:len(data) - len(data) % INT_SIZE]).cast("i")
+    return fds
+
+
+def fork_warm_shim(attempts, sock, fds, prctl):
+    """The pid of a child that is now a warm shim with ``fds``, or minus the errno of
+    what failed. As with Popen's start_new_session, the pid is not handed out before
+    the child leads its own session: the coordinator may journal it as a group leader."""
+    try:
+        settled_read, settled_write = posix.pipe2(posix.O_CLOEXEC)
+    except OSError as exc:
+        return -exc.errno
+    try:
+        pid = posix.fork()
+    except OSError as exc:
+        pid = -exc.errno
+    if pid == 0:
+        code = 1
+        try:  # never back into the server's loop, whatever happens
+            sock.close()
+            posix.close(settled_read)
+            posix.setsid()  # a session and process group of our own
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # we wait for our command
+            catch_signals()
+            posix.close(settled_write)  # the server may now hand out our pid
+            # cwd / and output to /dev/null are the server's own, as a warm shim's would be
+            code = serve_warm(attempts, *fds, prctl=prctl)
+        except BaseException:
+            sys.excepthook(*sys.exc_info())  # into shim.log once the attempt is known
+        finally:
+            posix._exit(code)
+    posix.close(settled_write)
+    posix.read(settled_read, 1)  # EOF: the child has settled (or died: its pidfd tells)
+    posix.close(settled_read)
+    return pid
+
+
+def serve_warm(attempts, control_fd, go_fd, status_fd, prctl=None):
+    """A warm shim: the subreaper already, and the rest of its start-up done, while it
+    waits for its attempt, so that none of it is on the launch path."""
+    become_subreaper(prctl)
+    identity = own_identity()
+    attempt_dir = wait_for_attempt(attempts, control_fd)
+    if attempt_dir is None:
+        return 0  # the coordinator went away before it needed us
+    return serve(attempt_dir, go_fd, status_fd, identity)
 
 
 def wait_for_attempt(attempts, control_fd):
@@ -340,7 +409,14 @@ def wait_for_attempt(attempts, control_fd):
     return attempt_dir
 
 
-def serve(attempt_dir, go_fd, status_fd):
+def own_identity():
+    """What READY says of us: how a later coordinator recognises this process."""
+    return {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id()}
+
+
+def serve(attempt_dir, go_fd, status_fd, identity=None):
+    """Run the attempt in ``attempt_dir``. ``identity``: a warm shim's, worked out while
+    it waited, as the subreaper already."""
     spec_path = attempt_dir + "/spec.marshal"
     if exists(attempt_dir + "/ABORT"):
         try:
@@ -350,16 +426,16 @@ def serve(attempt_dir, go_fd, status_fd):
         return 0
     spec = marshal.loads(read_small(spec_path))
     posix.unlink(spec_path)  # it may hold raw secrets
-    ready = {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id(),
-             "at": time.time()}
+    ready = dict(identity or own_identity(), at=time.time())
     write_file(attempt_dir + "/READY", to_json(ready), durable=False)
     try:
         posix.write(status_fd, b"R")
     except OSError:
         pass  # the coordinator is gone; the next one reads READY from disk
-    # Only the command's descendants need us as their subreaper: setting it here,
-    # while the coordinator journals before GO, keeps it off the path to READY.
-    become_subreaper()
+    if identity is None:
+        # Only the command's descendants need us as their subreaper: setting it here,
+        # while the coordinator journals before GO, keeps it off the path to READY.
+        become_subreaper()
     if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"]):
         return 0
     result = run(spec, status_fd)

@@ -233,7 +233,8 @@ def test_fsio_ledger_replays_to_what_each_call_promised(tmp_path, recording):
     assert (root / "jobs" / "journal.log").read_bytes() == b"one\n"
 
 
-def test_go_survives_in_a_job_directory_a_killed_coordinator_never_fsynced(tmp_path, recording):
+def test_exit_json_survives_in_a_job_directory_a_killed_coordinator_never_fsynced(
+        tmp_path, recording):
     layout = RunLayout.at(tmp_path / "run")
     layout.create()
     fsio.makedirs(layout.attempts / "job-1")  # then kill -9, before its fsync
@@ -241,13 +242,14 @@ def test_go_survives_in_a_job_directory_a_killed_coordinator_never_fsynced(tmp_p
                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={"peer": "p"})
     handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
-    go = layout.attempt_dir("job-1", "a1") / "GO"
-    fsio.write_atomic(go, b"", durable=True)
+    launcher.make_durable(layout, "job-1", "a1")
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    fsio.write_atomic(attempt_dir / "GO", b"", sync=False)  # the decision is in the journal
     handle.release_barrier(b"G")
     assert handle.popen.wait(timeout=15) == 0
     handle.close()
     powerloss.apply(recording, layout.root)
-    assert go.exists()
+    assert (attempt_dir / "exit.json").exists()  # the shim fsynced it into a durable directory
 
 
 def test_without_a_ledger_fsio_records_nothing(tmp_path):

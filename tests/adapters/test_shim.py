@@ -12,16 +12,27 @@ import pytest
 
 from praxist_fs.adapters import launcher
 from praxist_fs.adapters.fsio import write_atomic
-from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.core.effects import SpawnAttempt
 from tests.e2e.conftest import read_json, wait_for
 
 
-@pytest.fixture
-def layout(tmp_path):
-    layout = RunLayout.at(tmp_path / "run")
-    layout.create()
-    return layout
+@pytest.fixture(params=["popen", "server"])
+def prestart(request, layout):
+    """Start a warm shim of either kind: by Popen, or forked by a ShimServer."""
+    return _prestarter(request, layout)
+
+
+@pytest.fixture(params=["cold", "popen", "server"])
+def shim_for(request, layout):
+    """spawn's ``warm`` for each kind of shim: None (a cold one), or a warm one of either kind."""
+    return _prestarter(request, layout)
+
+
+def _prestarter(request, layout):
+    if request.param == "cold":
+        return lambda: None
+    server = request.getfixturevalue("server") if request.param == "server" else None
+    return lambda: launcher.prestart(layout, server)
 
 
 def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
@@ -34,8 +45,8 @@ def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
     return handle, layout.attempt_dir("job-1", "a1"), marker
 
 
-def test_command_waits_for_go_then_exit_is_recorded(layout, tmp_path):
-    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 5")
+def test_command_waits_for_go_then_exit_is_recorded(layout, tmp_path, shim_for):
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 5", warm=shim_for())
     ready = wait_for(lambda: read_json(attempt_dir / "READY"))
     assert ready["pid"] == handle.popen.pid and ready["start_time"]
     assert not marker.exists() and not (attempt_dir / "exit.json").exists()
@@ -101,8 +112,8 @@ def test_command_runs_in_a_new_session_under_the_shim(layout, tmp_path):
     handle.close()
 
 
-def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path):
-    warm = launcher.prestart(layout)
+def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path, prestart):
+    warm = prestart()
     out = tmp_path / "ids"
     handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm,
                                         body=f"ps -o sid=,pgid= -p $$ > {out}; exit 4")
@@ -118,27 +129,26 @@ def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path):
     handle.close()
 
 
-def test_a_warm_shim_nobody_needs_exits_when_dismissed(layout):
-    warm = launcher.prestart(layout)
+def test_a_warm_shim_nobody_needs_exits_when_dismissed(prestart):
+    warm = prestart()
     pid = warm.handle.popen.pid
     warm.dismiss()
     assert warm.handle.popen.returncode == 0
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    wait_for(lambda: _ppid(pid) is None, message="the shim reaped")
 
 
-def test_a_dead_warm_shim_is_replaced_by_a_new_one(layout, tmp_path):
-    warm = launcher.prestart(layout)
+def test_a_dead_warm_shim_fails_the_spawn_and_leaves_no_spec(layout, tmp_path, prestart):
+    warm = prestart()
     warm.handle.popen.kill()
     warm.handle.popen.wait()
-    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm)
-    assert handle.popen.pid != warm.handle.popen.pid
-    go_and_wait(handle, attempt_dir)
-    assert marker.exists()
+    with pytest.raises(OSError):  # its pid may be journaled already: no other shim stands in
+        spawn(layout, tmp_path, warm=warm)
+    assert not (layout.attempt_dir("job-1", "a1") / "spec.marshal").exists()
+    assert not (tmp_path / "marker").exists()
 
 
-def test_a_warm_shim_runs_nothing_outside_its_runs_attempts(layout, tmp_path):
-    warm = launcher.prestart(layout)
+def test_a_warm_shim_runs_nothing_outside_its_runs_attempts(layout, tmp_path, prestart):
+    warm = prestart()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "spec.marshal").write_bytes(marshal.dumps({"argv": ["touch", "x"]}))
@@ -159,11 +169,11 @@ def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, mo
     handle.close()
 
 
-def spawn_argv(layout, argv, cwd, env=None):
+def spawn_argv(layout, argv, cwd, env=None, warm=None):
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=tuple(argv), command=None,
                           cwd=str(cwd), env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir("job-1", "a1")
 
 
@@ -219,8 +229,8 @@ def test_a_command_killed_by_a_signal(layout, tmp_path):
     assert record["exit_code"] == 137 and record["signal"] == 9 and record["error"] is None
 
 
-def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_path):
-    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exec sleep 30")
+def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_path, shim_for):
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exec sleep 30", warm=shim_for())
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
@@ -234,20 +244,24 @@ def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_p
     handle.close()
 
 
-def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layout, tmp_path):
+def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layout, tmp_path,
+                                                                          shim_for):
     handle, attempt_dir = spawn_argv(layout, ["sh", "-c", "cat /proc/self/status; "
-                                              "ls -l /proc/self/fd/ >&2"], tmp_path)
+                                              "ls -l /proc/self/fd/ >&2"], tmp_path,
+                                     warm=shim_for())
     go_and_wait(handle, attempt_dir)
     log = attempt_log(layout)
     fields = dict(line.split(":\t", 1) for line in log.splitlines() if ":\t" in line)
     ignored, blocked = int(fields["SigIgn"], 16), int(fields["SigBlk"], 16)
-    for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                   signal.SIGCHLD):  # the fork server ignores SIGCHLD: its children must not
         assert not ignored & (1 << (signum - 1)), signum
         assert not blocked & (1 << (signum - 1)), signum
     fds = {line.split()[-3]: line.split()[-1] for line in log.splitlines() if " -> " in line}
     assert fds["0"] == "/dev/null"
     assert fds["1"] == fds["2"] == str(layout.log("job-1", "a1"))
     assert "pipe:" not in " ".join(fds.values())  # the status pipe's EOF means the shim exited
+    assert "socket:" not in " ".join(fds.values())  # nor the fork server's
 
 
 def test_sigpipe_kills_a_writer_as_in_a_shell(layout, tmp_path):
@@ -258,9 +272,10 @@ def test_sigpipe_kills_a_writer_as_in_a_shell(layout, tmp_path):
     assert "Broken pipe" not in attempt_log(layout)  # yes died of SIGPIPE, not EPIPE
 
 
-def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path):
+def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path, shim_for):
     pidfile = tmp_path / "orphan"
-    handle, attempt_dir, _ = spawn(layout, tmp_path, body=f"(sleep 2 & echo $! > {pidfile})")
+    handle, attempt_dir, _ = spawn(layout, tmp_path, body=f"(sleep 2 & echo $! > {pidfile})",
+                                   warm=shim_for())
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
@@ -312,7 +327,8 @@ def test_the_shim_imports_only_what_it_must(layout, tmp_path, monkeypatch):
     lines = (attempt_dir / "shim.log").read_text().splitlines()
     modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
     assert {"shim", "_ctypes"} <= modules  # the whole life ran, the subreaper included
-    assert not modules & {"json", "re", "subprocess", "signal", "enum", "ctypes", "os"}, modules
+    assert not modules & {"json", "re", "subprocess", "signal", "enum", "ctypes", "os",
+                          "_socket"}, modules
 
 
 @pytest.mark.parametrize("value", [

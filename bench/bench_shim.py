@@ -1,0 +1,149 @@
+"""What a shim costs the launch path: started by Popen, or forked by the ShimServer.
+
+    .venv/bin/python bench/bench_shim.py [--prestarts 50] [--attempts 200] [--json FILE]
+
+Three measurements, each way (``popen``: ``launcher.prestart(layout)``, a fresh
+``python -S`` per shim; ``server``: ``launcher.prestart(layout, server)``, a
+fork of the one server started beforehand; ``cold``, for reference in the
+last, a shim started for its attempt by ``launcher.spawn`` without a warm one):
+
+prestart        the ``prestart`` call alone, until it returns (median ms).
+prestart+READY  ``prestart``, then at once ``spawn`` of a trivial attempt (argv
+                ``true``) on that warm shim, until the shim's "R" on the status
+                pipe (READY written): the honest cost, since a Popen'd shim is
+                only ready once its interpreter has started (median ms).
+attempts        N sequential trivial attempts end to end, each: prestart, spawn,
+                READY, GO (the file, as the coordinator writes it, and the pipe),
+                the status pipe's EOF (exit.json written and fsynced), wait and
+                close (total s, and median ms per attempt).
+
+Every attempt gets its own directory in a fresh temporary run directory; the
+shim's exit.json fsync is in every attempt, so the disk shows in the totals.
+No coordinator, no journal: only the shim's part of a launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from praxist_fs.adapters import launcher
+from praxist_fs.adapters.fsio import write_atomic
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.core.effects import SpawnAttempt
+
+READY_TIMEOUT_S = 15
+
+
+def trivial(number: int, cwd: Path) -> SpawnAttempt:
+    return SpawnAttempt(job_id=f"job-{number}", attempt_id="a1", argv=("true",), command=None,
+                        cwd=str(cwd), env={"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=(),
+                        metadata={"peer": "bench"})
+
+
+def read_status(fd: int) -> bytes:
+    """The next bytes on a shim's (non-blocking) status pipe; b"" at EOF."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    if not poller.poll(READY_TIMEOUT_S * 1000):
+        raise SystemExit(f"no word from a shim in {READY_TIMEOUT_S}s")
+    return os.read(fd, 64)
+
+
+def start_attempt(layout: RunLayout, number: int, warm: launcher.WarmShim | None
+                  ) -> tuple[launcher.ShimHandle, Path]:
+    effect = trivial(number, layout.root)
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    if read_status(handle.status_fd) != b"R":
+        raise SystemExit(f"attempt {number}: no READY")
+    return handle, layout.attempt_dir(effect.job_id, effect.attempt_id)
+
+
+def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool) -> None:
+    """GO (and wait for the command's exit.json) or ABORT, as the coordinator writes them."""
+    write_atomic(attempt_dir / ("GO" if go else "ABORT"), b"", sync=False)
+    handle.release_barrier(b"G" if go else b"A")
+    if read_status(handle.status_fd) != b"":
+        raise SystemExit(f"{attempt_dir}: more than READY on the status pipe")
+    handle.popen.wait(timeout=READY_TIMEOUT_S)
+    handle.close()
+    if go and json.loads((attempt_dir / "exit.json").read_text())["exit_code"] != 0:
+        raise SystemExit(f"{attempt_dir}: the command failed")
+
+
+def prestarter(layout: RunLayout, way: str, server: launcher.ShimServer):
+    if way == "popen":
+        return lambda: launcher.prestart(layout)
+    if way == "server":
+        return lambda: launcher.prestart(layout, server)
+    return lambda: None
+
+
+def measure(way: str, prestarts: int, attempts: int, root: Path) -> dict:
+    layout = RunLayout.at(root / way)
+    layout.create()
+    server = launcher.ShimServer.start(layout)
+    try:
+        server.prestart().dismiss()  # the server has started: its own start-up is not timed
+        prestart = prestarter(layout, way, server)
+        result = {}
+        if way != "cold":
+            calls, readies = [], []
+            for number in range(prestarts):
+                began = time.perf_counter()
+                warm = prestart()
+                calls.append(time.perf_counter() - began)
+                warm.dismiss()
+            for number in range(prestarts):
+                began = time.perf_counter()
+                handle, attempt_dir = start_attempt(layout, number, prestart())
+                readies.append(time.perf_counter() - began)
+                finish_attempt(handle, attempt_dir, go=False)
+            result["prestart_ms"] = statistics.median(calls) * 1000
+            result["prestart_ready_ms"] = statistics.median(readies) * 1000
+        each = []
+        began = time.perf_counter()
+        for number in range(prestarts, prestarts + attempts):
+            start = time.perf_counter()
+            handle, attempt_dir = start_attempt(layout, number, prestart())
+            finish_attempt(handle, attempt_dir, go=True)
+            each.append(time.perf_counter() - start)
+        result["attempts_s"] = time.perf_counter() - began
+        result["attempt_ms"] = statistics.median(each) * 1000
+        return result
+    finally:
+        server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prestarts", type=int, default=50)
+    parser.add_argument("--attempts", type=int, default=200)
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-shim-"))
+    try:
+        results = {way: measure(way, args.prestarts, args.attempts, root)
+                   for way in ("popen", "server", "cold")}
+    finally:
+        shutil.rmtree(root)
+    print(f"{'':8} {'prestart ms':>12} {'+READY ms':>10} "
+          f"{f'{args.attempts} attempts s':>15} {'per attempt ms':>15}")
+    for way, result in results.items():
+        print(f"{way:8} {result.get('prestart_ms', float('nan')):12.2f} "
+              f"{result.get('prestart_ready_ms', float('nan')):10.2f} "
+              f"{result['attempts_s']:15.2f} {result['attempt_ms']:15.2f}")
+    print(f"medians over {args.prestarts} prestarts; {os.cpu_count()} CPUs")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

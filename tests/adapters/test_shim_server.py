@@ -1,0 +1,193 @@
+"""The fork server: warm shims forked on request, each leading a session of its own, whose
+pipes and lives are their own and outlast the server."""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from praxist_fs.adapters import launcher
+from praxist_fs.adapters.fsio import write_atomic
+from tests.adapters.test_shim import _ppid, go_and_wait, spawn
+from tests.e2e.conftest import read_json, wait_for
+
+
+def fd_targets(pid="self"):
+    targets = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            targets[int(name)] = os.readlink(f"/proc/{pid}/fd/{name}")
+        except FileNotFoundError:  # the listing's own fd
+            pass
+    return targets
+
+
+def proc_status(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
+
+
+def read_to_eof(fd, timeout=15.0):
+    """All a non-blocking pipe gives until EOF, waiting on it with poll."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    data = b""
+    while True:
+        if not poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+            raise AssertionError(f"no EOF within {timeout}s (read {data!r})")
+        chunk = os.read(fd, 64)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def test_a_forked_shim_leads_its_own_session_under_the_server(server):
+    warm = server.prestart()
+    pid = warm.handle.popen.pid
+    # settled before its pid is handed out, as a Popen'd shim is
+    assert os.getpgid(pid) == os.getsid(pid) == pid != os.getsid(server.popen.pid)
+    assert _ppid(pid) == server.popen.pid
+    assert os.getpgid(server.popen.pid) == server.popen.pid != os.getpgid(0)
+    status = proc_status(pid)
+    assert not int(status["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits for its command
+    assert int(status["SigCgt"], 16) & 1 << (signal.SIGTERM - 1)  # and stays to record it
+    assert os.readlink(f"/proc/{pid}/cwd") == "/"
+    fds = fd_targets(pid)
+    assert [fds[fd] for fd in (0, 1, 2)] == ["/dev/null"] * 3
+    assert sorted(kind(target) for target in fds.values()) == ["/dev/null"] * 3 + ["pipe"] * 3
+    # the server keeps no attempt's pipe: only its stdio and its socket
+    assert sorted(kind(target) for target in fd_targets(server.popen.pid).values()) == \
+        ["/dev/null"] * 3 + ["socket"]
+    warm.dismiss()
+
+
+def kind(target):
+    return target.split(":")[0]
+
+
+def test_a_forked_shim_runs_an_attempt_and_its_eof_is_its_own(layout, tmp_path, server):
+    warm, other = server.prestart(), server.prestart()
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 6", warm=warm)
+    assert handle is warm.handle
+    ready = wait_for(lambda: read_json(attempt_dir / "READY"))
+    assert ready["pid"] == handle.popen.pid and not marker.exists()
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    assert read_to_eof(handle.status_fd) == b"R"  # while the server and its other child live
+    assert server.alive and other.handle.popen.poll() is None
+    assert handle.popen.wait(timeout=15) == 0
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 6 and marker.exists()
+    handle.close()
+    other.dismiss()
+
+
+def test_closing_the_server_leaves_a_running_attempt_to_finish(layout, tmp_path, server):
+    fifo = tmp_path / "gate"
+    os.mkfifo(fifo)
+    warm = launcher.prestart(layout, server)
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body=f"read line < {fifo}; exit 7",
+                                        warm=warm)
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    wait_for(marker.exists)
+    server.close()
+    assert server.popen.returncode == 0 and not server.alive
+    assert handle.popen.poll() is None and not (attempt_dir / "exit.json").exists()
+    gate = wait_for(lambda: _open_for_writing(fifo), message="the command reading the gate")
+    os.write(gate, b"go\n")
+    os.close(gate)
+    assert read_to_eof(handle.status_fd) == b"R"
+    assert handle.popen.wait(timeout=15) == 0
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 7
+    handle.close()
+
+
+def _open_for_writing(fifo):
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # no reader yet
+            return None
+        raise
+
+
+def test_the_server_survives_bad_requests_and_dead_children(layout, tmp_path, server):
+    pipes = [os.pipe() for _ in range(4)]
+    ends = [write for _, write in pipes]
+    bad = [(b"F", []), (b"F", ends[:1]), (b"F", ends), (b"FF", ends[:3])]
+    for message, fds in bad:
+        socket.send_fds(server.sock, [message], fds)
+        assert server.sock.recv(32) == b"%d" % -errno.EINVAL
+    for read, write in pipes:  # the server closed every fd it was sent
+        os.close(write)
+        os.set_blocking(read, False)
+        assert read_to_eof(read) == b""
+        os.close(read)
+    dying = server.prestart()
+    dying.handle.popen.kill()
+    assert dying.handle.popen.wait(timeout=15) == 0
+    dying.dismiss()
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=server.prestart())
+    assert go_and_wait(handle, attempt_dir)["exit_code"] == 0 and marker.exists()
+    assert server.alive
+
+
+def test_a_refusal_is_an_oserror_and_leaves_nothing_open(layout):
+    """A stand-in for the server that refuses every request, as one whose fork fails."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    refuser = subprocess.Popen(
+        [sys.executable, "-c", "import socket, sys\n"
+         "sock = socket.socket(fileno=int(sys.argv[1]))\n"
+         "while socket.recv_fds(sock, 1, 4)[0]:\n"
+         "    sock.send(b'-11')\n", str(theirs.fileno())], pass_fds=(theirs.fileno(),))
+    theirs.close()
+    server = launcher.ShimServer(refuser, ours)
+    before = fd_targets()
+    with pytest.raises(OSError) as refused:
+        server.prestart()
+    assert refused.value.errno == errno.EAGAIN
+    assert fd_targets() == before and server.alive  # a refusal is not a broken server
+    server.close()
+    assert refuser.returncode == 0
+
+
+def test_fds_do_not_grow_over_many_forked_shims(layout, server):
+    server.prestart().dismiss()  # the server is up
+    before, server_before = fd_targets(), fd_targets(server.popen.pid)
+    for _ in range(50):
+        warm = server.prestart()
+        warm.dismiss()
+    assert fd_targets() == before
+    assert fd_targets(server.popen.pid) == server_before
+
+
+def test_the_server_exits_when_its_socket_closes_and_its_children_stay(layout, server):
+    warm = server.prestart()
+    server.sock.close()
+    assert server.popen.wait(timeout=15) == 0 and not server.alive
+    assert warm.handle.popen.poll() is None  # a warm shim leaves when its control pipe closes
+    with pytest.raises(OSError):
+        server.prestart()
+    fallback = launcher.prestart(layout, server)  # a closed server: started by Popen
+    assert isinstance(fallback.handle.popen, subprocess.Popen)
+    fallback.dismiss()
+    warm.dismiss()
+    assert warm.handle.popen.returncode == 0
+
+
+def test_a_killed_server_is_not_alive_and_prestart_says_so(layout, server):
+    server.popen.kill()
+    server.popen.wait()
+    assert not server.alive
+    with pytest.raises(OSError):
+        server.prestart()
