@@ -92,6 +92,7 @@ class Coordinator:
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.server: launcher.ShimServer | None = None  # forks warm shims
         self._server_retry_at = 0.0
+        self._server_fd = -1
         self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.unsynced: list[AttemptKey] = []  # attempt directories to fsync after this batch
@@ -236,6 +237,8 @@ class Coordinator:
                     scan |= self._drain_wake()
                 elif kind == "shim":
                     self._on_shim(attempt_key)
+                elif kind == "server":
+                    self._on_server()
                 elif kind == "pidfd":
                     self._forget_pidfd(attempt_key)
                     self._observe_key(attempt_key, launch=True)
@@ -265,20 +268,35 @@ class Coordinator:
         if (self.server is None or not self.server.alive) and \
                 time.monotonic() >= self._server_retry_at:
             self._start_server()
-        forking = self.server is not None and self.server.alive
-        if not forking and (self.warm or
-                            any(handle.go_fd is not None for handle in self.handles.values())):
-            return
         try:
-            while len(self.warm) < (WARM_SHIMS if forking else 1):
-                self.warm.append(launcher.prestart(self.layout, self.server))
+            if self.server is not None and self.server.alive:
+                while len(self.warm) + len(self.server.pending) < WARM_SHIMS:
+                    self.server.request()  # the reply comes through the selector
+            elif not self.warm and \
+                    all(handle.go_fd is None for handle in self.handles.values()):
+                self.warm.append(launcher.prestart(self.layout))
         except OSError as exc:  # launches fall back to starting their own shim
             log.warning("could not start a shim ahead of need: %s", exc)
+
+    def _on_server(self) -> None:
+        """The shim server answered a request: one more warm shim, or why not. With no
+        request outstanding, its end closed: it exited."""
+        if self.server.pending:
+            try:
+                self.warm.append(self.server.receive())
+            except OSError as exc:
+                log.warning("the shim server could not fork a shim: %s", exc)
+        else:
+            self.server.close()
+        if not self.server.alive:
+            self.selector.unregister(self._server_fd)
 
     def _start_server(self) -> None:
         """(Re)start the shim server, at most once a SERVER_RETRY_SECONDS after a start
         that failed or a server that died; meanwhile warm shims are started one by one."""
         if self.server is not None:
+            if self._server_fd in self.selector.get_map():
+                self.selector.unregister(self._server_fd)
             self.server.close()
             log.warning("the shim server exited; starting a new one")
         self._server_retry_at = time.monotonic() + SERVER_RETRY_SECONDS
@@ -287,6 +305,9 @@ class Coordinator:
         except OSError as exc:
             self.server = None
             log.warning("could not start the shim server: %s", exc)
+            return
+        self._server_fd = self.server.sock.fileno()  # registered by number: it may close
+        self.selector.register(self._server_fd, selectors.EVENT_READ, ("server", None))
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,15 +162,19 @@ class ShimServer:
     request, each in a session of its own. A fork costs a fraction of a millisecond
     where a new interpreter costs several, on every attempt.
 
-    Requests go one at a time over a SOCK_SEQPACKET socketpair: one byte carrying the
-    three fds of a ``--warm`` shim (control, GO and status; the server closes its
-    copies right after the fork), answered by the child's pid or minus an errno. Its
+    Requests go over a SOCK_SEQPACKET socketpair: one byte carrying the three fds of a
+    ``--warm`` shim (control, GO and status; the server closes its copies right after
+    the fork), answered in order by the child's pid or minus an errno. A coordinator
+    need not wait for the answer (``request``, then ``receive`` once the socket is
+    readable): a fork and its child's setsid take about a millisecond. Its
     output goes to /dev/null, which its children keep until they know their attempt's
     shim.log. Closing our end tells it to exit; its children stay."""
 
     def __init__(self, popen: subprocess.Popen, sock: socket.socket) -> None:
         self.popen = popen
         self.sock = sock
+        # our ends (control, GO, status) of each request not yet answered, oldest first
+        self.pending: deque[tuple[int, int, int]] = deque()
 
     @classmethod
     def start(cls, layout: RunLayout) -> ShimServer:
@@ -198,46 +203,74 @@ class ShimServer:
 
     def prestart(self) -> WarmShim:
         """A warm shim forked by the server, already leading its own session; raises
-        OSError if the server is gone or refuses."""
+        OSError if the server is gone or refuses. (Any warm shim will do: with requests
+        outstanding this is the oldest one's.)"""
+        self.request()
+        return self.receive()
+
+    def request(self) -> None:
+        """Ask for a warm shim without waiting for it: the server's reply makes the socket
+        readable, and ``receive`` then hands it out. Raises OSError if the server is gone."""
         control_read, control_write = os.pipe()
         go_read, go_write = os.pipe()
         status_read, status_write = os.pipe()
+        theirs = (control_read, go_read, status_write)
         try:
-            # It waits on its control pipe, whose write end we hold: short of a kill and
-            # the pid's reuse in between, the pid is still its own when we open the pidfd.
-            shim = ForkedShim(self._fork((control_read, go_read, status_write)))
+            if self.sock.fileno() == -1:
+                raise BrokenPipeError(errno.EPIPE, "the shim server was closed")
+            try:
+                socket.send_fds(self.sock, [FORK_REQUEST], theirs, socket.MSG_NOSIGNAL)
+            except OSError:
+                self._broken()
+                raise
         except OSError:
             for fd in (control_write, go_write, status_read):
                 os.close(fd)
             raise
         finally:
-            for fd in (control_read, go_read, status_write):
+            for fd in theirs:
                 os.close(fd)
+        self.pending.append((control_write, go_write, status_read))
+
+    def receive(self) -> WarmShim:
+        """The warm shim of the oldest outstanding request, waiting for its reply if need
+        be; raises OSError if the server refused it (a failed fork) or is gone."""
+        control_write, go_write, status_read = self.pending.popleft()
+        try:
+            try:
+                reply = self.sock.recv(32)
+                if not reply:
+                    raise ConnectionResetError(errno.ECONNRESET, "the shim server exited")
+            except OSError:
+                self._broken()
+                raise
+            pid = int(reply)
+            if pid < 0:
+                raise OSError(-pid, f"the shim server could not fork: {os.strerror(-pid)}")
+            # It waits on its control pipe, whose write end we hold: short of a kill and
+            # the pid's reuse in between, the pid is still its own when we open the pidfd.
+            shim = ForkedShim(pid)
+        except OSError:
+            for fd in (control_write, go_write, status_read):
+                os.close(fd)
+            raise
         os.set_blocking(status_read, False)
         return WarmShim(handle=ShimHandle(popen=shim, go_fd=go_write, status_fd=status_read),
                         control_fd=control_write)
 
-    def _fork(self, fds: tuple[int, int, int]) -> int:
-        if self.sock.fileno() == -1:
-            raise BrokenPipeError(errno.EPIPE, "the shim server was closed")
-        try:
-            socket.send_fds(self.sock, [FORK_REQUEST], fds, socket.MSG_NOSIGNAL)
-            reply = self.sock.recv(32)
-            if not reply:
-                raise ConnectionResetError(errno.ECONNRESET, "the shim server exited")
-        except OSError:
-            self.sock.close()  # a late reply would answer the next request: no more
-            raise
-        pid = int(reply)
-        if pid < 0:
-            raise OSError(-pid, f"the shim server could not fork: {os.strerror(-pid)}")
-        return pid
+    def _broken(self) -> None:
+        """Out of step (a reply lost or late would answer the wrong request): no more
+        requests, and the outstanding ones are dropped (their shims exit with our ends)."""
+        self.sock.close()
+        while self.pending:
+            for fd in self.pending.popleft():
+                os.close(fd)
 
     def close(self, timeout: float = 5) -> None:
         """Tell it to exit (closing our end) and wait; killed if it does not. Only the
         server is ever signalled: its children are attempts' shims, or warm ones that
         exit when their control pipe closes."""
-        self.sock.close()
+        self._broken()
         try:
             self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

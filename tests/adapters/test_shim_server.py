@@ -191,3 +191,38 @@ def test_a_killed_server_is_not_alive_and_prestart_says_so(layout, server):
     assert not server.alive
     with pytest.raises(OSError):
         server.prestart()
+
+
+def test_requests_need_not_wait_and_are_answered_in_order(layout, server):
+    server.prestart().dismiss()  # the server is up
+    before = fd_targets()
+    for _ in range(3):
+        server.request()
+    assert len(server.pending) == 3
+    ready, _, _ = select.select([server.sock], [], [], 15)  # a reply makes it readable
+    assert ready
+    shims = [server.receive() for _ in range(3)]
+    assert len({shim.handle.popen.pid for shim in shims}) == 3 and not server.pending
+    assert all(shim.handle.popen.poll() is None for shim in shims)
+    for shim in shims:
+        shim.dismiss()
+    assert fd_targets() == before
+
+
+def test_a_server_killed_with_requests_outstanding_leaves_nothing_open(layout, server):
+    server.prestart().dismiss()
+    before = fd_targets()
+    server.request()
+    server.request()
+    server.popen.kill()  # it may have answered either, both or neither
+    server.popen.wait()
+    received = []
+    for _ in range(2):
+        try:
+            received.append(server.receive())
+        except OSError:
+            break
+    assert not server.alive and not server.pending
+    for shim in received:
+        shim.dismiss()
+    assert fd_targets().items() <= before.items()  # nothing new open (the socket may be shut)

@@ -1,0 +1,106 @@
+"""The fast launch path: shims forked by the shim server, bound in the decision's commit."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+
+import psutil
+
+from .conftest import read_json, request, wait_for
+
+
+def shim_server(run) -> psutil.Process:
+    attempts = str(run.sched / "attempts")
+
+    def find():
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if "--server" in cmdline and attempts in cmdline and proc.ppid() == run.proc.pid:
+                return proc
+        return None
+    return wait_for(find, message="the shim server")
+
+
+def gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE  # its parent has not reaped it yet
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run, tmp_path):
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two warm shims")
+    run.wait_state(run.reply(run.submit(request("first")))["job_id"], "completed")
+    out = tmp_path / "ids"
+    # the command's parent is its shim: its pid, process group and session, and its parent
+    rid = run.submit(request("ids", ["sh", "-c", f"ps -o pid=,pgid=,sid=,ppid= -p $PPID > {out}"]))
+    run.wait_state(run.reply(rid)["job_id"], "completed")
+    pid, pgid, sid, ppid = map(int, out.read_text().split())
+    assert pid == pgid == sid and ppid == server.pid
+    assert os.getsid(server.pid) == server.pid  # the server too is in a session of its own
+
+
+CPU_ONLY = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: 2
+    max_concurrent_experiments: 2
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+"""
+
+
+def test_the_launch_decision_the_shims_pid_and_go_share_one_commit(make_run, tmp_path):
+    # (with GPU profiles the pass runs under the host registry's lock, in a commit of its
+    # own after the acceptance's; the pid and GO still share the decision's)
+    run = make_run(task_text=CPU_ONLY)
+    ledger = tmp_path / "ledger.jsonl"
+    run.start({"PRAXIST_POWERLOSS_LEDGER": str(ledger)})
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two warm shims")
+    run.wait_state(run.reply(run.submit(request("first")))["job_id"], "completed")
+    # by now the coordinator holds warm shims whatever the timing of the first launch
+    job_id = run.reply(run.submit(request("second")))["job_id"]
+    run.wait_state(job_id, "completed")
+    appends = [json.loads(line) for line in ledger.read_text().splitlines()]
+    batches = [[json.loads(record.split(b" ", 2)[2])
+                for record in base64.b64decode(op["data"]).splitlines()]
+               for op in appends if op["op"] == "append" and op["path"].endswith("journal.log")]
+    launch = next(batch for batch in batches
+                  if any(r["type"] == "attempt_launched" and r["job_id"] == job_id
+                         for r in batch))
+    bound = [r for r in launch if r["type"] == "attempt_observed" and r["job_id"] == job_id]
+    assert bound and bound[0]["pid"] and bound[0]["ready"], launch  # GO decided with them
+    assert any(r["type"] == "request_seen" for r in launch)  # and the acceptance too
+
+
+def test_a_killed_shim_server_does_not_stop_launches(run, tmp_path):
+    server = shim_server(run)
+    server.kill()
+    wait_for(lambda: gone(server), message="the shim server to die")
+    for tag in ("after-1", "after-2", "after-3"):
+        rid = run.submit(request(tag, ["sh", "-c", f"echo {tag} >> {tmp_path / 'ran'}"]))
+        run.wait_state(run.reply(rid)["job_id"], "completed")
+    assert (tmp_path / "ran").read_text().split() == ["after-1", "after-2", "after-3"]
+
+
+def test_a_clean_stop_ends_the_server_and_leaves_running_attempts_running(run, tmp_path):
+    server = shim_server(run)
+    gate = tmp_path / "gate"
+    rid = run.submit(request("long", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]))
+    job_id = run.reply(rid)["job_id"]
+    run.wait_state(job_id, "running")
+    shim = wait_for(lambda: (read_json(run.sched / "attempts" / job_id / "a1" / "READY") or {})
+                    .get("pid"), message="READY")
+    assert run.stop(signal.SIGTERM) == 0
+    wait_for(lambda: gone(server), message="the shim server to exit")
+    assert psutil.pid_exists(shim)
+    run.start()
+    gate.touch()
+    assert run.wait_state(job_id, "completed")["exit_code"] == 0
