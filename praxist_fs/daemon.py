@@ -144,7 +144,7 @@ class Coordinator:
         pid, _, boot = procs.own_identity()
         self._process([CoordinatorStarted(at=now, policy=self.policy.to_dict(), pid=pid,
                                           host=socket.gethostname(), boot_id=boot)])
-        write_json(self.layout.policy, self.policy.to_dict(), durable=True)
+        write_json(self.layout.policy, self.policy.to_dict(), durable=True, indent=2)
         self.inventory = open_inventory(self.fake_gpus)
         self.pressure = PressureSampler(self.psi_root)
         if any(p.uses_gpu for p in self.policy.profiles.values()):
@@ -372,7 +372,7 @@ class Coordinator:
                 self.journal.commit()
                 reach("journal.after_commit")
             events = []
-            for effect in sorted(effects, key=_launch_path_first):
+            for effect in sorted(_last_job_writes(effects), key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
                 reach(f"{point}.before")
                 events += self._execute(effect)
@@ -893,7 +893,8 @@ class Coordinator:
         for effect in self.sched.reason_updates():  # pending reasons, at status cadence
             self._execute(effect)
         reach("status.before_write")
-        write_json(self.layout.status, render_status(self.sched, now, runtime, reports), sync=False)
+        write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
+                   sync=False, indent=2)
         reach("status.after_write")
         self._status_version, self._status_at = self._status_stamp(), now
 
@@ -954,6 +955,26 @@ def _progress(path: Path) -> dict[str, Any] | None:
         return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
     return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}
 
+
+
+def _last_job_writes(effects: list[Effect]) -> list[Effect]:
+    """One job-file write per job and batch, the last (what the file must say), moved from
+    wherever the batch found it: an acceptance and its launch write one file, not three."""
+    first: dict[str, WriteJob] = {}
+    last: dict[str, WriteJob] = {}
+    for effect in effects:
+        if isinstance(effect, WriteJob):
+            first.setdefault(effect.job_id, effect)
+            last[effect.job_id] = effect
+    kept: list[Effect] = []
+    for effect in effects:
+        if not isinstance(effect, WriteJob):
+            kept.append(effect)
+        elif effect is last[effect.job_id]:
+            start = first[effect.job_id]
+            found = start.replaces if start.replaces is not None else start.directory
+            kept.append(replace(effect, replaces=found if found != effect.directory else None))
+    return kept
 
 
 def _launch_path_first(effect: Effect) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .fsio import fsync_dir, makedirs
@@ -20,84 +21,90 @@ PRIVATE = 0o700         # the coordinator alone: the journal, the snapshot, raw 
 
 @dataclass(frozen=True)
 class RunLayout:
+    """The paths of one run directory. They are worked out once per layout (pathlib
+    costs microseconds a join, and a launch joins dozens)."""
     root: Path
 
     @classmethod
     def at(cls, run_dir: str | os.PathLike) -> RunLayout:
         return cls(Path(os.path.abspath(run_dir)))
 
-    @property
+    @cached_property
     def scheduler(self) -> Path:
         return self.root / "resource_scheduler"
 
-    @property
+    @cached_property
     def endpoint(self) -> Path:
         return self.scheduler / "endpoint.json"
 
-    @property
+    @cached_property
     def owner_lock(self) -> Path:
         return self.scheduler / "owner.lock"
 
-    @property
+    @cached_property
     def policy(self) -> Path:
         return self.scheduler / "policy.json"
 
-    @property
+    @cached_property
     def status(self) -> Path:
         return self.scheduler / "status.json"
 
-    @property
+    @cached_property
     def journal_dir(self) -> Path:
         return self.scheduler / "journal"
 
-    @property
+    @cached_property
     def journal(self) -> Path:
         return self.journal_dir / "journal.log"
 
-    @property
+    @cached_property
     def snapshot(self) -> Path:
         """The scheduler state the journal had built when it was last compacted."""
         return self.journal_dir / "snapshot.jsonl"
 
-    @property
+    @cached_property
     def clean_stop(self) -> Path:
         """Written at a clean stop: the derived files were all durable at this journal seq."""
         return self.journal_dir / "clean_stop.json"
 
-    @property
+    @cached_property
     def spool(self) -> Path:
         return self.scheduler / "spool"
 
-    @property
+    @cached_property
     def spool_tmp(self) -> Path:
         return self.spool / "tmp"
 
-    @property
+    @cached_property
     def incoming(self) -> Path:
         return self.spool / "incoming"
 
-    @property
+    @cached_property
     def replies(self) -> Path:
         return self.spool / "replies"
 
-    @property
+    @cached_property
     def rejected(self) -> Path:
         return self.spool / "rejected"
 
-    @property
+    @cached_property
     def control(self) -> Path:
         return self.scheduler / "control"
 
-    @property
+    @cached_property
     def attempts(self) -> Path:
         return self.scheduler / "attempts"
 
-    @property
+    @cached_property
     def logs(self) -> Path:
         return self.root / "logs" / "experiments"
 
     def jobs(self, directory: str) -> Path:
-        return self.scheduler / "jobs" / directory
+        return self._jobs[directory]
+
+    @cached_property
+    def _jobs(self) -> dict[str, Path]:
+        return {directory: self.scheduler / "jobs" / directory for directory in JOB_DIRECTORIES}
 
     def job_file(self, directory: str, job_id: str) -> Path:
         return self.jobs(directory) / f"{job_id}.json"
@@ -111,26 +118,26 @@ class RunLayout:
     def log(self, job_id: str, attempt_id: str) -> Path:
         return self.logs / job_id / f"{attempt_id}.log"
 
-    @property
+    @cached_property
     def stop_sentinel(self) -> Path:
         """Written by ``praxist-fs stop`` when it fenced the run itself: the run stays stopped."""
         return self.scheduler / "STOP"
 
-    @property
+    @cached_property
     def protected_pids(self) -> Path:
         """Per-peer manifests of legacy peer-local launches (``<peer>.json``)."""
         return self.scheduler / "protected_pids"
 
-    @property
+    @cached_property
     def peer_workspaces(self) -> Path:
         """The peers' framework-owned working directories (``stop --all``'s cwd fallback)."""
         return self.root / "peer_workspaces"
 
-    @property
+    @cached_property
     def control_replies(self) -> Path:
         return self.control / "replies"
 
-    @property
+    @cached_property
     def control_rejected(self) -> Path:
         return self.control / "rejected"
 
