@@ -666,8 +666,8 @@ class Coordinator:
             spool.reject(self.layout.incoming, self.layout.rejected, effect.name, effect.error)
         elif isinstance(effect, SpawnAttempt):
             return self._spawn(effect)
-        elif isinstance(effect, WriteGo):  # the journal holds the decision: no fsync
-            self._barrier(effect.job_id, effect.attempt_id, "GO", b"G", durable=False)
+        elif isinstance(effect, WriteGo):
+            self._go(effect.job_id, effect.attempt_id)
         elif isinstance(effect, AbortAttempt):
             self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
         elif isinstance(effect, TerminateAttempts):
@@ -765,14 +765,24 @@ class Coordinator:
         for job in self.sched.in_flight():
             self._observe_key((job.job_id, job.current.attempt_id))
 
-    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes,
-                 durable: bool = True) -> None:
+    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
         path = self.layout.attempt_dir(job_id, attempt_id) / name
         if path.parent.exists():
-            write_atomic(path, b"", durable=durable, sync=durable)
+            write_atomic(path, b"", durable=True)
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(word)
+
+    def _go(self, job_id: str, attempt_id: str) -> None:
+        """GO, journaled already: the shim's pipe first, so the command starts while the
+        GO file is written (without fsync: the journal holds the decision). A shim
+        without a pipe to us (a re-adopted one) polls for the file."""
+        handle = self.handles.get((job_id, attempt_id))
+        if handle is not None:
+            handle.release_barrier(b"G")
+        path = self.layout.attempt_dir(job_id, attempt_id) / "GO"
+        if path.parent.exists():
+            write_atomic(path, b"", sync=False)
 
     # -- derived files --------------------------------------------------------
 

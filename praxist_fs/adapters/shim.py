@@ -6,8 +6,9 @@ a peer's sitecustomize cannot run here (the launcher imports this file with
 or ahead of need as ``--warm ATTEMPTS_DIR CONTROL_FD GO_FD STATUS_FD``: started
 and waiting before there is an attempt, it is told its attempt directory (under
 ATTEMPTS_DIR, which also shows in ``ps`` whose shim it is) on CONTROL_FD.
-It writes READY (its own identity), waits until the coordinator writes GO (the
-intent, pid and allocation are journaled by then), runs the command with the
+It writes READY (its own identity), waits until the coordinator gives GO on its
+pipe, or writes the GO file (the intent, pid, allocation and the GO decision
+are journaled by then), runs the command with the
 submitted environment, and records the exit durably in exit.json, which
 survives a coordinator crash. If the coordinator dies while we wait, we poll
 for GO or ABORT written by the next one, for at most the barrier timeout;
@@ -192,7 +193,7 @@ def wait_for_go(attempt_dir, go_fd, timeout):
     except OSError:
         word = b""
     posix.close(go_fd)
-    if word == b"G" and exists(go_path):
+    if word == b"G":  # the coordinator journaled GO first; it writes the GO file next
         return True
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides

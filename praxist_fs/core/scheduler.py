@@ -265,10 +265,11 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         if ev.exited:
             return self._end(job, attempt, ev)
         if not ev.alive:
-            if ev.go or (attempt.go and self._rebooted_since(attempt)):
-                # it was allowed to run, and left no exit record. Within one boot the GO
-                # file is exact (a shim runs nothing without it); a power cut may take it
-                # (it is not fsynced), and then the journaled decision stands in for it
+            if ev.go or (attempt.go and (ev.ready or self._rebooted_since(attempt))):
+                # it was allowed to run, and left no exit record. GO is journaled before
+                # the shim is told, then the GO file is written (no fsync): a shim that
+                # reached READY may have run without the file; one that did not, never
+                # did. After a reboot READY may be gone too: the journal alone decides
                 attempt.outcome = "lost"
                 return self._settle(job, attempt, ev.at, Trigger.LOST,
                                     f"attempt {attempt.attempt_id} vanished without an exit record")

@@ -410,6 +410,18 @@ def test_go_is_a_journaled_decision_so_a_go_file_lost_in_a_power_cut_still_means
     assert h.launch_all() == []
 
 
+def test_go_decided_and_ready_seen_means_lost_even_without_the_go_file():
+    h, job_id = launched()
+    h.handle(started("boot"))
+    h.go(job_id, "a1")
+    # the shim is told GO on its pipe before the GO file is written: a coordinator killed
+    # in between leaves READY and no GO file, and its shim may have run the command
+    h.handle(started("boot"))
+    h.observe(job_id, "a1", alive=False, ready=True, go=False)
+    job = h.job(job_id)
+    assert job["state"] == "drained_unknown" and job["attempts"][0]["outcome"] == "lost"
+
+
 def test_go_decided_but_no_go_file_in_the_same_boot_means_nothing_ran():
     h, job_id = launched()
     h.handle(started("boot"))
