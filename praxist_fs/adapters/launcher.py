@@ -336,10 +336,6 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     makedirs(attempt_dir)
     log = layout.log(effect.job_id, effect.attempt_id)
     makedirs(log.parent)
-    write_json(attempt_dir / "attempt.json", {  # a description: a power cut ends the shim too
-        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
-        "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
-    }, sync=False)
     spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(layout.root), "env": env,
             "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
@@ -347,13 +343,18 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     write_spec(spec_path, spec)
     try:
         if warm is None:
-            return _start_shim([str(attempt_dir)], attempt_dir / "shim.log", attempt_dir)
-        if (handle := warm.take(attempt_dir)) is None:
+            handle = _start_shim([str(attempt_dir)], attempt_dir / "shim.log", attempt_dir)
+        elif (handle := warm.take(attempt_dir)) is None:
             raise OSError("the shim started ahead of need has exited")
-        return handle
     except OSError:
         unlink(spec_path)  # no shim will read it: do not leave the secrets behind
         raise
+    # For people and tools, not the shim: written while the shim starts, off its path.
+    write_json(attempt_dir / "attempt.json", {  # a description: a power cut ends the shim too
+        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
+        "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
+    }, sync=False)
+    return handle
 
 
 def make_durable(layout: RunLayout, job_id: str, attempt_id: str) -> None:
