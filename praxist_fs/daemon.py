@@ -10,6 +10,8 @@ sees into events, and for every batch: ``Scheduler.handle`` -> journal append
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import hashlib
 import logging
 import os
@@ -164,6 +166,7 @@ class Coordinator:
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
                           for job in (*self.sched.queued(), *self.sched.in_flight())})
+        _return_start_up_memory()
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -907,6 +910,18 @@ class Coordinator:
                    sync=False, indent=2)
         reach("status.after_write")
         self._status_version, self._status_at = self._status_stamp(), now
+
+
+def _return_start_up_memory() -> None:
+    """Replay and repair leave freed memory behind, which would stay as RSS: collect it,
+    give what the C heap can spare back (glibc's malloc_trim), and freeze what survives,
+    so that later collections need not walk every job the run ever had."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the memory stays with the process
+        pass
+    gc.freeze()
 
 
 def _mtimes(directory: str | os.PathLike) -> dict[str, int]:

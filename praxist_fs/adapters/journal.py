@@ -47,7 +47,8 @@ class Journal:
     def __init__(self, path: str | os.PathLike, *, after: int = 0) -> None:
         """``after``: the seq a snapshot already covers (0: none)."""
         self.path = Path(path)
-        self._payloads: list[bytes | None] = []  # after ``after``, on disk at open: to replay
+        # the bytes of the file that hold records after ``after``, on disk at open: to replay
+        self._replay: tuple[int, int] | None = None
         self.truncated_bytes = 0
         self._after = after
         self._seq = after
@@ -71,20 +72,31 @@ class Journal:
 
     @property
     def records(self) -> list[dict[str, Any]]:
-        """The records read at open (all at once: for tests and tools; a start replays)."""
-        return [json.loads(payload) for payload in self._payloads]
+        """The records found at open, all at once (for tests and tools; a start replays)."""
+        return list(self._read(self._replay))
 
     def replay(self) -> Iterator[dict[str, Any]]:
-        """The records read at open, each decoded when it is due and then forgotten: a
-        start never holds every decoded record at once (their peak would stay as RSS)."""
-        payloads, self._payloads = self._payloads, []
-        for index, payload in enumerate(payloads):
-            payloads[index] = None
-            try:
-                yield json.loads(payload)
-            except ValueError:
-                raise JournalCorrupt(f"{self.path}: a record with a good checksum is not "
-                                     "JSON; refusing to start") from None
+        """The records found at open, once: read again from the file (open checked them)
+        and decoded one at a time, so a start never holds them all, raw or decoded (their
+        peak would stay as the coordinator's RSS)."""
+        span, self._replay = self._replay, None
+        return self._read(span)
+
+    def _read(self, span: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
+        if span is None:
+            return
+        offset, end = span
+        with open(self.path, "rb") as handle:
+            handle.seek(offset)
+            for line in handle:
+                if offset >= end:
+                    return
+                offset += len(line)
+                try:
+                    yield json.loads(line.split(b" ", 2)[2])
+                except ValueError:
+                    raise JournalCorrupt(f"{self.path}: a record with a good checksum is "
+                                         "not JSON; refusing to start") from None
 
     def _load(self) -> None:
         offset, expected = 0, None
@@ -95,7 +107,7 @@ class Journal:
                     handle.seek(offset)
                     self._repair_tail(handle.read(), offset, (expected or self._after + 1) - 1)
                     break
-                seq, payload = checked
+                seq = checked[0]
                 if expected is None and 1 <= seq <= self._after + 1:
                     expected = seq  # a start no later than right after the snapshot: no gap
                 if seq != expected:
@@ -103,10 +115,12 @@ class Journal:
                         f"{self.path}: record seq {seq} where {expected or self._after + 1} "
                         "was due; refusing to start (a journal without its snapshot, or "
                         "records lost)")
-                if seq > self._after:
-                    self._payloads.append(payload)
+                if seq > self._after and self._replay is None:
+                    self._replay = (offset, offset)
                 expected = seq + 1
                 offset += len(line)
+        if self._replay is not None:
+            self._replay = (self._replay[0], offset)
         last = expected - 1 if expected is not None else self._after
         if last < self._after:
             raise JournalCorrupt(f"{self.path}: ends at seq {last}, before its snapshot's "

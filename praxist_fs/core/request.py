@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,6 +58,17 @@ class Request:
     generation: int | None = None
     max_cost: float | None = None  # a hard ceiling on the ETA-based cost estimate (R-BUD-1)
 
+    def __post_init__(self) -> None:
+        """Share the strings most requests repeat (peer, profile, cwd, argv, env): a
+        coordinator holds every finished job's request, and each decoded copy would
+        cost its own memory."""
+        for name in ("peer", "profile", "work_class", "cwd"):
+            if isinstance(value := getattr(self, name), str):
+                object.__setattr__(self, name, sys.intern(value))
+        if self.argv is not None:
+            object.__setattr__(self, "argv", tuple(map(_shared, self.argv)))
+        object.__setattr__(self, "env", {_shared(k): _shared(v) for k, v in self.env.items()})
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "request_id": self.request_id,
@@ -81,6 +93,10 @@ class Request:
         if values.get("argv") is not None:
             values["argv"] = tuple(values["argv"])
         return cls(**values)
+
+
+def _shared(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
 
 
 def request_id_from_filename(name: str) -> str | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -283,7 +284,8 @@ class Scheduler(PreemptionDesk, GenerationDesk):
                                          f"attempt {attempt.attempt_id} never started; requeued")]
         effects: list[Effect] = []
         if attempt.pid is None and ev.pid is not None:
-            attempt.pid, attempt.pid_start, attempt.boot_id = ev.pid, ev.pid_start, ev.boot_id
+            attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
+            attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
             attempt.phase = AttemptPhase.BARRIER
             job.reason = f"attempt {attempt.attempt_id} running"
             self.version += 1
@@ -339,7 +341,7 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             self.usage.charge(job.request.peer, spent.gpu_seconds, at,
                               self.policy.fair_share_half_life_seconds)
         self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code), spent)
-        job.reason = reason
+        job.reason = sys.intern(reason)  # "exit code 0", for most of a run's finished jobs
         if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
             self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen
             job.reason = f"{reason}; not requeued: {closed}"
