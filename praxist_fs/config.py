@@ -23,7 +23,6 @@ here and not in the core.
 from __future__ import annotations
 
 import difflib
-import importlib.metadata
 import math
 import os
 import re
@@ -245,6 +244,8 @@ def discover_pickers() -> None:
     if _discovered:
         return
     _discovered = True
+    import importlib.metadata  # ~5 MB of modules (email, zipfile, csv): only when needed
+
     for entry in importlib.metadata.entry_points(group=PICKER_ENTRY_POINTS):
         cls = entry.load()
         register_picker(getattr(cls, "kind", None), entry.name, cls)

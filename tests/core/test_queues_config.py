@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +178,7 @@ def entry_points(monkeypatch):
     """Pretend these entry points are installed; forget what discovery registered after."""
     installed: list[FakeEntryPoint] = []
     monkeypatch.setattr(config, "_discovered", False)
-    monkeypatch.setattr(config.importlib.metadata, "entry_points",
+    monkeypatch.setattr(importlib.metadata, "entry_points",
                         lambda group: [e for e in installed if group == "praxist_fs.pickers"])
     yield installed
     for entry in installed:
