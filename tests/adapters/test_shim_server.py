@@ -61,9 +61,11 @@ def test_a_forked_shim_leads_its_own_session_under_the_server(server):
     assert not int(status["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits for its command
     assert int(status["SigCgt"], 16) & 1 << (signal.SIGTERM - 1)  # and stays to record it
     assert os.readlink(f"/proc/{pid}/cwd") == "/"
-    fds = fd_targets(pid)
+    # once it waits for its attempt (it reads /proc for its identity first)
+    fds = wait_for(lambda: (fds := fd_targets(pid)) and
+                   sorted(map(kind, fds.values())) == ["/dev/null"] * 3 + ["pipe"] * 3 and fds,
+                   message=f"the warm shim's fds to settle: {fd_targets(pid)}")
     assert [fds[fd] for fd in (0, 1, 2)] == ["/dev/null"] * 3
-    assert sorted(kind(target) for target in fds.values()) == ["/dev/null"] * 3 + ["pipe"] * 3
     # the server keeps no attempt's pipe: only its stdio and its socket
     assert sorted(kind(target) for target in fd_targets(server.popen.pid).values()) == \
         ["/dev/null"] * 3 + ["socket"]
