@@ -1002,11 +1002,14 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
     return kept
 
 
-def _launch_path_first(effect: Effect) -> bool:
+def _launch_path_first(effect: Effect) -> int:
     """Sort key: shims are told their attempt and GO before the batch's files are written
-    (replies, job files: nothing waits on them), so that commands start sooner. The
-    sort is stable: a spawn still precedes its GO."""
-    return not isinstance(effect, (SpawnAttempt, WriteGo))
+    (replies, job files: nothing waits on them), so that commands start sooner. Signals
+    to running work stay ahead of launches: a victim is suspended before the job that
+    takes its room starts. The sort is stable: a spawn still precedes its GO."""
+    if isinstance(effect, (SuspendAttempt, ResumeAttempt, EvictAttempt)):
+        return 0
+    return 1 if isinstance(effect, (SpawnAttempt, WriteGo)) else 2
 
 
 def _effect_name(effect: Effect) -> str:

@@ -260,3 +260,24 @@ def test_suspend_lets_a_sigtstp_handler_run_before_sigstop(tmp_path):
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_the_job_that_preempts_starts_only_once_its_victim_is_stopped(make_run, tmp_path):
+    """Its command and its victim's never run at once (on a GPU they would share its
+    memory): the victim here catches SIGTSTP and does nothing, so it stops only at
+    SIGSTOP, after the grace, and the urgent command looks at the victim's process group
+    when it starts."""
+    run = make_run(task_text=TASK.format(mode="suspend"))
+    run.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    low = run.reply(run.submit(request("stubborn", ["sh", "-c", "trap : TSTP; " +
+                                                    counter_job(work)[2]])))["job_id"]
+    leader = run.wait_state(low, "running")["attempts"][0]["pid"]
+    advances(work)
+    seen = tmp_path / "seen"
+    high = run.reply(run.submit(request("urgent", ["sh", "-c", f"ps -o stat= -g {leader} > {seen}"],
+                                        work_class="mature")))["job_id"]
+    run.wait_state(high, "completed", timeout=30)
+    states = seen.read_text().split()
+    assert states and all(state.startswith("T") for state in states), states
