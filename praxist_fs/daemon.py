@@ -166,7 +166,6 @@ class Coordinator:
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
                           for job in (*self.sched.queued(), *self.sched.in_flight())})
-        _return_start_up_memory()
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
@@ -210,6 +209,7 @@ class Coordinator:
     # -- the loop -----------------------------------------------------------
 
     def _loop(self) -> None:
+        _return_start_up_memory()  # once serving: the requests found at start are answered
         next_scan = time.monotonic() + RESCAN_SECONDS
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS
