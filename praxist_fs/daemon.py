@@ -209,7 +209,7 @@ class Coordinator:
     # -- the loop -----------------------------------------------------------
 
     def _loop(self) -> None:
-        _return_start_up_memory()  # once serving: the requests found at start are answered
+        _return_memory()  # once serving: the requests found at start are answered first
         next_scan = time.monotonic() + RESCAN_SECONDS
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS
@@ -819,6 +819,8 @@ class Coordinator:
         self.journal.compact()
         reach("snapshot.after_truncate")
         log.info("journal compacted into a snapshot at seq %d", self.journal.seq)
+        del data
+        _return_memory()  # the snapshot's rendering leaves as much garbage as the state
 
     def _mark_clean_stop(self) -> None:
         """Every effect of every journaled event was carried out: make the derived files
@@ -912,10 +914,11 @@ class Coordinator:
         self._status_version, self._status_at = self._status_stamp(), now
 
 
-def _return_start_up_memory() -> None:
-    """Replay and repair leave freed memory behind, which would stay as RSS: collect it,
-    give what the C heap can spare back (glibc's malloc_trim), and freeze what survives,
-    so that later collections need not walk every job the run ever had."""
+def _return_memory() -> None:
+    """Start-up (replay, repair) and compaction leave freed memory behind, which would
+    stay as RSS: collect it, give what the C heap can spare back (glibc's malloc_trim),
+    and freeze what survives, so that later collections need not walk every job the run
+    ever had."""
     gc.collect()
     try:
         ctypes.CDLL(None).malloc_trim(0)
