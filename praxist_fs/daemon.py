@@ -260,6 +260,7 @@ class Coordinator:
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             if self.journal.tail >= self.compact_after:
                 self._compact()
+                _return_memory()  # rendering the snapshot leaves as much garbage as the state
 
     def _keep_warm(self) -> None:
         """Keep shims started ahead of need (not for a stopped run): WARM_SHIMS forked by
@@ -420,8 +421,7 @@ class Coordinator:
         """exit.json, fsynced by the shim into its attempt directory, must not vanish with
         the directory after a power cut: the attempt directories this batch made are made
         durable once the batch's commands are on their way (GO is in the journal)."""
-        for job_id, attempt_id in self.unsynced:
-            launcher.make_durable(self.layout, job_id, attempt_id)
+        launcher.make_durable(self.layout, self.unsynced)
         self.unsynced.clear()
 
     def _launch(self) -> None:
@@ -819,8 +819,6 @@ class Coordinator:
         self.journal.compact()
         reach("snapshot.after_truncate")
         log.info("journal compacted into a snapshot at seq %d", self.journal.seq)
-        del data
-        _return_memory()  # the snapshot's rendering leaves as much garbage as the state
 
     def _mark_clean_stop(self) -> None:
         """Every effect of every journaled event was carried out: make the derived files

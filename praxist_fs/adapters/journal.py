@@ -32,13 +32,13 @@ def _encode(seq: int, record: dict[str, Any]) -> bytes:
     return head + f"{zlib.crc32(head + payload):08x} ".encode() + payload + b"\n"
 
 
-def _check(line: bytes) -> tuple[int, bytes] | None:
-    """(seq, JSON payload) of an intact line, whatever its seq; None if torn or damaged."""
+def _check(line: bytes) -> int | None:
+    """The seq of an intact line, whatever it is; None if torn or damaged."""
     try:
         seq_text, crc_text, payload = line.split(b" ", 2)
         if int(crc_text, 16) != zlib.crc32(seq_text + b" " + payload):
             return None
-        return int(seq_text), payload
+        return int(seq_text)
     except ValueError:
         return None
 
@@ -102,12 +102,11 @@ class Journal:
         offset, expected = 0, None
         with open(self.path, "rb") as handle:
             for line in handle:
-                checked = _check(line[:-1]) if line.endswith(b"\n") else None
-                if checked is None:
+                seq = _check(line[:-1]) if line.endswith(b"\n") else None
+                if seq is None:
                     handle.seek(offset)
                     self._repair_tail(handle.read(), offset, (expected or self._after + 1) - 1)
                     break
-                seq = checked[0]
                 if expected is None and 1 <= seq <= self._after + 1:
                     expected = seq  # a start no later than right after the snapshot: no gap
                 if seq != expected:

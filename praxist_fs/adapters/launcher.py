@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -357,13 +358,16 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     return handle
 
 
-def make_durable(layout: RunLayout, job_id: str, attempt_id: str) -> None:
-    """fsync an attempt's directory into its parents, every time (the job's directory may
-    come from a coordinator killed before its fsync): exit.json, fsynced by the shim into
-    the attempt directory, must not vanish with the directory after a power cut."""
-    attempt_dir = layout.attempt_dir(job_id, attempt_id)
-    for directory in (layout.attempts, attempt_dir.parent):
-        fsync_dir(directory)
+def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None:
+    """fsync attempt directories (job id, attempt id) into their parents, every time (a
+    job's directory may come from a coordinator killed before its fsync): exit.json,
+    fsynced by the shim into its attempt directory, must not vanish with the directory
+    after a power cut. Each parent once, however many attempts it holds."""
+    job_ids = {job_id for job_id, _ in attempts}
+    for job_id in sorted(job_ids):
+        fsync_dir(layout.attempts / job_id)
+    if job_ids:
+        fsync_dir(layout.attempts)
 
 
 def write_spec(path: Path, spec: dict) -> None:
