@@ -3,9 +3,11 @@
 lock -> replay the journal -> record this start -> repair derived files ->
 re-adopt live attempts -> start the observer -> scan the spool -> loop.
 The loop waits on one selector (wake-up pipe rung by watchdog and signals,
-shim status pipes, pidfds of re-adopted shims, or a timeout), turns what it
-sees into events, and for every batch: ``Scheduler.handle`` -> journal append
--> one fsync -> carry out the effects. Nothing here decides what to run.
+shim status pipes, pidfds of re-adopted shims, the shim server's answers, or a
+timeout), turns what it sees into events, and for every batch:
+``Scheduler.handle`` (with the scheduling pass, for requests and exits, and a
+warm shim bound to each new attempt) -> journal append -> one fsync -> carry
+out the effects, launches first. Nothing here decides what to run.
 """
 
 from __future__ import annotations
