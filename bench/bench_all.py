@@ -51,7 +51,7 @@ import psutil  # noqa: E402
 import bench_scheduling  # noqa: E402
 import bench_tsp  # noqa: E402
 from bench_coordinator import (  # noqa: E402
-    MiB, Coordinator, TASK_YAML, TRUE, machine, percentile, read_json, summary_ms, wait_until,
+    MiB, Coordinator, TASK_YAML, TRUE, discard, machine, percentile, read_json, summary_ms, wait_until,
 )
 from praxist_fs.core.events import AttemptObserved  # noqa: E402
 from praxist_fs.core.identity import job_id_for  # noqa: E402
@@ -259,7 +259,7 @@ def build_fixture(label: str, finished: int, concurrency: int = 1) -> tuple[Path
          str(scratch / "task.yaml"), "--finished", str(finished), "--prefix", label, "--replay"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE.parent)
     if out.returncode:
-        shutil.rmtree(scratch, ignore_errors=True)
+        discard(scratch)
         raise RuntimeError(f"fixture {label}: {out.stderr}")
     return scratch, json.loads(out.stdout)
 
@@ -313,18 +313,18 @@ def px_replay(events: int, rounds: int, profile_to: Path | None) -> dict:
                 try:
                     starts[name].append(cold_start(scratch, name))
                 finally:
-                    shutil.rmtree(scratch, ignore_errors=True)
+                    discard(scratch)
         profile = None
         if profile_to is not None:
             scratch = copy_fixture(pristine, "profiled")
             try:
                 cold_start(scratch, "replay", ("-m", "cProfile", "-o", str(profile_to)))
             finally:
-                shutil.rmtree(scratch, ignore_errors=True)
+                discard(scratch)
             profile = str(profile_to)
     finally:
-        shutil.rmtree(pristine, ignore_errors=True)
-        shutil.rmtree(compacted, ignore_errors=True)
+        discard(pristine)
+        discard(compacted)
     result = {"fixture": built, "starts": starts, "empty_run_starts": empty, "profile": profile,
               "median_empty_probe_reply_s": statistics.median(
                   s["popen_to_probe_reply_s"] for s in empty)}
@@ -405,7 +405,7 @@ def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
                     co.cleanup()
     finally:
         for scratch in pristine.values():
-            shutil.rmtree(scratch, ignore_errors=True)
+            discard(scratch)
     for entry in result.values():
         entry["per_request_ms"] = statistics.median(b["per_request_ms"] for b in entry["batches"])
         entry["sequential_p50_ms"] = statistics.median(
@@ -498,7 +498,7 @@ def physical_floor(n: int) -> dict:
             os.waitpid(pid, 0)
             spawn.append(time.perf_counter_ns() - t0)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        discard(scratch)
     d, s = summary_ms(durable), summary_ms(spawn)
     return {"samples": n, "write_fsync_rename_dirfsync": d, "spawn_true_and_wait": s,
             "sum_p50_ms": round(d["p50_ms"] + s["p50_ms"], 3)}

@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_coordinator import discard
+
 SH = "/bin/sh"
 SUBMIT_CAP = 900  # stay below tsp's ~1,000 connection limit (blocker + queued clients)
 
@@ -87,7 +89,7 @@ class TaskSpooler:
             while (self.scratch / "socket").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
         finally:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            discard(self.scratch)
 
     def call(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([self.tsp, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
