@@ -22,6 +22,7 @@ load counts as external. Memory is in MiB, utilization in percent.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -33,6 +34,7 @@ from praxist_fs.core.observations import GpuDevice, GpuProcess, GpuSample
 from praxist_fs.errors import PraxistError
 
 MIB = 1024 * 1024
+NVML_LIBRARY = "libnvidia-ml.so.1"  # the name pynvml loads on Linux
 
 
 class InventoryUnavailable(PraxistError):
@@ -337,6 +339,11 @@ class NvmlInventory:
     source = "nvml"
 
     def __init__(self) -> None:
+        try:  # as pynvml loads it: where it is missing, pynvml's 2 MB of bindings buy nothing
+            ctypes.CDLL(NVML_LIBRARY)
+        except OSError as exc:
+            raise InventoryUnavailable(
+                f"nvmlInit failed: NVML Shared Library Not Found ({exc})") from exc
         try:
             import pynvml
         except ImportError as exc:

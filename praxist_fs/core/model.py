@@ -40,8 +40,9 @@ class Attempt:
     outcome: str | None = None  # completed, failed, infra_retry, released, lost, preempted
     failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
     # R-POL-3, oldest first: {"at", "mode" (suspend or requeue), "by" (the job it made room
-    # for), "reason" (why that job could not start), "resumed_at" (a suspension's end)}
-    preemptions: list[dict[str, Any]] = field(default_factory=list)
+    # for), "reason" (why that job could not start), "resumed_at" (a suspension's end).
+    # A tuple, so that the attempts never preempted (most) share the empty one
+    preemptions: tuple[dict[str, Any], ...] = ()
 
     @property
     def evicting(self) -> dict[str, Any] | None:
@@ -127,7 +128,7 @@ class Reply:
     outcome: str  # accepted, duplicate, terminal_duplicate, retry_accepted, rejected
     job_id: str | None
     state: str | None
-    reason: str
+    reason: str | None  # None: "job <job_id> <state>", most replies' reason, not kept in each
     digest: str
     field: str | None = None
     problem: str | None = None
@@ -140,7 +141,8 @@ class Reply:
             "outcome": self.outcome,
             "job_id": self.job_id,
             "state": self.state,
-            "reason": self.reason,
+            "reason": self.reason if self.reason is not None
+            else f"job {self.job_id} {self.state}",
         }
         if self.field is not None:
             doc["field"] = self.field

@@ -95,8 +95,8 @@ class PreemptionDesk:
                 attempt.pid is None or attempt.evicting is not None:
             raise InvalidTransition(f"can't preempt {ev.attempt_id} of job {job.job_id} "
                                     f"({job.state.value})")
-        attempt.preemptions.append({"at": ev.at, "mode": ev.mode, "by": ev.by,
-                                    "reason": ev.reason, "resumed_at": None})
+        attempt.preemptions += ({"at": ev.at, "mode": ev.mode, "by": ev.by,
+                                 "reason": ev.reason, "resumed_at": None},)
         self.preempted_jobs[job.job_id] = None
         self.version += 1
         key = {"job_id": job.job_id, "attempt_id": attempt.attempt_id}

@@ -234,7 +234,7 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             raise InvalidTransition(
                 f"can't launch {ev.attempt_id} for job {job.job_id}: next attempt is {expected}")
         self._transition(job, Trigger.LAUNCH)
-        attempt = Attempt(attempt_id=ev.attempt_id, number=len(job.attempts) + 1,
+        attempt = Attempt(attempt_id=sys.intern(ev.attempt_id), number=len(job.attempts) + 1,
                           round=job.round, started_at=ev.at, gpus=ev.gpus)
         job.attempts.append(attempt)
         job.reason = f"attempt {attempt.attempt_id} launching"
@@ -740,9 +740,8 @@ class Scheduler(PreemptionDesk, GenerationDesk):
                field: str | None = None, problem: str | None = None,
                reason: str | None = None, estimate: dict[str, Any] | None = None
                ) -> list[Effect]:
-        if reason is None:
-            reason = (f"{field}: {problem}" if field is not None
-                      else f"job {job.job_id} {job.state.value}")
+        if reason is None and field is not None:
+            reason = f"{field}: {problem}"  # else Reply's own: "job <job_id> <state>"
         request, lease = ev.request, None
         if request is not None and outcome != "rejected":
             if request.lease is not None:
@@ -751,7 +750,10 @@ class Scheduler(PreemptionDesk, GenerationDesk):
                 cooldowns = self.generations[job.generation].cooldowns
                 for key in [k for k in cooldowns if k[0] == request.peer]:
                     del cooldowns[key]  # a new submission resets the peer's decline backoff
-        reply = Reply(request_id=ev.request_id, outcome=outcome,
+        request_id = ev.request_id
+        if request is not None and request.request_id == request_id:
+            request_id = request.request_id  # one string for both: every reply is kept
+        reply = Reply(request_id=request_id, outcome=outcome,
                       job_id=job.job_id if job else None,
                       state=job.state.value if job else None,
                       reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease,

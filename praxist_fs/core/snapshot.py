@@ -163,6 +163,7 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
 def _to_attempt(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**data)
     attempt.gpus = tuple(attempt.gpus)
+    attempt.preemptions = tuple(attempt.preemptions)
     return attempt
 
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from praxist_fs.adapters import gpus
 from praxist_fs.adapters.gpus import (
     FakeInventory,
     GpuInventory,
@@ -308,7 +309,23 @@ def test_open_inventory_here(tmp_path):
         inv.close()
 
 
-def test_open_inventory_falls_back_when_the_driver_is_missing(monkeypatch):
+@pytest.fixture
+def nvml_library(monkeypatch):
+    """The NVML library "loads" (dlopen(NULL): the program itself), so that the pynvml
+    functions a test replaces decide what NvmlInventory sees, on any machine."""
+    monkeypatch.setattr(gpus, "NVML_LIBRARY", None)
+
+
+def test_without_the_nvml_library_pynvml_is_never_imported(monkeypatch):
+    monkeypatch.setattr(gpus, "NVML_LIBRARY", "libpraxist-no-such-library.so.1")
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    sample = open_inventory(None).sample()
+    assert sample.source == "none" and "NVML Shared Library Not Found" in sample.error
+    assert "libpraxist-no-such-library.so.1" in sample.error
+    assert "pynvml" not in sys.modules  # its bindings would only cost memory
+
+
+def test_open_inventory_falls_back_when_the_driver_is_missing(monkeypatch, nvml_library):
     import pynvml
 
     def no_driver():
@@ -322,14 +339,14 @@ def test_open_inventory_falls_back_when_the_driver_is_missing(monkeypatch):
     assert sample.error.startswith("NVML unavailable:") and "Driver Not Loaded" in sample.error
 
 
-def test_open_inventory_falls_back_without_pynvml(monkeypatch):
+def test_open_inventory_falls_back_without_pynvml(monkeypatch, nvml_library):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     sample = open_inventory(None).sample()
     assert sample.source == "none" and "NVML unavailable" in sample.error
     assert "pynvml" in sample.error
 
 
-def test_open_inventory_falls_back_when_nvml_sees_no_device(monkeypatch):
+def test_open_inventory_falls_back_when_nvml_sees_no_device(monkeypatch, nvml_library):
     import pynvml
 
     shutdowns = []
@@ -413,7 +430,7 @@ class SimulatedDriver:
 
 
 @pytest.fixture
-def sim(monkeypatch):
+def sim(monkeypatch, nvml_library):
     import pynvml
     return SimulatedDriver(pynvml).install(monkeypatch)
 
