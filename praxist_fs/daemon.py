@@ -99,7 +99,7 @@ class Coordinator:
         self._server_fd = -1
         self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
-        self.unsynced: list[AttemptKey] = []  # attempt directories to fsync after this batch
+        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
         self.evicting: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         self.selector = selectors.DefaultSelector()
@@ -383,7 +383,7 @@ class Coordinator:
                 reach(f"{point}.before")
                 events += self._execute(effect)
                 reach(f"{point}.after")
-            self._sync_attempt_dirs()
+            self._settle_attempts()
 
     def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
         """Hand events to the core, journal (uncommitted) those that changed its state."""
@@ -419,12 +419,15 @@ class Coordinator:
                     ready=True))
         return events
 
-    def _sync_attempt_dirs(self) -> None:
-        """exit.json, fsynced by the shim into its attempt directory, must not vanish with
-        the directory after a power cut: the attempt directories this batch made are made
-        durable once the batch's commands are on their way (GO is in the journal)."""
-        launcher.make_durable(self.layout, self.unsynced)
-        self.unsynced.clear()
+    def _settle_attempts(self) -> None:
+        """Once the batch's commands are on their way (their GO is journaled and sent):
+        attempt.json for each attempt it started, off the launch path; and its directory
+        made durable, since exit.json, fsynced by the shim into it, must not vanish with
+        the directory after a power cut."""
+        for effect in self.spawned:
+            launcher.describe(self.layout, effect)
+        launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+        self.spawned.clear()
 
     def _launch(self) -> None:
         """Scheduling passes until nothing more starts. GPU placement runs under the host
@@ -737,7 +740,7 @@ class Coordinator:
                                     exit_code=127, error=f"could not start the shim: {exc}")]
         self.handles[key] = handle
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("shim", key))
-        self.unsynced.append(key)
+        self.spawned.append(effect)
         if bound is not None:
             return []
         pid = handle.popen.pid

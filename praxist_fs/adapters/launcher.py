@@ -14,6 +14,7 @@ handles watch them through a pidfd (``ForkedShim``) instead of a Popen.
 from __future__ import annotations
 
 import errno
+import fcntl
 import marshal
 import os
 import select
@@ -133,11 +134,22 @@ class WarmShim:
     handle: ShimHandle
     control_fd: int
 
-    def take(self, attempt_dir: Path) -> ShimHandle | None:
-        """Hand it its attempt; None if it is gone."""
+    def carries(self, attempt_dir: Path, spec: bytes) -> bool:
+        """Whether ``take`` can bring the spec along: the whole message fits in the
+        control pipe, so that its one write into that empty pipe cannot block."""
+        size = len(os.fsencode(attempt_dir)) + 1 + len(spec)
+        try:
+            return size <= fcntl.fcntl(self.control_fd, fcntl.F_GETPIPE_SZ)
+        except OSError:
+            return False
+
+    def take(self, attempt_dir: Path, spec: bytes = b"") -> ShimHandle | None:
+        """Hand it its attempt, with its spec (marshal) if ``carries`` said it fits, else
+        the shim reads spec.marshal; None if it is gone. Closing the pipe ends the
+        message."""
         try:
             if self.handle.popen.poll() is None:
-                os.write(self.control_fd, os.fsencode(attempt_dir) + b"\n")
+                os.write(self.control_fd, os.fsencode(attempt_dir) + b"\n" + spec)
                 return self.handle
         except OSError:
             pass
@@ -331,31 +343,42 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     need (whose pid the caller may have journaled already), else a new one. Raises
     OSError if that shim cannot be started, or ``warm`` is gone.
 
-    ``env`` is the environment the command gets (secrets revealed); it goes only into
-    spec.marshal (0600), which the shim removes once it has read it."""
+    ``env`` is the environment the command gets (secrets revealed). It goes only to
+    the shim: through a warm shim's control pipe when it fits, else into spec.marshal
+    (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     makedirs(attempt_dir)
     log = layout.log(effect.job_id, effect.attempt_id)
     makedirs(log.parent)
-    spec = {"argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-            "cwd": effect.cwd or str(layout.root), "env": env,
-            "log": str(log), "barrier_timeout_s": BARRIER_TIMEOUT_S}
+    spec = marshal.dumps({
+        "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
+        "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
+        "barrier_timeout_s": BARRIER_TIMEOUT_S})
     spec_path = attempt_dir / "spec.marshal"
-    write_spec(spec_path, spec)
+    carried = warm is not None and warm.carries(attempt_dir, spec)
+    if not carried:
+        write_spec(spec_path, spec)
     try:
         if warm is None:
             handle = _start_shim([str(attempt_dir)], attempt_dir / "shim.log", attempt_dir)
-        elif (handle := warm.take(attempt_dir)) is None:
+        elif (handle := warm.take(attempt_dir, spec if carried else b"")) is None:
             raise OSError("the shim started ahead of need has exited")
     except OSError:
-        unlink(spec_path)  # no shim will read it: do not leave the secrets behind
+        if not carried:
+            unlink(spec_path)  # no shim will read it: do not leave the secrets behind
         raise
-    # For people and tools, not the shim: written while the shim starts, off its path.
-    write_json(attempt_dir / "attempt.json", {  # a description: a power cut ends the shim too
-        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
-        "command": effect.command, "cwd": effect.cwd or str(layout.root), "log": str(log),
-    }, sync=False)
     return handle
+
+
+def describe(layout: RunLayout, effect: SpawnAttempt) -> None:
+    """attempt.json: the attempt for people and tools, not the shim, so it is written once
+    the batch's shims have their attempts and GO. A description: a power cut ends the
+    shim too, so no fsync."""
+    write_json(layout.attempt_dir(effect.job_id, effect.attempt_id) / "attempt.json", {
+        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
+        "command": effect.command, "cwd": effect.cwd or str(layout.root),
+        "log": str(layout.log(effect.job_id, effect.attempt_id)),
+    }, sync=False)
 
 
 def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None:
@@ -370,12 +393,12 @@ def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None
         fsync_dir(layout.attempts)
 
 
-def write_spec(path: Path, spec: dict) -> None:
-    """What the shim runs, for the shim only (0600), in marshal: it loads without imports.
+def write_spec(path: Path, spec: bytes) -> None:
+    """What the shim runs (marshal: it loads without imports), for the shim only (0600).
 
     The shim runs on this same interpreter (``sys.executable``), so the marshal format
     matches. Neither fsync nor rename: the shim is started only after the write and
     unlinks the file at once, a machine crash ends the shim as well, and raw secrets had
     better not be forced onto the disk. It is created afresh (O_EXCL) with mode 0600."""
     unlink(path)  # left by a coordinator that crashed before starting this attempt's shim
-    create(path, marshal.dumps(spec), mode=0o600)
+    create(path, spec, mode=0o600)

@@ -5,9 +5,11 @@ a peer's sitecustomize cannot run here (the launcher imports this file with
 ``python -S -c`` and calls ``main()`` instead, so that its bytecode is cached),
 or ahead of need as ``--warm ATTEMPTS_DIR CONTROL_FD GO_FD STATUS_FD``: started
 and waiting before there is an attempt, it is told its attempt directory (under
-ATTEMPTS_DIR, which also shows in ``ps`` whose shim it is) on CONTROL_FD.
+ATTEMPTS_DIR, which also shows in ``ps`` whose shim it is) on CONTROL_FD,
+with its spec when that fits the pipe.
 It writes READY (its own identity), waits until the coordinator gives GO on its
-pipe, or writes the GO file (the intent, pid, allocation and the GO decision
+pipe (telling it READY there only when GO is not waiting already), or writes
+the GO file (the intent, pid, allocation and the GO decision
 are journaled by then), runs the command with the
 submitted environment, and records the exit durably in exit.json, which
 survives a coordinator crash. If the coordinator dies while we wait, we poll
@@ -30,7 +32,8 @@ Start-up time is on every job's submit-to-start path, so this file imports only
 modules built into the interpreter (``posix``, ``_signal``, ``errno``, ``time``,
 ``marshal``, ``sys``): ``os``, ``signal`` (which pulls in ``enum``), ``json``
 (``re``), ``subprocess`` and ``ctypes`` each cost milliseconds. Hence the spec
-comes as spec.marshal, READY and exit.json are written by a small JSON writer,
+comes in marshal (on a warm shim's control pipe, or as spec.marshal), READY
+and exit.json are written by a small JSON writer,
 and the command is started by posix_spawn (no Python runs in its child). Only the
 server imports an extension module, ``_socket``, once for all its children.
 """
@@ -185,13 +188,27 @@ def bind_prctl():
             return None
 
 
-def wait_for_go(attempt_dir, go_fd, timeout):
-    """True once GO is given; False on ABORT or when no coordinator gave GO in time."""
-    go_path, abort_path = attempt_dir + "/GO", attempt_dir + "/ABORT"
+def given_go(go_fd):
+    """b"G" if the coordinator gave GO on the pipe already (a warm shim's GO is journaled
+    with its attempt, and sent right after it), else None: nothing there yet."""
+    posix.set_blocking(go_fd, False)
     try:
-        word = posix.read(go_fd, 1)
-    except OSError:
-        word = b""
+        return posix.read(go_fd, 1) or None
+    except OSError:  # BlockingIOError: not yet; anything else, wait_for_go finds again
+        return None
+    finally:
+        posix.set_blocking(go_fd, True)
+
+
+def wait_for_go(attempt_dir, go_fd, timeout, word=None):
+    """True once GO is given (``word``: what the pipe gave already); False on ABORT or
+    when no coordinator gave GO in time."""
+    go_path, abort_path = attempt_dir + "/GO", attempt_dir + "/ABORT"
+    if word is None:
+        try:
+            word = posix.read(go_fd, 1)
+        except OSError:
+            word = b""
     posix.close(go_fd)
     if word == b"G":  # the coordinator journaled GO first; it writes the GO file next
         return True
@@ -380,34 +397,37 @@ def serve_warm(attempts, control_fd, go_fd, status_fd, prctl=None):
     waits for its attempt, so that none of it is on the launch path."""
     become_subreaper(prctl)
     identity = own_identity()
-    attempt_dir = wait_for_attempt(attempts, control_fd)
+    attempt_dir, spec = wait_for_attempt(attempts, control_fd)
     if attempt_dir is None:
         return 0  # the coordinator went away before it needed us
-    return serve(attempt_dir, go_fd, status_fd, identity)
+    return serve(attempt_dir, go_fd, status_fd, identity, spec)
 
 
 def wait_for_attempt(attempts, control_fd):
     """A warm shim, started ahead of need: block until the coordinator names our attempt
-    (its directory under ``attempts``, one line), then become that attempt's shim as if
-    started for it. None when the pipe closes first, or names a directory elsewhere.
-    Python start-up is then off the launch path."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = posix.read(control_fd, 4096)
+    and closes the pipe, then become that attempt's shim as if started for it. The
+    message is the attempt's directory under ``attempts`` (one line), then its spec in
+    marshal, or nothing when the spec did not fit the pipe and waits in spec.marshal.
+    (None, None) when the pipe closes first, or names a directory elsewhere. Python
+    start-up is then off the launch path."""
+    chunks = []
+    while True:
+        chunk = posix.read(control_fd, 65536)
         if not chunk:
-            return None
-        data += chunk
+            break
+        chunks.append(chunk)
     posix.close(control_fd)
-    attempt_dir = data[:-1].decode("utf-8", "surrogateescape")
-    if not attempt_dir.startswith(attempts + "/"):
-        return None
+    line, newline, spec = b"".join(chunks).partition(b"\n")
+    attempt_dir = line.decode("utf-8", "surrogateescape")
+    if not newline or not attempt_dir.startswith(attempts + "/"):
+        return None, None
     posix.chdir(attempt_dir)
     log = posix.open(attempt_dir + "/shim.log",
                      posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC, 0o644)
     posix.dup2(log, 1)
     posix.dup2(log, 2)
     posix.close(log)
-    return attempt_dir
+    return attempt_dir, spec or None
 
 
 def own_identity():
@@ -415,29 +435,35 @@ def own_identity():
     return {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id()}
 
 
-def serve(attempt_dir, go_fd, status_fd, identity=None):
+def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
     """Run the attempt in ``attempt_dir``. ``identity``: a warm shim's, worked out while
-    it waited, as the subreaper already."""
+    it waited, as the subreaper already; ``spec``: its spec as the control pipe brought
+    it (marshal), else it is read from spec.marshal."""
     spec_path = attempt_dir + "/spec.marshal"
     if exists(attempt_dir + "/ABORT"):
-        try:
-            posix.unlink(spec_path)  # it may hold raw secrets
-        except OSError:
-            pass
+        if spec is None:
+            try:
+                posix.unlink(spec_path)  # it may hold raw secrets
+            except OSError:
+                pass
         return 0
-    spec = marshal.loads(read_small(spec_path))
-    posix.unlink(spec_path)  # it may hold raw secrets
+    if spec is None:
+        spec = read_small(spec_path)
+        posix.unlink(spec_path)  # it may hold raw secrets
+    spec = marshal.loads(spec)
     ready = dict(identity or own_identity(), at=time.time())
     write_file(attempt_dir + "/READY", to_json(ready), durable=False)
-    try:
-        posix.write(status_fd, b"R")
-    except OSError:
-        pass  # the coordinator is gone; the next one reads READY from disk
+    word = given_go(go_fd)
+    if word is None:  # else the coordinator decided GO already: READY news nobody
+        try:
+            posix.write(status_fd, b"R")
+        except OSError:
+            pass  # the coordinator is gone; the next one reads READY from disk
     if identity is None:
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
-    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"]):
+    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):
         return 0
     result = run(spec, status_fd)
     write_file(attempt_dir + "/exit.json", to_json(result), durable=True)

@@ -153,10 +153,43 @@ def test_a_warm_shim_runs_nothing_outside_its_runs_attempts(layout, tmp_path, pr
     elsewhere.mkdir()
     (elsewhere / "spec.marshal").write_bytes(marshal.dumps({"argv": ["touch", "x"]}))
     os.write(warm.control_fd, os.fsencode(elsewhere) + b"\n")
+    os.close(warm.control_fd)  # the end of the message
     assert warm.handle.popen.wait(timeout=15) == 0
     assert not (elsewhere / "READY").exists()
-    os.close(warm.control_fd)
     warm.handle.close()
+
+
+def test_a_warm_shim_gets_its_spec_and_secrets_through_its_pipe_not_the_disk(
+        layout, tmp_path, prestart):
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    (attempt_dir / "spec.marshal").mkdir(parents=True)  # any write of the file would fail
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=prestart(),
+                                        env={"PATH": "/usr/bin:/bin", "API_TOKEN": "s3cret"},
+                                        body='printf %s "$API_TOKEN" > token')
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 0 and (tmp_path / "token").read_text() == "s3cret"
+
+
+def test_a_spec_too_big_for_the_pipe_goes_through_spec_marshal(layout, tmp_path, prestart):
+    big = {f"BIG{i}": "x" * 60_000 for i in range(5)}  # more than a pipe holds by default
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=prestart(),
+                                        env={"PATH": "/usr/bin:/bin", **big},
+                                        body='printf %s "$BIG0$BIG1$BIG2$BIG3$BIG4" | wc -c > size')
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 0 and int((tmp_path / "size").read_text()) == 300_000
+    assert not (attempt_dir / "spec.marshal").exists()  # read, then removed by the shim
+
+
+def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_path,
+                                                                      prestart):
+    warm = prestart()
+    warm.handle.release_barrier(b"G")  # journaled with the attempt: sent before it is known
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 3", warm=warm)
+    assert handle.popen.wait(timeout=15) == 0
+    assert os.read(handle.status_fd, 64) == b""  # no "R": only the EOF of its exit
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 3 and marker.exists()
+    assert read_json(attempt_dir / "READY")["pid"] == handle.popen.pid  # READY all the same
+    handle.close()
 
 
 def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, monkeypatch):
