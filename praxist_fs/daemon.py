@@ -29,7 +29,7 @@ from .adapters import fence, launcher, procs, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
-    dumps, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+    create, dumps, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
@@ -788,9 +788,10 @@ class Coordinator:
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(b"G")
-        path = self.layout.attempt_dir(job_id, attempt_id) / "GO"
-        if path.parent.exists():
-            write_atomic(path, b"", sync=False)
+        try:  # empty, so created in place: there is no half-written GO to rename over
+            create(self.layout.attempt_dir(job_id, attempt_id) / "GO", b"")
+        except (FileExistsError, FileNotFoundError):
+            pass  # given by an earlier coordinator; or the directory is gone
 
     # -- derived files --------------------------------------------------------
 
