@@ -74,7 +74,8 @@ TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGST
 WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
-STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
+STATUS_MAX_AGE = 5.0      # ... and at least this often while serving;
+STATUS_BUSY_GAP = 1.0     # while events wait, they go first for up to this long
 
 AttemptKey = tuple[str, str]
 
@@ -897,6 +898,8 @@ class Coordinator:
         if not force and not (changed and now - self._status_at >= STATUS_MIN_GAP) \
                 and now - self._status_at < STATUS_MAX_AGE:
             return
+        if not force and now - self._status_at < STATUS_BUSY_GAP and self.selector.select(0):
+            return  # a request or an exit is waiting: a view must not delay it
         if self.sched.stopped and state == "serving":
             state = f"stopped: {self.sched.stopped} (admits nothing)"
         runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),

@@ -96,3 +96,18 @@ def test_polling_observer_serves_and_says_so(make_run):
     run.start(env={"PRAXIST_FORCE_POLLING": "1"})
     assert run.reply(run.submit(request("polled")))["outcome"] == "accepted"
     assert wait_for(lambda: run.status())["coordinator"]["observer"] == "polling"
+
+
+def test_status_keeps_up_while_requests_keep_arriving(run):
+    """Waiting requests go before the status view, but a coordinator that never runs out
+    of them still rewrites status.json about once a second, not only once they stop."""
+    seen = set()
+    submitted = 0
+    until = time.monotonic() + 4.0
+    while time.monotonic() < until:  # faster than it accepts: it is never idle
+        run.submit(request(f"stream-{submitted}", ["sleep", "60"]))
+        submitted += 1
+        status = run.status() or {}
+        if status.get("counts", {}).get("queued"):
+            seen.add(status["updated_at"])
+    assert len(seen) >= 2, f"status.json was rewritten {len(seen)} time(s) in 4 s of load"
