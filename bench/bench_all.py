@@ -46,17 +46,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import psutil  # noqa: E402
-
 import bench_scheduling  # noqa: E402
 import bench_tsp  # noqa: E402
 from bench_coordinator import (  # noqa: E402
-    MiB, Coordinator, TASK_YAML, TRUE, discard, machine, percentile, read_json, summary_ms, wait_until,
+    SH, TASK_YAML, TRUE, MiB, Blocker, Coordinator, discard, machine, percentile, read_json,
+    summary_ms, wait_until,
 )
 from praxist_fs.core.events import AttemptObserved  # noqa: E402
 from praxist_fs.core.identity import job_id_for  # noqa: E402
 
-SH = "/bin/sh"
 MB = 1_000_000
 POLL = 0.0005  # seconds between looks at a file, the same for both systems
 
@@ -159,36 +157,6 @@ def px_throughput(n: int, python_args: tuple[str, ...] = ()) -> dict:
             "jobs_per_s": round(n / wall, 2), "drop_s": round(dropped - start, 4),
             "coordinator_cpu_s": round(cpu, 3),
             "coordinator_cpu_ms_per_job": round(cpu * 1000 / n, 3), "done_states": states}
-
-
-class Blocker:
-    """A job that holds the coordinator's only slot until released."""
-
-    def __init__(self, co: Coordinator) -> None:
-        self.co = co
-        self.stop_file = co.scratch / f"STOP-{time.time_ns()}"
-        rid = f"blocker-{time.time_ns()}"
-        co.drop(co.prepare(rid, rid, [SH, "-c",
-                                      f"while [ ! -e '{self.stop_file}' ]; do sleep 0.05; done"]))
-        reply = co.wait_reply(rid, timeout=120)
-        if reply.get("outcome") != "accepted":
-            raise RuntimeError(f"blocker not accepted: {reply}")
-        attempt = co.attempts / reply["job_id"] / "a1"
-        self.ready = wait_until(lambda: read_json(attempt / "READY"), 120, 0.005,
-                                "the blocker's READY")
-        wait_until(lambda: (attempt / "GO").exists(), 120, 0.005, "the blocker's GO")
-
-    def release(self) -> None:
-        """After the coordinator stopped (queued jobs stay queued): let the shim finish."""
-        self.stop_file.touch()
-        pid = self.ready.get("pid")
-        if isinstance(pid, int):
-            try:
-                psutil.Process(pid).wait(timeout=30)
-            except psutil.NoSuchProcess:
-                pass
-            except psutil.TimeoutExpired:
-                print(f"warning: the blocker shim {pid} did not exit", file=sys.stderr)
 
 
 def accept_batch(co: Coordinator, n: int, label: str) -> dict:

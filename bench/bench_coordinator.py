@@ -409,21 +409,40 @@ def _status(proc: psutil.Process) -> str:
         return "gone"
 
 
+class Blocker:
+    """A job that holds the coordinator's only slot until released."""
+
+    def __init__(self, co: Coordinator) -> None:
+        self.co = co
+        self.stop_file = co.scratch / f"STOP-{time.time_ns()}"
+        rid = f"blocker-{time.time_ns()}"
+        co.drop(co.prepare(rid, rid, [SH, "-c",
+                                      f"while [ ! -e '{self.stop_file}' ]; do sleep 0.05; done"]))
+        reply = co.wait_reply(rid, timeout=120)
+        if reply.get("outcome") != "accepted":
+            raise RuntimeError(f"blocker not accepted: {reply}")
+        attempt = co.attempts / reply["job_id"] / "a1"
+        self.ready = wait_until(lambda: read_json(attempt / "READY"), 120, 0.005,
+                                "the blocker's READY")
+        wait_until(lambda: (attempt / "GO").exists(), 120, 0.005, "the blocker's GO")
+
+    def release(self) -> None:
+        """After the coordinator stopped (queued jobs stay queued): let the shim finish."""
+        self.stop_file.touch()
+        pid = self.ready.get("pid")
+        if isinstance(pid, int):
+            try:
+                psutil.Process(pid).wait(timeout=30)
+            except psutil.NoSuchProcess:
+                pass
+            except psutil.TimeoutExpired:
+                print(f"warning: the blocker shim {pid} did not exit", file=sys.stderr)
+
+
 def bench_acceptance(n: int) -> dict:
     with Coordinator("acceptance", concurrency=1) as co:
-        stop_file = co.scratch / "STOP"
+        blocker = Blocker(co)
         stamp = time.time_ns()
-        blocker_id = f"blocker-{stamp}"
-        co.drop(co.prepare(blocker_id, blocker_id, [
-            SH, "-c", f"while [ ! -e '{stop_file}' ]; do sleep 0.05; done"]))
-        blocker = co.wait_reply(blocker_id)
-        if blocker.get("outcome") != "accepted":
-            raise RuntimeError(f"acceptance: blocker not accepted: {blocker}")
-        job_id = blocker["job_id"]
-        ready_path = co.attempts / job_id / "a1" / "READY"
-        ready = wait_until(lambda: read_json(ready_path), 30, 0.005, "the blocker's READY")
-        wait_until(lambda: (co.attempts / job_id / "a1" / "GO").exists(), 30, 0.005,
-                   "the blocker's GO")
         ids = [f"acc-{stamp}-{i:05d}" for i in range(n)]
         names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
         cpu_before = co.own_cpu_s()
@@ -450,15 +469,7 @@ def bench_acceptance(n: int) -> dict:
             outcome = (co.reply(rid) or {}).get("outcome", "unreadable")
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
         co.stop()  # queued jobs stay queued; the blocker's shim outlives the coordinator
-        stop_file.touch()
-        shim_pid = ready.get("pid")
-        if isinstance(shim_pid, int):
-            try:
-                psutil.Process(shim_pid).wait(timeout=30)
-            except psutil.NoSuchProcess:
-                pass
-            except psutil.TimeoutExpired:
-                print(f"warning: the blocker shim {shim_pid} did not exit", file=sys.stderr)
+        blocker.release()
     wall = end - start
     return {
         "requests": n, "wall_s": round(wall, 3), "requests_per_s": round(n / wall, 1),
