@@ -23,7 +23,6 @@ import itertools
 import json
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
 from ..errors import BadRequest
@@ -83,25 +82,25 @@ def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o77
     """``mkdir -p``. With ``durable`` each directory it creates is fsynced into its
     parent, so that what is fsynced inside cannot vanish with it after a power cut (one
     made by a process killed before that fsync is the caller's to fsync again)."""
-    path = Path(os.path.abspath(path))
+    path = os.path.abspath(path)  # strings, not Paths: this is on every launch's path
     missing = []
-    while not path.is_dir():
+    while not os.path.isdir(path):
         missing.append(path)
-        path = path.parent
+        path = os.path.dirname(path)
     for directory in reversed(missing):
         try:
             os.mkdir(directory, mode)
         except FileExistsError:
-            if not directory.is_dir():
+            if not os.path.isdir(directory):
                 raise
             continue  # made by someone else meanwhile
         if _ledger is not None:
             _record("mkdir", directory)
         if durable:
-            fsync_dir(directory.parent)
+            fsync_dir(os.path.dirname(directory))
 
 
-def _create(path: Path, data: bytes, mode: int, *, sync: bool) -> None:
+def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
@@ -124,7 +123,7 @@ def _create(path: Path, data: bytes, mode: int, *, sync: bool) -> None:
 def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
     """A new file (never an existing one, never through a link), neither fsynced nor
     renamed: for files only a child reads, which a machine crash makes moot."""
-    _create(Path(path), data, mode, sync=False)
+    _create(path, data, mode, sync=False)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
@@ -134,12 +133,12 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     ``sync=False`` skips the fsync of the content: only for derived files that the
     journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
     reader still never sees a half-written file; a power cut may leave it empty."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{next(_counter)}.tmp")
+    directory, name = os.path.split(os.fspath(path))  # strings: on every job's path
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.tmp")
     _create(tmp, data, mode, sync=sync)
     rename(tmp, path)
     if durable:
-        fsync_dir(path.parent)
+        fsync_dir(directory or ".")
 
 
 def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
