@@ -15,6 +15,7 @@ ancestor (the operator's shell may well sit in a workspace).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -29,6 +30,10 @@ Shim = tuple[int, int, str]  # pid, start time, boot id
 Process = tuple[int, int]    # pid, start time
 RESCAN_SECONDS = 0.1
 STABLE_SCANS = 3
+STOP_WAIT_SECONDS = 1.0   # after SIGSTOP, at most this long for every member to stop
+STOP_POLL_SECONDS = 0.005
+
+log = logging.getLogger("praxist_fs")
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,32 @@ def suspend_group(leader: Shim, grace: float) -> None:
     while time.monotonic() < end and any(_handling_tstp(pid) for pid, _ in holders((leader,))):
         time.sleep(RESCAN_SECONDS)
     signal_group(leader, signal.SIGSTOP)
+    # Members are signalled one by one: a child forked meanwhile missed SIGSTOP (its
+    # parent, stopped now, forks no more), and one signalled may not have stopped yet.
+    # The job this suspension makes room for starts only once none can run on.
+    end = time.monotonic() + STOP_WAIT_SECONDS
+    while time.monotonic() < end:
+        states = {member: _stop_state(member[0]) for member in holders((leader,))}
+        if all(state == "stopped" for state in states.values()):
+            return
+        for (pid, started), state in states.items():
+            if state == "missed":
+                _signal(pid, started, signal.SIGSTOP)
+        time.sleep(STOP_POLL_SECONDS)
+    log.warning("suspended group %s: members still running after SIGSTOP: %s", leader[0],
+                [pid for (pid, _), state in states.items() if state != "stopped"])
+
+
+def _stop_state(pid: int) -> str:
+    """"stopped" (or gone, or in uninterruptible sleep with SIGSTOP pending: it stops
+    before it runs again; a vfork parent whose stopped child never execs stays so),
+    "stopping" (SIGSTOP pending), or "missed" (no SIGSTOP on its way)."""
+    info = procs.group_and_session(pid)
+    if info is None or info[2] in ("T", "t", "Z", "X"):
+        return "stopped"
+    if procs.pending(pid, signal.SIGSTOP):
+        return "stopped" if info[2] == "D" else "stopping"
+    return "missed"
 
 
 def _handling_tstp(pid: int) -> bool:

@@ -70,11 +70,20 @@ def group_and_session(pid: int) -> tuple[int, int, str, int] | None:
 
 def catches(pid: int, signum: int) -> bool:
     """Whether a process has a handler for ``signum`` (SigCgt of /proc/<pid>/status)."""
+    return _signal_mask_has(pid, (b"SigCgt:",), signum)
+
+
+def pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` is sent to a process and not yet delivered (ShdPnd, SigPnd)."""
+    return _signal_mask_has(pid, (b"ShdPnd:", b"SigPnd:"), signum)
+
+
+def _signal_mask_has(pid: int, fields: tuple[bytes, ...], signum: int) -> bool:
     try:
         with open(f"/proc/{pid}/status", "rb") as handle:
             for line in handle:
-                if line.startswith(b"SigCgt:"):
-                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+                if line.startswith(fields) and int(line.split()[1], 16) >> (signum - 1) & 1:
+                    return True
     except (OSError, ValueError, IndexError):
         pass
     return False

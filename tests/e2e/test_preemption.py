@@ -262,6 +262,27 @@ def test_suspend_lets_a_sigtstp_handler_run_before_sigstop(tmp_path):
             proc.wait()
 
 
+def test_a_suspended_group_is_wholly_stopped_when_suspend_returns():
+    """A group that keeps forking short-lived children (a shell loop): when suspend_group
+    returns, no member is left running, not one signalled but not yet stopped, nor a
+    child forked while the group was being signalled. The preempting job starts then."""
+    proc = subprocess.Popen(["sh", "-c", "while :; do sleep 0.01; done"],
+                            start_new_session=True)
+    try:
+        leader = (proc.pid, procs.start_time(proc.pid), procs.boot_id())
+        for _ in range(20):
+            fence.suspend_group(leader, grace=1.0)
+            running = [(p.pid, info[2]) for p in group(proc.pid)
+                       if (info := procs.group_and_session(p.pid)) and info[2] not in "TtZ"
+                       and not (info[2] == "D" and procs.pending(p.pid, signal.SIGSTOP))]
+            assert not running  # D with SIGSTOP pending: a vfork parent, stopped in effect
+            fence.signal_group(leader, signal.SIGCONT)
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_the_job_that_preempts_starts_only_once_its_victim_is_stopped(make_run, tmp_path):
     """Its command and its victim's never run at once (on a GPU they would share its
     memory): the victim here catches SIGTSTP and does nothing, so it stops only at
