@@ -74,8 +74,8 @@ TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGST
 WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
-STATUS_MAX_AGE = 5.0      # ... and at least this often while serving;
-STATUS_BUSY_GAP = 1.0     # while events wait, they go first for up to this long
+STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
+STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 
 AttemptKey = tuple[str, str]
 

@@ -32,6 +32,7 @@ RESCAN_SECONDS = 0.1
 STABLE_SCANS = 3
 STOP_WAIT_SECONDS = 1.0   # after SIGSTOP, at most this long for every member to stop
 STOP_POLL_SECONDS = 0.005
+STOPPED = ("T", "t", "Z", "X")  # /proc states of a member that runs no more
 
 log = logging.getLogger("praxist_fs")
 
@@ -127,7 +128,7 @@ def _stop_state(pid: int) -> str:
     before it runs again; a vfork parent whose stopped child never execs stays so),
     "stopping" (SIGSTOP pending), or "missed" (no SIGSTOP on its way)."""
     info = procs.group_and_session(pid)
-    if info is None or info[2] in ("T", "t", "Z", "X"):
+    if info is None or info[2] in STOPPED:
         return "stopped"
     if procs.pending(pid, signal.SIGSTOP):
         return "stopped" if info[2] == "D" else "stopping"
@@ -136,7 +137,7 @@ def _stop_state(pid: int) -> str:
 
 def _handling_tstp(pid: int) -> bool:
     info = procs.group_and_session(pid)
-    return info is not None and info[2] not in ("T", "t", "Z", "X") and \
+    return info is not None and info[2] not in STOPPED and \
         procs.catches(pid, signal.SIGTSTP)
 
 
