@@ -23,7 +23,7 @@ from . import client, supply_client
 from .adapters.fsio import read_json
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
-from .cli import format_status
+from .commands.render import format_status
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLE_TASK = FIXTURES / "tasks" / "example.yaml"

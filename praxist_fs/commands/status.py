@@ -1,0 +1,38 @@
+"""``praxist-fs status``: the run's status.json, as a table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .. import client
+from ..adapters import manifests
+from ..adapters.layout import RunLayout
+from .render import format_peer_local, format_status
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    status = sub.add_parser("status", help="show the run's status.json")
+    status.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"), required=False)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    if not args.run_dir:
+        print("praxist-fs status: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        return 2
+    layout = RunLayout.at(args.run_dir)
+    doc = client.status_document(layout)
+    local = [{**launch, "age_s": manifests.age(launch)} for launch in manifests.launches(layout)]
+    if doc is None and not local:
+        print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({**(doc or {}), "peer_local_launches": local}, indent=2))
+    else:
+        print("\n\n".join(([format_status(doc)] if doc else [])
+                          + ([format_peer_local(local)] if local else [])))
+    return 0
