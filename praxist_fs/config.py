@@ -84,6 +84,7 @@ MAX_GPU_COUNT = 64
 MAX_CALM_SAMPLES = 100
 MAX_EXPERIMENT_MEMORY_GB = 1024.0
 MIN_HALF_LIFE_S, MAX_HALF_LIFE_S = 60.0, 30 * 86400.0
+MAX_CANCEL_GRACE_S = 3600.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
@@ -339,6 +340,8 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "calm_samples": _Key(_int, _clamp(1, MAX_CALM_SAMPLES)),
     "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
     "fair_share_half_life_seconds": _Key(_positive, _clamp(MIN_HALF_LIFE_S, MAX_HALF_LIFE_S)),
+    "cancel_grace_seconds": _Key(_number, _clamp(0, MAX_CANCEL_GRACE_S)),
+    "dependency_failure": _Key(_choice("cancel", "hold")),
     "default_profile": _Key(_profile_name),
     "project_picker": _Key(_picker("project")),
     "queue_picker": _Key(_picker("queue")),

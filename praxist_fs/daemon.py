@@ -41,7 +41,7 @@ from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .core.budget import INFRA_EXIT_CODE
 from .core.effects import (
-    AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
+    AbortAttempt, CancelAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
     WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
@@ -50,7 +50,7 @@ from .core.events import (
     Event, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
-from .core.model import Attempt, Job
+from .core.model import Attempt, AttemptPhase, Job
 from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
@@ -102,7 +102,7 @@ class Coordinator:
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
-        self.evicting: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
+        self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
         self.observer = None
@@ -348,15 +348,16 @@ class Coordinator:
             key = (job.job_id, job.current.attempt_id)
             if key not in self.handles:
                 self._observe_key(key)
-        for key, (shim, deadline) in list(self.evicting.items()):
+        for key, (shim, deadline) in list(self.ending.items()):
             job = self.sched.jobs.get(key[0])
-            if job is None or job.state is not JobState.RUNNING or \
-                    job.current.attempt_id != key[1]:
-                del self.evicting[key]  # it ended
+            if job is None or job.current.attempt_id != key[1] or \
+                    job.current.phase == AttemptPhase.ENDED:
+                del self.ending[key]  # it ended
             elif time.monotonic() >= deadline:
-                log.warning("preempted attempt %s/%s outlived its grace: KILL", *key)
+                log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
+                            "cancelled" if job.current.cancel else "preempted")
                 fence.signal_group(shim, signal.SIGKILL)
-                del self.evicting[key]
+                del self.ending[key]
 
     # -- events in ----------------------------------------------------------
 
@@ -688,11 +689,9 @@ class Coordinator:
             if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
                 fence.signal_group(shim, signal.SIGCONT)
         elif isinstance(effect, EvictAttempt):
-            self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")  # if still there
-            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
-                fence.signal_group(shim, signal.SIGTERM)
-                self.evicting[(effect.job_id, effect.attempt_id)] = (
-                    shim, time.monotonic() + EVICT_GRACE_SECONDS)
+            self._end_attempt(effect.job_id, effect.attempt_id, EVICT_GRACE_SECONDS)
+        elif isinstance(effect, CancelAttempt):
+            self._end_attempt(effect.job_id, effect.attempt_id, effect.grace)
         elif isinstance(effect, WriteControlReply):
             write_json(self.layout.control_replies / f"{effect.request_id}.json",
                        effect.document, sync=False)
@@ -773,6 +772,17 @@ class Coordinator:
             self._on_shim(key)
         for job in self.sched.in_flight():
             self._observe_key((job.job_id, job.current.attempt_id))
+
+    def _end_attempt(self, job_id: str, attempt_id: str, grace: float) -> None:
+        """ABORT it if still at the barrier, else TERM its group (CONT first if it is
+        suspended: a stopped process does not act on TERM), and KILL it once ``grace``
+        has passed (``_reconcile``) without its end observed."""
+        self._barrier(job_id, attempt_id, "ABORT", b"A")  # if still there
+        if (shim := self._shim(job_id, attempt_id)) is not None:
+            if self.sched.jobs[job_id].state is JobState.SUSPENDED:
+                fence.signal_group(shim, signal.SIGCONT)
+            fence.signal_group(shim, signal.SIGTERM)
+            self.ending[(job_id, attempt_id)] = (shim, time.monotonic() + grace)
 
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
         path = self.layout.attempt_dir(job_id, attempt_id) / name

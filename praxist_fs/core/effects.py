@@ -115,6 +115,17 @@ class EvictAttempt(Effect):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CancelAttempt(Effect):
+    """Cancelled (R-CTL-1): like ``EvictAttempt`` (ABORT at the barrier, TERM to the group,
+    KILL after ``grace`` seconds), but a suspended group gets SIGCONT first, since a
+    stopped process does not act on TERM. Its end is observed like any other."""
+
+    job_id: str
+    attempt_id: str
+    grace: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WriteControlReply(Effect):
     request_id: str
     document: dict[str, Any]

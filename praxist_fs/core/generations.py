@@ -22,6 +22,7 @@ from .events import (
     LeaseGranted, LeaseRevoked, ResultSeen,
 )
 from .observations import Envelope
+from .request import JOB_ACTIONS
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
 from .states import Trigger
 from .supply import (
@@ -54,6 +55,8 @@ class GenerationDesk:
             return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
                                        None)
         control, number = ev.control, ev.control.generation
+        if control.action in JOB_ACTIONS:
+            return self._on_job_control(ev)
         if control.action == "run_stop":
             self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
@@ -93,9 +96,10 @@ class GenerationDesk:
         return effects + self._control_reply(ev, "ok", f"generation {number} closing", gen)
 
     def _control_reply(self: Scheduler, ev: ControlSeen, outcome: str, reason: str,
-                       gen: Generation | None) -> list[Effect]:
+                       gen: Generation | None, **more: Any) -> list[Effect]:
         document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
-                    "generation": self.generation_status(gen, soft=False) if gen else None}
+                    "generation": self.generation_status(gen, soft=False) if gen else None,
+                    **more}
         self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
         self.version += 1
         return _control_answer(ev.name, document)

@@ -43,6 +43,9 @@ class Attempt:
     # for), "reason" (why that job could not start), "resumed_at" (a suspension's end).
     # A tuple, so that the attempts never preempted (most) share the empty one
     preemptions: tuple[dict[str, Any], ...] = ()
+    # R-CTL-1: the cancel under way ({"at", "by", "reason", "grace"}): its group is being
+    # terminated, and its end, whatever it is but exit 0, makes the job cancelled
+    cancel: dict[str, Any] | None = None
 
     @property
     def evicting(self) -> dict[str, Any] | None:
@@ -70,7 +73,11 @@ class Attempt:
             "round": self.round,
             "failure": self.failure,
             "preemptions": [dict(p) for p in self.preemptions],
+            "cancel": self.cancel,
         }
+
+
+PRIORITY_SPAN = 100  # request.PRIORITY_RANGE's bound: ``Job.rank`` keeps every rank positive
 
 
 @dataclass(slots=True, kw_only=True)
@@ -86,6 +93,14 @@ class Job:
     round: int = 1
     generation: int | None = None
     attempts: list[Attempt] = field(default_factory=list)
+    priority: int = 0  # R-CTL-5: from the request, changed by ``update`` while queued
+    held: dict[str, Any] | None = None  # {"by", "at"}: it starts only once released
+    after: tuple[tuple[str, str], ...] = ()  # (job id, kind): the request's, resolved
+
+    @property
+    def rank(self) -> int:
+        """Where it stands in its queue: higher priority first, then arrival order."""
+        return ((PRIORITY_SPAN - self.priority) << 40) | self.order
 
     @property
     def current(self) -> Attempt | None:
@@ -117,6 +132,9 @@ class Job:
             "command": req.command,
             "cwd": req.cwd,
             "generation": self.generation,
+            "priority": self.priority,
+            "hold": self.held,
+            "after": [{"job": job, "when": when} for job, when in self.after],
         }
 
 

@@ -45,7 +45,7 @@ from .queues import Queue, queue_of_class
 
 KINDS = ("project", "queue", "job")
 _WORK_CLASS = attrgetter("request.work_class")
-_ORDER = attrgetter("order")
+_RANK = attrgetter("rank")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,8 @@ DEFAULT_PROJECT = Project("default")
 
 @dataclass(frozen=True, slots=True)
 class JobScope:
-    """What a job picker orders: the queued jobs of ``queues`` in ``project``, oldest first."""
+    """What a job picker orders: the queued jobs of ``queues`` in ``project``, in rank order
+    (their own priority, highest first, then oldest first: ``Job.rank``)."""
 
     project: Project
     queues: tuple[Queue, ...]
@@ -137,7 +138,7 @@ def tier_pickers(ctx: Pass, project: Project, tier: tuple[Queue, ...]
                  ) -> Iterator[Callable[[], Job | None]]:
     """``next_job()`` over one tier, with its job pickers initialized (and finished on
     exit). Queues resolving to the same job picker share one; several pickers are merged
-    by the submit order of their next jobs. ``ctx.picker_of`` maps each work class to
+    by the rank of their next jobs. ``ctx.picker_of`` maps each work class to
     its picker, for ``JobPicker.blocked``."""
     groups: dict[str, list[Queue]] = {}
     for queue in tier:
@@ -153,7 +154,7 @@ def tier_pickers(ctx: Pass, project: Project, tier: tuple[Queue, ...]
         if len(pickers) == 1:
             yield pickers[0].next
         else:
-            merged = heapq.merge(*map(_stream, pickers), key=lambda job: job.order)
+            merged = heapq.merge(*map(_stream, pickers), key=_RANK)
             yield partial(next, merged, None)
     finally:
         for picker in pickers:
@@ -190,8 +191,9 @@ class StrictPriority(QueuePicker):
 
 
 class Fcfs(JobPicker):
-    """First come, first served. Jobs carry no priority of their own (a queue's priority
-    orders queues), so this is submit order."""
+    """First come, first served, after each job's own priority (R-CTL-5): rank order,
+    which is submit order among jobs of one priority. A queue's priority orders the
+    queues (``StrictPriority``); a job's orders it inside its queue."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         # the hot path: no frame per job
@@ -201,8 +203,9 @@ class Fcfs(JobPicker):
 class FairShare(JobPicker):
     """By peer: peers with less decayed GPU usage (``Pass.usage``) first, all of a peer's
     jobs before those of a peer with more; peers of equal usage (no GPU history yet,
-    say) take turns, one job each per round, in the order of their oldest jobs. Each
-    peer's jobs oldest first. Usage is fixed for the pass, as in Slurm's multifactor
+    say) take turns, one job each per round, in the order of their first-ranked jobs.
+    Each peer's jobs in rank order: a job's priority moves it ahead of its own peer's
+    other jobs, never ahead of a peer with less usage. Usage is fixed for the pass, as in Slurm's multifactor
     priority: what a pass starts counts from the next pass on."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
@@ -211,7 +214,7 @@ class FairShare(JobPicker):
             by_peer[job.request.peer].append(job)
         usage = {peer: ctx.usage(peer) for peer in by_peer}
         runs = sorted(by_peer.values(), key=lambda run: (usage[run[0].request.peer],
-                                                         run[0].order))
+                                                         run[0].rank))
         # round robin within each tier of equal usage, as far as the pass reads it; the
         # None are zip_longest's fill (a Job is always truthy)
         order = chain.from_iterable(
@@ -221,7 +224,7 @@ class FairShare(JobPicker):
 
 
 class Backfill(Fcfs):
-    """EASY backfill (Slurm's sched/backfill): submit order, and the first job that cannot
+    """EASY backfill (Slurm's sched/backfill): rank order, and the first job that cannot
     be placed gets a reservation (``Pass.reserve``) that no later job may delay."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
@@ -308,7 +311,7 @@ class Openings:
     left: Counter[str]                                   # jobs not visited yet, by profile
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
     ending_by: Callable[[str, float], int]  # queued jobs of a profile with eta_s <= a limit
-    younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after an order
+    younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after a rank
     open: set[str] = field(default_factory=set)
     reservation: Reservation | None = None
     short: Counter[str] = field(default_factory=Counter)  # left jobs that end before it
@@ -372,7 +375,7 @@ class Pass:
     target: int
     free: int
     loads: list[DeviceLoad] | None
-    queued: list[Job]                 # submit order
+    queued: list[Job]                 # rank order (``Job.rank``)
     running: list[Job]
     ledger: Usage
     ratio: float                      # calibrated wall time / eta_s (median)
@@ -446,7 +449,7 @@ class Pass:
         self._fitting_on = self.loads
 
     def skim(self, jobs: list[Job], picker: type[JobPicker]) -> Iterator[Job]:
-        """``jobs`` in submit order, for a picker of that order. When they are the whole
+        """``jobs`` in rank order, for a picker of that order. When they are the whole
         queue and nothing in the pass varies by a job's place but launches (``openings``,
         no queue rules queued), each run of jobs whose demand is known to fail (R-POL-4:
         it failed earlier in the pass) is skipped, since they are held for that reason
@@ -468,7 +471,7 @@ class Pass:
         while position < len(jobs):
             job = jobs[position]
             if self.openings is not None and self._key(job, picker) in self.unsatisfiable:
-                stop = self._wanted_after(job.order, picker)
+                stop = self._wanted_after(job.rank, picker)
                 self.skipped.append((position, stop, picker, self.reservation is not None))
                 position = stop
             else:
@@ -480,8 +483,8 @@ class Pass:
         avoid = self.reservation is not None and bool(self.reservation.avoid(job))
         return job.profile, picker, avoid
 
-    def _wanted_after(self, order: int, picker: type[JobPicker]) -> int:
-        """Where in ``queued`` the first job younger than ``order`` whose demand is not
+    def _wanted_after(self, rank: int, picker: type[JobPicker]) -> int:
+        """Where in ``queued`` the first job ranked after ``rank`` whose demand is not
         known to fail is (``len(queued)`` when there is none). Each profile's jobs are
         read once a pass (``_cursors``): a demand once known to fail stays so."""
         first = math.inf
@@ -490,16 +493,16 @@ class Pass:
                     self.reservation is None or (profile, picker, True) in self.unsatisfiable):
                 continue  # each of its jobs is known held
             jobs, job = self._cursors.get((profile, picker)) or (
-                self.openings.younger(profile, order), None)
+                self.openings.younger(profile, rank), None)
             job = job or next(jobs, None)
-            while job is not None and job.order < first:
-                if job.order > order and self._key(job, picker) not in self.unsatisfiable:
-                    first = job.order
+            while job is not None and job.rank < first:
+                if job.rank > rank and self._key(job, picker) not in self.unsatisfiable:
+                    first = job.rank
                     break
                 job = next(jobs, None)
             self._cursors[(profile, picker)] = (jobs, job)
         return len(self.queued) if first == math.inf else bisect_left(self.queued, first,
-                                                                       key=_ORDER)
+                                                                       key=_RANK)
 
     def queue_hold(self, queue: Queue, freed: int = 0,
                    joining: Counter[str] | None = None) -> str | None:

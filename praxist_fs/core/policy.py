@@ -143,6 +143,8 @@ class Policy:
     queue_picker: str = "strict_priority"
     job_picker: str = "fcfs"
     fair_share_half_life_seconds: float = 3600.0
+    cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
+    dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
     budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
     normalizations: tuple[Normalization, ...] = ()
 
@@ -187,6 +189,8 @@ class Policy:
             "queue_picker": self.queue_picker,
             "job_picker": self.job_picker,
             "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
+            "cancel_grace_seconds": self.cancel_grace_seconds,
+            "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
             "normalizations": [n.to_dict() for n in self.normalizations],
         }

@@ -190,7 +190,7 @@ class PreemptionDesk:
             candidates = sorted(
                 (j for j in ctx.running if j.request.work_class in classes
                  and j.current.pid is not None and j.current.evicting is None
-                 and j.job_id not in ctx.taken),
+                 and j.current.cancel is None and j.job_id not in ctx.taken),
                 key=lambda j: (ctx.by_class[j.request.work_class].priority,
                                -j.current.started_at, -j.order))
             for candidate in candidates:
@@ -241,7 +241,8 @@ class PreemptionDesk:
             return []
         names = {queue.name for queue in tier}
         waiting = sorted((j for j in suspended.values()
-                          if ctx.by_class[j.request.work_class].name in names),
+                          if ctx.by_class[j.request.work_class].name in names
+                          and j.current.cancel is None),  # ending: not to run on
                          key=lambda j: (j.current.preemptions[-1]["at"], j.order))
         events: list[Event] = []
         for job in waiting:

@@ -14,6 +14,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from ..errors import BadRequest
@@ -35,7 +36,11 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 FIELDS = (
     "peer", "tag", "profile", "work_class", "eta_s", "argv", "command", "cwd",
     "env", "retry_terminal", "lease", "request_id", "generation", "max_cost",
+    "after", "hold", "priority",
 )
+PRIORITY_RANGE = (-100, 100)  # a job's own priority orders it inside its queue (R-CTL-5)
+DEPENDENCY_KINDS = ("ok", "any", "notok")  # Slurm's afterok, afterany, afternotok
+MAX_DEPENDENCIES = 64
 NAME_EXPECTED = "1-128 characters from A-Z a-z 0-9 . _ + = @ , -, starting with a letter or digit"
 
 
@@ -57,6 +62,10 @@ class Request:
     lease: str | None = None
     generation: int | None = None
     max_cost: float | None = None  # a hard ceiling on the ETA-based cost estimate (R-BUD-1)
+    # R-CTL-5: (job id or tag, kind) pairs this job waits for; kind is a DEPENDENCY_KINDS
+    after: tuple[tuple[str, str], ...] = ()
+    hold: bool = False  # queued held: it starts only once released
+    priority: int = 0   # PRIORITY_RANGE; higher first inside its queue
 
     def __post_init__(self) -> None:
         """Share the strings most requests repeat (peer, profile, cwd, argv, env): a
@@ -85,6 +94,9 @@ class Request:
             "lease": self.lease,
             "generation": self.generation,
             "max_cost": self.max_cost,
+            "after": [{"job": job, "when": when} for job, when in self.after],
+            "hold": self.hold,
+            "priority": self.priority,
         }
 
     @classmethod
@@ -92,6 +104,7 @@ class Request:
         values = dict(data)
         if values.get("argv") is not None:
             values["argv"] = tuple(values["argv"])
+        values["after"] = tuple((d["job"], d["when"]) for d in values.get("after", ()))
         return cls(**values)
 
 
@@ -183,6 +196,9 @@ def _build(name: str, raw: dict[str, Any]) -> Request:
         lease=_optional(raw, "lease", _name),
         generation=_optional(raw, "generation", _generation),
         max_cost=_optional(raw, "max_cost", _max_cost),
+        after=_after(raw.get("after", [])),
+        hold=_bool("hold", raw.get("hold", False)),
+        priority=_priority("priority", raw.get("priority", 0)),
     )
 
 
@@ -250,6 +266,38 @@ def _max_cost(key: str, value: Any) -> float:
     return float(value)
 
 
+def _priority(key: str, value: Any) -> int:
+    low, high = PRIORITY_RANGE
+    if type(value) is not int or not low <= value <= high:
+        raise BadRequest(key, f"{value!r}; expected an integer from {low} to {high}")
+    return value
+
+
+def _after(value: Any) -> tuple[tuple[str, str], ...]:
+    """A list of job ids or tags (meaning: completed successfully), or of
+    ``{"job": X, "when": "ok"|"any"|"notok"}`` objects."""
+    expected = ('expected a list of job ids or tags, or of {"job": ID_OR_TAG, "when": '
+                + "|".join(f'"{k}"' for k in DEPENDENCY_KINDS) + "} objects")
+    if type(value) is not list:
+        raise BadRequest("after", f"is {_kind(value)}; {expected}")
+    if len(value) > MAX_DEPENDENCIES:
+        raise BadRequest("after", f"has more than {MAX_DEPENDENCIES} dependencies")
+    found = []
+    for i, item in enumerate(value):
+        key = f"after[{i}]"
+        if type(item) is str:
+            found.append((_name(key, item), "ok"))
+            continue
+        if not isinstance(item, dict) or set(item) - {"job", "when"} or "job" not in item:
+            raise BadRequest(key, f"{item!r}; {expected}")
+        when = item.get("when", "ok")
+        if when not in DEPENDENCY_KINDS or type(when) is not str:
+            raise BadRequest(f"{key}.when", f"{when!r}; expected one of "
+                             + ", ".join(DEPENDENCY_KINDS))
+        found.append((_name(f"{key}.job", item["job"]), when))
+    return tuple(dict.fromkeys(found))
+
+
 def _generation(key: str, value: Any) -> int:
     if type(value) is not int or value < 0:
         raise BadRequest(key, f"{value!r}; expected a non-negative integer")
@@ -290,28 +338,47 @@ def _env(value: Any) -> dict[str, str]:
     return env
 
 
-CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close", "run_stop")
-CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline")
+CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close", "run_stop",
+                   "cancel", "hold", "release", "update")
+JOB_ACTIONS = ("cancel", "hold", "release", "update")  # R-CTL-1, R-CTL-5: on selected jobs
+CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline",
+                  "jobs", "peer", "states", "reason", "grace", "priority", "by")
+SELECTABLE_STATES = ("queued", "held", "running", "suspended")  # "held": queued and held
+MAX_SELECTED = 4096
+MAX_GRACE_SECONDS = 3600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ControlRequest:
-    """An operator's request in control/ (generation open, assess, close)."""
+    """An operator's request in control/: generation open, assess, close; run stop; and
+    the job actions (cancel, hold, release, update), which select jobs by id or tag
+    (``jobs``), narrowed or, without ``jobs``, chosen by ``peer`` and ``states``."""
 
     request_id: str
     action: str
-    generation: int | None = None  # every action but run_stop names one
+    generation: int | None = None  # every generation action names one
     cohort: tuple[str, ...] = ()
     deadline: float | None = None  # unix seconds, from an ISO-8601 time with a zone
+    jobs: tuple[str, ...] = ()      # job ids or tags
+    peer: str | None = None         # only the jobs of this peer
+    states: tuple[str, ...] = ()    # only jobs in these SELECTABLE_STATES
+    reason: str | None = None       # why, for the job's record
+    grace: float | None = None      # cancel: seconds between TERM and KILL
+    priority: int | None = None     # update: the new priority
+    by: str | None = None           # who asks: "held by", "cancelled by"
 
     def to_dict(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "action": self.action,
                 "generation": self.generation, "cohort": list(self.cohort),
-                "deadline": self.deadline}
+                "deadline": self.deadline, "jobs": list(self.jobs), "peer": self.peer,
+                "states": list(self.states), "reason": self.reason, "grace": self.grace,
+                "priority": self.priority, "by": self.by}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ControlRequest:
-        return cls(**{**data, "cohort": tuple(data["cohort"])})
+        return cls(**{**data, "cohort": tuple(data["cohort"]),
+                      "jobs": tuple(data.get("jobs", ())),
+                      "states": tuple(data.get("states", ()))})
 
 
 def parse_control(name: str, data: bytes) -> ControlRequest:
@@ -326,7 +393,7 @@ def parse_control(name: str, data: bytes) -> ControlRequest:
     if action not in CONTROL_ACTIONS:
         raise BadRequest("action", f"{action!r}; expected one of {', '.join(CONTROL_ACTIONS)}")
     generation = raw.get("generation")
-    if (action != "run_stop" or generation is not None) and (
+    if (action.startswith("generation_") or generation is not None) and (
             type(generation) is not int or generation < 1):
         raise BadRequest("generation", f"{generation!r}; expected an integer >= 1")
     cohort = raw.get("cohort", [])
@@ -338,7 +405,39 @@ def parse_control(name: str, data: bytes) -> ControlRequest:
     return ControlRequest(
         request_id=_name("request_id", request_id), action=action, generation=generation,
         cohort=tuple(sorted(set(_name(f"cohort[{i}]", p) for i, p in enumerate(cohort)))),
-        deadline=_deadline(raw["deadline"]) if "deadline" in raw else None)
+        deadline=_deadline(raw["deadline"]) if "deadline" in raw else None,
+        **(_job_selection(action, raw) if action in JOB_ACTIONS else {}))
+
+
+def _job_selection(action: str, raw: dict[str, Any]) -> dict[str, Any]:
+    jobs = raw.get("jobs", [])
+    if type(jobs) is not list or len(jobs) > MAX_SELECTED:
+        raise BadRequest("jobs", f"is {_kind(jobs)}; expected a list of at most "
+                         f"{MAX_SELECTED} job ids or tags")
+    states = raw.get("states", [])
+    if type(states) is not list or any(s not in SELECTABLE_STATES for s in states):
+        raise BadRequest("states", f"{states!r}; expected a list of "
+                         + ", ".join(SELECTABLE_STATES))
+    peer = _optional(raw, "peer", _name)
+    if not jobs and peer is None and not states:
+        raise BadRequest("jobs", f"{action} selects nothing; name jobs (ids or tags), "
+                         "or select by peer and/or states")
+    priority = raw.get("priority")
+    if action == "update":
+        if priority is None:
+            raise BadRequest("priority", "missing; update needs the new priority")
+        _priority("priority", priority)
+    elif priority is not None:
+        raise BadRequest("priority", f"only update takes a priority, not {action}")
+    grace = raw.get("grace")
+    if grace is not None and (type(grace) not in (int, float)
+                              or not 0 <= grace <= MAX_GRACE_SECONDS):
+        raise BadRequest("grace", f"{grace!r}; expected seconds from 0 to {MAX_GRACE_SECONDS:g}")
+    return {"jobs": tuple(dict.fromkeys(_name(f"jobs[{i}]", j) for i, j in enumerate(jobs))),
+            "peer": peer, "states": tuple(dict.fromkeys(states)),
+            "reason": _optional(raw, "reason", partial(_string, limit=1024)),
+            "grace": None if grace is None else float(grace), "priority": priority,
+            "by": _optional(raw, "by", _name)}
 
 
 def _deadline(value: Any) -> float:

@@ -14,6 +14,7 @@ journaled; their effects are idempotent.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 import sys
@@ -21,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from functools import lru_cache, partial
+from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
@@ -42,6 +44,7 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .identity import fingerprint, job_id_for
+from .jobcontrol import JobControlDesk
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
@@ -52,11 +55,12 @@ from .states import JobState, Trigger, transition
 from .supply import Generation
 
 MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
+_RANK = attrgetter("rank")
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
 
-class Scheduler(PreemptionDesk, GenerationDesk):
+class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.jobs: dict[str, Job] = {}
@@ -66,6 +70,9 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
         self._backlog = Backlog()  # the queued jobs in order, with counts (``_queue``)
         self._backlog_of = self._by_state[JobState.QUEUED]
+        self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
+        self._dependents: dict[str, list[str]] = {}  # job id -> jobs that wait for it
+        self._settled: dict[str, None] = {}  # scratch: jobs with dependents that changed state
         self._loads_memo: dict[str, Any] = {}  # device_loads' from one pass to the next
         self._held_memo: dict[str, tuple[Any, ...]] = {}  # job id -> (attempt, profile, envelopes)
         self._next_order = 0
@@ -102,7 +109,10 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise InvalidTransition(f"can't handle event {type(event).__name__}")
-        return handler(self, event)
+        effects = handler(self, event)
+        if self._settled:  # jobs that others wait for changed state (R-CTL-5)
+            effects += self.settle_dependents(event.at)
+        return effects
 
     def _on_started(self, ev: CoordinatorStarted) -> list[Effect]:
         self.policy = Policy.from_dict(ev.policy)
@@ -116,6 +126,7 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             effects.append(TerminateAttempts(attempts=running))
         elif not self.stopped:
             effects += self._reassert_preemptions()
+            effects += self.reassert_cancels()
         return effects
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
@@ -167,13 +178,19 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         if job is None:
             if closed:
                 return self._reply(ev, "rejected", None, "generation", closed)
+            after, problem = self.resolve_after(request, job_id)
+            if problem:
+                return self._reply(ev, "rejected", None, "after", problem)
             cost, refused = self._ceiling(ev, None, profile)
             if refused:
                 return refused
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
-                      submitted_at=ev.at, order=self._take_order(), generation=generation)
+                      submitted_at=ev.at, order=self._take_order(), generation=generation,
+                      priority=request.priority, after=after,
+                      held={"by": request.peer, "at": ev.at} if request.hold else None)
             self.jobs[job_id] = job
-            self._queue().add(job)
+            self.link_dependencies(job)
+            self._enter_queue(job)  # before the per-state index knows it (``_queue``)
             self._by_state[job.state][job_id] = job
             return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
         if job.state in REPLAYABLE_STATES:
@@ -190,10 +207,16 @@ class Scheduler(PreemptionDesk, GenerationDesk):
                 "submit again with retry_terminal to run it again under the same tag"))
         if closed:
             return self._reply(ev, "rejected", job, "generation", closed)
+        after, problem = self.resolve_after(request, job_id)
+        if problem:
+            return self._reply(ev, "rejected", job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
         if refused:
             return refused
         job.request, job.profile, job.fingerprint = request, profile, digest  # queued as such
+        job.priority, job.after = request.priority, after
+        job.held = {"by": request.peer, "at": ev.at} if request.hold else None
+        self.link_dependencies(job)
         self._transition(job, Trigger.RETRY_TERMINAL)
         job.generation = generation
         job.round += 1
@@ -260,6 +283,9 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             attempt.outcome = "cancelled"
             return self._settle(job, attempt, ev.at, Trigger.CANCEL,
                                 f"run stopped ({self.stopped})")
+        if attempt.cancel and (ev.exited or not ev.alive) and \
+                not (ev.exited and ev.exit_code == 0):
+            return self.end_cancelled(job, attempt, ev)
         if attempt.evicting and (ev.exited or not ev.alive) and \
                 not (ev.exited and ev.exit_code == 0):
             return self._requeue(job, attempt, ev)  # R-POL-3: an end but a success requeues
@@ -291,9 +317,10 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             self.version += 1
             effects.append(self._write_job(job))
         if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
-            if self.stopped or attempt.evicting:  # a stopped run starts nothing, nor does
-                effects.append(AbortAttempt(job_id=job.job_id,  # a requeue-preempted attempt
-                                            attempt_id=attempt.attempt_id))
+            if self.stopped or attempt.evicting or attempt.cancel:  # a stopped run starts
+                effects.append(AbortAttempt(job_id=job.job_id,  # nothing, nor does a
+                                            attempt_id=attempt.attempt_id))  # preempted or
+                # cancelled attempt
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
                 attempt.go = True
@@ -628,16 +655,49 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         return self._pending
 
     def queued(self) -> list[Job]:
-        """The queued jobs, oldest first (a copy)."""
-        return self._queue().jobs()
+        """Every queued job, held and waiting ones too, in rank order (a copy)."""
+        jobs = self._queue().jobs()
+        if not self._parked:
+            return jobs
+        return list(heapq.merge(jobs, sorted(self._parked.values(), key=_RANK), key=_RANK))
 
     def _queue(self) -> Backlog:
-        """The index of the queued jobs, rebuilt when the per-state index was replaced
-        (``snapshot.restore`` installs it directly)."""
+        """The index of the queued jobs a pass may start (not the held or waiting ones:
+        ``_parked``), rebuilt when the per-state index was replaced (``snapshot.restore``
+        installs it directly)."""
         queued = self._by_state[JobState.QUEUED]
         if self._backlog_of is not queued:
-            self._backlog, self._backlog_of = Backlog(queued.values()), queued
+            self._parked, eligible = {}, []
+            for job in queued.values():
+                if (why := self.parked_reason(job)) is None:
+                    eligible.append(job)
+                else:
+                    self._parked[job.job_id] = job
+                    self._pending[job.job_id] = why
+            self._backlog, self._backlog_of = Backlog(eligible), queued
         return self._backlog
+
+    def _enter_queue(self, job: Job) -> None:
+        """A job became queued: into the backlog, or parked with the reason it waits."""
+        if (why := self.parked_reason(job)) is None:
+            self._queue().add(job)
+        else:
+            self._queue()  # built before ``_parked`` changes
+            self._parked[job.job_id] = job
+            self._hold(job, why)
+
+    def _leave_queue(self, job: Job) -> None:
+        if self._parked.pop(job.job_id, None) is None:
+            self._queue().remove(job)
+
+    def _requeue_in_place(self, job: Job, change: Callable[[], None]) -> None:
+        """Change what decides where a queued job stands (its hold, its priority, its
+        dependencies' states) between taking it out of the queue and putting it back."""
+        self._finish_rest()  # the unfinished walk saw the queue as it was
+        self._leave_queue(job)
+        change()
+        self._pending.pop(job.job_id, None)  # a pass restates why it waits
+        self._enter_queue(job)
 
     def running(self) -> list[Job]:
         return list(self._by_state[JobState.RUNNING].values())
@@ -710,16 +770,18 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         if job.state is JobState.QUEUED or new is JobState.QUEUED:
             if trigger is not Trigger.LAUNCH:  # the unfinished walk saw the queue as it was
                 self._finish_rest()
-            if new is JobState.QUEUED:
-                self._queue().add(job)
-            else:
-                self._queue().remove(job)
+            if job.state is JobState.QUEUED:
+                self._leave_queue(job)
+        if job.job_id in self._dependents:
+            self._settled[job.job_id] = None  # its dependents may start, wait or be cancelled
         if new is not JobState.QUEUED or job.state is JobState.SUSPENDED:
             self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
         if job.state is JobState.RUNNING:
             self._held_memo.pop(job.job_id, None)
         if new.directory != job.state.directory:
             self._moved_from.setdefault(job.job_id, job.state.directory)
+        if new is JobState.QUEUED:
+            self._enter_queue(job)  # before the per-state index knows it (``_queue``)
         del self._by_state[job.state][job.job_id]
         job.state = new
         self._by_state[new][job.job_id] = job

@@ -130,6 +130,8 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     sched.ledger = Ledger.from_dict(doc["budget"])
     sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
                             if any(attempt.preemptions for attempt in job.attempts)}
+    for job in sched.jobs.values():
+        sched.link_dependencies(job)
     return sched
 
 
@@ -138,6 +140,8 @@ def _job(job: Job) -> dict[str, Any]:
             "fingerprint": job.fingerprint, "submitted_at": job.submitted_at,
             "order": job.order, "state": job.state.value, "reason": job.reason,
             "round": job.round, "generation": job.generation,
+            "priority": job.priority, "held": job.held,
+            "after": [list(dependency) for dependency in job.after],
             "attempts": [_attempt(a) for a in job.attempts]}
 
 
@@ -146,7 +150,8 @@ def _to_job(data: dict[str, Any]) -> Job:
                profile=data["profile"], fingerprint=data["fingerprint"],
                submitted_at=data["submitted_at"], order=data["order"],
                state=_STATES[data["state"]], reason=data["reason"], round=data["round"],
-               generation=data["generation"],
+               generation=data["generation"], priority=data.get("priority", 0),
+               held=data.get("held"), after=tuple(map(tuple, data.get("after", ()))),
                attempts=[_to_attempt(a) for a in data["attempts"]])
 
 
@@ -157,7 +162,7 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure,
-            "preemptions": [dict(p) for p in attempt.preemptions]}
+            "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel}
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:

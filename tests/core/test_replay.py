@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 
 from praxist_fs.core.effects import AbortAttempt, WriteGo, WriteJob, WriteReply
 from praxist_fs.core.events import (
-    AttemptObserved, CoordinatorStarted, Event, RequestSeen, from_record, to_record,
+    AttemptObserved, ControlSeen, CoordinatorStarted, Event, RequestSeen, from_record,
+    to_record,
 )
-from praxist_fs.core.request import parse_request, request_id_from_filename
+from praxist_fs.core.request import parse_control, parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
 from praxist_fs.errors import BadRequest
@@ -129,6 +130,14 @@ class Driver:
                 doc["profile"] = profile
             if data.draw(st.booleans()):
                 doc["retry_terminal"] = True
+            extra = data.draw(st.sampled_from(["", "", "", "after", "hold", "priority"]))
+            if extra == "after":
+                doc["after"] = [{"job": data.draw(st.sampled_from(TAGS)),
+                                 "when": data.draw(st.sampled_from(["ok", "any", "notok"]))}]
+            elif extra == "hold":
+                doc["hold"] = True
+            elif extra == "priority":
+                doc["priority"] = data.draw(st.integers(-100, 100))
             if mode == "bad":
                 doc["tag"] = data.draw(st.sampled_from(["../x", ".hidden", ""]))
             if mode == "clash" and self.sent:
@@ -150,6 +159,19 @@ class Driver:
             event = RequestSeen(at=self.tick(), name=name, digest=digest,
                                 request_id=request.request_id, request=request)
         self.feed(event)
+
+    def control(self, data: st.DataObject) -> None:
+        """An operator's cancel, hold, release or update of a random tag (R-CTL)."""
+        action = data.draw(st.sampled_from(["cancel", "cancel", "hold", "release", "update"]))
+        doc = {"action": action, "jobs": [data.draw(st.sampled_from(TAGS))]}
+        if action == "update":
+            doc["priority"] = data.draw(st.integers(-100, 100))
+        self.names += 1
+        name = f"c{self.names}.json"
+        raw = json.dumps(doc).encode()
+        control = parse_control(name, raw)
+        self.feed(ControlSeen(at=self.tick(), name=name, digest=hashlib.sha256(raw).hexdigest(),
+                              request_id=control.request_id, control=control))
 
     def launch(self, data: st.DataObject) -> None:
         for event in self.sched.next_launches(self.tick()):
@@ -206,7 +228,10 @@ class Driver:
         for job_id, job in s.jobs.items():
             holders = [d for d, folder in self.disk_jobs.items() if job_id in folder]
             assert holders == [job.state.directory], (job_id, holders, job.state)
-            assert self.disk_jobs[holders[0]][job_id] == job.to_dict(), "stale job file"
+            expected = job.to_dict()
+            if job.job_id in s._parked:  # held, or waiting for a dependency: it says why
+                expected["reason"] = s._pending[job.job_id]
+            assert self.disk_jobs[holders[0]][job_id] == expected, "stale job file"
             ids = [a.attempt_id for a in job.attempts]
             assert ids == [f"a{n}" for n in range(1, len(ids) + 1)]
             open_attempts = [a for a in job.attempts if a.ended_at is None]
@@ -227,7 +252,7 @@ class Driver:
 
 
 OPERATIONS = ["submit", "submit", "submit", "launch", "launch", "observe", "observe",
-              "observe", "observe", "late_sighting", "restart"]
+              "observe", "observe", "late_sighting", "restart", "control"]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -271,7 +296,7 @@ def test_driver_reaches_interesting_states():
             return self.values.pop(0)
 
     # submit exp-a (fresh), launch, spawn, ready -> GO, exit 75 -> requeued
-    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, False]))
+    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, False, ""]))
     d.launch(None)
     (job,) = d.sched.running()
     d.observe(Scripted([job, "spawn"]))
@@ -290,7 +315,7 @@ def test_driver_reaches_interesting_states():
     d.observe(Scripted([job, "exit", (3, None)]))
     assert job.state is JobState.FAILED
     assert [a.outcome for a in job.attempts] == ["infra_retry", "released", "failed"]
-    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, True]))
+    d.submit(Scripted(["fresh", "p1", "exp-a", ARGVS[0], {}, None, True, ""]))
     assert job.state is JobState.QUEUED
     d.submit(Scripted(["resend"] + [d.sent[-1]]))
     assert replay(d.records).snapshot() == d.sched.snapshot()

@@ -45,7 +45,7 @@ HOSTILE = [
     ("utf-16-le without bom", GOOD.encode("utf-16-le"), "<file>", ["json"]),
     ("duplicate key", b'{"peer": "a", "tag": "t", "argv": ["x"], "tag": "u"}', "tag", ["duplicate"]),
     ("duplicate peer", b'{"peer": "a", "peer": "a", "tag": "t", "argv": ["x"]}', "peer", ["duplicate"]),
-    ("unknown field", doc(priority=5), "priority", ["unknown"]),
+    ("unknown field", doc(niceness=5), "niceness", ["unknown"]),
     ("misspelled field", doc(work_clas="scout"), "work_clas", ["unknown"]),
     ("NaN", with_raw("eta_s", "NaN"), "<file>", ["nan"]),
     ("Infinity", with_raw("eta_s", "Infinity"), "<file>", ["infinity"]),
@@ -170,7 +170,8 @@ def test_every_field_parses():
         "peer": "p1", "tag": "t1", "profile": "gpu", "work_class": "mature", "eta_s": 90,
         "argv": ["a", "b c"], "cwd": "/srv/work", "env": {"SEED": "3", "EMPTY": ""},
         "retry_terminal": True, "lease": "lease-1", "request_id": "rid", "generation": 2,
-        "max_cost": 2.5,
+        "max_cost": 2.5, "after": [{"job": "t0", "when": "any"}], "hold": True,
+        "priority": -5,
     }
     assert set(full) | {"command"} == set(FIELDS)
     r = parse_request("x.json", json.dumps(full).encode())

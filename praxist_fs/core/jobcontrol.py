@@ -1,0 +1,256 @@
+"""Job control (R-CTL-1, R-CTL-5): cancel, hold, release, update, and dependencies.
+
+A mixin of ``Scheduler`` (``self`` is the Scheduler), under its rules: every change
+bumps ``version`` and is journaled by the daemon before its effects are carried out.
+Every decision here follows from a journaled event (a control request, a request's
+``after``, the end of a job others wait for), so replay makes it again.
+
+A cancel of a queued job ends it at once. A running or suspended attempt is asked to
+end (``CancelAttempt``: TERM to its whole group, SIGCONT first if suspended, KILL after
+the grace); the decision is on the attempt (``Attempt.cancel``) before any signal, and
+the attempt's end, whatever it is but exit 0, makes the job ``cancelled``. A start
+carries out every cancel still under way again, since the last coordinator may have
+journaled one and died before its signal.
+
+Held jobs and jobs waiting for a dependency are queued but ``parked``: out of the
+backlog that passes walk, each with the reason it waits. A dependency that can no
+longer be met cancels the job that waits for it (Slurm's kill_invalid_depend), unless
+the task's ``dependency_failure`` is ``hold``: then it waits until the dependency is
+run again (``retry_terminal``) or the job is cancelled.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from .effects import CancelAttempt, Effect
+from .events import AttemptObserved, ControlSeen
+from .identity import job_id_for
+from .request import ControlRequest, Request
+from .states import JobState, Trigger
+
+if TYPE_CHECKING:
+    from .model import Attempt, Job
+    from .scheduler import Scheduler
+
+Outcome = tuple[str, str, list[Effect]]  # (result, why, effects) of one job's action
+
+
+class JobControlDesk:
+    """Methods of Scheduler for job control (``self`` is the Scheduler)."""
+
+    # -- operator and peer requests ------------------------------------------------
+
+    def _on_job_control(self: Scheduler, ev: ControlSeen) -> list[Effect]:
+        control = ev.control
+        chosen, unknown = self._select(control)
+        if unknown:
+            return self._control_reply(ev, "rejected", (
+                f"jobs: {unknown[0]!r} names no job of this run (expected a job id or a "
+                "tag); nothing was changed"), None)
+        act = {"cancel": self._cancel, "hold": self._hold_job, "release": self._release_job,
+               "update": self._update_job}[control.action]
+        by = control.by or "operator"
+        effects: list[Effect] = []
+        results = []
+        for job in chosen:
+            result, why, made = act(job, control, by, ev.at)
+            effects += made
+            results.append({"job_id": job.job_id, "tag": job.request.tag, "result": result,
+                            "state": job.state.value, "reason": why})
+        changed = sum(r["result"] != "unchanged" for r in results)
+        summary = (f"{control.action}: {changed} of {len(results)} selected job(s) changed"
+                   if results else f"{control.action}: no job matches the selection")
+        return effects + self._control_reply(ev, "ok", summary, None, jobs=results)
+
+    def find_job(self: Scheduler, ref: str) -> Job | None:
+        """The job a reference names: a job id, else a tag."""
+        return self.jobs.get(ref) or self.jobs.get(job_id_for(ref))
+
+    def _select(self: Scheduler, control: ControlRequest) -> tuple[list[Job], list[str]]:
+        """(the jobs the control selects, in submit order; the references that name none).
+        Named jobs are narrowed by ``peer`` and ``states``; without names, ``peer`` and
+        ``states`` choose among the jobs not yet ended."""
+        if control.jobs:
+            found = {ref: self.find_job(ref) for ref in control.jobs}
+            unknown = [ref for ref, job in found.items() if job is None]
+            candidates = list({job.job_id: job for job in found.values() if job}.values())
+        else:
+            unknown, candidates = [], [j for j in self.jobs.values() if not j.state.terminal]
+        states = set(control.states)
+        chosen = [job for job in candidates
+                  if (control.peer is None or job.request.peer == control.peer)
+                  and (not states or job.state.value in states
+                       or ("held" in states and job.held is not None))]
+        return sorted(chosen, key=lambda job: job.order), unknown
+
+    def _cancel(self: Scheduler, job: Job, control: ControlRequest, by: str,
+                at: float) -> Outcome:
+        if job.state.terminal:
+            return "unchanged", f"already {job.state.value}", []
+        why = _cancelled_by(by, control.reason)
+        if job.state is JobState.QUEUED:
+            job.held = None
+            self._transition(job, Trigger.CANCEL)
+            job.reason = why
+            self.version += 1
+            return "cancelled", why, [self._write_job(job)]
+        attempt = job.current
+        if attempt.cancel is not None:
+            return "unchanged", job.reason, []
+        grace = self.policy.cancel_grace_seconds if control.grace is None else control.grace
+        attempt.cancel = {"at": at, "by": by, "reason": control.reason, "grace": grace}
+        job.reason = f"{why}: attempt {attempt.attempt_id} is being terminated " \
+                     f"(TERM, then KILL after {grace:g}s)"
+        self.version += 1
+        return "cancelling", job.reason, [self._write_job(job), _terminate(job)]
+
+    def _hold_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+                  at: float) -> Outcome:
+        if job.state is not JobState.QUEUED:
+            return "unchanged", f"{job.state.value}: only queued jobs can be held", []
+        if job.held is not None:
+            return "unchanged", f"already held by {job.held['by']}", []
+        self._requeue_in_place(job, lambda: setattr(job, "held", {"by": by, "at": at}))
+        self.version += 1
+        return "held", self._pending[job.job_id], [self._write_job(job)]
+
+    def _release_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+                     at: float) -> Outcome:
+        if job.state is not JobState.QUEUED or job.held is None:
+            return "unchanged", f"{job.state.value} and not held", []
+        self._requeue_in_place(job, lambda: setattr(job, "held", None))
+        self.version += 1
+        return "released", self._pending.get(job.job_id, "queued"), [self._write_job(job)]
+
+    def _update_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+                    at: float) -> Outcome:
+        if job.state is not JobState.QUEUED:
+            return "unchanged", f"{job.state.value}: only queued jobs can be updated", []
+        before = job.priority
+        if before == control.priority:
+            return "unchanged", f"priority is {before} already", []
+        self._requeue_in_place(job, lambda: setattr(job, "priority", control.priority))
+        self.version += 1
+        return "updated", f"priority {before} -> {job.priority}", [self._write_job(job)]
+
+    # -- running attempts ------------------------------------------------------------
+
+    def end_cancelled(self: Scheduler, job: Job, attempt: Attempt,
+                      ev: AttemptObserved) -> list[Effect]:
+        """A cancelled attempt ended (any end but exit 0, which completes the job)."""
+        attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
+        attempt.outcome = "cancelled"
+        why = _cancelled_by(attempt.cancel["by"], attempt.cancel["reason"])
+        if ev.exited:
+            why += f" (exit code {ev.exit_code}" + (f", signal {ev.signal})" if ev.signal
+                                                    else ")")
+        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.CANCEL, why)
+
+    def reassert_cancels(self: Scheduler) -> list[Effect]:
+        """At a start, every cancel under way is carried out again (signals are
+        idempotent; the last coordinator may have died between its record and its TERM)."""
+        return [_terminate(job) for job in self.in_flight() if job.current.cancel is not None]
+
+    # -- dependencies ------------------------------------------------------------------
+
+    def resolve_after(self: Scheduler, request: Request, job_id: str
+                      ) -> tuple[tuple[tuple[str, str], ...], str | None]:
+        """The request's ``after`` as (job id, kind) pairs, or the problem that rejects it:
+        an unknown job, the job itself, a cycle, or (when an unmeetable dependency cancels)
+        one that can no longer be met."""
+        resolved = []
+        for ref, when in request.after:
+            dep = self.find_job(ref)
+            if dep is None:
+                return (), f"{ref!r} names no job of this run (expected a job id or a tag)"
+            if dep.job_id == job_id:
+                return (), f"{ref!r} is this job itself"
+            if _met(dep, when) is False and self.policy.dependency_failure == "cancel":
+                return (), (f"job {dep.job_id} ended {dep.state.value}, so 'after' {when} "
+                            "can never be met")
+            resolved.append((dep.job_id, when))
+        if job_id in self.jobs and (path := self._cycle(job_id, resolved)):
+            return (), "dependency cycle: " + " -> ".join([job_id, *path])
+        return tuple(dict.fromkeys(resolved)), None
+
+    def _cycle(self: Scheduler, job_id: str, after: list[tuple[str, str]]) -> list[str]:
+        """A path of dependencies from ``after`` back to ``job_id``, or []."""
+        stack, seen = [(dep, [dep]) for dep, _ in after], set()
+        while stack:
+            current, path = stack.pop()
+            if current == job_id:
+                return path
+            if current not in seen:
+                seen.add(current)
+                stack += [(dep, [*path, dep]) for dep, _ in self.jobs[current].after]
+        return []
+
+    def link_dependencies(self: Scheduler, job: Job) -> None:
+        for dep_id, _ in job.after:
+            waiting = self._dependents.setdefault(dep_id, [])
+            if job.job_id not in waiting:
+                waiting.append(job.job_id)
+
+    def parked_reason(self: Scheduler, job: Job) -> str | None:
+        """Why no pass may start this queued job (held, or a dependency), or None."""
+        if job.held is not None:
+            return f"held by {job.held['by']} since {_iso(job.held['at'])}"
+        for dep_id, when in job.after:
+            dep = self.jobs[dep_id]
+            met = _met(dep, when)
+            if met is None:
+                return f"dependency: waiting for {dep_id} ({dep.state.value})"
+            if not met:
+                return (f"dependency {dep_id} ended {dep.state.value}; kept (the task's "
+                        "dependency_failure is hold) until it runs again")
+        return None
+
+    def settle_dependents(self: Scheduler, at: float) -> list[Effect]:
+        """Jobs that others wait for changed state: a waiting job may now start, waits
+        with a new reason, or (a dependency that can no longer be met) is cancelled,
+        which may in turn settle the jobs waiting for it."""
+        effects: list[Effect] = []
+        while self._settled:
+            dep_id = next(iter(self._settled))
+            del self._settled[dep_id]
+            for job in map(self.jobs.__getitem__, self._dependents.get(dep_id, ())):
+                if job.state is not JobState.QUEUED or \
+                        all(dep != dep_id for dep, _ in job.after):
+                    continue  # ended or running, or retried since with other dependencies
+                broken = next(((d, self.jobs[d].state) for d, when in job.after
+                               if _met(self.jobs[d], when) is False), None)
+                if broken is not None and self.policy.dependency_failure == "cancel":
+                    job.held = None
+                    self._transition(job, Trigger.CANCEL)
+                    job.reason = f"dependency {broken[0]} ended {broken[1].value}"
+                    self.version += 1
+                else:
+                    self._requeue_in_place(job, lambda: None)
+                effects.append(self._write_job(job))
+        return effects
+
+
+def _met(dep: Job, when: str) -> bool | None:
+    """Whether a dependency of kind ``when`` on ``dep`` is met (True), can no longer be
+    met unless ``dep`` runs again (False), or not yet known (None: ``dep`` has not ended)."""
+    if not dep.state.terminal:
+        return None
+    completed = dep.state is JobState.COMPLETED
+    return {"ok": completed, "notok": not completed, "any": True}[when]
+
+
+def _terminate(job: Job) -> CancelAttempt:
+    attempt = job.current
+    return CancelAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id,
+                         grace=attempt.cancel["grace"])
+
+
+def _cancelled_by(by: str, reason: str | None) -> str:
+    return f"cancelled by {by}" + (f": {reason}" if reason else "")
+
+
+def _iso(at: float) -> str:
+    return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
