@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 from .adapters import procs
@@ -39,11 +40,16 @@ def new_request_id(peer: str) -> str:
 
 
 def wait_for_coordinator(layout: RunLayout, timeout: float) -> dict[str, Any]:
+    """The live coordinator's endpoint, waiting up to ``timeout`` for one to start; at
+    once ``NoCoordinator`` for a stopped run, which no coordinator serves again."""
     deadline = time.monotonic() + timeout
     while True:
         endpoint = live_endpoint(layout)
         if endpoint is not None:
             return endpoint
+        if (stopped := run_stopped(layout)) is not None:
+            raise NoCoordinator(f"the run {layout.root} is stopped ({stopped}): it admits no "
+                                "new work; use a new run directory")
         if time.monotonic() >= deadline:
             raise NoCoordinator(
                 f"no live coordinator owns {layout.root} (endpoint.json missing or its owner "
@@ -52,11 +58,73 @@ def wait_for_coordinator(layout: RunLayout, timeout: float) -> dict[str, Any]:
         time.sleep(0.1)
 
 
+def run_stopped(layout: RunLayout) -> str | None:
+    """Why the run was stopped for good (``praxist-fs stop``), or None: the STOP sentinel
+    of a fenced run, or the last status.json of a coordinator that took a run_stop."""
+    sentinel = read_json(layout.stop_sentinel)
+    if isinstance(sentinel, dict):
+        return "fenced by praxist-fs stop"
+    status = status_document(layout) or {}
+    return status.get("run_stopped")
+
+
+def select_jobs(layout: RunLayout, peer: str | None, states: list[str]) -> list[str]:
+    """The ids of the queued, running and suspended jobs that ``peer`` and ``states``
+    select, as the coordinator would select them (from the job files)."""
+    chosen = []
+    for directory in ("queued", "running"):
+        for path in sorted(layout.jobs(directory).glob("*.json")):
+            doc = read_json(path)
+            if not isinstance(doc, dict) or (peer is not None and doc.get("peer") != peer):
+                continue
+            if not states or doc.get("state") in states or (
+                    "held" in states and doc.get("hold")):
+                chosen.append(doc["job_id"])
+    return chosen
+
+
 def submit(layout: RunLayout, request: dict[str, Any]) -> None:
     """Write then rename, as R-FS-3 asks of every writer."""
     name = f"{request['request_id']}.json"
     write_atomic(layout.spool_tmp / name, dumps(request))
     os.rename(layout.spool_tmp / name, layout.incoming / name)
+
+
+def send_control(layout: RunLayout, request: dict[str, Any], timeout: float,
+                 what: str) -> dict[str, Any]:
+    """Drop a control request into control/ (write, then rename, as a shell would) and
+    return the coordinator's reply, whatever its outcome. After ``timeout`` seconds
+    without one, ``TimeoutError``: the request is withdrawn if the coordinator has not
+    taken it yet, and the message says which. ``what`` names the request for it."""
+    name = f"{request['request_id']}.json"
+    tmp = layout.control / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    write_atomic(tmp / name, dumps(request))
+    os.rename(tmp / name, layout.control / name)
+    reply_path = layout.control_replies / name
+    deadline_at = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        reply = read_json(reply_path)
+        if isinstance(reply, dict):
+            return reply
+        remaining = deadline_at - time.monotonic()
+        if remaining <= 0:
+            break
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.1)
+    withdrawn = False
+    try:
+        os.unlink(layout.control / name)
+        withdrawn = True
+    except FileNotFoundError:
+        pass
+    alive = live_endpoint(layout) is not None
+    raise TimeoutError(
+        f"no reply to {what} within {timeout:g}s (request {request['request_id']}; the "
+        f"coordinator is {'alive' if alive else 'no longer alive'}); "
+        + ("the request was withdrawn unprocessed" if withdrawn else
+           f"the coordinator took the request: its reply will appear in {reply_path}"))
 
 
 def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float) -> dict[str, Any]:
@@ -87,14 +155,15 @@ def job_document(layout: RunLayout, job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def follow(layout: RunLayout, job_id: str, out: BinaryIO, skip: set[str] = frozenset()
-           ) -> dict[str, Any]:
-    """Stream the attempts' logs (but those in ``skip``) until the job is terminal.
-
-    Returns the final job file."""
+def follow(layout: RunLayout, job_id: str, out: BinaryIO, skip: set[str] = frozenset(),
+           tick: Callable[[dict[str, Any] | None], None] | None = None) -> dict[str, Any]:
+    """Stream the attempts' logs (but those in ``skip``) until the job is terminal;
+    ``tick`` sees the job file on every look. Returns the final job file."""
     offsets: dict[str, int] = {}
     while True:
         doc = job_document(layout, job_id)
+        if tick is not None:
+            tick(doc)
         if doc is not None:
             for attempt in doc["attempts"]:
                 if attempt["attempt_id"] in skip:
@@ -117,6 +186,15 @@ def _copy_new(path: os.PathLike, offsets: dict[str, int], key: str, out: BinaryI
         offsets[key] = offsets.get(key, 0) + len(data)
         out.write(data)
         out.flush()
+
+
+def pending_reason(layout: RunLayout, doc: dict[str, Any]) -> str:
+    """Why a queued job waits: status.json's live reason (with its numbers) while the
+    job is in its queue preview, else the job file's."""
+    for entry in (status_document(layout) or {}).get("queue", ()):
+        if entry.get("job_id") == doc["job_id"]:
+            return entry["reason"]
+    return doc["reason"]
 
 
 def status_document(layout: RunLayout) -> dict[str, Any] | None:

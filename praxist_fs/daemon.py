@@ -356,7 +356,7 @@ class Coordinator:
             elif time.monotonic() >= deadline:
                 log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
                             "cancelled" if job.current.cancel else "preempted")
-                fence.signal_group(shim, signal.SIGKILL)
+                fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
                 del self.ending[key]
 
     # -- events in ----------------------------------------------------------

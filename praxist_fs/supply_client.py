@@ -32,7 +32,6 @@ from typing import Any, Iterable, TextIO
 from . import client
 from .adapters.fsio import dumps, read_json, unlink, write_atomic
 from .adapters.layout import RunLayout
-from .adapters.lock import live_endpoint
 from .adapters.watcher import start_observer
 from .core.request import NAME_EXPECTED, NAME_RE
 from .errors import PraxistError
@@ -76,14 +75,6 @@ def decline_file(layout: RunLayout, generation: int, peer: str) -> Path:
 
 def lease_file(layout: RunLayout, generation: int, peer: str) -> Path:
     return leases_dir(layout, generation) / f"{peer}.json"
-
-
-def control_tmp(layout: RunLayout) -> Path:
-    return layout.control / "tmp"
-
-
-def control_replies(layout: RunLayout) -> Path:
-    return layout.control / "replies"
 
 
 # -- validation -------------------------------------------------------------------------
@@ -211,36 +202,8 @@ def generation_command(run_dir: str | os.PathLike, action: str, number: int,
     if timeout is None:
         raise SupplyError("a generation command needs a finite timeout")
     client.wait_for_coordinator(layout, _timeout(wait_coordinator, "wait_coordinator") or 0.0)
-    name = f"{request['request_id']}.json"
-    tmp = control_tmp(layout)
-    tmp.mkdir(parents=True, exist_ok=True)
-    write_atomic(tmp / name, dumps(request))
-    os.rename(tmp / name, layout.control / name)
-    reply_path = control_replies(layout) / name
-    deadline_at = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        reply = read_json(reply_path)
-        if isinstance(reply, dict):
-            return reply
-        remaining = deadline_at - time.monotonic()
-        if remaining <= 0:
-            break
-        time.sleep(min(delay, remaining))
-        delay = min(delay * 2, 0.1)
-    withdrawn = False
-    try:
-        os.unlink(layout.control / name)
-        withdrawn = True
-    except FileNotFoundError:
-        pass
-    alive = live_endpoint(layout) is not None
-    raise TimeoutError(
-        f"no reply to {request['action']} of generation {request['generation']} within "
-        f"{timeout:g}s (request {request['request_id']}; the coordinator is "
-        f"{'alive' if alive else 'no longer alive'}); "
-        + ("the request was withdrawn unprocessed" if withdrawn else
-           f"the coordinator took the request: its reply will appear in {reply_path}"))
+    return client.send_control(layout, request, timeout,
+                               f"{request['action']} of generation {request['generation']}")
 
 
 # -- peer: idle registration, leases, declines ------------------------------------------

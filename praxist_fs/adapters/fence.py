@@ -90,10 +90,13 @@ def holders(leaders: tuple[Shim, ...]) -> list[Process]:
     return found
 
 
-def signal_group(leader: Shim, signum: int) -> None:
-    """Pass a signal on to every live member of a leader's group and session."""
+def signal_group(leader: Shim, signum: int, spare_leader: bool = False) -> None:
+    """Pass a signal on to every live member of a leader's group and session; with
+    ``spare_leader``, to all but the leader (a shim killed with its command could not
+    record how the command ended)."""
     for pid, started in holders((leader,)):
-        _signal(pid, started, signum)
+        if not (spare_leader and pid == leader[0]):
+            _signal(pid, started, signum)
 
 
 def suspend_group(leader: Shim, grace: float) -> None:

@@ -3,31 +3,58 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from typing import Any
 
 from .. import client, legacy
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
-from ..core.request import NAME_EXPECTED, NAME_RE
+from ..core.policy import WORK_CLASSES
+from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
 EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
 EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
+PENDING_AFTER = 2.0       # seconds queued before the pending reason is shown
+INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as srun's
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch = sub.add_parser("launch", help="submit an experiment and wait for it, like srun")
-    launch.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
-    launch.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"))
-    launch.add_argument("--tag", required=True)
-    launch.add_argument("--profile")
-    launch.add_argument("--work-class", default="ordinary")
-    launch.add_argument("--eta", type=float)
-    launch.add_argument("--retry-terminal", action="store_true")
-    launch.add_argument("--lease")
+    launch.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
+                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    launch.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"),
+                        help="who submits (default $PRAXIST_PEER_ID)")
+    launch.add_argument("--tag", required=True,
+                        help="the experiment's scientific identity (variant, data, seeds...): "
+                        "the same tag and request is the same job")
+    launch.add_argument("--profile", help="a resource profile of the task file (default: "
+                        "its default_profile)")
+    launch.add_argument("--work-class", default="ordinary",
+                        help="its queue: " + ", ".join(WORK_CLASSES) + " (default ordinary)")
+    launch.add_argument("--eta", type=float, metavar="SECONDS",
+                        help="expected wall time; unknown when left out")
+    launch.add_argument("--retry-terminal", action="store_true",
+                        help="run a failed, rejected or cancelled job of this tag again")
+    launch.add_argument("--lease", help="the locator of the idle-supply lease this uses")
+    launch.add_argument("--after", action="append", default=[], metavar="JOB_OR_TAG",
+                        help="start only once that job completed successfully (repeatable)")
+    launch.add_argument("--after-any", action="append", default=[], metavar="JOB_OR_TAG",
+                        help="start only once that job ended, however (repeatable)")
+    launch.add_argument("--after-notok", action="append", default=[], metavar="JOB_OR_TAG",
+                        help="start only once that job ended other than completed")
+    launch.add_argument("--hold", action="store_true",
+                        help="queue it held: it starts only after 'praxist-fs release'")
+    low, high = PRIORITY_RANGE
+    launch.add_argument("--priority", type=int, metavar="N",
+                        help=f"{low}..{high} (default 0): higher starts first inside its queue")
     launch.add_argument("--max-cost", type=float, metavar="X",
                         help="reject the request if its estimated cost (eta x calibrated "
                         "ratio x GPUs x the profile's budget rate) is over X; needs --eta")
@@ -42,7 +69,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
                         metavar="DIR", help="where a peer-local launch registers the run "
                         "for stop --all (default as for serve)")
-    launch.add_argument("cmd", nargs=argparse.REMAINDER)
+    launch.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     launch.set_defaults(func=cmd_launch)
 
 
@@ -84,13 +111,20 @@ def cmd_launch(args: argparse.Namespace) -> int:
             "profile": args.profile, "work_class": args.work_class, "eta_s": args.eta,
             "argv": cmd, "cwd": os.getcwd(), "env": client.submission_env(dict(os.environ)),
             "retry_terminal": args.retry_terminal, "lease": args.lease,
-            "max_cost": args.max_cost,
+            "max_cost": args.max_cost, "priority": args.priority, "hold": args.hold or None,
+            "after": [{"job": ref, "when": when} for when, refs in (
+                ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
+                for ref in refs] or None,
         }
         client.submit(layout, {k: v for k, v in request.items() if v is not None})
         reply = client.wait_for_reply(layout, request["request_id"], args.wait_coordinator)
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
+    except KeyboardInterrupt:  # before an answer: the request may still be taken
+        print("praxist-fs launch: interrupted before the coordinator answered; a request "
+              "already in the spool is still processed", file=sys.stderr)
+        return 130
     outcome, job_id = reply["outcome"], reply["job_id"]
     if outcome == "rejected":
         print(f"praxist-fs launch: rejected: {reply['reason']}", file=sys.stderr)
@@ -108,7 +142,14 @@ def cmd_launch(args: argparse.Namespace) -> int:
     if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
         doc = client.job_document(layout, job_id) or {"attempts": []}
         earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
-    final = client.follow(layout, job_id, sys.stdout.buffer, skip=earlier)
+    watch = _Watch(layout, job_id, args.peer)
+    with watch.signals():
+        final = client.follow(layout, job_id, sys.stdout.buffer, skip=earlier,
+                              tick=watch.tick)
+    if watch.cancelled_by is not None:
+        print(f"praxist-fs launch: job {job_id} {final['state']}: {final['reason']}",
+              file=sys.stderr)
+        return 128 + watch.cancelled_by
     if final["state"] == "drained_unknown":
         print(f"praxist-fs launch: job {job_id}: {final['reason']}", file=sys.stderr)
         return EXIT_DRAINED_UNKNOWN
@@ -139,3 +180,72 @@ def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     except legacy.Busy as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
+
+
+class _Watch:
+    """What ``launch`` does while it follows its job, like srun: says why the job waits
+    (after PENDING_AFTER seconds, then whenever the reason changes), and turns signals
+    into a cancel: SIGTERM or SIGHUP at once, SIGINT when a second one comes within
+    INTERRUPT_WINDOW (the first prints the job's state). The handlers only take note;
+    ``tick``, called from the follow loop, acts, so no signal ever ends in a traceback."""
+
+    def __init__(self, layout: RunLayout, job_id: str, peer: str) -> None:
+        self.layout, self.job_id, self.peer = layout, job_id, peer
+        self.since = time.monotonic()
+        self.said: str | None = None
+        self.interrupts: list[float] = []
+        self.noted = 0                        # interrupts already answered
+        self.signalled: int | None = None     # the signal that asks for a cancel
+        self.cancelled_by: int | None = None  # the signal whose cancel was sent
+
+    @contextlib.contextmanager
+    def signals(self) -> Iterator[None]:
+        handlers = {signum: signal.signal(signum, self._on_signal)
+                    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            yield
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if signum != signal.SIGINT:
+            self.signalled = signum
+            return
+        now = time.monotonic()
+        if self.interrupts and now - self.interrupts[-1] <= INTERRUPT_WINDOW:
+            self.signalled = signum
+        self.interrupts.append(now)
+
+    def tick(self, doc: dict[str, Any] | None) -> None:
+        if doc is None:
+            return
+        if self.signalled is not None and self.cancelled_by is None:
+            self._cancel(doc)
+        elif len(self.interrupts) > self.noted and self.cancelled_by is None:
+            self.noted = len(self.interrupts)
+            print(f"praxist-fs launch: job {self.job_id} is {doc['state']} ({doc['reason']});"
+                  f" interrupt again within {INTERRUPT_WINDOW:g} s to cancel it",
+                  file=sys.stderr, flush=True)
+        elif doc["state"] == "queued" and time.monotonic() - self.since >= PENDING_AFTER:
+            reason = client.pending_reason(self.layout, doc)
+            if reason != self.said:
+                self.said = reason
+                print(f"praxist-fs launch: queued: {reason}", file=sys.stderr, flush=True)
+
+    def _cancel(self, doc: dict[str, Any]) -> None:
+        self.cancelled_by = self.signalled
+        name = signal.Signals(self.signalled).name
+        print(f"praxist-fs launch: {name}: cancelling job {self.job_id} "
+              f"({doc['state']}) and waiting for it to end", file=sys.stderr, flush=True)
+        request = {"request_id": client.new_request_id(self.peer), "action": "cancel",
+                   "jobs": [self.job_id], "by": self.peer,
+                   "reason": f"praxist-fs launch got {name}"}
+        try:
+            reply = client.send_control(self.layout, request, 30.0, "the cancel")
+        except TimeoutError as exc:
+            print(f"praxist-fs launch: {exc}", file=sys.stderr, flush=True)
+            return
+        if reply["outcome"] != "ok":
+            print(f"praxist-fs launch: cancel refused: {reply['reason']}", file=sys.stderr,
+                  flush=True)

@@ -32,13 +32,20 @@ def format_budget(budget: dict) -> str:
             f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})")
 
 
-def format_status(doc: dict) -> str:
+def format_status(doc: dict, alive: bool = True) -> str:
+    """``alive``: whether the coordinator that wrote ``doc`` still runs (the liveness
+    check ``launch`` uses); a dead one's last status is shown as such."""
     coord = doc.get("coordinator", {})
     age = time.time() - doc.get("updated_at", 0)
+    if alive:
+        state = f"{coord.get('state')} ({coord.get('observer')}, journal seq " \
+                f"{coord.get('journal_seq')}, updated {age:.1f}s ago)"
+    else:
+        state = (f"NOT RUNNING (process gone; its last status, {age:.0f}s old, follows"
+                 + (f"; the run is stopped: {doc['run_stopped']}" if doc.get("run_stopped")
+                    else "; start one with: praxist-fs serve") + ")")
     lines = [
-        f"coordinator pid {coord.get('pid')} on {coord.get('host')}: {coord.get('state')} "
-        f"({coord.get('observer')}, journal seq {coord.get('journal_seq')}, "
-        f"updated {age:.1f}s ago)",
+        f"coordinator pid {coord.get('pid')} on {coord.get('host')}: {state}",
         f"concurrency target {doc['concurrency']['target']} "
         f"(min {doc['concurrency']['min']}, max {doc['concurrency']['max']}); "
         f"running {doc['running']}",
@@ -77,9 +84,18 @@ def format_status(doc: dict) -> str:
         lines += [f"{s['job_id'][:40]:40} {s['attempt_id']:8} {s['suspended_s']:>7.1f}s  "
                   f"{s['by'][:30]:30} {s['waiting']}" for s in doc["suspended"]]
     if doc["queue"]:
-        lines += ["", f"{'QUEUED JOB':40} {'AGE':>8}  {'PROFILE':14} REASON"]
-        lines += [f"{q['job_id'][:40]:40} {q['age_s']:>7.1f}s  {q['profile'][:14]:14} {q['reason']}"
-                  for q in doc["queue"]]
+        lines += ["", f"{'QUEUED JOB':40} {'AGE':>8}  {'PRIO':>4}  {'PROFILE':14} REASON"]
+        lines += [f"{q['job_id'][:40]:40} {q['age_s']:>7.1f}s  {q.get('priority', 0):>4}  "
+                  f"{q['profile'][:14]:14} {q['reason']}" for q in doc["queue"]]
         if doc["queue_length"] > len(doc["queue"]):
             lines.append(f"... and {doc['queue_length'] - len(doc['queue'])} more")
+    return "\n".join(lines)
+
+
+def format_control_reply(reply: dict) -> str:
+    """A control request's answer: its outcome, then a line per selected job."""
+    lines = [f"{reply['outcome']}: {reply['reason']}"]
+    for job in reply.get("jobs") or ():
+        lines.append(f"  {job['job_id'][:40]:40} {job['result']:10} {job['state']:10} "
+                     f"{job['reason']}")
     return "\n".join(lines)

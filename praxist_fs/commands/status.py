@@ -10,6 +10,7 @@ import sys
 from .. import client
 from ..adapters import manifests
 from ..adapters.layout import RunLayout
+from ..adapters.lock import live_endpoint
 from .render import format_peer_local, format_status
 
 
@@ -31,8 +32,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({**(doc or {}), "peer_local_launches": local}, indent=2))
+        print(json.dumps({**(doc or {}), "coordinator_alive": live_endpoint(layout) is not None,
+                          "peer_local_launches": local}, indent=2))
     else:
-        print("\n\n".join(([format_status(doc)] if doc else [])
+        alive = live_endpoint(layout) is not None
+        print("\n\n".join(([format_status(doc, alive)] if doc else [])
                           + ([format_peer_local(local)] if local else [])))
     return 0

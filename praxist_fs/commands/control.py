@@ -1,0 +1,113 @@
+"""``cancel``, ``hold``, ``release`` and ``update``: job control as control requests.
+
+Each command writes one control file (docs/PROTOCOL.md, *Job control*), exactly what
+a shell script may drop with printf and mv, and prints the coordinator's answer: one
+line per selected job with what happened to it. The coordinator journals the decision
+before it signals anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from .. import client
+from ..adapters.layout import RunLayout
+from ..core.request import PRIORITY_RANGE, SELECTABLE_STATES
+from .render import format_control_reply
+
+EXIT_REFUSED = 2          # invalid input, unknown job, or a selection that needs --yes
+EXIT_NO_COORDINATOR = 69  # as `praxist-fs launch`
+EXIT_NO_REPLY = 1         # the coordinator did not answer in time
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    cancel = sub.add_parser("cancel", help="cancel jobs: queued ones at once, running ones "
+                            "by TERM to their whole process group, then KILL after a grace")
+    _selection(cancel, "cancel")
+    cancel.add_argument("--reason", help="why, recorded in the job file ('cancelled by WHO: "
+                        "REASON')")
+    cancel.add_argument("--grace", type=float, metavar="SECONDS",
+                        help="seconds between TERM and KILL (default: the task's "
+                        "cancel_grace_seconds, 10)")
+    cancel.set_defaults(func=cmd_control, action="cancel")
+
+    hold = sub.add_parser("hold", help="keep queued jobs from starting until released")
+    _selection(hold, "hold")
+    hold.set_defaults(func=cmd_control, action="hold")
+
+    release = sub.add_parser("release", help="let held jobs start again")
+    _selection(release, "release")
+    release.set_defaults(func=cmd_control, action="release")
+
+    update = sub.add_parser("update", help="change a queued job's priority")
+    _selection(update, "update")
+    low, high = PRIORITY_RANGE
+    update.add_argument("--priority", type=int, required=True, metavar="N",
+                        help=f"the new priority, {low}..{high}; higher starts first inside "
+                        "its queue")
+    update.set_defaults(func=cmd_control, action="update")
+
+
+def _selection(parser: argparse.ArgumentParser, action: str) -> None:
+    parser.add_argument("jobs", nargs="*", metavar="JOB_OR_TAG",
+                        help="job ids or tags; none: every job --peer/--state select")
+    parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
+                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    parser.add_argument("--peer", help="only the jobs of this peer")
+    parser.add_argument("--state", action="append", default=[], metavar="STATE",
+                        help="only jobs in this state: " + ", ".join(SELECTABLE_STATES)
+                        + " (repeat, or separate with commas)")
+    parser.add_argument("--by", default=os.environ.get("PRAXIST_PEER_ID")
+                        or os.environ.get("USER") or "operator",
+                        help="who asks, for the job's record (default $PRAXIST_PEER_ID, "
+                        "else $USER)")
+    parser.add_argument("--yes", action="store_true",
+                        help=f"{action} every job --peer/--state select, when more than one")
+    parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long to wait for the coordinator's answer (default 30)")
+    parser.add_argument("--json", action="store_true", help="print the reply document")
+
+
+def cmd_control(args: argparse.Namespace) -> int:
+    command = f"praxist-fs {args.action}"
+    if not args.run_dir:
+        print(f"{command}: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        return EXIT_REFUSED
+    states = [s for value in args.state for s in value.split(",") if s]
+    if not (args.jobs or args.peer or states):
+        print(f"{command}: name jobs (ids or tags), or select them with --peer/--state",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    layout = RunLayout.at(args.run_dir)
+    if not args.jobs and not args.yes:
+        selected = client.select_jobs(layout, args.peer, states)
+        if len(selected) > 1:
+            print(f"{command}: --peer/--state select {len(selected)} jobs ("
+                  + ", ".join(selected[:5]) + (", ..." if len(selected) > 5 else "")
+                  + f"); add --yes to {args.action} them all", file=sys.stderr)
+            return EXIT_REFUSED
+    request: dict[str, Any] = {
+        "request_id": client.new_request_id(args.by), "action": args.action,
+        "jobs": args.jobs, "peer": args.peer, "states": states, "by": args.by,
+        "reason": getattr(args, "reason", None), "grace": getattr(args, "grace", None),
+        "priority": getattr(args, "priority", None)}
+    try:
+        client.wait_for_coordinator(layout, 0.0)
+        reply = client.send_control(layout, {k: v for k, v in request.items()
+                                             if v not in (None, [])},
+                                    args.timeout, f"{args.action} ({request['request_id']})")
+    except client.NoCoordinator as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_NO_COORDINATOR
+    except TimeoutError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_NO_REPLY
+    if args.json:
+        print(json.dumps(reply, indent=2))
+    else:
+        print(format_control_reply(reply))
+    return 0 if reply["outcome"] == "ok" else EXIT_REFUSED
