@@ -1,7 +1,14 @@
-"""The documented shell protocol runs verbatim, and the documented state diagram is current.
+"""The documented shell blocks run verbatim, and the documented state diagram is current.
 
 The line right before a block's opening fence marks it (an HTML comment, invisible once
-rendered): ``<!-- tested: NAME -->`` means a test below runs the block's text unchanged.
+rendered):
+
+    <!-- tested: NAME -->        a test below runs the block's text unchanged, by NAME
+
+A block is run from the repository root by ``bash -euo pipefail``, with its output in files
+(a block may leave a coordinator serving in the background) and only its own variables
+(``RUN``, ``GPURUN``) set from outside. Its coordinators get a temporary host registry and
+calm PSI files like every coordinator of the tests, and are stopped afterwards.
 """
 
 from __future__ import annotations
@@ -9,14 +16,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+import pytest
+
+from .conftest import Run, read_json, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLE_TASK = ROOT / "fixtures" / "tasks" / "example.yaml"
 FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
 
@@ -70,6 +84,116 @@ def test_the_block_reader_finds_blocks_and_markers(tmp_path):
                      (8, "bash", "illustrative", "needs a GPU", "nvidia-smi\n  indented\n"),
                      (12, "console", None, None, "$ x\n```\n"),
                      (16, "json", None, None, "{}\n")]
+
+
+# -- running blocks ------------------------------------------------------------------------
+
+class Shell:
+    """Runs documented blocks verbatim, and stops every coordinator they leave behind."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        psi = tmp_path / "calm-psi"
+        psi.mkdir()
+        for domain in ("cpu", "memory", "io"):
+            (psi / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+        (tmp_path / "tmp").mkdir()
+        self.env = {name: value for name, value in os.environ.items()
+                    if not name.startswith("PRAXIST_")}
+        # bare `praxist-fs` in docs/ is the installed console script next to this python
+        self.env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                        PRAXIST_HOST_REGISTRY=str(tmp_path / "host-registry"),
+                        PRAXIST_PSI_ROOT=str(psi), TMPDIR=str(tmp_path / "tmp"))
+        self.runs: list[Path] = []
+        self.serial = 0
+
+    def run_dir(self, name: str, variable: str = "RUN") -> Path:
+        """A run directory of this test, named to the blocks by ``variable``."""
+        path = self.tmp / name
+        self.env[variable] = str(path)
+        self.runs.append(path)
+        return path
+
+    def __call__(self, *names: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run the named blocks one after the other in one bash, as a reader pastes them."""
+        self.serial += 1
+        out, err = (self.tmp / f"block-{self.serial}.{kind}" for kind in ("out", "err"))
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            code = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                                   "".join(documented(name) for name in names)],
+                                  cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                  stdout=stdout, stderr=stderr, timeout=timeout).returncode
+        return subprocess.CompletedProcess(names, code, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        for root in self.runs:
+            serving = [p for p in psutil.process_iter(["cmdline"])
+                       if "serve" in (p.info["cmdline"] or ()) and str(root) in p.info["cmdline"]]
+            for proc in serving:
+                proc.send_signal(signal.SIGTERM)
+            for proc in psutil.wait_procs(serving, timeout=15)[1]:
+                proc.kill()
+            Run(root, EXAMPLE_TASK).kill_attempt_groups()
+
+
+@pytest.fixture
+def shell(tmp_path):
+    if not (ROOT / ".venv" / "bin" / "praxist-fs").exists():
+        pytest.fail("the README's blocks run .venv/bin/praxist-fs: `make .venv/.installed` first")
+    shell = Shell(tmp_path)
+    yield shell
+    shell.close()
+
+
+def job_id(tag: str) -> str:
+    from praxist_fs.core.identity import job_id_for
+    return job_id_for(tag)
+
+
+def test_readme_quick_start_and_tour_run_verbatim(shell):
+    run = Run(shell.run_dir("myrun"), EXAMPLE_TASK)
+
+    quick = shell("quick-start")
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    assert "train done: seed 1 lr 0.1 final loss" in quick.stdout  # launch streamed the log
+    assert re.search(r"^counts: completed 1$", quick.stdout, re.M), quick.stdout  # status
+    train = job_id("train-lr0.1-seed1")
+    assert run.job(train)["state"] == "completed"
+    assert read_json(run.sched / "attempts" / train / "a1" / "progress.json") == {
+        "done": 5, "total": 5, "unit": "step"}
+
+    submit = shell("tour-submit")  # printf + mv: no env, so the coordinator's PATH
+    assert submit.returncode == 0, submit.stderr
+    reply = json.loads(submit.stdout)
+    assert (reply["outcome"], reply["job_id"]) == ("accepted", job_id("eval-seed3"))
+    assert run.wait_state(reply["job_id"], "completed", "failed")["exit_code"] == 0
+    log = run.root / "logs" / "experiments" / reply["job_id"] / "a1.log"
+    assert log.read_text().endswith("eval done: seed 3 accuracy 0.790\n")
+
+    generation = shell("tour-generation")
+    assert generation.returncode == 0, generation.stdout + generation.stderr
+    assert "eval done: seed 4 accuracy" in generation.stdout
+    assert '"reason": "generation 1 closing"' in generation.stdout
+    evaluated = run.job(job_id("eval-seed4"))
+    lease = read_json(run.sched / "spool" / "replies" / f"{evaluated['request_id']}.json")["lease"]
+    assert lease["outcome"] == "consumed" and evaluated["exit_code"] == 0
+
+    stop = shell("tour-stop")
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["stopped_run_ids"] == [str(run.root)]
+    assert not (run.sched / "endpoint.json").exists()  # the coordinator has exited
+
+
+def test_readme_gpu_tour_runs_verbatim(shell):
+    run = Run(shell.run_dir("gpurun", "GPURUN"), EXAMPLE_TASK)
+    result = shell("tour-gpus")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [job_id(f"ft-seed{i}") for i in (1, 2, 3)]
+    assert result.stdout.split()[:3] == ids  # --detach prints each job id
+    jobs = [run.wait_state(j, "running") for j in ids]
+    wait_for(lambda: all((run.job(j)["attempts"][-1]["gpus"]) for j in ids))
+    gpus = [run.job(j)["attempts"][-1]["gpus"] for j in ids]
+    assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1], (jobs, gpus)
 
 
 def test_protocol_shell_examples_run_verbatim(run):
