@@ -1,9 +1,11 @@
-"""The documented shell blocks run verbatim, and the documented state diagram is current.
+"""Every shell block of README.md and docs/*.md runs verbatim here, or says why it cannot;
+and the documented state diagram is current.
 
 The line right before a block's opening fence marks it (an HTML comment, invisible once
 rendered):
 
     <!-- tested: NAME -->        a test below runs the block's text unchanged, by NAME
+    <!-- illustrative: WHY -->   it is not run (a GPU, a foreground server, PyPI, a synopsis)
 
 A block is run from the repository root by ``bash -euo pipefail``, with its output in files
 (a block may leave a coordinator serving in the background) and only its own variables
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,14 +28,22 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import Run, read_json, wait_for
+from .conftest import Run, read_json, request, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLE_TASK = ROOT / "fixtures" / "tasks" / "example.yaml"
+SHELL_LANGUAGES = {"sh", "bash", "shell", "console", "zsh", "shell-session"}
 FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
+# Every block marked tested, by the test that runs it.
+TESTED = {
+    "quick-start", "tour-submit", "tour-generation", "tour-stop", "tour-gpus",  # README
+    "shell-submit", "shell-wait",  # PROTOCOL
+    "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
+    "ops-generation-status", "ops-invariants",  # OPERATIONS
+}
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,22 @@ def blocks(path: Path) -> list[Block]:
 def documented(name: str, marker: str = "tested") -> str:
     [block] = [b for path in DOCS for b in blocks(path) if (b.marker, b.name) == (marker, name)]
     return block.text
+
+
+def test_every_shell_block_is_run_by_a_test_or_marked_illustrative():
+    every = [b for path in DOCS for b in blocks(path)]
+    unmarked = [b.where() for b in every if b.language in SHELL_LANGUAGES and b.marker is None]
+    assert not unmarked, ("each shell block needs '<!-- tested: NAME -->' (and a test in "
+                          "tests/e2e/test_docs.py) or '<!-- illustrative: WHY -->' on the line "
+                          f"before its fence: {unmarked}")
+    tested = [b.name for b in every if b.marker == "tested"]
+    assert len(tested) == len(set(tested)), f"a tested name is used twice: {sorted(tested)}"
+    assert set(tested) == TESTED, "TESTED must name exactly the blocks marked tested"
+    for path in DOCS:  # a marker that is not right before a fence marks nothing
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines[:-1], 1):
+            if MARKER.match(line.strip()):
+                assert FENCE.match(lines[number]), f"{path.name}:{number}: no fence after {line}"
 
 
 def test_the_block_reader_finds_blocks_and_markers(tmp_path):
@@ -214,6 +241,69 @@ def test_protocol_shell_examples_run_verbatim(run):
     first, *waited = sh("shell-submit", "shell-wait").splitlines()  # section 6 continues it
     assert json.loads(first)["outcome"] == "duplicate"
     assert waited == [f"job {reply['job_id']}: completed (exit code 0)", "hello"]
+
+
+def test_legacy_launch_example_runs_verbatim(shell):
+    root = shell.run_dir("legacy-run")
+    result = shell("legacy-launch")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "eval done: seed 3 accuracy 0.790"
+    assert not (root / "resource_scheduler" / "protected_pids" / "alice.json").exists()
+
+
+# The documented status example: two slots, a CPU job and a GPU job running on the fake
+# H200 that a colleague half uses, and three jobs waiting, each for another reason.
+STATUS_TASK = EXAMPLE_TASK.read_text().replace(
+    "initial_concurrent_experiments: 4", "initial_concurrent_experiments: 2").replace(
+    "max_concurrent_experiments: 8", "max_concurrent_experiments: 2")
+STATUS_JOBS = [("sweep.lr0.1", "cpu_ordinary"), ("ft.seed1", "gpu_work"),
+               ("sweep.lr0.3", "cpu_ordinary"), ("ft.seed2", "gpu_work"),
+               ("big.seed1", "gpu_large")]
+
+
+def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, shell, tmp_path):
+    run = make_run(task_text=STATUS_TASK)
+    gpus = tmp_path / "gpus.json"
+    shutil.copy(ROOT / "fixtures" / "gpus" / "one_h200_busy.json", gpus)
+    run.start(env={"PRAXIST_FAKE_GPUS": str(gpus)})
+    shell.env["RUN"] = str(run.root)
+    train = ["python3", "fixtures/jobs/train.py", "--steps", "600", "--step-time", "0.1"]
+    for tag, profile in STATUS_JOBS:
+        run.reply(run.submit(request(tag, train, profile=profile, cwd=str(ROOT))))
+
+    def settled():
+        status = run.status() or {}
+        return (len(status.get("active", ())) == 2
+                and all(a["progress"] for a in status["active"])
+                and [q["reason"] != "queued" for q in status["queue"]] == [True] * 3
+                and status["gpus"]["devices"] and status["pressure"]["source"])
+    wait_for(settled, message="the documented status example's state")
+    status = shell("ops-status")
+    assert status.returncode == 0, status.stderr
+    assert "waiting for a slot: 2 of 2 running" in status.stdout
+
+    summary = shell("ops-status-json")
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.splitlines()[:3] == [
+        "pressure psi {'cpu': 0.0, 'memory': 0.0, 'io': 0.0}",
+        "concurrency 2 configured max 2 initial", "gpus fake "]
+    assert summary.stdout.splitlines()[3].startswith("0 GPU-fake-0 declared 45% 20480 MiB")
+
+    operator = shell("ops-generation-operator")
+    assert operator.returncode == 0, operator.stdout + operator.stderr
+    assert operator.stdout.count('"outcome": "ok"') == 3
+    opened = subprocess.run([sys.executable, "-m", "praxist_fs", "generation", "open", "2",
+                             "--run-dir", str(run.root), "--cohort", "alice"],
+                            capture_output=True, text=True, timeout=60)
+    assert opened.returncode == 0, opened.stderr
+    generations = shell("ops-generation-status")
+    assert generations.returncode == 0, generations.stderr
+    lines = generations.stdout.splitlines()
+    assert lines[0] == "generation 2 open " and lines[1].startswith("maturity Q=")
+    assert lines[-2].startswith("1 ") and lines[-1].startswith("2 open conversion")
+
+    invariants = shell("ops-invariants")
+    assert (invariants.returncode, invariants.stdout) == (0, "consistent\n"), invariants.stderr
 
 
 def test_state_diagram_in_protocol_matches_the_transition_table():
