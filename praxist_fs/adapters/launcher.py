@@ -111,9 +111,17 @@ class ShimHandle:
 
 
 def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, str]:
-    """The submitted environment plus the attempt's identity and GPU binding."""
+    """The submitted environment plus the attempt's identity and GPU binding.
+
+    A request whose ``env`` has no ``PATH`` gets the coordinator's own: a peer that
+    submits ``["python3", ...]`` with printf and mv should not have to spell one out
+    (PROTOCOL.md section 6). It is added here, at launch, so the request, its
+    fingerprint and the journal stay as submitted."""
     gpus = ",".join(effect.gpus)
+    default = {} if "PATH" in effect.env or "PATH" not in os.environ else {
+        "PATH": os.environ["PATH"]}
     return {
+        **default,
         **effect.env,
         "PRAXIST_RUN_DIR": str(layout.root),
         "PRAXIST_PEER_ID": effect.metadata.get("peer", ""),

@@ -1,39 +1,321 @@
-"""The documented shell protocol runs verbatim, and the documented state diagram is current."""
+"""Every shell block of README.md and docs/*.md runs verbatim here, or says why it cannot;
+and the documented state diagram is current.
+
+The line right before a block's opening fence marks it (an HTML comment, invisible once
+rendered):
+
+    <!-- tested: NAME -->        a test below runs the block's text unchanged, by NAME
+    <!-- illustrative: WHY -->   it is not run (a GPU, a foreground server, PyPI, a synopsis)
+
+A block is run from the repository root by ``bash -euo pipefail``, with its output in files
+(a block may leave a coordinator serving in the background) and only its own variables
+(``RUN``, ``GPURUN``) set from outside. Its coordinators get a temporary host registry and
+calm PSI files like every coordinator of the tests, and are stopped afterwards.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
+import pytest
+
+from .conftest import Run, read_json, request, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+EXAMPLE_TASK = ROOT / "fixtures" / "tasks" / "example.yaml"
+SHELL_LANGUAGES = {"sh", "bash", "shell", "console", "zsh", "shell-session"}
+FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")
+MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
+# Every block marked tested, by the test that runs it.
+TESTED = {
+    "quick-start", "tour-submit", "tour-generation", "tour-stop", "tour-gpus",  # README
+    "shell-submit", "shell-wait",  # PROTOCOL
+    "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
+    "ops-generation-status", "ops-invariants",  # OPERATIONS
+}
 
 
-def documented_block(marker: str) -> str:
-    lines = PROTOCOL.read_text().splitlines()
-    start = lines.index(f"<!-- tested: {marker} -->")
-    assert lines[start + 1] == "```sh"
-    end = lines.index("```", start + 2)
-    return "\n".join(lines[start + 2:end]) + "\n"
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # of the opening fence, from 1
+    language: str
+    marker: str | None  # tested, illustrative or output
+    name: str | None  # the marker's NAME or WHY
+    text: str  # without the fences and the indentation of a block in a list
+
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
 
 
-def test_shell_submit_example_runs_verbatim(run):
-    script = documented_block("shell-submit")
+def blocks(path: Path) -> list[Block]:
+    lines = path.read_text().splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        indent, ticks, language = fence.groups()
+        end = next((j for j in range(i + 1, len(lines))
+                    if set(lines[j].strip()) == {ticks[0]} and len(lines[j].strip()) >= len(ticks)),
+                   len(lines))
+        body = [line[len(indent):] if line.startswith(indent) else line.lstrip()
+                for line in lines[i + 1:end]]
+        marker = MARKER.match(lines[i - 1].strip()) if i else None
+        found.append(Block(path, i + 1, language, marker and marker[1], marker and marker[2],
+                           "\n".join(body) + "\n"))
+        i = end + 1
+    return found
+
+
+def documented(name: str, marker: str = "tested") -> str:
+    [block] = [b for path in DOCS for b in blocks(path) if (b.marker, b.name) == (marker, name)]
+    return block.text
+
+
+def test_every_shell_block_is_run_by_a_test_or_marked_illustrative():
+    every = [b for path in DOCS for b in blocks(path)]
+    unmarked = [b.where() for b in every if b.language in SHELL_LANGUAGES and b.marker is None]
+    assert not unmarked, ("each shell block needs '<!-- tested: NAME -->' (and a test in "
+                          "tests/e2e/test_docs.py) or '<!-- illustrative: WHY -->' on the line "
+                          f"before its fence: {unmarked}")
+    tested = [b.name for b in every if b.marker == "tested"]
+    assert len(tested) == len(set(tested)), f"a tested name is used twice: {sorted(tested)}"
+    assert set(tested) == TESTED, "TESTED must name exactly the blocks marked tested"
+    for path in DOCS:  # a marker that is not right before a fence marks nothing
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines[:-1], 1):
+            if MARKER.match(line.strip()):
+                assert FENCE.match(lines[number]), f"{path.name}:{number}: no fence after {line}"
+
+
+def test_the_block_reader_finds_blocks_and_markers(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("text\n<!-- tested: a -->\n```sh\necho a\n```\n1. item\n"
+                   "   <!-- illustrative: needs a GPU -->\n   ```bash\n   nvidia-smi\n"
+                   "     indented\n   ```\n````console\n$ x\n```\n````\n```json\n{}\n```\n")
+    found = [(b.line, b.language, b.marker, b.name, b.text) for b in blocks(doc)]
+    assert found == [(3, "sh", "tested", "a", "echo a\n"),
+                     (8, "bash", "illustrative", "needs a GPU", "nvidia-smi\n  indented\n"),
+                     (12, "console", None, None, "$ x\n```\n"),
+                     (16, "json", None, None, "{}\n")]
+
+
+# -- running blocks ------------------------------------------------------------------------
+
+class Shell:
+    """Runs documented blocks verbatim, and stops every coordinator they leave behind."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        psi = tmp_path / "calm-psi"
+        psi.mkdir()
+        for domain in ("cpu", "memory", "io"):
+            (psi / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+        (tmp_path / "tmp").mkdir()
+        self.env = {name: value for name, value in os.environ.items()
+                    if not name.startswith("PRAXIST_")}
+        # bare `praxist-fs` in docs/ is the installed console script next to this python
+        self.env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                        PRAXIST_HOST_REGISTRY=str(tmp_path / "host-registry"),
+                        PRAXIST_PSI_ROOT=str(psi), TMPDIR=str(tmp_path / "tmp"))
+        self.runs: list[Path] = []
+        self.serial = 0
+
+    def run_dir(self, name: str, variable: str = "RUN") -> Path:
+        """A run directory of this test, named to the blocks by ``variable``."""
+        path = self.tmp / name
+        self.env[variable] = str(path)
+        self.runs.append(path)
+        return path
+
+    def __call__(self, *names: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run the named blocks one after the other in one bash, as a reader pastes them."""
+        self.serial += 1
+        out, err = (self.tmp / f"block-{self.serial}.{kind}" for kind in ("out", "err"))
+        with open(out, "w") as stdout, open(err, "w") as stderr:
+            code = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                                   "".join(documented(name) for name in names)],
+                                  cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
+                                  stdout=stdout, stderr=stderr, timeout=timeout).returncode
+        return subprocess.CompletedProcess(names, code, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        for root in self.runs:
+            serving = [p for p in psutil.process_iter(["cmdline"])
+                       if "serve" in (p.info["cmdline"] or ()) and str(root) in p.info["cmdline"]]
+            for proc in serving:
+                proc.send_signal(signal.SIGTERM)
+            for proc in psutil.wait_procs(serving, timeout=15)[1]:
+                proc.kill()
+            Run(root, EXAMPLE_TASK).kill_attempt_groups()
+
+
+@pytest.fixture
+def shell(tmp_path):
+    if not (ROOT / ".venv" / "bin" / "praxist-fs").exists():
+        pytest.fail("the README's blocks run .venv/bin/praxist-fs: `make .venv/.installed` first")
+    shell = Shell(tmp_path)
+    yield shell
+    shell.close()
+
+
+def job_id(tag: str) -> str:
+    from praxist_fs.core.identity import job_id_for
+    return job_id_for(tag)
+
+
+def test_readme_quick_start_and_tour_run_verbatim(shell):
+    run = Run(shell.run_dir("myrun"), EXAMPLE_TASK)
+
+    quick = shell("quick-start")
+    assert quick.returncode == 0, quick.stdout + quick.stderr
+    assert "train done: seed 1 lr 0.1 final loss" in quick.stdout  # launch streamed the log
+    assert re.search(r"^counts: completed 1$", quick.stdout, re.M), quick.stdout  # status
+    train = job_id("train-lr0.1-seed1")
+    assert run.job(train)["state"] == "completed"
+    assert read_json(run.sched / "attempts" / train / "a1" / "progress.json") == {
+        "done": 5, "total": 5, "unit": "step"}
+
+    submit = shell("tour-submit")  # printf + mv: no env, so the coordinator's PATH
+    assert submit.returncode == 0, submit.stderr
+    reply = json.loads(submit.stdout)
+    assert (reply["outcome"], reply["job_id"]) == ("accepted", job_id("eval-seed3"))
+    assert run.wait_state(reply["job_id"], "completed", "failed")["exit_code"] == 0
+    log = run.root / "logs" / "experiments" / reply["job_id"] / "a1.log"
+    assert log.read_text().endswith("eval done: seed 3 accuracy 0.790\n")
+
+    generation = shell("tour-generation")
+    assert generation.returncode == 0, generation.stdout + generation.stderr
+    assert "eval done: seed 4 accuracy" in generation.stdout
+    assert '"reason": "generation 1 closing"' in generation.stdout
+    evaluated = run.job(job_id("eval-seed4"))
+    lease = read_json(run.sched / "spool" / "replies" / f"{evaluated['request_id']}.json")["lease"]
+    assert lease["outcome"] == "consumed" and evaluated["exit_code"] == 0
+
+    stop = shell("tour-stop")
+    assert stop.returncode == 0, stop.stderr
+    assert json.loads(stop.stdout)["stopped_run_ids"] == [str(run.root)]
+    assert not (run.sched / "endpoint.json").exists()  # the coordinator has exited
+
+
+def test_readme_gpu_tour_runs_verbatim(shell):
+    run = Run(shell.run_dir("gpurun", "GPURUN"), EXAMPLE_TASK)
+    result = shell("tour-gpus")
+    assert result.returncode == 0, result.stdout + result.stderr
+    ids = [job_id(f"ft-seed{i}") for i in (1, 2, 3)]
+    assert result.stdout.split()[:3] == ids  # --detach prints each job id
+    jobs = [run.wait_state(j, "running") for j in ids]
+    wait_for(lambda: all((run.job(j)["attempts"][-1]["gpus"]) for j in ids))
+    gpus = [run.job(j)["attempts"][-1]["gpus"] for j in ids]
+    assert all(len(g) == 1 for g in gpus) and gpus[0] != gpus[1], (jobs, gpus)
+
+
+def test_protocol_shell_examples_run_verbatim(run):
     env = {"RUN": str(run.root), "PATH": os.environ["PATH"]}
-    first = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
-                           capture_output=True, text=True, timeout=60)
-    assert first.returncode == 0, first.stderr
-    reply = json.loads(first.stdout)
+
+    def sh(*names):
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                                 "".join(documented(n) for n in names)],
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    reply = json.loads(sh("shell-submit"))
     assert reply["outcome"] == "accepted"
     assert run.wait_state(reply["job_id"], "completed")["exit_code"] == 0
     log = run.root / "logs" / "experiments" / reply["job_id"] / "a1.log"
     assert log.read_text() == "hello\n"
-    second = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env,
+    first, *waited = sh("shell-submit", "shell-wait").splitlines()  # section 6 continues it
+    assert json.loads(first)["outcome"] == "duplicate"
+    assert waited == [f"job {reply['job_id']}: completed (exit code 0)", "hello"]
+
+
+def test_legacy_launch_example_runs_verbatim(shell):
+    root = shell.run_dir("legacy-run")
+    result = shell("legacy-launch")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "eval done: seed 3 accuracy 0.790"
+    assert not (root / "resource_scheduler" / "protected_pids" / "alice.json").exists()
+
+
+# The documented status example: two slots, a CPU job and a GPU job running on the fake
+# H200 that a colleague half uses, and three jobs waiting, each for another reason.
+STATUS_TASK = EXAMPLE_TASK.read_text().replace(
+    "initial_concurrent_experiments: 4", "initial_concurrent_experiments: 2").replace(
+    "max_concurrent_experiments: 8", "max_concurrent_experiments: 2")
+STATUS_JOBS = [("sweep.lr0.1", "cpu_ordinary"), ("ft.seed1", "gpu_work"),
+               ("sweep.lr0.3", "cpu_ordinary"), ("ft.seed2", "gpu_work"),
+               ("big.seed1", "gpu_large")]
+VOLATILE = [(re.compile(r"\d+(\.\d+)?(e[-+]\d+)?"), "N"), (re.compile(r" on \S+: "), " on HOST: "),
+            (re.compile(r"\s+"), " ")]
+
+
+def shape(text: str) -> list[str]:
+    """The lines with numbers, the host name and alignment taken out."""
+    lines = []
+    for line in text.strip().splitlines():
+        for pattern, replacement in VOLATILE:
+            line = pattern.sub(replacement, line)
+        lines.append(line.strip())
+    return lines
+
+
+def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, shell, tmp_path):
+    run = make_run(task_text=STATUS_TASK)
+    gpus = tmp_path / "gpus.json"
+    shutil.copy(ROOT / "fixtures" / "gpus" / "one_h200_busy.json", gpus)
+    run.start(env={"PRAXIST_FAKE_GPUS": str(gpus)})
+    shell.env["RUN"] = str(run.root)
+    train = ["python3", "fixtures/jobs/train.py", "--steps", "600", "--step-time", "0.1"]
+    for tag, profile in STATUS_JOBS:
+        run.reply(run.submit(request(tag, train, profile=profile, cwd=str(ROOT))))
+
+    def settled():
+        status = run.status() or {}
+        return (len(status.get("active", ())) == 2
+                and all(a["progress"] for a in status["active"])
+                and [q["reason"] != "queued" for q in status["queue"]] == [True] * 3
+                and status["gpus"]["devices"] and status["pressure"]["source"])
+    wait_for(settled, message="the documented status example's state")
+    status = shell("ops-status")
+    assert status.returncode == 0, status.stderr
+    assert shape(status.stdout) == shape(documented("ops-status", "output")), status.stdout
+
+    summary = shell("ops-status-json")
+    assert summary.returncode == 0, summary.stderr
+    assert summary.stdout.splitlines()[:3] == [
+        "pressure psi {'cpu': 0.0, 'memory': 0.0, 'io': 0.0}",
+        "concurrency 2 configured max 2 initial", "gpus fake "]
+    assert summary.stdout.splitlines()[3].startswith("0 GPU-fake-0 declared 45% 20480 MiB")
+
+    operator = shell("ops-generation-operator")
+    assert operator.returncode == 0, operator.stdout + operator.stderr
+    assert operator.stdout.count('"outcome": "ok"') == 3
+    opened = subprocess.run([sys.executable, "-m", "praxist_fs", "generation", "open", "2",
+                             "--run-dir", str(run.root), "--cohort", "alice"],
                             capture_output=True, text=True, timeout=60)
-    assert json.loads(second.stdout)["outcome"] == "duplicate"
+    assert opened.returncode == 0, opened.stderr
+    generations = shell("ops-generation-status")
+    assert generations.returncode == 0, generations.stderr
+    lines = generations.stdout.splitlines()
+    assert lines[0] == "generation 2 open " and lines[1].startswith("maturity Q=")
+    assert lines[-2].startswith("1 ") and lines[-1].startswith("2 open conversion")
+
+    invariants = shell("ops-invariants")
+    assert (invariants.returncode, invariants.stdout) == (0, "consistent\n"), invariants.stderr
 
 
 def test_state_diagram_in_protocol_matches_the_transition_table():
