@@ -107,9 +107,11 @@ def test_gpu_work_waits_with_a_reason_and_never_runs_on_cpu(run, tmp_path):
     gpu = run.reply(run.submit(request("gpu-job", ["touch", str(marker)], profile="gpu_work")))
     cpu = run.reply(run.submit(request("cpu-job", ["true"])))
     run.wait_state(cpu["job_id"], "completed")
-    status = wait_for(lambda: (s := run.status()) and s["queue"] and s)
+    status = wait_for(lambda: (s := run.status()) and s["queue"]
+                      and "gpu" in s["queue"][0]["reason"].lower() and s,
+                      message="the queued job's reason")
     [held] = status["queue"]
-    assert held["job_id"] == gpu["job_id"] and "gpu" in held["reason"].lower()
+    assert held["job_id"] == gpu["job_id"]
     assert run.job(gpu["job_id"])["state"] == "queued" and not marker.exists()
 
 
@@ -125,8 +127,9 @@ def test_concurrency_limit_holds(make_run, tmp_path):
     gate = tmp_path / "gate"
     ids = [run.reply(run.submit(request(f"c{i}", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])))["job_id"]
            for i in range(4)]
-    wait_for(lambda: (s := run.status()) and s["running"] == 2)
-    assert run.status()["counts"]["queued"] == 2
+    # one status.json may show two running before the last acceptances
+    wait_for(lambda: (s := run.status()) and s["running"] == 2 and s["counts"]["queued"] == 2,
+             message="two running and two queued")
     gate.touch()
     for job_id in ids:
         run.wait_state(job_id, "completed")

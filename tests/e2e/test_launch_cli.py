@@ -45,7 +45,8 @@ def test_detach_prints_the_job_id_and_returns(run, tmp_path):
                     f"while [ ! -e {gate} ]; do sleep 0.05; done")
     assert result.returncode == 0
     job_id = result.stdout.strip()
-    assert job_id.startswith("cli-detach-") and run.job(job_id)["state"] in ("queued", "running")
+    assert job_id.startswith("cli-detach-")
+    run.wait_state(job_id, "queued", "running")  # its file is written just after the reply
     gate.touch()
     run.wait_state(job_id, "completed")
 
