@@ -41,7 +41,7 @@ from .events import (
     LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetVerdict,
 )
 from .generations import GenerationDesk
-from .identity import fingerprint, job_id_for
+from .identity import differences, fingerprint, job_id_for
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
@@ -179,8 +179,9 @@ class Scheduler(PreemptionDesk, GenerationDesk):
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
                 return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
+            changed = differences(job.request, job.profile, request, profile)
             problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
-                       "with a different command, profile, cwd or env")
+                       f"with a different {changed}")
             if request.retry_terminal:
                 problem += "; retry_terminal applies only to failed, rejected or cancelled jobs"
             return self._reply(ev, "rejected", job, "tag", problem)

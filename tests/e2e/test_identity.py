@@ -39,14 +39,16 @@ def test_same_tag_same_request_is_a_duplicate_and_runs_once(run, tmp_path):
 
 def test_same_tag_with_a_changed_request_is_a_conflict(run):
     first = run.reply(run.submit(request("conf", ["sleep", "5"])))
-    for changed in (request("conf", ["sleep", "6"]),
-                    request("conf", ["sleep", "5"], env={"LR": "0.1"}),
-                    request("conf", ["sleep", "5"], profile="other_cpu"),
-                    request("conf", ["sleep", "5"], retry_terminal=True, cwd="/tmp")):
+    for changed, named in ((request("conf", ["sleep", "6"]), "command"),
+                           (request("conf", ["sleep", "5"], env={"LR": "0.1"}),
+                            "env (this request adds LR)"),
+                           (request("conf", ["sleep", "5"], profile="other_cpu"), "profile"),
+                           (request("conf", ["sleep", "5"], retry_terminal=True, cwd="/tmp"),
+                            "cwd; retry_terminal applies only")):
         reply = run.reply(run.submit(changed))
-        assert reply["outcome"] == "rejected", changed
+        assert reply["outcome"] == "rejected" and reply["field"] == "tag", changed
         assert reply["job_id"] == first["job_id"]
-        assert "different" in reply["reason"] or "retry_terminal" in reply["reason"]
+        assert f"with a different {named}" in reply["reason"]
 
 
 def test_failed_job_is_a_terminal_duplicate_until_retried(run, tmp_path):
