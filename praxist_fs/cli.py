@@ -178,6 +178,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
+    except client.TooLarge as exc:
+        print(f"praxist-fs launch: rejected: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
     outcome, job_id = reply["outcome"], reply["job_id"]
     if outcome == "rejected":
         print(f"praxist-fs launch: rejected: {reply['reason']}", file=sys.stderr)

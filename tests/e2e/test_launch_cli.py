@@ -58,6 +58,21 @@ def test_rejected_launch_exits_nonzero_with_the_reason(run):
     assert result.returncode == 2 and "nope" in result.stderr
 
 
+def test_launch_from_a_crowded_environment_says_so_and_submits_nothing(run, tmp_path):
+    crowded = {f"VAR_{i}": "v" * 100 for i in range(700)}
+    marker = tmp_path / "ran"
+    result = launch(run, "--tag=cli-crowded", "--", "touch", str(marker),
+                    env={**os.environ, **crowded})
+    assert result.returncode == 2
+    assert "praxist-fs launch: rejected: the request is larger than 65536 bytes; its env " \
+        "holds about" in result.stderr and "submit fewer variables" in result.stderr
+    spool = run.sched / "spool"
+    written = [p.name for d in ("tmp", "incoming", "replies", "rejected")
+               for p in (spool / d).iterdir()]
+    assert written == []
+    assert not marker.exists()
+
+
 def test_retry_terminal_shows_only_the_new_attempt(run):
     assert launch(run, "--tag=cli-retry", "--", "sh", "-c", "echo first; exit 3").returncode == 3
     again = launch(run, "--tag=cli-retry", "--", "sh", "-c", "echo first; exit 3")
