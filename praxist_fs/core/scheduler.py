@@ -291,13 +291,14 @@ class Scheduler(PreemptionDesk, GenerationDesk):
             job.reason = f"attempt {attempt.attempt_id} running"
             self.version += 1
             effects.append(self._write_job(job))
-        if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
+        if ev.ready and not ev.go and attempt.phase in (AttemptPhase.BARRIER,
+                                                        AttemptPhase.RUNNING):
             if self.stopped or attempt.evicting:  # a stopped run starts nothing, nor does
                 effects.append(AbortAttempt(job_id=job.job_id,  # a requeue-preempted attempt
                                             attempt_id=attempt.attempt_id))
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
-                attempt.go = True
+                attempt.go, attempt.phase = True, AttemptPhase.RUNNING
                 self.version += 1
             effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects

@@ -637,6 +637,26 @@ def test_status_counts_active_and_queue():
     assert [q["job_id"] for q in status["queue"]] == [gpu, done]
 
 
+def test_status_shows_each_attempt_phase_and_running_once_go_is_given():
+    """launching (decided) -> barrier (shim recorded) -> running (GO), for a warm shim too
+    (its pid and READY come in one sighting, GO with them)."""
+    h = Harness(make_policy(initial_concurrent_experiments=2))
+    cold, warm = (h.submit(tag)["job_id"] for tag in ("exp-cold", "exp-warm"))
+    h.launch_all()
+
+    def phases():
+        return {a["job_id"]: a["phase"] for a in render_status(h.sched, h.now, {})["active"]}
+
+    assert phases() == {cold: "launching", warm: "launching"}
+    h.spawn(cold, "a1")
+    assert phases()[cold] == "barrier"
+    h.observe(cold, "a1", ready=True)
+    h.observe(warm, "a1", pid=5000, pid_start=1, boot_id="boot", ready=True)
+    assert phases() == {cold: "running", warm: "running"}
+    h.observe(cold, "a1", ready=True)  # READY seen again before the GO file: still running
+    assert phases()[cold] == "running"
+
+
 def test_status_is_deterministic_and_json_safe():
     import json
 
