@@ -17,6 +17,7 @@ from .adapters import procs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
+from .core.request import MAX_REQUEST_BYTES, oversize_problem
 
 TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown")
 # Shell bookkeeping that differs between two shells running the same experiment;
@@ -28,6 +29,10 @@ VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2",
 
 class NoCoordinator(Exception):
     pass
+
+
+class TooLarge(Exception):
+    """A request the coordinator would refuse for its size: it is not submitted."""
 
 
 def submission_env(environ: dict[str, str]) -> dict[str, str]:
@@ -84,9 +89,13 @@ def select_jobs(layout: RunLayout, peer: str | None, states: list[str]) -> list[
 
 
 def submit(layout: RunLayout, request: dict[str, Any]) -> None:
-    """Write then rename, as R-FS-3 asks of every writer."""
+    """Write then rename, as R-FS-3 asks of every writer. Too large a request (the
+    caller's environment, most often) is refused here, with the coordinator's reason."""
     name = f"{request['request_id']}.json"
-    write_atomic(layout.spool_tmp / name, dumps(request))
+    data = dumps(request)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise TooLarge(f"the request is {oversize_problem(data)}")
+    write_atomic(layout.spool_tmp / name, data)
     os.rename(layout.spool_tmp / name, layout.incoming / name)
 
 

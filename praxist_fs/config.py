@@ -7,7 +7,10 @@ inside the sections we own (``compute_budget.resource_scheduler`` and
 what was expected. Valid numbers outside a bounded range are moved into range
 instead, and each move is recorded in ``Policy.normalizations`` (which ends up
 in ``policy.json``). ``mode: legacy`` (also: no mode at all, R-DUR-3) ignores
-unknown keys but checks the values it reads the same way.
+unknown keys but checks the values it reads the same way. In either mode, a key
+close to ``compute_budget`` (top level) or ``resource_scheduler`` (in it) while
+that one is missing is a ``PolicyError`` with a "did you mean": the other keys
+there are the task's own, but this typo would drop our section without a word.
 
 The rules live in tables (``_SCHEDULER_KEYS``, ``_THRESHOLD_KEYS``, ``_PROFILE_KEYS``,
 ``_QUEUE_KEYS``) of key -> (checker, normalizer); defaults come from ``Policy()``
@@ -86,6 +89,7 @@ MAX_EXPERIMENT_MEMORY_GB = 1024.0
 MIN_HALF_LIFE_S, MAX_HALF_LIFE_S = 60.0, 30 * 86400.0
 MAX_CANCEL_GRACE_S = 3600.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
+NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 
@@ -584,6 +588,18 @@ class _Resolver:
         return out
 
 
+def _near_miss(parent: dict, key: str, path: str) -> None:
+    """A misspelt ``key`` of a section that is not all ours: its other keys belong to the
+    task and are ignored, so only a key close to ours, while ours is missing, is taken
+    for a typo (which would otherwise drop our whole section without a word)."""
+    if key in parent:
+        return
+    for name in parent:
+        if difflib.get_close_matches(str(name).lower(), [key], n=1, cutoff=NEAR_MISS):
+            raise PolicyError(_join(path, str(name)), parent[name],
+                              f"{key}, which is missing (did you mean {key!r}?)")
+
+
 def _section(parent: dict, key: str, path: str) -> dict:
     """A section we read: absent or empty (null) is {}, anything else must be a mapping."""
     value = parent.get(key)
@@ -602,8 +618,10 @@ def policy_from_mapping(task: Any) -> Policy:
     """
     if not isinstance(task, dict):
         raise PolicyError(FILE_PATH, task, "a YAML mapping at the top level")
-    scheduler = _section(_section(task, "compute_budget", "compute_budget"),
-                         "resource_scheduler", SCHEDULER_PATH)
+    _near_miss(task, "compute_budget", "")
+    compute_budget = _section(task, "compute_budget", "compute_budget")
+    _near_miss(compute_budget, "resource_scheduler", "compute_budget")
+    scheduler = _section(compute_budget, "resource_scheduler", SCHEDULER_PATH)
     synthesis = _section(task, "synthesis_trigger", SYNTHESIS_PATH)
     # R-DUR-3: a task without mode: central keeps legacy launching.
     mode = _choice("central", "legacy")(_join(SCHEDULER_PATH, "mode"),

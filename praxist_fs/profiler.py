@@ -7,7 +7,8 @@ proposal). Every ``interval`` seconds (default 0.15; seed 000's norm is
 over the tree, RSS summed, disk IO bytes read/written in the interval
 (psutil ``io_counters`` where permitted), and per GPU device the memory and SM
 utilization of the tree's PIDs from the GPU inventory. The series goes to a
-JSON-lines file; a proposed profile block in task-file YAML goes to stdout.
+JSON-lines file when ``--out`` names one (never, unasked, into the caller's
+directory); a proposed profile block in task-file YAML goes to stdout.
 
 Estimation rules (``propose``; pure, table-tested):
 
@@ -45,6 +46,7 @@ Estimation rules (``propose``; pure, table-tested):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -556,7 +558,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run a short command N times and pool the samples (default 1)")
     parser.add_argument("--out", default=None,
-                        help="JSON-lines series (default profile-<timestamp>.jsonl here)")
+                        help="write the sampled series to FILE as JSON lines (default: none)")
     parser.add_argument("--name", default=DEFAULT_NAME,
                         help=f"profile name in the proposal (default {DEFAULT_NAME})")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
@@ -595,15 +597,16 @@ def main_profile(argv: list[str], *, gpu_sampler: GpuSampler | None = None,
     close = None
     if gpu_sampler is None:
         gpu_sampler, close = default_gpu_sampler()
-    path = args.out or f"profile-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     samples: list[Sample] = []
     code = 0
     runs = 0
     notes: list[str] = []
     try:
-        with open(path, "w", encoding="utf-8", buffering=1) as series:
+        with (open(args.out, "w", encoding="utf-8", buffering=1) if args.out
+              else contextlib.nullcontext()) as series:
             def write(record: dict[str, Any]) -> None:
-                series.write(json.dumps(record, sort_keys=True) + "\n")
+                if series is not None:
+                    series.write(json.dumps(record, sort_keys=True) + "\n")
 
             write({"kind": "header", "argv": cmd, "interval_s": args.interval,
                    "repeat": args.repeat, "host": socket.gethostname(),
@@ -638,5 +641,6 @@ def main_profile(argv: list[str], *, gpu_sampler: GpuSampler | None = None,
             close()
     stream.write(render_yaml(proposal))
     stream.flush()
-    print(f"praxist-fs profile: series written to {path}", file=sys.stderr)
+    if args.out:
+        print(f"praxist-fs profile: series written to {args.out}", file=sys.stderr)
     return code

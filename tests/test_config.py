@@ -234,6 +234,29 @@ def test_foreign_keys_under_compute_budget_and_top_level_are_ignored():
     assert load_policy_text(text) == Policy()
 
 
+@pytest.mark.parametrize("text,key_path,meant", [
+    ("compute_budgt:\n  resource_scheduler:\n    mode: central\n", "compute_budgt",
+     "compute_budget"),
+    ("task: {name: x}\nCompute_Budget:\n  resource_scheduler: {mode: central}\n",
+     "Compute_Budget", "compute_budget"),
+    ("compute_budget:\n  gpu_hours: 5\n  resource_schedular:\n    mode: central\n",
+     "compute_budget.resource_schedular", "resource_scheduler"),
+], ids=["top level", "capitals", "in compute_budget"])
+def test_a_misspelt_section_of_ours_is_named_with_what_was_meant(text, key_path, meant):
+    """Read as a foreign section, the typo would leave a legacy task of defaults."""
+    with pytest.raises(PolicyError) as info:
+        load_policy_text(text)
+    assert info.value.key_path == key_path
+    assert info.value.expected == f"{meant}, which is missing (did you mean {meant!r}?)"
+
+
+def test_keys_near_ours_are_the_tasks_own_while_ours_is_there_or_far_away():
+    text = ("compute_budgets: [1]\ncompute_budget:\n  resource_schedulers: 2\n"
+            "  resource_scheduler:\n    mode: central\n")
+    assert load_policy_text(text) == Policy()
+    assert load_policy_text("compute: {gpus: 8}\nbudget: 3\n").mode == "legacy"
+
+
 # --- duplicate keys and file-level errors --------------------------------------
 
 

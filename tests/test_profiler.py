@@ -323,10 +323,18 @@ def test_profile_samples_the_whole_tree(tmp_path):
     assert max(r.get("pids", 0) for r in samples) >= 2
 
 
-def test_profile_usage_errors(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_profile_usage_errors():
     assert main_profile([], gpu_sampler=_no_gpu, out=io.StringIO()) == 2
     assert main_profile(["--repeat", "0", "--", "true"], gpu_sampler=_no_gpu) == 2
     assert main_profile(["--name", "bad name", "--", "true"], gpu_sampler=_no_gpu) == 2
     assert main_profile(["--", "praxist-no-such-command-xyz"], gpu_sampler=_no_gpu) == 127
-    assert os.listdir(tmp_path)[0].startswith("profile-")  # the default --out
+
+
+def test_profile_writes_a_series_only_where_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    stdout = io.StringIO()
+    assert main_profile(["--interval", "0.1", "--name", "quiet", "--", "sleep", "0.3"],
+                        gpu_sampler=_no_gpu, out=stdout) == 0
+    assert "quiet" in yaml.safe_load(stdout.getvalue())  # the proposal, as ever
+    assert os.listdir(tmp_path) == []  # nothing left in the caller's directory
+    assert "series written" not in capsys.readouterr().err

@@ -213,8 +213,9 @@ def read_json(path: str | os.PathLike) -> Any | None:
         return None
 
 
-def read_spool_file(dir_fd: int, name: str, limit: int) -> bytes:
-    """Read a peer's file without following links or blocking; at most ``limit`` bytes.
+def read_spool_file(dir_fd: int, name: str, limit: int, explained: int = 0) -> bytes:
+    """Read a peer's file without following links or blocking; at most ``limit`` bytes,
+    or ``explained`` (when larger), for the parser to say what made it too large.
 
     Raises ``BadRequest`` for anything that is not a small regular file with one
     link, and ``FileNotFoundError`` when it vanished (a race, not an error).
@@ -234,9 +235,10 @@ def read_spool_file(dir_fd: int, name: str, limit: int) -> bytes:
             raise BadRequest("<file>", "is not a regular file")
         if info.st_nlink > 1:
             raise BadRequest("<file>", "has more than one hard link")
-        if info.st_size > limit:
+        read = max(limit, explained)
+        if info.st_size > read:
             raise BadRequest("<file>", f"is {info.st_size} bytes; the limit is {limit}")
-        chunks, remaining = [], limit + 1
+        chunks, remaining = [], read + 1
         while remaining > 0:
             chunk = os.read(fd, min(remaining, 65536))
             if not chunk:
@@ -244,7 +246,7 @@ def read_spool_file(dir_fd: int, name: str, limit: int) -> bytes:
             chunks.append(chunk)
             remaining -= len(chunk)
         data = b"".join(chunks)
-        if len(data) > limit:
+        if len(data) > read:
             raise BadRequest("<file>", f"grew past the limit of {limit} bytes")
         return data
     finally:

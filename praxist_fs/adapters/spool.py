@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.events import RequestSeen
-from ..core.request import MAX_REQUEST_BYTES, parse_request, request_id_from_filename
+from ..core.request import (
+    EXPLAINED_BYTES, MAX_REQUEST_BYTES, parse_request, request_id_from_filename,
+)
 from ..errors import BadRequest
 from .fsio import read_spool_file, rename, unlink, write_json
 
@@ -41,7 +43,7 @@ def read_request(incoming: Path, dir_fd: int, name: str, now: float,
                  digest_of: Callable[[bytes], str]) -> RequestSeen | None:
     """The fact of one request file, or None if it vanished or is still within its grace."""
     try:
-        data = read_spool_file(dir_fd, name, MAX_REQUEST_BYTES)
+        data = read_spool_file(dir_fd, name, MAX_REQUEST_BYTES, EXPLAINED_BYTES)
     except FileNotFoundError:
         return None
     except BadRequest as exc:
@@ -53,7 +55,8 @@ def read_request(incoming: Path, dir_fd: int, name: str, now: float,
     try:
         request = parse_request(name, data)
     except BadRequest as exc:
-        if exc.field == "<file>" and _young(incoming / name, now):
+        if exc.field == "<file>" and len(data) <= MAX_REQUEST_BYTES and \
+                _young(incoming / name, now):  # too large already: it will not get smaller
             return None
         return RequestSeen(at=now, name=name, digest=digest,
                            request_id=request_id_from_filename(name),

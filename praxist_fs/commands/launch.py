@@ -121,6 +121,9 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
+    except client.TooLarge as exc:
+        print(f"praxist-fs launch: rejected: {exc}", file=sys.stderr)
+        return EXIT_REJECTED
     except KeyboardInterrupt:  # before an answer: the request may still be taken
         print("praxist-fs launch: interrupted before the coordinator answered; a request "
               "already in the spool is still processed", file=sys.stderr)

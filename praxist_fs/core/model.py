@@ -15,8 +15,11 @@ from .states import JobState
 
 
 class AttemptPhase:
+    """launching -> barrier -> running -> ended; status.json shows it (``active[].phase``)."""
+
     LAUNCHING = "launching"  # intent journaled, shim not yet seen
-    BARRIER = "barrier"      # shim pid recorded; GO may be written once READY (``go``)
+    BARRIER = "barrier"      # shim pid recorded, waiting at the barrier for GO
+    RUNNING = "running"      # GO journaled (``go``): the shim starts the command at once
     ENDED = "ended"
 
 

@@ -43,7 +43,7 @@ from .events import (
     LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetVerdict,
 )
 from .generations import GenerationDesk
-from .identity import fingerprint, job_id_for
+from .identity import differences, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
@@ -196,8 +196,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
                 return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
+            changed = differences(job.request, job.profile, request, profile)
             problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
-                       "with a different command, profile, cwd or env")
+                       f"with a different {changed}")
             if request.retry_terminal:
                 problem += "; retry_terminal applies only to failed, rejected or cancelled jobs"
             return self._reply(ev, "rejected", job, "tag", problem)
@@ -316,14 +317,15 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             job.reason = f"attempt {attempt.attempt_id} running"
             self.version += 1
             effects.append(self._write_job(job))
-        if ev.ready and not ev.go and attempt.phase == AttemptPhase.BARRIER:
+        if ev.ready and not ev.go and attempt.phase in (AttemptPhase.BARRIER,
+                                                        AttemptPhase.RUNNING):
             if self.stopped or attempt.evicting or attempt.cancel:  # a stopped run starts
                 effects.append(AbortAttempt(job_id=job.job_id,  # nothing, nor does a
                                             attempt_id=attempt.attempt_id))  # preempted or
                 # cancelled attempt
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
-                attempt.go = True
+                attempt.go, attempt.phase = True, AttemptPhase.RUNNING
                 self.version += 1
             effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects

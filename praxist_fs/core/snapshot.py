@@ -17,7 +17,7 @@ from typing import Any
 
 from .budget import Ledger
 from .calibration import Calibration
-from .model import Attempt, Job, Reply
+from .model import Attempt, AttemptPhase, Job, Reply
 from .pickers import Usage
 from .policy import Policy
 from .request import Request
@@ -169,6 +169,8 @@ def _to_attempt(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**data)
     attempt.gpus = tuple(attempt.gpus)
     attempt.preemptions = tuple(attempt.preemptions)
+    if attempt.go and attempt.phase == AttemptPhase.BARRIER:  # a snapshot from before the
+        attempt.phase = AttemptPhase.RUNNING                  # running phase
     return attempt
 
 

@@ -3,7 +3,9 @@
 A compact derived view; deterministic for a given state, sample and ``now``.
 ``running`` is a lifecycle count (a shim or its command group is alive), not
 GPU activity; ``resource_activity`` is separate telemetry that never feeds a
-scheduling decision.
+scheduling decision. ``active[].phase`` is where the attempt stands: ``launching``
+(decided, its shim not yet recorded), ``barrier`` (the shim is recorded and waits
+for GO), ``running`` (GO is given: the command runs, or starts this instant).
 """
 
 from __future__ import annotations

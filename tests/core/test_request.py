@@ -7,7 +7,8 @@ import json
 import pytest
 
 from praxist_fs.core.request import (
-    FIELDS, MAX_REQUEST_BYTES, Request, parse_request, request_id_from_filename,
+    EXPLAINED_BYTES, FIELDS, MAX_REQUEST_BYTES, Request, parse_request,
+    request_id_from_filename,
 )
 from praxist_fs.errors import BadRequest
 
@@ -129,6 +130,32 @@ def test_oversize_is_exactly_one_byte_over():
         parse_request("r.json", at_limit + b" ")
     assert info.value.field == "<file>"
     assert str(MAX_REQUEST_BYTES) in info.value.problem
+
+
+def test_oversize_mostly_env_says_so_with_the_env_size():
+    """What ``praxist-fs launch`` sends from a crowded shell: the refusal says the env is
+    what filled the request, and about how much of it."""
+    env = {f"VAR_{i}": "v" * 100 for i in range(700)}
+    data = doc(env=env)
+    assert MAX_REQUEST_BYTES < len(data) <= EXPLAINED_BYTES
+    with pytest.raises(BadRequest) as info:
+        parse_request("r.json", data)
+    held = len(json.dumps(env).encode())
+    assert info.value.field == "<file>"
+    assert info.value.problem == (f"larger than {MAX_REQUEST_BYTES} bytes; its env holds "
+                                  f"about {held} of them: submit fewer variables")
+
+
+@pytest.mark.parametrize("data", [
+    doc(command=None, argv=["x" * MAX_REQUEST_BYTES], env={"A": "1"}),  # not the env
+    doc(env={"A": "v" * EXPLAINED_BYTES}),  # too large to be parsed for an explanation
+    b'{"env": {"A": "' + b"v" * MAX_REQUEST_BYTES,  # not JSON
+    b"[" + json.dumps({"A": "v" * MAX_REQUEST_BYTES}).encode() + b"]",  # not an object
+])
+def test_oversize_names_no_env_it_cannot_blame(data):
+    with pytest.raises(BadRequest) as info:
+        parse_request("r.json", data)
+    assert info.value.problem == f"larger than {MAX_REQUEST_BYTES} bytes"
 
 
 @pytest.mark.parametrize("tag", ["a", "A9", "exp_1.v2+seed=3@tier,x-y", "a" * 128, "0.."])

@@ -11,6 +11,7 @@ from praxist_fs.core.effects import (
     AbortAttempt, ConsumeRequest, RejectRequest, SpawnAttempt, WriteGo, WriteJob, WriteReply,
 )
 from praxist_fs.core.events import AttemptLaunched, CoordinatorStarted, RequestSeen
+from praxist_fs.core.secrets import placeholder
 from praxist_fs.core.status import render_status
 
 from .helpers import Harness, make_policy
@@ -163,6 +164,13 @@ CHANGES = {
     "cwd": {"cwd": "/srv/other"},
     "profile": {"profile": "gpu"},
 }
+# what the conflict's reply names for each change
+CHANGE_NAMED = {
+    "argv": "with a different command", "command": "with a different command",
+    "env": "with a different env (this request changes SEED)",
+    "env added": "with a different env (this request adds EXTRA)",
+    "cwd": "with a different cwd", "profile": "with a different profile",
+}
 NON_IDENTITY = {
     "other peer": {"peer": "peer-z"},
     "other work_class": {"work_class": "mature"},
@@ -199,11 +207,31 @@ def test_changed_request_on_a_live_job_is_rejected_as_a_tag_conflict(state, chan
     check_reply(reply, "rejected", job_id, state)
     assert reply["field"] == "tag"
     assert job_id in reply["problem"]
+    assert reply["problem"].split(f"({state}) ")[1].split(";")[0] == CHANGE_NAMED[change]
     if flag:
         assert "retry_terminal" in reply["problem"]
     (reject,) = effects_of(h.last_effects, RejectRequest)
     assert reject.error["field"] == "tag"
     assert h.sched.jobs[job_id].to_dict() == before
+
+
+def test_a_conflict_names_every_change_and_env_keys_but_never_a_value():
+    """Env values arrive as the daemon redacted them: a secret as its keyed hash, so a
+    changed secret is a changed key, named without its value (R-SEC-2)."""
+    key = b"run-key"
+    h = Harness()
+    job_id = h.submit("exp-1", env={"API_TOKEN": placeholder(key, "old-secret"),
+                                    "KEEP": "1", "GONE": "old-value"})["job_id"]
+    many = {f"V{i:02d}": "v" for i in range(10)}
+    reply = h.submit("exp-1", argv=("python", "other.py"), cwd="/srv/other", env={
+        "API_TOKEN": placeholder(key, "new-secret"), "KEEP": "1", **many})
+    assert reply["outcome"] == "rejected" and reply["field"] == "tag"
+    assert reply["problem"] == (
+        f"tag 'exp-1' already names job {job_id} (queued) with a different command, cwd and "
+        "env (this request adds V00, V01, V02, V03, V04, V05, V06, V07 and 2 more; "
+        "removes GONE; changes API_TOKEN)")
+    for value in ("old-secret", "new-secret", "old-value", placeholder(key, "new-secret")):
+        assert value not in reply["reason"]
 
 
 @pytest.mark.parametrize("change", [None, "argv", "env"])
@@ -607,6 +635,26 @@ def test_status_counts_active_and_queue():
     assert status["counts"]["failed"] == 1 and status["counts"]["running"] == 2
     assert {a["job_id"] for a in status["active"]} == {run2, wait}
     assert [q["job_id"] for q in status["queue"]] == [gpu, done]
+
+
+def test_status_shows_each_attempt_phase_and_running_once_go_is_given():
+    """launching (decided) -> barrier (shim recorded) -> running (GO), for a warm shim too
+    (its pid and READY come in one sighting, GO with them)."""
+    h = Harness(make_policy(initial_concurrent_experiments=2))
+    cold, warm = (h.submit(tag)["job_id"] for tag in ("exp-cold", "exp-warm"))
+    h.launch_all()
+
+    def phases():
+        return {a["job_id"]: a["phase"] for a in render_status(h.sched, h.now, {})["active"]}
+
+    assert phases() == {cold: "launching", warm: "launching"}
+    h.spawn(cold, "a1")
+    assert phases()[cold] == "barrier"
+    h.observe(cold, "a1", ready=True)
+    h.observe(warm, "a1", pid=5000, pid_start=1, boot_id="boot", ready=True)
+    assert phases() == {cold: "running", warm: "running"}
+    h.observe(cold, "a1", ready=True)  # READY seen again before the GO file: still running
+    assert phases()[cold] == "running"
 
 
 def test_status_is_deterministic_and_json_safe():

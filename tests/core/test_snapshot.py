@@ -61,6 +61,18 @@ def test_a_restored_scheduler_captures_to_the_same_document():
     assert _through_json(capture(restore(doc))) == doc
 
 
+def test_an_attempt_past_go_in_an_older_snapshot_is_restored_running():
+    """Snapshots written before the running phase kept such an attempt at the barrier."""
+    journal = run_seed(3, 300).journal
+    sched = replay(journal[:len(journal) // 2])
+    doc = _through_json(capture(sched))
+    past_go = [a for job in doc["jobs"] for a in job["attempts"] if a["phase"] == "running"]
+    assert past_go
+    for attempt in past_go:
+        attempt["phase"] = "barrier"
+    assert _state(restore(doc)) == _state(sched)
+
+
 def test_a_snapshot_from_a_newer_version_is_refused_by_name():
     doc = _through_json(capture(Scheduler()))
     with pytest.raises(SnapshotError, match=f"format 99; this version reads {FORMAT}"):

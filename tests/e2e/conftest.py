@@ -132,6 +132,16 @@ class Run:
         return wait_for(lambda: (doc := self.job(job_id)) and doc["state"] in states and doc,
                         timeout, message=f"job {job_id} in {states}")
 
+    def wait_attempt_field(self, job_id: str, field: str, timeout: float = 15.0):
+        """A field of the job's latest attempt once it is set (not null). The job file is
+        rewritten as the attempt goes on: its shim's pid, say, is recorded just after the
+        launch was written, and may land after its command has started."""
+        def value():
+            doc = self.job(job_id)
+            found = doc["attempts"][-1][field] if doc and doc["attempts"] else None
+            return None if found is None else (found,)
+        return wait_for(value, timeout, message=f"{field} of job {job_id}'s attempt")[0]
+
     def status(self) -> dict | None:
         return read_json(self.sched / "status.json")
 

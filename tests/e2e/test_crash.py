@@ -27,14 +27,14 @@ def test_kill_9_readopts_the_running_attempt_and_runs_the_queue_once(make_run, t
     queued = [run.reply(run.submit(request(f"q{i}", counting(marker, "true"))))["job_id"]
               for i in range(3)]
     wait_for(lambda: starts(marker) == [long_job], message="the long job to start")
-    before = run.job(long_job)["attempts"][0]
+    shim = run.wait_attempt_field(long_job, "pid")  # its file may lag its command's start
 
     run.kill()
     run.start()
     status = wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid
                       and s)
     assert status["running"] == 1 and status["active"][0]["job_id"] == long_job
-    assert status["active"][0]["pid"] == before["pid"]  # the same shim, re-adopted
+    assert status["active"][0]["pid"] == shim  # the same shim, re-adopted
     gate.touch()
 
     job = run.wait_state(long_job, "failed")
@@ -50,7 +50,7 @@ def test_command_killed_while_coordinator_is_down_ends_with_its_status(make_run,
     marker = tmp_path / "starts"
     job_id = run.reply(run.submit(request("victim", counting(marker, "exec sleep 60"))))["job_id"]
     wait_for(lambda: starts(marker), message="the victim to start")
-    shim_pid = run.job(job_id)["attempts"][0]["pid"]
+    shim_pid = run.wait_attempt_field(job_id, "pid")  # its file may lag its command's start
     run.kill()
     command = wait_for(lambda: _children(shim_pid), message="the command under the shim")
     os.kill(command[0], signal.SIGKILL)

@@ -62,9 +62,10 @@ def test_a_generation_from_open_to_close(make_run, tmp_path):
     # hard quorum 2 of 4 replaces Q=1: two mature leases, and the others keep exploring
     assert priorities == ["frontier_followup", "frontier_followup", "mature", "mature"]
     assert all(lease["profiles"] == ["cpu"] for lease in leases.values())
-    status = run.status()
-    assert status["generation"]["maturity"]["Q"] == 2
-    assert status["generation"]["maturity"]["mature_commitments"] == 2
+    # status.json follows the lease files within its cadence
+    maturity = wait_for(lambda: (m := run.status()["generation"]["maturity"])
+                        and m["mature_commitments"] == 2 and m, message="two mature commitments")
+    assert maturity["Q"] == 2
 
     mature_peer = next(p for p, lease in leases.items() if lease["priority"] == "mature")
     other_mature = next(p for p, lease in leases.items()
@@ -97,9 +98,8 @@ def test_a_generation_from_open_to_close(make_run, tmp_path):
     assert code == 0 and "assessment" in reply["reason"]  # 1 of 2 mature peers so far
     wait_for(lambda: run.status()["generation"]["phase"] == "assessment")
     waiting = run.reply(run.submit(request("explore-late", peer=explorer)))
-    reason = wait_for(lambda: next((q["reason"] for q in run.status()["queue"]
-                                    if q["job_id"] == waiting["job_id"]), None))
-    assert "assessment" in reason
+    wait_for(lambda: any(q["job_id"] == waiting["job_id"] and "assessment" in q["reason"]
+                         for q in run.status()["queue"]), message="held by the assessment")
     top_up = run.reply(run.submit(request("mature-top-up", peer=other_mature,
                                           work_class="mature")))
     run.wait_state(top_up["job_id"], "completed")  # mature top-ups still run

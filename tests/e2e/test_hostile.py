@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from praxist_fs.core.request import MAX_REQUEST_BYTES
+
 from .conftest import read_json, request, wait_for
 
 CASES = [
@@ -34,6 +36,14 @@ def test_hostile_request_is_rejected_with_the_field_named(run, name, data, field
     assert (run.sched / "spool" / "rejected" / f"{name}.json").read_bytes() == data
     good = run.reply(run.submit(request(f"after-{name}")))
     assert good["outcome"] == "accepted" and run.proc.poll() is None
+
+
+def test_a_request_too_large_for_its_env_is_refused_saying_so(run):
+    env = {f"VAR_{i}": "v" * 100 for i in range(700)}
+    reply = run.reply(run.submit(request("crowded-env", env=env), name="crowded.json"))
+    assert reply["outcome"] == "rejected" and reply["field"] == "<file>"
+    assert reply["problem"] == (f"larger than {MAX_REQUEST_BYTES} bytes; its env holds about "
+                                f"{len(json.dumps(env).encode())} of them: submit fewer variables")
 
 
 def test_symlink_is_rejected_not_followed(run, tmp_path):

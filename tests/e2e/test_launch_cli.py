@@ -45,7 +45,8 @@ def test_detach_prints_the_job_id_and_returns(run, tmp_path):
                     f"while [ ! -e {gate} ]; do sleep 0.05; done")
     assert result.returncode == 0
     job_id = result.stdout.strip()
-    assert job_id.startswith("cli-detach-") and run.job(job_id)["state"] in ("queued", "running")
+    assert job_id.startswith("cli-detach-")
+    run.wait_state(job_id, "queued", "running")  # its file is written just after the reply
     gate.touch()
     run.wait_state(job_id, "completed")
 
@@ -55,6 +56,21 @@ def test_rejected_launch_exits_nonzero_with_the_reason(run):
     assert result.returncode == 2 and "tag" in result.stderr
     result = launch(run, "--tag=cli-prof", "--profile=nope", "--", "true")
     assert result.returncode == 2 and "nope" in result.stderr
+
+
+def test_launch_from_a_crowded_environment_says_so_and_submits_nothing(run, tmp_path):
+    crowded = {f"VAR_{i}": "v" * 100 for i in range(700)}
+    marker = tmp_path / "ran"
+    result = launch(run, "--tag=cli-crowded", "--", "touch", str(marker),
+                    env={**os.environ, **crowded})
+    assert result.returncode == 2
+    assert "praxist-fs launch: rejected: the request is larger than 65536 bytes; its env " \
+        "holds about" in result.stderr and "submit fewer variables" in result.stderr
+    spool = run.sched / "spool"
+    written = [p.name for d in ("tmp", "incoming", "replies", "rejected")
+               for p in (spool / d).iterdir()]
+    assert written == []
+    assert not marker.exists()
 
 
 def test_retry_terminal_shows_only_the_new_attempt(run):

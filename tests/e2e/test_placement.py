@@ -81,10 +81,12 @@ def blocker(tmp_path, name="gate"):
     return gate, ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
 
 
-def queue_reason(run, job_id):
-    status = wait_for(lambda: (s := run.status()) and any(q["job_id"] == job_id
-                                                           for q in s["queue"]) and s)
-    return next(q["reason"] for q in status["queue"] if q["job_id"] == job_id)
+def queue_reason(run, job_id, says: str) -> str:
+    """The job's reason in status.json's queue once it says ``says``: it may first show
+    the job without it (a reason from an earlier pass, or none yet)."""
+    return wait_for(lambda: next((q["reason"] for q in (run.status() or {}).get("queue", ())
+                                  if q["job_id"] == job_id and says in q["reason"]), None),
+                    message=f"job {job_id} queued with a reason saying {says!r}")
 
 
 def test_two_45pct_jobs_share_a_gpu_and_a_third_waits(gpu_run, host, tmp_path):
@@ -94,9 +96,9 @@ def test_two_45pct_jobs_share_a_gpu_and_a_third_waits(gpu_run, host, tmp_path):
     jobs = [run.reply(run.submit(request(f"share-{i}", argv)))["job_id"] for i in range(3)]
     first, second = (run.wait_state(j, "running") for j in jobs[:2])
     assert first["attempts"][0]["gpus"] == second["attempts"][0]["gpus"] == ["GPU-fake-0"]
-    reason = wait_for(lambda: (r := queue_reason(run, jobs[2])) and "utilization" in r and r)
-    assert "45%" in reason
-    assert "utilization" in run.job(jobs[2])["reason"]  # the job file says why, too
+    assert "45%" in queue_reason(run, jobs[2], "utilization")
+    wait_for(lambda: "utilization" in run.job(jobs[2])["reason"],  # the job file says why, too
+             message="the job file's reason")
     status = run.status()
     [dev0] = [d for d in status["gpus"]["devices"] if d["uuid"] == "GPU-fake-0"]
     assert dev0["declared_utilization_pct"] == 90 and sorted(dev0["jobs"]) == sorted(jobs[:2])
@@ -113,8 +115,8 @@ def test_external_load_is_counted_until_it_drops(gpu_run, host, tmp_path):
     run = gpu_run()
     gate, argv = blocker(tmp_path)
     job_id = run.reply(run.submit(request("waits", argv)))["job_id"]
-    reason = queue_reason(run, job_id)
-    assert reason.startswith("gpu") and run.job(job_id)["state"] == "queued"
+    assert queue_reason(run, job_id, "gpu").startswith("gpu")
+    assert run.job(job_id)["state"] == "queued"
     host.edit_device(1, utilization_pct=20)  # the colleague's job finished
     assert run.wait_state(job_id, "running")["attempts"][0]["gpus"] == ["GPU-fake-1"]
     gate.touch()
@@ -146,7 +148,7 @@ def test_unknown_demand_gets_an_idle_device_of_its_own(gpu_run, host, tmp_path):
     small = run.reply(run.submit(request("small", argv)))["job_id"]
     assert run.wait_state(small, "running")["attempts"][0]["gpus"] == ["GPU-fake-1"]
     second = run.reply(run.submit(request("excl-2", argv, profile="gpu_unknown")))["job_id"]
-    assert "idle device" in queue_reason(run, second)
+    queue_reason(run, second, "idle device")
     gate.touch()
 
 
@@ -159,7 +161,7 @@ def test_two_runs_on_one_host_never_overcommit_a_gpu(gpu_run, host, tmp_path):
         first.wait_state(job_id, "running")
     b = second.reply(second.submit(request("b0", argv)))["job_id"]
     # NVML (the fake) shows device 0 idle, but run-a's envelopes (90%) are in the registry.
-    assert "utilization" in queue_reason(second, b)
+    queue_reason(second, b, "utilization")
     status = wait_for(lambda: (s := second.status()) and s["gpus"]["devices"] and s)
     [dev0] = [d for d in status["gpus"]["devices"] if d["uuid"] == "GPU-fake-0"]
     assert dev0["other_runs_allocations"] == 2 and dev0["declared_utilization_pct"] == 90
@@ -171,11 +173,9 @@ def test_job_process_on_the_gpu_is_attributed_to_the_job(gpu_run, host, tmp_path
     run = gpu_run()
     gate, argv = blocker(tmp_path)
     job_id = run.reply(run.submit(request("seen", argv)))["job_id"]
-    job = wait_for(lambda: (doc := run.wait_state(job_id, "running"))["attempts"][0]["pid"]
-                   and doc)  # the pid is recorded just after the launch
-    shim = job["attempts"][0]["pid"]
+    shim = run.wait_attempt_field(job_id, "pid")  # recorded just after the launch
     command = wait_for(lambda: _child_of(shim))
-    uuid = job["attempts"][0]["gpus"][0]
+    uuid = run.job(job_id)["attempts"][0]["gpus"][0]
     index = 0 if uuid == "GPU-fake-0" else 1
     host.edit_device(index, memory_used_mib=18000, utilization_pct=40, processes=[
         {"pid": command, "used_memory_mib": 18000, "sm_util_pct": 40}])
@@ -193,7 +193,7 @@ def test_cpu_pressure_holds_profiles_that_declare_cpu(gpu_run, host, tmp_path):
     hot = run.reply(run.submit(request("hot", profile="cpu_hot")))["job_id"]
     free = run.reply(run.submit(request("free", profile="cpu_free")))["job_id"]
     run.wait_state(free, "completed")
-    assert queue_reason(run, hot) == "cpu pressure 95% > 80%"
+    assert queue_reason(run, hot, "pressure") == "cpu pressure 95% > 80%"
     assert run.status()["pressure"]["domains"]["cpu"]["avg10"] == 95.0
     host.set_pressure(cpu=1.0)
     run.wait_state(hot, "completed")
@@ -222,7 +222,7 @@ def test_without_an_inventory_gpu_work_waits_and_cpu_work_runs(make_run, host):
     gpu = run.reply(run.submit(request("gpu-none")))["job_id"]
     cpu = run.reply(run.submit(request("cpu-ok", profile="cpu_free")))["job_id"]
     run.wait_state(cpu, "completed")
-    assert "no GPU inventory" in queue_reason(run, gpu)
+    queue_reason(run, gpu, "no GPU inventory")
     assert run.job(gpu)["attempts"] == []
 
 
@@ -265,5 +265,5 @@ def test_mig_devices_are_not_placed_on(gpu_run, host, tmp_path):
     host.edit_device(1, mig_mode=True)
     run = gpu_run()
     job_id = run.reply(run.submit(request("no-mig")))["job_id"]
-    assert queue_reason(run, job_id).startswith("gpu")
+    assert queue_reason(run, job_id, "gpu").startswith("gpu")
     assert run.job(job_id)["attempts"] == []

@@ -118,7 +118,7 @@ def test_suspend_stops_the_counter_and_resume_continues_it_across_a_restart(make
     assert run.job_dirs(low) == ["queued"]
     assert doc["reason"].startswith(f"suspended: preempted by job {high} (queue urgent: "
                                     "waiting for a slot: 1 of 1 running")
-    leader = doc["attempts"][0]["pid"]
+    leader = run.wait_attempt_field(low, "pid")
     run.wait_state(high, "running")  # it took the slot in the same pass
     frozen = assert_frozen(work, leader)
     status = wait_for(lambda: (s := run.status()) and s["suspended"] and s)
@@ -173,7 +173,8 @@ def test_requeue_terminates_the_counter_and_runs_it_again_without_a_retry(make_r
 
 def test_stopping_the_run_ends_suspended_work_with_term(make_run, tmp_path):
     run, work, low, high = setup(make_run, tmp_path, "suspend")
-    leader = run.wait_state(low, "suspended")["attempts"][0]["pid"]
+    run.wait_state(low, "suspended")
+    leader = run.wait_attempt_field(low, "pid")
     wait_for(lambda: stopped(leader), message="the suspended group to be stopped")
     code, _ = stop(run)
     assert code == 0
@@ -214,7 +215,8 @@ def test_a_suspended_gpu_job_gives_back_utilization_and_keeps_its_memory(make_ru
     advances(work)
     high = run.reply(run.submit(request("urgent", waiting_job(work), work_class="mature")))[
         "job_id"]
-    leader = run.wait_state(low, "suspended")["attempts"][0]["pid"]
+    run.wait_state(low, "suspended")
+    leader = run.wait_attempt_field(low, "pid")
     assert run.wait_state(high, "running")["attempts"][0]["gpus"] == ["GPU-fake-0"]
     assert_frozen(work, leader)
     device = wait_for(lambda: (s := run.status()) and s["counts"]["running"] == 1
@@ -294,7 +296,7 @@ def test_the_job_that_preempts_starts_only_once_its_victim_is_stopped(make_run, 
     work.mkdir()
     low = run.reply(run.submit(request("stubborn", ["sh", "-c", "trap : TSTP; " +
                                                     counter_job(work)[2]])))["job_id"]
-    leader = run.wait_state(low, "running")["attempts"][0]["pid"]
+    leader = run.wait_attempt_field(low, "pid")  # recorded a moment after "running"
     advances(work)
     seen = tmp_path / "seen"
     high = run.reply(run.submit(request("urgent", ["sh", "-c", f"ps -o stat= -g {leader} > {seen}"],

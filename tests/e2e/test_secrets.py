@@ -59,3 +59,4 @@ def test_same_secret_still_deduplicates(run):
     assert second["outcome"] == "duplicate" and second["job_id"] == first["job_id"]
     changed = run.reply(run.submit(request("dedup-secret", ["true"], env={"API_KEY": "other"})))
     assert changed["outcome"] == "rejected"
+    assert changed["reason"].endswith("with a different env (this request changes API_KEY)")

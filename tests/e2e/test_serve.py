@@ -65,10 +65,11 @@ def test_status_json_follows_changes_within_a_second(run, tmp_path):
     gate = tmp_path / "gate"
     job_id = run.reply(run.submit(request(
         "watched", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])))["job_id"]
-    status = wait_for(lambda: (s := run.status()) and s["running"] == 1 and s["active"][0]["pid"]
-                      and s, timeout=3.0)
+    # its command runs: past the barrier (its pid is recorded before GO)
+    status = wait_for(lambda: (s := run.status()) and s["running"] == 1
+                      and s["active"][0]["phase"] == "running" and s, timeout=3.0)
     [active] = status["active"]
-    assert active["job_id"] == job_id and active["attempt_id"] == "a1"
+    assert active["job_id"] == job_id and active["attempt_id"] == "a1" and active["go"]
     assert active["pid"] and active["profile"] == "cpu" and active["peer"] == "tester"
     assert active["work_class"] == "ordinary" and active["age_s"] >= 0
     assert active["resource_activity"] == "non_gpu_allocation"

@@ -93,6 +93,7 @@ def test_a_run_that_cannot_be_fenced_is_reported_and_left_alone(make_run, tmp_pa
     job_id = run.reply(run.submit(request("kept", ["sh", "-c",
                                                    f"echo $$ > {tmp_path}/pid; sleep 60"])))["job_id"]
     pid = started(tmp_path, "pid")
+    run.wait_state(job_id, "running")  # its file may lag its command's start
     run.kill()
     (run.sched / "endpoint.json").unlink()
     holder = filelock.FileLock(str(run.sched / "owner.lock"), timeout=0)
