@@ -222,3 +222,30 @@ def _read_until(proc, lines, needle):
     return needle in line
 
 
+
+
+def test_a_coordinator_killed_between_the_cancel_record_and_its_signal_cancels_on_restart(
+        make_run, tmp_path):
+    """A crash point right after the cancel is journaled, before its TERM (R-CTL-1)."""
+    run = make_run()
+    run.start_raw(env={"PRAXIST_CRASH_AT": "effect.CancelAttempt.before"})
+    wait_for(lambda: (read_json(run.sched / "endpoint.json") or {}).get("pid") == run.proc.pid,
+             message="the crashing coordinator serving")
+    marker = tmp_path / "started"
+    run.submit(request("doomed", ["sh", "-c", f"touch {marker}; sleep 300"]))
+    job_id = job_id_for("doomed")
+    pid = running_pid(run, job_id)
+    wait_for(marker.exists, message="the command running")
+    control = run.sched / "control"
+    (control / "tmp").mkdir(exist_ok=True)
+    (control / "tmp" / "c1.json").write_text(json.dumps({"action": "cancel",
+                                                          "jobs": ["doomed"]}))
+    os.rename(control / "tmp" / "c1.json", control / "c1.json")
+    assert run.proc.wait(timeout=30) == 86  # died at the crash point: no TERM was sent
+    assert group_alive(pid) and run.job(job_id)["state"] == "running"
+    run.proc = None
+    run.start()
+    doc = run.wait_state(job_id, "cancelled")
+    assert doc["attempts"][-1]["exit_code"] == 143
+    assert len(doc["attempts"]) == 1
+    wait_for(lambda: not group_alive(pid), message="the group gone")
