@@ -16,8 +16,10 @@ from .render import format_peer_local, format_status
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="show the run's status.json")
-    status.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"), required=False)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
+                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    status.add_argument("--json", action="store_true",
+                        help="print status.json, with coordinator_alive added")
     status.set_defaults(func=cmd_status)
 
 
