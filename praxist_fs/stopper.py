@@ -137,18 +137,12 @@ def _fence(layout: RunLayout, grace: float, timeout: float) -> None:
 
 
 def _scope(layout: RunLayout, workspaces: Path | None = None) -> fence.Scope:
-    """The run's group leaders: the shims of every attempt that may still run (from their
-    READY files) and the legacy launches its manifests can still verify."""
-    leaders = []
-    for ready in Path(layout.attempts).glob("*/*/READY"):
-        doc = read_json(ready)
-        if isinstance(doc, dict) and not (ready.parent / "exit.json").exists():
-            leaders.append((doc.get("pid"), doc.get("start_time"), doc.get("boot_id")))
-    leaders += [manifests.leader(l) for l in manifests.launches(layout)
-                if l["state"] in (manifests.RUNNING, manifests.DRAINING)]
-    return fence.Scope(layout.root, tuple(s for s in leaders
-                                          if isinstance(s[0], int) and isinstance(s[1], int)),
-                       workspaces)
+    """The run's group leaders: the shims of every attempt that may still run and the
+    legacy launches its manifests can still verify."""
+    leaders = [manifests.leader(l) for l in manifests.launches(layout)
+               if l["state"] in (manifests.RUNNING, manifests.DRAINING)]
+    return fence.Scope(layout.root, (*fence.unfinished(layout.attempts), *(
+        s for s in leaders if isinstance(s[0], int) and isinstance(s[1], int))), workspaces)
 
 
 def cmd_stop(args: Any) -> int:

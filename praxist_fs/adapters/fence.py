@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from . import procs
+from .fsio import read_json
 
 Shim = tuple[int, int, str]  # pid, start time, boot id
 Process = tuple[int, int]    # pid, start time
@@ -46,6 +47,19 @@ class Scope:
     run_dir: Path
     leaders: tuple[Shim, ...] = ()
     workspaces: Path | None = None
+
+
+def unfinished(attempts: Path) -> list[Shim]:
+    """The shims of attempts that may still run: each READY (it names the shim) without an
+    exit.json, under a run's ``attempts/<job>/<attempt>/``."""
+    shims = []
+    for ready in attempts.glob("*/*/READY"):
+        doc = read_json(ready)
+        if isinstance(doc, dict) and not (ready.parent / "exit.json").exists():
+            shim = (doc.get("pid"), doc.get("start_time"), doc.get("boot_id"))
+            if type(shim[0]) is int and type(shim[1]) is int:
+                shims.append(shim)
+    return shims
 
 
 def members(scopes: list[Scope]) -> dict[Process, Path]:
