@@ -173,5 +173,6 @@ def add_stop_parser(sub: Any) -> None:
                       "(default /run/praxist_fs, the runtime dir, or /tmp/praxist_fs-<uid>)")
     stop.add_argument("--grace", type=float, default=10.0,
                       help="seconds between TERM and KILL (default 10)")
-    stop.add_argument("--timeout", type=float, default=60.0)
+    stop.add_argument("--timeout", type=float, default=60.0,
+                      help="seconds to wait for each run to stop (default 60)")
     stop.set_defaults(func=cmd_stop)
