@@ -133,6 +133,7 @@ class Coordinator:
 
     def _start(self) -> None:
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
+        runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
         self.journal = Journal(self.layout.journal, after=self._restore_snapshot())
         self.vault = Vault(self.layout)
         reach("start.after_journal_open")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import subprocess
@@ -14,9 +16,10 @@ from pathlib import Path
 
 import filelock
 
+from praxist_fs import stopper
 from praxist_fs.adapters import runs
 
-from .conftest import request
+from .conftest import read_json, request, wait_for
 from .test_legacy_launch import LEGACY_TASK, alive, pid_in
 
 PRAXIST = [sys.executable, "-m", "praxist_fs"]
@@ -27,9 +30,37 @@ ESCAPE = ("setsid {env} /bin/sh -c 'cd \"$0\" && echo $$ > \"$1\" && exec sleep 
 
 
 def stop_all(registry: Path, *extra: str) -> tuple[int, dict]:
-    result = subprocess.run([*PRAXIST, "stop", "--all", f"--host-registry={registry}",
-                             "--grace=1", *extra], capture_output=True, text=True, timeout=120)
+    result = stop_all_raw(registry, "--yes", *extra)
     return result.returncode, json.loads(result.stdout)
+
+
+def stop_all_raw(registry: Path, *extra: str) -> subprocess.CompletedProcess:
+    """stop --all on a test's own registry, stdin not a terminal."""
+    return subprocess.run([*PRAXIST, "stop", "--all", f"--host-registry={registry}",
+                           "--grace=1", *extra], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def answered(registry: Path, answer: bytes) -> tuple[int, str, str]:
+    """stop --all with a terminal on stdin: wait for its question, type ``answer`` and
+    Enter; (exit code, stdout, stderr)."""
+    terminal, stdin = pty.openpty()
+    proc = subprocess.Popen([*PRAXIST, "stop", "--all", f"--host-registry={registry}",
+                             "--grace=1"], stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    os.close(stdin)
+    asked = b""
+    try:
+        while not asked.endswith(b"? [y/N] "):
+            assert select.select([proc.stderr], [], [], 60)[0], f"no question: {asked!r}"
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            assert chunk, f"it exited without asking: {asked!r}"
+            asked += chunk
+        os.write(terminal, answer + b"\n")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(terminal)
+    return proc.returncode, out.decode(), (asked + err).decode()
 
 
 def escaping_job(run, tmp_path: Path, name: str, env: str = "env -i") -> tuple[int, int]:
@@ -92,7 +123,8 @@ def test_stop_all_stops_every_registered_run_and_only_its_processes(make_run, tm
         assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
         assert live.proc.wait(timeout=30) == 0
         assert all(p.poll() is None for p in bystanders)
-        assert runs.registered(registry) == sorted([dead.root, live.root, local])  # gone: pruned
+        assert runs.registered(registry) == [runs.Entry(r) for r in sorted(  # gone: pruned
+            [dead.root, live.root, local])]
     finally:
         for p in bystanders:
             p.kill()
@@ -128,6 +160,55 @@ def test_stop_all_skips_the_escaped_scan_when_a_run_cannot_be_fenced(make_run, t
 def test_stop_all_arguments(tmp_path):
     code, result = stop_all(tmp_path / "empty-registry")
     assert code == 0 and result["stopped_run_ids"] == result["failed_run_ids"] == []
+    theirs = runs.Entry(tmp_path / "theirs", skipped="another user's (uid 1001)")
+    assert stopper.stop_all([theirs]) == {  # left alone, and said so
+        "stopped_run_ids": [], "failed_run_ids": [], "skipped_run_ids": [str(theirs.run_dir)],
+        "reasons": {str(theirs.run_dir): "another user's (uid 1001)"}, "escaped_scan": "done"}
     both = subprocess.run([*PRAXIST, "stop", "--all", str(tmp_path)], capture_output=True,
                           text=True, timeout=60)
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_stop_all_lists_the_runs_and_stops_them_only_when_told(make_run, tmp_path):
+    registry = tmp_path / "host-registry"
+    run = make_run(name="served")
+    run.start()
+    run.reply(run.submit(request("kept", ["sh", "-c",
+                                          f"echo $$ > {tmp_path / 'job'}; exec sleep 60"])))
+    job = pid_in(tmp_path / "job")
+    wait_for(lambda: (read_json(run.sched / "status.json") or {}).get("counts", {})
+             .get("running") == 1, message="status.json to count the running job")
+    unowned = tmp_path / "unowned"  # nothing of ours ever ran there
+    (unowned / "resource_scheduler").mkdir(parents=True)
+    assert runs.register(unowned, "serve", registry)
+    listed = (f"praxist-fs stop --all: 1 run to stop in the run registry {registry}/runs:\n"
+              f"  {run.root}  live coordinator (pid {run.proc.pid}): 1 running, 0 queued\n")
+
+    refused = stop_all_raw(registry)  # a script without --yes
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith(listed + "forgotten (stale entries, deleted):\n"
+                                     f"  {unowned}  it has no resource_scheduler/owner.lock")
+    assert refused.stderr.endswith("not stopping without a confirmation: give --yes (stdin "
+                                   "is not a terminal to ask on)\n")
+    code, out, err = answered(registry, b"n")
+    assert (code, out) == (1, "") and err == (listed + "stop this run? [y/N] "
+                                              "praxist-fs stop: nothing stopped\n")
+    assert alive(job) and run.proc.poll() is None
+
+    code, out, err = answered(registry, b"y")
+    assert code == 0 and err == listed + "stop this run? [y/N] "
+    assert json.loads(out)["stopped_run_ids"] == [str(run.root)]
+    assert not alive(job) and run.proc.wait(timeout=30) == 0
+
+
+def test_a_starting_coordinator_forgets_the_runs_that_are_gone(make_run, tmp_path):
+    registry = tmp_path / "host-registry"
+    gone = tmp_path / "gone"
+    (gone / "resource_scheduler").mkdir(parents=True)
+    (gone / "resource_scheduler" / "owner.lock").touch()
+    assert runs.register(gone, "serve", registry)
+    shutil.rmtree(gone)
+    run = make_run()
+    run.start()
+    assert [read_json(p)["run_dir"] for p in runs.directory(registry).glob("*.json")] == [
+        str(run.root)]
