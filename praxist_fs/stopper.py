@@ -85,12 +85,15 @@ def listing(entries: list[runs.Entry], registry: Path) -> str:
     targets = [e for e in entries if e.to_stop]
     lines = [f"praxist-fs stop --all: {len(targets) or 'no'} run{'s' * (len(targets) != 1)} "
              f"to stop in the run registry {registry}" + (":" if targets else "")]
-    lines += [f"  {e.run_dir}  {_what_runs(RunLayout.at(e.run_dir))}" for e in targets]
+    width = max((len(str(e.run_dir)) for e in entries), default=0)
+    lines += [f"  {str(e.run_dir):{width}}  {_what_runs(RunLayout.at(e.run_dir))}"
+              for e in targets]
     for title, chosen in (("left alone", [(e.run_dir, e.skipped) for e in entries if e.skipped]),
                           ("forgotten (stale entries, deleted)",
                            [(e.run_dir, e.pruned) for e in entries if e.pruned])):
         if chosen:
-            lines += [f"{title}:", *(f"  {run_dir}  {why}" for run_dir, why in chosen)]
+            lines += [f"{title}:", *(f"  {str(run_dir):{width}}  {why}"
+                                     for run_dir, why in chosen)]
     return "\n".join(lines)
 
 

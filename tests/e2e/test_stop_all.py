@@ -178,7 +178,7 @@ def test_stop_all_lists_the_runs_and_stops_them_only_when_told(make_run, tmp_pat
     job = pid_in(tmp_path / "job")
     wait_for(lambda: (read_json(run.sched / "status.json") or {}).get("counts", {})
              .get("running") == 1, message="status.json to count the running job")
-    unowned = tmp_path / "unowned"  # nothing of ours ever ran there
+    unowned = tmp_path / "unused"  # nothing of ours ever ran there; as long a name as served
     (unowned / "resource_scheduler").mkdir(parents=True)
     assert runs.register(unowned, "serve", registry)
     listed = (f"praxist-fs stop --all: 1 run to stop in the run registry {registry}/runs:\n"
