@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.effects import (
@@ -27,6 +29,7 @@ from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.states import JobState
 from praxist_fs.core.status import render_status
+from praxist_fs.simulate import TraceJob, replay
 from praxist_fs.errors import InvalidTransition
 
 from .helpers import CPU, GPU, Harness, make_policy
@@ -526,3 +529,36 @@ def test_a_job_is_preempted_at_most_a_bounded_number_of_times_for_the_same_job()
     run.exit(v, f"a{MAX_PREEMPTIONS_FOR_ONE + 1}", 0)
     assert kinds(run.decide()) == [("AttemptLaunched", p, "")]
 
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[int, tuple[Queue, ...], list[TraceJob]]:
+    """A small cluster, two or three queues that preempt the ones below them (by
+    suspension or requeue), and a handful of jobs sharing GPUs by declared shares."""
+    gpus = draw(st.integers(1, 2))
+    mode = st.sampled_from(["suspend", "requeue"])
+    top = Queue(name="top", priority=20, work_classes=("mature",), preempt=draw(mode),
+                preemptible_queues=tuple(draw(st.sampled_from([("low",), ("mid", "low")]))))
+    mid = Queue(name="mid", priority=10, work_classes=("scout",), preempt=draw(mode),
+                preemptible_queues=draw(st.sampled_from([(), ("low",)])))
+    low = Queue(name="low", priority=0, work_classes=("ordinary",))
+    jobs = [TraceJob(job_id=f"j{i}", submit_s=draw(st.integers(0, 30)),
+                     duration_s=draw(st.integers(1, 100)), gpus=draw(st.integers(1, gpus)),
+                     user=draw(st.sampled_from(["u", "v"])),
+                     gpu_util_pct=draw(st.sampled_from([None, 20.0, 30.0, 37.0, 40.0, 60.0,
+                                                        100.0])),
+                     gpu_mem_gb=draw(st.sampled_from([10.0, 40.0, 70.0])),
+                     work_class=draw(st.sampled_from(["mature", "scout", "ordinary"])))
+            for i in range(draw(st.integers(2, 7)))]
+    return gpus, (top, mid, low), sorted(jobs, key=lambda j: j.submit_s)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_every_replay_with_preemption_ends_and_respects_the_bound(scenario):
+    """R-SIM-1 in the simulator: whatever the arrivals, shares and queues, the replay ends
+    (a livelock would raise ``Livelock`` there), every job completes, and no job is
+    preempted more than ``MAX_PREEMPTIONS_FOR_ONE`` times for the same job."""
+    gpus, queue_set, jobs = scenario
+    result = replay(jobs, gpus=gpus, policy=make_policy(queues=queue_set))
+    assert (result.completed, result.unrunnable) == (len(jobs), [])
+    assert max(result.preempted.values(), default=0) <= MAX_PREEMPTIONS_FOR_ONE
