@@ -15,7 +15,9 @@ and host pressure (one calm sample). Each trace job gets a generated profile:
 ``gpu_mem_gb`` (and placement is ``declared``), and the trace's ``work_class``, which
 selects its queue. Preemptions (R-POL-3) are the core's too; the virtual world carries
 them out: a suspended job's remaining run time is frozen until it resumes, and a job
-preempted for requeue ends at once and later runs again from zero. See docs/SIMULATE.md.
+preempted for requeue ends at once and later runs again from zero. A core that went on
+preempting the same jobs without the clock moving would never let the replay end: it is
+reported as a livelock instead (R-SIM-1, ``Watch``). See docs/SIMULATE.md.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import math
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,11 +41,12 @@ from .adapters.gpus import parse_fake_inventory
 from .config import load_policy
 from .core.effects import WriteReply
 from .core.events import (
-    AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted,
+    AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted, Event,
     HostSampled, RequestSeen,
 )
 from .core.observations import GpuSample, PressureSample
 from .core.policy import WORK_CLASSES, Policy, Profile
+from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
@@ -60,6 +64,10 @@ METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "gpu_util
 
 class TraceError(PraxistError):
     """The trace file is wrong; the message names the file, line and column."""
+
+
+class Livelock(PraxistError):
+    """The core kept preempting the same jobs while the virtual clock stood still."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +186,17 @@ class Result:
     series: list[tuple[float, int, float]] = field(repr=False)  # (t, queued, busy GPUs)
     # the delays of the completed jobs by GPU count (``size_class``): "1" ... "8", ">8"
     by_gpus: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    # (victim, preemptor) trace job ids -> how often the core preempted one for the other
+    preempted: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "placement": self.placement, "gpus": self.gpus,
                 "jobs": self.jobs, "completed": self.completed,
                 **{name: getattr(self, name) for name in METRICS},
                 "makespan_s": self.makespan_s, "wall_s": round(self.wall_s, 3),
-                "by_gpus": self.by_gpus, "unrunnable": self.unrunnable}
+                "by_gpus": self.by_gpus, "unrunnable": self.unrunnable,
+                "preempted": [{"job_id": victim, "by": by, "times": times}
+                              for (victim, by), times in sorted(self.preempted.items())]}
 
 
 def fake_inventory(count: int) -> GpuSample:
@@ -232,7 +244,8 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     ends: dict[str, tuple[float, int]] = {}  # core job id -> its completion in the heap
     left: dict[str, float] = {}              # core job id -> run time left while suspended
     series: list[tuple[float, int, float]] = []
-    busy, launches, serial, preemptions, nxt = 0.0, 0, 0, 0, 0
+    watch = Watch(f"policy {name} ({placement})")
+    busy, launches, serial, nxt = 0.0, 0, 0, 0
     while nxt < len(runnable) or completions:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
                   completions[0][0] if completions else math.inf)
@@ -258,8 +271,8 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             for event in sched.next_launches(now):
                 sched.handle(event)
                 core_id = event.job_id
+                watch.saw(now, event, by_core_id)
                 if isinstance(event, AttemptPreempted):
-                    preemptions += 1
                     busy -= share[core_id]
                     remaining = ends.pop(core_id)[0] - now
                     if event.mode == "suspend":
@@ -293,7 +306,44 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                     "reason": sched.pending.get(j.job_id, j.reason)}
                    for j in (*sched.queued(), *sched.suspended())]
     return _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
-                   unrunnable, series, time.perf_counter() - started_wall, preemptions)
+                   unrunnable, series, time.perf_counter() - started_wall, watch.preempted)
+
+
+@dataclass(slots=True)
+class Watch:
+    """R-SIM-1's safety net: the replay's decisions, and a livelock reported, not spun.
+
+    The clock stands still while the core decides at one instant, and the core preempts
+    a job at most ``MAX_PREEMPTIONS_FOR_ONE`` times for the same job. A job preempted
+    more often than that for the same job at one instant is the core going round in a
+    circle that no completion or arrival will break: ``Livelock``, naming the circle."""
+
+    label: str  # the policy and placement, for the message
+    preempted: Counter[tuple[str, str]] = field(default_factory=Counter)  # whole replay
+    at: float = -math.inf
+    now: Counter[tuple[str, str]] = field(default_factory=Counter)  # at this instant
+    decided: list[str] = field(default_factory=list)                # at this instant
+
+    def saw(self, at: float, event: Event, jobs: dict[str, TraceJob]) -> None:
+        """One decision of the core at ``at``; ``jobs`` names them (core id -> trace job)."""
+        if at != self.at:
+            self.at, self.now, self.decided = at, Counter(), []
+        job = jobs[event.job_id].job_id
+        if not isinstance(event, AttemptPreempted):
+            verb = "starts" if isinstance(event, AttemptLaunched) else "resumes"
+            self.decided.append(f"{job} {verb}")
+            return
+        pair = (job, jobs[event.by].job_id)
+        decision = f"{pair[1]} preempts {job}"
+        self.preempted[pair] += 1
+        self.now[pair] += 1
+        if self.now[pair] > MAX_PREEMPTIONS_FOR_ONE:
+            last = len(self.decided) - self.decided[::-1].index(decision) - 1
+            raise Livelock(
+                f"{self.label}: livelock at t={at:g} s: job {job} preempted "
+                f"{self.now[pair]} times for job {pair[1]} while the clock stood still; "
+                f"it goes round: {' -> '.join([*self.decided[last:], decision])}")
+        self.decided.append(decision)
 
 
 def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise: float,
@@ -320,7 +370,7 @@ def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise
 def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[str, TraceJob],
             share: dict[str, float], start: dict[str, float], finish: dict[str, float],
             unrunnable: list[dict[str, str]], series: list[tuple[float, int, float]],
-            wall_s: float, preemptions: int) -> Result:
+            wall_s: float, preempted: Counter[tuple[str, str]]) -> Result:
     done = sorted(finish)
     delays = sorted(start[c] - by_core_id[c].submit_s for c in done)
     jcts = [finish[c] - by_core_id[c].submit_s for c in done]
@@ -337,8 +387,8 @@ def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[st
         p50_delay_s=percentile(delays, 50), p95_delay_s=percentile(delays, 95),
         mean_jct_s=sum(jcts) / len(jcts) if jcts else None,
         gpu_utilization=work / (gpus * makespan) if makespan else None,
-        preemptions=preemptions,
-        makespan_s=makespan, wall_s=wall_s, series=series, by_gpus=by_gpus(sizes))
+        preemptions=preempted.total(), makespan_s=makespan, wall_s=wall_s, series=series,
+        by_gpus=by_gpus(sizes), preempted=preempted)
 
 
 def size_class(gpus: int) -> str:
@@ -501,6 +551,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except TraceError as exc:
         print(f"praxist-fs simulate: {exc}", file=sys.stderr)
         return 2
+    except Livelock as exc:
+        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
+        return 3
     if args.json:
         print(json.dumps({"trace": args.trace, "gpus": args.gpus, "jobs": len(jobs),
                           "results": [r.to_dict() for r in results]}, indent=2))

@@ -14,13 +14,17 @@ from praxist_fs import simulate
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
 from praxist_fs.errors import PolicyError
-from praxist_fs.simulate import TraceError, load_trace, percentile, replay
+from praxist_fs.core.events import AttemptLaunched, AttemptPreempted
+from praxist_fs.simulate import Livelock, TraceError, TraceJob, Watch, load_trace, percentile, \
+    replay
 
 ROOT = Path(__file__).resolve().parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "trace_philly.csv"
 FCFS = ROOT / "fixtures" / "policies" / "fcfs.yaml"
 BACKFILL = ROOT / "fixtures" / "policies" / "backfill.yaml"
 PREEMPT = ROOT / "fixtures" / "policies" / "preempt.yaml"
+REQUEUE = ROOT / "fixtures" / "policies" / "requeue.yaml"
+LIVELOCK = ROOT / "fixtures" / "traces" / "livelock.csv"
 HEADER = "job_id,submit_s,duration_s,gpus,user"
 FRACTIONAL_HEADER = HEADER + ",gpu_util_pct,gpu_mem_gb"
 
@@ -286,6 +290,49 @@ def test_preemption_by_suspension_and_by_requeue_worked_by_hand(tmp_path):
     r = replay(jobs, gpus=1, policy=suspend, placement="exclusive")
     assert (r.preemptions, r.mean_delay_s, r.makespan_s) == (0, 45, 120)
 
+
+
+def test_the_trace_that_livelocked_ends_with_one_preemption(capsys):
+    """R-SIM-1, issue 14: on one GPU V1 (30%) and X (40%) run, Q (37%) waits; at 10 X ends
+    and M (urgent, 100%) requeues V1. Q once took the room in the same pass, M requeued
+    Q, V1 came back, and the replay never ended. Now M runs 10-60 and V1 (from zero) and
+    Q share the GPU from 60: V1 ends at 1060, Q at 160."""
+    doc = run_json(capsys, "--trace", str(LIVELOCK), "--gpus", "1", "--policy", str(REQUEUE))
+    [r] = doc["results"]
+    assert (r["completed"], r["unrunnable"], r["preemptions"]) == (4, [], 1)
+    assert r["preempted"] == [{"job_id": "V1", "by": "M", "times": 1}]
+    assert r["mean_delay_s"] == (0 + 0 + 59 + 0) / 4
+    assert (r["mean_jct_s"], r["makespan_s"]) == ((1060 + 10 + 159 + 50) / 4, 1060)
+
+
+def test_a_livelock_is_reported_naming_the_jobs_and_the_circle():
+    """The safety net, for a core that would go round again (the core's own bound makes
+    it unreachable through a replay): more preemptions of one job for the same job at one
+    instant than the core allows."""
+    jobs = {name: TraceJob(job_id=name, submit_s=0, duration_s=1, gpus=1, user="u")
+            for name in ("V1", "Q", "M")}
+    watch = Watch("policy requeue (declared)")
+
+    def circle(at: float) -> None:
+        for event in (AttemptPreempted(at=at, job_id="V1", attempt_id="a1", mode="requeue",
+                                       by="M", reason="r"),
+                      AttemptLaunched(at=at, job_id="Q", attempt_id="a1", gpus=()),
+                      AttemptPreempted(at=at, job_id="Q", attempt_id="a1", mode="requeue",
+                                       by="M", reason="r"),
+                      AttemptLaunched(at=at, job_id="V1", attempt_id="a2", gpus=())):
+            watch.saw(at, event, jobs)
+
+    for at in range(5):  # the clock moves between them: no livelock, however many
+        circle(float(at))
+    for _ in range(3):
+        circle(10.0)
+    with pytest.raises(Livelock) as caught:
+        circle(10.0)
+    assert str(caught.value) == (
+        "policy requeue (declared): livelock at t=10 s: job V1 preempted 4 times for job M "
+        "while the clock stood still; it goes round: M preempts V1 -> Q starts -> "
+        "M preempts Q -> V1 starts -> M preempts V1")
+    assert watch.preempted[("V1", "M")] == 5 + 4
 
 
 def test_delays_by_gpu_count_show_what_backfill_does_for_wide_jobs(tmp_path, capsys):

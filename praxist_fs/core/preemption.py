@@ -25,6 +25,19 @@ idle device; the job then starts in the same pass. ``requeue`` terminates a vict
 queues the victim again under the same job id with the attempt outcome
 ``preempted`` and no retry used (an exit 0 in the meantime still completes it).
 
+**No livelock (R-SIM-1).** While a job waits for its victims to end, the room it
+will take (its devices once they are gone) is its own from its turn in each pass:
+work served after it, its victims' queues among it, keeps off those devices, where
+the victims' envelopes count too until they end. Without that, a job of a lower
+queue took the room in the same pass, the job preempted that one, its first victim
+came back into the freed room, and so on for ever. Work ahead of it in the pass
+(higher queues, older jobs of its tier) goes first as always, and once the victims
+have ended the job is served before every queue it preempts. The room is kept only
+while the job is queued and still needs its victims to end: cancelled, rejected,
+held or changed, it is not served and keeps nothing. And a job is preempted at most
+``MAX_PREEMPTIONS_FOR_ONE`` times for the same job (counted from its attempts'
+journaled preemptions); that job then waits, saying so, or preempts others.
+
 **Resume.** A suspended job continues (SIGCONT) at the first pass where, at its
 queue's turn (after the queues above it, before its own queue's and lower queues'
 queued work), a slot is free, its queue's limits allow it, its pressure domains
@@ -54,6 +67,11 @@ from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, 
     without_envelopes
 from .queues import Queue
 from .states import JobState, Trigger
+
+# R-SIM-1: a job is preempted at most this many times for the same job; that job then
+# waits for it to end (or preempts others). Each time needs the preemptor to have lost
+# its room in between (preempted itself, say), so a few are legitimate; more are thrash.
+MAX_PREEMPTIONS_FOR_ONE = 3
 
 if TYPE_CHECKING:
     from .model import Attempt, Job
@@ -186,18 +204,27 @@ class PreemptionDesk:
             return None if why else gpus
 
         victims: list[Job] = []
-        if fits([]) is None:
-            candidates = sorted(
-                (j for j in ctx.running if j.request.work_class in classes
-                 and j.current.pid is not None and j.current.evicting is None
-                 and j.current.cancel is None and j.job_id not in ctx.taken),
-                key=lambda j: (ctx.by_class[j.request.work_class].priority,
-                               -j.current.started_at, -j.order))
+        if (gpus := fits([])) is None:
+            candidates, spared = [], []
+            for j in ctx.running:
+                if j.request.work_class in classes and j.current.pid is not None and \
+                        j.current.evicting is None and j.current.cancel is None and \
+                        j.job_id not in ctx.taken:
+                    (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE
+                     else spared).append(j)
+            candidates.sort(key=lambda j: (ctx.by_class[j.request.work_class].priority,
+                                           -j.current.started_at, -j.order))
             for candidate in candidates:
                 victims.append(candidate)
                 if fits(victims) is not None:
                     break
             else:
+                if spared and fits(victims + spared) is not None:
+                    # the bound holds it, not its demand: a job like it may still preempt
+                    self._hold(job, f"{reason}; not preempting "
+                                    f"{', '.join(j.job_id for j in spared)} again: "
+                                    f"{MAX_PREEMPTIONS_FOR_ONE} preemptions for this job")
+                    return []
                 if not mine:
                     ctx.unsatisfiable[hopeless] = reason
                 return None
@@ -205,12 +232,12 @@ class PreemptionDesk:
                 rest = [v for v in victims if v is not victim]
                 if fits(rest) is not None:
                     victims = rest
+            gpus = fits(victims)
         ctx.taken.update(v.job_id for v in victims)
         events: list[Event] = [AttemptPreempted(
             at=ctx.at, job_id=v.job_id, attempt_id=v.current.attempt_id, mode=queue.preempt,
             by=job.job_id, reason=f"queue {queue.name}: {reason}") for v in victims]
         if queue.preempt == "suspend" and not mine:
-            gpus = fits(victims)
             for victim in victims:
                 ctx.free += 1
                 ctx.running_in[ctx.by_class[victim.request.work_class].name] -= 1
@@ -219,6 +246,9 @@ class PreemptionDesk:
             ctx.place(job, gpus)
             return [*events, AttemptLaunched(at=ctx.at, job_id=job.job_id,
                                              attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus)]
+        if gpus:  # R-SIM-1: the room it waits for is its own for the rest of the pass, and
+            # its victims keep theirs until they end (on its devices both count till then)
+            ctx.loads = with_envelopes(ctx.loads, envelopes_of(profile, gpus, job.job_id))
         names = [v.job_id for v in (*mine, *victims)]
         self._hold(job, f"{reason}; preempting {', '.join(names)}: waiting for "
                         f"{'it' if len(names) == 1 else 'them'} to end")
@@ -287,6 +317,11 @@ class PreemptionDesk:
                 return (f"suspended, its {demand.utilization_pct:g}% utilization does not fit "
                         f"back on {uuid}: {limit}")
         return None
+
+
+def times_preempted(victim: Job, by: str) -> int:
+    """How often ``victim`` was preempted for job ``by``, over all its attempts (journaled)."""
+    return sum(p["by"] == by for attempt in victim.attempts for p in attempt.preemptions)
 
 
 def paused(envelopes: list[Envelope]) -> list[Envelope]:

@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.effects import (
@@ -20,15 +22,18 @@ from praxist_fs.core.events import (
 )
 from praxist_fs.core.observations import GpuDevice, GpuSample
 from praxist_fs.core.policy import Profile
+from praxist_fs.core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from praxist_fs.core.queues import Queue
 from praxist_fs.core.request import ControlRequest
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.states import JobState
 from praxist_fs.core.status import render_status
+from praxist_fs.simulate import TraceJob, replay
 from praxist_fs.errors import InvalidTransition
 
 from .helpers import CPU, GPU, Harness, make_policy
+from .test_jobcontrol import control
 
 WIDE = Profile(name="wide", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
                gpu_utilization_pct=70.0)
@@ -49,10 +54,10 @@ class Run(Harness):
     """The harness, with every decision of a pass fed back as the daemon does."""
 
     def __init__(self, slots: int = 1, mode: str = "suspend", gpus: int = 0,
-                 **overrides: Any) -> None:
+                 profiles: tuple[Profile, ...] = (), **overrides: Any) -> None:
         overrides.setdefault("queues", queues(mode))
         super().__init__(make_policy(
-            profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL)},
+            profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL, *profiles)},
             initial_concurrent_experiments=slots, min_concurrent_experiments=1,
             max_concurrent_experiments=slots, **overrides))
         self.journal: list[dict[str, Any]] = []
@@ -445,3 +450,115 @@ def test_a_reserve_of_the_preempting_queue_for_its_victims_queue_is_respected():
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
                                    ("AttemptLaunched", high, "")]
+
+
+# -- no livelock (R-SIM-1) ---------------------------------------------------------------
+
+
+def share(pct: int) -> Profile:
+    return Profile(name=f"u{pct}", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
+                   gpu_utilization_pct=float(pct))
+
+
+def livelock_run() -> tuple[Run, str, str, str]:
+    """Issue 14's four jobs on one GPU: v (30%) and x (40%) run, q (37%) waits for room,
+    x ends and m (urgent, 100%) arrives, which makes v's eviction a requeue for m."""
+    run = Run(slots=8, mode="requeue", gpus=1, profiles=tuple(map(share, (30, 40, 37, 100))))
+    v = run.start("v", profile="u30")
+    x = run.start("x", profile="u40")
+    q = run.submit("q", profile="u37")["job_id"]
+    assert run.decide() == [] and run.state(q) == "queued"
+    run.exit(x, "a1", 0)
+    m = run.submit("m", work_class="mature", profile="u100")["job_id"]
+    return run, v, q, m
+
+
+def test_room_freed_by_requeue_stays_with_the_job_it_was_freed_for():
+    """Without it q took the room in the same pass, m preempted q, v took it back, and
+    so on for ever (``praxist-fs simulate`` never ended)."""
+    run, v, q, m = livelock_run()
+    assert kinds(run.decide()) == [("AttemptPreempted", v, "requeue")]  # and q waits
+    assert run.sched.pending[q].startswith("gpu utilization: no device with 37% free")
+    assert run.sched.pending[m].endswith(f"preempting {v}: waiting for it to end")
+    assert run.decide() == [] and run.state(q) == "queued"  # a later pass keeps it too
+    run.exit(v, "a1", 143, signal=15)
+    assert kinds(run.decide()) == [("AttemptLaunched", m, "")]
+    run.go(m, "a1")
+    run.exit(m, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptLaunched", v, ""), ("AttemptLaunched", q, "")]
+    assert sum(len(a.preemptions) for j in run.sched.jobs.values() for a in j.attempts) == 1
+
+
+def test_the_room_is_not_kept_for_a_job_that_gave_up():
+    run, v, q, m = livelock_run()
+    run.decide()
+    assert control(run, "cancel", jobs=[m])["outcome"] == "ok"
+    assert run.state(m) == "cancelled"
+    assert kinds(run.decide()) == [("AttemptLaunched", q, "")]  # beside v, still ending
+    assert run.state(v) == "running"
+
+
+def test_a_job_is_preempted_at_most_a_bounded_number_of_times_for_the_same_job():
+    """p (80%) preempts v (30%); each time p runs, a more urgent h (60%) requeues p, v
+    comes back beside h, and once h ends p would preempt v again: p does so three times,
+    then waits for v to end, and says why."""
+    three = (Queue(name="top", priority=20, work_classes=("mature",),
+                   preemptible_queues=("mid", "low"), preempt="requeue"),
+             Queue(name="mid", priority=10, work_classes=("scout",),
+                   preemptible_queues=("low",), preempt="requeue"),
+             Queue(name="low", priority=0, work_classes=("ordinary",)))
+    run = Run(slots=8, gpus=1, queues=three, profiles=tuple(map(share, (30, 60, 80))))
+    v = run.start("v", profile="u30")
+    p = run.submit("p", work_class="scout", profile="u80")["job_id"]
+    for round_ in range(1, MAX_PREEMPTIONS_FOR_ONE + 1):
+        assert kinds(run.decide()) == [("AttemptPreempted", v, "requeue")]
+        run.exit(v, f"a{round_}", 143, signal=15)
+        assert kinds(run.decide()) == [("AttemptLaunched", p, "")]
+        run.go(p, f"a{round_}")
+        h = run.submit(f"h{round_}", work_class="mature", profile="u60")["job_id"]
+        assert kinds(run.decide()) == [("AttemptPreempted", p, "requeue")]
+        run.exit(p, f"a{round_}", 143, signal=15)
+        assert kinds(run.decide()) == [("AttemptLaunched", h, ""), ("AttemptLaunched", v, "")]
+        run.go(h, "a1")
+        run.go(v, f"a{round_ + 1}")
+        run.exit(h, "a1", 0)
+    assert run.decide() == [] and run.state(v) == "running"
+    assert run.sched.pending[p] == (
+        f"gpu utilization: no device with 80% free; not preempting {v} again: "
+        f"{MAX_PREEMPTIONS_FOR_ONE} preemptions for this job")
+    run.exit(v, f"a{MAX_PREEMPTIONS_FOR_ONE + 1}", 0)
+    assert kinds(run.decide()) == [("AttemptLaunched", p, "")]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[int, tuple[Queue, ...], list[TraceJob]]:
+    """A small cluster, two or three queues that preempt the ones below them (by
+    suspension or requeue), and a handful of jobs sharing GPUs by declared shares."""
+    gpus = draw(st.integers(1, 2))
+    mode = st.sampled_from(["suspend", "requeue"])
+    top = Queue(name="top", priority=20, work_classes=("mature",), preempt=draw(mode),
+                preemptible_queues=tuple(draw(st.sampled_from([("low",), ("mid", "low")]))))
+    mid = Queue(name="mid", priority=10, work_classes=("scout",), preempt=draw(mode),
+                preemptible_queues=draw(st.sampled_from([(), ("low",)])))
+    low = Queue(name="low", priority=0, work_classes=("ordinary",))
+    jobs = [TraceJob(job_id=f"j{i}", submit_s=draw(st.integers(0, 30)),
+                     duration_s=draw(st.integers(1, 100)), gpus=draw(st.integers(1, gpus)),
+                     user=draw(st.sampled_from(["u", "v"])),
+                     gpu_util_pct=draw(st.sampled_from([None, 20.0, 30.0, 37.0, 40.0, 60.0,
+                                                        100.0])),
+                     gpu_mem_gb=draw(st.sampled_from([10.0, 40.0, 70.0])),
+                     work_class=draw(st.sampled_from(["mature", "scout", "ordinary"])))
+            for i in range(draw(st.integers(2, 7)))]
+    return gpus, (top, mid, low), sorted(jobs, key=lambda j: j.submit_s)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_every_replay_with_preemption_ends_and_respects_the_bound(scenario):
+    """R-SIM-1 in the simulator: whatever the arrivals, shares and queues, the replay ends
+    (a livelock would raise ``Livelock`` there), every job completes, and no job is
+    preempted more than ``MAX_PREEMPTIONS_FOR_ONE`` times for the same job."""
+    gpus, queue_set, jobs = scenario
+    result = replay(jobs, gpus=gpus, policy=make_policy(queues=queue_set))
+    assert (result.completed, result.unrunnable) == (len(jobs), [])
+    assert max(result.preempted.values(), default=0) <= MAX_PREEMPTIONS_FOR_ONE

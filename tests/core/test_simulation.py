@@ -63,6 +63,7 @@ from praxist_fs.core.observations import (
     Envelope, GpuDevice, GpuProcess, GpuSample, HostCapacity, PressureSample,
 )
 from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.preemption import MAX_PREEMPTIONS_FOR_ONE, times_preempted
 from praxist_fs.core.queues import Queue, default_queues, queue_of_class
 from praxist_fs.core.request import parse_control, parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler
@@ -92,6 +93,9 @@ PROFILES = {
 }
 PROFILE_CHOICES = (None, None, *PROFILES, "cpu", "gpu_small", "nope")
 EXIT_CODES = ((0, None), (0, None), (3, None), (75, None), (75, None), (137, 9))
+# R-SIM-1: far more passes than a loop at one instant needs (the CI seeds need at most
+# 12), far fewer than a livelock would run
+PASSES_AT_ONE_INSTANT = 100
 
 
 # Bugs this simulation found that are still open. The property tests run with them
@@ -571,8 +575,9 @@ class Simulation:
     # -- the daemon loop -----------------------------------------------------
 
     def loop(self) -> None:
-        """The top of daemon._loop: launch passes, due decisions, grants."""
-        while True:
+        """The top of daemon._loop: launch passes, due decisions, grants. The passes end:
+        a core that went on deciding without the clock moving would be a livelock."""
+        for _ in range(PASSES_AT_ONE_INSTANT):
             if self.uses_gpu and self.sched.count(JobState.QUEUED):
                 if self.rng.random() < 0.15:
                     self.others = self.draw_others()
@@ -586,6 +591,9 @@ class Simulation:
                 self.execute(effect)
             if not launches:
                 break
+        else:
+            raise AssertionError(f"livelock: {PASSES_AT_ONE_INSTANT} passes at one instant "
+                                 "and the core still decides")
         self.process(self.sched.due(self.now))
         self.process(list(self.sched.next_grants(self.now)))
 
@@ -1074,6 +1082,8 @@ class Simulation:
         assert job.state is JobState.RUNNING and job.current.pid is not None, \
             f"preempting {job.job_id} ({job.state}, pid {job.current.pid})"
         assert beneficiary.state is JobState.QUEUED, f"{ev.by} preempts while {beneficiary.state}"
+        assert times_preempted(job, ev.by) < MAX_PREEMPTIONS_FOR_ONE, (
+            f"{job.job_id} preempted for {ev.by} once more than the bound")
         assert victim_queue.name in queue.preemptible_queues and \
             victim_queue.priority < queue.priority and ev.mode == queue.preempt, (
                 f"{queue.name} (priority {queue.priority}) preempted {job.job_id} of "

@@ -43,6 +43,7 @@ TESTED = {
     "shell-submit", "shell-wait",  # PROTOCOL
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
     "ops-generation-status", "ops-invariants",  # OPERATIONS
+    "simulate-livelock",  # SIMULATE
 }
 
 
@@ -316,6 +317,18 @@ def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, s
 
     invariants = shell("ops-invariants")
     assert (invariants.returncode, invariants.stdout) == (0, "consistent\n"), invariants.stderr
+
+
+def test_the_livelock_trace_replays_as_documented(shell):
+    """R-SIM-1: the four jobs that once made the replay spin end it, with the table
+    docs/SIMULATE.md shows (but for the wall time)."""
+    replayed = shell("simulate-livelock")
+    assert replayed.returncode == 0, replayed.stderr
+
+    def rows(text: str) -> list[str]:
+        return [re.sub(r" +[0-9.]+s$", "", line) for line in text.splitlines()]
+
+    assert rows(replayed.stdout) == rows(documented("simulate-livelock", "output"))
 
 
 def test_state_diagram_in_protocol_matches_the_transition_table():
