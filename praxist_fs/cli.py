@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import launch, run, status
+from .commands import jobs, launch, run, status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     launch.add_parsers(sub)
     status.add_parsers(sub)
+    jobs.add_parsers(sub)
     sub.add_parser("profile", add_help=False,
                    help="observe an unchanged command and propose a resource profile: "
                    "profile [--interval S] [--repeat N] [--out FILE] -- CMD")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
+
+from ..adapters.jobindex import ACTIVE_STATES
 
 
 def format_peer_local(launches: list[dict]) -> str:
@@ -83,3 +86,87 @@ def format_status(doc: dict) -> str:
         if doc["queue_length"] > len(doc["queue"]):
             lines.append(f"... and {doc['queue_length'] - len(doc['queue'])} more")
     return "\n".join(lines)
+
+
+def format_when(at: float | None, now: float) -> str:
+    """A local time, compact: the time alone today, the date and minute this year."""
+    if at is None:
+        return "-"
+    when, today = time.localtime(at), time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", when)
+    return time.strftime("%b %d %H:%M" if when[0] == today[0] else "%Y-%m-%d", when)
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, hours = int(seconds) // 60, int(seconds) // 3600
+    if hours < 1:
+        return f"{minutes}m{int(seconds) % 60:02d}s"
+    if hours < 24:
+        return f"{hours}h{minutes % 60:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def _ellipsize(text: str, width: int) -> str:
+    """At most ``width`` characters, cut in the middle: tags differ at both ends (model and
+    seed), job ids at the end (their hash)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head):]}"
+
+
+def job_row(document: dict, now: float) -> dict:
+    """A job file plus what ``praxist-fs jobs`` derives from it (PROTOCOL.md, *Listing
+    jobs*): the first start, the end, the attempts' summed run time and their count."""
+    attempts = document.get("attempts") or []
+    ends = [a.get("ended_at") for a in attempts]
+    last_end = ends[-1] if ends else None
+    wall = sum((end if end is not None else now) - a["started_at"]
+               for a, end in zip(attempts, ends)) if attempts else None
+    return {**document, "attempt_count": len(attempts),
+            "started_at": attempts[0]["started_at"] if attempts else None,
+            "ended_at": last_end if document.get("state") not in ACTIVE_STATES else None,
+            "wall_s": None if wall is None else round(wall, 3)}
+
+
+JOB_COLUMNS = (  # header, width cap (None: the rest of the line), cell
+    ("JOB", 36, lambda r, now: _ellipsize(r["job_id"], 36)),
+    ("TAG", 28, lambda r, now: _ellipsize(str(r.get("tag")), 28)),
+    ("PEER", 12, lambda r, now: _ellipsize(str(r.get("peer")), 12)),
+    ("STATE", 15, lambda r, now: r["state"]),
+    ("EXIT", 4, lambda r, now: "-" if r.get("exit_code") is None else str(r["exit_code"])),
+    ("ATT", 3, lambda r, now: str(r["attempt_count"])),
+    ("SUBMITTED", 12, lambda r, now: format_when(r.get("submitted_at"), now)),
+    ("STARTED", 12, lambda r, now: format_when(r["started_at"], now)),
+    ("ENDED", 12, lambda r, now: format_when(r["ended_at"], now)),
+    ("WALL", 7, lambda r, now: format_duration(r["wall_s"])),
+    ("REASON", None, lambda r, now: _ellipsize(str(r.get("reason")), 60)),
+)
+NUMERIC = {"EXIT", "ATT", "WALL"}
+
+
+def format_jobs(rows: list[dict], matched: int, now: float) -> str:
+    """The jobs table: each column as wide as its widest cell (within its cap), and a
+    last line saying how many more matched than the limit let through."""
+    cells = [[cell(row, now) for _, _, cell in JOB_COLUMNS] for row in rows]
+    widths = [max([len(header)] + [len(line[i]) for line in cells])
+              for i, (header, _, _) in enumerate(JOB_COLUMNS)]
+    lines = []
+    for line in [[header for header, _, _ in JOB_COLUMNS], *cells]:
+        lines.append(" ".join(
+            value if i == len(JOB_COLUMNS) - 1 else
+            value.rjust(widths[i]) if JOB_COLUMNS[i][0] in NUMERIC else value.ljust(widths[i])
+            for i, value in enumerate(line)).rstrip())
+    if matched > len(rows):
+        lines.append(f"... {matched - len(rows)} more (--limit N or --limit 0 to list them)")
+    return "\n".join(lines)
+
+
+def jobs_json(rows: list[dict], matched: int, source: str) -> str:
+    return json.dumps({"jobs": rows, "matched": matched, "source": source}, indent=2)
+
