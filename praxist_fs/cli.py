@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import jobs, launch, run, status
+from .commands import jobs, launch, logs, run, status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     launch.add_parsers(sub)
     status.add_parsers(sub)
     jobs.add_parsers(sub)
+    logs.add_parsers(sub)
     sub.add_parser("profile", add_help=False,
                    help="observe an unchanged command and propose a resource profile: "
                    "profile [--interval S] [--repeat N] [--out FILE] -- CMD")

@@ -170,3 +170,26 @@ def format_jobs(rows: list[dict], matched: int, now: float) -> str:
 def jobs_json(rows: list[dict], matched: int, source: str) -> str:
     return json.dumps({"jobs": rows, "matched": matched, "source": source}, indent=2)
 
+
+def describe_end(attempt: dict) -> str:
+    """How an attempt ended, in a few words: ``exit 75``, ``killed by signal 9``, ``released``,
+    or ``running`` while it has not."""
+    if attempt.get("ended_at") is None:
+        return "running"
+    if attempt.get("signal"):
+        return f"killed by signal {attempt['signal']}"
+    if attempt.get("exit_code") is not None:
+        return f"exit {attempt['exit_code']}"
+    return attempt.get("outcome") or "ended"
+
+
+def attempt_header(attempt: dict, now: float) -> str:
+    """``praxist-fs logs``'s line above each attempt's output, like tail's ``==> file <==``."""
+    return (f"==> attempt {attempt['attempt_id']} (started "
+            f"{format_when(attempt.get('started_at'), now)}, {describe_end(attempt)}) <==")
+
+
+def attempt_marker(attempt: dict, previous: dict) -> str:
+    """``praxist-fs launch``'s line between the output of two attempts of one job."""
+    return (f"--- praxist-fs: attempt {attempt['attempt_id']} (retry after "
+            f"{previous['attempt_id']}: {describe_end(previous)}) ---")
