@@ -14,7 +14,6 @@ import time
 from datetime import datetime
 
 from .. import client
-from ..adapters.jobindex import JobQuery, list_jobs
 from ..adapters.layout import RunLayout
 from ..core.states import JobState
 from .render import format_jobs, job_row, jobs_json
@@ -52,6 +51,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     if not args.run_dir:
         print("praxist-fs jobs: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
         return 2
+    from ..adapters.jobindex import JobQuery, list_jobs  # sqlite3: launch processes stay lean
+
     layout = RunLayout.at(args.run_dir)
     if not layout.scheduler.is_dir():
         print(f"praxist-fs jobs: {args.run_dir} is not a run directory (no "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..adapters.jobindex import ACTIVE_STATES
+from ..client import TERMINAL
 
 
 def format_peer_local(launches: list[dict]) -> str:
@@ -130,7 +130,7 @@ def job_row(document: dict, now: float) -> dict:
                for a, end in zip(attempts, ends)) if attempts else None
     return {**document, "attempt_count": len(attempts),
             "started_at": attempts[0]["started_at"] if attempts else None,
-            "ended_at": last_end if document.get("state") not in ACTIVE_STATES else None,
+            "ended_at": last_end if document.get("state") in TERMINAL else None,
             "wall_s": None if wall is None else round(wall, 3)}
 
 
