@@ -130,8 +130,10 @@ class JobIndex:
         return db
 
     def stage(self, document: dict[str, Any], data: bytes) -> None:
-        """A job file was written with ``data`` (its JSON): index it at the next commit."""
-        self.staged[document["job_id"]] = (document, data.decode())
+        """A job file was written with ``data`` (its JSON): index it at the next commit.
+        Not while the index awaits its rebuild (which takes every job) or was given up."""
+        if self.db is not None:
+            self.staged[document["job_id"]] = (document, data.decode())
 
     def flush(self, journal_seq: int) -> None:
         """Commit what was staged, and that the index reflects ``journal_seq``: one
