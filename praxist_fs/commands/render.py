@@ -111,13 +111,13 @@ def format_duration(seconds: float | None) -> str:
     return f"{hours // 24}d{hours % 24:02d}h"
 
 
-def _ellipsize(text: str, width: int) -> str:
-    """At most ``width`` characters, cut in the middle: tags differ at both ends (model and
-    seed), job ids at the end (their hash)."""
+def _ellipsize(text: str, width: int, middle: bool = True) -> str:
+    """At most ``width`` characters, cut in the ``middle`` (tags differ at both ends, model
+    and seed; job ids at the end, their hash) or at the end (a reason's start says most)."""
     if len(text) <= width:
         return text
-    head = (width - 1) // 2
-    return f"{text[:head]}…{text[len(text) - (width - 1 - head):]}"
+    head = (width - 1) // 2 if middle else width - 1
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head):] if middle else ''}"
 
 
 def job_row(document: dict, now: float) -> dict:
@@ -134,34 +134,32 @@ def job_row(document: dict, now: float) -> dict:
             "wall_s": None if wall is None else round(wall, 3)}
 
 
-JOB_COLUMNS = (  # header, width cap (None: the rest of the line), cell
-    ("JOB", 36, lambda r, now: _ellipsize(r["job_id"], 36)),
-    ("TAG", 28, lambda r, now: _ellipsize(str(r.get("tag")), 28)),
-    ("PEER", 12, lambda r, now: _ellipsize(str(r.get("peer")), 12)),
-    ("STATE", 15, lambda r, now: r["state"]),
-    ("EXIT", 4, lambda r, now: "-" if r.get("exit_code") is None else str(r["exit_code"])),
-    ("ATT", 3, lambda r, now: str(r["attempt_count"])),
-    ("SUBMITTED", 12, lambda r, now: format_when(r.get("submitted_at"), now)),
-    ("STARTED", 12, lambda r, now: format_when(r["started_at"], now)),
-    ("ENDED", 12, lambda r, now: format_when(r["ended_at"], now)),
-    ("WALL", 7, lambda r, now: format_duration(r["wall_s"])),
-    ("REASON", None, lambda r, now: _ellipsize(str(r.get("reason")), 60)),
+JOB_COLUMNS = (  # header, cell
+    ("JOB", lambda r, now: _ellipsize(r["job_id"], 36)),
+    ("TAG", lambda r, now: _ellipsize(str(r.get("tag")), 28)),
+    ("PEER", lambda r, now: _ellipsize(str(r.get("peer")), 12)),
+    ("STATE", lambda r, now: r["state"]),
+    ("EXIT", lambda r, now: "-" if r.get("exit_code") is None else str(r["exit_code"])),
+    ("ATT", lambda r, now: str(r["attempt_count"])),
+    ("SUBMITTED", lambda r, now: format_when(r.get("submitted_at"), now)),
+    ("STARTED", lambda r, now: format_when(r["started_at"], now)),
+    ("ENDED", lambda r, now: format_when(r["ended_at"], now)),
+    ("WALL", lambda r, now: format_duration(r["wall_s"])),
+    ("REASON", lambda r, now: _ellipsize(str(r.get("reason")), 60, middle=False)),
 )
 NUMERIC = {"EXIT", "ATT", "WALL"}
 
 
 def format_jobs(rows: list[dict], matched: int, now: float) -> str:
-    """The jobs table: each column as wide as its widest cell (within its cap), and a
-    last line saying how many more matched than the limit let through."""
-    cells = [[cell(row, now) for _, _, cell in JOB_COLUMNS] for row in rows]
+    """The jobs table: each column as wide as its widest cell, the reason last and free,
+    and a last line saying how many more matched than the limit let through."""
+    cells = [[cell(row, now) for _, cell in JOB_COLUMNS] for row in rows]
+    headers = [header for header, _ in JOB_COLUMNS]
     widths = [max([len(header)] + [len(line[i]) for line in cells])
-              for i, (header, _, _) in enumerate(JOB_COLUMNS)]
-    lines = []
-    for line in [[header for header, _, _ in JOB_COLUMNS], *cells]:
-        lines.append(" ".join(
-            value if i == len(JOB_COLUMNS) - 1 else
-            value.rjust(widths[i]) if JOB_COLUMNS[i][0] in NUMERIC else value.ljust(widths[i])
-            for i, value in enumerate(line)).rstrip())
+              for i, header in enumerate(headers)]
+    lines = [" ".join(value.rjust(width) if header in NUMERIC else value.ljust(width)
+                      for header, width, value in zip(headers, widths, line)).rstrip()
+             for line in [headers, *cells]]
     if matched > len(rows):
         lines.append(f"... {matched - len(rows)} more (--limit N or --limit 0 to list them)")
     return "\n".join(lines)
