@@ -106,24 +106,27 @@ class _Builder:
 
 
 def build_run(run_dir: Path, task: Path, *, finished: int = 0, queued: int = 0,
-              queued_argv: list[str] | None = None, prefix: str = "fx") -> dict:
-    """Write a run directory with ``finished`` completed and then ``queued`` queued jobs.
+              queued_argv: list[str] | None = None, prefix: str = "fx",
+              spacing: float = 0.05, last_at: float | None = None) -> dict:
+    """Write a run directory with ``finished`` completed and then ``queued`` queued jobs,
+    submitted ``spacing`` seconds apart, the last at ``last_at`` (default: a day ago).
 
     Returns what was built: counts, journal events and bytes, and the seconds it took."""
     t0 = time.monotonic()
     b = _Builder(Path(run_dir), Path(task))
-    at = time.time() - 86400.0 - (finished + queued) * 0.05
+    last_at = time.time() - 86400.0 if last_at is None else last_at
+    at = last_at - (finished + queued) * spacing
     b.process(CoordinatorStarted(at=at, policy=b.policy.to_dict(), pid=os.getpid(),
                                  host=socket.gethostname(), boot_id="bench-fixture"))
     for i in range(finished):
         rid = f"{prefix}-done-{i:06d}"
         job_id = b.request(rid, rid, ["/bin/true"], at)
         b.finish(job_id, at + 0.002, pid=10_000 + i % 50_000, boot="bench-fixture")
-        at += 0.05
+        at += spacing
     for i in range(queued):
         rid = f"{prefix}-queued-{i:06d}"
         b.request(rid, rid, queued_argv or ["/bin/true"], at)
-        at += 0.05
+        at += spacing
     b.journal.commit()
     t1 = time.monotonic()
     files = b.write_views()

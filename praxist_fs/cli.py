@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import control, launch, run, status
+from .commands import control, jobs, launch, logs, run, status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     launch.add_parsers(sub)
     status.add_parsers(sub)
+    jobs.add_parsers(sub)
+    logs.add_parsers(sub)
     control.add_parsers(sub)
     sub.add_parser("profile", add_help=False,
                    help="observe an unchanged command and propose a resource profile: "

@@ -1,8 +1,9 @@
-"""The peer side of the spool protocol, used by ``praxist-fs launch``.
+"""The peer side of the spool protocol, used by ``praxist-fs launch``, ``logs`` and ``wait``.
 
 It does exactly what a shell script may do: write a request into spool/tmp,
 rename it into spool/incoming, wait for spool/replies/<request_id>.json, then
-follow the job file and the attempt logs. It never runs the command itself.
+follow the job file and the attempt logs. It never runs the command itself,
+and finding or following a job submits nothing.
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
 from .adapters import procs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
-from .core.request import MAX_REQUEST_BYTES, oversize_problem
+from .core.identity import job_id_for
+from .core.request import MAX_REQUEST_BYTES, NAME_RE, oversize_problem
 
 TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown")
+EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
+POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
+WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
 # Shell bookkeeping that differs between two shells running the same experiment;
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
 VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
@@ -164,37 +169,97 @@ def job_document(layout: RunLayout, job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def follow(layout: RunLayout, job_id: str, out: BinaryIO, skip: set[str] = frozenset(),
+def find_job(layout: RunLayout, job_or_tag: str) -> tuple[str, dict[str, Any]] | None:
+    """The job named by its id or by its tag (whose id is derived from it), with its job
+    file; None when neither names an accepted job."""
+    for job_id in dict.fromkeys((job_or_tag, job_id_for(job_or_tag))):
+        if NAME_RE.fullmatch(job_id):  # a path-safe name: never a path out of jobs/
+            doc = job_document(layout, job_id)
+            if doc is not None:
+                return job_id, doc
+    return None
+
+
+def exit_status(document: dict[str, Any]) -> int:
+    """What a follower of an ended job exits with: the job's exit code (0 when completed),
+    70 when its attempt vanished (drained_unknown), 1 when it ended without any."""
+    if document["state"] == "drained_unknown":
+        return EXIT_DRAINED_UNKNOWN
+    code = document["exit_code"]
+    return code if isinstance(code, int) else 1
+
+
+Announce = Callable[[dict[str, Any], dict[str, Any] | None], None]
+
+
+def follow(layout: RunLayout, job_id: str, out: BinaryIO,
+           select: Callable[[dict[str, Any]], bool] = lambda attempt: True,
+           announce: Announce | None = None, once: bool = False,
            tick: Callable[[dict[str, Any] | None], None] | None = None) -> dict[str, Any]:
-    """Stream the attempts' logs (but those in ``skip``) until the job is terminal;
-    ``tick`` sees the job file on every look. Returns the final job file."""
+    """Stream the logs of the job's attempts that ``select`` keeps, oldest first, until the
+    job is terminal (through retries: new attempts are picked up); return its last job
+    file. ``once``: copy what is there now and return, terminal or not.
+
+    ``announce(attempt, previous)`` is called before an attempt's output, when it first
+    appears (even before it writes anything) and again should an earlier attempt write
+    after a later one was announced; ``previous`` is the attempt shown before, or None.
+    ``tick`` sees the job file (or None) on every look."""
     offsets: dict[str, int] = {}
+    shown: str | None = None  # the attempt whose output is flowing
+    announced: set[str] = set()
     while True:
         doc = job_document(layout, job_id)
         if tick is not None:
             tick(doc)
         if doc is not None:
-            for attempt in doc["attempts"]:
-                if attempt["attempt_id"] in skip:
+            attempts = {attempt["attempt_id"]: attempt for attempt in doc["attempts"]}
+            for key, attempt in attempts.items():
+                if not select(attempt):
                     continue
-                _copy_new(layout.log(job_id, attempt["attempt_id"]), offsets,
-                          attempt["attempt_id"], out)
-            if doc["state"] in TERMINAL:
+                data = _read_new(layout.log(job_id, key), offsets, key)
+                if key not in announced or (data and shown != key):
+                    if announce is not None:
+                        announce(attempt, attempts.get(shown))
+                    announced.add(key)
+                    shown = key
+                if data:
+                    out.write(data)
+                    out.flush()
+            if once or doc["state"] in TERMINAL:
                 return doc
-        time.sleep(0.05)
+        time.sleep(POLL_SECONDS)
 
 
-def _copy_new(path: os.PathLike, offsets: dict[str, int], key: str, out: BinaryIO) -> None:
+def _read_new(path: os.PathLike, offsets: dict[str, int], key: str) -> bytes:
+    """What was appended to ``path`` since the last call for ``key``."""
     try:
         with open(path, "rb") as handle:
             handle.seek(offsets.get(key, 0))
             data = handle.read()
     except FileNotFoundError:
-        return
-    if data:
-        offsets[key] = offsets.get(key, 0) + len(data)
-        out.write(data)
-        out.flush()
+        return b""
+    offsets[key] = offsets.get(key, 0) + len(data)
+    return data
+
+
+def wait_for_jobs(layout: RunLayout, job_ids: Iterable[str], timeout: float | None
+                  ) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Poll the job files until every job is terminal or ``timeout`` seconds passed:
+    (the last job file of each ended job, the ids of those still not ended)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending, ended = list(dict.fromkeys(job_ids)), {}
+    delay = POLL_SECONDS
+    while True:
+        for job_id in list(pending):
+            doc = job_document(layout, job_id)
+            if doc is not None and doc["state"] in TERMINAL:
+                ended[job_id] = doc
+                pending.remove(job_id)
+        if not pending or (deadline is not None and time.monotonic() >= deadline):
+            return ended, pending
+        pause = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+        time.sleep(pause)
+        delay = min(delay * 2, WAIT_POLL_MAX_SECONDS)
 
 
 def pending_reason(layout: RunLayout, doc: dict[str, Any]) -> str:

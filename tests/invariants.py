@@ -8,6 +8,7 @@ broken promises; an empty list means the run directory is consistent.
 from __future__ import annotations
 
 import json
+import sqlite3
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -53,6 +54,23 @@ def check_journal(path: Path) -> list[str]:
     if expected is not None and expected - 1 < covered:
         problems.append(f"journal: ends at seq {expected - 1}, before its snapshot ({covered})")
     return problems
+
+
+def check_index(path: Path, jobs: dict[str, dict]) -> list[str]:
+    """The job index, read as ``praxist-fs jobs`` reads it, holds every job file as it is."""
+    try:
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+        try:
+            rows = dict(db.execute("SELECT job_id, document FROM jobs").fetchall())
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        return [f"job index: unreadable ({exc})"]
+    problems = [f"job index: job {job_id} {'missing' if job_id not in rows else 'differs'}"
+                for job_id, doc in jobs.items()
+                if job_id not in rows or json.loads(rows[job_id]) != doc]
+    return problems + [f"job index: job {job_id} has no job file"
+                       for job_id in rows.keys() - jobs.keys()]
 
 
 def check_run(root: Path, *, settled: bool = True, starts: Path | None = None,
@@ -117,6 +135,8 @@ def check_run(root: Path, *, settled: bool = True, starts: Path | None = None,
                 if count != counts.get(state, 0):
                     problems.append(f"status says {count} {state}, job files say "
                                     f"{counts.get(state, 0)}")
+        if (sched / "index" / "jobs.sqlite").exists():  # kept with status.json
+            problems += check_index(sched / "index" / "jobs.sqlite", jobs)
     if registry is not None:
         running = {j for j, doc in jobs.items() if doc["state"] == "running"}
         for path in registry.glob("*.json"):

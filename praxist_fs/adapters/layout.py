@@ -68,6 +68,15 @@ class RunLayout:
         return self.journal_dir / "clean_stop.json"
 
     @cached_property
+    def index_dir(self) -> Path:
+        return self.scheduler / "index"
+
+    @cached_property
+    def job_index(self) -> Path:
+        """The job index (``praxist-fs jobs``): derived from the journal like the job files."""
+        return self.index_dir / "jobs.sqlite"
+
+    @cached_property
     def spool(self) -> Path:
         return self.scheduler / "spool"
 
@@ -187,6 +196,7 @@ class RunLayout:
             self.control_replies: SHARED, self.control_rejected: SHARED,
             self.attempts: SHARED, self.logs.parent: SHARED, self.logs: SHARED,
             self.scheduler / "jobs": SHARED, **{self.jobs(d): SHARED for d in JOB_DIRECTORIES},
+            self.index_dir: SHARED,
         }
 
     def create(self) -> None:

@@ -18,10 +18,11 @@ from ..adapters.lock import live_endpoint
 from ..core.policy import WORK_CLASSES
 from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
+from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
 EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
-EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
+# and, once the job ended: client.exit_status (70 when the attempt vanished: drained_unknown)
 PENDING_AFTER = 2.0       # seconds queued before the pending reason is shown
 INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as srun's
 
@@ -147,20 +148,24 @@ def cmd_launch(args: argparse.Namespace) -> int:
         earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
     watch = _Watch(layout, job_id, args.peer)
     with watch.signals():
-        final = client.follow(layout, job_id, sys.stdout.buffer, skip=earlier,
-                              tick=watch.tick)
+        final = client.follow(layout, job_id, sys.stdout.buffer,
+                              select=lambda attempt: attempt["attempt_id"] not in earlier,
+                              announce=_announce_retry, tick=watch.tick)
     if watch.cancelled_by is not None:
         print(f"praxist-fs launch: job {job_id} {final['state']}: {final['reason']}",
               file=sys.stderr)
         return 128 + watch.cancelled_by
-    if final["state"] == "drained_unknown":
-        print(f"praxist-fs launch: job {job_id}: {final['reason']}", file=sys.stderr)
-        return EXIT_DRAINED_UNKNOWN
     if final["state"] != "completed":
         print(f"praxist-fs launch: job {job_id} {final['state']}: {final['reason']}",
               file=sys.stderr)
-    code = final["exit_code"]
-    return code if isinstance(code, int) else 1
+    return client.exit_status(final)
+
+
+def _announce_retry(attempt: dict, previous: dict | None) -> None:
+    """Between attempts, a line on stderr, where launch says everything of its own: stdout
+    carries the experiment's output alone, as srun's does."""
+    if previous is not None:
+        print(attempt_marker(attempt, previous), file=sys.stderr, flush=True)
 
 
 def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[str]) -> int:

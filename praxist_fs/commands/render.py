@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
+
+from ..client import TERMINAL
 
 
 def format_peer_local(launches: list[dict]) -> str:
@@ -99,3 +102,108 @@ def format_control_reply(reply: dict) -> str:
         lines.append(f"  {job['job_id'][:40]:40} {job['result']:10} {job['state']:10} "
                      f"{job['reason']}")
     return "\n".join(lines)
+
+
+def format_when(at: float | None, now: float) -> str:
+    """A local time, compact: the time alone today, the date and minute this year."""
+    if at is None:
+        return "-"
+    when, today = time.localtime(at), time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("%H:%M:%S", when)
+    return time.strftime("%b %d %H:%M" if when[0] == today[0] else "%Y-%m-%d", when)
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, hours = int(seconds) // 60, int(seconds) // 3600
+    if hours < 1:
+        return f"{minutes}m{int(seconds) % 60:02d}s"
+    if hours < 24:
+        return f"{hours}h{minutes % 60:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"
+
+
+def _ellipsize(text: str, width: int, middle: bool = True) -> str:
+    """At most ``width`` characters, cut in the ``middle`` (tags differ at both ends, model
+    and seed; job ids at the end, their hash) or at the end (a reason's start says most)."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2 if middle else width - 1
+    return f"{text[:head]}…{text[len(text) - (width - 1 - head):] if middle else ''}"
+
+
+def job_row(document: dict, now: float) -> dict:
+    """A job file plus what ``praxist-fs jobs`` derives from it (PROTOCOL.md, *Listing
+    jobs*): the first start, the end, the attempts' summed run time and their count."""
+    attempts = document.get("attempts") or []
+    ends = [a.get("ended_at") for a in attempts]
+    last_end = ends[-1] if ends else None
+    wall = sum((end if end is not None else now) - a["started_at"]
+               for a, end in zip(attempts, ends)) if attempts else None
+    return {**document, "attempt_count": len(attempts),
+            "started_at": attempts[0]["started_at"] if attempts else None,
+            "ended_at": last_end if document.get("state") in TERMINAL else None,
+            "wall_s": None if wall is None else round(wall, 3)}
+
+
+JOB_COLUMNS = (  # header, cell
+    ("JOB", lambda r, now: _ellipsize(r["job_id"], 36)),
+    ("TAG", lambda r, now: _ellipsize(str(r.get("tag")), 28)),
+    ("PEER", lambda r, now: _ellipsize(str(r.get("peer")), 12)),
+    ("STATE", lambda r, now: r["state"]),
+    ("EXIT", lambda r, now: "-" if r.get("exit_code") is None else str(r["exit_code"])),
+    ("ATT", lambda r, now: str(r["attempt_count"])),
+    ("SUBMITTED", lambda r, now: format_when(r.get("submitted_at"), now)),
+    ("STARTED", lambda r, now: format_when(r["started_at"], now)),
+    ("ENDED", lambda r, now: format_when(r["ended_at"], now)),
+    ("WALL", lambda r, now: format_duration(r["wall_s"])),
+    ("REASON", lambda r, now: _ellipsize(str(r.get("reason")), 60, middle=False)),
+)
+NUMERIC = {"EXIT", "ATT", "WALL"}
+
+
+def format_jobs(rows: list[dict], matched: int, now: float) -> str:
+    """The jobs table: each column as wide as its widest cell, the reason last and free,
+    and a last line saying how many more matched than the limit let through."""
+    cells = [[cell(row, now) for _, cell in JOB_COLUMNS] for row in rows]
+    headers = [header for header, _ in JOB_COLUMNS]
+    widths = [max([len(header)] + [len(line[i]) for line in cells])
+              for i, header in enumerate(headers)]
+    lines = [" ".join(value.rjust(width) if header in NUMERIC else value.ljust(width)
+                      for header, width, value in zip(headers, widths, line)).rstrip()
+             for line in [headers, *cells]]
+    if matched > len(rows):
+        lines.append(f"... {matched - len(rows)} more (--limit N or --limit 0 to list them)")
+    return "\n".join(lines)
+
+
+def jobs_json(rows: list[dict], matched: int, source: str) -> str:
+    return json.dumps({"jobs": rows, "matched": matched, "source": source}, indent=2)
+
+
+def describe_end(attempt: dict) -> str:
+    """How an attempt ended, in a few words: ``exit 75``, ``killed by signal 9``, ``released``,
+    or ``running`` while it has not."""
+    if attempt.get("ended_at") is None:
+        return "running"
+    if attempt.get("signal"):
+        return f"killed by signal {attempt['signal']}"
+    if attempt.get("exit_code") is not None:
+        return f"exit {attempt['exit_code']}"
+    return attempt.get("outcome") or "ended"
+
+
+def attempt_header(attempt: dict, now: float) -> str:
+    """``praxist-fs logs``'s line above each attempt's output, like tail's ``==> file <==``."""
+    return (f"==> attempt {attempt['attempt_id']} (started "
+            f"{format_when(attempt.get('started_at'), now)}, {describe_end(attempt)}) <==")
+
+
+def attempt_marker(attempt: dict, previous: dict) -> str:
+    """``praxist-fs launch``'s line between the output of two attempts of one job."""
+    return (f"--- praxist-fs: attempt {attempt['attempt_id']} (retry after "
+            f"{previous['attempt_id']}: {describe_end(previous)}) ---")

@@ -1,0 +1,117 @@
+"""``praxist-fs logs`` and ``praxist-fs wait``: read or follow a job to its end.
+
+Both read files only (job files, attempt logs): they work from any shell that can
+read the run, whoever submitted the job, and submit nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+from .. import client
+from ..adapters.layout import RunLayout
+from .render import attempt_header
+
+EXIT_UNKNOWN_JOB = 2
+EXIT_NOT_COMPLETED = 1  # wait: a job ended otherwise than completed
+EXIT_TIMEOUT = 124      # wait: as timeout(1)
+ATTEMPT_RE = re.compile(r"a[1-9][0-9]*|all")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    logs = sub.add_parser(
+        "logs", help="print (or follow) a job's output, every attempt under a header",
+        description="Print the output of a job's attempts, oldest first, each under a line "
+        "'==> attempt aN (started T, how it ended) <=='. With -f, follow it through retries "
+        "until the job ends, then exit with the job's exit code (0 completed; its exit "
+        "code when failed; 70 drained_unknown; 1 when it ended without one).")
+    logs.add_argument("job", metavar="JOB", help="a job id, or the tag it was submitted with")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="follow new output and new attempts until the job has ended")
+    logs.add_argument("--attempt", default="all", type=_attempt, metavar="aN|all",
+                      help="only this attempt (default: all of them)")
+    logs.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    logs.set_defaults(func=cmd_logs)
+
+    wait = sub.add_parser(
+        "wait", help="wait until jobs have ended: exit 0 only if all completed",
+        description="Block until every JOB has ended. Exit 0 if all completed; 1 if any "
+        "ended otherwise (each is named on stderr with its state and reason); 124 on "
+        "timeout; 2 if a JOB names no accepted job.")
+    wait.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or tags")
+    wait.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long")
+    wait.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    wait.set_defaults(func=cmd_wait)
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    layout = _layout(args, "logs")
+    found = layout and _find(layout, [args.job], "logs")
+    if not found:
+        return EXIT_UNKNOWN_JOB
+    (job_id, doc), = found
+    ids = [a["attempt_id"] for a in doc["attempts"]]
+    if args.attempt != "all" and args.attempt not in ids and not args.follow:
+        print(f"praxist-fs logs: job {job_id} has no attempt {args.attempt} (attempts: "
+              f"{', '.join(ids) or 'none yet'})", file=sys.stderr)
+        return EXIT_UNKNOWN_JOB
+    out = sys.stdout.buffer
+
+    def announce(attempt: dict, previous: dict | None) -> None:
+        out.write(("" if previous is None else "\n").encode()
+                  + attempt_header(attempt, time.time()).encode() + b"\n")
+        out.flush()  # following, an attempt shows up before its output does
+
+    final = client.follow(layout, job_id, out, announce=announce, once=not args.follow,
+                          select=lambda a: args.attempt in ("all", a["attempt_id"]))
+    if not final["attempts"]:
+        print(f"praxist-fs logs: job {job_id} is {final['state']} with no attempt yet: "
+              f"{final['reason']}", file=sys.stderr)
+    return client.exit_status(final) if args.follow else 0
+
+
+def cmd_wait(args: argparse.Namespace) -> int:
+    layout = _layout(args, "wait")
+    found = layout and _find(layout, args.jobs, "wait")
+    if not found:
+        return EXIT_UNKNOWN_JOB
+    ended, pending = client.wait_for_jobs(layout, [job_id for job_id, _ in found],
+                                          args.timeout)
+    if pending:
+        still = {job_id: client.job_document(layout, job_id) or {} for job_id in pending}
+        print(f"praxist-fs wait: timed out after {args.timeout:g}s; not ended: "
+              + ", ".join(f"{job_id} ({doc.get('state')})" for job_id, doc in still.items()),
+              file=sys.stderr)
+    failed = {job_id: doc for job_id, doc in ended.items() if doc["state"] != "completed"}
+    for job_id, doc in failed.items():
+        print(f"praxist-fs wait: job {job_id} {doc['state']}: {doc['reason']}", file=sys.stderr)
+    return EXIT_TIMEOUT if pending else EXIT_NOT_COMPLETED if failed else 0
+
+
+def _layout(args: argparse.Namespace, command: str) -> RunLayout | None:
+    if not args.run_dir:
+        print(f"praxist-fs {command}: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        return None
+    return RunLayout.at(args.run_dir)
+
+
+def _find(layout: RunLayout, names: list[str], command: str) -> list[tuple[str, dict]] | None:
+    """Every named job, or None after saying which names no accepted job."""
+    found = {name: client.find_job(layout, name) for name in names}
+    unknown = [name for name, job in found.items() if job is None]
+    if unknown:
+        print(f"praxist-fs {command}: no job with id or tag {', '.join(map(repr, unknown))} "
+              f"in {layout.root} (a request is a job once its reply says accepted)",
+              file=sys.stderr)
+        return None
+    return list(found.values())
+
+
+def _attempt(text: str) -> str:
+    if not ATTEMPT_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an attempt id (a1, a2, ...) or all")
+    return text

@@ -1,0 +1,155 @@
+"""The job index on real files: what is kept at start, commits readers cannot block,
+queries, and the job files read instead when the index cannot be trusted."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from praxist_fs.adapters.fsio import dumps
+from praxist_fs.adapters.jobindex import JobIndex, JobQuery, list_jobs
+
+BOOT = "boot-1"
+OWNER = 1000.5
+
+
+def job(n: int, state: str = "completed", peer: str = "alice", submitted: float = 0.0,
+        ended: float | None = None, **extra) -> dict:
+    """A job document as the coordinator writes it (the fields the index reads, and more)."""
+    submitted = submitted or 1000.0 + n
+    attempts = [] if state == "queued" else [
+        {"attempt_id": "a1", "started_at": submitted + 1, "exit_code": None,
+         "ended_at": None if state == "running" else (ended or submitted + 2)}]
+    return {"job_id": f"tag-{n}-0000000{n}", "tag": f"tag-{n}", "peer": peer, "state": state,
+            "exit_code": None, "reason": state, "attempts": attempts, "submitted_at": submitted,
+            **extra}
+
+
+def pairs(*documents: dict) -> list[tuple[dict, str]]:
+    return [(doc, dumps(doc).decode()) for doc in documents]
+
+
+def built(layout, *documents: dict, seq: int = 5) -> JobIndex:
+    index = JobIndex(layout.job_index, journal_seq=seq, boot_id=BOOT, clean=False)
+    index.rebuild(pairs(*documents), journal_seq=seq, boot_id=BOOT, owner=OWNER)
+    return index
+
+
+def ids(layout, owner=OWNER, **query) -> list[str]:
+    listing = list_jobs(layout, JobQuery(**query), owner)
+    assert listing.source == "index"
+    return [doc["job_id"].split("-")[1] for doc in listing.documents]
+
+
+def write_job_file(layout, doc: dict, directory: str) -> None:
+    layout.job_file(directory, doc["job_id"]).write_bytes(dumps(doc))
+
+
+def test_queries_list_newest_submission_first_and_filter(layout):
+    built(layout, job(1, peer="bob"), job(2, "failed"), job(3, "running"),
+          job(4, "queued", peer="bob"), job(5, submitted=900.0, ended=2000.0))
+    assert ids(layout) == ["4", "3", "2", "1", "5"]
+    assert ids(layout, states=("queued", "running")) == ["4", "3"]
+    assert ids(layout, peer="bob") == ["4", "1"]
+    assert ids(layout, tag_glob="tag-[24]") == ["4", "2"]
+    assert ids(layout, tag_glob="TAG-*") == []  # case-sensitive
+    # since: not ended yet, or submitted, started or ended since then
+    assert ids(layout, since=1004.5) == ["4", "3", "5"]
+    assert ids(layout, since=1004.0) == ["4", "3", "2", "5"]  # job 2 ended at 1004
+    assert ids(layout, since=1003.0) == ["4", "3", "2", "1", "5"]
+    listing = list_jobs(layout, JobQuery(limit=2, peer="alice"), OWNER)
+    assert [d["job_id"] for d in listing.documents] == ["tag-3-00000003", "tag-2-00000002"]
+    assert listing.matched == 3
+
+
+def test_commits_replace_documents_and_pass_unknown_fields_through(layout):
+    index = built(layout, job(1, "queued"))
+    later = job(1, "completed", priority=7, hold=False)
+    index.stage(later, dumps(later))
+    index.stage(job(2, "queued"), dumps(job(2, "queued")))
+    index.flush(6)
+    listing = list_jobs(layout, JobQuery(), OWNER)
+    assert [(d["job_id"], d["state"]) for d in listing.documents] == [
+        ("tag-2-00000002", "queued"), ("tag-1-00000001", "completed")]
+    assert listing.documents[1]["priority"] == 7 and listing.documents[1]["hold"] is False
+
+
+def test_kept_at_start_only_at_the_journal_seq_on_the_same_boot_or_after_a_clean_stop(layout):
+    index = built(layout, job(1))
+    index.flush(9)  # the journal moved on: the index says it reflects seq 9
+    index.close()
+    path = layout.job_index
+    assert JobIndex(path, journal_seq=9, boot_id=BOOT, clean=False).complete
+    assert not JobIndex(path, journal_seq=10, boot_id=BOOT, clean=False).complete
+    assert not JobIndex(path, journal_seq=9, boot_id="boot-2", clean=False).complete  # a reboot
+    assert JobIndex(path, journal_seq=9, boot_id="boot-2", clean=True).complete
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "old schema"])
+def test_a_missing_damaged_or_foreign_file_is_not_kept_and_is_rebuilt(layout, damage):
+    built(layout, job(1)).close()
+    path = layout.job_index
+    if damage == "missing":
+        path.unlink()
+    elif damage == "garbage":
+        path.write_bytes(b"not a database" * 100)
+    else:
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE meta SET value = '0' WHERE key = 'schema'")
+        db.close()
+    index = JobIndex(path, journal_seq=5, boot_id=BOOT, clean=True)
+    assert not index.complete
+    index.rebuild(pairs(job(1), job(2)), journal_seq=5, boot_id=BOOT, owner=OWNER)
+    assert index.complete and ids(layout) == ["2", "1"]
+
+
+def test_a_reader_never_blocks_a_commit_which_is_retried_with_the_next(layout):
+    index = built(layout, job(1))
+    reader = sqlite3.connect(f"{layout.job_index.as_uri()}?mode=ro", uri=True,
+                             isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM jobs").fetchone()  # holds a shared lock
+    index.stage(job(2), dumps(job(2)))
+    index.flush(6)
+    assert index.complete and "tag-2-00000002" in index.staged  # kept for the next commit
+    reader.close()
+    index.flush(6)
+    assert not index.staged and ids(layout) == ["2", "1"]
+
+
+def test_an_index_damaged_under_the_writer_is_removed_and_readers_use_the_files(layout):
+    index = built(layout, job(1))
+    write_job_file(layout, job(1), "done")
+    layout.job_index.write_bytes(b"\0garbage" * 1000)
+    index.stage(job(2), dumps(job(2)))
+    index.flush(6)
+    assert not index.complete and not layout.job_index.exists()
+    listing = list_jobs(layout, JobQuery(), OWNER)
+    assert listing.source == "job files" and listing.note is None
+    assert [d["job_id"] for d in listing.documents] == ["tag-1-00000001"]
+
+
+def test_readers_use_the_job_files_when_another_coordinator_served_the_run(layout):
+    built(layout, job(1, "running")).close()
+    write_job_file(layout, job(1, "completed", priority=3), "done")
+    write_job_file(layout, job(2, "queued"), "queued")
+    stale = list_jobs(layout, JobQuery(), owner=OWNER + 1)
+    assert stale.source == "job files" and "not kept by the coordinator" in stale.note
+    assert [(d["job_id"], d["state"]) for d in stale.documents] == [
+        ("tag-2-00000002", "queued"), ("tag-1-00000001", "completed")]
+    assert stale.documents[1]["priority"] == 3
+    assert list_jobs(layout, JobQuery(), owner=None).source == "index"  # no status.json
+
+
+def test_the_job_files_count_a_job_caught_in_two_directories_once_as_the_later(layout):
+    write_job_file(layout, job(1, "running"), "running")
+    write_job_file(layout, job(1, "completed"), "done")  # moved; the old copy not yet removed
+    write_job_file(layout, job(2, "queued"), "queued")
+    (layout.jobs("queued") / ".tag-3.json.123.0.tmp").write_text("{")
+    (layout.jobs("queued") / "junk.json").write_text(json.dumps({"no": "job"}))
+    listing = list_jobs(layout, JobQuery(states=("completed", "running")), owner=None)
+    assert listing.source == "job files"
+    assert [(d["job_id"], d["state"]) for d in listing.documents] == [
+        ("tag-1-00000001", "completed")]

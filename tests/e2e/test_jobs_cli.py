@@ -1,0 +1,163 @@
+"""praxist-fs jobs through a real coordinator: the table, --json, filters, the order,
+and the job index repaired at start or bypassed when it cannot be trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+
+from .conftest import read_json, request, wait_for
+
+JOBS = [sys.executable, "-m", "praxist_fs", "jobs"]
+
+
+def jobs(run, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([*JOBS, *args], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PRAXIST_RUN_DIR": str(run.root), **(env or {})})
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def listed(run, *args: str) -> dict:
+    return json.loads(jobs(run, "--json", *args).stdout)
+
+
+def states(run, *args: str) -> dict[str, str]:
+    return {row["tag"]: row["state"] for row in listed(run, *args)["jobs"]}
+
+
+def accepted(run, doc: dict) -> str:
+    reply = run.reply(run.submit(doc))
+    assert reply["outcome"] == "accepted", reply
+    return reply["job_id"]
+
+
+def test_jobs_lists_every_state_newest_first_and_filters(make_run, tmp_path):
+    run = make_run(slots=1)
+    run.start()
+    gate = tmp_path / "gate"
+    ok = accepted(run, request("ok-1", ["sh", "-c", "echo fine"], peer="alice"))
+    bad = accepted(run, request("bad-2", ["sh", "-c", "exit 3"], peer="bob"))
+    run.wait_state(ok, "completed")
+    ended = run.wait_state(bad, "failed")["attempts"][-1]["ended_at"]
+    hold = accepted(run, request("hold-3", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; "
+                                                        "done"], peer="alice"))
+    run.wait_state(hold, "running")
+    wait = accepted(run, request("wait-4", ["true"], peer="bob"))
+    expected = {"wait-4": "queued", "hold-3": "running", "bad-2": "failed", "ok-1": "completed"}
+    wait_for(lambda: states(run) == expected, message="the index to show all four jobs")
+
+    everything = listed(run)
+    assert everything["matched"] == 4 and everything["source"] == "index"
+    assert [row["job_id"] for row in everything["jobs"]] == [wait, hold, bad, ok]
+    rows = {row["tag"]: row for row in everything["jobs"]}
+    assert rows["bad-2"]["exit_code"] == 3 and rows["bad-2"]["attempt_count"] == 1
+    assert rows["bad-2"]["ended_at"] == ended and rows["bad-2"]["wall_s"] >= 0
+    assert rows["bad-2"]["argv"] == ["sh", "-c", "exit 3"]  # the job file's fields too
+    assert rows["bad-2"]["fingerprint"] == run.job(bad)["fingerprint"]
+    assert rows["hold-3"]["started_at"] is not None and rows["hold-3"]["ended_at"] is None
+    assert rows["wait-4"]["started_at"] is None and rows["wait-4"]["attempt_count"] == 0
+
+    table = jobs(run).stdout.splitlines()
+    assert table[0].split() == ["JOB", "TAG", "PEER", "STATE", "EXIT", "ATT", "SUBMITTED",
+                                "STARTED", "ENDED", "WALL", "REASON"]
+    assert [line.split()[0] for line in table[1:]] == [wait, hold, bad, ok]
+    assert table[3].split()[1:6] == ["bad-2", "bob", "failed", "3", "1"]
+    assert table[3].endswith("exit code 3")
+
+    assert states(run, "--state", "failed") == {"bad-2": "failed"}
+    assert list(states(run, "--state", "queued,running")) == ["wait-4", "hold-3"]
+    assert list(states(run, "--peer", "bob")) == ["wait-4", "bad-2"]
+    assert list(states(run, "--tag", "*-[12]")) == ["bad-2", "ok-1"]
+    since = datetime.fromtimestamp(ended + 0.001).isoformat()  # local time, as people type it
+    assert list(states(run, "--since", since)) == ["wait-4", "hold-3"]
+    assert list(states(run, "--since", "1h")) == ["wait-4", "hold-3", "bad-2", "ok-1"]
+    limited = listed(run, "--limit", "2")
+    assert [row["tag"] for row in limited["jobs"]] == ["wait-4", "hold-3"]
+    assert limited["matched"] == 4
+    assert jobs(run, "--limit", "2").stdout.splitlines()[-1].startswith("... 2 more")
+    gate.touch()
+    run.wait_state(wait, "completed")
+
+
+def test_jobs_rejects_bad_filters(run):
+    for args in (["--state", "finished"], ["--since", "yesterday"], ["--limit", "-1"]):
+        result = subprocess.run([*JOBS, "--run-dir", str(run.root), *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2 and args[0] in result.stderr
+
+
+def test_the_index_is_rebuilt_at_start_when_missing_stale_or_damaged(run):
+    first = accepted(run, request("early-1"))
+    run.wait_state(first, "completed")
+    run.stop()
+    index = run.sched / "index" / "jobs.sqlite"
+    early = index.with_name("early.sqlite")
+    shutil.copy(index, early)  # what it said then: one job
+    run.start()
+    later = [accepted(run, request(f"later-{n}")) for n in (2, 3)]
+    for job_id in later:
+        run.wait_state(job_id, "completed")
+    run.stop()
+    all_three = ["later-3", "later-2", "early-1"]
+    for damage in ("stale", "damaged", "missing"):
+        if damage == "stale":
+            shutil.copy(early, index)
+        elif damage == "damaged":
+            index.write_bytes(b"\0not sqlite" * 4096)
+        else:
+            index.unlink()
+        run.start()  # serving once its views are repaired: the index among them
+        listing = listed(run)
+        assert [row["tag"] for row in listing["jobs"]] == all_three, damage
+        assert listing["source"] == "index", damage
+        run.stop()
+    run.start()
+    last = accepted(run, request("crash-4"))
+    run.wait_state(last, "completed")
+    run.kill()  # kept if its last commit reflects the whole journal, else rebuilt
+    run.start()
+    listing = listed(run)
+    assert [(row["tag"], row["state"]) for row in listing["jobs"]] == [
+        ("crash-4", "completed"), *((tag, "completed") for tag in all_three)]
+    assert listing["source"] == "index"
+
+
+def test_an_index_another_coordinator_left_behind_is_not_trusted(run):
+    first = accepted(run, request("seen-1"))
+    run.wait_state(first, "completed")
+    run.stop()
+    index = run.sched / "index" / "jobs.sqlite"
+    left = index.with_name("left.sqlite")
+    shutil.copy(index, left)
+    run.start()
+    second = accepted(run, request("unseen-2"))
+    run.wait_state(second, "completed")
+    run.stop()
+    shutil.copy(left, index)  # as if this coordinator had not kept it (an older version)
+    result = jobs(run, "--json")
+    assert [row["tag"] for row in json.loads(result.stdout)["jobs"]] == ["unseen-2", "seen-1"]
+    assert json.loads(result.stdout)["source"] == "job files"
+    assert "not kept by the coordinator that last served the run" in result.stderr
+
+
+def test_a_run_without_an_index_is_listed_from_its_job_files(run):
+    job_id = accepted(run, request("old-1", ["sh", "-c", "exit 4"]))
+    run.wait_state(job_id, "failed")
+    queued_id = accepted(run, request("old-2", ["true"], profile="gpu_work"))  # no GPUs: waits
+    run.wait_state(queued_id, "queued")
+    run.stop()
+    (run.sched / "index" / "jobs.sqlite").unlink()  # as a run made before the index
+    path = run.sched / "jobs" / "done" / f"{job_id}.json"
+    newer = {**read_json(path), "priority": 5}  # a field this version does not know
+    path.write_text(json.dumps(newer))
+    result = jobs(run, "--json")
+    listing = json.loads(result.stdout)
+    assert listing["source"] == "job files" and result.stderr == ""
+    assert [(row["tag"], row["state"]) for row in listing["jobs"]] == [
+        ("old-2", "queued"), ("old-1", "failed")]
+    assert listing["jobs"][1]["priority"] == 5 and listing["jobs"][1]["exit_code"] == 4
