@@ -39,7 +39,8 @@ FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
 # Every block marked tested, by the test that runs it.
 TESTED = {
-    "quick-start", "tour-submit", "tour-generation", "tour-stop", "tour-gpus",  # README
+    "quick-start", "tour-submit", "tour-generation", "tour-control", "tour-stop",
+    "tour-gpus",  # README
     "shell-submit", "shell-wait",  # PROTOCOL
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
     "ops-generation-status", "ops-invariants",  # OPERATIONS
@@ -205,6 +206,17 @@ def test_readme_quick_start_and_tour_run_verbatim(shell):
     evaluated = run.job(job_id("eval-seed4"))
     lease = read_json(run.sched / "spool" / "replies" / f"{evaluated['request_id']}.json")["lease"]
     assert lease["outcome"] == "consumed" and evaluated["exit_code"] == 0
+
+    control = shell("tour-control")
+    assert control.returncode == 0, control.stdout + control.stderr
+    train, evaluate = job_id("train-lr0.3-seed1"), job_id("eval-lr0.3-seed1")
+    assert control.stdout.split()[:2] == [train, evaluate]  # --detach prints the job ids
+    assert f"dependency: waiting for {train}" in control.stdout  # the jobs table
+    assert re.search(rf"^  {train} +cancell(ed|ing) ", control.stdout, re.M)
+    assert "eval ended: exit 1" in control.stdout
+    assert run.job(train)["state"] == "cancelled"
+    assert run.job(evaluate)["reason"] == f"dependency {train} ended cancelled"
+    assert "train done: seed 1 lr 0.1" in control.stdout  # logs of the quick start's job
 
     stop = shell("tour-stop")
     assert stop.returncode == 0, stop.stderr
