@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import control, jobs, launch, logs, run, status
+from .commands import control, jobs, launch, logs, run, simulate, status, stop, supply
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("bind", add_help=False,
                    help="run CMD with the attempt's GPU mask verified or restored: bind -- CMD")
 
-    from .stopper import add_stop_parser
-    from .supply_client import add_supply_parsers
-    add_supply_parsers(sub)
-    add_stop_parser(sub)
-
-    from .simulate import add_simulate_parser
-    add_simulate_parser(sub)
+    supply.add_parsers(sub)
+    stop.add_parsers(sub)
+    simulate.add_parsers(sub)
     return parser

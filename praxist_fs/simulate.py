@@ -22,15 +22,12 @@ reported as a livelock instead (R-SIM-1, ``Watch``). See docs/SIMULATE.md.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import heapq
-import importlib.util
 import json
 import math
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -38,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
-from .config import load_policy
 from .core.effects import WriteReply
 from .core.events import (
     AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted, Event,
@@ -50,7 +46,7 @@ from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
-from .errors import BadRequest, PolicyError, PraxistError
+from .errors import BadRequest, PraxistError
 
 REQUIRED_COLUMNS = ("job_id", "submit_s", "duration_s", "gpus", "user")
 SHARE_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
@@ -419,155 +415,3 @@ def percentile(ordered: list[float], pct: float) -> float | None:
     low = math.floor(pos)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-# --- output ---------------------------------------------------------------------
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= 2 * size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
-
-
-def format_table(results: list[Result]) -> str:
-    header = (f"{'POLICY':14} {'PLACEMENT':9} {'JOBS':>6} {'DONE':>6} {'UNRUN':>5} "
-              f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} {'MEAN JCT':>10} "
-              f"{'GPU UTIL':>8} {'PREEMPT':>7} {'MAKESPAN':>10} {'WALL':>6}")
-    lines = [header]
-    for r in results:
-        util = "-" if r.gpu_utilization is None else f"{100 * r.gpu_utilization:.1f}%"
-        lines.append(
-            f"{r.policy[:14]:14} {r.placement:9} {r.jobs:>6} {r.completed:>6} "
-            f"{len(r.unrunnable):>5} {_duration(r.mean_delay_s):>10} "
-            f"{_duration(r.p50_delay_s):>10} {_duration(r.p95_delay_s):>10} "
-            f"{_duration(r.mean_jct_s):>10} {util:>8} {r.preemptions:>7} "
-            f"{_duration(r.makespan_s):>10} {r.wall_s:>5.1f}s")
-    if any(r.by_gpus for r in results):
-        lines.append(f"{'POLICY':14} {'PLACEMENT':9} {'GPUS':>6} {'DONE':>6} "
-                     f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10}")
-    for r in results:
-        for size, row in r.by_gpus.items():
-            lines.append(
-                f"{r.policy[:14]:14} {r.placement:9} {size:>6} {row['completed']:>6} "
-                f"{_duration(row['mean_delay_s']):>10} {_duration(row['p50_delay_s']):>10} "
-                f"{_duration(row['p95_delay_s']):>10}")
-    for r in results:
-        for item in r.unrunnable[:5]:
-            lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "
-                         f"{item['reason']}")
-        if len(r.unrunnable) > 5:
-            lines.append(f"unrunnable ({r.policy}, {r.placement}): ... and "
-                         f"{len(r.unrunnable) - 5} more (--json lists them all)")
-    return "\n".join(lines)
-
-
-def write_plot(results: list[Result], path: str) -> None:
-    """Queue length and busy GPUs over time, one line per policy and placement."""
-    import matplotlib
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
-    span = max((r.series[-1][0] for r in results if r.series), default=0.0)
-    scale, unit = (86400, "days") if span > 2 * 86400 else (3600, "hours")
-    figure, (queue_ax, busy_ax) = pyplot.subplots(2, 1, sharex=True, figsize=(11, 7))
-    for r in results:
-        times = [t / scale for t, _, _ in r.series]
-        label = f"{r.policy} / {r.placement}"
-        queue_ax.step(times, [q for _, q, _ in r.series], where="post", label=label)
-        busy_ax.step(times, [b for _, _, b in r.series], where="post", label=label)
-    busy_ax.axhline(results[0].gpus, color="grey", linestyle=":", label="GPUs")
-    queue_ax.set_ylabel("queued jobs")
-    busy_ax.set_ylabel("busy GPUs")
-    busy_ax.set_xlabel(f"{unit} since the first submission")
-    queue_ax.legend(loc="upper right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    pyplot.close(figure)
-
-
-# --- the command ----------------------------------------------------------------
-
-
-def add_simulate_parser(sub: Any) -> None:
-    sim = sub.add_parser("simulate", help="replay a job trace through the scheduler core "
-                         "on a virtual clock and simulated GPUs")
-    sim.add_argument("--trace", required=True, metavar="FILE.csv",
-                     help="columns job_id,submit_s,duration_s,gpus,user "
-                     "[,gpu_util_pct,gpu_mem_gb,work_class]")
-    sim.add_argument("--gpus", required=True, type=int, metavar="N",
-                     help="simulated H200-like GPUs (one host)")
-    sim.add_argument("--policy", action="append", default=[], metavar="TASK.yaml",
-                     help="a task file to compare; repeat for more (default: the embedded "
-                     "seed contract)")
-    sim.add_argument("--placement", choices=(*PLACEMENTS, "both"), default="declared",
-                     help="declared: co-locate jobs by their declared share; exclusive: one "
-                     "job per GPU; both: side by side (default %(default)s)")
-    sim.add_argument("--speedup", type=float, default=1.0, metavar="X",
-                     help="divide submit times by X (X > 1 packs arrivals tighter and raises "
-                     "the load); durations are unchanged")
-    sim.add_argument("--eta-noise", type=float, default=0.0, metavar="SIGMA",
-                     help="request eta_s = duration x exp(N(0, SIGMA)) (default exact)")
-    sim.add_argument("--seed", type=int, default=0, help="seed of the ETA noise")
-    sim.add_argument("--limit", type=int, metavar="N", help="replay only the first N jobs")
-    sim.add_argument("--json", action="store_true",
-                     help="print the metrics per policy and placement as JSON")
-    sim.add_argument("--plot", metavar="OUT.png",
-                     help="queue length and busy GPUs over time (needs matplotlib: "
-                     "pip install 'praxist-fs[plot]')")
-    sim.set_defaults(func=cmd_simulate)
-
-
-def cmd_simulate(args: argparse.Namespace) -> int:
-    problem = next((text for bad, text in (
-        (args.gpus < 1, "--gpus must be >= 1"),
-        (not (args.speedup > 0 and math.isfinite(args.speedup)), "--speedup must be > 0"),
-        (not (args.eta_noise >= 0 and math.isfinite(args.eta_noise)),
-         "--eta-noise must be >= 0"),
-        (args.limit is not None and args.limit < 1, "--limit must be >= 1"),
-        (args.plot and importlib.util.find_spec("matplotlib") is None,
-         "--plot needs matplotlib, which is not installed: pip install 'praxist-fs[plot]'"),
-    ) if bad), None)
-    if problem:
-        print(f"praxist-fs simulate: {problem}", file=sys.stderr)
-        return 2
-    try:
-        jobs = load_trace(args.trace, args.limit)
-        policies = [(_label(path, args.policy), load_policy(path))
-                    for path in args.policy or [None]]
-    except (TraceError, PolicyError) as exc:
-        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
-        return 2
-    if args.speedup != 1:
-        jobs = [replace(j, submit_s=j.submit_s / args.speedup) for j in jobs]
-    placements = PLACEMENTS if args.placement == "both" else (args.placement,)
-    try:
-        results = [replay(jobs, gpus=args.gpus, policy=policy, placement=placement, name=name,
-                          eta_noise=args.eta_noise, seed=args.seed)
-                   for name, policy in policies for placement in placements]
-    except TraceError as exc:
-        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
-        return 2
-    except Livelock as exc:
-        print(f"praxist-fs simulate: {exc}", file=sys.stderr)
-        return 3
-    if args.json:
-        print(json.dumps({"trace": args.trace, "gpus": args.gpus, "jobs": len(jobs),
-                          "results": [r.to_dict() for r in results]}, indent=2))
-    else:
-        print(format_table(results))
-    if args.plot:
-        write_plot(results, args.plot)
-        print(f"praxist-fs simulate: plot written to {args.plot}", file=sys.stderr)
-    return 0
-
-
-def _label(path: str | None, paths: list[str]) -> str:
-    """A policy's name in the table: its file name, or its path when two share a name."""
-    if path is None:
-        return "default"
-    stem = Path(path).stem
-    return stem if sum(Path(p).stem == stem for p in paths) == 1 else path

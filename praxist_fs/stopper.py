@@ -18,9 +18,6 @@ run could not be fenced. Since it acts on runs nobody named, it first lists them
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -78,52 +75,6 @@ def stop_all(entries: list[runs.Entry], grace: float = 10.0, timeout: float = 60
             "failed_run_ids": failed, "skipped_run_ids": [str(e.run_dir) for e in skipped],
             "reasons": {**reasons, **{str(e.run_dir): e.skipped for e in skipped}},
             "escaped_scan": "done" if scanned else "skipped"}
-
-
-def listing(entries: list[runs.Entry], registry: Path) -> str:
-    """What ``stop --all`` is about to do, for a person (stderr): one line per run."""
-    targets = [e for e in entries if e.to_stop]
-    lines = [f"praxist-fs stop --all: {len(targets) or 'no'} run{'s' * (len(targets) != 1)} "
-             f"to stop in the run registry {registry}" + (":" if targets else "")]
-    width = max((len(str(e.run_dir)) for e in entries), default=0)
-    lines += [f"  {str(e.run_dir):{width}}  {_what_runs(RunLayout.at(e.run_dir))}"
-              for e in targets]
-    for title, chosen in (("left alone", [(e.run_dir, e.skipped) for e in entries if e.skipped]),
-                          ("forgotten (stale entries, deleted)",
-                           [(e.run_dir, e.pruned) for e in entries if e.pruned])):
-        if chosen:
-            lines += [f"{title}:", *(f"  {str(run_dir):{width}}  {why}"
-                                     for run_dir, why in chosen)]
-    return "\n".join(lines)
-
-
-def _what_runs(layout: RunLayout) -> str:
-    """Who serves the run and what it runs, as far as its files tell cheaply: the counts
-    of status.json (a dead coordinator's are its last), the manifests' live launches."""
-    status = read_json(layout.status)
-    counts = status.get("counts") if isinstance(status, dict) else None
-    jobs = (f"{counts.get('running', 0)} running, {counts.get('queued', 0)} queued"
-            if isinstance(counts, dict) else None)
-    if (endpoint := live_endpoint(layout)) is not None:
-        return f"live coordinator (pid {endpoint.get('pid')})" + (f": {jobs}" if jobs else "")
-    said = ["no live coordinator, " + ("work still alive" if runs.alive(layout)
-                                       else "nothing alive")]
-    if jobs:
-        said.append(f"last status: {jobs}")
-    if launches := [l for l in manifests.launches(layout) if l["state"] != manifests.GONE]:
-        said.append(f"{len(launches)} peer-local launch{'es' * (len(launches) != 1)}")
-    return "; ".join(said)
-
-
-def _confirmed(count: int) -> bool:
-    """Ask on the terminal (the question on stderr); anything but y or yes is a no."""
-    print(f"stop {'this run' if count == 1 else f'these {count} runs'}? [y/N] ", end="",
-          file=sys.stderr, flush=True)
-    try:
-        answer = sys.stdin.readline()
-    except KeyboardInterrupt:
-        answer = ""
-    return answer.strip().lower() in ("y", "yes")
 
 
 def _stop(layout: RunLayout, grace: float, timeout: float) -> None:
@@ -193,50 +144,3 @@ def _scope(layout: RunLayout, workspaces: Path | None = None) -> fence.Scope:
                if l["state"] in (manifests.RUNNING, manifests.DRAINING)]
     return fence.Scope(layout.root, (*fence.unfinished(layout.attempts), *(
         s for s in leaders if isinstance(s[0], int) and isinstance(s[1], int))), workspaces)
-
-
-def cmd_stop(args: Any) -> int:
-    if bool(args.all) == bool(args.runs):
-        print("praxist-fs stop: name the runs to stop, or give --all (not both)",
-              file=sys.stderr)
-        return 2
-    if not args.all:
-        result = stop_runs(args.runs, grace=args.grace, timeout=args.timeout)
-    else:
-        try:
-            entries = runs.registered(args.host_registry)
-        except OSError as exc:  # the registry itself: unreadable, or its lock never free
-            print(f"praxist-fs stop: cannot read the run registry "
-                  f"{runs.directory(args.host_registry)}: {exc}", file=sys.stderr)
-            return 1
-        print(listing(entries, runs.directory(args.host_registry)), file=sys.stderr)
-        count = sum(e.to_stop for e in entries)
-        if count and not args.yes:
-            if not sys.stdin.isatty():
-                print("praxist-fs stop: not stopping without a confirmation: give --yes "
-                      "(stdin is not a terminal to ask on)", file=sys.stderr)
-                return 2
-            if not _confirmed(count):
-                print("praxist-fs stop: nothing stopped", file=sys.stderr)
-                return 1
-        result = stop_all(entries, grace=args.grace, timeout=args.timeout)
-    print(json.dumps(result, indent=2))
-    return 1 if result["failed_run_ids"] else 0
-
-
-def add_stop_parser(sub: Any) -> None:
-    stop = sub.add_parser("stop", help="freeze runs and terminate their work (fenced)")
-    stop.add_argument("runs", nargs="*", metavar="RUN", help="run directories")
-    stop.add_argument("--all", action="store_true",
-                      help="every run of this host's run registry (lists them first)")
-    stop.add_argument("--yes", action="store_true",
-                      help="with --all: stop the listed runs without asking (needed when "
-                      "stdin is not a terminal)")
-    stop.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
-                      metavar="DIR", help="the host registry whose runs/ --all reads "
-                      "(default /run/praxist_fs, the runtime dir, or /tmp/praxist_fs-<uid>)")
-    stop.add_argument("--grace", type=float, default=10.0,
-                      help="seconds between TERM and KILL (default 10)")
-    stop.add_argument("--timeout", type=float, default=60.0,
-                      help="seconds to wait for each run to stop (default 60)")
-    stop.set_defaults(func=cmd_stop)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs import simulate
 from praxist_fs.cli import main
+from praxist_fs.commands import simulate as simulate_command
 from praxist_fs.config import load_policy
 from praxist_fs.errors import PolicyError
 from praxist_fs.core.events import AttemptLaunched, AttemptPreempted
@@ -167,8 +167,8 @@ def test_unreadable_trace_and_bad_flags_exit_2(tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    real = simulate.importlib.util.find_spec
-    monkeypatch.setattr(simulate.importlib.util, "find_spec",
+    real = simulate_command.importlib.util.find_spec
+    monkeypatch.setattr(simulate_command.importlib.util, "find_spec",
                         lambda name, *a: None if name == "matplotlib" else real(name, *a))
     path = trace(tmp_path, "a,0,1,1,u")
     assert main(["simulate", "--trace", str(path), "--gpus", "1", "--plot",

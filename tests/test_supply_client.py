@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from praxist_fs import client, supply_client as sc
+from praxist_fs.commands import supply
 from praxist_fs.adapters.fsio import read_json, write_json
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.lock import write_endpoint
@@ -367,7 +368,7 @@ def test_zulu_deadline_is_sent_as_given(live):
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="praxist-fs")
     sub = parser.add_subparsers(dest="command")
-    sc.add_supply_parsers(sub)
+    supply.add_parsers(sub)
     return parser.parse_args(argv)
 
 
@@ -387,11 +388,11 @@ def test_cli_generation_open(live, capsys):
 
 def test_cli_generation_exit_codes(layout, capsys):
     args = parse(["generation", "close", "--run-dir", str(layout.root), "1"])
-    assert args.func(args) == sc.EXIT_NO_COORDINATOR
+    assert args.func(args) == supply.EXIT_NO_COORDINATOR
     assert "no live coordinator" in capsys.readouterr().err
     args = parse(["generation", "open", "--run-dir", str(layout.root), "1",
                   "--deadline", "2030-01-01T00:00"])
-    assert args.func(args) == sc.EXIT_ERROR
+    assert args.func(args) == supply.EXIT_ERROR
     assert "has no timezone" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --cohort belongs to open only
         parse(["generation", "close", "--run-dir", str(layout.root), "1", "--cohort", "a"])
@@ -399,7 +400,7 @@ def test_cli_generation_exit_codes(layout, capsys):
     fake = FakeControl(layout, outcome="rejected", delay=0)
     try:
         args = parse(["generation", "assess", "--run-dir", str(layout.root), "2"])
-        assert args.func(args) == sc.EXIT_ERROR
+        assert args.func(args) == supply.EXIT_ERROR
     finally:
         fake.join()
     captured = capsys.readouterr()
@@ -423,11 +424,11 @@ def test_cli_lease_wait_and_decline(layout, capsys, monkeypatch):
     assert json.loads(capsys.readouterr().out) == {"peer": "alice", "generation": 1,
                                                    "lease_id": "L1"}
     args = parse(["lease", "wait", "--timeout", "0.1"])
-    assert args.func(args) == sc.EXIT_TIMEOUT
+    assert args.func(args) == supply.EXIT_TIMEOUT
     assert "no lease for peer alice" in capsys.readouterr().err
     args = parse(["lease", "decline", "--peer", "a/b"])
-    assert args.func(args) == sc.EXIT_ERROR
+    assert args.func(args) == supply.EXIT_ERROR
     monkeypatch.delenv("PRAXIST_RUN_DIR")
     args = parse(["lease", "wait"])
-    assert args.func(args) == sc.EXIT_ERROR
+    assert args.func(args) == supply.EXIT_ERROR
     assert "needs --run-dir" in capsys.readouterr().err

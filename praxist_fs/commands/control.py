@@ -9,7 +9,6 @@ before it signals anything.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from .. import client
 from ..adapters.layout import RunLayout
 from ..core.request import PRIORITY_RANGE, SELECTABLE_STATES
-from .render import format_control_reply
+from .render import format_control_reply, format_json
 
 EXIT_REFUSED = 2          # invalid input, unknown job, or a selection that needs --yes
 EXIT_NO_COORDINATOR = 69  # as `praxist-fs launch`
@@ -107,7 +106,7 @@ def cmd_control(args: argparse.Namespace) -> int:
         print(f"{command}: {exc}", file=sys.stderr)
         return EXIT_NO_REPLY
     if args.json:
-        print(json.dumps(reply, indent=2))
+        print(format_json(reply))
     else:
         print(format_control_reply(reply))
     return 0 if reply["outcome"] == "ok" else EXIT_REFUSED

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..client import TERMINAL
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..adapters.runs import Entry
+    from ..simulate import Result
 
 
 def format_peer_local(launches: list[dict]) -> str:
@@ -207,3 +214,92 @@ def attempt_marker(attempt: dict, previous: dict) -> str:
     """``praxist-fs launch``'s line between the output of two attempts of one job."""
     return (f"--- praxist-fs: attempt {attempt['attempt_id']} (retry after "
             f"{previous['attempt_id']}: {describe_end(previous)}) ---")
+
+
+def format_json(document: Any) -> str:
+    """A document for scripts, the same way in every command: indented JSON."""
+    return json.dumps(document, indent=2)
+
+
+def _span(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def format_simulation(results: list[Result]) -> str:
+    """``praxist-fs simulate``'s table: one row per policy and placement, then by size."""
+    header = (f"{'POLICY':14} {'PLACEMENT':9} {'JOBS':>6} {'DONE':>6} {'UNRUN':>5} "
+              f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} {'MEAN JCT':>10} "
+              f"{'GPU UTIL':>8} {'PREEMPT':>7} {'MAKESPAN':>10} {'WALL':>6}")
+    lines = [header]
+    for r in results:
+        util = "-" if r.gpu_utilization is None else f"{100 * r.gpu_utilization:.1f}%"
+        lines.append(
+            f"{r.policy[:14]:14} {r.placement:9} {r.jobs:>6} {r.completed:>6} "
+            f"{len(r.unrunnable):>5} {_span(r.mean_delay_s):>10} "
+            f"{_span(r.p50_delay_s):>10} {_span(r.p95_delay_s):>10} "
+            f"{_span(r.mean_jct_s):>10} {util:>8} {r.preemptions:>7} "
+            f"{_span(r.makespan_s):>10} {r.wall_s:>5.1f}s")
+    if any(r.by_gpus for r in results):
+        lines.append(f"{'POLICY':14} {'PLACEMENT':9} {'GPUS':>6} {'DONE':>6} "
+                     f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10}")
+    for r in results:
+        for size, row in r.by_gpus.items():
+            lines.append(
+                f"{r.policy[:14]:14} {r.placement:9} {size:>6} {row['completed']:>6} "
+                f"{_span(row['mean_delay_s']):>10} {_span(row['p50_delay_s']):>10} "
+                f"{_span(row['p95_delay_s']):>10}")
+    for r in results:
+        for item in r.unrunnable[:5]:
+            lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "
+                         f"{item['reason']}")
+        if len(r.unrunnable) > 5:
+            lines.append(f"unrunnable ({r.policy}, {r.placement}): ... and "
+                         f"{len(r.unrunnable) - 5} more (--json lists them all)")
+    return "\n".join(lines)
+
+
+def write_plot(results: list[Result], path: str) -> None:
+    """Queue length and busy GPUs over time, one line per policy and placement."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    span = max((r.series[-1][0] for r in results if r.series), default=0.0)
+    scale, unit = (86400, "days") if span > 2 * 86400 else (3600, "hours")
+    figure, (queue_ax, busy_ax) = pyplot.subplots(2, 1, sharex=True, figsize=(11, 7))
+    for r in results:
+        times = [t / scale for t, _, _ in r.series]
+        label = f"{r.policy} / {r.placement}"
+        queue_ax.step(times, [q for _, q, _ in r.series], where="post", label=label)
+        busy_ax.step(times, [b for _, _, b in r.series], where="post", label=label)
+    busy_ax.axhline(results[0].gpus, color="grey", linestyle=":", label="GPUs")
+    queue_ax.set_ylabel("queued jobs")
+    busy_ax.set_ylabel("busy GPUs")
+    busy_ax.set_xlabel(f"{unit} since the first submission")
+    queue_ax.legend(loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+
+
+def format_stop_listing(entries: list[Entry], registry: Path, what: dict[Path, str]) -> str:
+    """What ``stop --all`` is about to do, for a person (stderr): one line per run, with
+    ``what`` it runs."""
+    targets = [e for e in entries if e.to_stop]
+    lines = [f"praxist-fs stop --all: {len(targets) or 'no'} run{'s' * (len(targets) != 1)} "
+             f"to stop in the run registry {registry}" + (":" if targets else "")]
+    width = max((len(str(e.run_dir)) for e in entries), default=0)
+    lines += [f"  {str(e.run_dir):{width}}  {what[e.run_dir]}"
+              for e in targets]
+    for title, chosen in (("left alone", [(e.run_dir, e.skipped) for e in entries if e.skipped]),
+                          ("forgotten (stale entries, deleted)",
+                           [(e.run_dir, e.pruned) for e in entries if e.pruned])):
+        if chosen:
+            lines += [f"{title}:", *(f"  {str(run_dir):{width}}  {why}"
+                                     for run_dir, why in chosen)]
+    return "\n".join(lines)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -11,7 +10,7 @@ from .. import client
 from ..adapters import manifests
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
-from .render import format_peer_local, format_status
+from .render import format_json, format_peer_local, format_status
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -34,8 +33,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({**(doc or {}), "coordinator_alive": live_endpoint(layout) is not None,
-                          "peer_local_launches": local}, indent=2))
+        print(format_json({**(doc or {}), "coordinator_alive": live_endpoint(layout) is not None,
+                           "peer_local_launches": local}))
     else:
         alive = live_endpoint(layout) is not None
         print("\n\n".join(([format_status(doc, alive)] if doc else [])
