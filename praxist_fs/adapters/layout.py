@@ -68,6 +68,11 @@ class RunLayout:
         return self.journal_dir / "clean_stop.json"
 
     @cached_property
+    def quarantine(self) -> Path:
+        """What a start set aside rather than trust or delete (adapters/quarantine.py)."""
+        return self.scheduler / "quarantine"
+
+    @cached_property
     def spool(self) -> Path:
         return self.scheduler / "spool"
 
