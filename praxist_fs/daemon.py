@@ -847,12 +847,13 @@ class Coordinator:
 
     def _set_aside_orphans(self) -> None:
         """Nothing may stand that the journal does not know: a derived file of a request,
-        control, job or attempt it has no record of proves a record it lost (a damaged
-        one dropped, a journal cut by hand). Replies, control replies and job files are
-        moved to quarantine and reported, not admitted again: the request's env, file
-        digest, lease and cost ceiling were only in the lost record, and a resend of it is
-        answered afresh, on the same job id. An attempt directory is a lost launch
-        (``_release_orphan``). Runs after replay, before anything is journaled."""
+        control, job, lease or attempt it has no record of proves a record it lost (a
+        damaged one dropped, a journal cut by hand). Replies, control replies, job files
+        and lease files are moved to quarantine and reported, not admitted again: the
+        request's env, file digest, lease and cost ceiling were only in the lost record,
+        and a resend of it is answered afresh, on the same job id. An attempt directory is
+        a lost launch (``_release_orphan``). Runs after replay, before anything is
+        journaled."""
         layout, sched = self.layout, self.sched
         attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
                     for job in sched.queued()]
@@ -880,6 +881,15 @@ class Coordinator:
                         f"{what} {name[:-5]} ({said}): the journal has no record of it (its "
                         "record was lost); set aside, not served: a resend of the request "
                         "is answered afresh"))
+        for number, gen in sched.generations.items():  # a lease file shows its peer's latest
+            for name in _names(layout.leases(number)):
+                doc = read_json(layout.leases(number) / name)
+                if name.endswith(".json") and isinstance(doc, dict) and \
+                        doc.get("lease_id") not in gen.leases:
+                    self._quarantine().move(layout.leases(number) / name, (
+                        f"lease {doc.get('lease_id')} of generation {number} for peer "
+                        f"{name[:-5]} ({doc.get('state')}): the journal has no record of it; "
+                        "set aside: the peer waits for a lease again"))
         self.problems = quarantine.notes(layout)
         if earlier := len(self.problems) - (self._case is not None):
             log.warning("%d earlier quarantine case(s) in %s await an operator (status.json "

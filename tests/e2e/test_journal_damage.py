@@ -134,3 +134,41 @@ def test_an_unknown_attempt_that_was_given_go_stops_the_start(make_run):
     log = refused(run)
     assert f"{stray}: an attempt the journal has no record of was given GO" in log
     assert "Traceback" not in log and (stray / "GO").exists()
+
+
+def test_a_lease_grant_lost_to_damage_is_set_aside_and_the_peer_gets_a_new_one(make_run):
+    run = make_run(task_text=GENERATION_TASK)
+    run.start()
+    assert cli(run, "generation", "open", "1", "--cohort", "solo").returncode == 0
+    lease = json.loads(cli(run, "lease", "wait", "--peer=solo", "--timeout=60").stdout)
+    run.kill()
+    seq, kind = damage_last_record(run)
+    assert kind == "lease_granted"
+
+    assert f"--drop-damaged-record {seq}" in refused(run)
+    start_dropping(run, seq)
+    [case] = problems(run)
+    lease_path = "gen_1/resource_supply/leases/solo.json"
+    assert [item["path"] for item in case["items"]][1:] == [lease_path]
+    assert json.loads((run.root / case["case"] / lease_path).read_text()) == lease
+    again = json.loads(cli(run, "lease", "wait", "--peer=solo", "--timeout=60").stdout)
+    assert again["state"] == "granted"  # a grant the journal knows, and revokes at a restart
+    assert read_json(run.root / lease_path) == again
+
+
+GENERATION_TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: 2
+    max_concurrent_experiments: 2
+    supply_idle_samples: 1
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+"""
+
+
+def cli(run, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "praxist_fs", *args, f"--run-dir={run.root}"],
+                          capture_output=True, text=True, timeout=90)
