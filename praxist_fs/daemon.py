@@ -897,20 +897,26 @@ class Coordinator:
 
     def _release_orphan(self, attempt_dir: Path) -> None:
         """An attempt directory the journal has no launch for, with no GO: GO is journaled
-        after the launch, so its command never started. ABORT it (a shim at the barrier
-        leaves without starting it), wait for its shim to go, and set the directory aside,
-        so that the job's next launch (under the same attempt id) cannot wake the old shim."""
+        after the launch, so its command never started. ABORT it (a shim at the barrier,
+        or one still starting, leaves without starting it), wait for its shim to go, and
+        set the directory aside, so that the job's next launch (under the same attempt id)
+        cannot wake the old shim. Its shim: READY's identity, or any process given the
+        directory (one started for it that has not written READY yet)."""
         write_atomic(attempt_dir / "ABORT", b"", durable=True)
-        ready = read_json(attempt_dir / "READY")
-        if isinstance(ready, dict):  # no READY: its shim never started, or died before it
-            deadline = time.monotonic() + ORPHAN_SHIM_WAIT_SECONDS
-            while procs.is_alive(ready.get("pid"), ready.get("start_time"),
-                                 ready.get("boot_id")):
-                if time.monotonic() > deadline:
-                    raise JournalCorrupt(
-                        f"{attempt_dir}: the shim (pid {ready.get('pid')}) of an attempt the "
-                        "journal has no record of did not leave after ABORT; refusing to start")
-                time.sleep(0.05)
+        deadline = time.monotonic() + ORPHAN_SHIM_WAIT_SECONDS
+        while True:
+            ready = read_json(attempt_dir / "READY")
+            shims = procs.with_argument(str(attempt_dir))
+            if isinstance(ready, dict) and procs.is_alive(
+                    ready.get("pid"), ready.get("start_time"), ready.get("boot_id")):
+                shims.append(ready["pid"])
+            if not shims:
+                break
+            if time.monotonic() > deadline:
+                raise JournalCorrupt(
+                    f"{attempt_dir}: the shim (pid {shims[0]}) of an attempt the journal has "
+                    "no record of did not leave after ABORT; refusing to start")
+            time.sleep(0.05)
         self._quarantine().move(attempt_dir, (
             "an attempt whose launch record was lost; its command never started (no GO): "
             "aborted, and its job launches again"))
