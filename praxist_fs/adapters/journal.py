@@ -64,7 +64,6 @@ class Journal:
         # the bytes of the file that hold records after ``after``, on disk at open: to replay
         self._replay: tuple[int, int] | None = None
         self.truncated_bytes = 0  # a torn tail's
-        self.dropped_bytes = 0    # damaged records' that ``keep_damaged`` took
         self.restored_newline: int | None = None  # the seq of a record whose newline was damaged
         self._keep_damaged = keep_damaged
         self._after = after
@@ -161,7 +160,6 @@ class Journal:
                     "write, and it may have been acknowledged; refusing to start (see "
                     "OPERATIONS.md *Crash*; to drop it, start once with --drop-damaged-record "
                     f"{due})")
-            self.dropped_bytes = len(tail)
         else:
             self.truncated_bytes = len(tail)
         fsio.truncate(self._fd, offset)
