@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import fence, launcher, procs, runs, spool
+from .adapters import fence, launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
@@ -77,6 +77,7 @@ SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or 
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
+ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 
 AttemptKey = tuple[str, str]
 
@@ -84,8 +85,12 @@ AttemptKey = tuple[str, str]
 class Coordinator:
     def __init__(self, run_dir: str | os.PathLike, policy: Policy, *,
                  fake_gpus: str | None = None, host_registry: str | None = None,
-                 psi_root: str = "/proc/pressure") -> None:
+                 psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None
+                 ) -> None:
         self.layout = RunLayout.at(run_dir)
+        self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
+        self._case: quarantine.Case | None = None  # what this start sets aside
+        self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
         self.policy = policy
         self.fake_gpus = fake_gpus
         self.host_registry = host_registry
@@ -135,13 +140,18 @@ class Coordinator:
     def _start(self) -> None:
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
         runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
-        self.journal = Journal(self.layout.journal, after=self._restore_snapshot())
+        self.journal = Journal(self.layout.journal, after=self._restore_snapshot(),
+                               keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
+        if self.journal.restored_newline:
+            log.warning("journal: record %d was whole but for its newline: kept",
+                        self.journal.restored_newline)
         for record in self.journal.replay():
             self.sched.handle(from_record(record))
+        self._set_aside_orphans()
         views_durable_ns = self._take_clean_stop()
         self.index = JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
                               boot_id=procs.boot_id(), clean=views_durable_ns is not None)
@@ -205,7 +215,8 @@ class Coordinator:
         for fd in self.pidfds.values():
             os.close(fd)
         if hasattr(self, "journal"):
-            self._write_status(force=True, state="stopped")
+            if hasattr(self, "inventory"):  # else the start failed before it served
+                self._write_status(force=True, state="stopped")
             if clean:
                 if self.journal.tail:
                     self._compact()
@@ -830,6 +841,97 @@ class Coordinator:
             raise JournalCorrupt(f"{self.layout.snapshot}: journal_seq {seq!r} is not a count")
         return seq
 
+    def _keep_damaged(self, seq: int, offset: int, data: bytes) -> bool:
+        """A damaged last journal record may go only on the operator's word for its seq
+        (``--drop-damaged-record``), and only once its bytes are kept in quarantine."""
+        if seq != self.drop_damaged_record:
+            return False
+        self._quarantine().keep(f"journal-seq-{seq}.bin", data, (
+            f"journal record seq {seq} (from byte {offset}) was a complete line that failed "
+            f"its checksum; dropped by --drop-damaged-record {seq}"))
+        return True
+
+    def _set_aside_orphans(self) -> None:
+        """Nothing may stand that the journal does not know: a derived file of a request,
+        control, job, lease or attempt it has no record of proves a record it lost (a
+        damaged one dropped, a journal cut by hand). Replies, control replies, job files
+        and lease files are moved to quarantine and reported, not admitted again: the
+        request's env, file digest, lease and cost ceiling were only in the lost record,
+        and a resend of it is answered afresh, on the same job id. An attempt directory is
+        a lost launch (``_release_orphan``). Runs after replay, before anything is
+        journaled."""
+        layout, sched = self.layout, self.sched
+        attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
+                    for job in sched.queued()]
+        attempts += [layout.attempts / job_id / attempt for job_id in _names(layout.attempts)
+                     if job_id not in sched.jobs for attempt in _names(layout.attempts / job_id)]
+        attempts = [path for path in attempts if path.is_dir()]
+        for path in attempts:  # before anything is moved: a refusal leaves the run as it was
+            if (path / "GO").exists() or (path / "exit.json").exists():
+                raise JournalCorrupt(
+                    f"{path}: an attempt the journal has no record of was given GO (its "
+                    "command ran or runs); refusing to start: launching its job again could "
+                    "run it twice (OPERATIONS.md *Crash*)")
+        for path in attempts:
+            self._release_orphan(path)
+        for directory, known, what in (
+                (layout.replies, sched.replies, "reply"),
+                (layout.control_replies, sched.control_replies, "control reply"),
+                *((layout.jobs(d), sched.jobs, "job file") for d in JOB_DIRECTORIES)):
+            for name in _names(directory):
+                if name.endswith(".json") and name[:-5] not in known:
+                    doc = read_json(directory / name)
+                    said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \
+                        else None  # what a reply answered, where a job file stood
+                    self._quarantine().move(directory / name, (
+                        f"{what} {name[:-5]} ({said}): the journal has no record of it (its "
+                        "record was lost); set aside, not served: a resend of the request "
+                        "is answered afresh"))
+        for number, gen in sched.generations.items():  # a lease file shows its peer's latest
+            for name in _names(layout.leases(number)):
+                doc = read_json(layout.leases(number) / name)
+                if name.endswith(".json") and isinstance(doc, dict) and \
+                        doc.get("lease_id") not in gen.leases:
+                    self._quarantine().move(layout.leases(number) / name, (
+                        f"lease {doc.get('lease_id')} of generation {number} for peer "
+                        f"{name[:-5]} ({doc.get('state')}): the journal has no record of it; "
+                        "set aside: the peer waits for a lease again"))
+        self.problems = quarantine.notes(layout)
+        if earlier := len(self.problems) - (self._case is not None):
+            log.warning("%d earlier quarantine case(s) in %s await an operator (status.json "
+                        "coordinator.problems)", earlier, layout.quarantine)
+
+    def _release_orphan(self, attempt_dir: Path) -> None:
+        """An attempt directory the journal has no launch for, with no GO: GO is journaled
+        after the launch, so its command never started. ABORT it (a shim at the barrier,
+        or one still starting, leaves without starting it), wait for its shim to go, and
+        set the directory aside, so that the job's next launch (under the same attempt id)
+        cannot wake the old shim. Its shim: READY's identity, or any process given the
+        directory (one started for it that has not written READY yet)."""
+        write_atomic(attempt_dir / "ABORT", b"", durable=True)
+        deadline = time.monotonic() + ORPHAN_SHIM_WAIT_SECONDS
+        while True:
+            ready = read_json(attempt_dir / "READY")
+            shims = procs.with_argument(str(attempt_dir))
+            if isinstance(ready, dict) and procs.is_alive(
+                    ready.get("pid"), ready.get("start_time"), ready.get("boot_id")):
+                shims.append(ready["pid"])
+            if not shims:
+                break
+            if time.monotonic() > deadline:
+                raise JournalCorrupt(
+                    f"{attempt_dir}: the shim (pid {shims[0]}) of an attempt the journal has "
+                    "no record of did not leave after ABORT; refusing to start")
+            time.sleep(0.05)
+        self._quarantine().move(attempt_dir, (
+            "an attempt whose launch record was lost; its command never started (no GO): "
+            "aborted, and its job launches again"))
+
+    def _quarantine(self) -> quarantine.Case:
+        if self._case is None:
+            self._case = quarantine.Case(self.layout, time.time())
+        return self._case
+
     def _compact(self) -> None:
         """Write the state the journal has built as one durable snapshot, then empty the
         journal: a start then reads the snapshot and a short tail, not the whole history.
@@ -937,7 +1039,7 @@ class Coordinator:
         runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
                    "observer": "polling" if self.polling else "inotify",
                    "filesystem": self.filesystem,
-                   "journal_seq": self.journal.seq}
+                   "journal_seq": self.journal.seq, "problems": self.problems}
         reports = {}
         for job in self.sched.running():
             attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
@@ -965,6 +1067,13 @@ def _return_memory() -> None:
     except (OSError, AttributeError):  # not glibc: the memory stays with the process
         pass
     gc.freeze()
+
+
+def _names(directory: str | os.PathLike) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []
 
 
 def _mtimes(directory: str | os.PathLike) -> dict[str, int]:

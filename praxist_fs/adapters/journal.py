@@ -2,8 +2,18 @@
 
 One record per line: ``<seq> <crc32 hex> <json>``; the checksum covers the
 sequence number and the payload, so a torn or zero-filled tail never reads as
-a record. At open a damaged tail is truncated to the last good record; a
-damaged record followed by a good one is corruption and stops the coordinator.
+a record. At open the first bad line decides (TigerBeetle's distinction between
+a torn write and damage):
+
+- followed by a good record: corruption in the middle, which stops the start;
+- with no newline after it: a **torn append** (a crash leaves a prefix of what
+  was written, never fsynced, so never acknowledged): truncated to the last
+  good record. A record whose one extra byte stands where its newline was is
+  damage to that newline, not a prefix of anything written: it is kept;
+- a complete line (newline-terminated) that fails its checksum: a **damaged
+  record**, which may have been fsynced and acknowledged. It is dropped only
+  when ``keep_damaged`` (the coordinator, told so by an operator) has set its
+  bytes aside; otherwise the start stops.
 ``append`` buffers, ``commit`` writes and fsyncs (group commit); an fsync error
 propagates and is fatal for the caller.
 
@@ -20,7 +30,7 @@ import json
 import os
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import JournalCorrupt
 from . import fsio
@@ -44,12 +54,18 @@ def _check(line: bytes) -> int | None:
 
 
 class Journal:
-    def __init__(self, path: str | os.PathLike, *, after: int = 0) -> None:
-        """``after``: the seq a snapshot already covers (0: none)."""
+    def __init__(self, path: str | os.PathLike, *, after: int = 0,
+                 keep_damaged: Callable[[int, int, bytes], bool] | None = None) -> None:
+        """``after``: the seq a snapshot already covers (0: none). ``keep_damaged(seq,
+        offset, data)``: asked about damaged last records (the seq they were due at, where
+        they start, their bytes); True once it has kept the bytes durably, which lets
+        them be cut off."""
         self.path = Path(path)
         # the bytes of the file that hold records after ``after``, on disk at open: to replay
         self._replay: tuple[int, int] | None = None
-        self.truncated_bytes = 0
+        self.truncated_bytes = 0  # a torn tail's
+        self.restored_newline: int | None = None  # the seq of a record whose newline was damaged
+        self._keep_damaged = keep_damaged
         self._after = after
         self._seq = after
         self._pending: list[bytes] = []
@@ -102,10 +118,12 @@ class Journal:
         offset, expected = 0, None
         with open(self.path, "rb") as handle:
             for line in handle:
+                if not line.endswith(b"\n") and _check(line[:-1]) is not None:
+                    line = self._restore_newline(offset, line)
                 seq = _check(line[:-1]) if line.endswith(b"\n") else None
                 if seq is None:
                     handle.seek(offset)
-                    self._repair_tail(handle.read(), offset, (expected or self._after + 1) - 1)
+                    self._repair_tail(handle.read(), offset, expected or self._after + 1)
                     break
                 if expected is None and 1 <= seq <= self._after + 1:
                     expected = seq  # a start no later than right after the snapshot: no gap
@@ -126,16 +144,37 @@ class Journal:
                                  f"seq {self._after}; refusing to start")
         self._seq = last
 
-    def _repair_tail(self, tail: bytes, offset: int, last_good: int) -> None:
-        """``tail``: the file from the first damaged record (at ``offset``) on."""
-        for later in tail.split(b"\n")[1:]:
+    def _repair_tail(self, tail: bytes, offset: int, due: int) -> None:
+        """``tail``: the file from the first bad line (at ``offset``, due as seq ``due``) on."""
+        lines = tail.split(b"\n")
+        for later in lines[1:]:
             if _check(later) is not None:
                 raise JournalCorrupt(
-                    f"{self.path}: damaged record after seq {last_good} is followed by good "
+                    f"{self.path}: damaged record after seq {due - 1} is followed by good "
                     "records; refusing to start (copy the journal aside and ask an operator)")
-        self.truncated_bytes = len(tail)
+        if len(lines) > 1:  # a whole line: written in full, so perhaps fsynced and acknowledged
+            if self._keep_damaged is None or not self._keep_damaged(due, offset, tail):
+                raise JournalCorrupt(
+                    f"{self.path}: record seq {due} (from byte {offset}, {len(tail)} bytes to "
+                    "the end) is a complete line that fails its checksum: damage, not a torn "
+                    "write, and it may have been acknowledged; refusing to start (see "
+                    "OPERATIONS.md *Crash*; to drop it, start once with --drop-damaged-record "
+                    f"{due})")
+        else:
+            self.truncated_bytes = len(tail)
         fsio.truncate(self._fd, offset)
         fsio.fsync(self._fd)
+
+    def _restore_newline(self, offset: int, line: bytes) -> bytes:
+        """The last line is a good record and one byte where its newline belongs: damage
+        to that byte (a torn append leaves a prefix, and a record is followed by its
+        newline). The record stays: replaying a record is always safe, whether or not it
+        had been acknowledged."""
+        fsio.truncate(self._fd, offset + len(line) - 1)
+        fsio.append(self._fd, b"\n")
+        fsio.fsync(self._fd)
+        self.restored_newline = _check(line[:-1])
+        return line[:-1] + b"\n"
 
     def compact(self) -> None:
         """Empty the journal: a durable snapshot covers every record in it."""

@@ -77,6 +77,11 @@ class RunLayout:
         return self.index_dir / "jobs.sqlite"
 
     @cached_property
+    def quarantine(self) -> Path:
+        """What a start set aside rather than trust or delete (adapters/quarantine.py)."""
+        return self.scheduler / "quarantine"
+
+    @cached_property
     def spool(self) -> Path:
         return self.scheduler / "spool"
 

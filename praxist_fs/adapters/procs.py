@@ -48,6 +48,25 @@ def is_alive(pid: int | None, started: int | None, boot: str | None = None) -> b
     return bool(fields) and int(fields[19]) == started and fields[0] not in ("Z", "X")
 
 
+def with_argument(argument: str) -> list[int]:
+    """Live (not zombie) processes one of whose command-line arguments is ``argument``:
+    a shim started for an attempt carries its directory, before it wrote READY too."""
+    wanted = os.fsencode(argument)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                arguments = handle.read().split(b"\0")
+        except OSError:
+            continue
+        fields = _stat_fields(int(entry))
+        if wanted in arguments and fields and fields[0] not in ("Z", "X"):
+            found.append(int(entry))
+    return found
+
+
 def own_identity() -> tuple[int, int | None, str]:
     pid = os.getpid()
     return pid, start_time(pid), boot_id()

@@ -23,6 +23,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                        "runs of this host (default /run/praxist_fs or the runtime dir)")
     serve.add_argument("--psi-root", default=os.environ.get("PRAXIST_PSI_ROOT", "/proc/pressure"),
                        metavar="DIR", help="where to read PSI pressure files (default %(default)s)")
+    serve.add_argument("--drop-damaged-record", type=int, metavar="SEQ",
+                       help="drop the journal's damaged last record SEQ, as a refused start "
+                       "names it, into resource_scheduler/quarantine/ (OPERATIONS.md *Crash*)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
@@ -46,7 +49,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         return Coordinator(args.run_dir, policy, fake_gpus=args.fake_gpus,
-                           host_registry=args.host_registry, psi_root=args.psi_root).run()
+                           host_registry=args.host_registry, psi_root=args.psi_root,
+                           drop_damaged_record=args.drop_damaged_record).run()
     except (OwnerBusy, JournalCorrupt) as exc:
         print(f"praxist-fs serve: {exc}", file=sys.stderr)
         return 1

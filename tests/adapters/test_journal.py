@@ -1,4 +1,4 @@
-"""The journal: checksummed records, torn tails truncated, mid-log damage refused."""
+"""The journal: checksummed records, torn tails truncated, damaged records refused."""
 
 from __future__ import annotations
 
@@ -68,6 +68,69 @@ def test_torn_tail_is_truncated(tmp_path, tail):
     assert Journal(path).records[-1]["i"] == 99
 
 
+def flip_in_last_record(path, at: int) -> tuple[int, bytes]:
+    """Flip one bit of the last record, ``at`` bytes from its start (from its end if
+    negative): bit rot, a bad sector. Returns where the record starts and its bytes."""
+    data = bytearray(path.read_bytes())
+    start = data.rindex(b"\n", 0, len(data) - 1) + 1
+    record = bytes(data[start:])
+    data[start + at if at >= 0 else len(data) + at] ^= 0x01
+    path.write_bytes(bytes(data))
+    return start, record
+
+
+@pytest.mark.parametrize("at", [0, 3, 20, -2])  # seq, checksum, payload, its last brace
+def test_a_complete_last_record_that_fails_its_checksum_is_refused_not_dropped(tmp_path, at):
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    start, _ = flip_in_last_record(path, at)
+    damaged = path.read_bytes()
+    with pytest.raises(JournalCorrupt, match=rf"record seq 5 \(from byte {start}, .*"
+                       r"fails its checksum.*--drop-damaged-record 5"):
+        Journal(path)
+    assert path.read_bytes() == damaged  # nothing cut: the operator decides
+
+
+def test_a_damaged_last_record_is_cut_only_once_its_bytes_are_kept(tmp_path):
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    start, _ = flip_in_last_record(path, 20)
+    damaged = path.read_bytes()
+    asked = []
+    with pytest.raises(JournalCorrupt, match="seq 5"):
+        Journal(path, keep_damaged=lambda *args: asked.append(args) and False)
+    assert asked == [(5, start, damaged[start:])] and path.read_bytes() == damaged
+    journal = Journal(path, keep_damaged=lambda *args: True)
+    assert [r["i"] for r in journal.records] == [0, 1, 2, 3] and journal.seq == 4
+    assert path.read_bytes() == damaged[:start] and journal.truncated_bytes == 0
+    journal.append({"type": "x", "i": 99})  # numbering goes on where the good records end
+    journal.commit()
+    journal.close()
+    assert [r["i"] for r in Journal(path).records] == [0, 1, 2, 3, 99]
+
+
+def test_a_torn_append_is_still_truncated_without_asking(tmp_path):
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-10])  # the last record cut short: no newline
+    journal = Journal(path, keep_damaged=lambda *args: pytest.fail("a torn tail is not damage"))
+    assert journal.seq == 4 and journal.truncated_bytes == len(whole) - 10 - whole.rindex(
+        b"\n", 0, len(whole) - 1) - 1
+
+
+def test_a_last_record_whose_newline_is_damaged_is_kept(tmp_path):
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-1] + b"\x0b")  # the final newline's bit flipped
+    journal = Journal(path)
+    assert [r["i"] for r in journal.records] == [0, 1, 2, 3, 4]
+    assert journal.restored_newline == 5 and journal.truncated_bytes == 0
+    assert path.read_bytes() == whole
+    journal.close()
+
+
 def test_damage_followed_by_good_records_is_corruption(tmp_path):
     path = tmp_path / "j.log"
     write_records(path, 5)
@@ -76,6 +139,8 @@ def test_damage_followed_by_good_records_is_corruption(tmp_path):
     path.write_bytes(b"\n".join(lines))
     with pytest.raises(JournalCorrupt, match="after seq 2"):
         Journal(path)
+    with pytest.raises(JournalCorrupt, match="after seq 2"):  # never dropped on request
+        Journal(path, keep_damaged=lambda *args: True)
 
 
 def test_a_record_out_of_sequence_is_refused(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 from praxist_fs.adapters import procs
 from tests.e2e.conftest import wait_for
@@ -39,3 +40,16 @@ def test_comm_with_spaces_and_parentheses_is_parsed(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_processes_given_an_argument_are_found_until_they_are_zombies(tmp_path):
+    """How a start finds the shim of an attempt the journal lost, READY or not."""
+    attempt_dir = str(tmp_path / "attempts" / "job" / "a1")
+    child = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(30)",
+                              attempt_dir])  # as a shim is given its attempt directory
+    wait_for(lambda: procs.with_argument(attempt_dir) == [child.pid])
+    assert procs.with_argument(attempt_dir + "x") == []  # whole arguments only
+    child.kill()
+    wait_for(lambda: open(f"/proc/{child.pid}/stat").read().split(")")[-1].split()[0] == "Z")
+    assert procs.with_argument(attempt_dir) == []
+    child.wait()
