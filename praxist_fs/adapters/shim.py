@@ -54,6 +54,7 @@ CAUGHT = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
 REQUEST_FDS = 3  # a fork server's request: the control, GO and status fds of a --warm shim
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
+_written = 0  # files this process began to write: their temp names' serial number
 
 
 def to_json(document):
@@ -119,8 +120,17 @@ def read_small(path):
         posix.close(fd)
 
 
+def temp_name(path):
+    """The hidden name ``path`` is written under before its rename: ``.NAME.<pid>.<n>.tmp``
+    beside it, the form of fsio.temp_name (PROTOCOL.md section 1). Paths here are absolute."""
+    global _written
+    _written += 1
+    directory, _, name = path.rpartition("/")
+    return "%s/.%s.%d.%d.tmp" % (directory, name, posix.getpid(), _written)
+
+
 def write_file(path, data, durable):
-    tmp = "%s.%d.tmp" % (path, posix.getpid())
+    tmp = temp_name(path)
     fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o644)
     try:
         view = memoryview(data)
