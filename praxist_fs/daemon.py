@@ -607,15 +607,14 @@ class Coordinator:
 
     def _on_shim(self, key: AttemptKey) -> None:
         handle = self.handles[key]
-        try:
-            data = os.read(handle.status_fd, 64)
-        except BlockingIOError:
+        said = handle.read_status()
+        if said is None:
             return
-        if data:  # READY: news only while GO is still to be decided
+        if said == b"R":  # READY: news only while GO is still to be decided
             job = self.sched.jobs.get(key[0])
             if job is not None and job.current is not None and job.current.go:
                 return
-        else:  # EOF: the shim exited (exit.json, if any, is written)
+        elif not said:  # EOF: the shim exited (exit.json, if any, is written)
             self.selector.unregister(handle.status_fd)
             handle.popen.wait()
             handle.close()
@@ -639,6 +638,11 @@ class Coordinator:
         alive = procs.is_alive(pid, started, boot) and (
             handle is None or handle.popen.poll() is None)
         exit_record = read_json(attempt_dir / "exit.json")
+        if exit_record is None and handle is not None:
+            # Told on its pipe while a full disk keeps exit.json out: it counts once the
+            # commit of this observation is durable, before anything is done about it; if
+            # that commit fails, the shim still holds the exit for the next coordinator.
+            exit_record = handle.exit_record
         exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
         failure = _task_report(attempt_dir / "failure.json") if exited else None
         return AttemptObserved(

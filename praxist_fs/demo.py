@@ -20,7 +20,7 @@ from io import StringIO
 from pathlib import Path
 
 from . import client, supply_client
-from .adapters.fsio import read_json
+from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .commands.render import format_status
@@ -83,9 +83,7 @@ class Tour:
         """A colleague's load appears or goes away: rewrite the fake inventory."""
         doc = json.loads(self.gpus.read_text())
         doc["devices"][index].update(observed)
-        tmp = self.gpus.with_name(".fake-gpus.tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.rename(self.gpus)
+        write_atomic(self.gpus, dumps(doc))
 
     def reason(self, job_id: str) -> str:
         return self.wait(lambda: next((q["reason"] for q in (client.status_document(
@@ -173,9 +171,8 @@ class Tour:
         self.wait_job(used["job_id"], "completed")
         results = self.layout.results(number)
         results.mkdir(parents=True, exist_ok=True)
-        (results / ".r1.tmp").write_text(json.dumps({"peer": mature, "mature": True,
-                                                     "score": 0.91}))
-        (results / ".r1.tmp").rename(results / "r1.json")
+        write_atomic(results / "r1.json", dumps({"peer": mature, "mature": True,
+                                                 "score": 0.91}))
         self.wait(lambda: ((client.status_document(self.layout) or {}).get("generation")
                            or {}).get("results", {}).get("mature"), "the result to be counted")
         print(f"   {mature} publishes a mature result: gen_{number}/results/r1.json")

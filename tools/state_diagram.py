@@ -19,13 +19,13 @@ Exit codes: 0 ok, 1 the document's block differs from the table, 2 usage error
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 # Run as a script from a checkout: make the repository root importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from praxist_fs.adapters.fsio import write_atomic  # noqa: E402
 from praxist_fs.core.states import TRANSITIONS  # noqa: E402
 
 BEGIN = "<!-- state-diagram:begin -->"
@@ -92,9 +92,7 @@ def write(path: Path) -> int:
     if current.strip() == block():
         return 0
     new = head + block() + "\n" + tail
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(new, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, new.encode("utf-8"))
     print(f"{path}: state diagram rewritten", file=sys.stderr)
     return 0
 

@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import BadRequest
 
 _counter = itertools.count()
+TEMP_PATTERN = ".*.tmp"  # a glob that matches every temp_name
 LEDGER_ENV = "PRAXIST_POWERLOSS_LEDGER"
 
 
@@ -133,12 +134,19 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     ``sync=False`` skips the fsync of the content: only for derived files that the
     journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
     reader still never sees a half-written file; a power cut may leave it empty."""
-    directory, name = os.path.split(os.fspath(path))  # strings: on every job's path
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{next(_counter)}.tmp")
+    tmp = temp_name(path)
     _create(tmp, data, mode, sync=sync)
     rename(tmp, path)
     if durable:
-        fsync_dir(directory or ".")
+        fsync_dir(os.path.dirname(tmp))
+
+
+def temp_name(path: str | os.PathLike) -> str:
+    """The name a file is written under before it is renamed to ``path``: hidden and
+    beside it, ``.NAME.<pid>.<n>.tmp``, never the same twice in one process (the form
+    PROTOCOL.md section 1 promises; the shim, which cannot import us, makes the same)."""
+    directory, name = os.path.split(os.fspath(path))  # strings: on every job's path
+    return os.path.join(directory or ".", f".{name}.{os.getpid()}.{next(_counter)}.tmp")
 
 
 def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:

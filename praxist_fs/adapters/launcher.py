@@ -1,9 +1,11 @@
 """Start an attempt's shim: attempt files, environment, new session, barrier pipes (R-RUN-1).
 
 The coordinator owns the final Popen. The shim gets two pipes: it reads GO
-from one and reports READY on the other, whose EOF also tells us it exited.
-Both pipes are only a fast path: READY, GO, ABORT and exit.json are files, so
-a restarted coordinator can carry on where the pipes were lost.
+from one and reports on the other, whose EOF also tells us it exited: ``R``
+(READY is written) and, when a full disk keeps exit.json from being written,
+``X`` with exit.json's document and a newline. Both pipes are only a fast
+path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
+carry on where the pipes were lost.
 
 A shim may be started ahead of need (``prestart``), by Popen or, cheaper, by a
 ``ShimServer``: one shim process started once, which forks warm shims on request,
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import marshal
 import os
 import select
@@ -92,6 +95,35 @@ class ShimHandle:
     popen: subprocess.Popen | ForkedShim
     go_fd: int | None
     status_fd: int
+    # the exit the shim told on its status pipe, as exit.json would hold it, when a full
+    # disk kept it from writing that file; and the start of a message still coming
+    exit_record: dict | None = None
+    _heard: bytes = b""
+
+    def read_status(self) -> bytes | None:
+        """What the shim said on its status pipe since the last call, a letter for each
+        message: ``R`` (READY is written), ``X`` (the command ended, exit.json is not
+        written yet, and ``exit_record`` now holds it). b"" at EOF: the shim exited.
+        None when nothing whole has come."""
+        try:
+            data = os.read(self.status_fd, 4096)
+        except BlockingIOError:
+            return None
+        if not data:
+            return b""
+        heard, said = self._heard + data, b""
+        while heard:
+            word = heard[:1]
+            if word == b"X":
+                record, newline, rest = heard[1:].partition(b"\n")
+                if not newline:
+                    break  # its rest is on its way
+                self.exit_record = json.loads(record)
+            else:
+                rest = heard[1:]
+            said, heard = said + word, rest
+        self._heard = heard
+        return said or None
 
     def release_barrier(self, word: bytes) -> None:
         if self.go_fd is None:

@@ -12,7 +12,11 @@ pipe (telling it READY there only when GO is not waiting already), or writes
 the GO file (the intent, pid, allocation and the GO decision
 are journaled by then), runs the command with the
 submitted environment, and records the exit durably in exit.json, which
-survives a coordinator crash. If the coordinator dies while we wait, we poll
+survives a coordinator crash. While a full (or failing) disk keeps READY or
+exit.json from being written, the shim holds them in memory and tries again
+until they are written, never giving up on exit.json (nothing else holds the
+exit for a later coordinator); a coordinator still connected is told the exit
+on the status pipe meanwhile. If the coordinator dies while we wait, we poll
 for GO or ABORT written by the next one, for at most the barrier timeout;
 giving up is safe because nothing ran, and the next coordinator then releases
 the attempt without consuming it. As a child subreaper we also wait for
@@ -54,6 +58,12 @@ CAUGHT = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
 REQUEST_FDS = 3  # a fork server's request: the control, GO and status fds of a --warm shim
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
+# Errors of a full disk or quota, or a failing disk: READY and exit.json are written again
+# until they are written, since the shim holds what they say in its memory alone.
+RETRIED = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+RETRY_FIRST_S = 0.1  # the first pause between tries; it doubles ...
+RETRY_MAX_S = 5.0  # ... up to this
+_written = 0  # files this process began to write: their temp names' serial number
 
 
 def to_json(document):
@@ -119,24 +129,77 @@ def read_small(path):
         posix.close(fd)
 
 
+def temp_name(path):
+    """The hidden name ``path`` is written under before its rename: ``.NAME.<pid>.<n>.tmp``
+    beside it, the form of fsio.temp_name (PROTOCOL.md section 1). Paths here are absolute."""
+    global _written
+    _written += 1
+    directory, _, name = path.rpartition("/")
+    return "%s/.%s.%d.%d.tmp" % (directory, name, posix.getpid(), _written)
+
+
 def write_file(path, data, durable):
-    tmp = "%s.%d.tmp" % (path, posix.getpid())
+    """``data`` as ``path``, atomically; with ``durable``, fsynced, and its directory too.
+    A try that fails leaves no temp file behind."""
+    tmp = temp_name(path)
     fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[posix.write(fd, view):]
-        if durable:
-            posix.fsync(fd)
-    finally:
-        posix.close(fd)
-    posix.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[posix.write(fd, view):]
+            if durable:
+                posix.fsync(fd)
+        finally:
+            posix.close(fd)
+        posix.replace(tmp, path)
+    except BaseException:
+        try:
+            posix.unlink(tmp)
+        except OSError:
+            pass
+        raise
     if durable:
         dfd = posix.open(path[:path.rindex("/")] or "/", posix.O_RDONLY | posix.O_DIRECTORY)
         try:
             posix.fsync(dfd)
         finally:
             posix.close(dfd)
+
+
+def write_until_written(path, data, durable):
+    """write_file, tried again while the disk is full (or failing): what ``data`` says may
+    exist nowhere else. A generator: after each such failure it yields the number of
+    failed tries so far, then pauses (RETRY_FIRST_S, doubling up to RETRY_MAX_S); the
+    caller may give up by leaving the loop. Any other error propagates. Each try is a new
+    temp file, so no fsync is ever repeated on pages a failed one may have dropped."""
+    pause, failures = RETRY_FIRST_S, 0
+    while True:
+        try:
+            write_file(path, data, durable)
+        except OSError as exc:
+            if exc.errno not in RETRIED:
+                raise
+            failures += 1
+            if failures == 1:
+                first = exc
+            yield failures
+            time.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX_S)
+        else:
+            if failures:  # shim.log: why the file came late (the disk has room again)
+                tell(2, b"%s written at try %d (the first failed: %s)\n" % (
+                    path.encode("utf-8", "surrogateescape"), failures + 1, str(first).encode()))
+            return
+
+
+def tell(fd, message):
+    """Write ``message`` to a pipe or log that may be gone: the coordinator may have died
+    (the next one reads the files), the disk of shim.log may be full."""
+    try:
+        posix.write(fd, message)
+    except OSError:
+        pass
 
 
 def own_start_time():
@@ -452,21 +515,24 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
         posix.unlink(spec_path)  # it may hold raw secrets
     spec = marshal.loads(spec)
     ready = dict(identity or own_identity(), at=time.time())
-    write_file(attempt_dir + "/READY", to_json(ready), durable=False)
+    for _ in write_until_written(attempt_dir + "/READY", to_json(ready), durable=False):
+        if exists(attempt_dir + "/ABORT"):
+            return 0  # nothing ran: a cancel or a stop need not wait for disk space
     word = given_go(go_fd)
     if word is None:  # else the coordinator decided GO already: READY news nobody
-        try:
-            posix.write(status_fd, b"R")
-        except OSError:
-            pass  # the coordinator is gone; the next one reads READY from disk
+        tell(status_fd, b"R")
     if identity is None:
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
     if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):
         return 0
-    result = run(spec, status_fd)
-    write_file(attempt_dir + "/exit.json", to_json(result), durable=True)
+    result = to_json(run(spec, status_fd))
+    # Until exit.json is durable the exit exists only here: no giving up, whatever it
+    # takes (a later coordinator reads nothing else, and cannot tell us it journaled it).
+    for failures in write_until_written(attempt_dir + "/exit.json", result, durable=True):
+        if failures == 1:  # a coordinator still connected journals it, and acts on it
+            tell(status_fd, b"X" + result + b"\n")
     posix.close(status_fd)  # EOF tells a live coordinator that exit.json is there
     return 0
 

@@ -17,7 +17,7 @@ from ..core.request import (
     EXPLAINED_BYTES, MAX_REQUEST_BYTES, parse_request, request_id_from_filename,
 )
 from ..errors import BadRequest
-from .fsio import read_spool_file, rename, unlink, write_json
+from .fsio import TEMP_PATTERN, read_spool_file, rename, unlink, write_json
 
 GRACE_SECONDS = 2.0
 BATCH = 512
@@ -100,7 +100,7 @@ def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int
     hidden temp files (a crash between write and rename leaves them). Returns a count."""
     removed = 0
     for directory in own_directories:
-        for path in directory.glob(".*.tmp"):
+        for path in directory.glob(TEMP_PATTERN):
             unlink(path)
             removed += 1
     with os.scandir(spool_tmp) as it:

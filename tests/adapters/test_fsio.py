@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+import fnmatch
 import os
+import re
+from pathlib import Path
 
 import pytest
 
+from praxist_fs.adapters import shim
 from praxist_fs.adapters.fsio import (
-    create, makedirs, read_spool_file, rename, write_atomic, write_json,
+    TEMP_PATTERN, create, makedirs, read_spool_file, rename, temp_name, write_atomic, write_json,
 )
 from praxist_fs.errors import BadRequest
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
@@ -18,6 +25,51 @@ def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):
     write_atomic(target, b'{"v": 2}\n', durable=True)
     assert target.read_text() == '{"v": 2}\n'
     assert os.listdir(tmp_path) == ["status.json"]
+
+
+def test_temporary_names_are_hidden_beside_their_file_and_never_repeat(tmp_path):
+    """PROTOCOL.md section 1 promises ``.NAME.*.tmp``: readers skip dot-files, the start
+    sweeps the pattern. The shim cannot import fsio, so it makes the same form itself."""
+    target = str(tmp_path / "exit.json")
+    form = re.compile(r"\.exit\.json\.%d\.\d+\.tmp" % os.getpid())
+    for make in (temp_name, shim.temp_name):
+        names = [make(target) for _ in range(3)]
+        assert len(set(names)) == 3
+        for name in names:
+            assert os.path.dirname(name) == str(tmp_path)
+            assert form.fullmatch(os.path.basename(name))
+            assert fnmatch.fnmatch(os.path.basename(name), TEMP_PATTERN)
+
+
+def test_only_the_two_temp_name_functions_spell_a_temporary_name():
+    """Every writer of ours goes through fsio.temp_name (write_atomic), or in the shim its
+    twin: a string with ``.tmp`` anywhere else is a temporary file named by hand."""
+    allowed = {("praxist_fs/adapters/fsio.py", "temp_name"),
+               ("praxist_fs/adapters/fsio.py", None),  # TEMP_PATTERN, the sweep's glob
+               ("praxist_fs/adapters/shim.py", "temp_name")}
+    found = set()
+    for path in sorted([*(ROOT / "praxist_fs").rglob("*.py"), *(ROOT / "tools").glob("*.py")]):
+        name = str(path.relative_to(ROOT))
+        found |= {(name, function) for function in _functions_spelling(
+            ast.parse(path.read_text()), ".tmp")}
+    assert found == allowed
+
+
+def _functions_spelling(tree, text):
+    """The functions (None: module level) with a string holding ``text``, docstrings aside."""
+    docstrings = {id(node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+
+    def visit(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                else function
+            if isinstance(child, ast.Constant) and isinstance(child.value, str) and \
+                    text in child.value and id(child) not in docstrings:
+                yield inner
+            yield from visit(child, inner)
+
+    return set(visit(tree, None))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import pytest
 from praxist_fs.adapters import launcher
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.core.effects import SpawnAttempt
+from tests.disks import Deletions, small_tmpfs
 from tests.e2e.conftest import read_json, wait_for
 
 
@@ -189,6 +190,89 @@ def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_
     assert os.read(handle.status_fd, 64) == b""  # no "R": only the EOF of its exit
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 3 and marker.exists()
     assert read_json(attempt_dir / "READY")["pid"] == handle.popen.pid  # READY all the same
+    handle.close()
+
+
+@pytest.fixture
+def attempts_disk(layout):
+    """The run's attempts/ on a small tmpfs of their own, to fill."""
+    with small_tmpfs(layout.attempts) as disk:
+        yield disk
+
+
+def temporary(directory):
+    return sorted(p.name for p in directory.iterdir() if p.name.startswith(".")
+                  or p.name.endswith(".tmp"))
+
+
+def test_an_exit_the_full_disk_keeps_out_is_told_then_written_when_room_returns(
+        layout, tmp_path, shim_for, attempts_disk):
+    """ENOSPC on exit.json: the shim holds the exit, tells the coordinator on its pipe,
+    leaves no temp file, and writes exit.json once there is room."""
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 3", warm=shim_for())
+    assert wait_for(handle.read_status, message="READY on the status pipe") == b"R"
+    attempts_disk.fill()
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    assert wait_for(handle.read_status, message="the exit on the status pipe") == b"X"
+    assert marker.exists()
+    assert handle.exit_record["exit_code"] == 3 and handle.exit_record["error"] is None
+    assert handle.popen.poll() is None and not (attempt_dir / "exit.json").exists()
+    assert temporary(attempt_dir) == []  # its failed try cleaned up after itself
+
+    attempts_disk.free()
+    assert handle.popen.wait(timeout=15) == 0
+    assert read_json(attempt_dir / "exit.json") == handle.exit_record
+    assert handle.read_status() == b""  # EOF: nothing more was said
+    assert temporary(attempt_dir) == []
+    assert "exit.json written at try " in (attempt_dir / "shim.log").read_text()
+    handle.close()
+
+
+def test_the_status_pipe_puts_an_exit_record_split_across_reads_together():
+    """A read may end inside an X record: it counts only once its newline has come."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    handle = launcher.ShimHandle(popen=None, go_fd=None, status_fd=read_fd)
+    os.write(write_fd, b'RX{"exit_code": 0, ')
+    assert handle.read_status() == b"R" and handle.exit_record is None
+    assert handle.read_status() is None
+    os.write(write_fd, b'"signal": null}\n')
+    assert handle.read_status() == b"X"
+    assert handle.exit_record == {"exit_code": 0, "signal": None}
+    os.close(write_fd)
+    assert handle.read_status() == b""
+    os.close(read_fd)
+
+
+@pytest.mark.parametrize("then", ["room", "abort"])
+def test_a_shim_that_cannot_write_ready_runs_nothing_until_room_or_abort(
+        layout, tmp_path, prestart, attempts_disk, then):
+    """READY too is written again until it is: a warm shim, GO journaled with its attempt,
+    must not die having run nothing while the GO file says it may have run (``lost``).
+    ABORT ends the wait: a cancel or a stop does not wait for disk space."""
+    warm = prestart()
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    attempt_dir.mkdir(parents=True)
+    deletions = Deletions(attempt_dir)
+    attempts_disk.fill()
+    if then == "room":
+        warm.handle.release_barrier(b"G")
+    handle, _, marker = spawn(layout, tmp_path, warm=warm)
+    wait_for(lambda: deletions.seen(".READY.") or handle.popen.poll() is not None,
+             message="a failed try at READY")
+    deletions.close()
+    assert handle.popen.poll() is None and not marker.exists()
+    if then == "room":
+        attempts_disk.free()
+        assert handle.popen.wait(timeout=15) == 0
+        assert read_json(attempt_dir / "exit.json")["exit_code"] == 0 and marker.exists()
+    else:
+        write_atomic(attempt_dir / "ABORT", b"")
+        handle.release_barrier(b"A")
+        assert handle.popen.wait(timeout=15) == 0
+        assert not marker.exists() and not (attempt_dir / "READY").exists()
+    assert temporary(attempt_dir) == []
     handle.close()
 
 
