@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..core.states import JobState
+from .fsio import TEMP_PATTERN, temp_name
 from .layout import JOB_DIRECTORIES, RunLayout
 
 log = logging.getLogger("praxist_fs")
@@ -164,10 +165,11 @@ class JobIndex:
         """Write every job's (document, JSON) into a new file and rename it over the old
         one: a reader sees the old index or the new one, never a half-built one."""
         self.close()
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp = Path(temp_name(self.path))
         try:
-            for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
-                stale.unlink()
+            for stale in self.path.parent.glob(TEMP_PATTERN):  # a crashed rebuild's
+                if stale.name.startswith(f".{self.path.name}."):
+                    stale.unlink()
             db = sqlite3.connect(tmp, isolation_level=None)
             try:
                 db.execute("PRAGMA journal_mode=OFF")  # a crash leaves a temp file only
