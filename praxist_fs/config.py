@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import pwd
 import re
 from dataclasses import dataclass
 from functools import partial
@@ -238,6 +239,29 @@ def _names(path: str, value: Any, what: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def _uids(path: str, value: Any) -> tuple[int, ...]:
+    """A list of distinct users (R-SEC-3), each a uid or a user name of this host's user
+    database, resolved here: the policy (and the journal) keep uids."""
+    if not isinstance(value, list):
+        raise PolicyError(path, value, "a list of uids or user names")
+    uids: list[int] = []
+    for index, user in enumerate(value):
+        where = _join(path, index)
+        if isinstance(user, str):
+            try:
+                uid = pwd.getpwnam(user).pw_uid
+            except KeyError:
+                raise PolicyError(where, user, "a user name of this host (or a uid)") from None
+        elif isinstance(user, int) and not isinstance(user, bool) and 0 <= user < 2**32 - 1:
+            uid = user
+        else:
+            raise PolicyError(where, user, "a uid (an integer >= 0) or a user name")
+        if uid in uids:
+            raise PolicyError(where, user, "each user once")
+        uids.append(uid)
+    return tuple(uids)
+
+
 _discovered = False
 
 
@@ -350,6 +374,8 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "project_picker": _Key(_picker("project")),
     "queue_picker": _Key(_picker("queue")),
     "job_picker": _Key(_picker("job")),
+    "trusted_uids": _Key(_uids),
+    "operators": _Key(_uids),
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "budget")  # apart
 

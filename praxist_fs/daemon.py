@@ -162,7 +162,8 @@ class Coordinator:
         now = time.time()
         pid, _, boot = procs.own_identity()
         self._process([CoordinatorStarted(at=now, policy=self.policy.to_dict(), pid=pid,
-                                          host=socket.gethostname(), boot_id=boot)])
+                                          host=socket.gethostname(), boot_id=boot,
+                                          uid=os.geteuid())])
         write_json(self.layout.policy, self.policy.to_dict(), durable=True, indent=2)
         self.inventory = open_inventory(self.fake_gpus)
         self.pressure = PressureSampler(self.psi_root)
@@ -555,7 +556,8 @@ class Coordinator:
                 try:
                     control = parse_control(name, data)
                     events.append(ControlSeen(at=time.time(), name=name, digest=digest,
-                                              request_id=control.request_id, control=control))
+                                              request_id=control.request_id, control=control,
+                                              uid=data.uid))
                     continue
                 except BadRequest as exc:
                     error = exc

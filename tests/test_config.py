@@ -188,6 +188,12 @@ BAD_INLINE = [
      "profiles.7", 7, "a profile name matching"),
     ("7: central", "7", "central", "a known key"),
     ("default_profile: " + "x" * 65, "default_profile", "x" * 65, "a profile name matching"),
+    ("trusted_uids: 1000", "trusted_uids", 1000, "a list of uids or user names"),
+    ("trusted_uids: [no-such-user-here]", "trusted_uids[0]", "no-such-user-here",
+     "a user name of this host"),
+    ("operators: [0, root]", "operators[1]", "root", "each user once"),
+    ("operators: [-1]", "operators[0]", -1, "a uid (an integer >= 0) or a user name"),
+    ("operators: [true]", "operators[0]", True, "a uid (an integer >= 0) or a user name"),
 ]
 
 
@@ -200,6 +206,13 @@ def test_central_rejects_malformed_values(tmp_path, body, key, value, expected):
         assert exc.key_path == f"{RS}.{key}" and expected in exc.expected
         return
     assert_policy_error(exc, f"{RS}.{key}", value, expected)
+
+
+def test_trusted_uids_and_operators_are_resolved_to_uids(tmp_path):
+    """User names become uids at load: the policy, and the journal, keep uids (R-SEC-3)."""
+    policy = load_text(tmp_path, scheduler("trusted_uids: [nobody, 1234]\noperators: [root]"))
+    assert (policy.trusted_uids, policy.operators) == ((65534, 1234), (0,))
+    assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
 
 
 def test_misspelled_mode_fails_instead_of_falling_back_to_legacy():

@@ -221,7 +221,14 @@ def read_json(path: str | os.PathLike) -> Any | None:
         return None
 
 
-def read_spool_file(dir_fd: int, name: str, limit: int, explained: int = 0) -> bytes:
+class Owned(bytes):
+    """A peer file's bytes, with ``uid``: the file's owner, from the fstat of the very
+    descriptor they were read from (no second look at the path, so no race; R-SEC-3)."""
+
+    uid: int
+
+
+def read_spool_file(dir_fd: int, name: str, limit: int, explained: int = 0) -> Owned:
     """Read a peer's file without following links or blocking; at most ``limit`` bytes,
     or ``explained`` (when larger), for the parser to say what made it too large.
 
@@ -256,7 +263,9 @@ def read_spool_file(dir_fd: int, name: str, limit: int, explained: int = 0) -> b
         data = b"".join(chunks)
         if len(data) > read:
             raise BadRequest("<file>", f"grew past the limit of {limit} bytes")
-        return data
+        owned = Owned(data)
+        owned.uid = info.st_uid
+        return owned
     finally:
         os.close(fd)
 

@@ -20,6 +20,7 @@ import fcntl
 import json
 import marshal
 import os
+import pwd
 import select
 import signal
 import socket
@@ -148,10 +149,14 @@ def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, st
     A request whose ``env`` has no ``PATH`` gets the coordinator's own: a peer that
     submits ``["python3", ...]`` with printf and mv should not have to spell one out
     (PROTOCOL.md section 6). It is added here, at launch, so the request, its
-    fingerprint and the journal stay as submitted."""
+    fingerprint and the journal stay as submitted. A command that runs as another
+    uid (R-SEC-3) gets that user's HOME, USER and LOGNAME the same way."""
     gpus = ",".join(effect.gpus)
     default = {} if "PATH" in effect.env or "PATH" not in os.environ else {
         "PATH": os.environ["PATH"]}
+    if effect.uid is not None:  # as login and cron set them (the request's own win)
+        user = account(effect.uid)
+        default.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
     return {
         **default,
         **effect.env,
@@ -165,6 +170,24 @@ def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, st
         "CUDA_VISIBLE_DEVICES": gpus,
         "NVIDIA_VISIBLE_DEVICES": gpus,
     }
+
+
+def account(uid: int) -> pwd.struct_passwd:
+    """The user database's entry of the uid a command runs as; OSError if it has none
+    (its gid and groups, hence its rights, would be guesswork)."""
+    try:
+        return pwd.getpwuid(uid)
+    except KeyError:
+        raise OSError(errno.ENOENT, f"uid {uid}, whose command this is, has no entry in "
+                      "the user database: it cannot run as that user") from None
+
+
+def credentials(uid: int | None) -> tuple[int, int, list[int]] | None:
+    """(uid, gid, supplementary groups) the shim switches the command to, or None: ours."""
+    if uid is None:
+        return None
+    user = account(uid)
+    return uid, user.pw_gid, os.getgrouplist(user.pw_name, user.pw_gid)
 
 
 @dataclass
@@ -393,7 +416,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     spec = marshal.dumps({
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
-        "barrier_timeout_s": BARRIER_TIMEOUT_S})
+        "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S})
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)
     if not carried:

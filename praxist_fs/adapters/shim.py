@@ -38,7 +38,8 @@ modules built into the interpreter (``posix``, ``_signal``, ``errno``, ``time``,
 (``re``), ``subprocess`` and ``ctypes`` each cost milliseconds. Hence the spec
 comes in marshal (on a warm shim's control pipe, or as spec.marshal), READY
 and exit.json are written by a small JSON writer,
-and the command is started by posix_spawn (no Python runs in its child). Only the
+and the command is started by posix_spawn (no Python runs in its child), or, to
+run it as another uid (R-SEC-3), by a fork that switches uid and execs. Only the
 server imports an extension module, ``_socket``, once for all its children.
 """
 
@@ -117,7 +118,11 @@ def exists(path):
 
 
 def read_small(path):
-    fd = posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC)
+    return read_all(posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC))
+
+
+def read_all(fd):
+    """Everything until EOF; ``fd`` is closed."""
     try:
         chunks = []
         while True:
@@ -289,7 +294,7 @@ def run(spec, status_fd):
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
     try:
-        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd)
+        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"))
     except OSError as exc:  # the log
         failure = (exc.errno, str(exc))
     except CouldNotStart as exc:  # cwd, exec, a bad argv or env
@@ -315,10 +320,11 @@ class CouldNotStart(Exception):
     argv or env."""
 
 
-def start(argv, env, cwd, log_path, status_fd):
+def start(argv, env, cwd, log_path, status_fd, user=None):
     """The command's pid, started by posix_spawn: glibc's runs the child in our memory
     (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
-    pages are copied nor any Python runs in the child.
+    pages are copied nor any Python runs in the child. ``user``: (uid, gid, groups) to
+    run it as, another uid's (R-SEC-3): see start_as.
 
     Its dispositions are reset and its signal mask restored before the exec: no signal
     reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
@@ -326,6 +332,8 @@ def start(argv, env, cwd, log_path, status_fd):
     log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC,
                      0o644)
     try:
+        if user is not None:
+            return start_as(user, argv, env, cwd, log, status_fd)
         try:
             posix.chdir(cwd)
         except OSError as exc:
@@ -334,27 +342,82 @@ def start(argv, env, cwd, log_path, status_fd):
                    (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
                    (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
         mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
-        executable = argv[0]
-        if "/" in executable:
-            candidates = [executable]
-        else:  # the command's own PATH decides, as with subprocess and os.execvpe
-            candidates = [(directory + "/" if directory else "") + executable
-                          for directory in (env.get("PATH") or DEFAULT_PATH).split(":")]
-        saved = last = None
-        for candidate in candidates:
-            try:
-                return posix.posix_spawn(candidate, argv, env, file_actions=actions,
-                                         setsigmask=mask, setsigdef=RESTORED)
-            except OSError as exc:  # as subprocess: the first error other than "not here"
-                last = exc
-                if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                    saved = exc
-            except (ValueError, TypeError) as exc:  # a bad argv or env: NUL, '=' in a name
-                raise CouldNotStart(0, "%s: %s" % (type(exc).__name__, exc)) from None
-        code = (saved or last).errno
-        raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
+        return each_candidate(argv[0], env, lambda candidate: posix.posix_spawn(
+            candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED))
     finally:
         posix.close(log)
+
+
+def each_candidate(executable, env, launch):
+    """``launch(path)`` for each path the command's own PATH gives ``executable`` (as
+    subprocess and os.execvpe search) until one succeeds; else CouldNotStart with the
+    first error other than "not here", as subprocess reports it."""
+    if "/" in executable:
+        candidates = [executable]
+    else:
+        candidates = [(directory + "/" if directory else "") + executable
+                      for directory in (env.get("PATH") or DEFAULT_PATH).split(":")]
+    saved = last = None
+    for candidate in candidates:
+        try:
+            return launch(candidate)
+        except OSError as exc:
+            last = exc
+            if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                saved = exc
+        except (ValueError, TypeError) as exc:  # a bad argv or env: NUL, '=' in a name
+            raise CouldNotStart(0, "%s: %s" % (type(exc).__name__, exc)) from None
+    code = (saved or last).errno
+    raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
+
+
+def start_as(user, argv, env, cwd, log, status_fd):
+    """The command's pid, run as ``user`` = (uid, gid, groups). posix_spawn cannot change
+    uids, so the child is forked: it takes the supplementary groups, the gid, then the
+    uid (each step needs the rights the next gives up), changes to ``cwd`` as that user,
+    and execs. We keep our own uid, to write exit.json into the coordinator's attempt
+    directory. Why the child could not start comes back on a close-on-exec pipe whose
+    EOF means the exec succeeded, as subprocess does it."""
+    uid, gid, groups = user
+    report_read, report_write = posix.pipe2(posix.O_CLOEXEC)
+    pid = posix.fork()
+    if pid == 0:  # never back into the shim, whatever happens
+        failure = b"0:the child failed before its exec"
+        try:
+            posix.close(report_read)
+            for signum in RESTORED:
+                _signal.signal(signum, _signal.SIG_DFL)
+            null = posix.open("/dev/null", posix.O_RDONLY | posix.O_CLOEXEC)
+            posix.dup2(null, 0)
+            posix.dup2(log, 1)
+            posix.dup2(log, 2)
+            posix.close(status_fd)  # its EOF: the shim exited
+            try:
+                posix.setgroups(groups)
+                posix.setgid(gid)
+                posix.setuid(uid)
+            except OSError as exc:
+                raise CouldNotStart(exc.errno, "could not switch to uid %d: %s"
+                                    % (uid, exc)) from None
+            try:
+                posix.chdir(cwd)
+            except OSError as exc:
+                raise CouldNotStart(exc.errno, str(exc)) from None
+            each_candidate(argv[0], env, lambda candidate: posix.execve(candidate, argv, env))
+        except CouldNotStart as exc:
+            failure = ("%d:%s" % exc.args).encode("utf-8", "surrogateescape")
+        except OSError as exc:
+            failure = ("%d:%s" % (exc.errno or 0, exc)).encode("utf-8", "surrogateescape")
+        finally:
+            tell(report_write, failure)
+            posix._exit(127)
+    posix.close(report_write)
+    report = read_all(report_read)
+    if not report:
+        return pid
+    posix.waitpid(pid, 0)
+    code, _, message = report.partition(b":")
+    raise CouldNotStart(int(code), message.decode("utf-8", "surrogateescape"))
 
 
 def reap_orphans():
@@ -473,14 +536,7 @@ def wait_for_attempt(attempts, control_fd):
     marshal, or nothing when the spec did not fit the pipe and waits in spec.marshal.
     (None, None) when the pipe closes first, or names a directory elsewhere. Python
     start-up is then off the launch path."""
-    chunks = []
-    while True:
-        chunk = posix.read(control_fd, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    posix.close(control_fd)
-    line, newline, spec = b"".join(chunks).partition(b"\n")
+    line, newline, spec = read_all(control_fd).partition(b"\n")
     attempt_dir = line.decode("utf-8", "surrogateescape")
     if not newline or not attempt_dir.startswith(attempts + "/"):
         return None, None

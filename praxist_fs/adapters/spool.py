@@ -60,9 +60,9 @@ def read_request(incoming: Path, dir_fd: int, name: str, now: float,
             return None
         return RequestSeen(at=now, name=name, digest=digest,
                            request_id=request_id_from_filename(name),
-                           error_field=exc.field, error_problem=exc.problem)
+                           error_field=exc.field, error_problem=exc.problem, uid=data.uid)
     return RequestSeen(at=now, name=name, digest=digest, request_id=request.request_id,
-                       request=request)
+                       request=request, uid=data.uid)
 
 
 def _young(path: Path, now: float) -> bool:

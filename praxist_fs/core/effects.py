@@ -60,6 +60,7 @@ class SpawnAttempt(Effect):
     env: dict[str, str] = field(default_factory=dict)
     profile: str
     gpus: tuple[str, ...] = ()
+    uid: int | None = None  # the uid the command switches to (R-SEC-3); None: ours
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

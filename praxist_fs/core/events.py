@@ -36,6 +36,7 @@ class CoordinatorStarted(Event):
     pid: int
     host: str
     boot_id: str
+    uid: int | None = None  # the coordinator's uid (R-SEC-3); None in older journals
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,6 +50,7 @@ class RequestSeen(Event):
     request: Request | None = None
     error_field: str | None = None
     error_problem: str | None = None
+    uid: int | None = None  # the file's owner (R-SEC-3); None in older journals
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
@@ -156,6 +158,7 @@ class ControlSeen(Event):
     control: ControlRequest | None = None
     error_field: str | None = None
     error_problem: str | None = None
+    uid: int | None = None  # the file's owner (R-SEC-3); None in older journals
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import trust
 from .admission import pressure_hold
 from .effects import ConsumeDecline, DisposeControl, Effect, WriteControlReply, \
     WriteGenerationFile
@@ -55,8 +56,13 @@ class GenerationDesk:
             return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
                                        None)
         control, number = ev.control, ev.control.generation
+        operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
         if control.action in JOB_ACTIONS:
-            return self._on_job_control(ev)
+            return self._on_job_control(ev, operator)
+        if not operator:
+            return self._control_reply(ev, "rejected", (
+                f"uid: {control.action} is for operators (root, the coordinator's uid, the "
+                f"task's operators); this control file is owned by uid {ev.uid}"), None)
         if control.action == "run_stop":
             self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")

@@ -42,13 +42,21 @@ class JobControlDesk:
 
     # -- operator and peer requests ------------------------------------------------
 
-    def _on_job_control(self: Scheduler, ev: ControlSeen) -> list[Effect]:
+    def _on_job_control(self: Scheduler, ev: ControlSeen, operator: bool) -> list[Effect]:
+        """A job action. A peer that is not an operator acts on its own jobs only (R-SEC-3):
+        naming another's job rejects the request; a selection without names is narrowed
+        to its own."""
         control = ev.control
-        chosen, unknown = self._select(control)
+        chosen, unknown = self._select(control, None if operator else ev.uid)
         if unknown:
             return self._control_reply(ev, "rejected", (
                 f"jobs: {unknown[0]!r} names no job of this run (expected a job id or a "
                 "tag); nothing was changed"), None)
+        if not operator and (others := [problem for job in map(self.find_job, control.jobs)
+                                        if (problem := self._not_theirs(job, ev.uid))]):
+            return self._control_reply(ev, "rejected", (
+                f"jobs: {others[0]}; only operators (root, the coordinator's uid, the "
+                "task's operators) act on others' jobs; nothing was changed"), None)
         act = {"cancel": self._cancel, "hold": self._hold_job, "release": self._release_job,
                "update": self._update_job}[control.action]
         by = control.by or "operator"
@@ -68,16 +76,19 @@ class JobControlDesk:
         """The job a reference names: a job id, else a tag."""
         return self.jobs.get(ref) or self.jobs.get(job_id_for(ref))
 
-    def _select(self: Scheduler, control: ControlRequest) -> tuple[list[Job], list[str]]:
+    def _select(self: Scheduler, control: ControlRequest, uid: int | None
+                ) -> tuple[list[Job], list[str]]:
         """(the jobs the control selects, in submit order; the references that name none).
         Named jobs are narrowed by ``peer`` and ``states``; without names, ``peer`` and
-        ``states`` choose among the jobs not yet ended."""
+        ``states`` choose among the jobs not yet ended, of ``uid`` only unless it is None
+        (an operator's)."""
         if control.jobs:
             found = {ref: self.find_job(ref) for ref in control.jobs}
             unknown = [ref for ref, job in found.items() if job is None]
             candidates = list({job.job_id: job for job in found.values() if job}.values())
         else:
-            unknown, candidates = [], [j for j in self.jobs.values() if not j.state.terminal]
+            unknown, candidates = [], [j for j in self.jobs.values() if not j.state.terminal
+                                       and (uid is None or not self._not_theirs(j, uid))]
         states = set(control.states)
         chosen = [job for job in candidates
                   if (control.peer is None or job.request.peer == control.peer)

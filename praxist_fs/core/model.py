@@ -99,6 +99,7 @@ class Job:
     priority: int = 0  # R-CTL-5: from the request, changed by ``update`` while queued
     held: dict[str, Any] | None = None  # {"by", "at"}: it starts only once released
     after: tuple[tuple[str, str], ...] = ()  # (job id, kind): the request's, resolved
+    uid: int | None = None  # R-SEC-3: whose job it is (core/trust.py); None: the coordinator's
 
     @property
     def rank(self) -> int:
@@ -121,6 +122,7 @@ class Job:
             "job_id": self.job_id,
             "tag": req.tag,
             "peer": req.peer,
+            "uid": self.uid,
             "profile": self.profile,
             "work_class": req.work_class,
             "state": self.state.value,
@@ -155,6 +157,7 @@ class Reply:
     problem: str | None = None
     lease: dict[str, str] | None = None  # what the submission did to the lease it carried
     estimate: dict[str, Any] | None = None  # the cost estimate a max_cost was checked against
+    uid: int | None = None  # the owner of the request file (R-SEC-3)
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -172,4 +175,6 @@ class Reply:
             doc["lease"] = self.lease
         if self.estimate is not None:
             doc["estimate"] = self.estimate
+        if self.uid is not None:
+            doc["uid"] = self.uid
         return doc

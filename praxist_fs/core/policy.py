@@ -146,6 +146,10 @@ class Policy:
     cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
     dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
     budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
+    # R-SEC-3 (core/trust.py): uids an unprivileged coordinator runs commands for, as
+    # itself; and uids that may act on any job, on generations and on the run
+    trusted_uids: tuple[int, ...] = ()
+    operators: tuple[int, ...] = ()
     normalizations: tuple[Normalization, ...] = ()
 
     def __post_init__(self) -> None:
@@ -192,6 +196,8 @@ class Policy:
             "cancel_grace_seconds": self.cancel_grace_seconds,
             "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
+            "trusted_uids": list(self.trusted_uids),
+            "operators": list(self.operators),
             "normalizations": [n.to_dict() for n in self.normalizations],
         }
 
@@ -209,4 +215,6 @@ class Policy:
                 d: PressureThreshold(**t) for d, t in data["pressure_thresholds"].items()}
         if "budget" in data:
             values["budget"] = Budget.from_dict(data["budget"])
+        for key in ("trusted_uids", "operators"):
+            values[key] = tuple(data.get(key, ()))
         return cls(**values)

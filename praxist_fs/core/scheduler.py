@@ -26,6 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
+from . import trust
 from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .backlog import Backlog
 from .effects import (
@@ -118,7 +119,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.policy = Policy.from_dict(ev.policy)
         self.controller = ConcurrencyController.start(self.policy)
         self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
-                            "since": ev.at}
+                            "since": ev.at, "uid": ev.uid}
         self.version += 1
         effects = self._revoke_interrupted(ev.at)
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
@@ -161,6 +162,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                     None, ev.error_field, ev.error_problem))]
             return self._reply(ev, "rejected", None, ev.error_field, ev.error_problem)
         request = ev.request
+        if refused := trust.refusal(ev.uid, self.coordinator_uid, self.policy.trusted_uids):
+            return self._reply(ev, "rejected", None, "uid", refused)
         profile = request.profile or self.policy.default_profile
         if profile not in self.policy.profiles:
             return self._reply(ev, "rejected", None, "profile",
@@ -169,6 +172,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
+        if job is not None and (problem := self._not_theirs(job, ev.uid)):
+            return self._reply(ev, "rejected", None, "tag", problem)
         if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
             return self._reply(ev, "rejected", job, "run", f"the run is stopped ({self.stopped})")
         generation = request.generation
@@ -187,7 +192,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
                       submitted_at=ev.at, order=self._take_order(), generation=generation,
                       priority=request.priority, after=after,
-                      held={"by": request.peer, "at": ev.at} if request.hold else None)
+                      held={"by": request.peer, "at": ev.at} if request.hold else None,
+                      uid=ev.uid)
             self.jobs[job_id] = job
             self.link_dependencies(job)
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
@@ -267,7 +273,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         return [self._write_job(job), SpawnAttempt(
             job_id=job.job_id, attempt_id=attempt.attempt_id, argv=req.argv,
             command=req.command, cwd=req.cwd, env=dict(req.env), profile=job.profile,
-            gpus=attempt.gpus, metadata={
+            gpus=attempt.gpus,
+            uid=trust.run_as(job.uid, self.coordinator_uid, self.policy.trusted_uids), metadata={
                 "job_id": job.job_id, "attempt_id": attempt.attempt_id, "tag": req.tag,
                 "request_id": req.request_id,
                 "peer": req.peer, "profile": job.profile, "work_class": req.work_class,
@@ -788,6 +795,21 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         job.state = new
         self._by_state[new][job.job_id] = job
 
+    @property
+    def coordinator_uid(self) -> int | None:
+        """The uid the coordinator runs as (R-SEC-3); None before one said (older journals)."""
+        return self.coordinator.get("uid") if self.coordinator else None
+
+    def _not_theirs(self, job: Job, uid: int | None) -> str | None:
+        """Why a file of ``uid`` may not name ``job`` (a job belongs to the uid that
+        created it), or None. Operators act on others' jobs through control requests."""
+        coordinator = self.coordinator_uid
+        if trust.owner(job.uid, coordinator) == trust.owner(uid, coordinator):
+            return None
+        return (f"job {job.job_id} ({job.request.tag!r}) belongs to uid "
+                f"{trust.owner(job.uid, coordinator)}; this file is owned by uid "
+                f"{trust.owner(uid, coordinator)}, and a job is its submitter's alone")
+
     def _take_order(self) -> int:
         self._next_order += 1
         return self._next_order
@@ -821,7 +843,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                       job_id=job.job_id if job else None,
                       state=job.state.value if job else None,
                       reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease,
-                      estimate=estimate)
+                      estimate=estimate, uid=ev.uid)
         self.replies[reply.request_id] = reply
         self.version += 1
         touched, self._lease_effects = self._lease_effects, []

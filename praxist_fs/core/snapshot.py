@@ -141,7 +141,7 @@ def _job(job: Job) -> dict[str, Any]:
             "order": job.order, "state": job.state.value, "reason": job.reason,
             "round": job.round, "generation": job.generation,
             "priority": job.priority, "held": job.held,
-            "after": [list(dependency) for dependency in job.after],
+            "after": [list(dependency) for dependency in job.after], "uid": job.uid,
             "attempts": [_attempt(a) for a in job.attempts]}
 
 
@@ -152,6 +152,7 @@ def _to_job(data: dict[str, Any]) -> Job:
                state=_STATES[data["state"]], reason=data["reason"], round=data["round"],
                generation=data["generation"], priority=data.get("priority", 0),
                held=data.get("held"), after=tuple(map(tuple, data.get("after", ()))),
+               uid=data.get("uid"),
                attempts=[_to_attempt(a) for a in data["attempts"]])
 
 
@@ -178,7 +179,7 @@ def _reply(reply: Reply) -> dict[str, Any]:
     return {"request_id": reply.request_id, "outcome": reply.outcome, "job_id": reply.job_id,
             "state": reply.state, "reason": reply.reason, "digest": reply.digest,
             "field": reply.field, "problem": reply.problem, "lease": reply.lease,
-            "estimate": reply.estimate}
+            "estimate": reply.estimate, "uid": reply.uid}
 
 
 def _generation(gen: Generation) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import errno
 import json
 import marshal
 import os
+import pwd
 import signal
 
 import pytest
@@ -15,6 +16,9 @@ from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.core.effects import SpawnAttempt
 from tests.disks import Deletions, small_tmpfs
 from tests.e2e.conftest import read_json, wait_for
+
+NOBODY = 65534
+NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="switching uid needs root")
 
 
 @pytest.fixture(params=["popen", "server"])
@@ -286,10 +290,10 @@ def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, mo
     handle.close()
 
 
-def spawn_argv(layout, argv, cwd, env=None, warm=None):
+def spawn_argv(layout, argv, cwd, env=None, warm=None, uid=None):
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=tuple(argv), command=None,
                           cwd=str(cwd), env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu",
-                          gpus=(), metadata={"peer": "p"})
+                          gpus=(), uid=uid, metadata={"peer": "p"})
     handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir("job-1", "a1")
 
@@ -361,11 +365,13 @@ def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_p
     handle.close()
 
 
-def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layout, tmp_path,
-                                                                          shim_for):
+# our own uid (posix_spawn), and another's (fork, switch, exec): R-SEC-3
+@pytest.mark.parametrize("uid", [None, pytest.param(NOBODY, marks=NEEDS_ROOT)])
+def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layout, shim_for,
+                                                                          uid):
     handle, attempt_dir = spawn_argv(layout, ["sh", "-c", "cat /proc/self/status; "
-                                              "ls -l /proc/self/fd/ >&2"], tmp_path,
-                                     warm=shim_for())
+                                              "ls -l /proc/self/fd/ >&2"], "/",
+                                     warm=shim_for(), uid=uid)
     go_and_wait(handle, attempt_dir)
     log = attempt_log(layout)
     fields = dict(line.split(":\t", 1) for line in log.splitlines() if ":\t" in line)
@@ -379,6 +385,40 @@ def test_the_command_gets_default_signal_dispositions_and_only_its_own_fds(layou
     assert fds["1"] == fds["2"] == str(layout.log("job-1", "a1"))
     assert "pipe:" not in " ".join(fds.values())  # the status pipe's EOF means the shim exited
     assert "socket:" not in " ".join(fds.values())  # nor the fork server's
+
+
+@NEEDS_ROOT
+def test_a_command_of_another_uid_runs_as_that_user(layout, shim_for):
+    """As at(1) and cron: the user's uid, gid and groups, HOME, USER and LOGNAME (the
+    request's own env would win); the shim itself stays ours, to write exit.json."""
+    handle, attempt_dir = spawn_argv(
+        layout, ["sh", "-c", 'id -u; id -g; id -G; echo "$HOME $USER $LOGNAME"; pwd'], "/",
+        warm=shim_for(), uid=NOBODY)
+    assert go_and_wait(handle, attempt_dir)["exit_code"] == 0
+    user = pwd.getpwuid(NOBODY)
+    groups = " ".join(map(str, os.getgrouplist(user.pw_name, user.pw_gid)))
+    assert attempt_log(layout).splitlines() == [
+        str(NOBODY), str(user.pw_gid), groups, f"{user.pw_dir} {user.pw_name} {user.pw_name}",
+        "/"]
+    assert os.stat(attempt_dir / "exit.json").st_uid == os.geteuid()
+
+
+@NEEDS_ROOT
+@pytest.mark.parametrize("argv, cwd, code, words", [
+    (["true"], "{tmp}", 126, ["Permission denied", "{tmp}"]),  # the user's rights, not ours
+    (["no-such-command-praxist"], "/", 127, ["No such file or directory",
+                                             "'no-such-command-praxist'"]),
+    (["true", "\0"], "/", 126, ["ValueError"]),
+])
+def test_a_command_of_another_uid_that_cannot_start_is_recorded(layout, tmp_path, argv, cwd,
+                                                                code, words):
+    tmp_path.chmod(0o700)
+    handle, attempt_dir = spawn_argv(layout, argv, cwd.format(tmp=tmp_path), uid=NOBODY)
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == code and record["signal"] is None
+    assert record["error"].startswith("could not start the command: ")
+    for word in words:
+        assert word.format(tmp=tmp_path) in record["error"]
 
 
 def test_sigpipe_kills_a_writer_as_in_a_shell(layout, tmp_path):

@@ -55,7 +55,9 @@ class Harness:
         self.last_effects = effects
         return effects
 
-    def request_event(self, doc: dict[str, Any], name: str | None = None) -> RequestSeen:
+    def request_event(self, doc: dict[str, Any], name: str | None = None,
+                      uid: int | None = None) -> RequestSeen:
+        """``uid``: the request file's owner, as the daemon sees it (R-SEC-3)."""
         if name is None:
             self.counter += 1
             name = f"req-{self.counter}.json"
@@ -69,18 +71,19 @@ class Harness:
             if not (isinstance(rid, str) and request_id_from_filename(rid + ".json")):
                 rid = request_id_from_filename(name)
             return RequestSeen(at=self.tick(), name=name, digest=digest, request_id=rid,
-                               error_field=exc.field, error_problem=exc.problem)
+                               error_field=exc.field, error_problem=exc.problem, uid=uid)
         return RequestSeen(at=self.tick(), name=name, digest=digest,
-                           request_id=request.request_id, request=request)
+                           request_id=request.request_id, request=request, uid=uid)
 
     def submit(self, tag: str, *, argv: Any = ("python", "train.py"), peer: str = "peer-a",
-               name: str | None = None, **fields: Any) -> dict[str, Any]:
+               name: str | None = None, uid: int | None = None,
+               **fields: Any) -> dict[str, Any]:
         """Submit one request; return the reply document it produced (or {})."""
         doc: dict[str, Any] = {"peer": peer, "tag": tag}
         if argv is not None:
             doc["argv"] = list(argv)
         doc.update(fields)
-        event = self.request_event(doc, name)
+        event = self.request_event(doc, name, uid)
         effects = self.handle(event)
         replies = [e.document for e in effects if isinstance(e, WriteReply)]
         return replies[0] if replies else {}

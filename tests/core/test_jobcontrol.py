@@ -21,14 +21,14 @@ from praxist_fs.errors import BadRequest
 from .helpers import Harness, make_policy
 
 
-def control(h: Harness, action: str, **fields: Any) -> dict[str, Any]:
-    """Send one control request; return its reply document."""
+def control(h: Harness, action: str, uid: int | None = None, **fields: Any) -> dict[str, Any]:
+    """Send one control request (``uid``: its file's owner); return its reply document."""
     h.counter += 1
     data = json.dumps({"action": action, **fields}).encode()
     name = f"ctl-{h.counter}.json"
     parsed = parse_control(name, data)
     effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=hashlib.sha256(data).hexdigest(),
-                                   request_id=parsed.request_id, control=parsed))
+                                   request_id=parsed.request_id, control=parsed, uid=uid))
     (reply,) = [e.document for e in effects if type(e).__name__ == "WriteControlReply"]
     return reply
 
@@ -361,3 +361,54 @@ def test_go_is_never_written_for_a_cancelled_attempt():
     h.spawn(job_id, "a1")
     control(h, "cancel", jobs=[job_id])
     assert not [e for e in h.observe(job_id, "a1", ready=True) if isinstance(e, WriteGo)]
+
+
+# -- whose jobs: a peer acts on its own, operators on any (R-SEC-3) --------------------------
+
+
+def under_root(operators: tuple[int, ...] = ()) -> Harness:
+    """A harness whose coordinator runs as root, as the daemon journals it."""
+    h = Harness(make_policy(operators=operators))
+    h.handle(CoordinatorStarted(at=h.tick(), policy=h.sched.policy.to_dict(), pid=1, host="h",
+                                boot_id="boot", uid=0))
+    return h
+
+
+def test_a_peer_cannot_act_on_another_uids_job():
+    h = under_root()
+    theirs = h.submit("theirs", uid=1001)["job_id"]
+    reply = control(h, "cancel", uid=1002, jobs=["theirs"])
+    assert reply["outcome"] == "rejected"
+    assert f"job {theirs} ('theirs') belongs to uid 1001" in reply["reason"]
+    assert "this file is owned by uid 1002" in reply["reason"]
+    assert h.sched.jobs[theirs].state.value == "queued"
+
+
+def test_a_selection_without_names_takes_only_the_peers_own_jobs():
+    h = under_root()
+    mine = h.submit("mine", uid=1002)["job_id"]
+    theirs = h.submit("theirs", uid=1001)["job_id"]
+    reply = control(h, "hold", uid=1002, states=["queued"])
+    assert [job["job_id"] for job in reply["jobs"]] == [mine]
+    assert h.sched.jobs[theirs].held is None
+
+
+@pytest.mark.parametrize("uid", [0, 1003, None])  # root, a listed operator, an older record
+def test_operators_act_on_any_job(uid):
+    h = under_root(operators=(1003,))
+    theirs = h.submit("theirs", uid=1001)["job_id"]
+    assert control(h, "cancel", uid=uid, jobs=[theirs])["outcome"] == "ok"
+    assert h.sched.jobs[theirs].state.value == "cancelled"
+
+
+@pytest.mark.parametrize(("action", "fields"), [
+    ("generation_open", {"generation": 1}), ("run_stop", {})])
+def test_generations_and_the_run_are_for_operators(action, fields):
+    h = under_root(operators=(1003,))
+    reply = control(h, action, uid=1002, **fields)
+    assert reply["outcome"] == "rejected"
+    assert reply["reason"] == (f"uid: {action} is for operators (root, the coordinator's "
+                               "uid, the task's operators); this control file is owned by "
+                               "uid 1002")
+    assert not h.sched.stopped and not h.sched.generations
+    assert control(h, action, uid=1003, **fields)["outcome"] == "ok"

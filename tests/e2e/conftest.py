@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -64,18 +65,20 @@ class Run:
         return [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.root),
                 "--config", str(self.task)]
 
-    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, env: dict[str, str] | None = None, user: int | None = None
+              ) -> subprocess.Popen:
         """Start a coordinator and wait until it serves (its endpoint.json names it)."""
-        self.start_raw(env)
+        self.start_raw(env, user)
         pid = self.proc.pid
         wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,
                  message="endpoint.json of the new coordinator")
         return self.proc
 
-    def start_raw(self, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start_raw(self, env: dict[str, str] | None = None, user: int | None = None
+                  ) -> subprocess.Popen:
         """Start a coordinator without waiting for it. Unless ``env`` says otherwise it reads
         calm PSI files of its own: the real /proc/pressure of a loaded CI box would hold
-        work at random."""
+        work at random. ``user``: a uid to run it as (its own group, no others)."""
         calm = self.root.parent / f"calm-pressure-{self.root.name}"
         calm.mkdir(exist_ok=True)
         for domain in ("cpu", "memory", "io"):
@@ -83,8 +86,10 @@ class Run:
         env = {"PRAXIST_PSI_ROOT": str(calm),
                "PRAXIST_HOST_REGISTRY": str(self.root.parent / "host-registry"), **(env or {})}
         log = open(self.root.parent / f"coordinator-{self.root.name}.log", "ab")
+        as_user = {} if user is None else {"user": user, "group": pwd.getpwuid(user).pw_gid,
+                                           "extra_groups": []}
         self.proc = subprocess.Popen(self.serve_command(), stdout=log, stderr=log,
-                                     env={**os.environ, **env})
+                                     env={**os.environ, **env}, **as_user)
         log.close()
         return self.proc
 

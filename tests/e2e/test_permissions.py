@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -139,3 +141,123 @@ def test_the_documented_modes(shared_run):
         assert stat.S_IMODE((run.root / relative).stat().st_mode) == mode, relative
     gid = (run.sched / "spool" / "incoming").stat().st_gid
     assert gid == PEER_GID  # inherited from the run directory's setgid group
+
+
+# -- R-SEC-3: a peer's job runs as that peer ---------------------------------------------------
+
+# What a job finds it can do: the uid and groups it runs as, the coordinator's secrets and
+# journal (opened for appending, writing nothing), its environment and its attempt.
+PROBE = r"""
+id -u; id -G
+cat "$PRAXIST_RUN_DIR/resource_scheduler/private/hmac.key" >/dev/null 2>&1 \
+    && echo private:read || echo private:denied
+(: >> "$PRAXIST_RUN_DIR/resource_scheduler/journal/journal.log") 2>/dev/null \
+    && echo journal:opened || echo journal:denied
+ls "$PRAXIST_EXPERIMENT_ATTEMPT_DIR" >/dev/null && echo attempt:readable
+echo "home=$HOME user=$USER logname=$LOGNAME"
+"""
+
+
+def submit_file(sched: Path, doc: dict, name: str) -> dict:
+    """Submit ``doc`` as ``name`` and wait for its reply (as whoever runs this)."""
+    tmp = sched / "spool" / "tmp" / name
+    tmp.write_text(json.dumps(doc))
+    os.rename(tmp, sched / "spool" / "incoming" / name)
+    return wait_for(lambda: read_json(sched / "spool" / "replies" / name), 20)
+
+
+def control_file(sched: Path, doc: dict, name: str) -> dict:
+    """Drop a control request as ``name`` and wait for its reply."""
+    tmp = sched / "control" / "tmp" / name
+    tmp.write_text(json.dumps(doc))
+    os.rename(tmp, sched / "control" / name)
+    return wait_for(lambda: read_json(sched / "control" / "replies" / name), 20)
+
+
+def test_a_peers_job_runs_as_that_peer_and_cannot_reach_the_coordinators_files(shared_run):
+    run = shared_run
+    run.start()
+    reply = as_peer(submit_file, run.sched, request("probe", ["/bin/sh", "-c", PROBE]),
+                    "probe.json")
+    assert reply["outcome"] == "accepted" and reply["uid"] == PEER_UID
+    job = run.wait_state(reply["job_id"], "completed", "failed")
+    assert job["uid"] == PEER_UID and job["state"] == "completed", job
+    log = run.root / "logs" / "experiments" / job["job_id"] / "a1.log"
+    assert log.read_text().splitlines() == [
+        str(PEER_UID), str(PEER_GID), "private:denied", "journal:denied", "attempt:readable",
+        "home=/nonexistent user=nobody logname=nobody"]
+    assert as_peer(lambda: log.read_text()) == log.read_text()  # the peer reads its log
+
+
+def test_a_peer_acts_only_on_its_own_jobs(shared_run):
+    run = shared_run
+    run.start()
+    roots = run.reply(run.submit(request("roots", ["sleep", "60"], hold=True)))["job_id"]
+    peers = as_peer(submit_file, run.sched, request("peers", hold=True), "peers.json")
+    cancel = as_peer(control_file, run.sched, {"action": "cancel", "jobs": [roots, "peers"]},
+                     "cancel.json")
+    assert cancel["outcome"] == "rejected"
+    assert f"job {roots} ('roots') belongs to uid 0; this file is owned by uid " \
+           f"{PEER_UID}" in cancel["reason"]
+    stop = as_peer(control_file, run.sched, {"action": "run_stop"}, "stop.json")
+    assert stop["outcome"] == "rejected" and "run_stop is for operators" in stop["reason"]
+    release = as_peer(control_file, run.sched, {"action": "release", "states": ["queued"]},
+                      "release.json")
+    assert [job["job_id"] for job in release["jobs"]] == [peers["job_id"]]
+    run.wait_state(peers["job_id"], "completed")
+    assert run.job(roots)["state"] == "queued" and run.job(roots)["hold"]
+
+
+def can_serve() -> bool:
+    """Whether this interpreter and our package load for nobody (runs as the peer)."""
+    try:
+        return subprocess.run([sys.executable, "-c", "import praxist_fs.daemon"],
+                              stderr=subprocess.DEVNULL).returncode == 0
+    except PermissionError:
+        return False
+
+
+@pytest.fixture
+def unprivileged_run():
+    """A run directory owned by nobody:nogroup, whose coordinator runs as nobody."""
+    if not as_peer(can_serve):
+        pytest.skip(f"nobody cannot run {sys.executable} with praxist_fs (a directory above "
+                    "it is closed to other users): run pytest with an interpreter all users "
+                    "can run to test an unprivileged coordinator")
+    base = Path(tempfile.mkdtemp(prefix="praxist-unpriv-"))
+    base.chmod(0o755)
+    root, registry = base / "run", base / "host-registry"
+    for directory in (root, registry):
+        directory.mkdir()
+        os.chown(directory, PEER_UID, PEER_GID)
+    run = Run(root, base / "task.yaml")
+    yield run
+    if run.proc is not None and run.proc.poll() is None:
+        run.stop()
+    run.kill_attempt_groups()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_unprivileged_coordinator_runs_only_its_own_uid_and_trusted_ones(
+        unprivileged_run, trusted):
+    run = unprivileged_run
+    run.task.write_text(TASK.format(slots=1, retries=1) + (
+        "    trusted_uids: [root]\n" if trusted else ""))
+    run.start(user=PEER_UID)
+    own = as_peer(submit_file, run.sched, request("own", ["sh", "-c", "id -u"]), "own.json")
+    assert own["outcome"] == "accepted" and own["uid"] == PEER_UID
+    roots = submit_file(run.sched, request("roots", ["sh", "-c", "id -u"]), "roots.json")
+    if not trusted:
+        assert roots["outcome"] == "rejected" and roots["field"] == "uid"
+        assert roots["problem"].startswith(f"the request file is owned by uid 0; this "
+                                           f"coordinator runs as uid {PEER_UID}, not root")
+        assert (run.sched / "spool" / "rejected" / "roots.json").exists()
+        ran = [own]
+    else:  # the task trusts root's requests to run as the coordinator: a documented choice
+        assert roots["outcome"] == "accepted" and roots["uid"] == 0
+        ran = [own, roots]
+    for reply in ran:
+        assert run.wait_state(reply["job_id"], "completed")["state"] == "completed"
+        log = run.root / "logs" / "experiments" / reply["job_id"] / "a1.log"
+        assert log.read_text() == f"{PEER_UID}\n"
