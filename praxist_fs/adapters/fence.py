@@ -5,8 +5,10 @@ shim, or a legacy peer-local command; its pid is the process group and the
 session of everything it started. Before every signal the identity is checked
 again: a group is signalled while its leader is the same process, or, once the
 leader is gone, while a live member still holds the group id (a group id is not
-reused while it has members). Processes that escaped the group (setsid) are
-found by the run's exact identity in their environment, never by a command-line
+reused while it has members). While the leader lives, its descendants are
+members too: a shim is its tree's subreaper, so what called setsid stays under
+it. Once it is gone, processes that escaped the group are found by the run's
+exact identity in their environment, never by a command-line
 match; ``stop --all`` adds one narrow fallback, a cleared environment inside
 the run's peer workspaces. TERM, a grace period, KILL, then a bounded rescan
 until the run's processes are stably absent. We never signal ourselves or an
@@ -40,10 +42,10 @@ log = logging.getLogger("praxist_fs")
 
 @dataclass(frozen=True)
 class Scope:
-    """What belongs to one run: the groups and sessions of its leaders, processes whose
-    environment holds ``PRAXIST_RUN_DIR=<run_dir>`` and an attempt id, and, when
-    ``workspaces`` is set, processes without any PRAXIST_RUN_DIR whose working directory
-    lies under it (a descendant that cleared its environment)."""
+    """What belongs to one run: the groups and sessions of its leaders and the descendants
+    of those alive, processes whose environment holds ``PRAXIST_RUN_DIR=<run_dir>`` and an
+    attempt id, and, when ``workspaces`` is set, processes without any PRAXIST_RUN_DIR
+    whose working directory lies under it (a descendant that cleared its environment)."""
     run_dir: Path
     leaders: tuple[Shim, ...] = ()
     workspaces: Path | None = None
@@ -69,45 +71,38 @@ def members(scopes: list[Scope]) -> dict[Process, Path]:
     kernel does not reuse a pid while a group or session of that id has members, so a
     different process holding the pid means our group is gone and the id is foreign."""
     spared = _lineage()
-    prepared = [(scope, _groups(scope.leaders), f"PRAXIST_RUN_DIR={scope.run_dir}".encode(),
+    table = _table()
+    prepared = [(scope, *_tree(scope.leaders, table), f"PRAXIST_RUN_DIR={scope.run_dir}".encode(),
                  _roots(scope.workspaces)) for scope in scopes]
     found: dict[Process, Path] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in spared:
+    for pid, stat in table.items():
+        if pid in spared:
             continue
-        pid = int(entry)
-        info = procs.group_and_session(pid)
-        if info is None or info[2] in ("Z", "X"):
-            continue
-        pgrp, session, _, started = info
         environ = None
-        for scope, groups, marker, roots in prepared:
-            if pgrp in groups or session in groups:
-                found[(pid, started)] = scope.run_dir
+        for scope, groups, descendants, marker, roots in prepared:
+            if stat.pgrp in groups or stat.session in groups or pid in descendants:
+                found[(pid, stat.start)] = scope.run_dir
                 break
             environ = _environ(pid) if environ is None else environ
             if _carries(environ, marker) or _cleared_in(pid, environ, roots):
-                found[(pid, started)] = scope.run_dir
+                found[(pid, stat.start)] = scope.run_dir
                 break
     return found
 
 
 def holders(leaders: tuple[Shim, ...]) -> list[Process]:
-    """Live members of the leaders' groups and sessions, under the same identity rule."""
-    groups = _groups(leaders)
-    found = []
-    for entry in os.listdir("/proc"):
-        info = procs.group_and_session(int(entry)) if entry.isdigit() else None
-        if info is not None and info[2] not in ("Z", "X") and (info[0] in groups
-                                                                or info[1] in groups):
-            found.append((int(entry), info[3]))
-    return found
+    """Live members of the leaders' groups and sessions, and the live descendants of the
+    leaders still alive, under the same identity rule."""
+    table = _table()
+    groups, descendants = _tree(leaders, table)
+    return [(pid, stat.start) for pid, stat in table.items()
+            if stat.pgrp in groups or stat.session in groups or pid in descendants]
 
 
 def signal_group(leader: Shim, signum: int, spare_leader: bool = False) -> None:
-    """Pass a signal on to every live member of a leader's group and session; with
-    ``spare_leader``, to all but the leader (a shim killed with its command could not
-    record how the command ended)."""
+    """Pass a signal on to every live member of a leader's group and session and to its
+    descendants; with ``spare_leader``, to all but the leader (a shim killed with its
+    command could not record how the command ended)."""
     for pid, started in holders((leader,)):
         if not (spare_leader and pid == leader[0]):
             _signal(pid, started, signum)
@@ -158,9 +153,32 @@ def _handling_tstp(pid: int) -> bool:
         procs.catches(pid, signal.SIGTSTP)
 
 
-def _groups(leaders: tuple[Shim, ...]) -> set[int]:
-    return {pid for pid, started, boot in leaders
-            if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}
+def _table() -> dict[int, procs.Stat]:
+    """Every live process (not a zombie) by pid, from one pass over /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := procs.stat(int(entry))) is not None and \
+                stat.state not in ("Z", "X"):
+            table[int(entry)] = stat
+    return table
+
+
+def _tree(leaders: tuple[Shim, ...], table: dict[int, procs.Stat]) -> tuple[set[int], set[int]]:
+    """The leaders' group (and session) ids, and the pids descended from the leaders that
+    are alive (a zombie has no children: they went to a subreaper when it died)."""
+    ours = [(pid, started) for pid, started, boot in leaders if boot == procs.boot_id()]
+    groups = {pid for pid, started in ours if procs.start_time(pid) in (None, started)}
+    children: dict[int, list[int]] = {}
+    for pid, stat in table.items():
+        children.setdefault(stat.ppid, []).append(pid)
+    descendants: set[int] = set()
+    todo = [pid for pid, started in ours if pid in table and table[pid].start == started]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in descendants:
+                descendants.add(child)
+                todo.append(child)
+    return groups, descendants
 
 
 def _roots(workspaces: Path | None) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -304,3 +305,27 @@ def test_the_job_that_preempts_starts_only_once_its_victim_is_stopped(make_run, 
     run.wait_state(high, "completed", timeout=30)
     states = seen.read_text().split()
     assert states and all(state.startswith("T") for state in states), states
+
+
+def test_suspend_and_resume_reach_a_descendant_that_called_setsid(make_run, tmp_path):
+    """The counter runs in a session of its own, outside the attempt's group: the shim is
+    its subreaper, so it is still the attempt's, and is stopped and continued with it."""
+    run = make_run(task_text=TASK.format(mode="suspend"))
+    run.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    escaping = f"setsid {shlex.join(counter_job(work))} & echo $! > {work}/escaped; wait"
+    low = run.reply(run.submit(request("escaping", ["sh", "-c", escaping])))["job_id"]
+    advances(work)
+    counter = int((work / "escaped").read_text())
+    assert os.getsid(counter) == counter != run.wait_attempt_field(low, "pid")
+    high = run.reply(run.submit(request("urgent", waiting_job(work),
+                                        work_class="mature")))["job_id"]
+    run.wait_state(low, "suspended")
+    frozen = assert_frozen(work, counter)  # its own group (setsid) is stopped
+    (work / "release").touch()
+    run.wait_state(high, "completed")
+    run.wait_state(low, "running")
+    assert advances(work) > frozen
+    (work / "stop").touch()
+    assert run.wait_state(low, "completed")["exit_code"] == 0
