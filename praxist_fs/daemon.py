@@ -16,6 +16,7 @@ import ctypes
 import gc
 import hashlib
 import logging
+import math
 import os
 import selectors
 import signal
@@ -103,6 +104,10 @@ class Coordinator:
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
+        # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
+        # it makes room for, whose GO (journaled) waits in ``held_go`` until then
+        self.suspending: dict[AttemptKey, tuple[fence.Suspension, str]] = {}
+        self.held_go: set[AttemptKey] = set()
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
         self.observer = None
@@ -236,7 +241,8 @@ class Coordinator:
                 next_scan = min(next_scan, now + RESCAN_SECONDS)
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
-            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now))
+            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now),
+                           self._next_timer())
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, attempt_key = key.data
@@ -249,6 +255,7 @@ class Coordinator:
                 elif kind == "pidfd":
                     self._forget_pidfd(attempt_key)
                     self._observe_key(attempt_key, launch=True)
+            self._run_timers()
             now = time.monotonic()
             if scan or now >= next_scan:
                 if self._scan_incoming():
@@ -349,12 +356,28 @@ class Coordinator:
             key = (job.job_id, job.current.attempt_id)
             if key not in self.handles:
                 self._observe_key(key)
+
+    def _next_timer(self) -> float:
+        """When the signalling under way (``_run_timers``) next needs a look (monotonic)."""
+        return min([suspension.next_at for suspension, _ in self.suspending.values()]
+                   + [deadline for _, deadline in self.ending.values()], default=math.inf)
+
+    def _run_timers(self) -> None:
+        """Signalling that waits on a grace or a process, carried on from the loop so that
+        no wait blocks other jobs: suspensions (SIGSTOP after the SIGTSTP grace, until
+        every process is stopped), and KILL once a cancel's or eviction's grace is over."""
+        now = time.monotonic()
+        for key, (suspension, _) in list(self.suspending.items()):
+            if now >= suspension.next_at:
+                suspension.step(now)
+            if suspension.done:
+                self._forget_suspension(key)
         for key, (shim, deadline) in list(self.ending.items()):
             job = self.sched.jobs.get(key[0])
             if job is None or job.current.attempt_id != key[1] or \
                     job.current.phase == AttemptPhase.ENDED:
                 del self.ending[key]  # it ended
-            elif time.monotonic() >= deadline:
+            elif now >= deadline:
                 log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
                             "cancelled" if job.current.cancel else "preempted")
                 fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
@@ -684,9 +707,9 @@ class Coordinator:
         elif isinstance(effect, TerminateAttempts):
             self._terminate(effect.attempts)
         elif isinstance(effect, SuspendAttempt):
-            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
-                fence.suspend_group(shim, TSTP_GRACE_SECONDS)
+            self._suspend(effect.job_id, effect.attempt_id)
         elif isinstance(effect, ResumeAttempt):
+            self._forget_suspension((effect.job_id, effect.attempt_id))
             if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
                 fence.signal_group(shim, signal.SIGCONT)
         elif isinstance(effect, EvictAttempt):
@@ -758,7 +781,10 @@ class Coordinator:
 
     def _terminate(self, attempts: tuple[tuple[str, str], ...]) -> None:
         """Signal the stopping run's attempts (blocking for the grace period: nothing is
-        admitted any more); their exits are then observed like any other."""
+        admitted any more); their exits are then observed like any other. A stopping run
+        gives no GO that waited for a suspension, and stops nothing it terminates."""
+        self.suspending.clear()
+        self.held_go.clear()
         shims = []
         for job_id, attempt_id in attempts:
             if (shim := self._shim(job_id, attempt_id)) is not None:
@@ -777,15 +803,41 @@ class Coordinator:
     def _end_attempt(self, job_id: str, attempt_id: str, grace: float) -> None:
         """ABORT it if still at the barrier, else TERM its group (CONT first if it is
         suspended: a stopped process does not act on TERM), and KILL it once ``grace``
-        has passed (``_reconcile``) without its end observed."""
+        has passed (``_run_timers``) without its end observed."""
         self._barrier(job_id, attempt_id, "ABORT", b"A")  # if still there
+        self._forget_suspension((job_id, attempt_id))
         if (shim := self._shim(job_id, attempt_id)) is not None:
             if self.sched.jobs[job_id].state is JobState.SUSPENDED:
                 fence.signal_group(shim, signal.SIGCONT)
             fence.signal_group(shim, signal.SIGTERM)
             self.ending[(job_id, attempt_id)] = (shim, time.monotonic() + grace)
 
+    def _suspend(self, job_id: str, attempt_id: str) -> None:
+        """SIGTSTP now, SIGSTOP once its handlers had their grace (``_run_timers``): other
+        jobs are served meanwhile, but the job this makes room for gets its GO only once
+        every process of the victim is stopped (``_go``)."""
+        if (shim := self._shim(job_id, attempt_id)) is None:
+            return
+        suspension = fence.Suspension(shim, TSTP_GRACE_SECONDS, time.monotonic())
+        if not suspension.done:
+            by = self.sched.jobs[job_id].current.preemptions[-1]["by"]
+            self.suspending[(job_id, attempt_id)] = (suspension, by)
+
+    def _forget_suspension(self, key: AttemptKey) -> None:
+        """A suspension is over (wholly stopped, or overtaken: resumed, ending): the GO
+        that waited for it, and for no other, is given now."""
+        if self.suspending.pop(key, None) is None:
+            return
+        waiting = {by for _, by in self.suspending.values()}
+        for job_id, attempt_id in [held for held in self.held_go if held[0] not in waiting]:
+            self.held_go.discard((job_id, attempt_id))
+            current = self.sched.jobs[job_id].current
+            if current.attempt_id == attempt_id and current.phase != AttemptPhase.ENDED:
+                self._go(job_id, attempt_id)
+
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
+        if name == "ABORT":
+            self.held_go.discard((job_id, attempt_id))
         path = self.layout.attempt_dir(job_id, attempt_id) / name
         if path.parent.exists():
             write_atomic(path, b"", durable=True)
@@ -796,7 +848,11 @@ class Coordinator:
     def _go(self, job_id: str, attempt_id: str) -> None:
         """GO, journaled already: the shim's pipe first, so the command starts while the
         GO file is written (without fsync: the journal holds the decision). A shim
-        without a pipe to us (a re-adopted one) polls for the file."""
+        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
+        preempts by suspension is not wholly stopped yet (``_forget_suspension``)."""
+        if any(by == job_id for _, by in self.suspending.values()):
+            self.held_go.add((job_id, attempt_id))
+            return
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(b"G")
@@ -1026,8 +1082,9 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
 def _launch_path_first(effect: Effect) -> int:
     """Sort key: shims are told their attempt and GO before the batch's files are written
     (replies, job files: nothing waits on them), so that commands start sooner. Signals
-    to running work stay ahead of launches: a victim is suspended before the job that
-    takes its room starts. The sort is stable: a spawn still precedes its GO."""
+    to running work stay ahead of launches: a victim's suspension is under way before
+    the GO of the job that takes its room, which waits for it (``_go``). The sort is
+    stable: a spawn still precedes its GO."""
     if isinstance(effect, (SuspendAttempt, ResumeAttempt, EvictAttempt)):
         return 0
     return 1 if isinstance(effect, (SpawnAttempt, WriteGo)) else 2

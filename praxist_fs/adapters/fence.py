@@ -13,6 +13,10 @@ match; ``stop --all`` adds one narrow fallback, a cleared environment inside
 the run's peer workspaces. TERM, a grace period, KILL, then a bounded rescan
 until the run's processes are stably absent. We never signal ourselves or an
 ancestor (the operator's shell may well sit in a workspace).
+
+A suspension, which waits for handlers and for its stop to take effect, is a
+stepper that the caller's loop drives (``Suspension``: ``step`` at ``next_at``
+until ``done``), so that the coordinator serves other jobs meanwhile.
 """
 
 from __future__ import annotations
@@ -108,31 +112,47 @@ def signal_group(leader: Shim, signum: int, spare_leader: bool = False) -> None:
             _signal(pid, started, signum)
 
 
-def suspend_group(leader: Shim, grace: float) -> None:
-    """Preemption by suspension (R-POL-3): SIGTSTP, then SIGSTOP. The kernel drops a
-    default SIGTSTP in a group with no parent in its session (ours: the shim leads a new
-    session), so SIGSTOP does the stopping; SIGTSTP first lets a member that handles it
-    (to save its state, say) run its handler, for at most ``grace`` seconds, while such a
-    member has not stopped itself."""
-    signal_group(leader, signal.SIGTSTP)
-    end = time.monotonic() + grace
-    while time.monotonic() < end and any(_handling_tstp(pid) for pid, _ in holders((leader,))):
-        time.sleep(RESCAN_SECONDS)
-    signal_group(leader, signal.SIGSTOP)
-    # Members are signalled one by one: a child forked meanwhile missed SIGSTOP (its
-    # parent, stopped now, forks no more), and one signalled may not have stopped yet.
-    # The job this suspension makes room for starts only once none can run on.
-    end = time.monotonic() + STOP_WAIT_SECONDS
-    while time.monotonic() < end:
-        states = {member: _stop_state(member[0]) for member in holders((leader,))}
+class Suspension:
+    """Preemption by suspension (R-POL-3): SIGTSTP, then SIGSTOP, to a leader's members
+    (``holders``). The kernel drops a default SIGTSTP in a group with no parent in its
+    session (ours: the shim leads a new session), so SIGSTOP does the stopping; SIGTSTP
+    first lets a member that handles it (to save its state, say) run its handler, for at
+    most ``grace`` seconds, while such a member has not stopped itself. ``done`` once every
+    member is stopped (or, logged, STOP_WAIT_SECONDS after SIGSTOP)."""
+
+    def __init__(self, leader: Shim, grace: float, now: float) -> None:
+        self.leader = leader
+        self.stop_at = now + grace
+        self.give_up_at: float | None = None  # set once SIGSTOP is sent
+        self.next_at = now
+        self.done = False
+        signal_group(leader, signal.SIGTSTP)
+        self.step(now)
+
+    def step(self, now: float) -> None:
+        if self.give_up_at is None:
+            if now < self.stop_at and any(_handling_tstp(pid)
+                                          for pid, _ in holders((self.leader,))):
+                self.next_at = min(now + RESCAN_SECONDS, self.stop_at)
+                return
+            signal_group(self.leader, signal.SIGSTOP)
+            self.give_up_at = now + STOP_WAIT_SECONDS
+        # Members are signalled one by one: a child forked meanwhile missed SIGSTOP (its
+        # parent, stopped now, forks no more), and one signalled may not have stopped yet.
+        # The job this suspension makes room for starts only once none can run on.
+        states = {member: _stop_state(member[0]) for member in holders((self.leader,))}
         if all(state == "stopped" for state in states.values()):
-            return
-        for (pid, started), state in states.items():
-            if state == "missed":
-                _signal(pid, started, signal.SIGSTOP)
-        time.sleep(STOP_POLL_SECONDS)
-    log.warning("suspended group %s: members still running after SIGSTOP: %s", leader[0],
-                [pid for (pid, _), state in states.items() if state != "stopped"])
+            self.done = True
+        elif now >= self.give_up_at:
+            log.warning("suspended group %s: members still running after SIGSTOP: %s",
+                        self.leader[0],
+                        [pid for (pid, _), state in states.items() if state != "stopped"])
+            self.done = True
+        else:
+            for (pid, started), state in states.items():
+                if state == "missed":
+                    _signal(pid, started, signal.SIGSTOP)
+            self.next_at = now + STOP_POLL_SECONDS
 
 
 def _stop_state(pid: int) -> str:
