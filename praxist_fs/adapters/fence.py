@@ -8,15 +8,15 @@ leader is gone, while a live member still holds the group id (a group id is not
 reused while it has members). While the leader lives, its descendants are
 members too: a shim is its tree's subreaper, so what called setsid stays under
 it. Once it is gone, processes that escaped the group are found by the run's
-exact identity in their environment, never by a command-line
+(or one attempt's) exact identity in their environment, never by a command-line
 match; ``stop --all`` adds one narrow fallback, a cleared environment inside
 the run's peer workspaces. TERM, a grace period, KILL, then a bounded rescan
 until the run's processes are stably absent. We never signal ourselves or an
 ancestor (the operator's shell may well sit in a workspace).
 
-A suspension, which waits for handlers and for its stop to take effect, is a
-stepper that the caller's loop drives (``Suspension``: ``step`` at ``next_at``
-until ``done``), so that the coordinator serves other jobs meanwhile.
+Whatever waits (a grace, a stop to take effect) is a stepper that the caller's
+loop drives (``Termination``, ``Suspension``: ``step`` at ``next_at`` until
+``done``), so that the coordinator serves other jobs meanwhile.
 """
 
 from __future__ import annotations
@@ -47,12 +47,21 @@ log = logging.getLogger("praxist_fs")
 @dataclass(frozen=True)
 class Scope:
     """What belongs to one run: the groups and sessions of its leaders and the descendants
-    of those alive, processes whose environment holds ``PRAXIST_RUN_DIR=<run_dir>`` and an
-    attempt id, and, when ``workspaces`` is set, processes without any PRAXIST_RUN_DIR
-    whose working directory lies under it (a descendant that cleared its environment)."""
+    of those alive, processes whose environment holds ``PRAXIST_RUN_DIR=<run_dir>`` (with
+    ``attempt_dir``, ``PRAXIST_EXPERIMENT_ATTEMPT_DIR=<attempt_dir>``: that attempt's
+    alone) and an attempt id, and, when ``workspaces`` is set, processes without any
+    PRAXIST_RUN_DIR whose working directory lies under it (a descendant that cleared its
+    environment)."""
     run_dir: Path
     leaders: tuple[Shim, ...] = ()
     workspaces: Path | None = None
+    attempt_dir: Path | None = None
+
+    @property
+    def marker(self) -> bytes:
+        if self.attempt_dir is not None:
+            return f"PRAXIST_EXPERIMENT_ATTEMPT_DIR={self.attempt_dir}".encode()
+        return f"PRAXIST_RUN_DIR={self.run_dir}".encode()
 
 
 def unfinished(attempts: Path) -> list[Shim]:
@@ -76,8 +85,8 @@ def members(scopes: list[Scope]) -> dict[Process, Path]:
     different process holding the pid means our group is gone and the id is foreign."""
     spared = _lineage()
     table = _table()
-    prepared = [(scope, *_tree(scope.leaders, table), f"PRAXIST_RUN_DIR={scope.run_dir}".encode(),
-                 _roots(scope.workspaces)) for scope in scopes]
+    prepared = [(scope, *_tree(scope.leaders, table), scope.marker, _roots(scope.workspaces))
+                for scope in scopes]
     found: dict[Process, Path] = {}
     for pid, stat in table.items():
         if pid in spared:
@@ -252,29 +261,46 @@ def _signal(pid: int, started: int, signum: int) -> None:
         os.close(fd)
 
 
+class Termination:
+    """TERM, ``grace``, KILL for the scopes' processes (``members``): each gets TERM (and
+    CONT) when first seen, KILL at every rescan from the grace on. ``alive``: what the
+    last scan found; ``done`` once STABLE_SCANS scans in a row found nothing."""
+
+    def __init__(self, scopes: list[Scope], grace: float, now: float) -> None:
+        self.scopes = scopes
+        self.kill_at = now + grace
+        self.termed: set[Process] = set()
+        self.alive: dict[Process, Path] = {}
+        self.empty_scans = 0
+        self.step(now)
+
+    @property
+    def done(self) -> bool:
+        return self.empty_scans >= STABLE_SCANS
+
+    def step(self, now: float) -> None:
+        self.alive = members(self.scopes)
+        self.empty_scans = 0 if self.alive else self.empty_scans + 1
+        for process in self.alive:
+            if now >= self.kill_at:
+                _signal(*process, signal.SIGKILL)
+            elif process not in self.termed:
+                _signal(*process, signal.SIGTERM)
+                _signal(*process, signal.SIGCONT)  # a stopped process (suspended) acts on it
+                self.termed.add(process)
+        self.next_at = now + RESCAN_SECONDS
+
+
 def terminate_scopes(scopes: list[Scope], grace: float = 10.0, deadline: float = 30.0
                      ) -> dict[Path, list[Process]]:
-    """TERM, wait ``grace``, KILL, rescan until stably absent; survivors by run (if any)."""
+    """A ``Termination``, waited for up to ``deadline``; survivors by run (if any)."""
     end = time.monotonic() + deadline
-    for pid, started in members(scopes):
-        _signal(pid, started, signal.SIGTERM)
-    soft_end = time.monotonic() + grace
-    while time.monotonic() < soft_end and members(scopes):
+    termination = Termination(scopes, grace, time.monotonic())
+    while not termination.done and time.monotonic() < end:
         time.sleep(RESCAN_SECONDS)
-    empty_scans = 0
-    while time.monotonic() < end:
-        alive = members(scopes)
-        if not alive:
-            empty_scans += 1
-            if empty_scans >= STABLE_SCANS:
-                return {}
-        else:
-            empty_scans = 0
-            for pid, started in alive:
-                _signal(pid, started, signal.SIGKILL)
-        time.sleep(RESCAN_SECONDS)
+        termination.step(time.monotonic())
     survivors: dict[Path, list[Process]] = {}
-    for process, run_dir in members(scopes).items():
+    for process, run_dir in termination.alive.items():
         survivors.setdefault(run_dir, []).append(process)
     return survivors
 
