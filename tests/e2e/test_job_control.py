@@ -72,7 +72,8 @@ def test_cancel_reaches_a_descendant_that_called_setsid(run, tmp_path):
     job_id = job_id_for("escaping")
     shim = running_pid(run, job_id)
     pid = int(wait_for(lambda: escaped.exists() and escaped.read_text().strip()))
-    assert os.getsid(pid) == pid != shim
+    # it left the attempt's session (setsid runs just after its pid is written)
+    wait_for(lambda: os.getsid(pid) == pid != shim, message="the sleep's own session")
     assert cli(run, "cancel", job_id, "--grace", "60").returncode == 0
     doc = run.wait_state(job_id, "cancelled")
     assert doc["attempts"][-1]["signal"] == 15
