@@ -72,6 +72,7 @@ COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces the
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
+FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
 WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
@@ -108,6 +109,9 @@ class Coordinator:
         # it makes room for, whose GO (journaled) waits in ``held_go`` until then
         self.suspending: dict[AttemptKey, tuple[fence.Suspension, str]] = {}
         self.held_go: set[AttemptKey] = set()
+        # attempts whose shim died while their processes ran: those being terminated, and
+        # how the shim ended; the core hears of the attempt once they are gone
+        self.fencing: dict[AttemptKey, tuple[fence.Termination, str]] = {}
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
         self.observer = None
@@ -360,12 +364,15 @@ class Coordinator:
     def _next_timer(self) -> float:
         """When the signalling under way (``_run_timers``) next needs a look (monotonic)."""
         return min([suspension.next_at for suspension, _ in self.suspending.values()]
-                   + [deadline for _, deadline in self.ending.values()], default=math.inf)
+                   + [deadline for _, deadline in self.ending.values()]
+                   + [termination.next_at for termination, _ in self.fencing.values()],
+                   default=math.inf)
 
     def _run_timers(self) -> None:
         """Signalling that waits on a grace or a process, carried on from the loop so that
         no wait blocks other jobs: suspensions (SIGSTOP after the SIGTSTP grace, until
-        every process is stopped), and KILL once a cancel's or eviction's grace is over."""
+        every process is stopped), KILL once a cancel's or eviction's grace is over, and
+        the termination of what a dead shim left running."""
         now = time.monotonic()
         for key, (suspension, _) in list(self.suspending.items()):
             if now >= suspension.next_at:
@@ -382,6 +389,15 @@ class Coordinator:
                             "cancelled" if job.current.cancel else "preempted")
                 fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
                 del self.ending[key]
+        for key, (termination, death) in list(self.fencing.items()):
+            if now >= termination.next_at:
+                termination.step(now)
+            if termination.done:
+                del self.fencing[key]
+                job = self.sched.jobs.get(key[0])
+                if job is not None and job.current.attempt_id == key[1]:
+                    observed = self._observe(job, job.current)
+                    self._process([replace(observed, fenced=True, error=death)], launch=True)
 
     # -- events in ----------------------------------------------------------
 
@@ -628,13 +644,40 @@ class Coordinator:
             handle.popen.wait()
             handle.close()
             del self.handles[key]
+            self._observe_key(key, launch=True, death=handle.death())
+            return
         self._observe_key(key, launch=True)
 
-    def _observe_key(self, key: AttemptKey, launch: bool = False) -> None:
+    def _observe_key(self, key: AttemptKey, launch: bool = False,
+                     death: str = "supervisor died") -> None:
+        """Tell the core what an attempt's shim is up to; ``death``: how it ended, should it
+        turn out to have died without an exit record."""
+        if key in self.fencing:
+            return  # its dead shim's processes are being terminated: told once they are gone
         job = self.sched.jobs.get(key[0])
         if job is None or job.current is None or job.current.attempt_id != key[1]:
             return
-        self._process([self._observe(job, job.current)], launch=launch)
+        observed = self._observe(job, job.current)
+        if not (observed.alive or observed.exited) and self._fence(key, death):
+            return
+        self._process([observed], launch=launch)
+
+    def _fence(self, key: AttemptKey, death: str) -> bool:
+        """A shim found dead without an exit record: never leave its command running with
+        nothing to watch it. Whatever of its attempt still runs (the group it led, and what
+        carries the attempt's directory in its environment, setsid or not) gets TERM now
+        and KILL after FENCE_GRACE_SECONDS (``_run_timers``). True if anything did."""
+        shim = self._shim(*key)
+        scope = fence.Scope(self.layout.root, (shim,) if shim is not None else (),
+                            attempt_dir=self.layout.attempt_dir(*key))
+        termination = fence.Termination([scope], FENCE_GRACE_SECONDS, time.monotonic())
+        if not termination.alive:
+            return False
+        log.warning("attempt %s/%s: %s while its command ran; terminating %s", *key, death,
+                    sorted(pid for pid, _ in termination.alive))
+        self._forget_suspension(key)  # to be ended, not stopped
+        self.fencing[key] = (termination, death)
+        return True
 
     def _observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         """What the disk and /proc say about an attempt, as an event for the core."""
@@ -788,9 +831,7 @@ class Coordinator:
         shims = []
         for job_id, attempt_id in attempts:
             if (shim := self._shim(job_id, attempt_id)) is not None:
-                shims.append(shim)
-                if self.sched.jobs[job_id].state is JobState.SUSPENDED:
-                    fence.signal_group(shim, signal.SIGCONT)  # a stopped group holds TERM
+                shims.append(shim)  # suspended ones get CONT with their TERM
             self._barrier(job_id, attempt_id, "ABORT", b"A")  # one still at the barrier
         survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
         if survivors:
