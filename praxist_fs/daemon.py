@@ -16,6 +16,7 @@ import ctypes
 import gc
 import hashlib
 import logging
+import math
 import os
 import selectors
 import signal
@@ -72,6 +73,7 @@ COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces the
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
+FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
 WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
@@ -109,6 +111,13 @@ class Coordinator:
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
+        # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
+        # it makes room for, whose GO (journaled) waits in ``held_go`` until then
+        self.suspending: dict[AttemptKey, tuple[fence.Suspension, str]] = {}
+        self.held_go: set[AttemptKey] = set()
+        # attempts whose shim died while their processes ran: those being terminated, and
+        # how the shim ended; the core hears of the attempt once they are gone
+        self.fencing: dict[AttemptKey, tuple[fence.Termination, str]] = {}
         self.selector = selectors.DefaultSelector()
         self.stop_requested = False
         self.observer = None
@@ -252,7 +261,8 @@ class Coordinator:
                 next_scan = min(next_scan, now + RESCAN_SECONDS)
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
-            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now))
+            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now),
+                           self._next_timer())
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, attempt_key = key.data
@@ -265,6 +275,7 @@ class Coordinator:
                 elif kind == "pidfd":
                     self._forget_pidfd(attempt_key)
                     self._observe_key(attempt_key, launch=True)
+            self._run_timers()
             now = time.monotonic()
             if scan or now >= next_scan:
                 if self._scan_incoming():
@@ -365,16 +376,44 @@ class Coordinator:
             key = (job.job_id, job.current.attempt_id)
             if key not in self.handles:
                 self._observe_key(key)
+
+    def _next_timer(self) -> float:
+        """When the signalling under way (``_run_timers``) next needs a look (monotonic)."""
+        return min([suspension.next_at for suspension, _ in self.suspending.values()]
+                   + [deadline for _, deadline in self.ending.values()]
+                   + [termination.next_at for termination, _ in self.fencing.values()],
+                   default=math.inf)
+
+    def _run_timers(self) -> None:
+        """Signalling that waits on a grace or a process, carried on from the loop so that
+        no wait blocks other jobs: suspensions (SIGSTOP after the SIGTSTP grace, until
+        every process is stopped), KILL once a cancel's or eviction's grace is over, and
+        the termination of what a dead shim left running."""
+        now = time.monotonic()
+        for key, (suspension, _) in list(self.suspending.items()):
+            if now >= suspension.next_at:
+                suspension.step(now)
+            if suspension.done:
+                self._forget_suspension(key)
         for key, (shim, deadline) in list(self.ending.items()):
             job = self.sched.jobs.get(key[0])
             if job is None or job.current.attempt_id != key[1] or \
                     job.current.phase == AttemptPhase.ENDED:
                 del self.ending[key]  # it ended
-            elif time.monotonic() >= deadline:
+            elif now >= deadline:
                 log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
                             "cancelled" if job.current.cancel else "preempted")
                 fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
                 del self.ending[key]
+        for key, (termination, death) in list(self.fencing.items()):
+            if now >= termination.next_at:
+                termination.step(now)
+            if termination.done:
+                del self.fencing[key]
+                job = self.sched.jobs.get(key[0])
+                if job is not None and job.current.attempt_id == key[1]:
+                    observed = self._observe(job, job.current)
+                    self._process([replace(observed, fenced=True, error=death)], launch=True)
 
     # -- events in ----------------------------------------------------------
 
@@ -621,13 +660,40 @@ class Coordinator:
             handle.popen.wait()
             handle.close()
             del self.handles[key]
+            self._observe_key(key, launch=True, death=handle.death())
+            return
         self._observe_key(key, launch=True)
 
-    def _observe_key(self, key: AttemptKey, launch: bool = False) -> None:
+    def _observe_key(self, key: AttemptKey, launch: bool = False,
+                     death: str = "supervisor died") -> None:
+        """Tell the core what an attempt's shim is up to; ``death``: how it ended, should it
+        turn out to have died without an exit record."""
+        if key in self.fencing:
+            return  # its dead shim's processes are being terminated: told once they are gone
         job = self.sched.jobs.get(key[0])
         if job is None or job.current is None or job.current.attempt_id != key[1]:
             return
-        self._process([self._observe(job, job.current)], launch=launch)
+        observed = self._observe(job, job.current)
+        if not (observed.alive or observed.exited) and self._fence(key, death):
+            return
+        self._process([observed], launch=launch)
+
+    def _fence(self, key: AttemptKey, death: str) -> bool:
+        """A shim found dead without an exit record: never leave its command running with
+        nothing to watch it. Whatever of its attempt still runs (the group it led, and what
+        carries the attempt's directory in its environment, setsid or not) gets TERM now
+        and KILL after FENCE_GRACE_SECONDS (``_run_timers``). True if anything did."""
+        shim = self._shim(*key)
+        scope = fence.Scope(self.layout.root, (shim,) if shim is not None else (),
+                            attempt_dir=self.layout.attempt_dir(*key))
+        termination = fence.Termination([scope], FENCE_GRACE_SECONDS, time.monotonic())
+        if not termination.alive:
+            return False
+        log.warning("attempt %s/%s: %s while its command ran; terminating %s", *key, death,
+                    sorted(pid for pid, _ in termination.alive))
+        self._forget_suspension(key)  # to be ended, not stopped
+        self.fencing[key] = (termination, death)
+        return True
 
     def _observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         """What the disk and /proc say about an attempt, as an event for the core."""
@@ -705,9 +771,9 @@ class Coordinator:
         elif isinstance(effect, TerminateAttempts):
             self._terminate(effect.attempts)
         elif isinstance(effect, SuspendAttempt):
-            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
-                fence.suspend_group(shim, TSTP_GRACE_SECONDS)
+            self._suspend(effect.job_id, effect.attempt_id)
         elif isinstance(effect, ResumeAttempt):
+            self._forget_suspension((effect.job_id, effect.attempt_id))
             if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
                 fence.signal_group(shim, signal.SIGCONT)
         elif isinstance(effect, EvictAttempt):
@@ -780,13 +846,14 @@ class Coordinator:
 
     def _terminate(self, attempts: tuple[tuple[str, str], ...]) -> None:
         """Signal the stopping run's attempts (blocking for the grace period: nothing is
-        admitted any more); their exits are then observed like any other."""
+        admitted any more); their exits are then observed like any other. A stopping run
+        gives no GO that waited for a suspension, and stops nothing it terminates."""
+        self.suspending.clear()
+        self.held_go.clear()
         shims = []
         for job_id, attempt_id in attempts:
             if (shim := self._shim(job_id, attempt_id)) is not None:
-                shims.append(shim)
-                if self.sched.jobs[job_id].state is JobState.SUSPENDED:
-                    fence.signal_group(shim, signal.SIGCONT)  # a stopped group holds TERM
+                shims.append(shim)  # suspended ones get CONT with their TERM
             self._barrier(job_id, attempt_id, "ABORT", b"A")  # one still at the barrier
         survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
         if survivors:
@@ -799,15 +866,41 @@ class Coordinator:
     def _end_attempt(self, job_id: str, attempt_id: str, grace: float) -> None:
         """ABORT it if still at the barrier, else TERM its group (CONT first if it is
         suspended: a stopped process does not act on TERM), and KILL it once ``grace``
-        has passed (``_reconcile``) without its end observed."""
+        has passed (``_run_timers``) without its end observed."""
         self._barrier(job_id, attempt_id, "ABORT", b"A")  # if still there
+        self._forget_suspension((job_id, attempt_id))
         if (shim := self._shim(job_id, attempt_id)) is not None:
             if self.sched.jobs[job_id].state is JobState.SUSPENDED:
                 fence.signal_group(shim, signal.SIGCONT)
             fence.signal_group(shim, signal.SIGTERM)
             self.ending[(job_id, attempt_id)] = (shim, time.monotonic() + grace)
 
+    def _suspend(self, job_id: str, attempt_id: str) -> None:
+        """SIGTSTP now, SIGSTOP once its handlers had their grace (``_run_timers``): other
+        jobs are served meanwhile, but the job this makes room for gets its GO only once
+        every process of the victim is stopped (``_go``)."""
+        if (shim := self._shim(job_id, attempt_id)) is None:
+            return
+        suspension = fence.Suspension(shim, TSTP_GRACE_SECONDS, time.monotonic())
+        if not suspension.done:
+            by = self.sched.jobs[job_id].current.preemptions[-1]["by"]
+            self.suspending[(job_id, attempt_id)] = (suspension, by)
+
+    def _forget_suspension(self, key: AttemptKey) -> None:
+        """A suspension is over (wholly stopped, or overtaken: resumed, ending): the GO
+        that waited for it, and for no other, is given now."""
+        if self.suspending.pop(key, None) is None:
+            return
+        waiting = {by for _, by in self.suspending.values()}
+        for job_id, attempt_id in [held for held in self.held_go if held[0] not in waiting]:
+            self.held_go.discard((job_id, attempt_id))
+            current = self.sched.jobs[job_id].current
+            if current.attempt_id == attempt_id and current.phase != AttemptPhase.ENDED:
+                self._go(job_id, attempt_id)
+
     def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
+        if name == "ABORT":
+            self.held_go.discard((job_id, attempt_id))
         path = self.layout.attempt_dir(job_id, attempt_id) / name
         if path.parent.exists():
             write_atomic(path, b"", durable=True)
@@ -818,7 +911,11 @@ class Coordinator:
     def _go(self, job_id: str, attempt_id: str) -> None:
         """GO, journaled already: the shim's pipe first, so the command starts while the
         GO file is written (without fsync: the journal holds the decision). A shim
-        without a pipe to us (a re-adopted one) polls for the file."""
+        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
+        preempts by suspension is not wholly stopped yet (``_forget_suspension``)."""
+        if any(by == job_id for _, by in self.suspending.values()):
+            self.held_go.add((job_id, attempt_id))
+            return
         handle = self.handles.get((job_id, attempt_id))
         if handle is not None:
             handle.release_barrier(b"G")
@@ -1163,8 +1260,9 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
 def _launch_path_first(effect: Effect) -> int:
     """Sort key: shims are told their attempt and GO before the batch's files are written
     (replies, job files: nothing waits on them), so that commands start sooner. Signals
-    to running work stay ahead of launches: a victim is suspended before the job that
-    takes its room starts. The sort is stable: a spawn still precedes its GO."""
+    to running work stay ahead of launches: a victim's suspension is under way before
+    the GO of the job that takes its room, which waits for it (``_go``). The sort is
+    stable: a spawn still precedes its GO."""
     if isinstance(effect, (SuspendAttempt, ResumeAttempt, EvictAttempt)):
         return 0
     return 1 if isinstance(effect, (SpawnAttempt, WriteGo)) else 2

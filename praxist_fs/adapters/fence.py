@@ -5,12 +5,18 @@ shim, or a legacy peer-local command; its pid is the process group and the
 session of everything it started. Before every signal the identity is checked
 again: a group is signalled while its leader is the same process, or, once the
 leader is gone, while a live member still holds the group id (a group id is not
-reused while it has members). Processes that escaped the group (setsid) are
-found by the run's exact identity in their environment, never by a command-line
+reused while it has members). While the leader lives, its descendants are
+members too: a shim is its tree's subreaper, so what called setsid stays under
+it. Once it is gone, processes that escaped the group are found by the run's
+(or one attempt's) exact identity in their environment, never by a command-line
 match; ``stop --all`` adds one narrow fallback, a cleared environment inside
 the run's peer workspaces. TERM, a grace period, KILL, then a bounded rescan
 until the run's processes are stably absent. We never signal ourselves or an
 ancestor (the operator's shell may well sit in a workspace).
+
+Whatever waits (a grace, a stop to take effect) is a stepper that the caller's
+loop drives (``Termination``, ``Suspension``: ``step`` at ``next_at`` until
+``done``), so that the coordinator serves other jobs meanwhile.
 """
 
 from __future__ import annotations
@@ -40,13 +46,22 @@ log = logging.getLogger("praxist_fs")
 
 @dataclass(frozen=True)
 class Scope:
-    """What belongs to one run: the groups and sessions of its leaders, processes whose
-    environment holds ``PRAXIST_RUN_DIR=<run_dir>`` and an attempt id, and, when
-    ``workspaces`` is set, processes without any PRAXIST_RUN_DIR whose working directory
-    lies under it (a descendant that cleared its environment)."""
+    """What belongs to one run: the groups and sessions of its leaders and the descendants
+    of those alive, processes whose environment holds ``PRAXIST_RUN_DIR=<run_dir>`` (with
+    ``attempt_dir``, ``PRAXIST_EXPERIMENT_ATTEMPT_DIR=<attempt_dir>``: that attempt's
+    alone) and an attempt id, and, when ``workspaces`` is set, processes without any
+    PRAXIST_RUN_DIR whose working directory lies under it (a descendant that cleared its
+    environment)."""
     run_dir: Path
     leaders: tuple[Shim, ...] = ()
     workspaces: Path | None = None
+    attempt_dir: Path | None = None
+
+    @property
+    def marker(self) -> bytes:
+        if self.attempt_dir is not None:
+            return f"PRAXIST_EXPERIMENT_ATTEMPT_DIR={self.attempt_dir}".encode()
+        return f"PRAXIST_RUN_DIR={self.run_dir}".encode()
 
 
 def unfinished(attempts: Path) -> list[Shim]:
@@ -69,75 +84,84 @@ def members(scopes: list[Scope]) -> dict[Process, Path]:
     kernel does not reuse a pid while a group or session of that id has members, so a
     different process holding the pid means our group is gone and the id is foreign."""
     spared = _lineage()
-    prepared = [(scope, _groups(scope.leaders), f"PRAXIST_RUN_DIR={scope.run_dir}".encode(),
-                 _roots(scope.workspaces)) for scope in scopes]
+    table = _table()
+    prepared = [(scope, *_tree(scope.leaders, table), scope.marker, _roots(scope.workspaces))
+                for scope in scopes]
     found: dict[Process, Path] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in spared:
+    for pid, stat in table.items():
+        if pid in spared:
             continue
-        pid = int(entry)
-        info = procs.group_and_session(pid)
-        if info is None or info[2] in ("Z", "X"):
-            continue
-        pgrp, session, _, started = info
         environ = None
-        for scope, groups, marker, roots in prepared:
-            if pgrp in groups or session in groups:
-                found[(pid, started)] = scope.run_dir
+        for scope, groups, descendants, marker, roots in prepared:
+            if stat.pgrp in groups or stat.session in groups or pid in descendants:
+                found[(pid, stat.start)] = scope.run_dir
                 break
             environ = _environ(pid) if environ is None else environ
             if _carries(environ, marker) or _cleared_in(pid, environ, roots):
-                found[(pid, started)] = scope.run_dir
+                found[(pid, stat.start)] = scope.run_dir
                 break
     return found
 
 
 def holders(leaders: tuple[Shim, ...]) -> list[Process]:
-    """Live members of the leaders' groups and sessions, under the same identity rule."""
-    groups = _groups(leaders)
-    found = []
-    for entry in os.listdir("/proc"):
-        info = procs.group_and_session(int(entry)) if entry.isdigit() else None
-        if info is not None and info[2] not in ("Z", "X") and (info[0] in groups
-                                                                or info[1] in groups):
-            found.append((int(entry), info[3]))
-    return found
+    """Live members of the leaders' groups and sessions, and the live descendants of the
+    leaders still alive, under the same identity rule."""
+    table = _table()
+    groups, descendants = _tree(leaders, table)
+    return [(pid, stat.start) for pid, stat in table.items()
+            if stat.pgrp in groups or stat.session in groups or pid in descendants]
 
 
 def signal_group(leader: Shim, signum: int, spare_leader: bool = False) -> None:
-    """Pass a signal on to every live member of a leader's group and session; with
-    ``spare_leader``, to all but the leader (a shim killed with its command could not
-    record how the command ended)."""
+    """Pass a signal on to every live member of a leader's group and session and to its
+    descendants; with ``spare_leader``, to all but the leader (a shim killed with its
+    command could not record how the command ended)."""
     for pid, started in holders((leader,)):
         if not (spare_leader and pid == leader[0]):
             _signal(pid, started, signum)
 
 
-def suspend_group(leader: Shim, grace: float) -> None:
-    """Preemption by suspension (R-POL-3): SIGTSTP, then SIGSTOP. The kernel drops a
-    default SIGTSTP in a group with no parent in its session (ours: the shim leads a new
-    session), so SIGSTOP does the stopping; SIGTSTP first lets a member that handles it
-    (to save its state, say) run its handler, for at most ``grace`` seconds, while such a
-    member has not stopped itself."""
-    signal_group(leader, signal.SIGTSTP)
-    end = time.monotonic() + grace
-    while time.monotonic() < end and any(_handling_tstp(pid) for pid, _ in holders((leader,))):
-        time.sleep(RESCAN_SECONDS)
-    signal_group(leader, signal.SIGSTOP)
-    # Members are signalled one by one: a child forked meanwhile missed SIGSTOP (its
-    # parent, stopped now, forks no more), and one signalled may not have stopped yet.
-    # The job this suspension makes room for starts only once none can run on.
-    end = time.monotonic() + STOP_WAIT_SECONDS
-    while time.monotonic() < end:
-        states = {member: _stop_state(member[0]) for member in holders((leader,))}
+class Suspension:
+    """Preemption by suspension (R-POL-3): SIGTSTP, then SIGSTOP, to a leader's members
+    (``holders``). The kernel drops a default SIGTSTP in a group with no parent in its
+    session (ours: the shim leads a new session), so SIGSTOP does the stopping; SIGTSTP
+    first lets a member that handles it (to save its state, say) run its handler, for at
+    most ``grace`` seconds, while such a member has not stopped itself. ``done`` once every
+    member is stopped (or, logged, STOP_WAIT_SECONDS after SIGSTOP)."""
+
+    def __init__(self, leader: Shim, grace: float, now: float) -> None:
+        self.leader = leader
+        self.stop_at = now + grace
+        self.give_up_at: float | None = None  # set once SIGSTOP is sent
+        self.next_at = now
+        self.done = False
+        signal_group(leader, signal.SIGTSTP)
+        self.step(now)
+
+    def step(self, now: float) -> None:
+        if self.give_up_at is None:
+            if now < self.stop_at and any(_handling_tstp(pid)
+                                          for pid, _ in holders((self.leader,))):
+                self.next_at = min(now + RESCAN_SECONDS, self.stop_at)
+                return
+            signal_group(self.leader, signal.SIGSTOP)
+            self.give_up_at = now + STOP_WAIT_SECONDS
+        # Members are signalled one by one: a child forked meanwhile missed SIGSTOP (its
+        # parent, stopped now, forks no more), and one signalled may not have stopped yet.
+        # The job this suspension makes room for starts only once none can run on.
+        states = {member: _stop_state(member[0]) for member in holders((self.leader,))}
         if all(state == "stopped" for state in states.values()):
-            return
-        for (pid, started), state in states.items():
-            if state == "missed":
-                _signal(pid, started, signal.SIGSTOP)
-        time.sleep(STOP_POLL_SECONDS)
-    log.warning("suspended group %s: members still running after SIGSTOP: %s", leader[0],
-                [pid for (pid, _), state in states.items() if state != "stopped"])
+            self.done = True
+        elif now >= self.give_up_at:
+            log.warning("suspended group %s: members still running after SIGSTOP: %s",
+                        self.leader[0],
+                        [pid for (pid, _), state in states.items() if state != "stopped"])
+            self.done = True
+        else:
+            for (pid, started), state in states.items():
+                if state == "missed":
+                    _signal(pid, started, signal.SIGSTOP)
+            self.next_at = now + STOP_POLL_SECONDS
 
 
 def _stop_state(pid: int) -> str:
@@ -158,9 +182,32 @@ def _handling_tstp(pid: int) -> bool:
         procs.catches(pid, signal.SIGTSTP)
 
 
-def _groups(leaders: tuple[Shim, ...]) -> set[int]:
-    return {pid for pid, started, boot in leaders
-            if boot == procs.boot_id() and procs.start_time(pid) in (None, started)}
+def _table() -> dict[int, procs.Stat]:
+    """Every live process (not a zombie) by pid, from one pass over /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := procs.stat(int(entry))) is not None and \
+                stat.state not in ("Z", "X"):
+            table[int(entry)] = stat
+    return table
+
+
+def _tree(leaders: tuple[Shim, ...], table: dict[int, procs.Stat]) -> tuple[set[int], set[int]]:
+    """The leaders' group (and session) ids, and the pids descended from the leaders that
+    are alive (a zombie has no children: they went to a subreaper when it died)."""
+    ours = [(pid, started) for pid, started, boot in leaders if boot == procs.boot_id()]
+    groups = {pid for pid, started in ours if procs.start_time(pid) in (None, started)}
+    children: dict[int, list[int]] = {}
+    for pid, stat in table.items():
+        children.setdefault(stat.ppid, []).append(pid)
+    descendants: set[int] = set()
+    todo = [pid for pid, started in ours if pid in table and table[pid].start == started]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in descendants:
+                descendants.add(child)
+                todo.append(child)
+    return groups, descendants
 
 
 def _roots(workspaces: Path | None) -> tuple[str, ...]:
@@ -214,29 +261,46 @@ def _signal(pid: int, started: int, signum: int) -> None:
         os.close(fd)
 
 
+class Termination:
+    """TERM, ``grace``, KILL for the scopes' processes (``members``): each gets TERM (and
+    CONT) when first seen, KILL at every rescan from the grace on. ``alive``: what the
+    last scan found; ``done`` once STABLE_SCANS scans in a row found nothing."""
+
+    def __init__(self, scopes: list[Scope], grace: float, now: float) -> None:
+        self.scopes = scopes
+        self.kill_at = now + grace
+        self.termed: set[Process] = set()
+        self.alive: dict[Process, Path] = {}
+        self.empty_scans = 0
+        self.step(now)
+
+    @property
+    def done(self) -> bool:
+        return self.empty_scans >= STABLE_SCANS
+
+    def step(self, now: float) -> None:
+        self.alive = members(self.scopes)
+        self.empty_scans = 0 if self.alive else self.empty_scans + 1
+        for process in self.alive:
+            if now >= self.kill_at:
+                _signal(*process, signal.SIGKILL)
+            elif process not in self.termed:
+                _signal(*process, signal.SIGTERM)
+                _signal(*process, signal.SIGCONT)  # a stopped process (suspended) acts on it
+                self.termed.add(process)
+        self.next_at = now + RESCAN_SECONDS
+
+
 def terminate_scopes(scopes: list[Scope], grace: float = 10.0, deadline: float = 30.0
                      ) -> dict[Path, list[Process]]:
-    """TERM, wait ``grace``, KILL, rescan until stably absent; survivors by run (if any)."""
+    """A ``Termination``, waited for up to ``deadline``; survivors by run (if any)."""
     end = time.monotonic() + deadline
-    for pid, started in members(scopes):
-        _signal(pid, started, signal.SIGTERM)
-    soft_end = time.monotonic() + grace
-    while time.monotonic() < soft_end and members(scopes):
+    termination = Termination(scopes, grace, time.monotonic())
+    while not termination.done and time.monotonic() < end:
         time.sleep(RESCAN_SECONDS)
-    empty_scans = 0
-    while time.monotonic() < end:
-        alive = members(scopes)
-        if not alive:
-            empty_scans += 1
-            if empty_scans >= STABLE_SCANS:
-                return {}
-        else:
-            empty_scans = 0
-            for pid, started in alive:
-                _signal(pid, started, signal.SIGKILL)
-        time.sleep(RESCAN_SECONDS)
+        termination.step(time.monotonic())
     survivors: dict[Path, list[Process]] = {}
-    for process, run_dir in members(scopes).items():
+    for process, run_dir in termination.alive.items():
         survivors.setdefault(run_dir, []).append(process)
     return survivors
 

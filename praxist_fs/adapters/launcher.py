@@ -136,6 +136,15 @@ class ShimHandle:
         os.close(self.go_fd)
         self.go_fd = None
 
+    def death(self) -> str:
+        """How the exited shim ended, for an attempt it left without an exit record: the
+        signal or exit code where we are its parent (Popen); a forked shim's status went to
+        the shim server."""
+        code = self.popen.returncode
+        if isinstance(self.popen, subprocess.Popen) and code:
+            return f"supervisor died: {f'signal {-code}' if code < 0 else f'exit code {code}'}"
+        return "supervisor died"
+
     def close(self) -> None:
         self.release_barrier(b"")
         os.close(self.status_fd)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
+from typing import NamedTuple
 
 
 @lru_cache(maxsize=1)
@@ -81,10 +82,24 @@ def session_id(pid: int) -> int | None:
 
 def group_and_session(pid: int) -> tuple[int, int, str, int] | None:
     """(process group, session, state letter, start time) of a pid, or None if gone."""
+    found = stat(pid)
+    return None if found is None else (found.pgrp, found.session, found.state, found.start)
+
+
+class Stat(NamedTuple):
+    state: str  # R, S, D, T, t, Z, X, ...
+    ppid: int
+    pgrp: int
+    session: int
+    start: int  # clock ticks after boot
+
+
+def stat(pid: int) -> Stat | None:
+    """What /proc/<pid>/stat says of a pid's place among processes, or None if gone."""
     fields = _stat_fields(pid)
     if not fields:
         return None
-    return int(fields[2]), int(fields[3]), fields[0], int(fields[19])
+    return Stat(fields[0], int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
 
 
 def catches(pid: int, signum: int) -> bool:

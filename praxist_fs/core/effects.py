@@ -91,7 +91,9 @@ class TerminateAttempts(Effect):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuspendAttempt(Effect):
     """Preempted by suspension (R-POL-3): SIGTSTP, then SIGSTOP, to the attempt's process
-    group, its identity revalidated before each signal. Stopping a stopped group is a no-op."""
+    group and its shim's descendants, their identity revalidated before each signal; the
+    job it makes room for starts its command only once they are all stopped. Stopping a
+    stopped group is a no-op."""
 
     job_id: str
     attempt_id: str

@@ -100,7 +100,11 @@ class AttemptResumed(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptObserved(Event):
-    """What the adapters saw of an attempt's shim: identity, barrier files, exit record."""
+    """What the adapters saw of an attempt's shim: identity, barrier files, exit record.
+
+    ``fenced``: the shim was found dead without an exit record while processes of its
+    attempt still ran, and the coordinator terminated them (they are gone now): the
+    command did not finish. ``error`` then says how the shim ended."""
 
     kind: ClassVar[str] = "attempt_observed"
     job_id: str
@@ -117,11 +121,14 @@ class AttemptObserved(Event):
     ended_at: float | None = None
     error: str | None = None
     failure: dict[str, Any] | None = None  # the task's own failure.json summary (R-OPS-3)
+    fenced: bool = False
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
         if self.exited and self.exit_code is None:
             raise ValueError("an exited attempt needs an exit_code")
+        if self.fenced and (self.alive or self.exited):
+            raise ValueError("a fenced attempt is neither alive nor exited")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -42,6 +42,9 @@ class Attempt:
     signal: int | None = None
     outcome: str | None = None  # completed, failed, infra_retry, released, lost, preempted
     failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
+    # what went wrong where the exit code does not say: the shim's (the command could not
+    # start), or a supervisor's death whose command the coordinator terminated
+    error: str | None = None
     # R-POL-3, oldest first: {"at", "mode" (suspend or requeue), "by" (the job it made room
     # for), "reason" (why that job could not start), "resumed_at" (a suspension's end).
     # A tuple, so that the attempts never preempted (most) share the empty one
@@ -75,6 +78,7 @@ class Attempt:
             "pid_start": self.pid_start,
             "round": self.round,
             "failure": self.failure,
+            "error": self.error,
             "preemptions": [dict(p) for p in self.preemptions],
             "cancel": self.cancel,
         }

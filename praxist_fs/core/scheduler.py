@@ -299,6 +299,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return self._requeue(job, attempt, ev)  # R-POL-3: an end but a success requeues
         if ev.exited:
             return self._end(job, attempt, ev)
+        if ev.fenced:
+            return self._fenced(job, attempt, ev)
         if not ev.alive:
             if ev.go or (attempt.go and (ev.ready or self._rebooted_since(attempt))):
                 # it was allowed to run, and left no exit record. GO is journaled before
@@ -341,8 +343,32 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """The host restarted since the attempt's shim was recorded (or we cannot tell)."""
         return self.coordinator is None or attempt.boot_id != self.coordinator["boot_id"]
 
+    def _fenced(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
+        """Its shim died while its command ran, and the coordinator terminated what was
+        left: the command did not finish, so the job is retried like an exit 75 (an end
+        whose exit status is unknown is never rerun: that is ``lost`` above)."""
+        used = self._infra_retries_used(job)
+        attempt.outcome = "lost"
+        attempt.error = f"{ev.error or 'supervisor died'}; command terminated"
+        lost = f"attempt {attempt.attempt_id} lost: {attempt.error}"
+        if used < self.policy.infrastructure_retries:
+            return self._settle(job, attempt, ev.at, Trigger.EXIT_RETRY,
+                                f"{lost}: retry {used + 1} of "
+                                f"{self.policy.infrastructure_retries} queued")
+        return self._settle(job, attempt, ev.at, Trigger.EXIT_FAIL,
+                            f"{lost}; no infrastructure retries left "
+                            f"({self.policy.infrastructure_retries} used)")
+
+    def _infra_retries_used(self, job: Job) -> int:
+        """Automatic retries the job's round has used: its attempts that exited 75, or
+        were lost and fenced (``_fenced``), with a retry left. A lost attempt otherwise ends
+        its round: ``drained_unknown`` is final, and ``failed`` reopens as a new round."""
+        return sum(1 for a in job.attempts
+                   if a.round == job.round and a.outcome in ("infra_retry", "lost"))
+
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
+        attempt.error = ev.error
         code = ev.exit_code
         if code == 0:
             attempt.outcome = "completed"
@@ -351,7 +377,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                                          job.request.eta_s)
             return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
         if code == INFRA_EXIT_CODE:
-            used = sum(1 for a in job.attempts if a.round == job.round and a.outcome == "infra_retry")
+            used = self._infra_retries_used(job)
             if used < self.policy.infrastructure_retries:
                 attempt.outcome = "infra_retry"
                 return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_RETRY,

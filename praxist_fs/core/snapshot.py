@@ -162,7 +162,7 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
             "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
-            "outcome": attempt.outcome, "failure": attempt.failure,
+            "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
             "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel}
 
 

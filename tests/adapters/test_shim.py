@@ -445,6 +445,18 @@ def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path, shim_
     handle.close()
 
 
+def test_a_dead_shim_tells_its_signal_only_to_its_parent(layout, tmp_path, shim_for):
+    """A shim killed outright leaves no exit record: the attempt's reason names the signal
+    where the coordinator is its parent (Popen); a forked shim's status went to the server."""
+    handle, attempt_dir, _ = spawn(layout, tmp_path, warm=shim_for())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    os.kill(handle.popen.pid, signal.SIGKILL)
+    handle.popen.wait(timeout=15)
+    forked = isinstance(handle.popen, launcher.ForkedShim)
+    assert handle.death() == ("supervisor died" if forked else "supervisor died: signal 9")
+    handle.close()
+
+
 def test_the_spec_is_private_and_never_left_behind(layout, tmp_path, monkeypatch):
     seen = {}
 

@@ -199,7 +199,9 @@ class Driver:
         elif action == "ready":
             event = AttemptObserved(**base, alive=True, pid=attempt.pid, ready=True, go=go)
         elif action == "dead":
-            event = AttemptObserved(**base, alive=False, ready=data.draw(st.booleans()), go=go)
+            fenced = go and data.draw(st.booleans())  # what it left running was terminated
+            event = AttemptObserved(**base, alive=False, ready=data.draw(st.booleans()), go=go,
+                                    fenced=fenced, error="supervisor died" if fenced else None)
         else:
             code, signal = data.draw(st.sampled_from(
                 [(0, None), (3, None), (75, None), (75, None), (137, 9)]))

@@ -513,6 +513,47 @@ def test_dead_after_go_without_exit_record_is_drained_unknown():
     assert h.launch_all() == []
 
 
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_fenced_attempt_is_lost_and_retried_as_an_infrastructure_failure(retries):
+    """Its shim died while its command ran, and the coordinator terminated what was left:
+    the command did not finish, so the job runs again within infrastructure_retries. With
+    none left it fails rather than drains: how the attempt ended is known, so a
+    retry_terminal may run it again."""
+    h, job_id = launched(make_policy(infrastructure_retries=retries))
+    h.go(job_id, "a1")
+    h.observe(job_id, "a1", alive=False, ready=True, go=True, fenced=True,
+              error="supervisor died: signal 9")
+    job = h.job(job_id)
+    [first] = job["attempts"]
+    assert first["outcome"] == "lost" and first["exit_code"] is None
+    assert first["error"] == "supervisor died: signal 9; command terminated"
+    if retries:
+        assert job["state"] == "queued" and job["reason"] == (
+            "attempt a1 lost: supervisor died: signal 9; command terminated: "
+            "retry 1 of 1 queued")
+        assert h.launch_all() == [(job_id, "a2")]
+    else:
+        assert job["state"] == "failed" and h.directory(job_id) == "done"
+        assert job["reason"].endswith("command terminated; no infrastructure retries left "
+                                      "(0 used)")
+        assert h.launch_all() == []
+
+
+def test_fenced_losses_and_exits_75_share_a_rounds_retries():
+    h, job_id = launched(make_policy(infrastructure_retries=2))
+    for attempt_id, end in (("a1", "fenced"), ("a2", 75), ("a3", "fenced")):
+        h.go(job_id, attempt_id)
+        if end == "fenced":
+            h.observe(job_id, attempt_id, alive=False, ready=True, go=True, fenced=True)
+        else:
+            h.exit(job_id, attempt_id, end)
+        h.launch_all()
+    job = h.job(job_id)
+    assert [a["outcome"] for a in job["attempts"]] == ["lost", "infra_retry", "lost"]
+    assert job["state"] == "failed" and "(2 used)" in job["reason"]
+    assert job["attempts"][2]["error"] == "supervisor died; command terminated"
+
+
 # -- request ids: retransmission and conflicts ---------------------------------------------
 
 

@@ -154,13 +154,20 @@ class Run:
         """Test cleanup: no shim or command of this run may outlive the test.
 
         Shims are found by their command line (a shim that has not written READY yet
-        has no other trace), their commands by the process group the shim leads."""
+        has no other trace), their commands by the process group the shim leads, and
+        what left that group (setsid), or outlived its shim, by the run in its
+        environment."""
         attempts = str(self.sched / "attempts")
-        for proc in psutil.process_iter(["pid", "cmdline"]):
+        for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
             if any(attempts in part for part in proc.info["cmdline"] or ()):
                 try:
                     os.killpg(proc.info["pid"], signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
+                    pass
+            elif (proc.info["environ"] or {}).get("PRAXIST_RUN_DIR") == str(self.root):
+                try:
+                    proc.kill()
+                except psutil.Error:
                     pass
 
 

@@ -64,6 +64,22 @@ def test_cancel_a_running_job_terminates_its_whole_group(make_run, tmp_path):
     wait_for(lambda: not group_alive(pid), message="the group gone")  # the sleep child too
 
 
+def test_cancel_reaches_a_descendant_that_called_setsid(run, tmp_path):
+    """The shim waits for every descendant (it is their subreaper), so one that left the
+    group must get TERM too, or the attempt would never end."""
+    escaped = tmp_path / "escaped"
+    run.submit(request("escaping", ["sh", "-c", f"setsid sleep 300 & echo $! > {escaped}; wait"]))
+    job_id = job_id_for("escaping")
+    shim = running_pid(run, job_id)
+    pid = int(wait_for(lambda: escaped.exists() and escaped.read_text().strip()))
+    # it left the attempt's session (setsid runs just after its pid is written)
+    wait_for(lambda: os.getsid(pid) == pid != shim, message="the sleep's own session")
+    assert cli(run, "cancel", job_id, "--grace", "60").returncode == 0
+    doc = run.wait_state(job_id, "cancelled")
+    assert doc["attempts"][-1]["signal"] == 15
+    assert not psutil.pid_exists(pid)  # the shim reaped it before it recorded the end
+
+
 def test_cancel_kills_after_the_grace_when_term_is_ignored(run):
     run.submit(request("stubborn", ["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"]))
     job_id = job_id_for("stubborn")

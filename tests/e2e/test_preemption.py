@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,6 +41,8 @@ compute_budget:
       background: {{work_classes: [scout, ordinary]}}
 """
 FROZEN_WINDOW = 1.0  # seconds a suspended counter is watched not to move
+TWO_SLOTS = TASK.replace("initial_concurrent_experiments: 1", "initial_concurrent_experiments: 2"
+                         ).replace("max_concurrent_experiments: 1", "max_concurrent_experiments: 2")
 
 
 def counter_job(directory: Path) -> list[str]:
@@ -86,6 +89,14 @@ def stopped(leader: int) -> bool:
             p.status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE) for p in members)
     except psutil.NoSuchProcess:
         return False
+
+
+def suspend(leader: fence.Shim, grace: float) -> None:
+    """Drive a suspension to its end, as the coordinator's loop does with its timers."""
+    suspension = fence.Suspension(leader, grace, time.monotonic())
+    while not suspension.done:
+        time.sleep(max(0.0, suspension.next_at - time.monotonic()))
+        suspension.step(time.monotonic())
 
 
 def assert_frozen(directory: Path, leader: int) -> int:
@@ -256,7 +267,7 @@ def test_suspend_lets_a_sigtstp_handler_run_before_sigstop(tmp_path):
             if handles:
                 assert proc.stdout.readline() == b"ready\n"
             leader = (proc.pid, procs.start_time(proc.pid), procs.boot_id())
-            fence.suspend_group(leader, grace=5.0)
+            suspend(leader, grace=5.0)
             assert saved.exists() is handles
             wait_for(lambda: stopped(proc.pid), message="the group to be stopped")
         finally:
@@ -265,15 +276,15 @@ def test_suspend_lets_a_sigtstp_handler_run_before_sigstop(tmp_path):
 
 
 def test_a_suspended_group_is_wholly_stopped_when_suspend_returns():
-    """A group that keeps forking short-lived children (a shell loop): when suspend_group
-    returns, no member is left running, not one signalled but not yet stopped, nor a
+    """A group that keeps forking short-lived children (a shell loop): when a suspension
+    is done, no member is left running, not one signalled but not yet stopped, nor a
     child forked while the group was being signalled. The preempting job starts then."""
     proc = subprocess.Popen(["sh", "-c", "while :; do sleep 0.01; done"],
                             start_new_session=True)
     try:
         leader = (proc.pid, procs.start_time(proc.pid), procs.boot_id())
         for _ in range(20):
-            fence.suspend_group(leader, grace=1.0)
+            suspend(leader, grace=1.0)
             running = [(p.pid, info[2]) for p in group(proc.pid)
                        if (info := procs.group_and_session(p.pid)) and info[2] not in "TtZ"
                        and not (info[2] == "D" and procs.pending(p.pid, signal.SIGSTOP))]
@@ -303,4 +314,72 @@ def test_the_job_that_preempts_starts_only_once_its_victim_is_stopped(make_run, 
                                         work_class="mature")))["job_id"]
     run.wait_state(high, "completed", timeout=30)
     states = seen.read_text().split()
-    assert states and all(state.startswith("T") for state in states), states
+    # Z: a child that exited on its own just as its group was being stopped; it runs no more
+    assert states and all(state[0] in "TZ" for state in states), states
+
+
+def test_suspend_and_resume_reach_a_descendant_that_called_setsid(make_run, tmp_path):
+    """The counter runs in a session of its own, outside the attempt's group: the shim is
+    its subreaper, so it is still the attempt's, and is stopped and continued with it."""
+    run = make_run(task_text=TASK.format(mode="suspend"))
+    run.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    escaping = f"setsid {shlex.join(counter_job(work))} & echo $! > {work}/escaped; wait"
+    low = run.reply(run.submit(request("escaping", ["sh", "-c", escaping])))["job_id"]
+    advances(work)
+    counter = int((work / "escaped").read_text())
+    assert os.getsid(counter) == counter != run.wait_attempt_field(low, "pid")
+    high = run.reply(run.submit(request("urgent", waiting_job(work),
+                                        work_class="mature")))["job_id"]
+    run.wait_state(low, "suspended")
+    frozen = assert_frozen(work, counter)  # its own group (setsid) is stopped
+    (work / "release").touch()
+    run.wait_state(high, "completed")
+    run.wait_state(low, "running")
+    assert advances(work) > frozen
+    (work / "stop").touch()
+    assert run.wait_state(low, "completed")["exit_code"] == 0
+
+
+def test_a_slow_sigtstp_handler_holds_up_only_the_job_it_makes_room_for(make_run, tmp_path):
+    """The SIGTSTP grace is a timer of the coordinator's loop, not a wait in it: while a
+    victim that catches SIGTSTP and never stops itself has its 2 s, a job that finds a
+    slot free starts and sees the victim still running; the job that preempted it sees
+    it stopped."""
+    run = make_run(task_text=TWO_SLOTS.format(mode="suspend"))
+    run.start()
+    work = tmp_path / "work"
+    work.mkdir()
+    low = run.reply(run.submit(request("stubborn", ["sh", "-c", "trap : TSTP; " +
+                                                    counter_job(work)[2]])))["job_id"]
+    leader = run.wait_attempt_field(low, "pid")
+    gate = tmp_path / "gate"
+    holder = run.reply(run.submit(request(
+        "holder", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"],
+        work_class="mature")))["job_id"]
+    run.wait_state(holder, "running")
+
+    def looking(name: str, then: str = "") -> list[str]:
+        seen = tmp_path / name
+        return ["sh", "-c", f"ps -o stat= -g {leader} > {seen}.tmp && mv {seen}.tmp {seen}"
+                            f"{then}"]
+
+    high = run.reply(run.submit(request("urgent", looking("urgent"),
+                                        work_class="mature")))["job_id"]
+    # it keeps its slot until the end: a slot it gave back would resume the victim
+    other = run.reply(run.submit(request(
+        "other", looking("other", f"; while [ ! -e {gate}2 ]; do sleep 0.05; done"),
+        work_class="mature")))["job_id"]
+    run.wait_state(low, "suspended")
+    gate.touch()  # a slot frees up for the other job
+    seen = wait_for(lambda: (path := tmp_path / "other").exists() and path.read_text().split(),
+                    message="the other job's look")
+    assert any(state[0] not in "TZ" for state in seen), seen  # it did not wait for the stop
+    run.wait_state(high, "completed", timeout=30)
+    urgent = (tmp_path / "urgent").read_text().split()
+    assert urgent and all(state[0] in "TZ" for state in urgent), urgent
+    (tmp_path / "gate2").touch()
+    (work / "stop").touch()
+    run.wait_state(other, "completed")
+    run.wait_state(low, "completed")

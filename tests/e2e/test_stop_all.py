@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import filelock
+import psutil
 
 from praxist_fs import stopper
 from praxist_fs.adapters import runs
@@ -142,6 +143,10 @@ def test_stop_all_skips_the_escaped_scan_when_a_run_cannot_be_fenced(make_run, t
     kept = pid_in(tmp_path / "kept")
     fenced.kill()
     held.kill()
+    # a live shim's descendants are its attempt's however they left: orphan this one
+    shim = psutil.Process(pid).ppid()
+    os.kill(shim, signal.SIGKILL)
+    wait_for(lambda: psutil.Process(pid).ppid() != shim, message="the command orphaned")
     (held.sched / "endpoint.json").unlink()
     holder = filelock.FileLock(str(held.sched / "owner.lock"), timeout=0)
     holder.acquire()  # someone else holds that run: it cannot be fenced

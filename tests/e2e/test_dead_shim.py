@@ -1,0 +1,100 @@
+"""kill -9 of an attempt's shim never leaves its command running with nothing to watch it
+(R-RUN-2, R-RUN-3): what the attempt still runs, a descendant that called setsid included,
+is terminated, the attempt ends ``lost`` with the supervisor's death as its error, and the
+job runs again as an infrastructure failure, within infrastructure_retries. The same when
+the shim dies while no coordinator runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+from .conftest import request, wait_for
+
+ENDED = ("completed", "failed", "drained_unknown")
+
+
+def orphaning(tmp_path) -> list[str]:
+    """Attempt a1 leaves a sleep in a session of its own (its pid in ``escaped``) and waits
+    on another; any later attempt exits 0 at once."""
+    return ["sh", "-c", 'if [ "$PRAXIST_EXPERIMENT_ATTEMPT_ID" != a1 ]; then exit 0; fi; '
+            f"setsid sleep 300 & echo $! > {tmp_path}/escaped; sleep 300"]
+
+
+def processes_of(attempt_dir) -> list[int]:
+    """Live processes that carry the attempt in their environment."""
+    found = []
+    for proc in psutil.process_iter(["pid", "environ", "status"]):
+        if (proc.info["environ"] or {}).get("PRAXIST_EXPERIMENT_ATTEMPT_DIR") == \
+                str(attempt_dir) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.info["pid"])
+    return found
+
+
+def dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def start_orphaning(run, tmp_path):
+    """The job, its shim's pid and its first attempt's directory, once the command has
+    left a sleep outside the shim's session."""
+    job_id = run.reply(run.submit(request("orphaning", orphaning(tmp_path))))["job_id"]
+    escaped = int(wait_for(lambda: (path := tmp_path / "escaped").exists()
+                           and path.read_text().strip(), message="the setsid'd sleep"))
+    shim = run.wait_attempt_field(job_id, "pid")
+    # it left the attempt's session (setsid runs just after its pid is written)
+    wait_for(lambda: os.getsid(escaped) == escaped != shim, message="the sleep's own session")
+    attempt_dir = run.sched / "attempts" / job_id / "a1"
+    assert escaped in processes_of(attempt_dir)
+    return job_id, shim, attempt_dir
+
+
+def assert_lost_and_terminated(doc, attempt_dir):
+    first = doc["attempts"][0]
+    assert first["outcome"] == "lost" and first["exit_code"] is None
+    assert first["error"].startswith("supervisor died") and \
+        first["error"].endswith("; command terminated")
+    assert processes_of(attempt_dir) == []  # the setsid'd sleep too
+
+
+def test_a_killed_shim_is_fenced_and_its_job_retried(make_run, tmp_path):
+    run = make_run(retries=1)
+    run.start()
+    job_id, shim, attempt_dir = start_orphaning(run, tmp_path)
+    os.kill(shim, signal.SIGKILL)
+    doc = run.wait_state(job_id, *ENDED)
+    assert doc["state"] == "completed", doc["reason"]
+    assert [a["outcome"] for a in doc["attempts"]] == ["lost", "completed"]  # a2 ran
+    assert_lost_and_terminated(doc, attempt_dir)
+
+
+def test_without_retries_left_a_fenced_job_fails(make_run, tmp_path):
+    """Failed, not drained_unknown: the command was terminated, so it did not finish, and
+    retry_terminal may run it again."""
+    run = make_run(retries=0)
+    run.start()
+    job_id, shim, attempt_dir = start_orphaning(run, tmp_path)
+    os.kill(shim, signal.SIGKILL)
+    doc = run.wait_state(job_id, *ENDED)
+    assert doc["state"] == "failed" and len(doc["attempts"]) == 1
+    assert "no infrastructure retries left" in doc["reason"]
+    assert_lost_and_terminated(doc, attempt_dir)
+
+
+def test_a_shim_killed_while_the_coordinator_is_down_is_fenced_at_start(make_run, tmp_path):
+    run = make_run(retries=1)
+    run.start()
+    job_id, shim, attempt_dir = start_orphaning(run, tmp_path)
+    run.kill()
+    os.kill(shim, signal.SIGKILL)
+    wait_for(lambda: dead(shim), message="the shim dead")
+    assert processes_of(attempt_dir)  # its command runs on, with nothing to watch it
+    run.start()
+    doc = run.wait_state(job_id, *ENDED)
+    assert [a["outcome"] for a in doc["attempts"]] == ["lost", "completed"]
+    assert_lost_and_terminated(doc, attempt_dir)
