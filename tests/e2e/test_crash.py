@@ -166,8 +166,10 @@ def test_a_journal_whose_snapshot_is_gone_is_refused(make_run):
     run.start({"PRAXIST_COMPACT_AFTER": "2"})
     for tag in ("lost-a", "lost-b"):
         run.wait_state(run.reply(run.submit(request(tag)))["job_id"], "completed")
+    snapshot = run.sched / "journal" / "snapshot.jsonl"
+    wait_for(snapshot.exists, message="a compaction")  # after the batch the test saw
     run.kill()
-    (run.sched / "journal" / "snapshot.jsonl").unlink()
+    snapshot.unlink()
     run.start_raw()
     assert run.proc.wait(timeout=15) != 0
     log = (run.root.parent / f"coordinator-{run.root.name}.log").read_text()
