@@ -30,7 +30,7 @@ from .adapters import fence, launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
-    create, dumps, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+    create, dumps, fsync_dir, read_json, sync_all, temp_name, unlink, write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
@@ -408,8 +408,9 @@ class Coordinator:
             return False
         if self.degraded is None:
             self.degraded = f"{what} on {_file_system(path)}: {path}"
-            log.error("degraded: %s (%s); requests wait in incoming/, running commands are "
-                      "still supervised, retrying until there is room", self.degraded, exc)
+            log.error("degraded: %s ([Errno %d] %s); requests wait in incoming/, running "
+                      "commands are still supervised, retrying until there is room",
+                      self.degraded, exc.errno, exc.strerror)
             self._retry_delay = DEGRADED_RETRY_SECONDS[0]
             self._retry_at = time.monotonic() + self._retry_delay
             self._status_version = (-1, -1)  # to say so, if it can
@@ -434,9 +435,9 @@ class Coordinator:
         requests, results) and serve as before."""
         if time.monotonic() < self._retry_at:
             return
-        probe = self.layout.scheduler / ".space-probe.tmp"
+        probe = temp_name(self.layout.scheduler / "space-probe")  # swept at start if left
         try:
-            write_atomic(probe, bytes(SPACE_PROBE_BYTES))
+            create(probe, bytes(SPACE_PROBE_BYTES))
             unlink(probe)
             self.journal.rewind()
             self._repair_views(None)

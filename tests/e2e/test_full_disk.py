@@ -147,7 +147,7 @@ def test_a_full_disk_degrades_the_coordinator_which_resumes_once_there_is_room(
 
     def failed_probes():
         probes.seen("")
-        return sum(name.startswith("..space-probe.tmp.") for name in probes.names)
+        return sum(name.startswith(".space-probe.") for name in probes.names)
     after_gate = failed_probes()
     wait_for(lambda: failed_probes() > after_gate, timeout=20, message="a retry after the exits")
     probes.close()
@@ -188,3 +188,36 @@ def test_a_full_disk_degrades_the_coordinator_which_resumes_once_there_is_room(
     assert all(run.job(job_id)["state"] == "completed" for job_id in jobs)
     assert len(list(starts.iterdir())) == 5 and all(
         tag.read_text() == "x\n" for tag in starts.iterdir())
+
+
+def test_views_that_cannot_be_written_after_their_commit_are_written_once_there_is_room(
+        make_run, tmp_path):
+    """The journal has room, replies and job files do not: the request is journaled, its
+    reply and job file wait, status.json (which has room) says why, and they are written,
+    and the job run once, by the same coordinator once there is room."""
+    run = make_run(slots=1)
+    with small_tmpfs(tmp_path / "disk") as disk, \
+            bound(disk.root / "replies", run.sched / "spool" / "replies"), \
+            bound(disk.root / "jobs", run.sched / "jobs"):
+        try:
+            coordinator = run.start().pid
+            disk.fill()
+            marker = tmp_path / "starts"
+            request_id = run.submit(request("views", ["sh", "-c", f"echo x >> {marker}"]))
+            said = wait_for(lambda: (run.status() or {}).get("coordinator", {}).get("degraded"),
+                            message="degraded in status.json")
+            assert said.startswith("no space left on tmpfs (tmpfs) at "
+                                   f"{run.sched}/") and said.endswith(".json")
+            assert not (run.sched / "spool" / "replies" / f"{request_id}.json").exists()
+
+            disk.free()
+            job_id = run.reply(request_id, timeout=30)["job_id"]
+            job = run.wait_state(job_id, "completed", "failed", "drained_unknown", timeout=30)
+            assert (job["state"], job["exit_code"], marker.read_text()) == ("completed", 0, "x\n")
+            wait_for(lambda: run.status()["coordinator"]["degraded"] is None,
+                     message="status.json no longer degraded")
+            assert run.proc.pid == coordinator and run.proc.poll() is None
+        finally:
+            if run.proc is not None and run.proc.poll() is None:
+                run.kill()
+            run.kill_attempt_groups()
