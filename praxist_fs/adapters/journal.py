@@ -17,7 +17,7 @@ a torn write and damage):
 ``append`` buffers, ``commit`` writes and fsyncs (group commit). A commit that
 fails (a full disk, a quota, EIO) takes its records back: the error propagates, the
 numbering goes on from the last durable record, and whatever part of them reached the
-file is cut off before anything is appended again (by the next commit, or ``rewind``).
+file is cut off at once (or, if that fails too, before anything is appended again).
 The caller rolls its state back to ``durable`` (the records on disk) and retries later.
 
 Compaction: once a durable snapshot covers every record up to seq N, ``compact``
@@ -29,6 +29,7 @@ journal that starts later than that has lost records and is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zlib
@@ -218,6 +219,8 @@ class Journal:
             fsio.fsync(self._fd)
         except OSError:
             self._seq, self._torn = self._synced[0], True
+            with contextlib.suppress(OSError):  # at once: a stop before a retry leaves none
+                self.rewind()
             raise
         self._synced = (self._seq, self._synced[1] + len(data))
 
