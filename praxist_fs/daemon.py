@@ -13,6 +13,7 @@ out the effects, launches first. Nothing here decides what to run.
 from __future__ import annotations
 
 import ctypes
+import errno
 import gc
 import hashlib
 import logging
@@ -30,7 +31,7 @@ from .adapters import fence, launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
-    create, dumps, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+    create, dumps, fsync_dir, read_json, sync_all, temp_name, unlink, write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
@@ -80,6 +81,10 @@ STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
+DEGRADED_RETRY_SECONDS = (0.5, 10.0)  # a full disk is retried this often, doubling
+SPACE_PROBE_BYTES = 256 * 1024  # room a retry must find before requests are read again
+DISK_ERRORS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded",
+               errno.EIO: "I/O error (EIO)"}  # waited out, not fatal (OPERATIONS.md *Full disk*)
 
 AttemptKey = tuple[str, str]
 
@@ -128,6 +133,9 @@ class Coordinator:
                                         or COMPACT_AFTER_RECORDS))
         self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
+        self.degraded: str | None = None  # why nothing is read or journaled (a full disk)
+        self._retry_delay = DEGRADED_RETRY_SECONDS[0]
+        self._retry_at = 0.0
 
     # -- life cycle ---------------------------------------------------------
 
@@ -139,7 +147,13 @@ class Coordinator:
         clean = False
         try:
             self._start()
-            self._loop()
+            while True:  # a full disk's error from anywhere in a turn: waited out there
+                try:
+                    self._loop()
+                    break
+                except OSError as exc:
+                    if not self._disk_error(exc, exc.filename or self.layout.root):
+                        raise
             clean = True
         finally:
             self._shutdown(clean)
@@ -227,11 +241,15 @@ class Coordinator:
         if hasattr(self, "journal"):
             if hasattr(self, "inventory"):  # else the start failed before it served
                 self._write_status(force=True, state="stopped")
-            if clean:
-                if self.journal.tail:
-                    self._compact()
-                self.index.close(self.journal.seq)
-                self._mark_clean_stop()
+            if clean and self.degraded is None:  # else views are owed: the start repairs
+                try:
+                    if self.journal.tail:
+                        self._compact()
+                    self.index.close(self.journal.seq)
+                    self._mark_clean_stop()
+                except OSError as exc:
+                    if not self._disk_error(exc, exc.filename or self.layout.journal):
+                        raise
             self.journal.close()
             remove_endpoint(self.layout)
 
@@ -249,11 +267,14 @@ class Coordinator:
                     not self.sched.in_flight():
                 log.info("run stopped (%s): nothing left running; exiting", self.sched.stopped)
                 break
-            self._launch()
-            self._keep_warm()
-            self._process(self.sched.due(time.time()))
-            self._process(list(self.sched.next_grants(time.time())))
-            self._publish_claims()
+            if self.degraded is None:
+                self._launch()
+                self._keep_warm()
+                self._process(self.sched.due(time.time()))
+                self._process(list(self.sched.next_grants(time.time())))
+                self._publish_claims()
+            else:
+                self._retry_degraded()
             self._write_status()
             now = time.monotonic()
             quiet = self._quiet()
@@ -262,7 +283,8 @@ class Coordinator:
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
             deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now),
-                           self._next_timer())
+                           self._next_timer(),
+                           self._retry_at if self.degraded else float("inf"))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, attempt_key = key.data
@@ -289,7 +311,7 @@ class Coordinator:
             if now >= next_sample:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
-            if self.journal.tail >= self.compact_after:
+            if self.journal.tail >= self.compact_after and self.degraded is None:
                 self._compact()
                 _return_memory()  # rendering the snapshot leaves as much garbage as the state
 
@@ -415,6 +437,66 @@ class Coordinator:
                     observed = self._observe(job, job.current)
                     self._process([replace(observed, fenced=True, error=death)], launch=True)
 
+    # -- a full disk --------------------------------------------------------
+
+    def _disk_error(self, exc: OSError, path: str | os.PathLike) -> bool:
+        """Whether ``exc`` is a full disk, a quota or EIO: then the coordinator is degraded
+        (until a retry finds room) instead of dead: it reads no request and journals
+        nothing, and keeps its running attempts supervised. Said once, in the log."""
+        what = DISK_ERRORS.get(exc.errno)
+        if what is None:
+            return False
+        if self.degraded is None:
+            self.degraded = f"{what} on {_file_system(path)}: {path}"
+            log.error("degraded: %s ([Errno %d] %s); requests wait in incoming/, running "
+                      "commands are still supervised, retrying until there is room",
+                      self.degraded, exc.errno, exc.strerror)
+            self._retry_delay = DEGRADED_RETRY_SECONDS[0]
+            self._retry_at = time.monotonic() + self._retry_delay
+            self._status_version = (-1, -1)  # to say so, if it can
+        return True
+
+    def _roll_back(self) -> None:
+        """A batch that could not be journaled never happened: none of its effects ran.
+        The scheduler is rebuilt from the durable records as a start would (snapshot,
+        then journal), the shims the batch bound are warm again, and what it saw
+        (requests, exits, results) is seen again once there is room."""
+        self.warm[:0] = self.bound.values()
+        self.bound.clear()
+        self.sched = Scheduler()
+        after = self._restore_snapshot()
+        for record in self.journal.durable(after):
+            self.sched.handle(from_record(record))
+        self._results_seen.clear()
+
+    def _retry_degraded(self) -> None:
+        """With backoff: once a probe finds room, repair the views that could not be
+        written, then look again at what waited (exits told on pipes or held by shims,
+        requests, results) and serve as before."""
+        if time.monotonic() < self._retry_at:
+            return
+        probe = temp_name(self.layout.scheduler / "space-probe")  # swept at start if left
+        try:
+            create(probe, bytes(SPACE_PROBE_BYTES))
+            unlink(probe)
+            self.journal.rewind()
+            self._repair_views(None)
+        except OSError as exc:
+            if exc.errno not in DISK_ERRORS:
+                raise
+            self._retry_delay = min(self._retry_delay * 2, DEGRADED_RETRY_SECONDS[1])
+            self._retry_at = time.monotonic() + self._retry_delay
+            return
+        log.warning("resumed: %s no longer (a retry found room); reading requests again",
+                    self.degraded)
+        self.degraded = None
+        self._status_version = (-1, -1)
+        self._settle_attempts()
+        self._sample()
+        self._process([self._observe(job, job.current) for job in self.sched.in_flight()],
+                      launch=True)
+        self._ring()
+
     # -- events in ----------------------------------------------------------
 
     def _process(self, events: list[Event], launch: bool = False) -> None:
@@ -425,6 +507,8 @@ class Coordinator:
         decision it allows share one commit. Not for a run on the host registry: its
         pass runs under the registry's lock (``_launch``)."""
         while events:
+            if self.degraded is not None:
+                return  # nothing is journaled: what was seen is seen again on recovery
             effects: list[Effect] = []
             committed = self._handle(events, effects)
             if launch and self.registry is None:
@@ -433,13 +517,23 @@ class Coordinator:
             committed |= self._handle(self._bind_warm(effects), effects)
             if committed:
                 reach("journal.before_commit")
-                self.journal.commit()
+                try:
+                    self.journal.commit()
+                except OSError as exc:
+                    if not self._disk_error(exc, self.layout.journal):
+                        raise
+                    self._roll_back()
+                    return
                 reach("journal.after_commit")
             events = []
             for effect in sorted(_last_job_writes(effects), key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
                 reach(f"{point}.before")
-                events += self._execute(effect)
+                try:
+                    events += self._execute(effect)
+                except OSError as exc:  # a view: repaired on recovery; the batch goes on
+                    if not self._disk_error(exc, exc.filename or self.layout.scheduler):
+                        raise
                 reach(f"{point}.after")
             self._settle_attempts()
 
@@ -482,9 +576,14 @@ class Coordinator:
         attempt.json for each attempt it started, off the launch path; and its directory
         made durable, since exit.json, fsynced by the shim into it, must not vanish with
         the directory after a power cut."""
-        for effect in self.spawned:
-            launcher.describe(self.layout, effect)
-        launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+        try:
+            for effect in self.spawned:
+                launcher.describe(self.layout, effect)
+            launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+        except OSError as exc:  # kept for the recovery's try
+            if not self._disk_error(exc, exc.filename or self.layout.attempts):
+                raise
+            return
         self.spawned.clear()
 
     def _launch(self) -> None:
@@ -558,7 +657,10 @@ class Coordinator:
             capacity=capacity, others=tuple(others))])
 
     def _scan_incoming(self) -> bool:
-        """Read one batch of requests; True if the batch was full."""
+        """Read one batch of requests; True if the batch was full. None while degraded:
+        they wait in incoming/, untouched."""
+        if self.degraded is not None:
+            return False
         names = spool.pending(self.layout.incoming)
         dir_fd = os.open(self.layout.incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -587,6 +689,8 @@ class Coordinator:
         self._watched.add(number)
 
     def _scan_control(self) -> None:
+        if self.degraded is not None:
+            return
         events = []
         for name, data, error in spool.read_inbox(self.layout.control):
             digest = hashlib.sha256(data or str(error).encode()).hexdigest()
@@ -607,6 +711,8 @@ class Coordinator:
 
     def _scan_generations(self) -> None:
         """Results (every generation, so late ones are quarantined), idle peers and declines."""
+        if self.degraded is not None:
+            return  # a result seen now would count as seen
         events: list[Event] = []
         for number, gen in self.sched.generations.items():
             seen = self._results_seen.setdefault(number, set())
@@ -703,6 +809,9 @@ class Coordinator:
         if pid is None and isinstance(ready, dict):
             pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
         handle = self.handles.get((job.job_id, attempt.attempt_id))
+        if pid is None and handle is not None:  # its pid's record failed (a full disk)
+            pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
+                procs.boot_id()
         alive = procs.is_alive(pid, started, boot) and (
             handle is None or handle.popen.poll() is None)
         exit_record = read_json(attempt_dir / "exit.json")
@@ -819,6 +928,8 @@ class Coordinator:
                                     launcher.attempt_environment(self.layout, effect))
             handle = launcher.spawn(self.layout, effect, env, bound)
         except OSError as exc:
+            if bound is None and exc.errno in DISK_ERRORS:
+                raise  # nothing started, nothing said: released once there is room
             if bound is not None:  # its pid and GO are journaled: nothing ran, so retry it
                 return [AttemptObserved(
                     at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
@@ -1142,20 +1253,25 @@ class Coordinator:
         runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
                    "observer": "polling" if self.polling else "inotify",
                    "filesystem": self.filesystem,
-                   "journal_seq": self.journal.seq, "problems": self.problems}
+                   "journal_seq": self.journal.seq, "problems": self.problems,
+                   "degraded": self.degraded}
         reports = {}
         for job in self.sched.running():
             attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
             reports[job.job_id] = {"progress": _progress(attempt_dir / "progress.json"),
                                    "failure": _task_report(attempt_dir / "failure.json")}
         runtime["gpu_inventory"] = self.inventory.source
-        for effect in self.sched.reason_updates():  # pending reasons, at status cadence
-            self._execute(effect)
-        self.index.flush(self.journal.seq)  # the job index too: a commit costs ~0.2 ms
-        reach("status.before_write")
-        write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
-                   sync=False, indent=2)
-        reach("status.after_write")
+        try:
+            for effect in self.sched.reason_updates():  # pending reasons, at status cadence
+                self._execute(effect)
+            self.index.flush(self.journal.seq)  # the job index too: a commit costs ~0.2 ms
+            reach("status.before_write")
+            write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
+                       sync=False, indent=2)
+            reach("status.after_write")
+        except OSError as exc:  # tried again at the usual cadence, not at every turn
+            if not self._disk_error(exc, self.layout.status):
+                raise
         self._status_version, self._status_at = self._status_stamp(), now
 
 
@@ -1170,6 +1286,22 @@ def _return_memory() -> None:
     except (OSError, AttributeError):  # not glibc: the memory stays with the process
         pass
     gc.freeze()
+
+
+def _file_system(path: str | os.PathLike) -> str:
+    """'<device> (<type>) at <mount point>' of the file system that holds ``path``."""
+    target, best = os.path.realpath(path), ("?", "?", "/")
+    try:
+        with open("/proc/self/mounts") as mounts:
+            for line in mounts:
+                source, point, kind = line.split()[:3]
+                point = point.replace("\\040", " ")
+                if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                        len(point) >= len(best[2]):
+                    best = (source, kind, point)
+    except OSError:
+        pass
+    return f"{best[0]} ({best[1]}) at {best[2]}"
 
 
 def _names(directory: str | os.PathLike) -> list[str]:

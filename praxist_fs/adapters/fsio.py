@@ -101,7 +101,10 @@ def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o77
             fsync_dir(os.path.dirname(directory))
 
 
-def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool) -> None:
+def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
+            meant: str | os.PathLike | None = None) -> None:
+    """``meant``: the file ``path`` is the temp name of, which an error names (a write's
+    error names no file: a full disk's message must say where)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
@@ -114,9 +117,11 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool) -> N
             os.fsync(fd)
             if _ledger is not None:
                 _record("fsync", path)
-    except BaseException:
+    except BaseException as exc:
         os.close(fd)
         unlink(path)
+        if isinstance(exc, OSError):
+            exc.filename = os.fspath(meant or path)
         raise
     os.close(fd)
 
@@ -135,7 +140,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
     reader still never sees a half-written file; a power cut may leave it empty."""
     tmp = temp_name(path)
-    _create(tmp, data, mode, sync=sync)
+    _create(tmp, data, mode, sync=sync, meant=path)
     rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(tmp))

@@ -14,8 +14,11 @@ a torn write and damage):
   record**, which may have been fsynced and acknowledged. It is dropped only
   when ``keep_damaged`` (the coordinator, told so by an operator) has set its
   bytes aside; otherwise the start stops.
-``append`` buffers, ``commit`` writes and fsyncs (group commit); an fsync error
-propagates and is fatal for the caller.
+``append`` buffers, ``commit`` writes and fsyncs (group commit). A commit that
+fails (a full disk, a quota, EIO) takes its records back: the error propagates, the
+numbering goes on from the last durable record, and whatever part of them reached the
+file is cut off at once (or, if that fails too, before anything is appended again).
+The caller rolls its state back to ``durable`` (the records on disk) and retries later.
 
 Compaction: once a durable snapshot covers every record up to seq N, ``compact``
 empties the file and numbering goes on from N + 1. A journal therefore starts no
@@ -26,6 +29,7 @@ journal that starts later than that has lost records and is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zlib
@@ -69,6 +73,9 @@ class Journal:
         self._after = after
         self._seq = after
         self._pending: list[bytes] = []
+        self._start = 0  # offset of the first record after ``after``
+        self._synced = (after, 0)  # seq and file size of the last durable record
+        self._torn = False  # a failed commit may have left bytes after it
         created = not self.path.exists()
         self._fd = fsio.open_append(self.path)
         if created:
@@ -98,7 +105,14 @@ class Journal:
         span, self._replay = self._replay, None
         return self._read(span)
 
-    def _read(self, span: tuple[int, int] | None) -> Iterator[dict[str, Any]]:
+    def durable(self, after: int) -> Iterator[dict[str, Any]]:
+        """The durable records numbered after ``after`` (the seq of the snapshot a caller
+        starts from), read back from the file: the state a failed commit rolls back to,
+        rebuilt as a start would."""
+        return self._read((self._start, self._synced[1]), after)
+
+    def _read(self, span: tuple[int, int] | None, after: int = 0
+              ) -> Iterator[dict[str, Any]]:
         if span is None:
             return
         offset, end = span
@@ -108,8 +122,11 @@ class Journal:
                 if offset >= end:
                     return
                 offset += len(line)
+                fields = line.split(b" ", 2)
+                if after and int(fields[0]) <= after:
+                    continue  # a snapshot written before a failed compaction covers it
                 try:
-                    yield json.loads(line.split(b" ", 2)[2])
+                    yield json.loads(fields[2])
                 except ValueError:
                     raise JournalCorrupt(f"{self.path}: a record with a good checksum is "
                                          "not JSON; refusing to start") from None
@@ -138,11 +155,13 @@ class Journal:
                 offset += len(line)
         if self._replay is not None:
             self._replay = (self._replay[0], offset)
+        self._start = self._replay[0] if self._replay is not None else offset
         last = expected - 1 if expected is not None else self._after
         if last < self._after:
             raise JournalCorrupt(f"{self.path}: ends at seq {last}, before its snapshot's "
                                  f"seq {self._after}; refusing to start")
         self._seq = last
+        self._synced = (last, offset)
 
     def _repair_tail(self, tail: bytes, offset: int, due: int) -> None:
         """``tail``: the file from the first bad line (at ``offset``, due as seq ``due``) on."""
@@ -180,8 +199,8 @@ class Journal:
         """Empty the journal: a durable snapshot covers every record in it."""
         self.commit()
         fsio.truncate(self._fd, 0)
+        self._after, self._start, self._synced = self._seq, 0, (self._seq, 0)
         fsio.fsync(self._fd)
-        self._after = self._seq
 
     def append(self, record: dict[str, Any]) -> int:
         self._seq += 1
@@ -193,8 +212,25 @@ class Journal:
             return
         data = b"".join(self._pending)
         self._pending.clear()
-        fsio.append(self._fd, data)
+        try:
+            if self._torn:
+                self.rewind()
+            fsio.append(self._fd, data)
+            fsio.fsync(self._fd)
+        except OSError:
+            self._seq, self._torn = self._synced[0], True
+            with contextlib.suppress(OSError):  # at once: a stop before a retry leaves none
+                self.rewind()
+            raise
+        self._synced = (self._seq, self._synced[1] + len(data))
+
+    def rewind(self) -> None:
+        """Cut off what a failed commit left after the last durable record (a prefix of
+        its records, on a full disk). Until this succeeds nothing is appended: a torn
+        record followed by good ones would read as damage at the next start."""
+        fsio.truncate(self._fd, self._synced[1])
         fsio.fsync(self._fd)
+        self._torn = False
 
     def close(self) -> None:
         os.close(self._fd)

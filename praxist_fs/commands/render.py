@@ -61,6 +61,8 @@ def format_status(doc: dict, alive: bool = True) -> str:
         f"running {doc['running']}",
         "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
     ]
+    if coord.get("degraded"):  # a full disk (OPERATIONS.md *Full disk*)
+        lines.append(f"DEGRADED: {coord['degraded']}; requests wait until there is room")
     for case in coord.get("problems") or ():  # set aside at a start (OPERATIONS.md *Crash*)
         lines.append(f"PROBLEM: {len(case['items'])} item(s) set aside in {case['case']}: "
                      + "; ".join(item["why"] for item in case["items"]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import errno
 import fnmatch
 import os
 import re
@@ -15,8 +16,21 @@ from praxist_fs.adapters.fsio import (
     TEMP_PATTERN, create, makedirs, read_spool_file, rename, temp_name, write_atomic, write_json,
 )
 from praxist_fs.errors import BadRequest
+from tests.disks import small_tmpfs
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_write_that_fails_on_a_full_disk_names_the_file_meant(tmp_path):
+    """os.write's ENOSPC names no file: the coordinator's log must say where the disk is
+    full, by the file it meant to write, not its temp name; no temp file is left."""
+    with small_tmpfs(tmp_path / "disk") as disk:
+        disk.fill()
+        target = disk.root / "reply.json"
+        with pytest.raises(OSError) as failed:
+            write_atomic(target, bytes(65536))
+        assert (failed.value.errno, failed.value.filename) == (errno.ENOSPC, str(target))
+        assert sorted(os.listdir(disk.root)) == ["filler"]
 
 
 def test_atomic_write_replaces_and_leaves_no_temp_files(tmp_path):

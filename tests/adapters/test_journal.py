@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import zlib
@@ -11,6 +12,7 @@ import pytest
 from praxist_fs.adapters import fsio
 from praxist_fs.adapters.journal import Journal
 from praxist_fs.errors import JournalCorrupt
+from tests.disks import small_tmpfs
 
 
 def write_records(path, count):
@@ -224,3 +226,27 @@ def test_every_durable_step_is_in_the_power_loss_ledger(tmp_path, monkeypatch):
     ops = [json.loads(line)["op"] for line in ledger.read_text().splitlines()]
     assert ops == ["open_append", "fsync", "fsync_dir", "append", "fsync",
                    "open_append", "truncate", "fsync"]
+
+
+def test_a_commit_that_fails_on_a_full_disk_takes_its_records_back(tmp_path):
+    """The part of a batch that reached the file before ENOSPC is cut off and its seqs are
+    reused, so that the next commit does not leave a torn record in the middle (refused at
+    the next start) or a gap in the numbering; ``durable`` reads what is left."""
+    with small_tmpfs(tmp_path / "disk") as disk:
+        path = disk.root / "j.log"
+        journal = Journal(path)
+        journal.append({"type": "x", "i": 0})
+        journal.commit()
+        size = path.stat().st_size
+        disk.fill()  # the journal's last page still has room: a prefix of the next lands
+        journal.append({"type": "big", "pad": "p" * 20_000})
+        with pytest.raises(OSError) as failed:
+            journal.commit()
+        assert failed.value.errno == errno.ENOSPC and path.stat().st_size == size
+        assert journal.seq == 1 and [r["i"] for r in journal.durable(0)] == [0]
+        disk.free()
+        journal.append({"type": "x", "i": 1})
+        journal.commit()
+        journal.close()
+        assert path.stat().st_size > size
+        assert [r["i"] for r in Journal(path).records] == [0, 1]

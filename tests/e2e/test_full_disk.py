@@ -1,11 +1,16 @@
-"""A finished command's exit status is never lost to a full disk (issue 14): its shim
-holds it until exit.json can be written, and tells a connected coordinator meanwhile.
+"""A full disk loses nothing and kills nothing (issue 14).
 
-The run's attempts/ and logs/ share one small tmpfs, the rest of the run (its journal
-above all) lies elsewhere: a coordinator that cannot journal must not act, which is
-another matter."""
+A finished command's exit status: its shim holds it until exit.json can be written,
+and tells a connected coordinator meanwhile (the run's attempts/ and logs/ on one small
+tmpfs, the journal elsewhere). The coordinator's own files: with the whole run on the
+tmpfs it is degraded, not dead, and resumes by itself once there is room."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -92,3 +97,127 @@ def test_an_exit_the_shim_holds_reaches_a_coordinator_started_later(full_disk, t
     assert (job["state"], job["exit_code"], len(job["attempts"])) == ("completed", 0, 1)
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
     assert temporary_files(run) == []
+
+
+@pytest.fixture
+def full_run(make_run):
+    """A run whose every file (journal, spool, views, attempts) is on one small tmpfs; the
+    coordinator's log is not."""
+    run = make_run(slots=2)
+    with small_tmpfs(run.root, size="3m") as disk:
+        try:
+            for sub in ("spool/tmp", "spool/incoming"):
+                (run.sched / sub).mkdir(parents=True)
+            yield run, disk
+        finally:
+            if run.proc is not None and run.proc.poll() is None:
+                run.kill()
+            run.kill_attempt_groups()
+
+
+def test_a_full_disk_degrades_the_coordinator_which_resumes_once_there_is_room(
+        full_run, tmp_path):
+    """Jobs run and requests arrive while the disk is full: the same coordinator waits
+    (requests stay in incoming/, exits are held), says why, and carries on once there is
+    room: every request answered, every job run exactly once (counted by its command),
+    and its journal still opens at a restart."""
+    run, disk = full_run
+    coordinator = run.start().pid
+    starts, gate = tmp_path / "starts", tmp_path / "gate"
+    starts.mkdir()
+
+    def command(tag, gated):  # large enough that a batch of them overflows a page
+        wait = f"while [ ! -e {gate} ]; do sleep 0.02; done; " if gated else ""
+        return ["sh", "-c", f"echo x >> {starts / tag}; {wait}exit 0; : {'p' * 1500}"]
+
+    jobs = [run.reply(run.submit(request(tag, command(tag, True))))["job_id"]
+            for tag in ("a", "b")]
+    wait_for(lambda: all((starts / tag).exists() for tag in "ab"), message="a and b running")
+    late = {f"late{n}.json": json.dumps(request(f"late{n}", command(f"late{n}", False)))
+            for n in range(3)}
+    for name, text in late.items():  # written while there is room, delivered while none
+        (run.sched / "spool" / "tmp" / name).write_text(text)
+    probes = Deletions(run.sched)
+    disk.fill()
+    for name in late:
+        os.rename(run.sched / "spool" / "tmp" / name, run.sched / "spool" / "incoming" / name)
+    log = tmp_path / f"coordinator-{run.root.name}.log"
+    wait_for(lambda: "degraded:" in log.read_text(), message="degraded in the log")
+    gate.touch()  # a and b end while nothing can be journaled
+
+    def failed_probes():
+        probes.seen("")
+        return sum(name.startswith(".space-probe.") for name in probes.names)
+    after_gate = failed_probes()
+    wait_for(lambda: failed_probes() > after_gate, timeout=20, message="a retry after the exits")
+    probes.close()
+    incoming = run.sched / "spool" / "incoming"
+    assert {name: (incoming / name).read_text() for name in os.listdir(incoming)} == late
+    assert run.proc.poll() is None and run.proc.pid == coordinator
+
+    filler = disk.filler.stat().st_size  # some room, less than a retry asks for
+    os.truncate(disk.filler, filler - 128 * 1024)
+    said = wait_for(lambda: ((run.status() or {}).get("coordinator") or {}).get("degraded"),
+                    timeout=20, message="degraded in status.json")
+    assert said.startswith(f"no space left on tmpfs (tmpfs) at {run.root}: ")
+    shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                            str(run.root)], capture_output=True, text=True, check=True).stdout
+    assert f"DEGRADED: {said}; requests wait until there is room" in shown
+
+    disk.free()
+    replies = [run.reply(name[:-5], timeout=30) for name in late]
+    assert [reply["outcome"] for reply in replies] == ["accepted"] * 3
+    jobs += [reply["job_id"] for reply in replies]
+    for job_id in jobs:
+        job = run.wait_state(job_id, "completed", "failed", "drained_unknown", timeout=30)
+        assert (job["state"], job["exit_code"], len(job["attempts"])) == ("completed", 0, 1)
+    assert {tag.name: tag.read_text() for tag in starts.iterdir()} == {
+        tag: "x\n" for tag in ("a", "b", "late0", "late1", "late2")}
+    assert os.listdir(incoming) == []
+    wait_for(lambda: (run.status() or {}).get("coordinator", {}).get("degraded", 1) is None,
+             message="status.json no longer degraded")
+    assert run.proc.pid == coordinator
+    text = log.read_text()
+    assert "Traceback" not in text
+    first = next(line for line in text.splitlines() if "No space left" in line)
+    assert f"degraded: no space left on tmpfs (tmpfs) at {run.root}: " in first
+    assert "resumed:" in text
+
+    assert run.stop() == 0
+    run.start()
+    assert all(run.job(job_id)["state"] == "completed" for job_id in jobs)
+    assert len(list(starts.iterdir())) == 5 and all(
+        tag.read_text() == "x\n" for tag in starts.iterdir())
+
+
+def test_views_that_cannot_be_written_after_their_commit_are_written_once_there_is_room(
+        make_run, tmp_path):
+    """The journal has room, replies and job files do not: the request is journaled, its
+    reply and job file wait, status.json (which has room) says why, and they are written,
+    and the job run once, by the same coordinator once there is room."""
+    run = make_run(slots=1)
+    with small_tmpfs(tmp_path / "disk") as disk, \
+            bound(disk.root / "replies", run.sched / "spool" / "replies"), \
+            bound(disk.root / "jobs", run.sched / "jobs"):
+        try:
+            coordinator = run.start().pid
+            disk.fill()
+            marker = tmp_path / "starts"
+            request_id = run.submit(request("views", ["sh", "-c", f"echo x >> {marker}"]))
+            said = wait_for(lambda: (run.status() or {}).get("coordinator", {}).get("degraded"),
+                            message="degraded in status.json")
+            assert said.startswith("no space left on tmpfs (tmpfs) at "
+                                   f"{run.sched}/") and said.endswith(".json")
+            assert not (run.sched / "spool" / "replies" / f"{request_id}.json").exists()
+
+            disk.free()
+            job_id = run.reply(request_id, timeout=30)["job_id"]
+            job = run.wait_state(job_id, "completed", "failed", "drained_unknown", timeout=30)
+            assert (job["state"], job["exit_code"], marker.read_text()) == ("completed", 0, "x\n")
+            wait_for(lambda: run.status()["coordinator"]["degraded"] is None,
+                     message="status.json no longer degraded")
+            assert run.proc.pid == coordinator and run.proc.poll() is None
+        finally:
+            if run.proc is not None and run.proc.poll() is None:
+                run.kill()
+            run.kill_attempt_groups()
