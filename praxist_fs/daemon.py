@@ -180,6 +180,7 @@ class Coordinator:
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
         self._repair_views(views_durable_ns)
+        self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
@@ -988,10 +989,19 @@ class Coordinator:
                 return None  # untouched since the last sweep found it right
         except FileNotFoundError:
             return None
-        said = read_json(entry.path)
+        return self._forged(job, _read_bytes(entry.path))
+
+    def _forged(self, job: Job, data: bytes | None) -> str | None:
+        """Why a job file in its own place is set aside before it is rewritten: it says
+        other than the journal (a queued job's pending reason aside: soft, written at the
+        status cadence); None if it agrees."""
+        try:
+            said = json.loads(data) if data is not None else None
+        except ValueError:
+            said = None
         want = json.loads(dumps(self.sched.job_document(job)))
         if job.state is JobState.QUEUED and isinstance(said, dict):
-            said = {**said, "reason": want["reason"]}  # soft: written at the status cadence
+            said = {**said, "reason": want["reason"]}
         if said == want:
             return None
         return (f"job {job.job_id}'s file said other than the journal (state "
@@ -1072,8 +1082,10 @@ class Coordinator:
         were all written and made durable by ``durable_ns``: one that is there and was not
         touched since is current, so a restart lists directories instead of reading (or
         even rendering) every file; a missing or since-modified one is compared and
-        rewritten as usual (copies of a job in the wrong state directory are gone:
-        ``_tidy_jobs`` ran first). The job index is rebuilt from every job's document unless it could be kept."""
+        rewritten as usual, and a job file changed since that says other than the journal
+        is set aside first (no coordinator wrote it). Copies of a job in the wrong state
+        directory are gone: ``_tidy_jobs`` ran first. The job index is rebuilt from every
+        job's document unless it could be kept."""
         jobs_dir = {d: str(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
         listed = {d: _mtimes(jobs_dir[d]) for d in JOB_DIRECTORIES}
         listed["replies"] = _mtimes(self.layout.replies)
@@ -1100,7 +1112,11 @@ class Coordinator:
                 path = self.layout.control_replies / f"{effect.request_id}.json"
             else:
                 path = self.layout.generation_file(effect.generation, effect.kind, effect.name)
-            if _read_bytes(path) != data:
+            if (found := _read_bytes(path)) != data:
+                if durable_ns is not None and found is not None and \
+                        isinstance(effect, WriteJob) and \
+                        (why := self._forged(self.sched.jobs[effect.job_id], found)):
+                    self._quarantine().move(Path(path), why)
                 self._execute(effect)
         since, boot_id = self.sched.coordinator["since"], self.sched.coordinator["boot_id"]
         if rebuild:

@@ -192,6 +192,9 @@ def test_junk_left_while_no_coordinator_ran_is_set_aside_at_start(make_run, tmp_
     running = {**done, "job_id": "other-00000000"}  # a job the journal never had
     dropped = drop_junk(run, done, running, process.pid, start, target)
     del dropped["queued/.ghost.json.4242.1.tmp"]  # at a start: a crashed write, removed
+    forged = forged_running(done, process.pid, start)  # in the done job's own place
+    (run.sched / "jobs" / "done" / f"{finished}.json").write_bytes(forged)
+    dropped[f"done/{finished}.json"] = forged
 
     run.start()
     status = wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid
@@ -200,7 +203,9 @@ def test_junk_left_while_no_coordinator_ran_is_set_aside_at_start(make_run, tmp_
     assert status["coordinator"]["quarantined"] == len(dropped)
     assert listing(run, "queued") == [] and listing(run, "running") == []
     assert listing(run, "done") == [f"{finished}.json"]
-    assert read_json(run.sched / "jobs" / "done" / f"{finished}.json") == done
+    assert read_json(run.sched / "jobs" / "done" / f"{finished}.json") == done  # rewritten
+    [copy] = kept(run, f"resource_scheduler/jobs/done/{finished}.json")
+    assert copy.read_bytes() == forged
     assert process.poll() is None
     assert run.reply(run.submit(request("after")))["outcome"] == "accepted"
 
