@@ -946,12 +946,18 @@ class Coordinator:
                                  None if start or since is None else since - MTIME_SLACK_NS)
                 if why is None:
                     continue
+                own = job is not None and job.state.directory == directory
+                forged = _read_bytes(entry.path) \
+                    if own and entry.is_file(follow_symlinks=False) else None
                 try:
-                    self._quarantine().move(Path(entry.path), why)
+                    if forged is not None:  # kept, then replaced in one rename: never missing
+                        self._quarantine().keep(_relative(self.layout, entry.path), forged, why)
+                    else:
+                        self._quarantine().move(Path(entry.path), why)
                 except FileNotFoundError:
                     continue  # gone meanwhile: nothing to set aside
                 moved = True
-                if not start and job is not None and job.state.directory == directory:
+                if own and not start:
                     self._execute(WriteJob(job_id=job.job_id, directory=directory,
                                            document=self.sched.job_document(job)))
         if moved and not start:
@@ -961,6 +967,14 @@ class Coordinator:
     def _junk(self, directory: str, entry: os.DirEntry, job: Job | None, start: bool,
               clean: bool, since_ns: int | None) -> str | None:
         """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays."""
+        if job is not None and job.state.directory == directory and \
+                entry.is_file(follow_symlinks=False):  # the common case first: no syscall
+            try:
+                if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                    return None  # untouched since the last sweep found it right
+            except FileNotFoundError:
+                return None
+            return self._forged(job, _read_bytes(entry.path))
         where = f"jobs/{directory}/"
         kind = "symlink" if entry.is_symlink() else "directory" \
             if entry.is_dir(follow_symlinks=False) else "file" \
@@ -981,15 +995,8 @@ class Coordinator:
             return (f"a {kind} named for job {job.job_id}, which is {job.state.value}: its "
                     f"file is jobs/{job.state.directory}/{entry.name}; a stale or forged "
                     "copy, never served or signalled")
-        if kind != "file":
-            return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
-                    "file rewritten from the journal")
-        try:
-            if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
-                return None  # untouched since the last sweep found it right
-        except FileNotFoundError:
-            return None
-        return self._forged(job, _read_bytes(entry.path))
+        return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
+                "file rewritten from the journal")
 
     def _forged(self, job: Job, data: bytes | None) -> str | None:
         """Why a job file in its own place is set aside before it is rewritten: it says
@@ -1116,7 +1123,7 @@ class Coordinator:
                 if durable_ns is not None and found is not None and \
                         isinstance(effect, WriteJob) and \
                         (why := self._forged(self.sched.jobs[effect.job_id], found)):
-                    self._quarantine().move(Path(path), why)
+                    self._quarantine().keep(_relative(self.layout, path), found, why)
                 self._execute(effect)
         since, boot_id = self.sched.coordinator["since"], self.sched.coordinator["boot_id"]
         if rebuild:
@@ -1187,6 +1194,11 @@ def _unknown(what: str, path: Path) -> str:
     return (f"{what} {path.name[:-5]} ({said}): the journal has no record of it (its record "
             "was lost, or the coordinator never wrote it); set aside, not served: a resend "
             "of the request is answered afresh")
+
+
+def _relative(layout: RunLayout, path: str | os.PathLike) -> str:
+    """A path of the run as its quarantine case keeps it."""
+    return os.path.relpath(path, layout.root)
 
 
 def _names(directory: str | os.PathLike) -> list[str]:

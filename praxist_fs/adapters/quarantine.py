@@ -38,22 +38,29 @@ class Case:
             and isinstance(note.get("items"), list) else []
 
     def keep(self, name: str, data: bytes, why: str) -> None:
-        """Bytes that exist nowhere else once their source is cut (a journal record)."""
-        self._note(name, why)
-        write_atomic(self.path / name, data, durable=True, mode=0o600)
+        """Bytes kept before their source is cut (a journal record) or replaced (a forged
+        job file, rewritten from the journal in one rename: it is never missing)."""
+        target = self._place(Path(name), why)
+        makedirs(target.parent, durable=True, mode=0o700)
+        write_atomic(target, data, durable=True, mode=0o600)
 
     def move(self, path: Path, why: str) -> None:
         """A file or directory of the run, kept at its run-relative path inside the case."""
-        relative = path.relative_to(self.layout.root)
-        target, serial = self.path / relative, 1
-        while os.path.lexists(target):  # the same name set aside twice within one case
-            serial += 1
-            target = self.path / relative.with_name(f"{relative.name}.{serial}")
-        self._note(str(target.relative_to(self.path)), why)
+        target = self._place(path.relative_to(self.layout.root), why)
         makedirs(target.parent, durable=True, mode=0o700)
         rename(path, target)
         fsync_dir(target.parent)
         fsync_dir(path.parent)
+
+    def _place(self, relative: Path, why: str) -> Path:
+        """Where an item goes in the case (a name set aside twice in one case gets a
+        suffix), noted before it comes."""
+        target, serial = self.path / relative, 1
+        while os.path.lexists(target):
+            serial += 1
+            target = self.path / relative.with_name(f"{relative.name}.{serial}")
+        self._note(str(target.relative_to(self.path)), why)
+        return target
 
     def _note(self, name: str, why: str) -> None:
         """Before the item moves: nothing is ever in quarantine without its reason."""
