@@ -16,6 +16,7 @@ import ctypes
 import fnmatch
 import gc
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -81,7 +82,8 @@ STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
-DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (100,000 files: ~0.2 s) is swept for junk this often
+DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
+DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
 AttemptKey = tuple[str, str]
@@ -128,6 +130,8 @@ class Coordinator:
         self.done_sweep = float(os.environ.get("PRAXIST_DONE_SWEEP_SECONDS")
                                 or DONE_SWEEP_SECONDS)  # a tuning (and test) knob
         self._next_done_sweep = 0.0
+        self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
+        self._done_since: int | None = None  # when the sweep before it began
 
     # -- life cycle ---------------------------------------------------------
 
@@ -384,8 +388,7 @@ class Coordinator:
                             "cancelled" if job.current.cancel else "preempted")
                 fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
                 del self.ending[key]
-        self._tidy_jobs(("queued", "running", "done") if time.monotonic() >=
-                        self._next_done_sweep else ("queued", "running"))
+        self._tidy_jobs(("queued", "running"))
 
     # -- events in ----------------------------------------------------------
 
@@ -925,44 +928,75 @@ class Coordinator:
         our own (``spool.sweep_stale`` takes the temp files). A file in its right place
         that changed since the directory's last sweep and says other than the journal is
         set aside too, then rewritten from it; at start ``_repair_views`` rewrites those.
-        jobs/done/ is swept every ``done_sweep`` seconds: it holds every job the run had."""
+        After the start, jobs/done/ (every job the run had) goes by ``_tidy_done``."""
         if not start:
             self._case = None  # each reconcile that finds something opens its own case
         moved = False
         for directory in directories:
             since = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
-            if directory == "done":
-                self._next_done_sweep = time.monotonic() + self.done_sweep
             try:
                 with os.scandir(self.layout.jobs(directory)) as listing:
                     entries = list(listing)
             except FileNotFoundError:  # removed by hand: the next start makes it again
                 continue
-            for entry in entries:
-                job = self.sched.jobs.get(entry.name[:-5]) \
-                    if entry.name.endswith(".json") else None
-                why = self._junk(directory, entry, job, start, clean,
-                                 None if start or since is None else since - MTIME_SLACK_NS)
-                if why is None:
-                    continue
-                own = job is not None and job.state.directory == directory
-                forged = _read_bytes(entry.path) \
-                    if own and entry.is_file(follow_symlinks=False) else None
-                try:
-                    if forged is not None:  # kept, then replaced in one rename: never missing
-                        self._quarantine().keep(_relative(self.layout, entry.path), forged, why)
-                    else:
-                        self._quarantine().move(Path(entry.path), why)
-                except FileNotFoundError:
-                    continue  # gone meanwhile: nothing to set aside
-                moved = True
-                if own and not start:
-                    self._execute(WriteJob(job_id=job.job_id, directory=directory,
-                                           document=self.sched.job_document(job)))
+            moved |= self._set_aside_junk(directory, entries, start, clean,
+                                          None if start or since is None else since)
+        if not start:
+            moved |= self._tidy_done()
+        elif "done" in directories:  # the next pass over jobs/done/ comes a while later
+            self._next_done_sweep = time.monotonic() + self.done_sweep
         if moved and not start:
             self.problems = quarantine.notes(self.layout)
             self._status_version = (-1, -1)  # status.json counts them at its next write
+
+    def _tidy_done(self) -> bool:
+        """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
+        each: 100,000 at once would hold the loop for half a second). An entry listed in
+        an earlier slice is judged on the state of now: between batches still."""
+        if self._done_listing is None:
+            if time.monotonic() < self._next_done_sweep:
+                return False
+            self._done_since = self._swept_ns.get("done")
+            self._swept_ns["done"] = time.time_ns()
+            try:
+                self._done_listing = os.scandir(self.layout.jobs("done"))
+            except FileNotFoundError:
+                self._next_done_sweep = time.monotonic() + self.done_sweep
+                return False
+        entries = list(itertools.islice(self._done_listing, DONE_SLICE))
+        if len(entries) < DONE_SLICE:
+            self._done_listing.close()
+            self._done_listing = None
+            self._next_done_sweep = time.monotonic() + self.done_sweep
+        return self._set_aside_junk("done", entries, False, True, self._done_since)
+
+    def _set_aside_junk(self, directory: str, entries: list[os.DirEntry], start: bool,
+                        clean: bool, since_ns: int | None) -> bool:
+        """Set aside the junk among ``entries`` of ``jobs/<directory>/`` (``_junk`` says
+        which); a job's own file is rewritten from the journal. True if any was."""
+        moved = False
+        for entry in entries:
+            job = self.sched.jobs.get(entry.name[:-5]) if entry.name.endswith(".json") else None
+            why = self._junk(directory, entry, job, start, clean,
+                             None if since_ns is None else since_ns - MTIME_SLACK_NS)
+            if why is None:
+                continue
+            own = job is not None and job.state.directory == directory
+            forged = _read_bytes(entry.path) \
+                if own and entry.is_file(follow_symlinks=False) else None
+            try:
+                if forged is not None:  # kept, then replaced in one rename: never missing
+                    self._quarantine().keep(_relative(self.layout, entry.path), forged, why)
+                else:
+                    self._quarantine().move(Path(entry.path), why)
+            except FileNotFoundError:
+                continue  # gone meanwhile: nothing to set aside
+            moved = True
+            if own and not start:
+                self._execute(WriteJob(job_id=job.job_id, directory=directory,
+                                       document=self.sched.job_document(job)))
+        return moved
 
     def _junk(self, directory: str, entry: os.DirEntry, job: Job | None, start: bool,
               clean: bool, since_ns: int | None) -> str | None:
@@ -974,7 +1008,8 @@ class Coordinator:
                     return None  # untouched since the last sweep found it right
             except FileNotFoundError:
                 return None
-            return self._forged(job, _read_bytes(entry.path))
+            data = _read_bytes(entry.path)
+            return None if data is None else self._forged(job, data)  # None: it went
         where = f"jobs/{directory}/"
         kind = "symlink" if entry.is_symlink() else "directory" \
             if entry.is_dir(follow_symlinks=False) else "file" \
@@ -998,12 +1033,12 @@ class Coordinator:
         return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
                 "file rewritten from the journal")
 
-    def _forged(self, job: Job, data: bytes | None) -> str | None:
+    def _forged(self, job: Job, data: bytes) -> str | None:
         """Why a job file in its own place is set aside before it is rewritten: it says
         other than the journal (a queued job's pending reason aside: soft, written at the
         status cadence); None if it agrees."""
         try:
-            said = json.loads(data) if data is not None else None
+            said = json.loads(data)
         except ValueError:
             said = None
         want = json.loads(dumps(self.sched.job_document(job)))
