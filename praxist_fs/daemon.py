@@ -941,7 +941,7 @@ class Coordinator:
             except FileNotFoundError:  # removed by hand: the next start makes it again
                 continue
             moved |= self._set_aside_junk(directory, entries, start, clean,
-                                          None if start or since is None else since)
+                                          None if start else since)
         if not start:
             moved |= self._tidy_done()
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later

@@ -210,6 +210,27 @@ def test_junk_left_while_no_coordinator_ran_is_set_aside_at_start(make_run, tmp_
     assert run.reply(run.submit(request("after")))["outcome"] == "accepted"
 
 
+def test_after_a_crash_an_unfinished_move_is_finished_not_set_aside(make_run):
+    """A crash between writing a job's new file and removing its old one leaves a copy
+    behind (PROTOCOL section 5): the coordinator's own leftover, removed at the next start;
+    the junk beside it is still set aside."""
+    run = make_run()
+    run.start()
+    finished = run.reply(run.submit(request("finished")))["job_id"]
+    done = run.wait_state(finished, "completed")
+    run.kill()  # no clean stop
+    jobs = run.sched / "jobs"
+    (jobs / "running" / f"{finished}.json").write_text(json.dumps(
+        {**done, "state": "running", "exit_code": None}))  # where the job was before
+    (jobs / "running" / "notes.txt").write_text("junk")
+    run.start()
+    wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid,
+             message="status.json of the new coordinator")
+    assert listing(run, "running") == []
+    assert set(set_aside(run)) == {"resource_scheduler/jobs/running/notes.txt"}
+    assert read_json(jobs / "done" / f"{finished}.json") == done
+
+
 MANY_SLOTS = TASK.format(slots=4, retries=1).replace("max_concurrent_experiments: 8",
                                                      "max_concurrent_experiments: 4")
 
