@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fnmatch
 import gc
 import hashlib
+import itertools
+import json
 import logging
 import math
 import os
@@ -31,7 +34,8 @@ from .adapters import fence, launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
-    create, dumps, fsync_dir, read_json, sync_all, temp_name, unlink, write_atomic, write_json,
+    TEMP_PATTERN, create, dumps, fsync_dir, read_json, sync_all, temp_name, unlink,
+    write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
 from .adapters.hostclaims import HostRegistry, default_directory
@@ -85,6 +89,9 @@ DEGRADED_RETRY_SECONDS = (0.5, 10.0)  # a full disk is retried this often, doubl
 SPACE_PROBE_BYTES = 256 * 1024  # room a retry must find before requests are read again
 DISK_ERRORS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded",
                errno.EIO: "I/O error (EIO)"}  # waited out, not fatal (OPERATIONS.md *Full disk*)
+DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
+DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
 AttemptKey = tuple[str, str]
 
@@ -136,6 +143,12 @@ class Coordinator:
         self.degraded: str | None = None  # why nothing is read or journaled (a full disk)
         self._retry_delay = DEGRADED_RETRY_SECONDS[0]
         self._retry_at = 0.0
+        self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
+        self.done_sweep = float(os.environ.get("PRAXIST_DONE_SWEEP_SECONDS")
+                                or DONE_SWEEP_SECONDS)  # a tuning (and test) knob
+        self._next_done_sweep = 0.0
+        self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
+        self._done_since: int | None = None  # when the sweep before it began
 
     # -- life cycle ---------------------------------------------------------
 
@@ -174,8 +187,8 @@ class Coordinator:
                         self.journal.restored_newline)
         for record in self.journal.replay():
             self.sched.handle(from_record(record))
-        self._set_aside_orphans()
         views_durable_ns = self._take_clean_stop()
+        self._set_aside_orphans(clean=views_durable_ns is not None)
         self.index = JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
                               boot_id=procs.boot_id(), clean=views_durable_ns is not None)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -195,6 +208,7 @@ class Coordinator:
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
         self._repair_views(views_durable_ns)
+        self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
@@ -398,6 +412,8 @@ class Coordinator:
             key = (job.job_id, job.current.attempt_id)
             if key not in self.handles:
                 self._observe_key(key)
+        if self.degraded is None:  # setting junk aside writes: not on a full disk
+            self._tidy_jobs(("queued", "running"))
 
     def _next_timer(self) -> float:
         """When the signalling under way (``_run_timers``) next needs a look (monotonic)."""
@@ -496,6 +512,7 @@ class Coordinator:
         self._process([self._observe(job, job.current) for job in self.sched.in_flight()],
                       launch=True)
         self._ring()
+        self._tidy_jobs(("queued", "running"))
 
     # -- events in ----------------------------------------------------------
 
@@ -1065,15 +1082,16 @@ class Coordinator:
             f"its checksum; dropped by --drop-damaged-record {seq}"))
         return True
 
-    def _set_aside_orphans(self) -> None:
+    def _set_aside_orphans(self, clean: bool) -> None:
         """Nothing may stand that the journal does not know: a derived file of a request,
         control, job, lease or attempt it has no record of proves a record it lost (a
         damaged one dropped, a journal cut by hand). Replies, control replies, job files
         and lease files are moved to quarantine and reported, not admitted again: the
         request's env, file digest, lease and cost ceiling were only in the lost record,
         and a resend of it is answered afresh, on the same job id. An attempt directory is
-        a lost launch (``_release_orphan``). Runs after replay, before anything is
-        journaled."""
+        a lost launch (``_release_orphan``). ``jobs/*/`` gets the reconcile's sweep
+        (``_tidy_jobs``), which sets aside the job files of unknown jobs among other junk.
+        Runs after replay, before anything is journaled."""
         layout, sched = self.layout, self.sched
         attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
                     for job in sched.queued()]
@@ -1090,17 +1108,11 @@ class Coordinator:
             self._release_orphan(path)
         for directory, known, what in (
                 (layout.replies, sched.replies, "reply"),
-                (layout.control_replies, sched.control_replies, "control reply"),
-                *((layout.jobs(d), sched.jobs, "job file") for d in JOB_DIRECTORIES)):
+                (layout.control_replies, sched.control_replies, "control reply")):
             for name in _names(directory):
                 if name.endswith(".json") and name[:-5] not in known:
-                    doc = read_json(directory / name)
-                    said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \
-                        else None  # what a reply answered, where a job file stood
-                    self._quarantine().move(directory / name, (
-                        f"{what} {name[:-5]} ({said}): the journal has no record of it (its "
-                        "record was lost); set aside, not served: a resend of the request "
-                        "is answered afresh"))
+                    self._quarantine().move(directory / name, _unknown(what, directory / name))
+        self._tidy_jobs(JOB_DIRECTORIES, start=True, clean=clean)
         for number, gen in sched.generations.items():  # a lease file shows its peer's latest
             for name in _names(layout.leases(number)):
                 doc = read_json(layout.leases(number) / name)
@@ -1114,6 +1126,142 @@ class Coordinator:
         if earlier := len(self.problems) - (self._case is not None):
             log.warning("%d earlier quarantine case(s) in %s await an operator (status.json "
                         "coordinator.problems)", earlier, layout.quarantine)
+
+    def _tidy_jobs(self, directories: tuple[str, ...], *, start: bool = False,
+                   clean: bool = True) -> None:
+        """``jobs/<d>/`` holds one thing per job in that state: ``<job_id>.json`` (R-FS-6).
+        Everything else is set aside in quarantine with a note, never served or signalled:
+        so a listing of ``jobs/running/`` shows only jobs that run (issue 14).
+
+        Runs between batches only (at start after replay, then from ``_reconcile``), when
+        every job's own move is done, so a copy in the wrong directory is no move in
+        flight. At a start after a crash it may be the last coordinator's unfinished move,
+        and hidden temp files its unfinished writes: those are removed, as leftovers of
+        our own (``spool.sweep_stale`` takes the temp files). A file in its right place
+        that changed since the directory's last sweep and says other than the journal is
+        set aside too, then rewritten from it; at start ``_repair_views`` rewrites those.
+        After the start, jobs/done/ (every job the run had) goes by ``_tidy_done``."""
+        if not start:
+            self._case = None  # each reconcile that finds something opens its own case
+        moved = False
+        for directory in directories:
+            since = self._swept_ns.get(directory)
+            self._swept_ns[directory] = time.time_ns()
+            try:
+                with os.scandir(self.layout.jobs(directory)) as listing:
+                    entries = list(listing)
+            except FileNotFoundError:  # removed by hand: the next start makes it again
+                continue
+            moved |= self._set_aside_junk(directory, entries, start, clean,
+                                          None if start else since)
+        if not start:
+            moved |= self._tidy_done()
+        elif "done" in directories:  # the next pass over jobs/done/ comes a while later
+            self._next_done_sweep = time.monotonic() + self.done_sweep
+        if moved and not start:
+            self.problems = quarantine.notes(self.layout)
+            self._status_version = (-1, -1)  # status.json counts them at its next write
+
+    def _tidy_done(self) -> bool:
+        """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
+        each: 100,000 at once would hold the loop for half a second). An entry listed in
+        an earlier slice is judged on the state of now: between batches still."""
+        if self._done_listing is None:
+            if time.monotonic() < self._next_done_sweep:
+                return False
+            self._done_since = self._swept_ns.get("done")
+            self._swept_ns["done"] = time.time_ns()
+            try:
+                self._done_listing = os.scandir(self.layout.jobs("done"))
+            except FileNotFoundError:
+                self._next_done_sweep = time.monotonic() + self.done_sweep
+                return False
+        entries = list(itertools.islice(self._done_listing, DONE_SLICE))
+        if len(entries) < DONE_SLICE:
+            self._done_listing.close()
+            self._done_listing = None
+            self._next_done_sweep = time.monotonic() + self.done_sweep
+        return self._set_aside_junk("done", entries, False, True, self._done_since)
+
+    def _set_aside_junk(self, directory: str, entries: list[os.DirEntry], start: bool,
+                        clean: bool, since_ns: int | None) -> bool:
+        """Set aside the junk among ``entries`` of ``jobs/<directory>/`` (``_junk`` says
+        which); a job's own file is rewritten from the journal. True if any was."""
+        moved = False
+        for entry in entries:
+            job = self.sched.jobs.get(entry.name[:-5]) if entry.name.endswith(".json") else None
+            why = self._junk(directory, entry, job, start, clean,
+                             None if since_ns is None else since_ns - MTIME_SLACK_NS)
+            if why is None:
+                continue
+            own = job is not None and job.state.directory == directory
+            forged = _read_bytes(entry.path) \
+                if own and entry.is_file(follow_symlinks=False) else None
+            try:
+                if forged is not None:  # kept, then replaced in one rename: never missing
+                    self._quarantine().keep(_relative(self.layout, entry.path), forged, why)
+                else:
+                    self._quarantine().move(Path(entry.path), why)
+            except FileNotFoundError:
+                continue  # gone meanwhile: nothing to set aside
+            moved = True
+            if own and not start:
+                self._execute(WriteJob(job_id=job.job_id, directory=directory,
+                                       document=self.sched.job_document(job)))
+        return moved
+
+    def _junk(self, directory: str, entry: os.DirEntry, job: Job | None, start: bool,
+              clean: bool, since_ns: int | None) -> str | None:
+        """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays."""
+        if job is not None and job.state.directory == directory and \
+                entry.is_file(follow_symlinks=False):  # the common case first: no syscall
+            try:
+                if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                    return None  # untouched since the last sweep found it right
+            except FileNotFoundError:
+                return None
+            data = _read_bytes(entry.path)
+            return None if data is None else self._forged(job, data)  # None: it went
+        where = f"jobs/{directory}/"
+        kind = "symlink" if entry.is_symlink() else "directory" \
+            if entry.is_dir(follow_symlinks=False) else "file" \
+            if entry.is_file(follow_symlinks=False) else "special file"
+        if fnmatch.fnmatchcase(entry.name, TEMP_PATTERN) and kind == "file":
+            if start:
+                return None  # a crashed write of ours: removed by spool.sweep_stale
+            return (f"a hidden temporary file in {where} with no write in progress (the "
+                    "coordinator, its only writer, finishes each before the next sweep)")
+        if job is None:
+            if kind == "file" and entry.name.endswith(".json"):
+                return _unknown("job file", Path(entry.path))
+            return f"a {kind} in {where}, which holds only <job_id>.json files of its jobs"
+        if job.state.directory != directory:
+            if start and not clean and kind == "file":
+                unlink(entry.path)  # a move the last coordinator began and did not finish
+                return None
+            return (f"a {kind} named for job {job.job_id}, which is {job.state.value}: its "
+                    f"file is jobs/{job.state.directory}/{entry.name}; a stale or forged "
+                    "copy, never served or signalled")
+        return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
+                "file rewritten from the journal")
+
+    def _forged(self, job: Job, data: bytes) -> str | None:
+        """Why a job file in its own place is set aside before it is rewritten: it says
+        other than the journal (a queued job's pending reason aside: soft, written at the
+        status cadence); None if it agrees."""
+        try:
+            said = json.loads(data)
+        except ValueError:
+            said = None
+        want = json.loads(dumps(self.sched.job_document(job)))
+        if job.state is JobState.QUEUED and isinstance(said, dict):
+            said = {**said, "reason": want["reason"]}
+        if said == want:
+            return None
+        return (f"job {job.job_id}'s file said other than the journal (state "
+                f"{said.get('state') if isinstance(said, dict) else None}, not "
+                f"{job.state.value}): these bytes are kept here, and the file rewritten "
+                "from the journal")
 
     def _release_orphan(self, attempt_dir: Path) -> None:
         """An attempt directory the journal has no launch for, with no GO: GO is journaled
@@ -1188,16 +1336,13 @@ class Coordinator:
         were all written and made durable by ``durable_ns``: one that is there and was not
         touched since is current, so a restart lists directories instead of reading (or
         even rendering) every file; a missing or since-modified one is compared and
-        rewritten as usual. Copies of a job in the wrong state directory are removed.
-        The job index is rebuilt from every job's document unless it could be kept."""
+        rewritten as usual, and a job file changed since that says other than the journal
+        is set aside first (no coordinator wrote it). Copies of a job in the wrong state
+        directory are gone: ``_tidy_jobs`` ran first. The job index is rebuilt from every
+        job's document unless it could be kept."""
         jobs_dir = {d: str(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
         listed = {d: _mtimes(jobs_dir[d]) for d in JOB_DIRECTORIES}
         listed["replies"] = _mtimes(self.layout.replies)
-        for job in self.sched.jobs.values():
-            name = f"{job.job_id}.json"
-            for other in JOB_DIRECTORIES:
-                if other != job.state.directory and name in listed[other]:
-                    unlink(os.path.join(jobs_dir[other], name))
 
         def current(directory: str, key: str) -> bool:  # there, and untouched since
             return durable_ns is not None and \
@@ -1221,7 +1366,11 @@ class Coordinator:
                 path = self.layout.control_replies / f"{effect.request_id}.json"
             else:
                 path = self.layout.generation_file(effect.generation, effect.kind, effect.name)
-            if _read_bytes(path) != data:
+            if (found := _read_bytes(path)) != data:
+                if durable_ns is not None and found is not None and \
+                        isinstance(effect, WriteJob) and \
+                        (why := self._forged(self.sched.jobs[effect.job_id], found)):
+                    self._quarantine().keep(_relative(self.layout, path), found, why)
                 self._execute(effect)
         since, boot_id = self.sched.coordinator["since"], self.sched.coordinator["boot_id"]
         if rebuild:
@@ -1254,7 +1403,8 @@ class Coordinator:
                    "observer": "polling" if self.polling else "inotify",
                    "filesystem": self.filesystem,
                    "journal_seq": self.journal.seq, "problems": self.problems,
-                   "degraded": self.degraded}
+                   "degraded": self.degraded,
+                   "quarantined": sum(len(case["items"]) for case in self.problems)}
         reports = {}
         for job in self.sched.running():
             attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
@@ -1302,6 +1452,21 @@ def _file_system(path: str | os.PathLike) -> str:
     except OSError:
         pass
     return f"{best[0]} ({best[1]}) at {best[2]}"
+
+
+def _unknown(what: str, path: Path) -> str:
+    """The note for a derived file of a request, control or job the journal does not know."""
+    doc = read_json(path)
+    said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \
+        else None  # what a reply answered, where a job file stood
+    return (f"{what} {path.name[:-5]} ({said}): the journal has no record of it (its record "
+            "was lost, or the coordinator never wrote it); set aside, not served: a resend "
+            "of the request is answered afresh")
+
+
+def _relative(layout: RunLayout, path: str | os.PathLike) -> str:
+    """A path of the run as its quarantine case keeps it."""
+    return os.path.relpath(path, layout.root)
 
 
 def _names(directory: str | os.PathLike) -> list[str]:

@@ -63,6 +63,9 @@ def format_status(doc: dict, alive: bool = True) -> str:
     ]
     if coord.get("degraded"):  # a full disk (OPERATIONS.md *Full disk*)
         lines.append(f"DEGRADED: {coord['degraded']}; requests wait until there is room")
+    if coord.get("quarantined"):
+        lines.append(f"quarantine: {coord['quarantined']} item(s) set aside in "
+                     "resource_scheduler/quarantine/ await an operator (note.json says why)")
     for case in coord.get("problems") or ():  # set aside at a start (OPERATIONS.md *Crash*)
         lines.append(f"PROBLEM: {len(case['items'])} item(s) set aside in {case['case']}: "
                      + "; ".join(item["why"] for item in case["items"]))

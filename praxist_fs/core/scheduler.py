@@ -840,12 +840,17 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self._next_order += 1
         return self._next_order
 
-    def _write_job(self, job: Job) -> WriteJob:
+    def job_document(self, job: Job) -> dict[str, Any]:
+        """What the job's file says: its state, and for a queued job the pending reason."""
         document = job.to_dict()
         if job.state is JobState.QUEUED and job.job_id in self._pending:
             document["reason"] = self._pending[job.job_id]
+        return document
+
+    def _write_job(self, job: Job) -> WriteJob:
         moved_from = self._moved_from.pop(job.job_id, None)
-        return WriteJob(job_id=job.job_id, directory=job.state.directory, document=document,
+        return WriteJob(job_id=job.job_id, directory=job.state.directory,
+                        document=self.job_document(job),
                         replaces=moved_from if moved_from != job.state.directory else None)
 
     def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,

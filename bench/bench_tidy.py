@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""What the coordinator's sweep of ``jobs/*/`` for junk costs (``Coordinator._tidy_jobs``).
+
+Builds a run with N finished and M queued jobs (bench/fixture.py), replays its journal
+in-process into a coordinator that is not started, and times the sweeps as the daemon
+runs them: at start (names and kinds only: the repair reads the files), every reconcile
+(``queued/`` and ``running/``: a stat of each file), every DONE_SWEEP_SECONDS
+(``done/``, in slices of DONE_SLICE entries, one a reconcile: the total and the slowest
+slice), and the worst case, a ``done/`` pass that finds every file changed since the last
+(each read and compared with the journal's document). Best of R runs each.
+
+Usage: bench/bench_tidy.py [--finished N] [--queued M] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_coordinator import TASK_YAML  # noqa: E402
+from fixture import build_run  # noqa: E402
+
+from praxist_fs.adapters.journal import Journal  # noqa: E402
+from praxist_fs.config import load_policy  # noqa: E402
+from praxist_fs.core.events import from_record  # noqa: E402
+from praxist_fs.daemon import Coordinator  # noqa: E402
+
+
+def best(runs: int, sweep) -> float:
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sweep()
+        times.append(time.perf_counter() - t0)
+    return round(min(times), 4)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--finished", type=int, default=100_000)
+    parser.add_argument("--queued", type=int, default=1_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-tidy-") as scratch:
+        task = Path(scratch) / "task.yaml"
+        task.write_text(TASK_YAML.format(concurrency=4))
+        run_dir = Path(scratch) / "run"
+        built = build_run(run_dir, task, finished=args.finished, queued=args.queued)
+        coord = Coordinator(run_dir, load_policy(str(task)))
+        journal = Journal(coord.layout.journal)
+        for record in journal.replay():
+            coord.sched.handle(from_record(record))
+        journal.close()
+        time.sleep(1.1)  # past the sweeps' mtime slack: the fixture's files are not news
+
+        def done_sweep(since: int | None = None) -> dict:
+            """One whole pass over jobs/done/, slice by slice as the reconciles take it."""
+            coord._next_done_sweep = 0.0
+            if since is not None:
+                coord._swept_ns["done"] = since
+            slices = []
+            while True:
+                t0 = time.perf_counter()
+                coord._tidy_done()
+                slices.append(time.perf_counter() - t0)
+                if coord._done_listing is None:
+                    break
+            return {"slices": len(slices), "total_s": round(sum(slices), 4),
+                    "slowest_slice_s": round(max(slices), 4)}
+
+        found = {
+            "finished": args.finished, "queued": args.queued, "build_s": built,
+            "start_sweep_all_s": best(args.runs, lambda: coord._tidy_jobs(
+                ("queued", "running", "done"), start=True, clean=True)),
+            "reconcile_sweep_queued_running_s": best(
+                args.runs, lambda: coord._tidy_jobs(("queued", "running"))),
+            "done_sweep": min((done_sweep() for _ in range(args.runs)),
+                              key=lambda found: found["total_s"]),
+            # as if every file changed since the last pass: each is read and compared
+            "done_sweep_every_file_changed": done_sweep(since=0),
+            "set_aside_anything": coord.layout.quarantine.exists(),
+        }
+    print(json.dumps(found, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
