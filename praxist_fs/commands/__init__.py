@@ -1,1 +1,14 @@
 """The CLI's commands, one module per command group; rendering lives in render.py."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+NO_RUN_DIR = "needs --run-dir (or PRAXIST_RUN_DIR)"
+
+
+def add_run_dir(parser: argparse.ArgumentParser) -> None:
+    """``--run-dir``, as every command that works on one run takes it."""
+    parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
+                        help="the run directory (default $PRAXIST_RUN_DIR)")

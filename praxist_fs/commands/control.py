@@ -16,6 +16,7 @@ from typing import Any
 from .. import client
 from ..adapters.layout import RunLayout
 from ..core.request import PRIORITY_RANGE, SELECTABLE_STATES
+from . import NO_RUN_DIR, add_run_dir
 from .render import format_control_reply, format_json
 
 EXIT_REFUSED = 2          # invalid input, unknown job, or a selection that needs --yes
@@ -54,8 +55,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _selection(parser: argparse.ArgumentParser, action: str) -> None:
     parser.add_argument("jobs", nargs="*", metavar="JOB_OR_TAG",
                         help="job ids or tags; none: every job --peer/--state select")
-    parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
-                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    add_run_dir(parser)
     parser.add_argument("--peer", help="only the jobs of this peer")
     parser.add_argument("--state", action="append", default=[], metavar="STATE",
                         help="only jobs in this state: " + ", ".join(SELECTABLE_STATES)
@@ -74,7 +74,7 @@ def _selection(parser: argparse.ArgumentParser, action: str) -> None:
 def cmd_control(args: argparse.Namespace) -> int:
     command = f"praxist-fs {args.action}"
     if not args.run_dir:
-        print(f"{command}: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
         return EXIT_REFUSED
     states = [s for value in args.state for s in value.split(",") if s]
     if not (args.jobs or args.peer or states):

@@ -7,7 +7,6 @@ coordinator and from any uid that can read the run.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
@@ -16,6 +15,7 @@ from datetime import datetime
 from .. import client
 from ..adapters.layout import RunLayout
 from ..core.states import JobState
+from . import NO_RUN_DIR, add_run_dir
 from .render import format_jobs, job_row, jobs_json
 
 DEFAULT_LIMIT = 100
@@ -29,7 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="List the run's jobs, newest first: by submission time (when the job "
         "was first accepted; a --retry-terminal resubmission keeps its place). Reads "
         "files only: works without a coordinator and under any uid that can read the run.")
-    jobs.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    add_run_dir(jobs)
     jobs.add_argument("--state", type=_states, default=(), metavar="S[,S...]",
                       help=f"only these states ({', '.join(s.value for s in JobState)})")
     jobs.add_argument("--peer", help="only this peer's jobs")
@@ -49,7 +49,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     if not args.run_dir:
-        print("praxist-fs jobs: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        print(f"praxist-fs jobs: {NO_RUN_DIR}", file=sys.stderr)
         return 2
     from ..adapters.jobindex import JobQuery, list_jobs  # sqlite3: launch processes stay lean
 

@@ -18,6 +18,7 @@ from ..adapters.lock import live_endpoint
 from ..core.policy import WORK_CLASSES
 from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
+from . import add_run_dir
 from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
@@ -29,8 +30,7 @@ INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch = sub.add_parser("launch", help="submit an experiment and wait for it, like srun")
-    launch.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
-                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    add_run_dir(launch)
     launch.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"),
                         help="who submits (default $PRAXIST_PEER_ID)")
     launch.add_argument("--tag", required=True,

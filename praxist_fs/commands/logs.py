@@ -7,13 +7,13 @@ read the run, whoever submitted the job, and submit nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 import time
 
 from .. import client
 from ..adapters.layout import RunLayout
+from . import NO_RUN_DIR, add_run_dir
 from .render import attempt_header
 
 EXIT_UNKNOWN_JOB = 2
@@ -34,7 +34,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                       help="follow new output and new attempts until the job has ended")
     logs.add_argument("--attempt", default="all", type=_attempt, metavar="aN|all",
                       help="only this attempt (default: all of them)")
-    logs.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    add_run_dir(logs)
     logs.set_defaults(func=cmd_logs)
 
     wait = sub.add_parser(
@@ -44,7 +44,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "timeout; 2 if a JOB names no accepted job.")
     wait.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or tags")
     wait.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long")
-    wait.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+    add_run_dir(wait)
     wait.set_defaults(func=cmd_wait)
 
 
@@ -94,7 +94,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 def _layout(args: argparse.Namespace, command: str) -> RunLayout | None:
     if not args.run_dir:
-        print(f"praxist-fs {command}: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        print(f"praxist-fs {command}: {NO_RUN_DIR}", file=sys.stderr)
         return None
     return RunLayout.at(args.run_dir)
 

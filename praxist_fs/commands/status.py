@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from .. import client
 from ..adapters import manifests
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
+from . import NO_RUN_DIR, add_run_dir
 from .render import format_json, format_peer_local, format_status
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     status = sub.add_parser("status", help="show the run's status.json")
-    status.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
-                        help="the run directory (default $PRAXIST_RUN_DIR)")
+    add_run_dir(status)
     status.add_argument("--json", action="store_true",
                         help="print status.json, with coordinator_alive added")
     status.set_defaults(func=cmd_status)
@@ -24,7 +23,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     if not args.run_dir:
-        print("praxist-fs status: needs --run-dir (or PRAXIST_RUN_DIR)", file=sys.stderr)
+        print(f"praxist-fs status: {NO_RUN_DIR}", file=sys.stderr)
         return 2
     layout = RunLayout.at(args.run_dir)
     doc = client.status_document(layout)

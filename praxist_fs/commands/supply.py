@@ -9,6 +9,7 @@ import sys
 
 from .. import client
 from ..supply_client import SupplyError, generation_command, lease_decline, lease_wait
+from . import NO_RUN_DIR, add_run_dir
 from .render import format_json
 
 EXIT_ERROR = 2           # invalid input, unresolvable generation, rejected control request
@@ -27,7 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                          ("assess", "move generation N into assessment"),
                          ("close", "close generation N")):
         parser = actions.add_parser(action, help=text)
-        parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+        add_run_dir(parser)
         parser.add_argument("number", type=int, metavar="N", help="the generation (>= 1)")
         if action == "open":
             parser.add_argument("--cohort", nargs="+", action="extend", default=[],
@@ -46,7 +47,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     wait = verbs.add_parser("wait", help="register as idle and print the next granted lease")
     decline = verbs.add_parser("decline", help="decline a granted lease")
     for parser in (wait, decline):
-        parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"))
+        add_run_dir(parser)
         parser.add_argument("--peer", default=os.environ.get("PRAXIST_PEER_ID"))
         parser.add_argument("--generation", type=int, metavar="N",
                             help="default: the current generation in status.json")
@@ -65,7 +66,7 @@ def _fail(command: str, message: object, code: int) -> int:
 def cmd_generation(args: argparse.Namespace) -> int:
     command = f"generation {args.generation_action}"
     if not args.run_dir:
-        return _fail(command, "needs --run-dir (or PRAXIST_RUN_DIR)", EXIT_ERROR)
+        return _fail(command, NO_RUN_DIR, EXIT_ERROR)
     try:
         reply = generation_command(args.run_dir, args.generation_action, args.number,
                                    cohort=getattr(args, "cohort", ()),
@@ -86,7 +87,7 @@ def cmd_generation(args: argparse.Namespace) -> int:
 def cmd_lease(args: argparse.Namespace) -> int:
     command = f"lease {args.lease_action}"
     if not args.run_dir:
-        return _fail(command, "needs --run-dir (or PRAXIST_RUN_DIR)", EXIT_ERROR)
+        return _fail(command, NO_RUN_DIR, EXIT_ERROR)
     try:
         if args.lease_action == "wait":
             lease_wait(args.run_dir, args.peer, args.generation, args.timeout)

@@ -13,17 +13,8 @@ import sys
 
 from .conftest import read_json, request, wait_for
 from .test_crash import counting, starts
+from .test_launch_path import CPU_ONLY
 
-CPU_ONLY = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
-"""
 
 
 def damage_last_record(run) -> tuple[int, str]:
