@@ -31,6 +31,7 @@ from typing import Any, Iterable, TextIO
 from . import client
 from .adapters.fsio import dumps, read_json, unlink, write_atomic
 from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
 from .adapters.watcher import start_observer
 from .core.request import NAME_EXPECTED, NAME_RE
 from .errors import PraxistError
@@ -38,6 +39,7 @@ from .errors import PraxistError
 ACTIONS = ("open", "assess", "close")
 DECLINE_SUFFIX = ".decline"
 RECHECK_SECONDS = 1.0
+STATUS_LAG_SECONDS = 6.0  # status.json is rewritten at least every 5 s while serving
 
 
 
@@ -120,8 +122,18 @@ def _timeout(value: float | None, what: str) -> float | None:
 
 
 def current_generation(layout: RunLayout) -> int:
-    """status.json's ``generation.number``; ``SupplyError`` when there is none."""
+    """status.json's ``generation.number``; ``SupplyError`` when there is none.
+
+    status.json lags the coordinator's state by up to its rewrite interval, so a
+    generation opened just before (``generation open`` answered) may not show yet:
+    while a live coordinator serves, the answer is taken only from a status.json
+    written after this call began, which holds everything committed before it."""
+    asked, deadline = time.time(), time.monotonic() + STATUS_LAG_SECONDS
     doc = client.status_document(layout)
+    while _number(doc) is None and (doc or {}).get("updated_at", 0) < asked and \
+            time.monotonic() < deadline and live_endpoint(layout) is not None:
+        time.sleep(0.05)
+        doc = client.status_document(layout)
     if doc is None:
         raise SupplyError(f"no generation given and no status.json under {layout.root}; "
                           f"pass --generation N")
@@ -135,6 +147,11 @@ def current_generation(layout: RunLayout) -> int:
     except SupplyError:
         raise SupplyError(f"{layout.status} has an invalid generation.number "
                           f"{generation['number']!r}; pass --generation N") from None
+
+
+def _number(doc: dict[str, Any] | None) -> Any:
+    generation = (doc or {}).get("generation")
+    return generation.get("number") if isinstance(generation, dict) else None
 
 
 def _resolve_generation(layout: RunLayout, generation: int | None) -> int:

@@ -190,6 +190,20 @@ def test_lease_wait_needs_a_generation(layout):
     assert not any(layout.root.glob("gen_*"))
 
 
+def test_a_generation_opened_just_before_is_found_though_status_json_lags(live):
+    """status.json is rewritten up to 0.2 s (5 s when idle) after a change: the current
+    generation is read from a status.json written after the question was asked."""
+    layout = live
+    write_json(layout.status, {"generation": None, "updated_at": time.time() - 1})
+    later = threading.Timer(0.3, lambda: write_json(layout.status, {
+        "generation": {"number": 3, "phase": "open"}, "updated_at": time.time()}))
+    later.start()
+    try:
+        assert sc.current_generation(layout) == 3
+    finally:
+        later.join()
+
+
 @pytest.mark.parametrize("peer, problem", [
     ("../evil", "not a valid name"), ("", "a peer id is needed"), (".hidden", "not a valid name"),
     ("a/b", "not a valid name"), ("x" * 129, "not a valid name"),
