@@ -112,9 +112,23 @@ def test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp_path,
     assert outcome["c"]["state"] == "failed" and outcome["c"]["exit_code"] == 3
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
-    registry = run.root.parent / "host-registry"
-    wait_for(lambda: not check_run(run.root, starts=tmp_path / "starts", registry=registry),
-             timeout=10, message=f"invariants: {check_run(run.root, starts=tmp_path / 'starts')}")
+    settled_invariants(run, timeout=10, starts=tmp_path / "starts",
+                       registry=run.root.parent / "host-registry")
+
+
+def settled_invariants(run, timeout: float, **checks) -> None:
+    """Wait until every invariant holds (views such as status.json lag the job files a
+    little); else fail with the problems as they stand then, and the coordinator's state."""
+    try:
+        wait_for(lambda: not check_run(run.root, **checks), timeout=timeout,
+                 message="invariants")
+    except AssertionError:
+        log = run.root.parent / f"coordinator-{run.root.name}.log"
+        alive = run.proc is not None and run.proc.poll() is None
+        tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+        raise AssertionError(f"after {timeout}s: {check_run(run.root, **checks)}; the "
+                             f"coordinator {'serves' if alive else 'has exited'}; its log "
+                             "ends:\n" + "\n".join(tail)) from None
 
 
 def cli(run, *args):
@@ -148,8 +162,7 @@ def test_crash_in_a_generation_keeps_leases_and_stats_consistent(make_run, tmp_p
     assert proc.wait(timeout=30) == CRASH_EXIT, f"{point} was never reached"
     run.start()
     wait_for(lambda: (run.sched / "control" / "replies" / "open.json").exists(), timeout=30)
-    wait_for(lambda: not check_run(run.root, settled=False), timeout=15,
-             message=f"invariants: {check_run(run.root, settled=False)}")
+    settled_invariants(run, timeout=15, settled=False)
     stats = _read(run.root / "gen_1" / "resource_supply" / "stats.json")
     assert stats is not None and stats["granted"] >= stats["consumed"]
 
