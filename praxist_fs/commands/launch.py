@@ -25,6 +25,7 @@ EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal
 EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
 # and, once the job ended: client.exit_status (70 when the attempt vanished: drained_unknown)
 PENDING_AFTER = 2.0       # seconds queued before the pending reason is shown
+PENDING_LOOK = 0.5        # then how often it is read again (status.json, job file)
 INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as srun's
 
 
@@ -201,6 +202,7 @@ class _Watch:
         self.layout, self.job_id, self.peer = layout, job_id, peer
         self.since = time.monotonic()
         self.said: str | None = None
+        self.look_at = self.since + PENDING_AFTER  # when the pending reason is read next
         self.interrupts: list[float] = []
         self.noted = 0                        # interrupts already answered
         self.signalled: int | None = None     # the signal that asks for a cancel
@@ -235,7 +237,8 @@ class _Watch:
             print(f"praxist-fs launch: job {self.job_id} is {doc['state']} ({doc['reason']});"
                   f" interrupt again within {INTERRUPT_WINDOW:g} s to cancel it",
                   file=sys.stderr, flush=True)
-        elif doc["state"] == "queued" and time.monotonic() - self.since >= PENDING_AFTER:
+        elif doc["state"] == "queued" and time.monotonic() >= self.look_at:
+            self.look_at = time.monotonic() + PENDING_LOOK  # status.json: not every tick
             reason = client.pending_reason(self.layout, doc)
             if reason != self.said:
                 self.said = reason

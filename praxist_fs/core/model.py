@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .request import Request
+from .request import PRIORITY_RANGE, Request
 from .states import JobState
 
 
@@ -84,7 +84,7 @@ class Attempt:
         }
 
 
-PRIORITY_SPAN = 100  # request.PRIORITY_RANGE's bound: ``Job.rank`` keeps every rank positive
+PRIORITY_SPAN = PRIORITY_RANGE[1]  # ``Job.rank`` keeps every rank positive
 
 
 @dataclass(slots=True, kw_only=True)
