@@ -113,6 +113,7 @@ class Coordinator:
         self._published: dict[str, list[dict[str, Any]]] = {}
         self._results_seen: dict[int, set[str]] = {}
         self._watched: set[int] = set()
+        self._generations_made: set[int] = set()
         self.sched = Scheduler()
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.server: launcher.ShimServer | None = None  # forks warm shims
@@ -697,10 +698,13 @@ class Coordinator:
             self._watch_generation(number)
 
     def _watch_generation(self, number: int) -> None:
-        """A generation's peer inboxes (results, idle registrations) ring the doorbell too."""
+        """A generation's directories are made durable once per coordinator process; its
+        peer inboxes (results, idle registrations) ring the doorbell too."""
+        if number not in self._generations_made:
+            self.layout.create_generation(number)
+            self._generations_made.add(number)
         if self.observer is None or number in self._watched:
             return
-        self.layout.create_generation(number)
         for directory in (self.layout.results(number), self.layout.idle(number)):
             watch(self.observer, directory)
         self._watched.add(number)
@@ -916,7 +920,6 @@ class Coordinator:
                 spool.reject(self.layout.control, self.layout.control_rejected, effect.name,
                              effect.error)
         elif isinstance(effect, WriteGenerationFile):
-            self.layout.create_generation(effect.generation)
             self._watch_generation(effect.generation)
             write_json(self.layout.generation_file(effect.generation, effect.kind, effect.name),
                        effect.document, sync=False)

@@ -16,8 +16,17 @@ coordinator's code:
 - names the coordinator never touched (peers' requests, files a shim wrote)
   stay as they are, as do paths outside the run directory.
 
-``apply(ledger, root)`` rewrites ``root`` to that state after the coordinator
-(and, to be a power cut, every process it started) was killed.
+``apply(ledger, root)`` rewrites ``root`` to that worst state after the coordinator
+(and, to be a power cut, every process it started) was killed. ``apply(ledger, root,
+seed=S)`` draws one of the states a real disk could leave instead, reproducibly:
+
+- each file keeps its fsynced content plus any prefix of the writes made after it
+  (whole writes, then part of the next one: a torn append), and the part of a write
+  that is there may read as zeros (the size reached the disk, the data did not);
+- each directory entry changed since its directory's last fsync (a create, an
+  unlink, a mkdir, either half of a rename) independently is or is not there, except
+  that a moved file is never in neither place (the source's removal reaches the disk
+  only with the destination's entry, as every journaling file system does it).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +49,30 @@ class Node:
     synced: bytes | None = None  # None: never fsynced
     mode: int = 0o644
     target: str = ""             # of a symlink
+    writes: list = field(default_factory=list)  # ("append", bytes) | ("truncate", size)
+                                                # since the last fsync, in order
+
+    def write(self, kind: str, value: bytes | int) -> None:
+        self.writes.append((kind, value))
+        self.data = self.data + value if kind == "append" else self.data[:value]
+
+    def fsynced(self) -> None:
+        self.synced, self.writes = self.data, []
+
+    def worst(self) -> bytes:
+        return self.synced or b""
+
+    def drawn(self, rng: random.Random) -> bytes:
+        """The fsynced content, then a prefix of the later writes; the last one in part,
+        perhaps as zeros."""
+        data = self.worst()
+        done = rng.randint(0, len(self.writes))
+        for kind, value in self.writes[:done]:
+            data = data + value if kind == "append" else data[:value]
+        if done < len(self.writes) and self.writes[done][0] == "append":
+            part = self.writes[done][1][:rng.randint(0, len(self.writes[done][1]))]
+            data += bytes(len(part)) if rng.random() < 0.25 else part
+        return data
 
     @classmethod
     def found(cls, description: dict) -> Node | None:
@@ -52,13 +86,27 @@ class Node:
 
 
 @dataclass
+class Change:
+    """A directory entry set since its directory's last fsync: it may reach the disk."""
+
+    path: str
+    node: Node | None
+    carried_by: int | None = None  # a rename's destination: there if its source's removal is
+
+
+@dataclass
 class Model:
     live: dict[str, Node | None] = field(default_factory=dict)     # what a reader saw
     durable: dict[str, Node | None] = field(default_factory=dict)  # what a power cut leaves
+    pending: list[Change] = field(default_factory=list)            # in the order made
 
     def _touch(self, path: str, before: Node | None) -> None:
         if path not in self.live:
             self.live[path] = self.durable[path] = before
+
+    def _set(self, path: str, node: Node | None) -> None:
+        self.live[path] = node
+        self.pending.append(Change(path, node))
 
     def _before(self, record: dict, key: str) -> Node | None:
         return Node.found(record[key]) if key in record else None
@@ -67,38 +115,42 @@ class Model:
         op, path = record["op"], record["path"]
         if op == "mkdir":
             self._touch(path, None)
-            self.live[path] = Node("dir", synced=b"")
+            self._set(path, Node("dir", synced=b""))
         elif op == "create":
             self._touch(path, None)
-            self.live[path] = Node("file", base64.b64decode(record["data"]),
-                                   mode=record["mode"])
+            node = Node("file", mode=record["mode"])
+            node.write("append", base64.b64decode(record["data"]))
+            self._set(path, node)
         elif op == "open_append":
             self._touch(path, self._before(record, "old"))
             if self.live[path] is None:
-                self.live[path] = Node("file", mode=record["mode"])
+                self._set(path, Node("file", mode=record["mode"]))
         elif op == "append":
-            self.live[path].data += base64.b64decode(record["data"])
+            self.live[path].write("append", base64.b64decode(record["data"]))
         elif op == "truncate":
-            self.live[path].data = self.live[path].data[:record["size"]]
+            self.live[path].write("truncate", record["size"])
         elif op == "fsync":
             node = self.live.get(path)
             if node is not None:
-                node.synced = node.data
+                node.fsynced()
         elif op == "rename":
             src = record["src"]
             self._touch(src, self._before(record, "moved"))
             self._touch(path, self._before(record, "replaced"))
-            self.live[path], self.live[src] = self.live[src], None
+            self._set(path, self.live[src])
+            self._set(src, None)
+            self.pending[-2].carried_by = len(self.pending) - 1
         elif op == "unlink":
             self._touch(path, self._before(record, "old"))
-            self.live[path] = None
+            self._set(path, None)
         elif op == "fsync_dir":
             self._sync_directory(path, set(record["names"]))
         elif op == "sync":  # sync(2): every file and every directory entry, as it stands
             for node in self.live.values():
                 if node is not None:
-                    node.synced = node.data
+                    node.fsynced()
             self.durable.update(self.live)
+            self.pending = []
         else:
             raise ValueError(f"unknown ledger op {op!r}")
 
@@ -113,6 +165,36 @@ class Model:
             if not present:
                 self.live[path] = None
             self.durable[path] = self.live[path]
+        self._settle(lambda change: os.path.dirname(change.path) == directory)
+
+    def _settle(self, made_durable) -> None:
+        """Drop pending changes now durable; keep the links of the rest by position."""
+        kept, where = [], {}
+        for index, change in enumerate(self.pending):
+            if not made_durable(change):
+                where[index] = len(kept)
+                kept.append(change)
+        for change in kept:
+            if change.carried_by is not None:
+                change.carried_by = where.get(change.carried_by)
+        self.pending = kept
+
+    def drawn(self, rng: random.Random) -> tuple[dict[str, Node | None], dict[int, bytes]]:
+        """One state a real disk could leave: each pending change there or not, and the
+        content of each inode in it (by ``id``), drawn once wherever it is linked."""
+        there = [rng.random() < 0.5 for _ in self.pending]
+        for index, change in enumerate(self.pending):
+            if change.carried_by is not None and there[change.carried_by]:
+                there[index] = True
+        state = dict(self.durable)
+        for change, landed in zip(self.pending, there):
+            if landed:
+                state[change.path] = change.node
+        contents = {}
+        for node in state.values():
+            if node is not None and node.kind == "file" and id(node) not in contents:
+                contents[id(node)] = node.drawn(rng)
+        return state, contents
 
 
 def replay(ledger: Path) -> Model:
@@ -122,15 +204,23 @@ def replay(ledger: Path) -> Model:
     return model
 
 
-def apply(ledger: Path, root: Path) -> list[str]:
-    """Rewrite ``root`` to the worst surviving state; returns what was changed, for messages."""
+def apply(ledger: Path, root: Path, seed: int | str | None = None) -> list[str]:
+    """Rewrite ``root`` to the worst surviving state, or with ``seed`` to a drawn one;
+    returns what was changed, for messages."""
     model = replay(ledger)
+    if seed is None:
+        state, content = model.durable, Node.worst
+    else:
+        state, contents = model.drawn(random.Random(seed))
+
+        def content(node: Node) -> bytes:
+            return contents[id(node)]
     root_text = os.path.abspath(root) + os.sep
     changes = []
-    for path in sorted(model.durable, key=lambda p: (p.count(os.sep), p)):
+    for path in sorted(state, key=lambda p: (p.count(os.sep), p)):
         if not path.startswith(root_text):
             continue
-        node = model.durable[path]
+        node = state[path]
         if node is None:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
@@ -145,7 +235,7 @@ def apply(ledger: Path, root: Path) -> list[str]:
                 os.mkdir(path)
                 changes.append(f"restored directory {path}")
         elif node.kind == "file":
-            changes += _restore_file(path, node.synced or b"", node.mode)
+            changes += _restore_file(path, content(node), node.mode)
         elif node.kind == "symlink" and not os.path.lexists(path):
             os.symlink(node.target, path)
             changes.append(f"restored link {path}")

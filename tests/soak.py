@@ -10,14 +10,20 @@ Simulation mode runs ``Simulation(seed).run(steps)`` for seed, seed+1, ... (the 
 listed in test_simulation.KNOWN_BUGS are tolerated unless --strict). Real mode draws
 case i from ``random.Random(f"{seed}:{i}")``: a named crash point of the crash matrix
 (BASIC or GENERATION, run through that test's own scenario), or a random crash point
-with a random count, or a kill -9 at a random moment (sometimes twice), each in a fresh
-temporary run directory, and checks tests/invariants.check_run afterwards. The real
-cases are chosen reproducibly; their timing is the machine's.
+with a random count, or a kill -9 at a random moment (sometimes twice), or a power cut
+that leaves a drawn disk state (torn appends, half-made directories; sometimes a second
+cut while the next boot recovers), or one of the other faults' e2e cases run again as
+they are (a shim killed under its command; a disk that fills while jobs run, when run as
+root), each in a fresh temporary run directory, and checks tests/invariants.check_run
+afterwards. The real cases are chosen reproducibly; their timing is the machine's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import random
 import shutil
 import subprocess
@@ -152,15 +158,52 @@ def random_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str
     return check_run(run.root, starts=starts)
 
 
+def power_loss_case(make_run, tmp: Path, draw: str, rng: random.Random) -> list[str]:
+    """tests/e2e/test_power_loss.py's drawn case: the cut, its disk state and whether
+    power goes again during recovery all follow from the draw."""
+    from tests.e2e.test_power_loss import drawn_power_loss_case
+    from tests.invariants import check_run
+
+    cuts = io.StringIO()  # what each cut changed: shown only if the case fails
+    try:
+        with contextlib.redirect_stdout(cuts):
+            drawn_power_loss_case(make_run, tmp, int(draw))
+    except Exception:
+        print(cuts.getvalue(), flush=True)
+        raise
+    return check_run(make_run.runs[-1].root, starts=tmp / "starts")
+
+
+# Faults whose e2e tests build their own scenario (a fixture, a tmpfs): run as they are.
+FAULT_TESTS = [
+    "tests/e2e/test_dead_shim.py::test_a_killed_shim_is_fenced_and_its_job_retried",
+    "tests/e2e/test_dead_shim.py::test_a_shim_killed_while_the_coordinator_is_down_is_fenced_at_start",
+    "tests/e2e/test_full_disk.py::test_a_full_disk_degrades_the_coordinator_which_resumes_once_there_is_room",
+    "tests/e2e/test_full_disk.py::test_an_exit_the_shim_holds_reaches_a_coordinator_started_later",
+]
+
+
+def fault_test_case(make_run, tmp: Path, node: str, rng: random.Random) -> list[str]:
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp / "pytest"), node], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    return [done.stdout[-4000:] + done.stderr[-2000:]] if done.returncode != 0 else []
+
+
 def draw_case(seed: int, index: int):
     from tests.e2e.test_crash_matrix import BASIC, GENERATION
 
     rng = random.Random(f"{seed}:{index}")
-    kind = rng.choices(["basic", "generation", "random"], [4, 2, 3])[0]
+    kind = rng.choices(["basic", "generation", "random", "power", "fault"], [4, 2, 3, 3, 1])[0]
     if kind == "basic":
         return kind, rng.choice(BASIC), basic_case, rng
     if kind == "generation":
         return kind, rng.choice(GENERATION), generation_case, rng
+    if kind == "power":
+        return kind, str(rng.randint(1, 10**9)), power_loss_case, rng
+    if kind == "fault":  # a tmpfs is mounted only by root
+        nodes = [n for n in FAULT_TESTS if os.geteuid() == 0 or "full_disk" not in n]
+        return kind, rng.choice(nodes), fault_test_case, rng
     base = rng.choice(BASIC + GENERATION).partition(":")[0]
     return kind, f"{base}:{rng.randint(1, 4)}", random_case, rng
 

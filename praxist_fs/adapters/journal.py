@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import JournalCorrupt
 from . import fsio
+from .crashpoints import reach
 
 
 def _encode(seq: int, record: dict[str, Any]) -> bytes:
@@ -216,6 +217,7 @@ class Journal:
             if self._torn:
                 self.rewind()
             fsio.append(self._fd, data)
+            reach("journal.after_append")  # written, not yet durable: a power cut tears it
             fsio.fsync(self._fd)
         except OSError:
             self._seq, self._torn = self._synced[0], True

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from .crashpoints import reach
 from .fsio import fsync_dir, makedirs
 
 JOB_DIRECTORIES = ("queued", "running", "done")
@@ -177,14 +178,19 @@ class RunLayout:
         }[kind]
 
     def create_generation(self, number: int) -> None:
-        """Durable: peers' results and idle registrations must not vanish with them."""
+        """Durable: peers' results and idle registrations must not vanish with them. Every
+        directory is fsynced into its parent even when it was there already: one made by a
+        coordinator killed before that fsync, or by a peer, could still vanish."""
         supply = self.generation(number) / "resource_supply"
-        for path, mode in ((self.generation(number), SHARED), (supply, SHARED),
-                           (self.results(number), PEER_WRITABLE),
-                           (self.idle(number), PEER_WRITABLE), (self.leases(number), SHARED),
-                           (self.generation(number) / "peers", SHARED)):
-            makedirs(path, durable=True)
+        modes = {self.generation(number): SHARED, supply: SHARED,
+                 self.results(number): PEER_WRITABLE, self.idle(number): PEER_WRITABLE,
+                 self.leases(number): SHARED, self.generation(number) / "peers": SHARED}
+        for path, mode in modes.items():
+            makedirs(path)
             set_mode(path, mode)
+        reach("generation.before_fsync")
+        for parent in sorted({path.parent for path in modes}):
+            fsync_dir(parent)
 
     def create_protected_pids(self) -> None:
         """Legacy peer-local launches, under any uid of the group, record themselves here."""

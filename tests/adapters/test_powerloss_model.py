@@ -256,3 +256,74 @@ def test_without_a_ledger_fsio_records_nothing(tmp_path):
     assert fsio._ledger is None  # the test process has no PRAXIST_POWERLOSS_LEDGER
     fsio.write_json(tmp_path / "x.json", {}, durable=True)
     assert os.listdir(tmp_path) == ["x.json"]
+
+
+# -- drawn states: one of the states a real disk could leave, by seed ----------------------
+
+def drawn_states(ledger, seeds=range(200)):
+    """What each seed leaves: {relative path: content (None: a directory)} per seed."""
+    model = powerloss.replay(ledger.path)
+    states = []
+    for seed in seeds:
+        state, contents = model.drawn(powerloss.random.Random(seed))
+        states.append({os.path.relpath(path, ledger.root): contents.get(id(node))
+                       for path, node in state.items() if node is not None})
+    return states
+
+
+def test_a_drawn_journal_keeps_what_was_fsynced_and_any_prefix_of_the_rest(ledger):
+    ledger.open_append("journal.log")
+    ledger.append("journal.log", b"1 aaaa {}\n")
+    ledger.fsync("journal.log")
+    ledger.fsync_dir()
+    ledger.append("journal.log", b"2 bbbb {}\n")
+    ledger.append("journal.log", b"3 cccc {}\n")
+    written = b"1 aaaa {}\n2 bbbb {}\n3 cccc {}\n"
+    tails = set()
+    for state in drawn_states(ledger):
+        data = state["journal.log"]
+        assert data.startswith(b"1 aaaa {}\n") and len(data) <= len(written)
+        tail = data[10:]
+        assert written[10:].startswith(tail.rstrip(b"\0")), data  # then zeros, if any
+        tails.add(tail)
+    assert b"" in tails and written[10:] in tails  # nothing more, and everything
+    assert any(t and not t.endswith(b"\n") and t.strip(b"\0") for t in tails)  # torn
+    assert any(t and t.strip(b"\0") == b"" for t in tails)  # the size without the data
+
+
+def test_a_drawn_move_is_somewhere_and_sometimes_in_both_places(ledger):
+    ledger.mkdir("incoming")
+    ledger.mkdir("done")
+    ledger.fsync_dir()
+    (ledger.root / "incoming" / "r.json").write_bytes(b"x")  # a peer's, durable
+    ledger.rename("incoming/r.json", "done/r.json")
+    seen = set()
+    for state in drawn_states(ledger):
+        places = tuple(p for p in ("incoming/r.json", "done/r.json") if p in state)
+        assert places, "a moved file vanished from both places"
+        assert all(state[p] == b"x" for p in places)
+        seen.add(places)
+    assert seen == {("incoming/r.json",), ("done/r.json",),
+                    ("incoming/r.json", "done/r.json")}
+
+
+def test_a_drawn_state_keeps_everything_durable_and_varies_the_rest(ledger):
+    write_atomic(ledger, "kept.json", b"{}", durable=True)
+    ledger.mkdir("a1")
+    write_atomic(ledger, "maybe.json", b'{"v": 1}', durable=False)
+    states = drawn_states(ledger)
+    assert all(state["kept.json"] == b"{}" for state in states)
+    assert {("a1" in s, "maybe.json" in s) for s in states} == \
+        {(True, True), (True, False), (False, True), (False, False)}
+    assert {s["maybe.json"] for s in states if "maybe.json" in s} == {b'{"v": 1}'}  # fsynced
+    assert drawn_states(ledger, [7]) == drawn_states(ledger, [7])  # a seed reproduces it
+
+
+def test_apply_with_a_seed_writes_the_drawn_state(ledger):
+    ledger.open_append("journal.log")
+    ledger.fsync_dir()
+    ledger.append("journal.log", b"1 aaaa {}\n")
+    seed = next(s for s in range(100) if 0 < len(drawn_states(ledger, [s])[0]["journal.log"]) < 10)
+    expected = drawn_states(ledger, [seed])[0]["journal.log"]
+    powerloss.apply(ledger.path, ledger.root, seed=seed)
+    assert (ledger.root / "journal.log").read_bytes() == expected

@@ -4,17 +4,26 @@ Each case starts a coordinator that records its disk operations in a ledger
 (PRAXIST_POWERLOSS_LEDGER) and dies at one crash point (PRAXIST_CRASH_AT).
 The machine then "loses power": every shim and command of the run is killed,
 and tests/powerloss.py rewrites the run directory to the worst state the
-ledger allows (unsynced content and unsynced directory entries dropped).
+ledger allows (unsynced content and unsynced directory entries dropped), or, in
+the drawn cases, to a state drawn by seed among all those a disk could leave
+(any prefix of unsynced writes, torn or zero-filled appends, any subset of
+unsynced names), sometimes with a second power cut while the next boot recovers.
 A normal coordinator starts on what is left, as a new boot; then every reply a peer could
 have seen before the cut must name the same job again, every journal record
 that survived must still be there (or in the snapshot that replaced it), no
 command may have started twice (one whose attempt was lost may have started
 once, never twice), and the invariant checker must pass.
+
+``PRAXIST_POWERLOSS_DRAWS=N`` runs N drawn cases of each kind instead of the few CI
+runs; ``make soak`` (tests/soak.py --real) draws them too.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import random
+import subprocess
 import time
 
 import pytest
@@ -25,6 +34,8 @@ from .conftest import read_json, request, wait_for
 from .test_crash_matrix import (
     BASIC, COMPACT_OFTEN, COMPACTION, CRASH_EXIT, GENERATION, TASK, basic_scenario, job_ids,
 )
+
+DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
 
 # Points reached only later in the basic scenario: retries, exits and their job moves.
 LATE = ["journal.after_commit:9", "effect.WriteJob.after:9", "effect.WriteReply.after:5",
@@ -41,25 +52,29 @@ def start_recording(run, point, ledger, env=None):
                               **(env or {})})
 
 
-def cut_power(run, proc, point, ledger):
-    """The coordinator died at ``point``; the machine goes down with everything it ran.
+def cut_power(run, proc, point, ledger, seed=None):
+    """The coordinator died at ``point``; the machine goes down with everything it ran,
+    leaving the worst state or, with ``seed``, a drawn one.
 
     Returns what a peer could have read before the cut (replies, control replies) and
     the journal records that survived it."""
     assert proc.wait(timeout=30) == CRASH_EXIT, f"{point} was never reached"
     run.kill_attempt_groups()
-    seen = {str(path.relative_to(run.sched)): read_json(path)
+    seen = {str(path.relative_to(run.sched)): reply  # a torn one tells a peer nothing
             for inbox in ("spool/replies", "control/replies")
-            for path in (run.sched / inbox).glob("*.json")}
-    print("power cut:", *powerloss.apply(ledger, run.root), sep="\n  ")  # shown on failure
+            for path in (run.sched / inbox).glob("*.json")
+            if (reply := read_json(path)) is not None}
+    changes = powerloss.apply(ledger, run.root, seed=seed)
+    print(f"power cut at {point} (seed {seed}):", *changes, sep="\n  ")  # shown on failure
     return seen, journal_records(run)
 
 
 def journal_records(run):
-    """seq -> line of the journal file, and the seq its snapshot covers (0: none)."""
+    """seq -> whole line of the journal file (not a torn tail: it was never a record),
+    and the seq its snapshot covers (0: none)."""
     journal = run.sched / "journal"
-    lines = {int(line.split(b" ", 1)[0]): line
-             for line in (journal / "journal.log").read_bytes().splitlines()}
+    *whole, _torn = (journal / "journal.log").read_bytes().split(b"\n")  # after the last \n
+    lines = {int(line.split(b" ", 1)[0]): line for line in whole}
     snapshot = journal / "snapshot.jsonl"
     header = snapshot.read_bytes().split(b"\n", 1)[0] if snapshot.exists() else b"{}"
     return lines, json.loads(header).get("journal_seq", 0)
@@ -69,7 +84,9 @@ def assert_nothing_acknowledged_was_lost(run, seen, journal):
     """``seen`` and ``journal`` as ``cut_power`` found them."""
     (lines, covered), (lines_now, covered_now) = journal, journal_records(run)
     assert covered_now >= covered
-    assert all(seq <= covered_now or lines_now.get(seq) == line for seq, line in lines.items())
+    changed = {seq: (line, lines_now.get(seq)) for seq, line in lines.items()
+               if seq > covered_now and lines_now.get(seq) != line}
+    assert not changed, f"journal records lost or rewritten (was, now): {changed}"
     for path, before in seen.items():
         after = wait_for(lambda: read_json(run.sched / path), timeout=15,
                          message=f"{path} again after the restart")
@@ -100,11 +117,17 @@ def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, poi
     ids = basic_scenario(run, tmp_path)
     before_cut = cut_power(run, proc, point, ledger)
     run.start({**env, **NEW_BOOT})
+    assert_recovered(run, tmp_path, ids, [before_cut])
+
+
+def assert_recovered(run, tmp_path, ids, cuts):
+    """The basic scenario after its power cuts: each as ``cut_power`` returned it."""
     jobs = job_ids(run, ids)
     wait_for(lambda: all(run.job(j) and run.job(j)["state"] in
                          ("completed", "failed", "drained_unknown") for j in jobs.values()),
              timeout=30, message="every job to end after the restart")
-    assert_nothing_acknowledged_was_lost(run, *before_cut)
+    for before_cut in cuts:
+        assert_nothing_acknowledged_was_lost(run, *before_cut)
     for tag, job_id in jobs.items():
         job = run.job(job_id)
         codes = [a["exit_code"] for a in job["attempts"] if a["outcome"] in RAN]
@@ -119,6 +142,56 @@ def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, poi
     assert not starts_problems(run, jobs, tmp_path / "starts")
     wait_for(lambda: not check_run(run.root), timeout=10,
              message=f"invariants: {check_run(run.root)}")
+
+
+# Where a drawn cut comes: the named points, and between a journal append and its
+# fsync (the only moment a torn record can exist), at the first commits and later ones.
+TORN = ["journal.after_append", "journal.after_append:3", "journal.after_append:7"]
+# Where the boot after a power cut is cut again: each step of recovery, and its first
+# commits and writes (reached in every scenario: the lost attempts are journaled).
+RECOVERY = ["start.after_journal_open", "start.after_repair", "start.after_adopt",
+            "journal.after_append", "journal.after_commit", "effect.WriteJob.after",
+            "status.after_write"]
+
+
+def draw_power_loss(seed):
+    """Seed -> (first cut's point, environment, second cut's point or None). Every fourth
+    seed tears an append; every second one is cut again, in turn at each recovery step."""
+    rng = random.Random(f"power-loss:{seed}")
+    point, env = rng.choice([(p, {}) for p in BASIC + LATE + TORN] +
+                            [(p, COMPACT_OFTEN) for p in COMPACTION])
+    if seed % 4 == 1:
+        point, env = rng.choice(TORN), {}
+    return point, env, RECOVERY[seed // 2 % len(RECOVERY)] if seed % 2 == 0 else None
+
+
+def drawn_power_loss_case(make_run, tmp_path, seed):
+    """The basic scenario, a drawn power cut, and perhaps a second one in recovery."""
+    point, env, again = draw_power_loss(seed)
+    run = make_run(task_text=TASK)
+    ledger = tmp_path / "ledger.jsonl"
+    proc = start_recording(run, point, ledger, env)
+    ids = basic_scenario(run, tmp_path)
+    cuts = [cut_power(run, proc, point, ledger, seed=f"{seed}:1")]
+    if again is not None:
+        second = tmp_path / "ledger-recovery.jsonl"
+        proc = start_recording(run, again, second, {**env, **NEW_BOOT})
+        cuts.append(cut_power(run, proc, again, second, seed=f"{seed}:2"))
+    run.start({**env, "PRAXIST_BOOT_ID": "boot-after-the-last-power-cut"})
+    assert_recovered(run, tmp_path, ids, cuts)
+
+
+@pytest.mark.parametrize("seed", range(1, 1 + (DRAWS or 16)))
+def test_a_drawn_power_loss_keeps_every_acknowledgement(make_run, tmp_path, seed):
+    """R-DUR-1, R-DUR-2 under a real disk's freedom: torn appends, half-made directories,
+    moves in both places, and power lost again during recovery."""
+    drawn_power_loss_case(make_run, tmp_path, seed)
+
+
+def test_the_draws_cover_torn_appends_and_every_recovery_step():
+    draws = [draw_power_loss(seed) for seed in range(1, 17)]
+    assert sum(point in TORN for point, _, _ in draws) >= 4
+    assert {again for _, _, again in draws} == set(RECOVERY) | {None}
 
 
 def _control(run, name, doc):
@@ -172,3 +245,29 @@ def test_a_reply_lost_to_the_power_cut_is_answered_again_from_the_journal(make_r
     assert sorted(p.name for p in (run.sched / "jobs" / "done").glob("*.json")) == \
         [f"{reply['job_id']}.json"]
     assert_nothing_acknowledged_was_lost(run, *before_cut)
+
+
+def test_a_generation_made_by_a_coordinator_killed_before_its_fsync_survives_a_power_cut(
+        make_run, tmp_path):
+    """A coordinator killed between making gen_1's directories and fsyncing them: the next
+    one must make them durable although they exist, or a later power cut takes the results
+    peers published in them along."""
+    run = make_run(task_text=TASK)
+    ledger = tmp_path / "ledger.jsonl"  # both coordinators record: the cut comes after both
+    proc = start_recording(run, "generation.before_fsync", ledger)
+    wait_for(lambda: (run.sched / "endpoint.json").exists() or proc.poll() is not None)
+    _control(run, "open.json", {"action": "generation_open", "generation": 1, "cohort": ["p1"]})
+    assert proc.wait(timeout=30) == CRASH_EXIT
+    assert (run.root / "gen_1" / "results").is_dir()
+    run.start({"PRAXIST_POWERLOSS_LEDGER": str(ledger)})
+    assert wait_for(lambda: read_json(run.sched / "control" / "replies" / "open.json"),
+                    timeout=30)["outcome"] == "ok"
+    result = run.root / "gen_1" / "results" / "r1.json"
+    with open(result, "w") as handle:  # the peer's own durable write
+        handle.write(json.dumps({"peer": "p1", "mature": True, "score": 0.9}))
+        handle.flush()
+        os.fsync(handle.fileno())
+    run.kill()
+    run.kill_attempt_groups()
+    print("power cut:", *powerloss.apply(ledger, run.root), sep="\n  ")
+    assert json.loads(result.read_text())["peer"] == "p1"
