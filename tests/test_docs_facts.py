@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs import client, config
+from praxist_fs import cli, client, config
 from praxist_fs.commands import launch
 from praxist_fs.config import parse_task_text, policy_from_mapping
 from praxist_fs.core.budget import INFRA_EXIT_CODE
@@ -170,3 +170,10 @@ def test_launch_exit_codes_in_operations_md_are_the_codes():
 def test_the_infrastructure_exit_code_in_config_md_is_the_codes():
     retries = key_rows("Keys")["infrastructure_retries"]["what it does"]
     assert re.search(r"exit code (\d+)", retries)[1] == str(INFRA_EXIT_CODE)
+
+
+def test_the_no_procfs_exit_code_in_operations_md_is_the_codes():
+    text = " ".join((DOCS / "OPERATIONS.md").read_text().split())
+    found = re.search(r"refuses there, before it touches the run, with exit \*\*(\d+)\*\*", text)
+    assert found, "OPERATIONS.md *Linux only* no longer states the exit code read here"
+    assert int(found[1]) == cli.EXIT_NO_PROCFS

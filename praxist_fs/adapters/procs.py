@@ -29,15 +29,12 @@ def require_procfs() -> None:
     """Raise ``NoProcfs`` unless procfs shows this process's own identity (pid, start time,
     state), which every liveness check, re-adoption and fencing reads for other pids."""
     pid = os.getpid()
-    fields = _stat_fields(pid)
-    try:
-        int(fields[19])  # type: ignore[index]
-    except (TypeError, IndexError, ValueError):
+    if start_time(pid) is None:
         raise NoProcfs(
             f"cannot read this process's identity from {root()}/{pid}/stat: praxist_fs "
             f"identifies, watches and stops processes by (pid, start time) read from Linux "
             f"procfs, and without it every process would look dead; run it on Linux with "
-            f"procfs mounted at {root()} (OPERATIONS.md *Linux only*)") from None
+            f"procfs mounted at {root()} (OPERATIONS.md *Linux only*)")
 
 
 @lru_cache(maxsize=1)

@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from praxist_fs.cli import EXIT_NO_PROCFS
+
 from .conftest import request
 
 CLI = [sys.executable, "-m", "praxist_fs"]
-EXIT_NO_PROCFS = 72  # EX_OSFILE, OPERATIONS.md *Linux only*
 
 
 def praxist(*args: str, proc_root: Path | str, run=None) -> subprocess.CompletedProcess:
