@@ -20,6 +20,7 @@ from praxist_fs.commands import launch
 from praxist_fs.config import parse_task_text, policy_from_mapping
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.policy import Policy
+from praxist_fs.errors import PolicyError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 LITERAL = re.compile(r"`([^`]+)`")
@@ -147,10 +148,13 @@ def test_documented_numeric_ranges_are_the_codes(heading):
         if type(default) not in (int, float):
             continue
         for given, expected in bounds_and_probes(row["range / rule"], default):
-            if given <= 0 and "must be > 0" in row["range / rule"]:
-                continue  # refused, not moved: the rule says so and the config tests check it
+            try:
+                used = resolved(heading, key, given)
+            except PolicyError as exc:
+                if "fails" in row["range / rule"]:
+                    continue  # refused, not moved, as the rule also says (e.g. "must be > 0")
+                used = f"refused: {exc}"
             checked.append(key)
-            used = resolved(heading, key, given)
             if used != expected:
                 wrong[f"{key}={given}"] = (expected, used)
     assert checked, f"no checkable range under {heading!r}: has the table changed shape?"
