@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .adapters import procs
 from .commands import control, jobs, launch, logs, run, simulate, status, stop, supply
+from .errors import NoProcfs
+
+# Commands that read only files, so they work where procfs is missing; every other one
+# identifies processes (a live coordinator, attempts, what to stop) and refuses there.
+WITHOUT_PROCESSES = {"jobs", "logs", "simulate"}
+EXIT_NO_PROCFS = 72  # EX_OSFILE: a system file this command needs is missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if args.command not in WITHOUT_PROCESSES:
+        try:
+            procs.require_procfs()
+        except NoProcfs as exc:
+            print(f"praxist-fs {args.command}: {exc}", file=sys.stderr)
+            return EXIT_NO_PROCFS
     try:
         return args.func(args)
     except BrokenPipeError:  # `praxist-fs status | head`

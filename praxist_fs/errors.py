@@ -7,6 +7,7 @@
 - ``JournalCorrupt``: the journal is damaged beyond a torn tail.
 - ``PolicyError``: the task file asks for something we cannot honour.
 - ``OwnerBusy``: another live coordinator owns the run.
+- ``NoProcfs``: this host shows no procfs, so no process identity (Linux only).
 """
 
 from __future__ import annotations
@@ -49,3 +50,7 @@ class PolicyError(PraxistError):
 
 class OwnerBusy(PraxistError):
     """A live coordinator already owns the run directory."""
+
+
+class NoProcfs(PraxistError):
+    """No procfs here: processes cannot be identified, so nothing may be run or stopped."""

@@ -185,10 +185,9 @@ def _handling_tstp(pid: int) -> bool:
 def _table() -> dict[int, procs.Stat]:
     """Every live process (not a zombie) by pid, from one pass over /proc."""
     table = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (stat := procs.stat(int(entry))) is not None and \
-                stat.state not in ("Z", "X"):
-            table[int(entry)] = stat
+    for pid in procs.pids():
+        if (stat := procs.stat(pid)) is not None and stat.state not in ("Z", "X"):
+            table[pid] = stat
     return table
 
 
@@ -224,7 +223,7 @@ def _lineage() -> set[int]:
 
 def _environ(pid: int) -> list[bytes]:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
+        with open(f"{procs.root()}/{pid}/environ", "rb") as handle:
             return handle.read().split(b"\0")
     except OSError:
         return []  # gone, or another user's: nothing to match on
@@ -240,7 +239,7 @@ def _cleared_in(pid: int, environ: list[bytes], roots: tuple[str, ...]) -> bool:
     if not roots or not environ or any(v.startswith(b"PRAXIST_RUN_DIR=") for v in environ):
         return False
     try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
+        cwd = os.readlink(f"{procs.root()}/{pid}/cwd")
     except OSError:
         return False
     return any(cwd == root or cwd.startswith(root + os.sep) for root in roots)

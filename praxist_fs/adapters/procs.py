@@ -2,6 +2,12 @@
 
 A pid is alive only while /proc shows the same start time and a state other
 than zombie or dead; ``kill(pid, 0)`` would also answer for a zombie.
+
+praxist_fs is Linux-only: on a host without procfs every process would look dead
+(a running attempt lost, a live coordinator missing), so ``require_procfs`` refuses
+to go on there instead (OPERATIONS.md *Linux only*). ``PRAXIST_PROC_ROOT`` moves
+where procfs is read, so tests can stand for such a host; it must show the PID
+namespace of the coordinator and its shims.
 """
 
 from __future__ import annotations
@@ -9,6 +15,26 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from typing import NamedTuple
+
+from ..errors import NoProcfs
+
+
+@lru_cache(maxsize=1)
+def root() -> str:
+    """Where procfs is mounted: ``$PRAXIST_PROC_ROOT``, else /proc."""
+    return os.environ.get("PRAXIST_PROC_ROOT") or "/proc"
+
+
+def require_procfs() -> None:
+    """Raise ``NoProcfs`` unless procfs shows this process's own identity (pid, start time,
+    state), which every liveness check, re-adoption and fencing reads for other pids."""
+    pid = os.getpid()
+    if start_time(pid) is None:
+        raise NoProcfs(
+            f"cannot read this process's identity from {root()}/{pid}/stat: praxist_fs "
+            f"identifies, watches and stops processes by (pid, start time) read from Linux "
+            f"procfs, and without it every process would look dead; run it on Linux with "
+            f"procfs mounted at {root()} (OPERATIONS.md *Linux only*)")
 
 
 @lru_cache(maxsize=1)
@@ -18,15 +44,20 @@ def boot_id() -> str:
     if override := os.environ.get("PRAXIST_BOOT_ID"):
         return override
     try:
-        with open("/proc/sys/kernel/random/boot_id") as handle:
+        with open(f"{root()}/sys/kernel/random/boot_id") as handle:
             return handle.read().strip()
     except OSError:
         return "unknown"
 
 
+def pids() -> list[int]:
+    """Every pid procfs lists now (some may be gone by the time they are read)."""
+    return [int(entry) for entry in os.listdir(root()) if entry.isdigit()]
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
+        with open(f"{root()}/{pid}/stat", "rb") as handle:
             data = handle.read()
     except OSError:
         return None
@@ -54,17 +85,15 @@ def with_argument(argument: str) -> list[int]:
     a shim started for an attempt carries its directory, before it wrote READY too."""
     wanted = os.fsencode(argument)
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in pids():
         try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+            with open(f"{root()}/{pid}/cmdline", "rb") as handle:
                 arguments = handle.read().split(b"\0")
         except OSError:
             continue
-        fields = _stat_fields(int(entry))
+        fields = _stat_fields(pid)
         if wanted in arguments and fields and fields[0] not in ("Z", "X"):
-            found.append(int(entry))
+            found.append(pid)
     return found
 
 
@@ -114,7 +143,7 @@ def pending(pid: int, signum: int) -> bool:
 
 def _signal_mask_has(pid: int, fields: tuple[bytes, ...], signum: int) -> bool:
     try:
-        with open(f"/proc/{pid}/status", "rb") as handle:
+        with open(f"{root()}/{pid}/status", "rb") as handle:
             for line in handle:
                 if line.startswith(fields) and int(line.split()[1], 16) >> (signum - 1) & 1:
                     return True

@@ -41,7 +41,7 @@ MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
 TESTED = {
     "quick-start", "tour-submit", "tour-generation", "tour-control", "tour-stop",
     "tour-gpus",  # README
-    "shell-submit", "shell-wait",  # PROTOCOL
+    "shell-submit", "shell-wait", "central-attempts",  # PROTOCOL
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
     "ops-generation-status", "ops-invariants",  # OPERATIONS
     "simulate-livelock",  # SIMULATE
@@ -254,6 +254,34 @@ def test_protocol_shell_examples_run_verbatim(run):
     first, *waited = sh("shell-submit", "shell-wait").splitlines()  # section 6 continues it
     assert json.loads(first)["outcome"] == "duplicate"
     assert waited == [f"job {reply['job_id']}: completed (exit code 0)", "hello"]
+
+
+def test_central_attempts_recipe_lists_exactly_the_live_attempts(make_run, shell, tmp_path):
+    """seed 000 "Existing protected-PID manifests remain the process-lifecycle compatibility
+    surface used by close, stop, diagnostics, and late/quarantined result handling": central
+    attempts are not written there; PROTOCOL.md section 15 says what to read instead, and
+    its recipe finds a running attempt's real process group and no ended attempt."""
+    run = make_run()
+    run.start()
+    shell.env["RUN"] = str(run.root)
+    done = run.reply(run.submit(request("ended", ["true"])))["job_id"]
+    run.wait_state(done, "completed")
+    gate, pid_file = tmp_path / "gate", tmp_path / "command.pid"
+    live = run.reply(run.submit(request("live", [
+        "sh", "-c", f"echo $$ > {pid_file}; while [ ! -e {gate} ]; do sleep 0.05; done"])))
+    run.wait_state(live["job_id"], "running")
+    command = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(),
+                           message="the live command's pid"))
+
+    listed = shell("central-attempts")
+    assert listed.returncode == 0, listed.stderr
+    group = os.getpgid(command)
+    assert listed.stdout == f"{live['job_id']}/a1 pgid={group} sid={os.getsid(command)}\n"
+    assert not (run.sched / "protected_pids").exists() or \
+        not list((run.sched / "protected_pids").glob("*.json"))
+    gate.touch()
+    run.wait_state(live["job_id"], "completed")
+    assert shell("central-attempts").stdout == ""
 
 
 def test_legacy_launch_example_runs_verbatim(shell):

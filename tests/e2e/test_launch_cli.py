@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from .conftest import read_json
+
+ROOT = Path(__file__).resolve().parents[2]
 
 LAUNCH = [sys.executable, "-m", "praxist_fs", "launch"]
 
@@ -129,3 +133,30 @@ def test_copied_attempt_variables_are_refused(run, tmp_path):
            "PRAXIST_EXPERIMENT_ID": donor.parent.name}
     result = launch(run, "--tag=impostor", "--", "true", env=env)
     assert result.returncode == 2 and "refusing nested launch" in result.stderr
+
+
+NESTED_SIGNAL_EXIT = re.compile(r"killed by\s+signal N makes `launch` exit (\d+)\+N")
+NESTED_NOT_FOUND = re.compile(r"cannot\s+be started ends it with exit (\d+) and\s+"
+                              r"`praxist-fs launch: cannot run '<cmd>':")
+
+
+def test_nested_launch_exits_as_protocol_documents(run):
+    """docs/PROTOCOL.md *Nested launch* (R-SUB-6): a nested command killed by signal N makes
+    ``launch`` exit as the document says (128+N), and one that cannot be started exits 127
+    with a message, not a traceback; the numbers are read from the document itself."""
+    text = " ".join((ROOT / "docs" / "PROTOCOL.md").read_text().split())
+    documented = [pattern.search(text) for pattern in (NESTED_SIGNAL_EXIT, NESTED_NOT_FOUND)]
+    assert all(documented), "PROTOCOL.md *Nested launch* no longer states its exit codes"
+    signal_base, not_found = (int(found[1]) for found in documented)
+    nested = (f"{sys.executable} -m praxist_fs launch --run-dir={run.root} --peer=cli "
+              f"--tag=inner")
+    killed = launch(run, "--tag=outer-killed", "--", "sh", "-c",
+                    f"{nested} -- sh -c 'kill -TERM $$'; echo nested=$?")
+    assert killed.returncode == 0, killed.stderr
+    assert killed.stdout.splitlines()[-1] == f"nested={signal_base + signal.SIGTERM}"
+    missing = launch(run, "--tag=outer-missing", "--", "sh", "-c",
+                     f"{nested} -- /nonexistent/praxist-cmd; echo nested=$?")
+    assert missing.stdout.splitlines()[-1] == f"nested={not_found}"
+    log = missing.stdout  # the attempt's log, stderr included, streamed by the outer launch
+    assert "praxist-fs launch: cannot run '/nonexistent/praxist-cmd':" in log
+    assert "Traceback" not in log
