@@ -65,7 +65,7 @@ from .core.scheduler import Scheduler
 from .core.snapshot import SnapshotError, dump, load
 from .core.states import JobState
 from .core.status import render_status
-from .errors import BadRequest, JournalCorrupt
+from .errors import BadRequest, JournalCorrupt, NoRoomToStart
 
 log = logging.getLogger("praxist_fs")
 
@@ -154,13 +154,24 @@ class Coordinator:
     # -- life cycle ---------------------------------------------------------
 
     def run(self) -> int:
-        """Serve until SIGTERM/SIGINT. Raises OwnerBusy if another coordinator owns the run."""
-        self.layout.create()
+        """Serve until SIGTERM/SIGINT. Raises OwnerBusy if another coordinator owns the run,
+        NoRoomToStart if its disk is full as it starts (later, a full disk is waited out)."""
+        try:
+            self.layout.create()
+        except OSError as exc:
+            if exc.errno not in DISK_ERRORS:
+                raise
+            raise self._no_room_to_start(exc) from None
         owner = OwnerLock(self.layout)
         owner.acquire()
         clean = False
         try:
-            self._start()
+            try:
+                self._start()
+            except OSError as exc:
+                if exc.errno not in DISK_ERRORS:
+                    raise
+                raise self._no_room_to_start(exc) from None
             while True:  # a full disk's error from anywhere in a turn: waited out there
                 try:
                     self._loop()
@@ -455,6 +466,16 @@ class Coordinator:
                     self._process([replace(observed, fenced=True, error=death)], launch=True)
 
     # -- a full disk --------------------------------------------------------
+
+    def _no_room_to_start(self, exc: OSError) -> NoRoomToStart:
+        """The error a start that hit a full disk ends with: the cause, and that nothing was
+        lost (requests stay in incoming/, shims keep their commands and exit statuses)."""
+        path = exc.filename or self.layout.root
+        return NoRoomToStart(
+            f"cannot start: {DISK_ERRORS[exc.errno]} on {_file_system(path)}: {path} ([Errno {exc.errno}] "
+            f"{exc.strerror}); nothing was consumed (requests wait in spool/incoming/, "
+            "running commands keep running and their shims hold their exit status); make "
+            "room and start it again")
 
     def _disk_error(self, exc: OSError, path: str | os.PathLike) -> bool:
         """Whether ``exc`` is a full disk, a quota or EIO: then the coordinator is degraded

@@ -8,6 +8,7 @@
 - ``PolicyError``: the task file asks for something we cannot honour.
 - ``OwnerBusy``: another live coordinator owns the run.
 - ``NoProcfs``: this host shows no procfs, so no process identity (Linux only).
+- ``NoRoomToStart``: the run's disk is full (or over quota, or failing) as a coordinator starts.
 """
 
 from __future__ import annotations
@@ -54,3 +55,7 @@ class OwnerBusy(PraxistError):
 
 class NoProcfs(PraxistError):
     """No procfs here: processes cannot be identified, so nothing may be run or stopped."""
+
+
+class NoRoomToStart(PraxistError):
+    """A start that cannot write its files: refused with the cause, not a traceback."""

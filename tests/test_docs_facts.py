@@ -17,6 +17,7 @@ import pytest
 
 from praxist_fs import cli, client, config
 from praxist_fs.commands import launch
+from praxist_fs.commands import run as run_command
 from praxist_fs.config import parse_task_text, policy_from_mapping
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.policy import Policy
@@ -181,3 +182,10 @@ def test_the_no_procfs_exit_code_in_operations_md_is_the_codes():
     found = re.search(r"refuses there, before it touches the run, with exit \*\*(\d+)\*\*", text)
     assert found, "OPERATIONS.md *Linux only* no longer states the exit code read here"
     assert int(found[1]) == cli.EXIT_NO_PROCFS
+
+
+def test_the_full_disk_start_exit_code_in_operations_md_is_the_codes():
+    text = " ".join((DOCS / "OPERATIONS.md").read_text().split())
+    found = re.search(r"cannot record its own start: it refuses, exit \*\*(\d+)\*\*", text)
+    assert found, "OPERATIONS.md *Full disk* no longer states the exit code read here"
+    assert int(found[1]) == run_command.EXIT_NO_ROOM

@@ -8,7 +8,10 @@ import os
 import sys
 
 from ..config import load_policy
-from ..errors import JournalCorrupt, OwnerBusy, PolicyError
+from ..errors import JournalCorrupt, NoRoomToStart, OwnerBusy, PolicyError
+
+
+EXIT_NO_ROOM = 74  # EX_IOERR: the run's disk is full, over quota or failing as it starts
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +57,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (OwnerBusy, JournalCorrupt) as exc:
         print(f"praxist-fs serve: {exc}", file=sys.stderr)
         return 1
+    except NoRoomToStart as exc:
+        print(f"praxist-fs serve: {exc}", file=sys.stderr)
+        return EXIT_NO_ROOM
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

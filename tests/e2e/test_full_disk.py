@@ -221,3 +221,25 @@ def test_views_that_cannot_be_written_after_their_commit_are_written_once_there_
             if run.proc is not None and run.proc.poll() is None:
                 run.kill()
             run.kill_attempt_groups()
+
+
+def test_a_coordinator_started_on_a_full_disk_says_why_and_loses_nothing(full_run, tmp_path):
+    """A start cannot wait out a full disk as a serving coordinator does (it has nothing
+    adopted to supervise yet, and writes its own files first): it refuses with the cause,
+    exit 74, no traceback, and the request that waits is answered by the next start."""
+    run, disk = full_run
+    run.start()
+    first = run.reply(run.submit(request("first")))
+    assert run.wait_state(first["job_id"], "completed")
+    run.stop()
+    waiting = run.submit(request("waiting"))
+    disk.fill()
+    proc = run.start_raw()
+    assert proc.wait(timeout=60) == 74
+    text = (run.root.parent / f"coordinator-{run.root.name}.log").read_text()
+    assert "cannot start: no space left on tmpfs" in text and "Traceback" not in text, text
+    assert (run.sched / "spool" / "incoming" / f"{waiting}.json").exists()
+    disk.free()
+    run.start()
+    assert run.reply(waiting)["outcome"] == "accepted"
+    assert run.reply(first["request_id"])["job_id"] == first["job_id"]
