@@ -14,7 +14,7 @@ def no_leaked_threads_or_children():
     children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
     leaked_threads = [t for t in threading.enumerate()
-                      if t not in threads_before and t.is_alive() and not t.daemon]
+                      if t not in threads_before and t.is_alive()]
     leaked = [p for p in psutil.Process().children(recursive=True)
               if p.pid not in children_before and p.status() != psutil.STATUS_ZOMBIE]
     assert not leaked_threads, f"test leaked threads: {leaked_threads}"

@@ -13,7 +13,6 @@ import pytest
 from praxist_fs.cli import main
 from praxist_fs.commands import simulate as simulate_command
 from praxist_fs.config import load_policy
-from praxist_fs.errors import PolicyError
 from praxist_fs.core.events import AttemptLaunched, AttemptPreempted
 from praxist_fs.simulate import Livelock, TraceError, TraceJob, Watch, load_trace, percentile, \
     replay
@@ -233,8 +232,6 @@ def test_philly_prefix_matches_the_reference_model():
 
 
 def test_backfill_keeps_its_reservation_where_fcfs_lets_younger_work_pass(tmp_path):
-    pytest.importorskip("praxist_fs.core.pickers",
-                        reason="needs the picker framework (core/pickers.py), not merged yet")
     path = trace(tmp_path, "a,0,100,1,u", "b,1,50,2,v", "c,2,10,1,w", "d,3,200,1,w")
     fcfs, backfill = (run(path, gpus=2, policy_override={"job_picker": picker})
                       for picker in ("fcfs", "backfill"))
@@ -246,14 +243,7 @@ def test_backfill_keeps_its_reservation_where_fcfs_lets_younger_work_pass(tmp_pa
 
 @pytest.mark.skipif(not PHILLY.exists(), reason="../shared/traces is not checked out")
 def test_backfill_task_file_replays_the_philly_prefix():
-    pytest.importorskip("praxist_fs.core.pickers",
-                        reason="needs the picker framework (core/pickers.py), not merged yet")
-    try:
-        policy = load_policy(BACKFILL)
-    except PolicyError as exc:
-        if not exc.key_path.endswith(".queues"):
-            raise
-        pytest.skip(f"the task file's queues block is not read by config.py yet ({exc})")
+    policy = load_policy(BACKFILL)
     jobs = load_trace(PHILLY, limit=500)
     result = replay(jobs, gpus=64, policy=policy, name="backfill")
     assert (result.completed, result.unrunnable) == (500, [])
