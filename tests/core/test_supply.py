@@ -210,9 +210,10 @@ def test_assessment_admits_only_deadline_safe_mature_top_ups():
 
 
 def test_the_exploration_reserve_keeps_no_slot_for_exploration_assessment_holds():
-    """seed 000 "Mature-first": "exploration_reserve prevents mature work from consuming
-    every slot when exploration is queued" -- exploration that could start: an ordinary job
-    the assessment holds cannot take the slot, so a deadline-safe mature top-up gets it."""
+    """seed 000 "Timing And Close": "exploration_reserve prevents mature work from
+    consuming every slot when exploration is queued" -- exploration that could start: an
+    ordinary job the assessment holds cannot take the slot, so a deadline-safe mature
+    top-up gets it."""
     run = Run(slots=1, exploration_reserve=1, deadline=1000.0 + 3600)
     ordinary = submit(run, "ordinary")
     mature = submit(run, "mature-top-up", "mature", eta=10.0)
@@ -226,9 +227,9 @@ def test_the_exploration_reserve_keeps_no_slot_for_exploration_assessment_holds(
 
 
 def test_an_assessment_closes_by_itself_at_its_deadline():
-    """seed 000 "Assessment": "Once the quota is met, or the generation reaches its safety
-    bound, the normal strict close path takes over" -- the deadline is that bound, whether
-    or not an operator asked to close."""
+    """seed 000 "Timing And Close": "Once the quota is met, or the generation reaches its
+    safety bound, the normal strict close path takes over" -- the deadline is that bound,
+    whether or not an operator asked to close."""
     run = Run(deadline=1000.0 + 60)
     held = submit(run, "ordinary")
     assert run.control("generation_assess", generation=1)["outcome"] == "ok"
@@ -243,8 +244,8 @@ def test_an_assessment_closes_by_itself_at_its_deadline():
 
 
 def test_without_a_deadline_only_the_operator_ends_an_assessment():
-    """seed 000 "Assessment": "Assessment is not CLOSING_SIGNAL" -- with no deadline there
-    is no safety bound, and a met quorum ends only an assessment a close asked for."""
+    """seed 000 "Timing And Close": "Assessment is not CLOSING_SIGNAL" -- with no deadline
+    there is no safety bound, and a met quorum ends only an assessment a close asked for."""
     run = Run(cohort=("a", "b"), mature_quorum_fraction=0.5)
     run.control("generation_assess", generation=1)
     run.sched.handle(ResultSeen(at=run.now, generation=1, result_id="r1", peer="a", mature=True))
@@ -254,8 +255,9 @@ def test_without_a_deadline_only_the_operator_ends_an_assessment():
 
 
 def test_a_duplicate_submission_leaves_the_lease_for_new_work():
-    """seed 000 "Idle supply": "A peer may respond with at most one already justified
-    experiment": a duplicate or terminal duplicate queues nothing, so it uses no lease."""
+    """seed 000 "Mature Evidence And Idle Supply Feedback": "A peer may respond with at
+    most one already justified experiment" -- a duplicate or terminal duplicate queues
+    nothing, so it uses no lease."""
     run = Run(cohort=("a",), slots=2)
     send(run, "done-before")  # it runs in one slot; the other wakes the idle peer
     send(run, "given-up", hold=True)
@@ -273,9 +275,10 @@ def test_a_duplicate_submission_leaves_the_lease_for_new_work():
 
 
 def test_stale_submission_counts_only_expired_leases():
-    """seed 000 "resource_supply.stats": "a submission carrying an already expired locator
-    is stale_submission, while reuse_ignored is reserved for a lease that was genuinely
-    consumed once" -- declined and revoked leases are counted apart."""
+    """seed 000 "Mature Evidence And Idle Supply Feedback": "a submission carrying an
+    already expired locator is stale_submission, while reuse_ignored is reserved for a
+    lease that was genuinely consumed once" -- declined and revoked leases are counted
+    apart."""
     run = Run(supply_lease_seconds=180)
     run.tick(), run.tick()
     leases = {peer: lease.lease_id for peer, lease in run.leases().items()}

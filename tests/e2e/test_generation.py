@@ -153,16 +153,17 @@ def test_interrupted_grants_are_revoked_at_restart(make_run):
 
 
 def test_an_assessment_closes_by_itself_at_its_deadline(make_run, tmp_path):
-    """seed 000 "Assessment": "Assessment is not CLOSING_SIGNAL. Once the quota is met, or
-    the generation reaches its safety bound, the normal strict close path takes over" --
-    nobody sends close: at the deadline the queue freezes and CLOSING_SIGNAL is written."""
+    """seed 000 "Timing And Close": "Assessment is not CLOSING_SIGNAL. Once the quota is
+    met, or the generation reaches its safety bound, the normal strict close path takes
+    over" -- nobody sends close: at the deadline the queue freezes and CLOSING_SIGNAL is
+    written."""
     run = make_run(task_text=TASK)
     run.start()
     deadline = datetime.now(timezone.utc) + timedelta(seconds=10)
     assert cli(run, "generation", "open", "1", "--deadline", deadline.isoformat())[0] == 0
     gate = tmp_path / "gate"
-    running = run.reply(run.submit(request("explore-long", ["sh", "-c",
-                                                            f"while [ ! -e {gate} ]; do sleep 0.05; done"])))
+    argv = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    running = run.reply(run.submit(request("explore-long", argv)))
     run.wait_state(running["job_id"], "running")
     code, reply, _ = cli(run, "generation", "assess", "1")
     assert code == 0 and reply["generation"]["close_requested"] is False
@@ -179,7 +180,7 @@ def test_an_assessment_closes_by_itself_at_its_deadline(make_run, tmp_path):
 
 
 def test_a_mature_top_up_takes_the_slot_kept_for_exploration_that_assessment_holds(make_run):
-    """seed 000 "Mature-first": "exploration_reserve prevents mature work from consuming
+    """seed 000 "Timing And Close": "exploration_reserve prevents mature work from consuming
     every slot when exploration is queued" -- not exploration that assessment forbids: the
     deadline-safe mature top-up runs at once in the run's one slot."""
     one_slot = TASK.replace("concurrent_experiments: 4", "concurrent_experiments: 1")
@@ -191,7 +192,8 @@ def test_a_mature_top_up_takes_the_slot_kept_for_exploration_that_assessment_hol
     ordinary = run.reply(run.submit(request("explore-held")))
     top_up = run.reply(run.submit(request("mature-top-up", work_class="mature", eta_s=60)))
     run.wait_state(top_up["job_id"], "completed")
-    wait_for(lambda: "only mature top-ups start" in (run.job(ordinary["job_id"]) or {}).get("reason", ""),
+    wait_for(lambda: "only mature top-ups start" in
+             (run.job(ordinary["job_id"]) or {}).get("reason", ""),
              message="the ordinary job held by the assessment")
 
 
