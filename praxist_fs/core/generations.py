@@ -91,7 +91,9 @@ class GenerationDesk:
             return self._control_reply(ev, "rejected", f"generation {number} is {gen.phase}", gen)
         if control.action == "generation_assess":
             gen.phase = "assessment"
-            return self._control_reply(ev, "ok", f"generation {number} in assessment", gen)
+            over = self._assessment_over(gen, ev.at)
+            return self._control_reply(ev, "ok", f"generation {number} in assessment" + (
+                f"; it closes now ({over})" if over else ""), gen)
         gen.close_requested = True
         mature = self.maturity(gen)
         if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \

@@ -241,6 +241,11 @@ def test_an_assessment_closes_by_itself_at_its_deadline():
     assert held.state.value == "rejected" and "deadline passed" in held.reason
     run.tick()
     assert gen.phase == "closed"
+    late = Run(deadline=1000.0 - 1)  # assessed after its deadline: it says it closes now
+    assert late.control("generation_assess", generation=1)["reason"] == \
+        "generation 1 in assessment; it closes now (deadline passed)"
+    late.tick()
+    assert late.sched.generations[1].closing_signal["reason"] == "deadline passed"
 
 
 def test_without_a_deadline_only_the_operator_ends_an_assessment():
