@@ -159,7 +159,7 @@ def test_an_assessment_closes_by_itself_at_its_deadline(make_run, tmp_path):
     written."""
     run = make_run(task_text=TASK)
     run.start()
-    deadline = datetime.now(timezone.utc) + timedelta(seconds=10)
+    deadline = datetime.now(timezone.utc) + timedelta(seconds=15)  # time to assess first
     assert cli(run, "generation", "open", "1", "--deadline", deadline.isoformat())[0] == 0
     gate = tmp_path / "gate"
     argv = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
@@ -169,7 +169,7 @@ def test_an_assessment_closes_by_itself_at_its_deadline(make_run, tmp_path):
     assert code == 0 and reply["generation"]["close_requested"] is False
     held = run.reply(run.submit(request("explore-late")))
     assert held["outcome"] == "accepted", held
-    signal = wait_for(lambda: read_json(run.root / "gen_1" / "CLOSING_SIGNAL"), timeout=30,
+    signal = wait_for(lambda: read_json(run.root / "gen_1" / "CLOSING_SIGNAL"), timeout=40,
                       message="CLOSING_SIGNAL at the deadline")
     assert signal["reason"] == "deadline passed" and signal["at"] >= deadline.timestamp()
     frozen = run.wait_state(held["job_id"], "rejected")
