@@ -22,12 +22,14 @@ from .events import (
     ClaimsReleased, ControlSeen, DeclineSeen, Event, GenerationPhase, IdleSeen, LeaseExpired,
     LeaseGranted, LeaseRevoked, ResultSeen,
 )
+from .model import NEW_WORK
 from .observations import Envelope
 from .request import JOB_ACTIONS
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
 from .states import Trigger
 from .supply import (
-    MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity, plan_priorities,
+    IGNORED_AFTER, MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity,
+    plan_priorities,
 )
 
 if TYPE_CHECKING:
@@ -89,7 +91,9 @@ class GenerationDesk:
             return self._control_reply(ev, "rejected", f"generation {number} is {gen.phase}", gen)
         if control.action == "generation_assess":
             gen.phase = "assessment"
-            return self._control_reply(ev, "ok", f"generation {number} in assessment", gen)
+            over = self._assessment_over(gen, ev.at)
+            return self._control_reply(ev, "ok", f"generation {number} in assessment" + (
+                f"; it closes now ({over})" if over else ""), gen)
         gen.close_requested = True
         mature = self.maturity(gen)
         if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \
@@ -213,8 +217,13 @@ class GenerationDesk:
         self.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 
-    def _use_lease(self: Scheduler, peer: str, lease_id: str, at: float) -> dict[str, str]:
-        """What a submission carrying ``lease_id`` does to that lease (R-SUP-4)."""
+    def _use_lease(self: Scheduler, peer: str, lease_id: str, at: float, outcome: str
+                   ) -> dict[str, str]:
+        """What a submission carrying ``lease_id`` and answered ``outcome`` does to that
+        lease (R-SUP-4). Only a submission that queued work uses one: a duplicate leaves
+        it as it was, still the peer's to use for work it has not submitted yet."""
+        if outcome not in NEW_WORK:
+            return {"lease_id": lease_id, "outcome": "duplicate_ignored"}
         for gen in self.generations.values():
             lease = gen.leases.get(lease_id)
             if lease is None or lease.peer != peer:
@@ -225,7 +234,7 @@ class GenerationDesk:
                 gen.count(lease.priority, "consumed")
                 self._lease_effects += [self._lease_file(lease), self._stats_file(gen)]
                 return {"lease_id": lease_id, "outcome": "consumed"}
-            key = "reuse_ignored" if lease.state == "consumed" else "stale_submission"
+            key = IGNORED_AFTER[lease.state]
             gen.count(lease.priority, key)
             self._lease_effects.append(self._stats_file(gen))
             return {"lease_id": lease_id, "outcome": key}
@@ -246,19 +255,29 @@ class GenerationDesk:
                     events.append(LeaseRevoked(
                         at=at, generation=gen.number, lease_id=lease.lease_id,
                         reason="preempted: real work took the capacity its claim promised"))
-            if gen.phase == "assessment" and gen.close_requested:
-                mature = self.maturity(gen)
-                if mature.hard_quorum is not None and mature.m >= mature.hard_quorum:
+            if gen.phase == "assessment":
+                if reason := self._assessment_over(gen, at):
                     events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
-                                                  reason="mature quorum met"))
-                elif gen.deadline is not None and at >= gen.deadline:
-                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
-                                                  reason="deadline passed"))
+                                                  reason=reason))
             elif gen.phase == "closing" and not any(
                     j.generation == gen.number for j in self.in_flight()):
                 events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
                                               reason="running work drained"))
         return events
+
+    def _assessment_over(self: Scheduler, gen: Generation, at: float) -> str | None:
+        """Why a generation in assessment closes now, or None (seed 000: "Once the quota
+        is met, or the generation reaches its safety bound, the normal strict close path
+        takes over"). The deadline is that bound, asked for or not: past it no top-up can
+        finish in time. The quorum ends only an assessment a close asked for: ``assess``
+        alone is the operator's pause, not a request to close."""
+        if gen.deadline is not None and at >= gen.deadline:
+            return "deadline passed"
+        if gen.close_requested:
+            mature = self.maturity(gen)
+            if mature.hard_quorum is not None and mature.m >= mature.hard_quorum:
+                return "mature quorum met"
+        return None
 
     def next_grants(self: Scheduler, at: float) -> list[LeaseGranted]:
         """Leases for idle peers when slots sit unused that the queue cannot fill (R-SUP-3)."""

@@ -147,6 +147,9 @@ class Job:
         }
 
 
+NEW_WORK = ("accepted", "retry_accepted")  # the reply outcomes that queued work
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
     """What a peer is told about one request (R-FS-5); ``digest`` spots retransmissions."""

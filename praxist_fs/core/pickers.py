@@ -380,6 +380,7 @@ class Pass:
     ledger: Usage
     ratio: float                      # calibrated wall time / eta_s (median)
     assessing: bool = False           # a generation is in assessment (its holds apply)
+    assessment_holds: dict[str, str] = field(default_factory=dict)  # job id -> why, this pass
     queues: tuple[Queue, ...] = ()
     by_class: dict[str, Queue] = field(default_factory=dict)
     ruled: frozenset[str] = frozenset()  # work classes whose queue has a limit or reserve
@@ -414,6 +415,9 @@ class Pass:
             self.classes = Counter(map(_WORK_CLASS, self.queued))
         for work_class, count in self.classes.items():
             self.waiting[self.by_class[work_class].name] += count
+        for job in self.queued if self.assessment_holds else ():
+            if job.job_id in self.assessment_holds:  # it cannot start: no slot is kept for it
+                self.waiting[self.by_class[job.request.work_class].name] -= 1
         for work_class in map(_WORK_CLASS, self.running):
             self.running_in[self.by_class[work_class].name] += 1
 

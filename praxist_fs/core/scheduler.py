@@ -46,7 +46,7 @@ from .events import (
 from .generations import GenerationDesk
 from .identity import differences, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk
-from .model import Attempt, AttemptPhase, Job, Reply
+from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads, place
@@ -490,11 +490,15 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self._reasons_stale = False
         self._slot_limited = False
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
+        queued = queue.jobs()
+        assessing = any(g.phase == "assessment" for g in self.generations.values())
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
-                   loads=self.real_loads(), queued=queue.jobs(), running=running,
+                   loads=self.real_loads(), queued=queued, running=running,
                    classes=Counter(queue.by_class), ledger=Usage(dict(self.usage.peers)),
-                   ratio=math.exp(self.calibration.fit()[0]),
-                   assessing=any(g.phase == "assessment" for g in self.generations.values()))
+                   ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
+                   assessment_holds={job.job_id: reason for job in queued
+                                     if (reason := self.assessment_hold(job, at))}
+                   if assessing else {})
         if not (ctx.assessing or self.count(JobState.SUSPENDED)
                 or any(q.preemptible_queues for q in ctx.queues)):
             # assessment holds read the live calibration; preemption and resumption start
@@ -566,7 +570,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if openings is not None:
                 openings.visit(job)
             work_class = job.request.work_class
-            reason = self.assessment_hold(job, ctx.at) if ctx.assessing else None
+            reason = ctx.assessment_holds.get(job.job_id)
             if reason is None and work_class in ctx.ruled:
                 reason = ctx.queue_hold(ctx.by_class[work_class])
             if reason is None and ctx.free <= 0:
@@ -862,8 +866,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         request, lease = ev.request, None
         if request is not None and outcome != "rejected":
             if request.lease is not None:
-                lease = self._use_lease(request.peer, request.lease, ev.at)
-            if outcome in ("accepted", "retry_accepted") and job.generation in self.generations:
+                lease = self._use_lease(request.peer, request.lease, ev.at, outcome)
+            if outcome in NEW_WORK and job.generation in self.generations:
                 cooldowns = self.generations[job.generation].cooldowns
                 for key in [k for k in cooldowns if k[0] == request.peer]:
                     del cooldowns[key]  # a new submission resets the peer's decline backoff

@@ -23,7 +23,7 @@ from .policy import Policy
 from .request import Request
 from .scheduler import Scheduler
 from .states import JobState
-from .supply import Generation, Lease
+from .supply import STAT_KEYS, Generation, Lease
 
 FORMAT = 1  # a key added later must be optional in ``_restore``: older snapshots lack it
 _STATES = {state.value: state for state in JobState}  # JobState(value) is slow at 100k jobs
@@ -204,7 +204,8 @@ def _to_generation(data: dict[str, Any]) -> Generation:
         leases={lease["lease_id"]: _to_lease(lease) for lease in data["leases"]},
         cooldowns={(peer, priority): (declines, until)
                    for peer, priority, declines, until in data["cooldowns"]},
-        stats=data["stats"])
+        stats={priority: {**dict.fromkeys(STAT_KEYS, 0), **counts}  # older: fewer counters
+               for priority, counts in data["stats"].items()})
 
 
 def _lease(lease: Lease) -> dict[str, Any]:

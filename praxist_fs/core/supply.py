@@ -21,8 +21,13 @@ MATURE = "mature"
 FRONTIER = "frontier_followup"
 PRIORITIES = (MATURE, FRONTIER)
 LEASE_OUTCOMES = ("consumed", "declined", "expired", "revoked")
+# a submission carrying a lease that has ended: its outcome (and counter) by the lease's
+# state. Seed 000 names two: stale_submission is an expired locator, reuse_ignored a lease
+# genuinely consumed once; a declined or revoked one is neither, so it is said apart
+IGNORED_AFTER = {"expired": "stale_submission", "consumed": "reuse_ignored",
+                 "declined": "declined_ignored", "revoked": "revoked_ignored"}
 STAT_KEYS = ("granted", "consumed", "declined", "expired", "revoked", "stale_submission",
-             "reuse_ignored")
+             "reuse_ignored", "declined_ignored", "revoked_ignored")
 COOLDOWN_BASE_S = 60.0     # the first decline of a priority rests the peer a minute ...
 COOLDOWN_MAX_S = 3600.0    # ... doubling per decline, never more than an hour
 

@@ -87,3 +87,15 @@ def test_a_damaged_snapshot_is_refused_not_half_restored():
         restore(broken)
     with pytest.raises(SnapshotError, match="damaged"):
         restore({key: value for key, value in doc.items() if key != "replies"})
+
+
+def test_lease_counters_missing_from_an_older_snapshot_start_at_zero():
+    """Snapshots written before declined_ignored and revoked_ignored were counted lack them."""
+    doc = _through_json(capture(replay(run_seed(1, 300).journal)))
+    assert doc["generations"], "the seed should have opened a generation"
+    for gen in doc["generations"]:
+        for counts in gen["stats"].values():
+            del counts["declined_ignored"], counts["revoked_ignored"]
+    for gen in restore(doc).generations.values():
+        stats = gen.stats_document()
+        assert (stats["declined_ignored"], stats["revoked_ignored"]) == (0, 0)

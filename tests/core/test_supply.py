@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from praxist_fs.core.calibration import Calibration
+from praxist_fs.core.effects import WriteControlReply
 from praxist_fs.core.events import (
-    ControlSeen, DeclineSeen, HostSampled, IdleSeen, RequestSeen, ResultSeen,
+    ControlSeen, DeclineSeen, HostSampled, IdleSeen, LeaseRevoked, RequestSeen, ResultSeen,
 )
 from praxist_fs.core.observations import PressureSample
 from praxist_fs.core.policy import Policy, Profile
@@ -74,7 +75,7 @@ def test_calibration_starts_neutral_and_learns_slowly():
 class Run:
     """A scheduler with a generation, idle peers and host samples, driven by hand."""
 
-    def __init__(self, cohort=("a", "b", "c", "d"), slots=4, **policy):
+    def __init__(self, cohort=("a", "b", "c", "d"), slots=4, deadline=None, **policy):
         profiles = {"cpu": Profile(name="cpu", accelerator="cpu")}
         self.sched = __import__("praxist_fs.core.scheduler", fromlist=["Scheduler"]).Scheduler(
             Policy(profiles=profiles, default_profile="cpu", initial_concurrent_experiments=slots,
@@ -83,7 +84,8 @@ class Run:
         self.sched.handle(ControlSeen(at=self.now, name="c.json", digest="d", request_id="c",
                                       control=ControlRequest(request_id="c",
                                                              action="generation_open",
-                                                             generation=1, cohort=cohort)))
+                                                             generation=1, cohort=cohort,
+                                                             deadline=deadline)))
         self.sched.handle(IdleSeen(at=self.now, generation=1, peers=cohort))
 
     def tick(self, seconds=1.0):
@@ -93,6 +95,14 @@ class Run:
         self.sched.handle(HostSampled(at=self.now, pressure=PressureSample(source="psi", cpu=0.0)))
         for event in [*self.sched.due(self.now), *self.sched.next_grants(self.now)]:
             self.sched.handle(event)
+
+    def control(self, action, **fields):
+        """Send an operator's control request; return its reply document."""
+        rid = f"{action}-{self.now}"
+        effects = self.sched.handle(ControlSeen(
+            at=self.now, name=f"{rid}.json", digest=rid, request_id=rid,
+            control=ControlRequest(request_id=rid, action=action, **fields)))
+        return next(e.document for e in effects if isinstance(e, WriteControlReply))
 
     def leases(self):
         return {lease.peer: lease for lease in self.sched.generations[1].leases.values()}
@@ -159,11 +169,19 @@ def test_results_count_until_closed_then_are_quarantined():
     assert run.sched.maturity(run.sched.generations[1]).m == 1
 
 
+def send(run, tag, request_id=None, peer="a", work_class="ordinary", eta=None, lease=None,
+         **fields):
+    """Submit a request; return its reply."""
+    request_id = request_id or tag
+    request = Request(request_id=request_id, peer=peer, tag=tag, argv=("true",),
+                      work_class=work_class, eta_s=eta, lease=lease, **fields)
+    run.sched.handle(RequestSeen(at=run.now, name=f"{request_id}.json", digest=request_id,
+                                 request_id=request_id, request=request))
+    return run.sched.replies[request_id]
+
+
 def submit(run, tag, work_class="ordinary", eta=None):
-    request = Request(request_id=tag, peer="a", tag=tag, argv=("true",), work_class=work_class,
-                      eta_s=eta)
-    run.sched.handle(RequestSeen(at=run.now, name=f"{tag}.json", digest=tag, request_id=tag,
-                                 request=request))
+    send(run, tag, work_class=work_class, eta=eta)
     return next(j for j in run.sched.jobs.values() if j.request.tag == tag)
 
 
@@ -189,3 +207,96 @@ def test_assessment_admits_only_deadline_safe_mature_top_ups():
     assert "only mature" in run.sched.pending[ordinary.job_id]
     assert "ETA is unknown" in run.sched.pending[unknown.job_id]
     assert "P(finish before the deadline)" in run.sched.pending[hopeless.job_id]
+
+
+def test_the_exploration_reserve_keeps_no_slot_for_exploration_assessment_holds():
+    """seed 000 "Timing And Close": "exploration_reserve prevents mature work from
+    consuming every slot when exploration is queued" -- exploration that could start: an
+    ordinary job the assessment holds cannot take the slot, so a deadline-safe mature
+    top-up gets it."""
+    run = Run(slots=1, exploration_reserve=1, deadline=1000.0 + 3600)
+    ordinary = submit(run, "ordinary")
+    mature = submit(run, "mature-top-up", "mature", eta=10.0)
+    other = Run(slots=1, exploration_reserve=1, deadline=1000.0 + 3600)  # exploration open
+    submit(other, "ordinary"), submit(other, "mature-top-up", "mature", eta=10.0)
+    assert [e.job_id for e in other.sched.next_launches(other.now)] == [ordinary.job_id]
+    assert run.control("generation_assess", generation=1)["outcome"] == "ok"
+    launched = [e.job_id for e in run.sched.next_launches(run.now)]
+    assert launched == [mature.job_id]
+    assert "only mature top-ups start" in run.sched.pending[ordinary.job_id]
+
+
+def test_an_assessment_closes_by_itself_at_its_deadline():
+    """seed 000 "Timing And Close": "Once the quota is met, or the generation reaches its
+    safety bound, the normal strict close path takes over" -- the deadline is that bound,
+    whether or not an operator asked to close."""
+    run = Run(deadline=1000.0 + 60)
+    held = submit(run, "ordinary")
+    assert run.control("generation_assess", generation=1)["outcome"] == "ok"
+    run.tick(30)
+    gen = run.sched.generations[1]
+    assert gen.phase == "assessment" and gen.closing_signal is None
+    run.tick(31)  # past the deadline: frozen, CLOSING_SIGNAL, and (nothing runs) drained
+    assert gen.closing_signal["reason"] == "deadline passed"
+    assert held.state.value == "rejected" and "deadline passed" in held.reason
+    run.tick()
+    assert gen.phase == "closed"
+    late = Run(deadline=1000.0 - 1)  # assessed after its deadline: it says it closes now
+    assert late.control("generation_assess", generation=1)["reason"] == \
+        "generation 1 in assessment; it closes now (deadline passed)"
+    late.tick()
+    assert late.sched.generations[1].closing_signal["reason"] == "deadline passed"
+
+
+def test_without_a_deadline_only_the_operator_ends_an_assessment():
+    """seed 000 "Timing And Close": "Assessment is not CLOSING_SIGNAL" -- with no deadline
+    there is no safety bound, and a met quorum ends only an assessment a close asked for."""
+    run = Run(cohort=("a", "b"), mature_quorum_fraction=0.5)
+    run.control("generation_assess", generation=1)
+    run.sched.handle(ResultSeen(at=run.now, generation=1, result_id="r1", peer="a", mature=True))
+    run.tick(10_000)
+    assert run.sched.generations[1].phase == "assessment"
+    assert "closing" in run.control("generation_close", generation=1)["reason"]
+
+
+def test_a_duplicate_submission_leaves_the_lease_for_new_work():
+    """seed 000 "Mature Evidence And Idle Supply Feedback": "A peer may respond with at
+    most one already justified experiment" -- a duplicate or terminal duplicate queues
+    nothing, so it uses no lease."""
+    run = Run(cohort=("a",), slots=2)
+    send(run, "done-before")  # it runs in one slot; the other wakes the idle peer
+    send(run, "given-up", hold=True)
+    run.control("cancel", jobs=("given-up",))
+    run.tick(), run.tick()
+    lease = run.leases()["a"]
+    assert lease.state == "granted"
+    for tag, outcome in (("done-before", "duplicate"), ("given-up", "terminal_duplicate")):
+        reply = send(run, tag, request_id=f"{tag}-again", lease=lease.lease_id)
+        assert reply.outcome == outcome
+        assert reply.lease == {"lease_id": lease.lease_id, "outcome": "duplicate_ignored"}
+    assert lease.state == "granted" and run.stats()["consumed"] == 0
+    assert send(run, "new-work", lease=lease.lease_id).lease["outcome"] == "consumed"
+    assert run.stats()["consumed"] == 1 and run.stats()["reuse_ignored"] == 0
+
+
+def test_stale_submission_counts_only_expired_leases():
+    """seed 000 "Mature Evidence And Idle Supply Feedback": "a submission carrying an
+    already expired locator is stale_submission, while reuse_ignored is reserved for a
+    lease that was genuinely consumed once" -- declined and revoked leases are counted
+    apart."""
+    run = Run(supply_lease_seconds=180)
+    run.tick(), run.tick()
+    leases = {peer: lease.lease_id for peer, lease in run.leases().items()}
+    run.sched.handle(DeclineSeen(at=run.now, generation=1, peer="a", lease_id=leases["a"],
+                                 name="a.decline.json"))
+    run.sched.handle(LeaseRevoked(at=run.now, generation=1, lease_id=leases["b"],
+                                  reason="preempted: real work took the capacity"))
+    assert send(run, "d-1", peer="d", lease=leases["d"]).lease["outcome"] == "consumed"
+    run.tick(181)  # c's lease expires unused
+    outcomes = {peer: send(run, f"{peer}-late", peer=peer, lease=leases[peer]).lease["outcome"]
+                for peer in "abcd"}
+    assert outcomes == {"a": "declined_ignored", "b": "revoked_ignored",
+                        "c": "stale_submission", "d": "reuse_ignored"}
+    stats = run.stats()
+    assert [stats[key] for key in ("stale_submission", "reuse_ignored", "declined_ignored",
+                                   "revoked_ignored")] == [1, 1, 1, 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 
 from .conftest import read_json, request, wait_for
 
@@ -89,10 +90,14 @@ def test_a_generation_from_open_to_close(make_run, tmp_path):
     publish(run, "r1", mature_peer)
 
     gate = tmp_path / "gate"
-    slow = run.reply(run.submit(request("explore-long", ["sh", "-c",
-                                                         f"while [ ! -e {gate} ]; do sleep 0.05; done"],
-                                        peer=explorer)))
+    slow_argv = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    slow = run.reply(run.submit(request("explore-long", slow_argv, peer=explorer)))
     run.wait_state(slow["job_id"], "running")
+    # seed 000: "at most one already justified experiment" per lease; a duplicate is none
+    dup = run.reply(run.submit(request("explore-long", slow_argv, peer=explorer,
+                                       lease=leases[explorer]["lease_id"])))
+    assert dup["outcome"] == "duplicate" and dup["lease"]["outcome"] == "duplicate_ignored"
+    assert gen_file(run, "resource_supply", "leases", f"{explorer}.json")["state"] == "granted"
 
     code, reply, _ = cli(run, "generation", "close", "1")
     assert code == 0 and "assessment" in reply["reason"]  # 1 of 2 mature peers so far
@@ -145,6 +150,51 @@ def test_interrupted_grants_are_revoked_at_restart(make_run):
                        and doc["state"] == "revoked" and doc)
     assert "restarted" in revoked["reason"]
     assert gen_file(run, "resource_supply", "stats.json")["revoked"] == 1
+
+
+def test_an_assessment_closes_by_itself_at_its_deadline(make_run, tmp_path):
+    """seed 000 "Timing And Close": "Assessment is not CLOSING_SIGNAL. Once the quota is
+    met, or the generation reaches its safety bound, the normal strict close path takes
+    over" -- nobody sends close: at the deadline the queue freezes and CLOSING_SIGNAL is
+    written."""
+    run = make_run(task_text=TASK)
+    run.start()
+    deadline = datetime.now(timezone.utc) + timedelta(seconds=15)  # time to assess first
+    assert cli(run, "generation", "open", "1", "--deadline", deadline.isoformat())[0] == 0
+    gate = tmp_path / "gate"
+    argv = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    running = run.reply(run.submit(request("explore-long", argv)))
+    run.wait_state(running["job_id"], "running")
+    code, reply, _ = cli(run, "generation", "assess", "1")
+    assert code == 0 and reply["generation"]["close_requested"] is False
+    held = run.reply(run.submit(request("explore-late")))
+    assert held["outcome"] == "accepted", held
+    signal = wait_for(lambda: read_json(run.root / "gen_1" / "CLOSING_SIGNAL"), timeout=40,
+                      message="CLOSING_SIGNAL at the deadline")
+    assert signal["reason"] == "deadline passed" and signal["at"] >= deadline.timestamp()
+    frozen = run.wait_state(held["job_id"], "rejected")
+    assert frozen["reason"] == "generation 1 closed before it started (deadline passed)"
+    gate.touch()
+    run.wait_state(running["job_id"], "completed", "failed", "cancelled")
+    wait_for(lambda: run.status()["generations"][0]["phase"] == "closed")
+
+
+def test_a_mature_top_up_takes_the_slot_kept_for_exploration_that_assessment_holds(make_run):
+    """seed 000 "Timing And Close": "exploration_reserve prevents mature work from consuming
+    every slot when exploration is queued" -- not exploration that assessment forbids: the
+    deadline-safe mature top-up runs at once in the run's one slot."""
+    one_slot = TASK.replace("concurrent_experiments: 4", "concurrent_experiments: 1")
+    run = make_run(task_text=one_slot)
+    run.start()
+    deadline = datetime.now(timezone.utc) + timedelta(hours=1)
+    assert cli(run, "generation", "open", "1", "--deadline", deadline.isoformat())[0] == 0
+    assert cli(run, "generation", "assess", "1")[0] == 0
+    ordinary = run.reply(run.submit(request("explore-held")))
+    top_up = run.reply(run.submit(request("mature-top-up", work_class="mature", eta_s=60)))
+    run.wait_state(top_up["job_id"], "completed")
+    wait_for(lambda: "only mature top-ups start" in
+             (run.job(ordinary["job_id"]) or {}).get("reason", ""),
+             message="the ordinary job held by the assessment")
 
 
 GPU_TASK = """\
