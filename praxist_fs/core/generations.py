@@ -163,6 +163,8 @@ class GenerationDesk:
                       expires_at=ev.expires_at, claim=ev.claim)
         gen.leases[lease.lease_id] = lease
         gen.count(lease.priority, "granted")
+        for key in [k for k in gen.cooldowns if k[0] == lease.peer and k[1] != lease.priority]:
+            del gen.cooldowns[key]  # a changed priority resets the peer's decline backoff
         self.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 
