@@ -575,7 +575,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
                 picker = ctx.picker_of[work_class]
                 key = (job.profile, type(picker), bool(avoid))
-                reason = ctx.unsatisfiable.get(key)
+                reason = ctx.unsatisfiable.get(key) or ctx.peer_hold(job)
                 if reason is None:
                     gpus, reason = self._admit(ctx, job, picker, avoid, key)
                     if reason is None:
@@ -599,7 +599,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if key not in ctx.unsatisfiable:
                 self._admit(ctx, job, picker, (), key)
             ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
-        verdict = ctx.verdicts[job.profile]
+        verdict = ctx.verdicts[job.profile] or ctx.peer_hold(job)
         self._slot_limited |= verdict is None
         if verdict is not None:
             return verdict
