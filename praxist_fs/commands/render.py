@@ -38,8 +38,10 @@ def format_budget(budget: dict) -> str:
 
     verdict = "no limits" if budget["verdict"] is None else \
         f"{budget['verdict']} for {time.time() - budget['since']:.0f}s"
+    alerts = (budget.get("alerts") or {}).get("count")  # an older status.json has none
     return (f"budget {verdict}: {against('gpu_hours')} GPU-h, cost {against('cost')} "
-            f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})")
+            f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})"
+            + (f"; {alerts} alert(s): work enqueued while not under" if alerts else ""))
 
 
 def format_status(doc: dict, alive: bool = True) -> str:

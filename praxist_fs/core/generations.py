@@ -68,6 +68,8 @@ class GenerationDesk:
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
             return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
                                                  "running work is being terminated", None)
+        if control.action == "budget_raise":
+            return self.raise_budget(ev)
         gen = self.generations.get(number)
         effects: list[Effect] = []
         if control.action == "generation_open":
