@@ -417,8 +417,7 @@ class Pass:
             self.waiting[self.by_class[work_class].name] += count
         for work_class in map(_WORK_CLASS, self.running):
             self.running_in[self.by_class[work_class].name] += 1
-        if self.policy.max_concurrent_per_peer is not None:
-            self.running_of.update(job.request.peer for job in self.running)
+        self.running_of.update(job.request.peer for job in self.running)
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (of the one project there is), oldest first;
