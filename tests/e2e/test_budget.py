@@ -101,6 +101,9 @@ def test_over_budget_alerts_on_enqueue_records_each_launch_and_raises_only_up(ma
     assert wait_for(lambda: run.status()["budget"]["alerts"]["count"] == 1 and
                     run.status()["budget"]["alerts"]["last"]["level"] == "over",
                     message="the alert in status.json")
+    shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                            str(run.root)], capture_output=True, text=True, timeout=60)
+    assert "; 1 alert(s): work enqueued while not under" in shown.stdout, shown.stdout
 
     raise_budget = [sys.executable, "-m", "praxist_fs", "raise-budget", "--run-dir",
                     str(run.root)]
