@@ -64,10 +64,10 @@ def format_status(doc: dict, alive: bool = True) -> str:
         "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
     ]
     peers = doc.get("peers") or {}  # an older coordinator's status.json has none
-    if peers.get("running"):
-        cap = peers["max_concurrent_per_peer"]
-        lines.append("running by peer" + ("" if cap is None else f" (cap {cap} each)") + ": "
-                     + "  ".join(f"{peer} {count}" for peer, count in peers["running"].items()))
+    if peers.get("max_concurrent_per_peer") is not None:  # R-SUB-5: only with a cap
+        lines.append(f"running by peer (cap {peers['max_concurrent_per_peer']} each): "
+                     + ("  ".join(f"{peer} {count}" for peer, count in peers["running"].items())
+                        or "none"))
     if coord.get("degraded"):  # a full disk (OPERATIONS.md *Full disk*)
         lines.append(f"DEGRADED: {coord['degraded']}; requests wait until there is room")
     if coord.get("quarantined"):
