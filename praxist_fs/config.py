@@ -365,6 +365,7 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "mature_assessment_min_completion_probability": _Key(_number, _clamp(0, 1)),
     "exploration_reserve": _Key(_int, _clamp(0, "max_concurrent_experiments")),
     "infrastructure_retries": _Key(_int, _clamp(0, 10)),
+    "max_concurrent_per_peer": _Key(_int, _clamp(1)),
     "calm_samples": _Key(_int, _clamp(1, MAX_CALM_SAMPLES)),
     "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
     "fair_share_half_life_seconds": _Key(_positive, _clamp(MIN_HALF_LIFE_S, MAX_HALF_LIFE_S)),

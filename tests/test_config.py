@@ -401,6 +401,7 @@ NORMALIZE = [
     ("exploration_reserve: 20", "exploration_reserve", 20, 8),
     ("exploration_reserve: -1", "exploration_reserve", -1, 0),
     ("infrastructure_retries: 50", "infrastructure_retries", 50, 10),
+    ("max_concurrent_per_peer: 0", "max_concurrent_per_peer", 0, 1),
     ("profiles:\n  gpu_work: {accelerator: gpu, gpu_count: 0}",
      "profiles.gpu_work.gpu_count", 0, 1),
     ("profiles:\n  gpu_work: {accelerator: gpu, gpu_count: 100}",
@@ -433,6 +434,15 @@ def test_auto_max_bounds_only_from_below():
     assert policy.max_concurrent_experiments == "auto"
     assert (policy.initial_concurrent_experiments, policy.exploration_reserve) == (40, 30)
     assert policy.normalizations == ()
+
+
+def test_per_peer_cap_defaults_to_none_and_reads_an_integer():
+    """seed 000 "Submission": a peer's compatibility cap (R-SUB-5) is off unless set."""
+    assert load_policy_text(scheduler("")).max_concurrent_per_peer is None
+    assert load_policy_text(scheduler("max_concurrent_per_peer: 2")).max_concurrent_per_peer == 2
+    with pytest.raises(PolicyError) as err:
+        load_policy_text(scheduler("max_concurrent_per_peer: two"))
+    assert err.value.key_path == f"{RS}.max_concurrent_per_peer" and "an integer" in str(err.value)
 
 
 def test_in_range_values_are_not_recorded():

@@ -1,4 +1,5 @@
-"""``cancel``, ``hold``, ``release`` and ``update``: job control as control requests.
+"""``cancel``, ``hold``, ``release`` and ``update``: job control as control requests;
+and ``raise-budget``, the run budget's raise-only ceilings (seed 003).
 
 Each command writes one control file (docs/PROTOCOL.md, *Job control*), exactly what
 a shell script may drop with printf and mv, and prints the coordinator's answer: one
@@ -51,6 +52,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "its queue")
     update.set_defaults(func=cmd_control, action="update")
 
+    raise_budget = sub.add_parser(
+        "raise-budget", help="raise the run budget's ceilings at run time (operators only); "
+        "a ceiling lower than the one in force is refused")
+    add_run_dir(raise_budget)
+    raise_budget.add_argument("--cost", type=float, metavar="COST",
+                              help="the new cost ceiling (budget.cost)")
+    raise_budget.add_argument("--gpu-hours", type=float, metavar="HOURS",
+                              help="the new GPU-hours ceiling (budget.gpu_hours)")
+    _answer_options(raise_budget)
+    raise_budget.set_defaults(func=cmd_raise_budget, action="budget_raise")
+
 
 def _selection(parser: argparse.ArgumentParser, action: str) -> None:
     parser.add_argument("jobs", nargs="*", metavar="JOB_OR_TAG",
@@ -66,6 +78,10 @@ def _selection(parser: argparse.ArgumentParser, action: str) -> None:
                         "else $USER)")
     parser.add_argument("--yes", action="store_true",
                         help=f"{action} every job --peer/--state select, when more than one")
+    _answer_options(parser)
+
+
+def _answer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
                         help="how long to wait for the coordinator's answer (default 30)")
     parser.add_argument("--json", action="store_true", help="print the reply document")
@@ -94,6 +110,25 @@ def cmd_control(args: argparse.Namespace) -> int:
         "jobs": args.jobs, "peer": args.peer, "states": states, "by": args.by,
         "reason": getattr(args, "reason", None), "grace": getattr(args, "grace", None),
         "priority": getattr(args, "priority", None)}
+    return _send(args, layout, request, command)
+
+
+def cmd_raise_budget(args: argparse.Namespace) -> int:
+    command = "praxist-fs raise-budget"
+    if not args.run_dir:
+        print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
+        return EXIT_REFUSED
+    if args.cost is None and args.gpu_hours is None:
+        print(f"{command}: give the new ceiling: --cost and/or --gpu-hours", file=sys.stderr)
+        return EXIT_REFUSED
+    request = {"request_id": client.new_request_id("budget"), "action": args.action,
+               "cost": args.cost, "gpu_hours": args.gpu_hours}
+    return _send(args, RunLayout.at(args.run_dir), request, command)
+
+
+def _send(args: argparse.Namespace, layout: RunLayout, request: dict[str, Any],
+          command: str) -> int:
+    """Drop the control request, print the coordinator's answer, exit 0 only on ok."""
     try:
         client.wait_for_coordinator(layout, 0.0)
         reply = client.send_control(layout, {k: v for k, v in request.items()

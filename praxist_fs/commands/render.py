@@ -38,8 +38,10 @@ def format_budget(budget: dict) -> str:
 
     verdict = "no limits" if budget["verdict"] is None else \
         f"{budget['verdict']} for {time.time() - budget['since']:.0f}s"
+    alerts = (budget.get("alerts") or {}).get("count")  # an older status.json has none
     return (f"budget {verdict}: {against('gpu_hours')} GPU-h, cost {against('cost')} "
-            f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})")
+            f"(infrastructure {infra['gpu_hours']:.4g} GPU-h, cost {infra['cost']:.4g})"
+            + (f"; {alerts} alert(s): work enqueued while not under" if alerts else ""))
 
 
 def format_status(doc: dict, alive: bool = True) -> str:
@@ -61,6 +63,11 @@ def format_status(doc: dict, alive: bool = True) -> str:
         f"running {doc['running']}",
         "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
     ]
+    peers = doc.get("peers") or {}  # an older coordinator's status.json has none
+    if peers.get("max_concurrent_per_peer") is not None:  # R-SUB-5: only with a cap
+        lines.append(f"running by peer (cap {peers['max_concurrent_per_peer']} each): "
+                     + ("  ".join(f"{peer} {count}" for peer, count in peers["running"].items())
+                        or "none"))
     if coord.get("degraded"):  # a full disk (OPERATIONS.md *Full disk*)
         lines.append(f"DEGRADED: {coord['degraded']}; requests wait until there is room")
     if coord.get("quarantined"):

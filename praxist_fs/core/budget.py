@@ -14,17 +14,23 @@ preemption is not spent at all: the job it made room for spends those GPUs (R-PO
 The budget is advisory, as in seed 003: its verdict (under, at, over) is published
 and journaled each time it changes, and it never holds or denies work. Only a
 request's own ``max_cost`` is a hard ceiling, checked against its ETA ``estimate``.
+Seed 003's other rules: an operator may raise a limit at run time and never lower it
+(``with_ceilings``), every launch records where the budget stood, and work enqueued
+while the verdict is not ``under`` raises a budget alert, journaled at most once per
+``ALERT_INTERVAL_S``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 INFRA_EXIT_CODE = 75  # R-SUB-4: the one exit code that means "infrastructure"
 EXPERIMENT, INFRASTRUCTURE, RUNNING = "experiment", "infrastructure", "running"
 KINDS = (EXPERIMENT, INFRASTRUCTURE)  # what an ended attempt is charged as
 VERDICTS = ("under", "at", "over")    # in rising severity
+LIMITS = ("gpu_hours", "cost")        # the limits a budget may have, and an operator raise
+ALERT_INTERVAL_S = 60.0  # the journal holds at most one budget alert a minute
 _INFRA_OUTCOMES = ("released", "lost", "preempted")  # ends not of the experiment's doing
 
 
@@ -48,6 +54,26 @@ class Budget:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Budget:
         return cls(**{**data, "rates": dict(data["rates"])})
+
+
+def with_ceilings(budget: Budget, raised: dict[str, float]) -> Budget:
+    """The budget in force: each limit of the task file, or the higher one an operator
+    raised it to at run time. A limit the task file leaves out stays out: none is the
+    highest, so no raise applies to it."""
+    return replace(budget, **{key: max(limit, value) for key, value in raised.items()
+                              if (limit := getattr(budget, key)) is not None})
+
+
+def raise_refusal(budget: Budget, key: str, value: float) -> str | None:
+    """Why ``key`` may not become ``value`` (seed 003's ``raise`` rejects a lower
+    ceiling), or None."""
+    limit = getattr(budget, key)
+    if limit is None:
+        return (f"the run has no {key} limit, which no ceiling is above; a limit is set in "
+                "the task file's budget")
+    if value < limit:
+        return f"{value:g} is lower than the ceiling in force, {limit:g}; it can only be raised"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,23 +119,38 @@ def _level(spent: float, limit: float, at_fraction: float) -> str:
 
 @dataclass(slots=True)
 class Ledger:
-    """Spend of ended attempts by kind, and the verdict last journaled (and since when)."""
+    """Spend of ended attempts by kind, the verdict last journaled (and since when), the
+    limits an operator raised, and the budget alerts: how many were journaled, the last
+    one, and the enqueues since that the next one stands for."""
 
     ended: dict[str, Spend] = field(default_factory=dict)
     verdict: str | None = None
     since: float | None = None
+    raised: dict[str, float] = field(default_factory=dict)
+    alerts: int = 0
+    last_alert: dict[str, Any] | None = None
+    unalerted: int = 0
 
     def charge(self, kind: str, spend: Spend) -> None:
         self.ended[kind] = self.ended.get(kind, Spend()) + spend
 
+    def alert_due(self, at: float) -> bool:
+        """Work was enqueued while not ``under``, and the last alert is old enough."""
+        return self.unalerted > 0 and (
+            self.last_alert is None or at - self.last_alert["at"] >= ALERT_INTERVAL_S)
+
     def to_dict(self) -> dict[str, Any]:
         return {"ended": {kind: [s.gpu_seconds, s.cost] for kind, s in sorted(self.ended.items())},
-                "verdict": self.verdict, "since": self.since}
+                "verdict": self.verdict, "since": self.since,
+                "raised": dict(sorted(self.raised.items())), "alerts": self.alerts,
+                "last_alert": self.last_alert, "unalerted": self.unalerted}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Ledger:
+        """Snapshots written before raises and alerts existed lack their keys."""
         return cls({kind: Spend(*pair) for kind, pair in data["ended"].items()},
-                   data["verdict"], data["since"])
+                   data["verdict"], data["since"], dict(data.get("raised", {})),
+                   data.get("alerts", 0), data.get("last_alert"), data.get("unalerted", 0))
 
 
 def estimate(eta_s: float, ratio: float, gpus: int, rate: float) -> dict[str, Any]:

@@ -273,11 +273,32 @@ class BudgetVerdict(Event):
                              f"got {self.verdict!r}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetAlert(Event):
+    """Work was enqueued while the budget's verdict was not ``under`` (seed 003's
+    ``budget.alert``): the verdict, the spend and the limits in force, and how many
+    enqueues it stands for (at most one alert a minute is journaled). Advisory."""
+
+    kind: ClassVar[str] = "budget_alert"
+    level: str
+    gpu_hours: float
+    cost: float
+    gpu_hours_limit: float | None
+    cost_limit: float | None
+    enqueues: int
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        if self.level not in VERDICTS[1:]:
+            raise ValueError(f"BudgetAlert.level must be one of {VERDICTS[1:]}, "
+                             f"got {self.level!r}")
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
                               AttemptPreempted, AttemptResumed, ControlSeen, ResultSeen,
                               DeclineSeen, LeaseGranted, LeaseExpired, LeaseRevoked,
-                              GenerationPhase, RunStopRequested, BudgetVerdict)
+                              GenerationPhase, RunStopRequested, BudgetVerdict, BudgetAlert)
 }
 
 

@@ -70,6 +70,8 @@ class GenerationDesk:
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
             return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
                                                  "running work is being terminated", None)
+        if control.action == "budget_raise":
+            return self.raise_budget(ev)
         gen = self.generations.get(number)
         effects: list[Effect] = []
         if control.action == "generation_open":
@@ -167,6 +169,8 @@ class GenerationDesk:
                       expires_at=ev.expires_at, claim=ev.claim)
         gen.leases[lease.lease_id] = lease
         gen.count(lease.priority, "granted")
+        for key in [k for k in gen.cooldowns if k[0] == lease.peer and k[1] != lease.priority]:
+            del gen.cooldowns[key]  # a changed priority resets the peer's decline backoff
         self.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 

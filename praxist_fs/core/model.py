@@ -52,6 +52,9 @@ class Attempt:
     # R-CTL-1: the cancel under way ({"at", "by", "reason", "grace"}): its group is being
     # terminated, and its end, whatever it is but exit 0, makes the job cancelled
     cancel: dict[str, Any] | None = None
+    # seed 003: where the run budget stood when it was launched ({"verdict", "gpu_hours",
+    # "cost", "limits"}); None when the task sets no budget (no limits, no rates)
+    budget: dict[str, Any] | None = None
 
     @property
     def evicting(self) -> dict[str, Any] | None:
@@ -81,6 +84,7 @@ class Attempt:
             "error": self.error,
             "preemptions": [dict(p) for p in self.preemptions],
             "cancel": self.cancel,
+            "budget": self.budget,
         }
 
 

@@ -387,6 +387,7 @@ class Pass:
     picker_of: dict[str, JobPicker] = field(default_factory=dict)  # work class -> picker
     waiting: Counter[str] = field(default_factory=Counter)     # queued, by queue
     running_in: Counter[str] = field(default_factory=Counter)  # running, by queue
+    running_of: Counter[str] = field(default_factory=Counter)  # running, by peer (R-SUB-5)
     launched: list[tuple[Job, tuple[str, ...]]] = field(default_factory=list)
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
@@ -420,6 +421,7 @@ class Pass:
                 self.waiting[self.by_class[job.request.work_class].name] -= 1
         for work_class in map(_WORK_CLASS, self.running):
             self.running_in[self.by_class[work_class].name] += 1
+        self.running_of.update(job.request.peer for job in self.running)
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (of the one project there is), oldest first;
@@ -525,6 +527,14 @@ class Pass:
                     + ", ".join(queue.leave_slots_for))
         return None
 
+    def peer_hold(self, job: Job) -> str | None:
+        """Why ``job``'s peer may start nothing more now (R-SUB-5), or None. Holding it
+        costs the job nothing: no attempt, no failure record; other peers' work goes on."""
+        cap, peer = self.policy.max_concurrent_per_peer, job.request.peer
+        if cap is None or self.running_of[peer] < cap:
+            return None
+        return f"peer {peer}: {self.running_of[peer]} of max_concurrent_per_peer {cap} running"
+
     def usage(self, peer: str) -> float:
         """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far."""
         if self._running_usage is None:
@@ -547,6 +557,7 @@ class Pass:
         self.free -= 1
         self.waiting[queue.name] -= 1
         self.running_in[queue.name] += 1
+        self.running_of[job.request.peer] += 1
         self.launched.append((job, gpus))
         if gpus:
             before = self.loads

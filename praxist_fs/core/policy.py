@@ -131,6 +131,7 @@ class Policy:
     mature_assessment_min_completion_probability: float = 0.25
     exploration_reserve: int = 1
     infrastructure_retries: int = 1
+    max_concurrent_per_peer: int | None = None  # R-SUB-5: a peer's running jobs; None: no cap
     default_profile: str = "gpu_work"
     profiles: dict[str, Profile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
     mature_quorum_fraction: float = 0.0  # synthesis_trigger.mature_quorum_fraction
@@ -182,6 +183,7 @@ class Policy:
             ),
             "exploration_reserve": self.exploration_reserve,
             "infrastructure_retries": self.infrastructure_retries,
+            "max_concurrent_per_peer": self.max_concurrent_per_peer,
             "default_profile": self.default_profile,
             "profiles": {name: p.to_dict() for name, p in sorted(self.profiles.items())},
             "mature_quorum_fraction": self.mature_quorum_fraction,

@@ -241,6 +241,7 @@ class PreemptionDesk:
             for victim in victims:
                 ctx.free += 1
                 ctx.running_in[ctx.by_class[victim.request.work_class].name] -= 1
+                ctx.running_of[victim.request.peer] -= 1
             if demand:
                 ctx.loads = self._room(ctx.loads, victims, "suspend")
             ctx.place(job, gpus)
@@ -282,6 +283,7 @@ class PreemptionDesk:
                 continue
             ctx.free -= 1
             ctx.running_in[ctx.by_class[job.request.work_class].name] += 1
+            ctx.running_of[job.request.peer] += 1
             ctx.taken.add(job.job_id)
             if ctx.loads is not None and job.current.gpus:
                 held = self._envelopes(job)
@@ -296,7 +298,7 @@ class PreemptionDesk:
         if ctx.free <= 0:
             return (f"suspended, waiting for a slot to resume: {ctx.target - ctx.free} of "
                     f"{ctx.target} running")
-        if held := ctx.queue_hold(ctx.by_class[job.request.work_class]):
+        if held := ctx.queue_hold(ctx.by_class[job.request.work_class]) or ctx.peer_hold(job):
             return f"suspended, {held}"
         profile = self.policy.profiles.get(job.profile)
         if profile is None:  # it holds its devices exclusively, and declares no domains

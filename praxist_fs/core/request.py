@@ -10,6 +10,7 @@ are the public contract of R-SUB-1: add, never rename.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import BadRequest
+from .budget import LIMITS
 from .policy import WORK_CLASSES
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -358,10 +360,10 @@ def _env(value: Any) -> dict[str, str]:
 
 
 CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close", "run_stop",
-                   "cancel", "hold", "release", "update")
+                   "cancel", "hold", "release", "update", "budget_raise")
 JOB_ACTIONS = ("cancel", "hold", "release", "update")  # R-CTL-1, R-CTL-5: on selected jobs
 CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline",
-                  "jobs", "peer", "states", "reason", "grace", "priority", "by")
+                  "jobs", "peer", "states", "reason", "grace", "priority", "by", *LIMITS)
 SELECTABLE_STATES = ("queued", "held", "running", "suspended")  # "held": queued and held
 MAX_SELECTED = 4096
 MAX_GRACE_SECONDS = 3600.0
@@ -385,13 +387,16 @@ class ControlRequest:
     grace: float | None = None      # cancel: seconds between TERM and KILL
     priority: int | None = None     # update: the new priority
     by: str | None = None           # who asks: "held by", "cancelled by"
+    gpu_hours: float | None = None  # budget_raise: the new ceilings (seed 003), raise-only
+    cost: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"request_id": self.request_id, "action": self.action,
                 "generation": self.generation, "cohort": list(self.cohort),
                 "deadline": self.deadline, "jobs": list(self.jobs), "peer": self.peer,
                 "states": list(self.states), "reason": self.reason, "grace": self.grace,
-                "priority": self.priority, "by": self.by}
+                "priority": self.priority, "by": self.by, "gpu_hours": self.gpu_hours,
+                "cost": self.cost}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ControlRequest:
@@ -425,7 +430,24 @@ def parse_control(name: str, data: bytes) -> ControlRequest:
         request_id=_name("request_id", request_id), action=action, generation=generation,
         cohort=tuple(sorted(set(_name(f"cohort[{i}]", p) for i, p in enumerate(cohort)))),
         deadline=_deadline(raw["deadline"]) if "deadline" in raw else None,
-        **(_job_selection(action, raw) if action in JOB_ACTIONS else {}))
+        **(_job_selection(action, raw) if action in JOB_ACTIONS else {}),
+        **_ceilings(action, raw))
+
+
+def _ceilings(action: str, raw: dict[str, Any]) -> dict[str, float]:
+    """budget_raise's new limits: at least one of gpu_hours and cost, each > 0."""
+    given = {key: raw[key] for key in LIMITS if key in raw}
+    if action != "budget_raise":
+        if given:
+            raise BadRequest(next(iter(given)), f"only budget_raise takes a ceiling, not {action}")
+        return {}
+    if not given:
+        raise BadRequest("cost", "missing; budget_raise needs a new ceiling: cost and/or "
+                         "gpu_hours")
+    for key, value in given.items():
+        if type(value) not in (int, float) or not math.isfinite(value) or value <= 0:
+            raise BadRequest(key, f"{value!r}; expected a number > 0 (the new ceiling)")
+    return {key: float(value) for key, value in given.items()}
 
 
 def _job_selection(action: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -34,14 +34,16 @@ from .effects import (
     WriteGo, WriteJob, WriteReply,
 )
 from .budget import (
-    INFRA_EXIT_CODE, KINDS, RUNNING, Ledger, Spend, attempt_spend, estimate, kind_of, verdict,
+    INFRA_EXIT_CODE, KINDS, LIMITS, RUNNING, Budget, Ledger, Spend, attempt_spend, estimate,
+    kind_of, raise_refusal, verdict, with_ceilings,
 )
 from .calibration import Calibration
 from .events import (
     AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ClaimsReleased,
     ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetVerdict,
+    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetAlert,
+    BudgetVerdict,
 )
 from .generations import GenerationDesk
 from .identity import differences, fingerprint, job_id_for
@@ -263,9 +265,10 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if ev.attempt_id != expected:
             raise InvalidTransition(
                 f"can't launch {ev.attempt_id} for job {job.job_id}: next attempt is {expected}")
+        budget = self.budget_snapshot(ev.at)  # before this job counts as running
         self._transition(job, Trigger.LAUNCH)
         attempt = Attempt(attempt_id=sys.intern(ev.attempt_id), number=len(job.attempts) + 1,
-                          round=job.round, started_at=ev.at, gpus=ev.gpus)
+                          round=job.round, started_at=ev.at, gpus=ev.gpus, budget=budget)
         job.attempts.append(attempt)
         job.reason = f"attempt {attempt.attempt_id} launching"
         self.version += 1
@@ -279,6 +282,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 "request_id": req.request_id,
                 "peer": req.peer, "profile": job.profile, "work_class": req.work_class,
                 "gpus": list(attempt.gpus), "decided_at": ev.at, "round": job.round,
+                "budget": attempt.budget,
             })]
 
     def _on_observed(self, ev: AttemptObserved) -> list[Effect]:
@@ -415,8 +419,53 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if ev.verdict == self.ledger.verdict:
             return []
         self.ledger.verdict, self.ledger.since = ev.verdict, ev.at
+        if ev.verdict in (None, "under"):
+            self.ledger.unalerted = 0  # back under: what was enqueued before needs no alert
         self.version += 1
         return []
+
+    def _on_alert(self, ev: BudgetAlert) -> list[Effect]:
+        """Recorded and published (status.json ``budget.alerts``); it denies nothing."""
+        ledger = self.ledger
+        ledger.alerts += 1
+        ledger.unalerted = 0
+        ledger.last_alert = {"at": ev.at, "level": ev.level, "gpu_hours": ev.gpu_hours,
+                             "cost": ev.cost, "limits": {"gpu_hours": ev.gpu_hours_limit,
+                                                         "cost": ev.cost_limit},
+                             "enqueues": ev.enqueues}
+        self.version += 1
+        return []
+
+    def raise_budget(self, ev: ControlSeen) -> list[Effect]:
+        """An operator's ``budget_raise`` (seed 003's ``raise``): each limit it names
+        becomes the new ceiling, unless one is lower than the ceiling in force, or names
+        a limit the run does not have; then nothing changes. The verdict follows
+        (``due``)."""
+        control, budget = ev.control, self.budget
+        asked = {key: value for key in LIMITS if (value := getattr(control, key)) is not None}
+        for key, value in asked.items():
+            if refused := raise_refusal(budget, key, value):
+                return self._control_reply(ev, "rejected", f"{key}: {refused}", None,
+                                            budget=_limits(budget))
+        self.ledger.raised.update(asked)
+        raised = self.budget
+        return self._control_reply(ev, "ok", "budget ceiling raised: " + ", ".join(
+            f"{key} {getattr(budget, key):g} -> {getattr(raised, key):g}" for key in asked),
+            None, budget=_limits(raised))
+
+    @property
+    def budget(self) -> Budget:
+        """The run budget in force: the task file's, with the limits operators raised."""
+        return with_ceilings(self.policy.budget, self.ledger.raised)
+
+    def budget_snapshot(self, at: float) -> dict[str, Any] | None:
+        """Where the budget stands at ``at``, for a launch record (seed 003 records it on
+        every reservation); None when the task sets no budget."""
+        budget = self.budget
+        if not (budget.limited or budget.rates):
+            return None
+        total = sum(self.spend(at).values(), Spend())
+        return {"verdict": verdict(budget, total), **total.to_dict(), "limits": _limits(budget)}
 
     # -- decisions --------------------------------------------------------
 
@@ -425,12 +474,18 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         verdict that differs from the journaled one, since running work spends by the
         second (R-BUD-1). Without limits (and none before) it costs nothing."""
         events = super().due(at)
-        if self.policy.budget.limited or self.ledger.verdict is not None:
+        budget = self.budget
+        if budget.limited or self.ledger.verdict is not None:
             total = sum(self.spend(at).values(), Spend())
-            now = verdict(self.policy.budget, total)
+            now = verdict(budget, total)
             if now != self.ledger.verdict:
                 events.append(BudgetVerdict(at=at, verdict=now, cost=total.cost,
                                             gpu_hours=total.gpu_seconds / 3600))
+            elif self.ledger.alert_due(at):
+                events.append(BudgetAlert(
+                    at=at, level=now, gpu_hours=total.gpu_seconds / 3600, cost=total.cost,
+                    gpu_hours_limit=budget.gpu_hours, cost_limit=budget.cost,
+                    enqueues=self.ledger.unalerted))
         return events
 
     def spend(self, at: float) -> dict[str, Spend]:
@@ -579,7 +634,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
                 picker = ctx.picker_of[work_class]
                 key = (job.profile, type(picker), bool(avoid))
-                reason = ctx.unsatisfiable.get(key)
+                reason = ctx.unsatisfiable.get(key) or ctx.peer_hold(job)
                 if reason is None:
                     gpus, reason = self._admit(ctx, job, picker, avoid, key)
                     if reason is None:
@@ -603,7 +658,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if key not in ctx.unsatisfiable:
                 self._admit(ctx, job, picker, (), key)
             ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
-        verdict = ctx.verdicts[job.profile]
+        verdict = ctx.verdicts[job.profile] or ctx.peer_hold(job)
         self._slot_limited |= verdict is None
         if verdict is not None:
             return verdict
@@ -867,6 +922,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if request is not None and outcome != "rejected":
             if request.lease is not None:
                 lease = self._use_lease(request.peer, request.lease, ev.at, outcome)
+            if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
+                self.ledger.unalerted += 1  # seed 003: each enqueue while not under alerts
             if outcome in NEW_WORK and job.generation in self.generations:
                 cooldowns = self.generations[job.generation].cooldowns
                 for key in [k for k in cooldowns if k[0] == request.peer]:
@@ -920,6 +977,7 @@ _HANDLERS = {
     AttemptPreempted: Scheduler._on_preempted,
     AttemptResumed: Scheduler._on_resumed,
     BudgetVerdict: Scheduler._on_verdict,
+    BudgetAlert: Scheduler._on_alert,
 }
 
 
@@ -934,6 +992,10 @@ def _released_in_a_row(job: Job) -> int:
 
 def _find(job: Job, attempt_id: str) -> Attempt | None:
     return next((a for a in job.attempts if a.attempt_id == attempt_id), None)
+
+
+def _limits(budget: Budget) -> dict[str, float | None]:
+    return {key: getattr(budget, key) for key in LIMITS}
 
 
 def _error(request_id: str | None, field: str | None, problem: str | None) -> dict[str, Any]:

@@ -163,7 +163,8 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
-            "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel}
+            "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel,
+            "budget": attempt.budget}
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:

@@ -42,6 +42,8 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "counts": {state.value: sched.count(state) for state in JobState},
         "running": len(running),
         "running_activity": dict(Counter(a["resource_activity"] for a in active)),
+        "peers": {"max_concurrent_per_peer": sched.policy.max_concurrent_per_peer,
+                  "running": dict(sorted(Counter(j.request.peer for j in running).items()))},
         "active": active,
         "queue": [{"job_id": j.job_id, "tag": j.request.tag, "peer": j.request.peer,
                    "profile": j.profile, "work_class": j.request.work_class,
@@ -87,11 +89,15 @@ def _preemptions(sched: Scheduler) -> dict[str, Any]:
 
 
 def _budget(sched: Scheduler, now: float) -> dict[str, Any]:
-    """Spend now, by kind; the verdict is the journaled one (``Scheduler.due``)."""
-    budget, by_kind = sched.policy.budget, sched.spend(now)
-    return {"verdict": sched.ledger.verdict, "since": sched.ledger.since,
+    """Spend now, by kind; the verdict is the journaled one (``Scheduler.due``); the limits
+    in force (the task file's, or what an operator raised them to) and the alerts."""
+    budget, by_kind, ledger = sched.budget, sched.spend(now), sched.ledger
+    return {"verdict": ledger.verdict, "since": ledger.since,
             "limits": {"gpu_hours": budget.gpu_hours, "cost": budget.cost,
                        "at_fraction": budget.at_fraction},
+            "raised": dict(sorted(ledger.raised.items())),
+            "alerts": {"count": ledger.alerts, "last": ledger.last_alert,
+                       "pending": ledger.unalerted},
             "rates": dict(sorted(budget.rates.items())),
             "spend": sum(by_kind.values(), Spend()).to_dict(),
             **{kind: spend.to_dict() for kind, spend in by_kind.items()}}

@@ -12,10 +12,14 @@ import pytest
 from praxist_fs.core.budget import (
     Budget, Spend, attempt_spend, estimate, kind_of, verdict,
 )
+from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import (
-    AttemptLaunched, BudgetVerdict, CoordinatorStarted, Event, from_record, to_record,
+    AttemptLaunched, BudgetAlert, BudgetVerdict, ControlSeen, CoordinatorStarted, Event,
+    from_record, to_record,
 )
 from praxist_fs.core.policy import Policy
+from praxist_fs.core.request import parse_control
+from praxist_fs.errors import BadRequest
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.status import render_status
 
@@ -42,9 +46,9 @@ class Journaled(Harness):
             self.journal.append(to_record(event))
         return effects
 
-    def due(self, at: float) -> list[BudgetVerdict]:
-        """What the daemon's loop does with ``due``: handle every decision."""
-        events = [e for e in self.sched.due(at) if isinstance(e, BudgetVerdict)]
+    def due(self, at: float) -> list[BudgetVerdict | BudgetAlert]:
+        """What the daemon's loop does with ``due``: handle every budget decision."""
+        events = [e for e in self.sched.due(at) if isinstance(e, (BudgetVerdict, BudgetAlert))]
         for event in events:
             self.handle(event)
         return events
@@ -209,6 +213,129 @@ def test_the_verdict_event_refuses_an_unknown_verdict_and_round_trips():
         BudgetVerdict(at=1.0, verdict="broke", gpu_hours=0.0, cost=0.0)
     event = BudgetVerdict(at=1.0, verdict="at", gpu_hours=0.5, cost=1.0)
     assert from_record(json.loads(json.dumps(to_record(event)))) == event
+
+
+# -- seed 003: raise-only ceilings, a snapshot in each launch, alerts on enqueue -------
+
+
+def control(h: Journaled, **fields) -> dict:
+    """An operator's control file, parsed as the daemon parses it; the reply document."""
+    h.counter += 1
+    name = f"ctl-{h.counter}.json"
+    data = json.dumps(fields).encode()
+    effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=str(h.counter),
+                                   request_id=f"ctl-{h.counter}",
+                                   control=parse_control(name, data)))
+    return next(e.document for e in effects if hasattr(e, "document"))
+
+
+def test_an_operator_raises_a_ceiling_and_never_lowers_one():
+    """seed 003 "Session budget state": "raise(newCeilingUsd): rejects a ceiling lower
+    than the current one and otherwise replaces it." A raise outlives a restart with the
+    task file's lower limit, and the verdict follows the new ceiling."""
+    h, _ = budget_run()  # gpu_hours 1, cost 4
+    h.due(h.now + HOUR)
+    assert h.sched.ledger.verdict == "over"
+    lower = control(h, action="budget_raise", cost=3)
+    assert lower["outcome"] == "rejected"
+    assert lower["reason"] == ("cost: 3 is lower than the ceiling in force, 4; it can only "
+                               "be raised")
+    none = control(h, action="budget_raise", cost=5, gpu_hours=0.5)
+    assert none["outcome"] == "rejected" and none["reason"].startswith("gpu_hours: 0.5 is lower")
+    assert h.sched.budget.cost == 4.0  # all or nothing: the valid cost was not taken either
+    raised = control(h, action="budget_raise", cost=40, gpu_hours=10)
+    assert raised["outcome"] == "ok", raised
+    assert raised["reason"] == "budget ceiling raised: gpu_hours 1 -> 10, cost 4 -> 40"
+    assert raised["budget"] == {"gpu_hours": 10.0, "cost": 40.0}
+    assert [e.verdict for e in h.due(h.now)] == ["under"]
+    status = render_status(h.sched, h.now, {})["budget"]
+    assert status["limits"]["cost"] == 40.0 and status["raised"] == {"cost": 40.0,
+                                                                        "gpu_hours": 10.0}
+    assert control(h, action="budget_raise", cost=20)["outcome"] == "rejected"
+    replayed = replay(h.journal)
+    assert replayed.snapshot() == h.sched.snapshot()
+    assert restore(json.loads(json.dumps(capture(h.sched)))).budget == h.sched.budget
+    replayed.handle(CoordinatorStarted(at=h.tick(), policy=h.sched.policy.to_dict(), pid=2,
+                                       host="h", boot_id="boot"))  # a restart, same task file
+    assert (replayed.budget.cost, replayed.budget.gpu_hours) == (40.0, 10.0)
+
+
+def test_a_limit_the_run_does_not_have_cannot_be_raised():
+    """seed 003 "Session budget state": a raise replaces a ceiling; without a limit there
+    is none to raise (no limit is above every ceiling)."""
+    h = Journaled(policy(cost=1.0, rates={"gpu": 1.0}))
+    reply = control(h, action="budget_raise", gpu_hours=5)
+    assert reply["outcome"] == "rejected"
+    assert reply["reason"].startswith("gpu_hours: the run has no gpu_hours limit")
+    assert h.sched.budget.gpu_hours is None
+
+
+@pytest.mark.parametrize("fields,field,words", [
+    ({"action": "budget_raise"}, "cost", "needs a new ceiling"),
+    ({"action": "budget_raise", "cost": 0}, "cost", "a number > 0"),
+    ({"action": "budget_raise", "gpu_hours": "lots"}, "gpu_hours", "a number > 0"),
+    ({"action": "budget_raise", "cost": True}, "cost", "a number > 0"),
+    ({"action": "run_stop", "cost": 5}, "cost", "only budget_raise takes a ceiling"),
+])
+def test_a_bad_raise_is_refused_by_name(fields, field, words):
+    with pytest.raises(BadRequest) as err:
+        parse_control("c.json", json.dumps(fields).encode())
+    assert err.value.field == field and words in err.value.problem
+
+
+def test_every_launch_records_where_the_budget_stood():
+    """seed 003 "Budget preflight is recorded, not a denial gate": the capacity snapshot of
+    each reservation stores the budget's spend and ceiling."""
+    h, first = budget_run()  # its 2 GPUs spend 1 GPU-hour in 30 minutes, at 2 per GPU-hour
+    h.now += 900
+    queued = h.submit("later", profile="gpu")["job_id"]
+    effects = h.handle(AttemptLaunched(at=h.tick(), job_id=queued, attempt_id="a1",
+                                       gpus=("G2",)))
+    hours = 2 * (h.now - h.sched.jobs[first].current.started_at) / HOUR
+    record = h.job(queued)["attempts"][0]["budget"]
+    assert record == {"verdict": "at", "gpu_hours": pytest.approx(hours, abs=1e-6),
+                      "cost": pytest.approx(2 * hours, abs=1e-6),
+                      "limits": {"gpu_hours": 1.0, "cost": 4.0}}
+    assert h.job(first)["attempts"][0]["budget"]["gpu_hours"] == 0
+    (spawn,) = [e for e in effects if isinstance(e, SpawnAttempt)]
+    assert spawn.metadata["budget"] == record  # the attempt's attempt.json says it too
+    assert replay(h.journal).snapshot() == h.sched.snapshot()
+
+
+def test_a_run_without_a_budget_records_none():
+    h = Journaled(make_policy())
+    job_id = h.start("free")
+    assert h.job(job_id)["attempts"][0]["budget"] is None
+
+
+def test_each_enqueue_while_not_under_alerts_at_most_once_a_minute():
+    """seed 003 "On each enqueue it calls evaluate() ... then emits BusChannels.BudgetAlert
+    with { level, currentUsd, ceilingUsd } whenever the verdict is not 'under'"; here each
+    enqueue counts, and the journal holds at most one alert a minute."""
+    h, _ = budget_run()
+    h.submit("while-under")
+    assert [type(e) for e in h.due(h.now)] == [BudgetVerdict]  # under: no alert
+    h.now += HOUR
+    h.due(h.now)
+    assert h.sched.ledger.verdict == "over"
+    h.submit("first")
+    (alert,) = h.due(h.now)
+    assert (alert.level, alert.enqueues, alert.cost_limit, alert.gpu_hours_limit) == (
+        "over", 1, 4.0, 1.0)
+    assert alert.gpu_hours > 1.0
+    for tag in ("second", "third"):
+        h.submit(tag)
+    assert h.due(h.now + 30) == []  # rate-limited: counted, not journaled yet
+    assert render_status(h.sched, h.now, {})["budget"]["alerts"]["pending"] == 2
+    (later,) = h.due(alert.at + 60)
+    assert later.enqueues == 2
+    assert h.due(alert.at + 200) == []  # nothing enqueued since
+    alerts = [r for r in h.journal if r["type"] == "budget_alert"]
+    assert [r["enqueues"] for r in alerts] == [1, 2]
+    shown = render_status(h.sched, h.now, {})["budget"]["alerts"]
+    assert shown["count"] == 2 and shown["last"]["enqueues"] == 2
+    assert replay(h.journal).snapshot() == h.sched.snapshot()
+    assert from_record(json.loads(json.dumps(to_record(alert)))) == alert
 
 
 # -- max_cost: a hard ceiling per request ---------------------------------------------

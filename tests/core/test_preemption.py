@@ -240,6 +240,52 @@ def test_a_suspended_job_holds_no_slot_and_resumes_when_one_frees():
     assert run.state(high) == "running"
 
 
+def start_as(run: Run, tag: str, peer: str) -> str:
+    """``Run.start`` for a job of ``peer``."""
+    job_id = run.submit(tag, peer=peer, work_class="ordinary")["job_id"]
+    assert [e.job_id for e in run.decide()] == [job_id]
+    run.go(job_id, "a1")
+    return job_id
+
+
+def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
+    """seed 000 "Submission" (R-SUB-5): a peer's cap counts its running jobs; a suspended
+    one runs again only within it, and once resumed it counts for the rest of the pass."""
+    run = Run(slots=2, max_concurrent_per_peer=1)
+    bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
+    carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
+                                   ("AttemptLaunched", carol, "")]
+    run.go(carol, "a1")
+    later = run.submit("alice-2", peer="alice")["job_id"]  # alice runs nothing now
+    run.exit(bob, "a1", 0)
+    run.exit(carol, "a1", 0)  # two slots free: alice's suspended job resumes, and fills her cap
+    assert kinds(run.decide()) == [("AttemptResumed", alice, "")]
+    assert run.sched.pending[later] == "peer alice: 1 of max_concurrent_per_peer 1 running"
+    run.exit(alice, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptLaunched", later, "")]
+
+
+def test_a_suspended_job_stays_suspended_while_its_peer_is_at_its_cap():
+    """seed 000 "Submission" (R-SUB-5): the cap holds a resume like a launch."""
+    run = Run(slots=2, max_concurrent_per_peer=1)
+    bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
+    carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
+                                   ("AttemptLaunched", carol, "")]
+    run.go(carol, "a1")
+    urgent = run.submit("alice-urgent", peer="alice", work_class="mature")["job_id"]
+    run.exit(carol, "a1", 0)  # the high queue is served first: alice's mature job starts
+    assert kinds(run.decide()) == [("AttemptLaunched", urgent, "")]
+    run.go(urgent, "a1")
+    run.exit(bob, "a1", 0)
+    assert run.decide() == []
+    assert run.sched.pending[alice] == (
+        "suspended, peer alice: 1 of max_concurrent_per_peer 1 running")
+    run.exit(urgent, "a1", 0)
+    assert kinds(run.decide()) == [("AttemptResumed", alice, "")]
+
+
 def test_suspended_time_is_not_spent():
     run = Run(slots=1, budget=Budget(rates={"cpu": 3600.0}))  # 1 per second of CPU work
     low = run.start("low")

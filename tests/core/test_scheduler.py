@@ -82,6 +82,51 @@ def test_next_launches_respects_concurrency_and_fcfs(slots):
     assert [j.job_id for j in h.sched.queued()] == ids[slots + 1:]
 
 
+
+def test_a_peer_at_its_cap_keeps_its_jobs_queued_while_other_peers_launch():
+    """seed 000 "Submission": "When a peer's compatibility cap is already occupied, another
+    central submission from that peer remains queued until the active process group
+    drains. Other peers may continue to launch, and the blocked job does not consume an
+    attempt or create a capacity-failure record." (R-SUB-5)"""
+    h = Harness(make_policy(initial_concurrent_experiments=4, max_concurrent_per_peer=1))
+    a1, a2 = (h.submit(f"a-{i}", peer="alice")["job_id"] for i in (1, 2))
+    b1, b2 = (h.submit(f"b-{i}", peer="bob")["job_id"] for i in (1, 2))
+    assert h.launch_all() == [(a1, "a1"), (b1, "a1")]  # two slots stay free
+    for job_id, peer in ((a2, "alice"), (b2, "bob")):
+        held = h.job(job_id)
+        assert (held["state"], held["attempts"]) == ("queued", [])
+        assert held["reason"] == f"peer {peer}: 1 of max_concurrent_per_peer 1 running"
+    status = render_status(h.sched, h.now, {})
+    assert status["peers"] == {"max_concurrent_per_peer": 1, "running": {"alice": 1, "bob": 1}}
+    h.go(a1, "a1")
+    h.exit(a1, "a1", 0)  # alice's running job drains: her next one starts, bob's still waits
+    assert h.launch_all() == [(a2, "a1")]
+    assert h.job(a2)["attempts"][0]["attempt_id"] == "a1"
+    assert h.job(b2)["reason"] == "peer bob: 1 of max_concurrent_per_peer 1 running"
+
+
+
+def test_a_capped_peer_says_so_when_every_slot_is_taken_too():
+    """seed 000 "Submission" (R-SUB-5): a slot would not start the job, so its reason names
+    the cap, and it does not count as work waiting for a slot (concurrency is not raised
+    for it)."""
+    h = Harness(make_policy(initial_concurrent_experiments=2, max_concurrent_per_peer=1))
+    a1, a2 = (h.submit(f"a-{i}", peer="alice")["job_id"] for i in (1, 2))
+    b1 = h.submit("b-1", peer="bob")["job_id"]
+    assert h.launch_all() == [(a1, "a1"), (b1, "a1")]
+    assert h.job(a2)["reason"] == "peer alice: 1 of max_concurrent_per_peer 1 running"
+    h.sched.refresh_reasons()
+    assert not h.sched._slot_limited
+
+
+def test_without_a_cap_one_peer_may_fill_every_slot():
+    h = Harness(make_policy(initial_concurrent_experiments=3))
+    jobs = [h.submit(f"a-{i}", peer="alice")["job_id"] for i in range(3)]
+    assert h.launch_all() == [(j, "a1") for j in jobs]
+    assert render_status(h.sched, h.now, {})["peers"] == {
+        "max_concurrent_per_peer": None, "running": {"alice": 3}}
+
+
 def test_spawn_effect_carries_the_request():
     h = Harness()
     job_id = h.submit("exp-1", argv=["python", "-m", "x"], cwd="/srv/w", env={"SEED": "4"},

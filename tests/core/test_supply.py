@@ -153,6 +153,30 @@ def test_a_new_submission_resets_the_decline_backoff():
     assert not run.sched.generations[1].cooldowns
 
 
+
+def test_a_changed_priority_resets_the_decline_backoff():
+    """seed 000 "Mature Evidence And Idle Supply Feedback": "A new experiment submission,
+    a changed priority, or a new generation resets that backoff." A peer that declined
+    mature advice and is then offered frontier_followup work has no mature backoff left."""
+    run = Run(cohort=("a",), slots=1, supply_lease_seconds=180)
+    run.tick(), run.tick()
+    first = run.leases()["a"]
+    assert first.priority == MATURE  # a cohort of one: the first wave is mature advice
+    run.sched.handle(DeclineSeen(at=run.now, generation=1, peer="a", lease_id=first.lease_id,
+                                 name="a.decline.json"))
+    assert run.sched.generations[1].cooldowns[("a", MATURE)][0] == 1
+    run.sched.handle(ResultSeen(at=run.now, generation=1, result_id="m1", peer="a",
+                                mature=True))  # the debt is paid: follow-ups are offered now
+    run.tick()
+    second = run.leases()["a"]
+    assert (second.priority, second.state) == (FRONTIER, "granted")
+    assert ("a", MATURE) not in run.sched.generations[1].cooldowns
+    run.sched.handle(DeclineSeen(at=run.now, generation=1, peer="a", lease_id=second.lease_id,
+                                 name="a.decline.json"))
+    assert {key: declines for key, (declines, _) in run.sched.generations[1].cooldowns.items()
+            } == {("a", FRONTIER): 1}
+
+
 def test_results_count_until_closed_then_are_quarantined():
     run = Run()
     run.sched.handle(ResultSeen(at=run.now, generation=1, result_id="r1", peer="a", mature=True))

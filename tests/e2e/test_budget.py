@@ -4,6 +4,7 @@ verdict in status.json and in the journal, no work denied; ``launch --max-cost``
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -66,3 +67,65 @@ def test_launch_max_cost_rejects_with_the_estimate(make_run):
     result = subprocess.run([*launch, "--max-cost=1", "--", "true"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "(estimated cost 0.6)" in result.stderr
+
+
+def journal_records(run, kind: str) -> list[dict]:
+    lines = (run.sched / "journal" / "journal.log").read_text().splitlines()
+    return [r for line in lines if (r := json.loads(line.split(" ", 2)[2]))["type"] == kind]
+
+
+def test_over_budget_alerts_on_enqueue_records_each_launch_and_raises_only_up(make_run):
+    """seed 003 "Session budget state" and "Budget preflight is recorded, not a denial
+    gate": raise() "rejects a ceiling lower than the current one and otherwise replaces
+    it"; each reservation stores the budget's spend and ceiling; "On each enqueue ...
+    emits BusChannels.BudgetAlert with { level, currentUsd, ceilingUsd } whenever the
+    verdict is not 'under'"."""
+    run = make_run(task_text=TASK)
+    run.start()
+    spent = run.reply(run.submit(request("spend", ["sleep", "0.3"])))["job_id"]
+    run.wait_state(spent, "completed")
+    wait_for(lambda: ((run.status() or {}).get("budget") or {}).get("verdict") == "over",
+             message="verdict over in status.json")
+
+    late = run.reply(run.submit(request("while-over", ["true"])))
+    assert late["outcome"] == "accepted"  # advisory: nothing is denied
+    done = run.wait_state(late["job_id"], "completed")
+    record = done["attempts"][0]["budget"]
+    assert record["verdict"] == "over" and record["cost"] > 0.001
+    assert record["limits"] == {"gpu_hours": None, "cost": 0.001}
+    attempt = read_json(run.sched / "attempts" / late["job_id"] / "a1" / "attempt.json")
+    assert attempt["budget"] == record
+    alerts = wait_for(lambda: journal_records(run, "budget_alert"), message="a budget alert")
+    assert (alerts[0]["level"], alerts[0]["enqueues"], alerts[0]["cost_limit"]) == (
+        "over", 1, 0.001)
+    assert wait_for(lambda: run.status()["budget"]["alerts"]["count"] == 1 and
+                    run.status()["budget"]["alerts"]["last"]["level"] == "over",
+                    message="the alert in status.json")
+    shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                            str(run.root)], capture_output=True, text=True, timeout=60)
+    assert "; 1 alert(s): work enqueued while not under" in shown.stdout, shown.stdout
+
+    raise_budget = [sys.executable, "-m", "praxist_fs", "raise-budget", "--run-dir",
+                    str(run.root)]
+    lower = subprocess.run([*raise_budget, "--cost", "0.0005"], capture_output=True,
+                           text=True, timeout=60)
+    assert lower.returncode == 2
+    assert lower.stdout.strip() == ("rejected: cost: 0.0005 is lower than the ceiling in "
+                                    "force, 0.001; it can only be raised")
+    # the control-file form, as a shell drops it: a limit the run does not have
+    control = run.sched / "control"
+    (control / "tmp").mkdir(exist_ok=True)
+    (control / "tmp" / "r1.json").write_text(json.dumps({"action": "budget_raise",
+                                                         "gpu_hours": 2}))
+    os.rename(control / "tmp" / "r1.json", control / "r1.json")
+    reply = wait_for(lambda: read_json(control / "replies" / "r1.json"), message="reply r1")
+    assert reply["outcome"] == "rejected" and reply["reason"].startswith(
+        "gpu_hours: the run has no gpu_hours limit")
+    higher = subprocess.run([*raise_budget, "--cost", "100"], capture_output=True,
+                            text=True, timeout=60)
+    assert higher.returncode == 0, higher.stderr
+    assert higher.stdout.strip() == "ok: budget ceiling raised: cost 0.001 -> 100"
+    budget = wait_for(lambda: (doc := run.status()["budget"])["verdict"] == "under" and doc,
+                      message="verdict under after the raise")
+    assert budget["limits"]["cost"] == 100 and budget["raised"] == {"cost": 100}
+    assert journal_verdicts(run)[-1] == "under"
