@@ -314,6 +314,15 @@ class Usage:
         return {peer: list(entry) for peer, entry in sorted(self.peers.items())}
 
 
+def slot_usage(project: Project, ledger: Usage, running: list[Job],
+               by_class: dict[str, Queue], at: float, half_life: float) -> float:
+    """Decayed slot-seconds of the ended attempts of ``project``'s queues (``ledger``),
+    plus the active seconds so far of its ``running`` ones."""
+    return sum(ledger.of(name, at, half_life) for name in project.queues) + \
+        sum(job.current.active_seconds(at) for job in running
+            if by_class[job.request.work_class].name in project.queues)
+
+
 def _decay(value: float, seconds: float, half_life: float) -> float:
     return value * math.pow(2.0, -seconds / half_life)
 
@@ -584,12 +593,9 @@ class Pass:
         return self.ledger.of(peer, self.at, half_life) + self._running_usage.get(peer, 0.0)
 
     def project_usage(self, project: Project) -> float:
-        """Decayed slot-seconds of the ended attempts of ``project``'s queues, plus the
-        active seconds so far of its running ones (``ProjectFairShare``)."""
-        half_life = self.policy.fair_share_half_life_seconds
-        return sum(self.queue_ledger.of(name, self.at, half_life) for name in project.queues) + \
-            sum(job.current.active_seconds(self.at) for job in self.running
-                if self.by_class[job.request.work_class].name in project.queues)
+        """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""
+        return slot_usage(project, self.queue_ledger, self.running, self.by_class, self.at,
+                          self.policy.fair_share_half_life_seconds)
 
     def expected_end(self, job: Job, started_at: float) -> float:
         """When ``job`` started at ``started_at`` should end: its calibrated ETA, never

@@ -12,6 +12,7 @@ from praxist_fs.core.model import Job
 from praxist_fs.core.pickers import PICKERS, Pass, PreemptPolicy, VictimScope, register_picker
 from praxist_fs.core.queues import Project, Queue, Window, window_hold
 from praxist_fs.core.snapshot import capture, restore
+from praxist_fs.core.status import render_status
 
 from .test_pickers import cpu_harness, launched_tags, recorder  # noqa: F401 (a fixture)
 from .test_preemption import Run, kinds, replayed
@@ -233,3 +234,24 @@ def test_project_usage_is_rebuilt_by_replay_and_snapshot():
     assert usage == {"vision": [ended.ended_at - ended.started_at, ended.ended_at]}
     assert replayed(run.journal).snapshot()["queue_usage"] == usage
     assert restore(capture(run.sched)).snapshot()["queue_usage"] == usage
+
+
+def test_status_shows_each_project_with_its_jobs_and_usage():
+    """seed 002 "Project ... Quota, usage": status.json lists each project, its queues,
+    running and queued jobs, and the usage fair share orders by; without a projects
+    block, the one default project owning every queue."""
+    run = project_run("fair_share")
+    next_after_one_vision_job_ends(run)
+    (ended,) = [a for j in run.sched.jobs.values() for a in j.attempts if a.ended_at]
+    running = {j.request.tag: j.current for j in run.sched.running()}
+    assert sorted(running) == ["n1", "v1"]
+    now = run.tick()
+    cv, lang = render_status(run.sched, now, {})["projects"]
+    decayed = (ended.ended_at - ended.started_at) * 2 ** (-(now - ended.ended_at) / 3600)
+    assert cv.pop("usage_slot_s") == pytest.approx(decayed + now - running["v1"].started_at,
+                                                   abs=0.001)
+    assert cv == {"name": "cv", "queues": ["vision"], "share": 1.0, "running": 1, "queued": 2}
+    assert lang == {"name": "lang", "queues": ["nlp"], "share": 1.0, "running": 1,
+                    "queued": 0, "usage_slot_s": round(now - running["n1"].started_at, 3)}
+    assert [p["name"] for p in render_status(cpu_harness().sched, now, {})["projects"]] == \
+        ["default"]

@@ -73,6 +73,10 @@ def test_fair_share_across_projects_and_a_preemptible_queue(make_run, tmp_path):
     assert run.job(n1)["state"] == "running"  # nlp is not preemptible
     status = wait_for(lambda: (s := run.status()) and s["suspended"] and s)
     assert status["suspended"][0]["job_id"] == v2
+    cv, lang = status["projects"]
+    assert (cv["name"], cv["queues"], cv["running"], cv["queued"]) == ("cv", ["vision"], 0, 1)
+    assert (lang["name"], lang["queues"], lang["running"]) == ("lang", ["urgent", "nlp"], 2)
+    assert cv["usage_slot_s"] > 0  # v1's run, and v2's until it was suspended
 
 
 def windows_task(closed_day: str) -> str:
