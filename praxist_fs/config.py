@@ -773,7 +773,8 @@ def policy_from_mapping(task: Any) -> Policy:
     budget = resolver.budget(_section(scheduler, "budget", budget_path), budget_path, profiles)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
-                  projects=projects, budget=budget, normalizations=tuple(resolver.notes), **values, **synth)
+                  projects=projects, budget=budget, normalizations=tuple(resolver.notes),
+                  **values, **synth)
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

@@ -17,9 +17,9 @@ A job picker is chosen per queue, with precedence queue -> project -> global
 (``Queue.picker``, ``Project.picker``, ``Policy.job_picker``); the queues of a
 tier that resolve to the same picker share one instance. A preempt policy is
 chosen by the preempting job's queue, else globally (``Queue.preempt_policy``,
-``Policy.preempt_policy``). Pickers are found by
-name in ``PICKERS``; ``register_picker`` adds one, and ``praxist_fs.config``
-also registers those installed under the ``praxist_fs.pickers`` entry points.
+``Policy.preempt_policy``). Pickers are found by name in ``PICKERS``;
+``register_picker`` adds one, and ``praxist_fs.config`` also registers those
+installed under the ``praxist_fs.pickers`` entry points.
 
 ``Pass`` is what a pass knows and has decided so far. It is built from
 journaled state and the current host sample only, so a pass is a pure function

@@ -5,8 +5,9 @@ rules (every change bumps ``version`` and is journaled before its effects).
 
 **What triggers it.** A queued job of a queue that may preempt (it has
 ``preemptible_queues``, or a ``preemptible`` queue is below it) that a pass cannot
-start because every slot is taken, or because its GPU allocation failed. Nothing else: a generation in assessment, its own queue's limits or
-reserve, hot pressure, an undefined profile, a missing GPU inventory or a
+start because every slot is taken, or because its GPU allocation failed. Nothing
+else: a generation in assessment, its own queue's limits, reserve or time windows,
+hot pressure, an undefined profile, a missing GPU inventory or a
 backfill reservation are never lifted by preempting anyone.
 
 **Victims.** Running jobs (with a known shim) of the listed queues, and of every
