@@ -74,6 +74,17 @@ def test_a_policy_journaled_before_queues_existed_still_loads():
     assert Policy.from_dict(document) == Policy()
 
 
+def test_a_policy_journaled_before_projects_and_windows_existed_still_loads():
+    policy = load_policy(TASKS / "queues.yaml")
+    document = json.loads(json.dumps(policy.to_dict()))
+    for key in ("projects", "preempt_policy", "windows_utc_offset_minutes"):
+        del document[key]
+    for queue in document["queues"].values():
+        for key in ("preemptible", "preempt_policy", "windows"):
+            del queue[key]
+    assert Policy.from_dict(document) == policy
+
+
 def test_a_hand_built_policy_must_map_every_work_class_once():
     with pytest.raises(ValueError, match="every work class in exactly one queue"):
         Policy(queues=(Queue(name="a", work_classes=("scout", "ordinary")),))
