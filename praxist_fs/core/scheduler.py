@@ -701,6 +701,13 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return jobs
         return list(heapq.merge(jobs, sorted(self._parked.values(), key=_RANK), key=_RANK))
 
+    def queued_by_class(self) -> Counter[str]:
+        """Every queued job (held and waiting ones too) counted by work class, from the
+        backlog's counts: status reads it on every render."""
+        counts = Counter(self._queue().by_class)
+        counts.update(job.request.work_class for job in self._parked.values())
+        return counts
+
     def _queue(self) -> Backlog:
         """The index of the queued jobs a pass may start (not the held or waiting ones:
         ``_parked``), rebuilt when the per-state index was replaced (``snapshot.restore``

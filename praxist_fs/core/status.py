@@ -55,7 +55,7 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "suspended": [_suspended(sched, job, now) for job in sorted(sched.suspended(),
                                                                      key=lambda j: j.order)],
         "preemptions": _preemptions(sched),
-        "projects": _projects(sched, running, queued, now),
+        "projects": _projects(sched, running, now),
         "pressure": _pressure(sched),
         "gpus": _gpus(sched, gpus),
         "generation": (sched.generation_status(current)
@@ -77,15 +77,17 @@ def _suspended(sched: Scheduler, job: Job, now: float) -> dict[str, Any]:
             "reason": last["reason"], "waiting": sched.pending.get(job.job_id, "suspended")}
 
 
-def _projects(sched: Scheduler, running: list[Job], queued: list[Job],
-              now: float) -> list[dict[str, Any]]:
+def _projects(sched: Scheduler, running: list[Job], now: float) -> list[dict[str, Any]]:
     """Each project in force (seed 002; one, ``default``, without a projects block): its
     queues and share, its running and queued jobs, and the usage fair share reads."""
     policy = sched.policy
     by_class = queue_of_class(policy.queue_set())
-    project_of = {name: p.name for p in policy.project_set() for name in p.queues}
-    counts = {kind: Counter(project_of[by_class[j.request.work_class].name] for j in jobs)
-              for kind, jobs in (("running", running), ("queued", queued))}
+    project_of = {c: p.name for p in policy.project_set() for c, q in by_class.items()
+                  if q.name in p.queues}
+    counts = {"running": Counter(project_of[j.request.work_class] for j in running),
+              "queued": Counter()}
+    for work_class, count in sched.queued_by_class().items():
+        counts["queued"][project_of[work_class]] += count
     return [{"name": p.name, "queues": list(p.queues), "share": p.share,
              "running": counts["running"][p.name], "queued": counts["queued"][p.name],
              "usage_slot_s": round(slot_usage(p, sched.queue_usage, running, by_class, now,

@@ -15,6 +15,7 @@ from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.status import render_status
 
 from .test_pickers import cpu_harness, launched_tags, recorder  # noqa: F401 (a fixture)
+from .test_jobcontrol import control
 from .test_preemption import Run, kinds, replayed
 
 WEDNESDAY_NOON = datetime(2026, 12, 2, 12, tzinfo=timezone.utc).timestamp()
@@ -253,5 +254,8 @@ def test_status_shows_each_project_with_its_jobs_and_usage():
     assert cv == {"name": "cv", "queues": ["vision"], "share": 1.0, "running": 1, "queued": 2}
     assert lang == {"name": "lang", "queues": ["nlp"], "share": 1.0, "running": 1,
                     "queued": 0, "usage_slot_s": round(now - running["n1"].started_at, 3)}
+    held = next(j.job_id for j in run.sched.queued() if j.request.tag == "v3")
+    assert control(run, "hold", jobs=[held])["outcome"] == "ok"
+    assert render_status(run.sched, run.tick(), {})["projects"][0]["queued"] == 2  # held too
     assert [p["name"] for p in render_status(cpu_harness().sched, now, {})["projects"]] == \
         ["default"]
