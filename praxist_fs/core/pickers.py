@@ -195,8 +195,11 @@ class ProjectFairShare(ProjectPicker):
     first-ranked queued jobs. Fixed for the pass, like the peers' ``FairShare``."""
 
     def init(self, ctx: Pass, scope: None) -> None:
-        first = {}
-        for job in ctx.queued:
+        first: dict[str, int] = {}  # queue -> the rank of its first queued job
+        queues = {ctx.by_class[c].name for c, count in ctx.classes.items() if count}
+        for job in ctx.queued:  # rank order: stop once every queue with work is seen
+            if len(first) == len(queues):
+                break
             first.setdefault(ctx.by_class[job.request.work_class].name, job.rank)
         self._projects = iter(sorted(ctx.policy.project_set(), key=lambda p: (
             ctx.project_usage(p) / p.share,
