@@ -46,7 +46,9 @@ from praxist_fs.core.policy import (
     PressureThreshold,
     Profile,
 )
-from praxist_fs.core.queues import PREEMPT_MODES, Queue
+from praxist_fs.core.queues import (
+    DAY_MINUTES, DAYS, PREEMPT_MODES, Project, Queue, Window, default_queues,
+)
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
@@ -89,6 +91,9 @@ MAX_CALM_SAMPLES = 100
 MAX_EXPERIMENT_MEMORY_GB = 1024.0
 MIN_HALF_LIFE_S, MAX_HALF_LIFE_S = 60.0, 30 * 86400.0
 MAX_CANCEL_GRACE_S = 3600.0
+MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN = -12 * 60, 14 * 60
+MAX_PROJECT_SHARE = 1e6
+_CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -296,6 +301,41 @@ def _picker(kind: str) -> Checker:
     return check
 
 
+def _windows(path: str, value: Any) -> tuple[Window, ...]:
+    """Time windows (seed 002): a list of {days: [mon..sun], hours: "HH:MM-HH:MM"}, each
+    key optional (every day; all day); hours past midnight run into the next day."""
+    if not isinstance(value, list):
+        raise PolicyError(path, value, "a list of windows {days: [mon, ...], hours: "
+                          '"HH:MM-HH:MM"}')
+    windows = []
+    for index, body in enumerate(value):
+        where = _join(path, index)
+        if not isinstance(body, dict) or not body or not set(body) <= {"days", "hours"}:
+            raise PolicyError(where, body, 'a window {days: [mon, ...], hours: "HH:MM-HH:MM"} '
+                              "with one or both keys")
+        days = tuple(range(7))
+        if "days" in body:
+            names = _names(_join(where, "days"), body["days"], "days " + ", ".join(DAYS))
+            if not names:
+                raise PolicyError(_join(where, "days"), [], "at least one day")
+            for position, day in enumerate(names):
+                _choice(*DAYS)(_join(_join(where, "days"), position), day)
+            days = tuple(sorted(DAYS.index(day) for day in names))
+        start, end = 0, DAY_MINUTES
+        if "hours" in body:
+            hours = body["hours"]
+            match = _CLOCK_RANGE.fullmatch(hours) if isinstance(hours, str) else None
+            if match:
+                h1, m1, h2, m2 = map(int, match.groups())
+                start, end = h1 * 60 + m1, h2 * 60 + m2
+            if not match or start >= DAY_MINUTES or end > DAY_MINUTES or start == end:
+                raise PolicyError(_join(where, "hours"), hours, 'a quoted "HH:MM-HH:MM" of two '
+                                  "different times from 00:00 to 24:00 (an end before the start "
+                                  'runs past midnight: "22:00-06:00")')
+        windows.append(Window(days=days, start=start, end=end))
+    return tuple(windows)
+
+
 def _pressure_domains(path: str, value: Any) -> tuple[str, ...]:
     """A list of distinct domains; kept in canonical (cpu, memory, io) order."""
     if not isinstance(value, list):
@@ -375,10 +415,13 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "project_picker": _Key(_picker("project")),
     "queue_picker": _Key(_picker("queue")),
     "job_picker": _Key(_picker("job")),
+    "preempt_policy": _Key(_picker("preempt")),
+    "windows_utc_offset_minutes": _Key(_int, _clamp(MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN)),
     "trusted_uids": _Key(_uids),
     "operators": _Key(_uids),
 }
-_SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "budget")  # apart
+_SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",
+                       "budget")  # read apart
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -427,6 +470,9 @@ _QUEUE_KEYS: dict[str, _Key] = {
     "picker": _Key(_picker("job")),
     "preemptible_queues": _Key(_queue_names),
     "preempt": _Key(_choice(*PREEMPT_MODES)),
+    "preemptible": _Key(_bool),
+    "preempt_policy": _Key(_picker("preempt")),
+    "windows": _Key(_windows),
 }
 _QUEUE_SECTIONS = {
     "limits": {"max_running": _Key(_int, _clamp(0))},
@@ -434,7 +480,16 @@ _QUEUE_SECTIONS = {
                     "for": _Key(_queue_names)},
 }
 _QUEUE_DEFAULTS = {"priority": 0, "picker": None, "preemptible_queues": (), "preempt": "suspend",
+                   "preemptible": False, "preempt_policy": None, "windows": (),
                    "max_running": None, "slots": 0, "for": ()}
+
+# One project (seed 002): the queues it owns, its weight for fair share, its job picker.
+_PROJECT_KEYS: dict[str, _Key] = {
+    "queues": _Key(_queue_names),
+    "share": _Key(_positive, _clamp(None, MAX_PROJECT_SHARE)),
+    "picker": _Key(_picker("job")),
+}
+_PROJECT_DEFAULTS = {"queues": (), "share": 1.0, "picker": None}
 
 
 def _check_queues(queues: list[Queue], paths: list[str], path: str) -> None:
@@ -584,7 +639,42 @@ class _Resolver:
         return Queue(name=name, priority=values["priority"], work_classes=values["work_classes"],
                      picker=values["picker"], max_running=values["max_running"],
                      leave_slots=values["slots"], leave_slots_for=values["for"],
-                     preemptible_queues=values["preemptible_queues"], preempt=values["preempt"])
+                     preemptible_queues=values["preemptible_queues"], preempt=values["preempt"],
+                     preemptible=values["preemptible"], preempt_policy=values["preempt_policy"],
+                     windows=values["windows"])
+
+    def projects(self, raw: Any, path: str, queues: tuple[Queue, ...]) -> tuple[Project, ...]:
+        """``projects:`` as a mapping name -> project; every queue in exactly one."""
+        names = [q.name for q in queues]
+        if not isinstance(raw, dict) or not raw:
+            raise PolicyError(path, raw, "a non-empty mapping of project name -> {queues: "
+                              "[...], share: N, picker: P}")
+        projects: list[Project] = []
+        owner: dict[str, str] = {}
+        for name, body in raw.items():
+            where = _join(path, str(name))
+            _name(where, name, "a project name")
+            if not isinstance(body, dict):
+                raise PolicyError(where, body, "a project mapping of " + ", ".join(_PROJECT_KEYS))
+            self.reject_unknown(body, tuple(_PROJECT_KEYS), where)
+            values = self.read(body, _PROJECT_KEYS, where, _PROJECT_DEFAULTS)
+            if not values["queues"]:
+                raise PolicyError(_join(where, "queues"), body.get("queues"),
+                                  "at least one queue: " + ", ".join(names))
+            for index, queue in enumerate(values["queues"]):
+                at = _join(_join(where, "queues"), index)
+                if queue not in names:
+                    raise PolicyError(at, queue, "a queue: " + ", ".join(names))
+                if queue in owner:
+                    raise PolicyError(at, queue, f"a queue no other project owns (project "
+                                      f"{owner[queue]} owns it)")
+                owner[queue] = name
+            projects.append(Project(name=name, **values))
+        missing = [n for n in names if n not in owner]
+        if missing:
+            raise PolicyError(path, sorted(raw), "every queue in some project's queues ("
+                              + ", ".join(missing) + " in none)")
+        return tuple(projects)
 
     def budget(self, raw: dict, path: str, profiles: dict[str, Profile]) -> Budget:
         self.reject_unknown(raw, (*_BUDGET_KEYS, "rates"), path)
@@ -676,11 +766,16 @@ def policy_from_mapping(task: Any) -> Policy:
                               "no exploration_reserve beside queues: give the queue that "
                               "should leave slots free a leave_slots: {slots: N, for: [...]}")
         queues = resolver.queues(scheduler["queues"], _join(SCHEDULER_PATH, "queues"), values)
+    projects = None
+    if "projects" in scheduler:
+        projects = resolver.projects(scheduler["projects"], _join(SCHEDULER_PATH, "projects"),
+                                     queues or default_queues(values["exploration_reserve"]))
     budget_path = _join(SCHEDULER_PATH, "budget")
     budget = resolver.budget(_section(scheduler, "budget", budget_path), budget_path, profiles)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
-                  budget=budget, normalizations=tuple(resolver.notes), **values, **synth)
+                  projects=projects, budget=budget, normalizations=tuple(resolver.notes),
+                  **values, **synth)
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

@@ -3,8 +3,10 @@
 Every level is a picker with seed 002's contract: ``init(ctx, scope)`` once per
 pass, ``next()`` until it returns None, ``fini()`` once. A project picker gets
 no scope and yields ``Project``s; a queue picker gets a project and yields
-tiers, tuples of queues served as one (queues of equal priority, in submit
-order, as LSF does); a job picker gets a ``JobScope`` and yields its jobs.
+tiers of its queues, tuples of queues served as one (queues of equal priority,
+in submit order, as LSF does); a job picker gets a ``JobScope`` and yields its
+jobs. A preempt policy (seed 002's level 3) gets a ``VictimScope`` and yields the
+candidates to preempt for one job, in the order they are to be taken.
 Pickers only order. Holds, allocation and launches are the loop's
 (``Scheduler._pass``), which tells the job picker through ``blocked(job)``
 when the first job of a demand it picked could not be placed: EASY backfill
@@ -13,9 +15,11 @@ at the same point, and resumes suspended work at its queue's turn.
 
 A job picker is chosen per queue, with precedence queue -> project -> global
 (``Queue.picker``, ``Project.picker``, ``Policy.job_picker``); the queues of a
-tier that resolve to the same picker share one instance. Pickers are found by
-name in ``PICKERS``; ``register_picker`` adds one, and ``praxist_fs.config``
-also registers those installed under the ``praxist_fs.pickers`` entry points.
+tier that resolve to the same picker share one instance. A preempt policy is
+chosen by the preempting job's queue, else globally (``Queue.preempt_policy``,
+``Policy.preempt_policy``). Pickers are found by name in ``PICKERS``;
+``register_picker`` adds one, and ``praxist_fs.config`` also registers those
+installed under the ``praxist_fs.pickers`` entry points.
 
 ``Pass`` is what a pass knows and has decided so far. It is built from
 journaled state and the current host sample only, so a pass is a pure function
@@ -41,22 +45,11 @@ from .placement import (
     Demand, DeviceLoad, by_uuid, envelopes_of, fitting, place, releasing, with_envelopes,
 )
 from .policy import Policy
-from .queues import Queue, queue_of_class
+from .queues import Project, Queue, queue_of_class, window_hold
 
-KINDS = ("project", "queue", "job")
+KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
 _RANK = attrgetter("rank")
-
-
-@dataclass(frozen=True, slots=True)
-class Project:
-    """Who owns the work. There is one implicit project until projects are configured."""
-
-    name: str
-    picker: str | None = None  # the job picker of its queues that name none
-
-
-DEFAULT_PROJECT = Project("default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +60,18 @@ class JobScope:
     project: Project
     queues: tuple[Queue, ...]
     jobs: list[Job]
+
+
+@dataclass(frozen=True, slots=True)
+class VictimScope:
+    """What a preempt policy orders: the running jobs that ``job`` (of ``queue``) may
+    preempt, in no particular order. A policy may leave some out, judging by the job's
+    profile and priority and its queue only: the pass reuses a verdict that none would
+    make room for jobs alike in these (R-POL-4)."""
+
+    job: Job
+    queue: Queue
+    candidates: tuple[Job, ...]
 
 
 class Picker:
@@ -90,6 +95,10 @@ class ProjectPicker(Picker):
 
 class QueuePicker(Picker):
     kind = "queue"
+
+
+class PreemptPolicy(Picker):
+    kind = "preempt"
 
 
 class JobPicker(Picker):
@@ -170,20 +179,43 @@ def _stream(picker: JobPicker) -> Iterator[Job]:
 
 
 class Flat(ProjectPicker):
-    """One implicit project holding every queue and peer (seed 002's builtin_flat)."""
+    """The projects in the order the task file lists them; without a ``projects`` block,
+    the one implicit project holding every queue (seed 002's builtin_flat)."""
 
     def init(self, ctx: Pass, scope: None) -> None:
-        self._projects = iter((DEFAULT_PROJECT,))
+        self._projects = iter(ctx.policy.project_set())
+
+    def next(self) -> Project | None:
+        return next(self._projects, None)
+
+
+class ProjectFairShare(ProjectPicker):
+    """Projects by usage per share, least first (``Pass.project_usage``): slot-seconds, so
+    CPU work counts too. Equal ones (no history yet, say) in the order of their
+    first-ranked queued jobs. Fixed for the pass, like the peers' ``FairShare``."""
+
+    def init(self, ctx: Pass, scope: None) -> None:
+        first: dict[str, int] = {}  # queue -> the rank of its first queued job
+        queues = {ctx.by_class[c].name for c, count in ctx.classes.items() if count}
+        for job in ctx.queued:  # rank order: stop once every queue with work is seen
+            if len(first) == len(queues):
+                break
+            first.setdefault(ctx.by_class[job.request.work_class].name, job.rank)
+        self._projects = iter(sorted(ctx.policy.project_set(), key=lambda p: (
+            ctx.project_usage(p) / p.share,
+            min((first[q] for q in p.queues if q in first), default=math.inf))))
 
     def next(self) -> Project | None:
         return next(self._projects, None)
 
 
 class StrictPriority(QueuePicker):
-    """Queues by priority, highest first; equal priorities form one tier (config order)."""
+    """The project's queues by priority, highest first; equal priorities form one tier
+    (config order)."""
 
     def init(self, ctx: Pass, scope: Project) -> None:
-        queues = sorted(ctx.queues, key=lambda q: -q.priority)
+        queues = sorted((q for q in ctx.queues if q.name in scope.queues),
+                        key=lambda q: -q.priority)
         self._tiers = (tuple(tier) for _, tier in groupby(queues, key=lambda q: q.priority))
 
     def next(self) -> tuple[Queue, ...] | None:
@@ -236,9 +268,22 @@ class Backfill(Fcfs):
             self._ctx.reserve(job)
 
 
-for _kind, _name, _cls in (("project", "flat", Flat), ("queue", "strict_priority", StrictPriority),
+class LowestPriorityFirst(PreemptPolicy):
+    """The lowest queue priority first, then the youngest attempt (the latest start)."""
+
+    def init(self, ctx: Pass, scope: VictimScope) -> None:
+        self._victims = iter(sorted(scope.candidates, key=lambda j: (
+            ctx.by_class[j.request.work_class].priority, -j.current.started_at, -j.order)))
+
+    def next(self) -> Job | None:
+        return next(self._victims, None)
+
+
+for _kind, _name, _cls in (("project", "flat", Flat), ("project", "fair_share", ProjectFairShare),
+                           ("queue", "strict_priority", StrictPriority),
                            ("job", "fcfs", Fcfs), ("job", "fair_share", FairShare),
-                           ("job", "backfill", Backfill)):
+                           ("job", "backfill", Backfill),
+                           ("preempt", "lowest_priority_first", LowestPriorityFirst)):
     register_picker(_kind, _name, _cls)
 
 
@@ -247,7 +292,9 @@ for _kind, _name, _cls in (("project", "flat", Flat), ("queue", "strict_priority
 
 @dataclass(slots=True)
 class Usage:
-    """Fair share's ledger: GPU-seconds per peer, halving every half-life.
+    """Fair share's ledger: GPU-seconds per peer, halving every half-life. The projects'
+    is the same, of slot-seconds per queue (``Pass.project_usage``); ``peers`` then
+    holds queue names.
 
     An attempt's GPUs x wall seconds are charged when it ends (``Scheduler._settle``,
     so replay rebuilds the ledger from the journal) and decay from then on; running
@@ -268,6 +315,15 @@ class Usage:
 
     def to_dict(self) -> dict[str, list[float]]:
         return {peer: list(entry) for peer, entry in sorted(self.peers.items())}
+
+
+def slot_usage(project: Project, ledger: Usage, running: list[Job],
+               by_class: dict[str, Queue], at: float, half_life: float) -> float:
+    """Decayed slot-seconds of the ended attempts of ``project``'s queues (``ledger``),
+    plus the active seconds so far of its ``running`` ones."""
+    return sum(ledger.of(name, at, half_life) for name in project.queues) + \
+        sum(job.current.active_seconds(at) for job in running
+            if by_class[job.request.work_class].name in project.queues)
 
 
 def _decay(value: float, seconds: float, half_life: float) -> float:
@@ -381,9 +437,10 @@ class Pass:
     ratio: float                      # calibrated wall time / eta_s (median)
     assessing: bool = False           # a generation is in assessment (its holds apply)
     assessment_holds: dict[str, str] = field(default_factory=dict)  # job id -> why, this pass
+    queue_ledger: Usage = field(default_factory=Usage)  # slot-seconds by queue (projects)
     queues: tuple[Queue, ...] = ()
     by_class: dict[str, Queue] = field(default_factory=dict)
-    ruled: frozenset[str] = frozenset()  # work classes whose queue has a limit or reserve
+    ruled: frozenset[str] = frozenset()  # work classes whose queue has a limit, reserve or window
     picker_of: dict[str, JobPicker] = field(default_factory=dict)  # work class -> picker
     waiting: Counter[str] = field(default_factory=Counter)     # queued, by queue
     running_in: Counter[str] = field(default_factory=Counter)  # running, by queue
@@ -402,6 +459,7 @@ class Pass:
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
     _running_usage: dict[str, float] | None = None
+    _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
     _fitting: dict[tuple[Any, ...], tuple[Demand, int]] = field(default_factory=dict)
     _fitting_on: list[DeviceLoad] | None = None  # the loads ``_fitting`` counted
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
@@ -411,7 +469,7 @@ class Pass:
         self.queues = self.policy.queue_set()
         self.by_class = queue_of_class(self.queues)
         self.ruled = frozenset(c for c, q in self.by_class.items()
-                               if q.max_running is not None or q.leave_slots)
+                               if q.max_running is not None or q.leave_slots or q.windows)
         if self.classes is None:
             self.classes = Counter(map(_WORK_CLASS, self.queued))
         for work_class, count in self.classes.items():
@@ -424,7 +482,7 @@ class Pass:
         self.running_of.update(job.request.peer for job in self.running)
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
-        """The queued jobs of ``queues`` (of the one project there is), oldest first;
+        """The queued jobs of ``queues`` (each queue is in one project), in rank order;
         read-only."""
         classes = {c for q in queues for c in q.work_classes}.intersection(self.classes)
         if len(classes) == len(self.classes):
@@ -515,6 +573,12 @@ class Pass:
         """Why the queue's own rules hold its next job now, or None; or, for preemption
         (R-POL-3), once ``freed`` more slots are free and ``joining`` jobs (by queue) are
         queued again."""
+        if queue.windows:
+            if queue.name not in self._closed:
+                self._closed[queue.name] = window_hold(
+                    queue, self.at, self.policy.windows_utc_offset_minutes)
+            if closed := self._closed[queue.name]:
+                return closed
         running = self.running_in[queue.name]
         if queue.max_running is not None and running >= queue.max_running:
             return f"queue {queue.name}: {running} of max_running {queue.max_running} running"
@@ -544,6 +608,11 @@ class Pass:
                     len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
         half_life = self.policy.fair_share_half_life_seconds
         return self.ledger.of(peer, self.at, half_life) + self._running_usage.get(peer, 0.0)
+
+    def project_usage(self, project: Project) -> float:
+        """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""
+        return slot_usage(project, self.queue_ledger, self.running, self.by_class, self.at,
+                          self.policy.fair_share_half_life_seconds)
 
     def expected_end(self, job: Job, started_at: float) -> float:
         """When ``job`` started at ``started_at`` should end: its calibrated ETA, never

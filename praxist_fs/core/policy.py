@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import Budget
-from .queues import Queue, default_queues
+from .queues import Project, Queue, default_queues
 
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
@@ -140,9 +140,12 @@ class Policy:
     calm_samples: int = 3  # consecutive calm samples with queued work before one step up
     experiment_memory_gb: float = 4.0  # per-experiment host memory estimate for "auto"
     queues: tuple[Queue, ...] | None = None  # None: the work classes (queue_set)
+    projects: tuple[Project, ...] | None = None  # None: one, owning every queue
     project_picker: str = "flat"
     queue_picker: str = "strict_priority"
     job_picker: str = "fcfs"
+    preempt_policy: str = "lowest_priority_first"  # R-POL-3: victim order, for queues naming none
+    windows_utc_offset_minutes: int = 0  # the clock queue time windows are read on
     fair_share_half_life_seconds: float = 3600.0
     cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
     dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
@@ -161,11 +164,21 @@ class Policy:
             classes = sorted(c for q in self.queues for c in q.work_classes)
             if classes != sorted(WORK_CLASSES):
                 raise ValueError(f"queues: every work class in exactly one queue, got {classes}")
+        if self.projects is not None:
+            owned = sorted(name for p in self.projects for name in p.queues)
+            if owned != sorted(q.name for q in self.queue_set()):
+                raise ValueError(f"projects: every queue in exactly one project, got {owned}")
 
     def queue_set(self) -> tuple[Queue, ...]:
         """The queues in force: the configured ones, else the work classes (R-POL-1)."""
         return self.queues if self.queues is not None else default_queues(
             self.exploration_reserve)
+
+    def project_set(self) -> tuple[Project, ...]:
+        """The projects in force: the configured ones, else ``default`` owning every queue."""
+        if self.projects is not None:
+            return self.projects
+        return (Project(name="default", queues=tuple(q.name for q in self.queue_set())),)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -191,9 +204,13 @@ class Policy:
             "calm_samples": self.calm_samples,
             "experiment_memory_gb": self.experiment_memory_gb,
             "queues": None if self.queues is None else {q.name: q.to_dict() for q in self.queues},
+            "projects": None if self.projects is None
+            else {p.name: p.to_dict() for p in self.projects},
             "project_picker": self.project_picker,
             "queue_picker": self.queue_picker,
             "job_picker": self.job_picker,
+            "preempt_policy": self.preempt_policy,
+            "windows_utc_offset_minutes": self.windows_utc_offset_minutes,
             "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
             "cancel_grace_seconds": self.cancel_grace_seconds,
             "dependency_failure": self.dependency_failure,
@@ -212,6 +229,9 @@ class Policy:
         values["normalizations"] = tuple(Normalization(**n) for n in data["normalizations"])
         if data.get("queues") is not None:  # a mapping keeps its order through JSON
             values["queues"] = tuple(Queue.from_dict(n, q) for n, q in data["queues"].items())
+        if data.get("projects") is not None:
+            values["projects"] = tuple(Project.from_dict(n, p)
+                                       for n, p in data["projects"].items())
         if "pressure_thresholds" in data:  # journals written before these keys existed lack them
             values["pressure_thresholds"] = {
                 d: PressureThreshold(**t) for d, t in data["pressure_thresholds"].items()}

@@ -3,17 +3,21 @@
 A mixin of ``Scheduler``, like ``GenerationDesk``: the same state under the same
 rules (every change bumps ``version`` and is journaled before its effects).
 
-**What triggers it.** A queued job of a queue with ``preemptible_queues`` that a
-pass cannot start because every slot is taken, or because its GPU allocation
-failed. Nothing else: a generation in assessment, its own queue's limits or
-reserve, hot pressure, an undefined profile, a missing GPU inventory or a
+**What triggers it.** A queued job of a queue that may preempt (it has
+``preemptible_queues``, or a ``preemptible`` queue is below it) that a pass cannot
+start because every slot is taken, or because its GPU allocation failed. Nothing
+else: a generation in assessment, its own queue's limits, reserve or time windows,
+hot pressure, an undefined profile, a missing GPU inventory or a
 backfill reservation are never lifted by preempting anyone.
 
-**Victims.** Running jobs (with a known shim) of the listed queues whose priority
-is below the job's queue's; a listed queue of equal or higher priority is never
-preempted. Lowest queue priority first, then youngest attempt first; of those,
-the fewest, taken in that order, whose room would let the job start (victims it
-turns out not to need are dropped again, the most valuable first).
+**Victims.** Running jobs (with a known shim) of the listed queues, and of every
+``preemptible`` queue, whose priority is below the job's queue's; a queue of equal
+or higher priority is never preempted. The preempt policy (a picker of kind
+``preempt``: the queue's ``preempt_policy``, else the global one) orders them; the
+builtin ``lowest_priority_first`` takes the lowest queue priority first, then the
+youngest attempt. Of those, the fewest, taken in that order, whose room would let
+the job start (victims it turns out not to need are dropped again, the last taken
+first).
 
 **Modes.** ``suspend`` stops a victim's process group (SIGTSTP, then SIGSTOP; the
 job is ``suspended``, its file in ``jobs/queued/``): it gives back its slot and its
@@ -63,6 +67,7 @@ from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
+from .pickers import VictimScope, each
 from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
     without_envelopes
 from .queues import Queue
@@ -179,7 +184,8 @@ class PreemptionDesk:
                 if (eviction := other.current.evicting) is not None:
                     ctx.evicting.setdefault(eviction["by"], []).append(other)
         mine = ctx.evicting.get(job.job_id, [])
-        hopeless = ("preempt", job.profile, queue.name)  # R-POL-4: once per demand and queue
+        # R-POL-4: once per demand, priority (a preempt policy may read it) and queue
+        hopeless = ("preempt", job.profile, job.priority, queue.name)
         if not mine and hopeless in ctx.unsatisfiable:
             return None
         profile = self.policy.profiles[job.profile]
@@ -212,9 +218,9 @@ class PreemptionDesk:
                         j.job_id not in ctx.taken:
                     (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE
                      else spared).append(j)
-            candidates.sort(key=lambda j: (ctx.by_class[j.request.work_class].priority,
-                                           -j.current.started_at, -j.order))
-            for candidate in candidates:
+            ordered = list(each(ctx, "preempt", queue.preempt_policy or self.policy.preempt_policy,
+                                VictimScope(job, queue, tuple(candidates))))
+            for candidate in ordered:
                 victims.append(candidate)
                 if fits(victims) is not None:
                     break
@@ -335,13 +341,14 @@ def paused(envelopes: list[Envelope]) -> list[Envelope]:
 @lru_cache(maxsize=64)
 def preemptible_classes(queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
     """queue name -> the work classes whose running jobs it may preempt: those of its
-    ``preemptible_queues`` of a lower priority than its own. Empty without preemption."""
-    by_name = {queue.name: queue for queue in queues}
+    ``preemptible_queues``, and of every ``preemptible`` queue, of a lower priority than
+    its own. Empty without preemption."""
     found = {}
     for queue in queues:
-        classes = frozenset(c for name in queue.preemptible_queues
-                            if by_name[name].priority < queue.priority
-                            for c in by_name[name].work_classes)
+        classes = frozenset(c for other in queues
+                            if other.priority < queue.priority and (
+                                other.preemptible or other.name in queue.preemptible_queues)
+                            for c in other.work_classes)
         if classes:
             found[queue.name] = classes
     return found

@@ -53,7 +53,8 @@ from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads, place
 from .policy import Policy
-from .preemption import PreemptionDesk
+from .queues import queue_of_class
+from .preemption import PreemptionDesk, preemptible_classes
 from .states import JobState, Trigger, transition
 from .supply import Generation
 
@@ -85,6 +86,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
         self.usage = Usage()                    # fair share's ledger, likewise
+        self.queue_usage = Usage()              # slot-seconds by queue (projects), likewise
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
         self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
@@ -403,9 +405,11 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self._transition(job, trigger)
         attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
         spent = self._spent(job, attempt, at)  # whatever the outcome
+        half_life = self.policy.fair_share_half_life_seconds
         if attempt.gpus:  # fair share's ledger: GPU-seconds
-            self.usage.charge(job.request.peer, spent.gpu_seconds, at,
-                              self.policy.fair_share_half_life_seconds)
+            self.usage.charge(job.request.peer, spent.gpu_seconds, at, half_life)
+        queue = queue_of_class(self.policy.queue_set())[job.request.work_class]
+        self.queue_usage.charge(queue.name, attempt.active_seconds(at), at, half_life)
         self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code), spent)
         job.reason = sys.intern(reason)  # "exit code 0", for most of a run's finished jobs
         if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
@@ -550,12 +554,13 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
                    classes=Counter(queue.by_class), ledger=Usage(dict(self.usage.peers)),
+                   queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
                    assessment_holds={job.job_id: reason for job in queued
                                      if (reason := self.assessment_hold(job, at))}
                    if assessing else {})
         if not (ctx.assessing or self.count(JobState.SUSPENDED)
-                or any(q.preemptible_queues for q in ctx.queues)):
+                or preemptible_classes(ctx.queues)):
             # assessment holds read the live calibration; preemption and resumption start
             # work that placement alone does not foresee: those passes walk every job
             ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
@@ -755,6 +760,13 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return jobs
         return list(heapq.merge(jobs, sorted(self._parked.values(), key=_RANK), key=_RANK))
 
+    def queued_by_class(self) -> Counter[str]:
+        """Every queued job (held and waiting ones too) counted by work class, from the
+        backlog's counts: status reads it on every render."""
+        counts = Counter(self._queue().by_class)
+        counts.update(job.request.work_class for job in self._parked.values())
+        return counts
+
     def _queue(self) -> Backlog:
         """The index of the queued jobs a pass may start (not the held or waiting ones:
         ``_parked``), rebuilt when the per-state index was replaced (``snapshot.restore``
@@ -827,6 +839,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             "calibration": [self.calibration.count, self.calibration.total,
                             self.calibration.total_sq],
             "usage": self.usage.to_dict(),
+            "queue_usage": self.queue_usage.to_dict(),
             "budget": self.ledger.to_dict(),
         }
 

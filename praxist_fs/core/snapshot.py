@@ -96,6 +96,7 @@ def _header(sched: Scheduler) -> dict[str, Any]:
         "control_replies": sched.control_replies,
         "calibration": [calibration.count, calibration.total, calibration.total_sq],
         "usage": sched.usage.to_dict(),
+        "queue_usage": sched.queue_usage.to_dict(),
         "budget": sched.ledger.to_dict(),
     }
 
@@ -127,6 +128,8 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     sched.control_replies = doc["control_replies"]
     sched.calibration = Calibration(*doc["calibration"])
     sched.usage = Usage({peer: (value, as_of) for peer, (value, as_of) in doc["usage"].items()})
+    sched.queue_usage = Usage({name: (value, as_of)  # snapshots before projects lack it
+                               for name, (value, as_of) in doc.get("queue_usage", {}).items()})
     sched.ledger = Ledger.from_dict(doc["budget"])
     sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
                             if any(attempt.preemptions for attempt in job.attempts)}

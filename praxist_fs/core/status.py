@@ -16,6 +16,8 @@ from typing import Any
 from .budget import Spend
 from .model import Job
 from .observations import GpuDevice, GpuSample
+from .pickers import slot_usage
+from .queues import queue_of_class
 from .scheduler import Scheduler
 from .states import JobState
 
@@ -55,6 +57,7 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "suspended": [_suspended(sched, job, now) for job in sorted(sched.suspended(),
                                                                      key=lambda j: j.order)],
         "preemptions": _preemptions(sched),
+        "projects": _projects(sched, running, now),
         "pressure": _pressure(sched),
         "gpus": _gpus(sched, gpus),
         "generation": (sched.generation_status(current)
@@ -74,6 +77,24 @@ def _suspended(sched: Scheduler, job: Job, now: float) -> dict[str, Any]:
             "attempt_id": attempt.attempt_id, "pid": attempt.pid, "gpus": list(attempt.gpus),
             "suspended_s": round(now - last["at"], 3), "by": last["by"],
             "reason": last["reason"], "waiting": sched.pending.get(job.job_id, "suspended")}
+
+
+def _projects(sched: Scheduler, running: list[Job], now: float) -> list[dict[str, Any]]:
+    """Each project in force (seed 002; one, ``default``, without a projects block): its
+    queues and share, its running and queued jobs, and the usage fair share reads."""
+    policy = sched.policy
+    by_class = queue_of_class(policy.queue_set())
+    project_of = {c: p.name for p in policy.project_set() for c, q in by_class.items()
+                  if q.name in p.queues}
+    counts = {"running": Counter(project_of[j.request.work_class] for j in running),
+              "queued": Counter()}
+    for work_class, count in sched.queued_by_class().items():
+        counts["queued"][project_of[work_class]] += count
+    return [{"name": p.name, "queues": list(p.queues), "share": p.share,
+             "running": counts["running"][p.name], "queued": counts["queued"][p.name],
+             "usage_slot_s": round(slot_usage(p, sched.queue_usage, running, by_class, now,
+                                              policy.fair_share_half_life_seconds), 3)}
+            for p in policy.project_set()]
 
 
 def _preemptions(sched: Scheduler) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from praxist_fs import config
 from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
 from praxist_fs.core.pickers import PICKERS, JobPicker
 from praxist_fs.core.policy import Policy
-from praxist_fs.core.queues import Queue, default_queues
+from praxist_fs.core.queues import Project, Queue, Window, default_queues
 from praxist_fs.errors import PolicyError
 
 RS = "compute_budget.resource_scheduler"
@@ -61,7 +61,8 @@ def test_the_fixture_loads_and_travels_through_the_journal():
     assert document["queues"]["mature"] == {
         "priority": 10, "work_classes": ["mature"], "picker": "backfill",
         "limits": {"max_running": None}, "leave_slots": {"slots": 1, "for": ["explore"]},
-        "preemptible_queues": ["explore"], "preempt": "requeue"}
+        "preemptible_queues": ["explore"], "preempt": "requeue", "preemptible": False,
+        "preempt_policy": None, "windows": []}
     assert Policy.from_dict(document) == policy
 
 
@@ -71,6 +72,17 @@ def test_a_policy_journaled_before_queues_existed_still_loads():
                 "fair_share_half_life_seconds"):
         del document[key]
     assert Policy.from_dict(document) == Policy()
+
+
+def test_a_policy_journaled_before_projects_and_windows_existed_still_loads():
+    policy = load_policy(TASKS / "queues.yaml")
+    document = json.loads(json.dumps(policy.to_dict()))
+    for key in ("projects", "preempt_policy", "windows_utc_offset_minutes"):
+        del document[key]
+    for queue in document["queues"].values():
+        for key in ("preemptible", "preempt_policy", "windows"):
+            del queue[key]
+    assert Policy.from_dict(document) == policy
 
 
 def test_a_hand_built_policy_must_map_every_work_class_once():
@@ -125,8 +137,45 @@ ERRORS = [
      "no exploration_reserve beside queues"),
     ("job_picker: lottery", f"{RS}.job_picker", "lottery", "a job picker: one of"),
     ("queue_picker: fcfs", f"{RS}.queue_picker", "fcfs", "a queue picker: one of strict_priority"),
-    ("project_picker: 3", f"{RS}.project_picker", 3, "a project picker: one of flat"),
+    ("project_picker: 3", f"{RS}.project_picker", 3, "a project picker: one of fair_share, flat"),
     ("fair_share_half_life_seconds: 0", f"{RS}.fair_share_half_life_seconds", 0, "a number > 0"),
+    # seed 002's policy surface: preemptible, preempt_policy, windows, projects
+    (f"queues: {{a: {{{ALL}, preemptible: yes}}}}", f"{QUEUES}.a.preemptible", "yes",
+     "true or false"),
+    (f"queues: {{a: {{{ALL}, preempt_policy: oldest}}}}", f"{QUEUES}.a.preempt_policy",
+     "oldest", "a preempt picker: one of lowest_priority_first"),
+    ("preempt_policy: 1", f"{RS}.preempt_policy", 1, "a preempt picker: one of"),
+    (f"queues: {{a: {{{ALL}, windows: {{days: [sat]}}}}}}", f"{QUEUES}.a.windows",
+     {"days": ["sat"]}, "a list of windows"),
+    (f"queues: {{a: {{{ALL}, windows: [{{day: [sat]}}]}}}}", f"{QUEUES}.a.windows[0]",
+     {"day": ["sat"]}, "with one or both keys"),
+    (f"queues: {{a: {{{ALL}, windows: [{{days: [saturday]}}]}}}}",
+     f"{QUEUES}.a.windows[0].days[0]", "saturday", "one of mon, tue, wed, thu, fri, sat, sun"),
+    (f"queues: {{a: {{{ALL}, windows: [{{days: []}}]}}}}", f"{QUEUES}.a.windows[0].days", [],
+     "at least one day"),
+    (f"queues: {{a: {{{ALL}, windows: [{{hours: '22-6'}}]}}}}",
+     f"{QUEUES}.a.windows[0].hours", "22-6", 'a quoted "HH:MM-HH:MM"'),
+    (f"queues: {{a: {{{ALL}, windows: [{{hours: '08:00-08:00'}}]}}}}",
+     f"{QUEUES}.a.windows[0].hours", "08:00-08:00", "two different times"),
+    (f"queues: {{a: {{{ALL}, windows: [{{hours: '24:00-06:00'}}]}}}}",
+     f"{QUEUES}.a.windows[0].hours", "24:00-06:00", "from 00:00 to 24:00"),
+    ("windows_utc_offset_minutes: 1.5", f"{RS}.windows_utc_offset_minutes", 1.5, "an integer"),
+    ("projects: []", f"{RS}.projects", [], "a non-empty mapping of project name"),
+    ("projects: {p: {queues: [mature, scout]}}", f"{RS}.projects", ["p"],
+     "every queue in some project's queues (ordinary in none)"),
+    ("projects: {p: {queues: [mature, scout, ordinary, gpu]}}", f"{RS}.projects.p.queues[3]",
+     "gpu", "a queue: mature, scout, ordinary"),
+    ("projects: {p: {queues: [mature, scout]}, q: {queues: [scout, ordinary]}}",
+     f"{RS}.projects.q.queues[0]", "scout", "a queue no other project owns (project p owns it)"),
+    ("projects: {p: {queues: []}}", f"{RS}.projects.p.queues", [], "at least one queue"),
+    ("projects: {p: {queues: [mature, scout, ordinary], share: 0}}", f"{RS}.projects.p.share", 0,
+     "a number > 0"),
+    ("projects: {p: {queues: [mature, scout, ordinary], quota: 3}}", f"{RS}.projects.p.quota", 3,
+     "a known key"),
+    ("projects: {p: {queues: [mature, scout, ordinary], picker: lottery}}",
+     f"{RS}.projects.p.picker", "lottery", "a job picker: one of"),
+    ("project_picker: quota", f"{RS}.project_picker", "quota", "a project picker: one of "
+     "fair_share, flat"),
 ]
 
 
@@ -134,6 +183,44 @@ ERRORS = [
 def test_malformed_queues_and_pickers_name_the_key_and_what_was_expected(body, key_path, value,
                                                                         expected):
     fails(body, key_path, value, expected)
+
+
+def test_the_policy_surface_of_seed_002_loads_and_travels_through_the_journal():
+    """seed 002 "Queue vs Project": queues with preemptible, preempt_policy and time
+    windows, owned by projects with shares, survive policy.json and the journal."""
+    policy = load("""
+project_picker: fair_share
+preempt_policy: lowest_priority_first
+windows_utc_offset_minutes: 60
+queues:
+  urgent: {priority: 10, work_classes: [mature], preempt_policy: lowest_priority_first}
+  scavenger:
+    work_classes: [scout, ordinary]
+    preemptible: true
+    windows: [{days: [sat, sun]}, {hours: "20:00-08:00"}, {days: [mon], hours: "00:00-24:00"}]
+projects:
+  vision: {queues: [urgent], share: 2, picker: backfill}
+  nlp: {queues: [scavenger]}
+""")
+    urgent, scavenger = policy.queues
+    assert urgent.preempt_policy == "lowest_priority_first" and not urgent.preemptible
+    assert scavenger.preemptible and scavenger.windows == (
+        Window(days=(5, 6)), Window(start=1200, end=480), Window(days=(0,)))
+    assert policy.projects == (Project(name="vision", queues=("urgent",), share=2.0,
+                                       picker="backfill"),
+                               Project(name="nlp", queues=("scavenger",)))
+    assert (policy.project_picker, policy.windows_utc_offset_minutes) == ("fair_share", 60)
+    assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+
+
+def test_projects_may_name_the_default_queues_and_offsets_are_clamped():
+    policy = load("windows_utc_offset_minutes: 2000\n"
+                  "projects: {explore: {queues: [scout, ordinary]}, exploit: {queues: [mature]}}")
+    assert [p.queues for p in policy.projects] == [("scout", "ordinary"), ("mature",)]
+    assert [(n.key_path, n.used) for n in policy.normalizations] == [
+        (f"{RS}.windows_utc_offset_minutes", 840)]
+    assert load("").project_set() == (
+        Project(name="default", queues=("mature", "scout", "ordinary")),)
 
 
 def test_legacy_mode_ignores_unknown_queue_keys_but_checks_values():
