@@ -47,6 +47,7 @@ from praxist_fs.core.policy import (
     Profile,
 )
 from praxist_fs.core.queues import PREEMPT_MODES, Queue
+from praxist_fs.core.request import MAX_ADMISSION_TIMEOUT_S
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
@@ -202,6 +203,15 @@ def _positive(path: str, value: Any) -> float:
     return number
 
 
+def _positive_or_null(path: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _number(path, value)
+    if number <= 0:
+        raise PolicyError(path, value, "a number > 0, or null (no timeout)")
+    return number
+
+
 def _bool(path: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise PolicyError(path, value, "true or false")
@@ -343,6 +353,11 @@ def _clamp(low: Bound = None, high: Bound = None) -> Normalizer:
     return normalize
 
 
+def _unless_null(normalize: Normalizer) -> Normalizer:
+    """``normalize`` for a key whose null means "none" and is kept as it is."""
+    return lambda value, resolved: (None, "") if value is None else normalize(value, resolved)
+
+
 @dataclass(frozen=True)
 class _Key:
     check: Checker
@@ -369,6 +384,8 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
     "fair_share_half_life_seconds": _Key(_positive, _clamp(MIN_HALF_LIFE_S, MAX_HALF_LIFE_S)),
     "cancel_grace_seconds": _Key(_number, _clamp(0, MAX_CANCEL_GRACE_S)),
+    "admission_timeout_seconds": _Key(_positive_or_null,
+                                      _unless_null(_clamp(1, MAX_ADMISSION_TIMEOUT_S))),
     "dependency_failure": _Key(_choice("cancel", "hold")),
     "default_profile": _Key(_profile_name),
     "project_picker": _Key(_picker("project")),

@@ -23,7 +23,8 @@ from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
 EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
-# and, once the job ended: client.exit_status (70 when the attempt vanished: drained_unknown)
+# and, once the job ended: client.exit_status (70 when the attempt vanished:
+# drained_unknown; 75 when it expired before any attempt ran)
 PENDING_AFTER = 2.0       # seconds queued before the pending reason is shown
 PENDING_LOOK = 0.5        # then how often it is read again (status.json, job file)
 INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as srun's

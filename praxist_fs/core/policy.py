@@ -144,6 +144,8 @@ class Policy:
     job_picker: str = "fcfs"
     fair_share_half_life_seconds: float = 3600.0
     cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
+    # R-SUB-4: how long a job may wait to start before it ends ``expired``; None: for ever
+    admission_timeout_seconds: float | None = None
     dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
     budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
     # R-SEC-3 (core/trust.py): uids an unprivileged coordinator runs commands for, as
@@ -194,6 +196,7 @@ class Policy:
             "job_picker": self.job_picker,
             "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
             "cancel_grace_seconds": self.cancel_grace_seconds,
+            "admission_timeout_seconds": self.admission_timeout_seconds,
             "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
             "trusted_uids": list(self.trusted_uids),

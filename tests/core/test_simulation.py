@@ -151,6 +151,7 @@ def random_policy(rng: random.Random) -> Policy:
 
 JOB_PICKERS = ("fcfs", "fair_share", "backfill")
 QUEUE_HOLDS = ("queue ", "queues.", "backfill")  # reasons a queue's own rules give
+BACKOFF = "launch barrier released"  # a job whose barrier keeps failing waits (R-SUB-4)
 
 
 def queued_policy(policy: Policy, rng: random.Random) -> Policy:
@@ -1157,7 +1158,7 @@ class Simulation:
             gen = s.generations.get(job.generation) if job.generation is not None else None
             if profile.uses_gpu or job.request.work_class == "mature" or (
                     gen is not None and gen.phase != "open") or \
-                    s.pending.get(job.job_id, "").startswith(QUEUE_HOLDS) or any(
+                    s.pending.get(job.job_id, "").startswith((*QUEUE_HOLDS, BACKOFF)) or any(
                     (self.view_pressure.get(d) or 0.0) > self.policy.pressure_thresholds[d].high
                     for d in profile.pressure_domains):
                 continue
