@@ -194,7 +194,22 @@ BAD_INLINE = [
     ("operators: [0, root]", "operators[1]", "root", "each user once"),
     ("operators: [-1]", "operators[0]", -1, "a uid (an integer >= 0) or a user name"),
     ("operators: [true]", "operators[0]", True, "a uid (an integer >= 0) or a user name"),
+    ("admission_timeout_seconds: 0", "admission_timeout_seconds", 0, "a number > 0, or null"),
+    ("admission_timeout_seconds: soon", "admission_timeout_seconds", "soon", "a finite number"),
 ]
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("", None), ("admission_timeout_seconds: null", None),
+    ("admission_timeout_seconds: 600", 600.0),
+    ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
+])
+def test_admission_timeout_defaults_to_none_and_is_clamped(tmp_path, body, expected):
+    """R-SUB-4: no timeout unless the task sets one; a set one within 1 s..30 days."""
+    policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
+    assert policy.admission_timeout_seconds == expected
+    moved = [n for n in policy.normalizations if n.key_path.endswith("admission_timeout_seconds")]
+    assert bool(moved) is (body.endswith(("0.5", "000000000")))
 
 
 @pytest.mark.parametrize("body,key,value,expected", BAD_INLINE)

@@ -47,7 +47,9 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                    "profile": j.profile, "work_class": j.request.work_class,
                    "priority": j.priority, "held": j.held is not None,
                    "age_s": round(now - j.submitted_at, 3),
-                   "reason": sched.pending.get(j.job_id, "queued")}
+                   "reason": sched.pending.get(j.job_id, "queued"),
+                   "admission_deadline": j.admission_deadline,
+                   "barrier_releases": j.barrier_releases}
                   for j in queued[:QUEUE_PREVIEW]],
         "queue_length": len(queued),
         "suspended": [_suspended(sched, job, now) for job in sorted(sched.suspended(),
