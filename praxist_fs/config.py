@@ -90,6 +90,7 @@ MAX_CALM_SAMPLES = 100
 MAX_EXPERIMENT_MEMORY_GB = 1024.0
 MIN_HALF_LIFE_S, MAX_HALF_LIFE_S = 60.0, 30 * 86400.0
 MAX_CANCEL_GRACE_S = 3600.0
+MAX_DRAIN_GRACE_S = 7 * 86400.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -386,6 +387,9 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "cancel_grace_seconds": _Key(_number, _clamp(0, MAX_CANCEL_GRACE_S)),
     "admission_timeout_seconds": _Key(_positive_or_null,
                                       _unless_null(_clamp(1, MAX_ADMISSION_TIMEOUT_S))),
+    "drain_grace_min_seconds": _Key(_number, _clamp(0, MAX_DRAIN_GRACE_S)),
+    "drain_grace_max_seconds": _Key(_number, _clamp("drain_grace_min_seconds",
+                                                    MAX_DRAIN_GRACE_S)),
     "dependency_failure": _Key(_choice("cancel", "hold")),
     "default_profile": _Key(_profile_name),
     "project_picker": _Key(_picker("project")),

@@ -204,6 +204,18 @@ BAD_INLINE = [
     ("admission_timeout_seconds: 600", 600.0),
     ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
 ])
+@pytest.mark.parametrize(("body", "low", "high"), [
+    ("", 300.0, 21600.0),
+    ("drain_grace_min_seconds: 60\ndrain_grace_max_seconds: 600", 60.0, 600.0),
+    ("drain_grace_min_seconds: 900\ndrain_grace_max_seconds: 600", 900.0, 900.0),
+    ("drain_grace_max_seconds: 1000000000", 300.0, 604800.0),
+])
+def test_drain_grace_bounds_default_and_keep_max_above_min(tmp_path, body, low, high):
+    """seed 000 "adaptive drain grace": task-file bounds, max never below min."""
+    policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
+    assert (policy.drain_grace_min_seconds, policy.drain_grace_max_seconds) == (low, high)
+
+
 def test_admission_timeout_defaults_to_none_and_is_clamped(tmp_path, body, expected):
     """R-SUB-4: no timeout unless the task sets one; a set one within 1 s..30 days."""
     policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))

@@ -60,7 +60,8 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "generation": (sched.generation_status(current)
                        if (current := sched.current_generation()) else None),
         "generations": [{"number": g.number, "phase": g.phase, "results": len(g.results),
-                         "quarantined": len(g.quarantined), "stats": g.stats_document()}
+                         "quarantined": len(g.quarantined), "stats": g.stats_document(),
+                         "drain": (g.closing_signal or {}).get("drain")}
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
         "budget": _budget(sched, now),
     }
