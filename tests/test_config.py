@@ -199,11 +199,6 @@ BAD_INLINE = [
 ]
 
 
-@pytest.mark.parametrize(("body", "expected"), [
-    ("", None), ("admission_timeout_seconds: null", None),
-    ("admission_timeout_seconds: 600", 600.0),
-    ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
-])
 @pytest.mark.parametrize(("body", "low", "high"), [
     ("", 300.0, 21600.0),
     ("drain_grace_min_seconds: 60\ndrain_grace_max_seconds: 600", 60.0, 600.0),
@@ -216,6 +211,11 @@ def test_drain_grace_bounds_default_and_keep_max_above_min(tmp_path, body, low, 
     assert (policy.drain_grace_min_seconds, policy.drain_grace_max_seconds) == (low, high)
 
 
+@pytest.mark.parametrize(("body", "expected"), [
+    ("", None), ("admission_timeout_seconds: null", None),
+    ("admission_timeout_seconds: 600", 600.0),
+    ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
+])
 def test_admission_timeout_defaults_to_none_and_is_clamped(tmp_path, body, expected):
     """R-SUB-4: no timeout unless the task sets one; a set one within 1 s..30 days."""
     policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
