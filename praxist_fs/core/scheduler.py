@@ -46,7 +46,7 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .identity import differences, fingerprint, job_id_for
-from .jobcontrol import JobControlDesk, _iso
+from .jobcontrol import JobControlDesk, utc_iso
 from .model import Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
@@ -479,7 +479,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if job.state is not JobState.QUEUED or job.admission_deadline is None:
             return []
         self._transition(job, Trigger.EXPIRE)
-        job.reason = (f"admission timeout: not started by {_iso(job.admission_deadline)} "
+        job.reason = (f"admission timeout: not started by {utc_iso(job.admission_deadline)} "
                       f"(waiting: {ev.waited_for}); submit it again to queue it anew")
         job.admission_deadline = None
         self.version += 1
@@ -996,7 +996,7 @@ def _backing_off(job: Job, at: float) -> str | None:
         return None
     return (f"launch barrier released {releases} times in a row (last: attempt "
             f"{last.attempt_id}, see attempts/{job.job_id}/{last.attempt_id}/shim.log); "
-            f"backing off until {_iso(until)}")
+            f"backing off until {utc_iso(until)}")
 
 
 def _find(job: Job, attempt_id: str) -> Attempt | None:
