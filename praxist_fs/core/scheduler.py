@@ -356,7 +356,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
                 attempt.go, attempt.phase = True, AttemptPhase.RUNNING
-                job.admission_deadline = None  # it started: it can no longer expire
+                if job.admission_deadline is not None:  # it started: it can no longer expire
+                    job.admission_deadline = None
+                    effects.append(self._write_job(job))
                 self.version += 1
             effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects

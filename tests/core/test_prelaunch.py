@@ -93,7 +93,7 @@ def test_a_job_that_started_no_longer_expires_even_when_requeued():
     job_id = h.submit("exp-1")["job_id"]
     assert h.launch_all() == [(job_id, "a1")]
     h.go(job_id, "a1")
-    assert h.sched.jobs[job_id].admission_deadline is None
+    assert h.job(job_id)["admission_deadline"] is None  # the job file says so at once
     h.exit(job_id, "a1", 75)
     assert h.job(job_id)["state"] == "queued"
     assert expire_due(h, h.now + 3600) == []
