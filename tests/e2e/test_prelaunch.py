@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from praxist_fs.core.identity import job_id_for
+
 from .conftest import TASK, request, wait_for
 
 LAUNCH = [sys.executable, "-m", "praxist_fs", "launch"]
@@ -72,3 +74,34 @@ def test_launch_exits_75_on_expiry_and_the_same_launch_then_runs(make_run, tmp_p
     second = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
     assert second.stdout == "hello\n"
+
+
+def test_a_barrier_released_again_and_again_backs_off_and_the_job_still_completes(
+        make_run, tmp_path):
+    """seed 000 "Submission": "transient accelerator-probe rejections ... release the
+    reservation without consuming an experiment attempt". Three coordinators in a row die
+    after deciding a launch but before telling the shim (a crash point), so each attempt
+    is released: the job backs off, says so, and completes once launches work again (it
+    used to fail at the third release)."""
+    run = make_run(task_text=TASK.format(slots=1, retries=0))
+    crash = {"PRAXIST_CRASH_AT": "effect.SpawnAttempt.before"}
+    marker = tmp_path / "ran"
+    run.start_raw(env=crash)  # it may die before it serves: no wait for its endpoint
+    run.submit(request("flaky-host", ["touch", str(marker)]))
+    job_id = job_id_for("flaky-host")  # its reply may wait for the next coordinator
+    for releases in (1, 2, 3):
+        assert run.proc.wait(timeout=30) == 86  # died with attempt a<releases> decided
+        run.proc = None
+        run.start_raw(env=None if releases == 3 else crash)
+        job = wait_for(lambda: (doc := run.job(job_id)) and
+                       doc["barrier_releases"] == releases and doc, timeout=30,
+                       message=f"release {releases} recorded")
+        assert [a["outcome"] for a in job["attempts"]] == ["released"] * releases
+        assert not marker.exists()  # no attempt ran its command
+    backing_off = wait_for(lambda: (doc := run.job(job_id)) and doc["reason"].startswith(
+        "launch barrier released 3 times in a row") and doc, message="the backoff reason")
+    assert f"attempts/{job_id}/a3/shim.log" in backing_off["reason"]
+    assert backing_off["state"] == "queued"
+    done = run.wait_state(job_id, "completed", timeout=30)  # after a 4 s backoff
+    assert [a["outcome"] for a in done["attempts"]] == ["released"] * 3 + ["completed"]
+    assert done["barrier_releases"] == 0 and marker.exists()
