@@ -82,6 +82,8 @@ def test_the_grace_follows_the_observed_run_times_then_the_close_completes():
 
 
 def test_work_that_drains_in_time_closes_the_generation_at_once():
+    """seed 000 "Timing And Close": once protected work is gone the close completes;
+    the grace only bounds a drain that takes longer."""
     h, running = generation_with_runs([30.0])
     control(h, "generation_close")
     attempt = h.sched.jobs[running].current.attempt_id
@@ -96,6 +98,8 @@ def test_work_that_drains_in_time_closes_the_generation_at_once():
     ([400.0], 500.0, "within 30..500 s"),       # 2 x 400 s is lowered to the maximum
 ])
 def test_the_grace_stays_within_the_task_bounds(run_times, grace, rule):
+    """seed 000 "Timing And Close": the adaptive grace, within the task file's bounds;
+    with no run time observed, unknown stays unknown: the upper bound."""
     h, _ = generation_with_runs(run_times, drain_grace_min_seconds=30.0,
                                 drain_grace_max_seconds=500.0)
     control(h, "generation_close")

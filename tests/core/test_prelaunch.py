@@ -78,6 +78,8 @@ def test_a_request_field_overrides_the_task_default_and_a_changed_request_is_acc
 
 
 def test_without_a_timeout_a_job_waits_for_ever():
+    """seed 000 "Submission": the admission timeout is optional; the default keeps
+    today's behaviour (CONFIG.md admission_timeout_seconds: null)."""
     h = Harness(make_policy())
     unplaceable(h)
     job_id = h.submit("exp-gpu", profile="gpu")["job_id"]
@@ -87,7 +89,7 @@ def test_without_a_timeout_a_job_waits_for_ever():
 
 
 def test_a_job_that_started_no_longer_expires_even_when_requeued():
-    """Only a job none of whose attempts ran expires: one that ran (exit 75, requeued)
+    """seed 000 "Submission": only pre-launch waits are the exception. Only a job none of whose attempts ran expires: one that ran (exit 75, requeued)
     holds its identity like any other."""
     h = Harness(make_policy(admission_timeout_seconds=30.0, infrastructure_retries=1))
     job_id = h.submit("exp-1")["job_id"]
@@ -117,7 +119,7 @@ class Journaled(Harness):
 
 
 def test_an_expiry_and_a_resubmission_replay_and_survive_a_snapshot():
-    """The journal replays deterministically: the expiry is an event of its own,
+    """seed 000 "Submission" through replay: the expiry is an event of its own,
     carrying the soft pending reason it records."""
     policy = make_policy(admission_timeout_seconds=10.0)
     h = Journaled(policy)
@@ -168,11 +170,13 @@ def test_a_barrier_that_keeps_failing_backs_off_and_never_fails_the_job():
 @pytest.mark.parametrize(("releases", "seconds"), [(1, 0), (2, 2), (3, 4), (4, 8),
                                                    (30, RELEASE_BACKOFF_CAP_SECONDS)])
 def test_release_backoff_doubles_up_to_its_cap(releases, seconds):
+    """seed 000 "Submission": a transient rejection is retried at once; repeated ones
+    back off, boundedly."""
     assert release_backoff(releases) == seconds
 
 
 def test_a_backing_off_job_expires_at_its_admission_timeout():
-    """Both together: a barrier that never recovers ends in a retryable expiry."""
+    """seed 000 "Submission", both exceptions together: a barrier that never recovers ends in a retryable expiry."""
     h = Harness(make_policy(admission_timeout_seconds=100.0))
     job_id = h.submit("exp-1")["job_id"]
     for n in (1, 2):
