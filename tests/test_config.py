@@ -217,7 +217,8 @@ def test_drain_grace_bounds_default_and_keep_max_above_min(tmp_path, body, low, 
     ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
 ])
 def test_admission_timeout_defaults_to_none_and_is_clamped(tmp_path, body, expected):
-    """R-SUB-4: no timeout unless the task sets one; a set one within 1 s..30 days."""
+    """seed 000 "Submission" (admission timeouts): none unless the task sets one; a set
+    one within 1 s..30 days."""
     policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
     assert policy.admission_timeout_seconds == expected
     moved = [n for n in policy.normalizations if n.key_path.endswith("admission_timeout_seconds")]
