@@ -21,8 +21,9 @@ from .adapters.lock import live_endpoint
 from .core.identity import job_id_for
 from .core.request import MAX_REQUEST_BYTES, NAME_RE, oversize_problem
 
-TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown")
+TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown", "expired")
 EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
+EXIT_EXPIRED = 75  # EX_TEMPFAIL: no attempt ran before its admission timeout; submit again
 POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
 WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
 # Shell bookkeeping that differs between two shells running the same experiment;
@@ -182,9 +183,12 @@ def find_job(layout: RunLayout, job_or_tag: str) -> tuple[str, dict[str, Any]] |
 
 def exit_status(document: dict[str, Any]) -> int:
     """What a follower of an ended job exits with: the job's exit code (0 when completed),
-    70 when its attempt vanished (drained_unknown), 1 when it ended without any."""
+    70 when its attempt vanished (drained_unknown), 75 when it expired before any attempt
+    ran (the same request may simply be submitted again), 1 when it ended without any."""
     if document["state"] == "drained_unknown":
         return EXIT_DRAINED_UNKNOWN
+    if document["state"] == "expired":
+        return EXIT_EXPIRED
     code = document["exit_code"]
     return code if isinstance(code, int) else 1
 

@@ -49,6 +49,7 @@ from praxist_fs.core.policy import (
 from praxist_fs.core.queues import (
     DAY_MINUTES, DAYS, PREEMPT_MODES, Project, Queue, Window, default_queues,
 )
+from praxist_fs.core.request import MAX_ADMISSION_TIMEOUT_S
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
@@ -94,6 +95,7 @@ MAX_CANCEL_GRACE_S = 3600.0
 MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN = -12 * 60, 14 * 60
 MAX_PROJECT_SHARE = 1e6
 _CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
+MAX_DRAIN_GRACE_S = 7 * 86400.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -204,6 +206,15 @@ def _positive(path: str, value: Any) -> float:
     number = _number(path, value)
     if number <= 0:
         raise PolicyError(path, value, "a number > 0")
+    return number
+
+
+def _positive_or_null(path: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    number = _number(path, value)
+    if number <= 0:
+        raise PolicyError(path, value, "a number > 0, or null (no timeout)")
     return number
 
 
@@ -383,6 +394,11 @@ def _clamp(low: Bound = None, high: Bound = None) -> Normalizer:
     return normalize
 
 
+def _unless_null(normalize: Normalizer) -> Normalizer:
+    """``normalize`` for a key whose null means "none" and is kept as it is."""
+    return lambda value, resolved: (None, "") if value is None else normalize(value, resolved)
+
+
 @dataclass(frozen=True)
 class _Key:
     check: Checker
@@ -410,6 +426,11 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "experiment_memory_gb": _Key(_positive, _clamp(None, MAX_EXPERIMENT_MEMORY_GB)),
     "fair_share_half_life_seconds": _Key(_positive, _clamp(MIN_HALF_LIFE_S, MAX_HALF_LIFE_S)),
     "cancel_grace_seconds": _Key(_number, _clamp(0, MAX_CANCEL_GRACE_S)),
+    "admission_timeout_seconds": _Key(_positive_or_null,
+                                      _unless_null(_clamp(1, MAX_ADMISSION_TIMEOUT_S))),
+    "drain_grace_min_seconds": _Key(_number, _clamp(0, MAX_DRAIN_GRACE_S)),
+    "drain_grace_max_seconds": _Key(_number, _clamp("drain_grace_min_seconds",
+                                                    MAX_DRAIN_GRACE_S)),
     "dependency_failure": _Key(_choice("cancel", "hold")),
     "default_profile": _Key(_profile_name),
     "project_picker": _Key(_picker("project")),

@@ -13,7 +13,7 @@ import zlib
 from collections import Counter
 from pathlib import Path
 
-TERMINAL = {"completed", "failed", "rejected", "cancelled", "drained_unknown"}
+TERMINAL = {"completed", "failed", "rejected", "cancelled", "drained_unknown", "expired"}
 DIRECTORY_OF = {"queued": "queued", "suspended": "queued", "running": "running",
                 **{state: "done" for state in TERMINAL}}
 RAN = {"completed", "failed", "infra_retry"}  # attempts whose command started

@@ -194,7 +194,35 @@ BAD_INLINE = [
     ("operators: [0, root]", "operators[1]", "root", "each user once"),
     ("operators: [-1]", "operators[0]", -1, "a uid (an integer >= 0) or a user name"),
     ("operators: [true]", "operators[0]", True, "a uid (an integer >= 0) or a user name"),
+    ("admission_timeout_seconds: 0", "admission_timeout_seconds", 0, "a number > 0, or null"),
+    ("admission_timeout_seconds: soon", "admission_timeout_seconds", "soon", "a finite number"),
 ]
+
+
+@pytest.mark.parametrize(("body", "low", "high"), [
+    ("", 300.0, 21600.0),
+    ("drain_grace_min_seconds: 60\ndrain_grace_max_seconds: 600", 60.0, 600.0),
+    ("drain_grace_min_seconds: 900\ndrain_grace_max_seconds: 600", 900.0, 900.0),
+    ("drain_grace_max_seconds: 1000000000", 300.0, 604800.0),
+])
+def test_drain_grace_bounds_default_and_keep_max_above_min(tmp_path, body, low, high):
+    """seed 000 "adaptive drain grace": task-file bounds, max never below min."""
+    policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
+    assert (policy.drain_grace_min_seconds, policy.drain_grace_max_seconds) == (low, high)
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ("", None), ("admission_timeout_seconds: null", None),
+    ("admission_timeout_seconds: 600", 600.0),
+    ("admission_timeout_seconds: 0.5", 1.0), ("admission_timeout_seconds: 1000000000", 2592000.0),
+])
+def test_admission_timeout_defaults_to_none_and_is_clamped(tmp_path, body, expected):
+    """seed 000 "Submission" (admission timeouts): none unless the task sets one; a set
+    one within 1 s..30 days."""
+    policy = load_text(tmp_path, scheduler(body or "initial_concurrent_experiments: 2"))
+    assert policy.admission_timeout_seconds == expected
+    moved = [n for n in policy.normalizations if n.key_path.endswith("admission_timeout_seconds")]
+    assert bool(moved) is (body.endswith(("0.5", "000000000")))
 
 
 @pytest.mark.parametrize("body,key,value,expected", BAD_INLINE)

@@ -23,7 +23,8 @@ from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
 EXIT_NO_COORDINATOR = 69  # EX_UNAVAILABLE: no live coordinator owns the run
-# and, once the job ended: client.exit_status (70 when the attempt vanished: drained_unknown)
+# and, once the job ended: client.exit_status (70 when the attempt vanished:
+# drained_unknown; 75 when it expired before any attempt ran)
 PENDING_AFTER = 2.0       # seconds queued before the pending reason is shown
 PENDING_LOOK = 0.5        # then how often it is read again (status.json, job file)
 INTERRUPT_WINDOW = 1.0    # a second SIGINT within this long cancels the job, as srun's
@@ -60,6 +61,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--max-cost", type=float, metavar="X",
                         help="reject the request if its estimated cost (eta x calibrated "
                         "ratio x GPUs x the profile's budget rate) is over X; needs --eta")
+    launch.add_argument("--admission-timeout", type=float, metavar="SECONDS",
+                        help="end the job 'expired' (exit 75) if it has not started within "
+                        "SECONDS; the same launch may then simply be run again (default: the "
+                        "task's admission_timeout_seconds, else none)")
     launch.add_argument("--detach", action="store_true",
                         help="print the job id once accepted and exit 0")
     launch.add_argument("--wait-coordinator", type=float, default=10.0, metavar="SECONDS",
@@ -114,6 +119,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
             "argv": cmd, "cwd": os.getcwd(), "env": client.submission_env(dict(os.environ)),
             "retry_terminal": args.retry_terminal, "lease": args.lease,
             "max_cost": args.max_cost, "priority": args.priority, "hold": args.hold or None,
+            "admission_timeout_s": args.admission_timeout,
             "after": [{"job": ref, "when": when} for when, refs in (
                 ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
                 for ref in refs] or None,

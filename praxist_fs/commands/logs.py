@@ -28,7 +28,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Print the output of a job's attempts, oldest first, each under a line "
         "'==> attempt aN (started T, how it ended) <=='. With -f, follow it through retries "
         "until the job ends, then exit with the job's exit code (0 completed; its exit "
-        "code when failed; 70 drained_unknown; 1 when it ended without one).")
+        "code when failed; 70 drained_unknown; 75 expired; 1 when it ended without one).")
     logs.add_argument("job", metavar="JOB", help="a job id, or the tag it was submitted with")
     logs.add_argument("-f", "--follow", action="store_true",
                       help="follow new output and new attempts until the job has ended")

@@ -294,11 +294,23 @@ class BudgetAlert(Event):
                              f"got {self.level!r}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionExpired(Event):
+    """A queued job's admission timeout passed before any attempt of its round ran
+    (R-SUB-4); ``waited_for`` is why it was still waiting (the pending reason, soft
+    state, so the journal carries it)."""
+
+    kind: ClassVar[str] = "admission_expired"
+    job_id: str
+    waited_for: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls for cls in (CoordinatorStarted, RequestSeen, AttemptLaunched, AttemptObserved,
                               AttemptPreempted, AttemptResumed, ControlSeen, ResultSeen,
                               DeclineSeen, LeaseGranted, LeaseExpired, LeaseRevoked,
-                              GenerationPhase, RunStopRequested, BudgetVerdict, BudgetAlert)
+                              GenerationPhase, RunStopRequested, BudgetVerdict, BudgetAlert,
+                              AdmissionExpired)
 }
 
 

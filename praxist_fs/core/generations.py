@@ -12,6 +12,7 @@ grant that was still waiting for its peer's answer.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from . import trust
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .scheduler import Scheduler
 
 ASSESSMENT_HOLD = "generation {n} is in assessment: only mature top-ups start"
+DRAIN_GRACE_FACTOR = 2.0  # a job started just before the close needs about one run time
 
 
 class GenerationDesk:
@@ -127,7 +129,8 @@ class GenerationDesk:
                 effects.append(self._write_job(job))
         for lease in gen.outstanding():
             effects += self._end_lease(gen, lease, "revoked", at, f"generation closing ({reason})")
-        gen.closing_signal = {"generation": gen.number, "at": at, "reason": reason}
+        gen.closing_signal = {"generation": gen.number, "at": at, "reason": reason,
+                              "drain": self.drain_grace(gen, at)}
         effects.append(self._closing_file(gen))
         self.version += 1
         return effects
@@ -263,10 +266,17 @@ class GenerationDesk:
                 if reason := self._assessment_over(gen, at):
                     events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
                                                   reason=reason))
-            elif gen.phase == "closing" and not any(
-                    j.generation == gen.number for j in self.in_flight()):
-                events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
-                                              reason="running work drained"))
+            elif gen.phase == "closing":
+                draining = sum(1 for j in self.in_flight() if j.generation == gen.number)
+                drain = gen.closing_signal.get("drain")  # none in older journals: no bound
+                if not draining:
+                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
+                                                  reason="running work drained"))
+                elif drain is not None and at >= drain["deadline"]:
+                    events.append(GenerationPhase(
+                        at=at, generation=gen.number, phase="closed", reason=(
+                            f"drain grace over ({drain['grace_s']:g} s): {draining} job(s) "
+                            "still running keep running, their results no longer count")))
         return events
 
     def _assessment_over(self: Scheduler, gen: Generation, at: float) -> str | None:
@@ -445,6 +455,25 @@ class GenerationDesk:
             if gen.closing_signal is not None:
                 effects.append(self._closing_file(gen))
         return effects
+
+    def drain_grace(self: Scheduler, gen: Generation, at: float) -> dict[str, Any]:
+        """How long the generation closing at ``at`` waits for its running work (seed 000
+        "adaptive drain grace"): DRAIN_GRACE_FACTOR x the 90th percentile of the run
+        times its completed attempts took, within the task's drain_grace_min/max_seconds;
+        the maximum while none completed (unknown stays unknown). Then it closes, and
+        whatever still runs keeps running (a close never kills an experiment)."""
+        low, high = self.policy.drain_grace_min_seconds, self.policy.drain_grace_max_seconds
+        times = sorted(a.active_seconds(a.ended_at) for job in self.jobs.values()
+                       if job.generation == gen.number
+                       for a in job.attempts if a.outcome == "completed")
+        if times:
+            p90 = times[math.ceil(0.9 * len(times)) - 1]
+            grace = min(max(DRAIN_GRACE_FACTOR * p90, low), high)
+            rule = (f"{DRAIN_GRACE_FACTOR:g} x p90 of {len(times)} observed run time(s) "
+                    f"({p90:.3g} s), within {low:g}..{high:g} s")
+        else:
+            grace, rule = high, f"no run time observed: the upper bound, {high:g} s"
+        return {"deadline": at + grace, "grace_s": round(grace, 3), "rule": rule}
 
     def _closing_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
         return WriteGenerationFile(generation=gen.number, kind="closing", name="CLOSING_SIGNAL",

@@ -207,7 +207,7 @@ class JobControlDesk:
     def parked_reason(self: Scheduler, job: Job) -> str | None:
         """Why no pass may start this queued job (held, or a dependency), or None."""
         if job.held is not None:
-            return f"held by {job.held['by']} since {_iso(job.held['at'])}"
+            return f"held by {job.held['by']} since {utc_iso(job.held['at'])}"
         for dep_id, when in job.after:
             dep = self.jobs[dep_id]
             met = _met(dep, when)
@@ -262,6 +262,7 @@ def _cancelled_by(by: str, reason: str | None) -> str:
     return f"cancelled by {by}" + (f": {reason}" if reason else "")
 
 
-def _iso(at: float) -> str:
+def utc_iso(at: float) -> str:
+    """A time as reasons show it: UTC, to the second (``2026-12-01T17:20:05Z``)."""
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -108,6 +108,9 @@ class Job:
     held: dict[str, Any] | None = None  # {"by", "at"}: it starts only once released
     after: tuple[tuple[str, str], ...] = ()  # (job id, kind): the request's, resolved
     uid: int | None = None  # R-SEC-3: whose job it is (core/trust.py); None: the coordinator's
+    # R-SUB-4: when it ends ``expired`` if no attempt of its round has run by then; None
+    # without a timeout, and once an attempt ran (GO)
+    admission_deadline: float | None = None
 
     @property
     def rank(self) -> int:
@@ -148,7 +151,19 @@ class Job:
             "priority": self.priority,
             "hold": self.held,
             "after": [{"job": job, "when": when} for job, when in self.after],
+            "admission_deadline": self.admission_deadline,
+            "barrier_releases": self.barrier_releases,
         }
+
+    @property
+    def barrier_releases(self) -> int:
+        """Its last attempts in a row that never started their command (``released``)."""
+        count = 0
+        for attempt in reversed(self.attempts):
+            if attempt.outcome != "released":
+                break
+            count += 1
+        return count
 
 
 NEW_WORK = ("accepted", "retry_accepted")  # the reply outcomes that queued work

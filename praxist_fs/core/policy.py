@@ -148,6 +148,12 @@ class Policy:
     windows_utc_offset_minutes: int = 0  # the clock queue time windows are read on
     fair_share_half_life_seconds: float = 3600.0
     cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
+    # R-SUB-4: how long a job may wait to start before it ends ``expired``; None: for ever
+    admission_timeout_seconds: float | None = None
+    # seed 000 "adaptive drain grace": how long a closing generation waits for its running
+    # work (DRAIN_GRACE_FACTOR x its observed run times, within these) before it closes
+    drain_grace_min_seconds: float = 300.0
+    drain_grace_max_seconds: float = 21600.0
     dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
     budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
     # R-SEC-3 (core/trust.py): uids an unprivileged coordinator runs commands for, as
@@ -213,6 +219,9 @@ class Policy:
             "windows_utc_offset_minutes": self.windows_utc_offset_minutes,
             "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
             "cancel_grace_seconds": self.cancel_grace_seconds,
+            "admission_timeout_seconds": self.admission_timeout_seconds,
+            "drain_grace_min_seconds": self.drain_grace_min_seconds,
+            "drain_grace_max_seconds": self.drain_grace_max_seconds,
             "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
             "trusted_uids": list(self.trusted_uids),

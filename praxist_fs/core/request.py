@@ -40,8 +40,9 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 FIELDS = (
     "peer", "tag", "profile", "work_class", "eta_s", "argv", "command", "cwd",
     "env", "retry_terminal", "lease", "request_id", "generation", "max_cost",
-    "after", "hold", "priority",
+    "after", "hold", "priority", "admission_timeout_s",
 )
+MAX_ADMISSION_TIMEOUT_S = 30 * 86400  # also the task file's admission_timeout_seconds cap
 PRIORITY_RANGE = (-100, 100)  # a job's own priority orders it inside its queue (R-CTL-5)
 DEPENDENCY_KINDS = ("ok", "any", "notok")  # Slurm's afterok, afterany, afternotok
 MAX_DEPENDENCIES = 64
@@ -70,6 +71,8 @@ class Request:
     after: tuple[tuple[str, str], ...] = ()
     hold: bool = False  # queued held: it starts only once released
     priority: int = 0   # PRIORITY_RANGE; higher first inside its queue
+    # R-SUB-4: seconds it may wait to start before it ends ``expired``; None: the task's
+    admission_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         """Share the strings most requests repeat (peer, profile, cwd, argv, env): a
@@ -101,6 +104,7 @@ class Request:
             "after": [{"job": job, "when": when} for job, when in self.after],
             "hold": self.hold,
             "priority": self.priority,
+            "admission_timeout_s": self.admission_timeout_s,
         }
 
     @classmethod
@@ -220,6 +224,7 @@ def _build(name: str, raw: dict[str, Any]) -> Request:
         after=_after(raw.get("after", [])),
         hold=_bool("hold", raw.get("hold", False)),
         priority=_priority("priority", raw.get("priority", 0)),
+        admission_timeout_s=_optional(raw, "admission_timeout_s", _admission_timeout),
     )
 
 
@@ -277,6 +282,14 @@ def _work_class(value: Any) -> str:
 def _eta(key: str, value: Any) -> float:
     if type(value) not in (int, float) or not 0 < value <= 365 * 86400:
         raise BadRequest(key, f"{value!r}; expected seconds as a number in (0, 31536000]")
+    return float(value)
+
+
+def _admission_timeout(key: str, value: Any) -> float:
+    if type(value) not in (int, float) or not 0 < value <= MAX_ADMISSION_TIMEOUT_S:
+        raise BadRequest(key, f"{value!r}; expected seconds as a number in "
+                         f"(0, {MAX_ADMISSION_TIMEOUT_S}] (null: the task's "
+                         "admission_timeout_seconds)")
     return float(value)
 
 

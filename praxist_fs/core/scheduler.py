@@ -39,7 +39,8 @@ from .budget import (
 )
 from .calibration import Calibration
 from .events import (
-    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ClaimsReleased,
+    AdmissionExpired, AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed,
+    ClaimsReleased,
     ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
     LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetAlert,
@@ -47,18 +48,21 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .identity import differences, fingerprint, job_id_for
-from .jobcontrol import JobControlDesk
+from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads, place
 from .policy import Policy
 from .queues import queue_of_class
+from .request import Request
 from .preemption import PreemptionDesk, preemptible_classes
 from .states import JobState, Trigger, transition
 from .supply import Generation
 
-MAX_RELEASES_IN_A_ROW = 3  # a barrier that keeps failing is an error, not a retry loop
+# R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
+# then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
+RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
 REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
                      JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
@@ -107,6 +111,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.unused_slots = 0                  # free slots the last pass could not fill
         self.admissible: tuple[str, ...] = ()  # profiles that could start now
         self.release_pending: set[str] = set()  # leases whose host claim is not yet removed
+        self._deadlines: list[tuple[float, str]] = []  # (admission deadline, job id), a heap
 
     # -- events -----------------------------------------------------------
 
@@ -197,12 +202,15 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                       submitted_at=ev.at, order=self._take_order(), generation=generation,
                       priority=request.priority, after=after,
                       held={"by": request.peer, "at": ev.at} if request.hold else None,
-                      uid=ev.uid)
+                      uid=ev.uid, admission_deadline=self._admission_deadline(request, ev.at))
             self.jobs[job_id] = job
             self.link_dependencies(job)
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
             self._by_state[job.state][job_id] = job
             return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
+        if job.state is JobState.EXPIRED:  # no attempt ran: the tag is not bound (R-SUB-4)
+            return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RESUBMIT,
+                                "accepted", "resubmitted after an admission timeout")
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
                 return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
@@ -216,9 +224,17 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return self._reply(ev, "terminal_duplicate", job, reason=(
                 f"job {job_id} is {job.state.value} ({job.reason}); "
                 "submit again with retry_terminal to run it again under the same tag"))
+        return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RETRY_TERMINAL,
+                            "retry_accepted", "retry accepted")
+
+    def _reopen(self, ev: RequestSeen, job: Job, profile: str, digest: str,
+                generation: int | None, closed: str | None, trigger: Trigger, outcome: str,
+                why: str) -> list[Effect]:
+        """Queue an ended job again as a new round, as ``ev``'s request asks."""
         if closed:
             return self._reply(ev, "rejected", job, "generation", closed)
-        after, problem = self.resolve_after(request, job_id)
+        request = ev.request
+        after, problem = self.resolve_after(request, job.job_id)
         if problem:
             return self._reply(ev, "rejected", job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
@@ -227,12 +243,20 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         job.request, job.profile, job.fingerprint = request, profile, digest  # queued as such
         job.priority, job.after = request.priority, after
         job.held = {"by": request.peer, "at": ev.at} if request.hold else None
+        job.admission_deadline = self._admission_deadline(request, ev.at)
         self.link_dependencies(job)
-        self._transition(job, Trigger.RETRY_TERMINAL)
+        self._transition(job, trigger)
         job.generation = generation
         job.round += 1
-        job.reason = f"retry accepted (round {job.round})"
-        return [self._write_job(job), *self._reply(ev, "retry_accepted", job, estimate=cost)]
+        job.reason = f"{why} (round {job.round})"
+        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost)]
+
+    def _admission_deadline(self, request: Request, at: float) -> float | None:
+        """When a job accepted at ``at`` expires unless it has started (R-SUB-4)."""
+        timeout = request.admission_timeout_s
+        if timeout is None:
+            timeout = self.policy.admission_timeout_seconds
+        return None if timeout is None else at + timeout
 
     def _ceiling(self, ev: RequestSeen, job: Job | None, profile: str
                  ) -> tuple[dict[str, Any] | None, list[Effect]]:
@@ -318,12 +342,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                                     f"attempt {attempt.attempt_id} vanished without an exit record")
             attempt.outcome = "released"
             abort = AbortAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)
-            if _released_in_a_row(job) >= MAX_RELEASES_IN_A_ROW:
-                return [abort, *self._settle(job, attempt, ev.at, Trigger.EXIT_FAIL, (
-                    f"the launch barrier failed {MAX_RELEASES_IN_A_ROW} times in a row; "
-                    f"see attempts/{job.job_id}/{attempt.attempt_id}/shim.log"))]
-            return [abort, *self._settle(job, attempt, ev.at, Trigger.RELEASE,
-                                         f"attempt {attempt.attempt_id} never started; requeued")]
+            return [abort, *self._settle(job, attempt, ev.at, Trigger.RELEASE, (
+                f"attempt {attempt.attempt_id} never started (see attempts/{job.job_id}/"
+                f"{attempt.attempt_id}/shim.log); requeued"))]
         effects: list[Effect] = []
         if attempt.pid is None and ev.pid is not None:
             attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
@@ -341,6 +362,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
                 attempt.go, attempt.phase = True, AttemptPhase.RUNNING
+                if job.admission_deadline is not None:  # it started: it can no longer expire
+                    job.admission_deadline = None
+                    effects.append(self._write_job(job))
                 self.version += 1
             effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
         return effects
@@ -477,7 +501,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """Time-driven decisions: the generations' (``GenerationDesk.due``), and a budget
         verdict that differs from the journaled one, since running work spends by the
         second (R-BUD-1). Without limits (and none before) it costs nothing."""
-        events = super().due(at)
+        events = super().due(at) + self._expired_admissions(at)
         budget = self.budget
         if budget.limited or self.ledger.verdict is not None:
             total = sum(self.spend(at).values(), Spend())
@@ -491,6 +515,36 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                     gpu_hours_limit=budget.gpu_hours, cost_limit=budget.cost,
                     enqueues=self.ledger.unalerted))
         return events
+
+    def _expired_admissions(self, at: float) -> list[Event]:
+        """Queued jobs whose admission deadline passed (R-SUB-4). A deadline stays in the
+        heap until its event was handled: an event that could not be journaled comes
+        again; entries of jobs that started, ended or were reopened since are dropped."""
+        self._queue()  # after a snapshot restore, builds the heap too
+        heap, due = self._deadlines, []
+        while heap and heap[0][0] <= at:
+            deadline, job_id = heapq.heappop(heap)
+            job = self.jobs[job_id]
+            if job.state is JobState.QUEUED and job.admission_deadline == deadline:
+                due.append((deadline, job_id))
+        for entry in due:
+            heapq.heappush(heap, entry)
+        return [AdmissionExpired(at=at, job_id=job_id,
+                                 waited_for=self.pending.get(job_id, self.jobs[job_id].reason))
+                for _, job_id in dict.fromkeys(due)]
+
+    def _on_admission_expired(self, ev: AdmissionExpired) -> list[Effect]:
+        """It never started within its timeout: it ends ``expired``, holding nothing, and
+        its tag is free for a plain new submission (``_reopen``)."""
+        job = self._job(ev.job_id)
+        if job.state is not JobState.QUEUED or job.admission_deadline is None:
+            return []
+        self._transition(job, Trigger.EXPIRE)
+        job.reason = (f"admission timeout: not started by {utc_iso(job.admission_deadline)} "
+                      f"(waiting: {ev.waited_for}); submit it again to queue it anew")
+        job.admission_deadline = None
+        self.version += 1
+        return [self._write_job(job)]
 
     def spend(self, at: float) -> dict[str, Spend]:
         """The run's spend at ``at`` by kind: the ended attempts' charges, and what the
@@ -630,7 +684,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if openings is not None:
                 openings.visit(job)
             work_class = job.request.work_class
-            reason = ctx.assessment_holds.get(job.job_id)
+            reason = _backing_off(job, ctx.at)
+            if reason is None:
+                reason = ctx.assessment_holds.get(job.job_id)
             if reason is None and work_class in ctx.ruled:
                 reason = ctx.queue_hold(ctx.by_class[work_class])
             if reason is None and ctx.free <= 0:
@@ -774,6 +830,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         queued = self._by_state[JobState.QUEUED]
         if self._backlog_of is not queued:
             self._parked, eligible = {}, []
+            self._deadlines = [(job.admission_deadline, job.job_id) for job in queued.values()
+                               if job.admission_deadline is not None]
+            heapq.heapify(self._deadlines)
             for job in queued.values():
                 if (why := self.parked_reason(job)) is None:
                     eligible.append(job)
@@ -785,10 +844,12 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
 
     def _enter_queue(self, job: Job) -> None:
         """A job became queued: into the backlog, or parked with the reason it waits."""
+        backlog = self._queue()  # built (with the deadlines) before ``_parked`` changes
+        if job.admission_deadline is not None:
+            heapq.heappush(self._deadlines, (job.admission_deadline, job.job_id))
         if (why := self.parked_reason(job)) is None:
-            self._queue().add(job)
+            backlog.add(job)
         else:
-            self._queue()  # built before ``_parked`` changes
             self._parked[job.job_id] = job
             self._hold(job, why)
 
@@ -991,16 +1052,28 @@ _HANDLERS = {
     AttemptResumed: Scheduler._on_resumed,
     BudgetVerdict: Scheduler._on_verdict,
     BudgetAlert: Scheduler._on_alert,
+    AdmissionExpired: Scheduler._on_admission_expired,
 }
 
 
-def _released_in_a_row(job: Job) -> int:
-    count = 0
-    for attempt in reversed(job.attempts):
-        if attempt.outcome != "released":
-            break
-        count += 1
-    return count
+def release_backoff(releases: int) -> float:
+    """Seconds a job waits after ``releases`` barrier releases in a row: none after the
+    first (a transient failure), then 2, 4, 8, ... up to RELEASE_BACKOFF_CAP_SECONDS."""
+    return 0.0 if releases < 2 else min(2.0 ** (releases - 1), RELEASE_BACKOFF_CAP_SECONDS)
+
+
+def _backing_off(job: Job, at: float) -> str | None:
+    """Why a job whose barrier keeps failing waits before its next attempt, or None."""
+    last = job.current
+    if last is None or last.outcome != "released":
+        return None
+    releases = job.barrier_releases
+    until = last.ended_at + release_backoff(releases)
+    if at >= until:
+        return None
+    return (f"launch barrier released {releases} times in a row (last: attempt "
+            f"{last.attempt_id}, see attempts/{job.job_id}/{last.attempt_id}/shim.log); "
+            f"backing off until {utc_iso(until)}")
 
 
 def _find(job: Job, attempt_id: str) -> Attempt | None:

@@ -145,6 +145,7 @@ def _job(job: Job) -> dict[str, Any]:
             "round": job.round, "generation": job.generation,
             "priority": job.priority, "held": job.held,
             "after": [list(dependency) for dependency in job.after], "uid": job.uid,
+            "admission_deadline": job.admission_deadline,
             "attempts": [_attempt(a) for a in job.attempts]}
 
 
@@ -155,7 +156,7 @@ def _to_job(data: dict[str, Any]) -> Job:
                state=_STATES[data["state"]], reason=data["reason"], round=data["round"],
                generation=data["generation"], priority=data.get("priority", 0),
                held=data.get("held"), after=tuple(map(tuple, data.get("after", ()))),
-               uid=data.get("uid"),
+               uid=data.get("uid"), admission_deadline=data.get("admission_deadline"),
                attempts=[_to_attempt(a) for a in data["attempts"]])
 
 

@@ -23,6 +23,8 @@ class JobState(str, Enum):
     REJECTED = "rejected"
     CANCELLED = "cancelled"
     DRAINED_UNKNOWN = "drained_unknown"
+    # R-SUB-4: its admission timeout passed before any attempt ran; its tag is not bound
+    EXPIRED = "expired"
 
     @property
     def directory(self) -> str:
@@ -51,6 +53,8 @@ class Trigger(str, Enum):
     SUSPEND = "suspend"              # preempted by suspension: its group is stopped (R-POL-3)
     RESUME = "resume"                # a suspended attempt continues
     PREEMPT = "preempt"              # an attempt preempted for requeue ended: queued again
+    EXPIRE = "expire"                # its admission timeout passed while it was queued
+    RESUBMIT = "resubmit"            # a request for an expired job's tag: accepted as new
 
 
 TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
@@ -76,6 +80,8 @@ TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
     (JobState.FAILED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.REJECTED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.CANCELLED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
+    (JobState.QUEUED, Trigger.EXPIRE): JobState.EXPIRED,
+    (JobState.EXPIRED, Trigger.RESUBMIT): JobState.QUEUED,
 }
 
 

@@ -51,7 +51,9 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                    "profile": j.profile, "work_class": j.request.work_class,
                    "priority": j.priority, "held": j.held is not None,
                    "age_s": round(now - j.submitted_at, 3),
-                   "reason": sched.pending.get(j.job_id, "queued")}
+                   "reason": sched.pending.get(j.job_id, "queued"),
+                   "admission_deadline": j.admission_deadline,
+                   "barrier_releases": j.barrier_releases}
                   for j in queued[:QUEUE_PREVIEW]],
         "queue_length": len(queued),
         "suspended": [_suspended(sched, job, now) for job in sorted(sched.suspended(),
@@ -63,7 +65,8 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "generation": (sched.generation_status(current)
                        if (current := sched.current_generation()) else None),
         "generations": [{"number": g.number, "phase": g.phase, "results": len(g.results),
-                         "quarantined": len(g.quarantined), "stats": g.stats_document()}
+                         "quarantined": len(g.quarantined), "stats": g.stats_document(),
+                         "drain": (g.closing_signal or {}).get("drain")}
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
         "budget": _budget(sched, now),
     }

@@ -94,6 +94,12 @@ HOSTILE = [
     ("eta_s -1", doc(eta_s=-1), "eta_s", ["seconds"]),
     ("eta_s zero", doc(eta_s=0), "eta_s", ["seconds"]),
     ("eta_s string", doc(eta_s="5"), "eta_s", ["seconds"]),
+    ("admission_timeout_s zero", doc(admission_timeout_s=0), "admission_timeout_s",
+     ["seconds", "2592000"]),
+    ("admission_timeout_s string", doc(admission_timeout_s="60"), "admission_timeout_s",
+     ["seconds"]),
+    ("admission_timeout_s too long", doc(admission_timeout_s=10 ** 9), "admission_timeout_s",
+     ["seconds"]),
     ("retry_terminal yes", doc(retry_terminal="yes"), "retry_terminal", ["true or false"]),
     ("retry_terminal 1", doc(retry_terminal=1), "retry_terminal", ["true or false"]),
     ("generation -1", doc(generation=-1), "generation", ["non-negative"]),
@@ -198,11 +204,12 @@ def test_every_field_parses():
         "argv": ["a", "b c"], "cwd": "/srv/work", "env": {"SEED": "3", "EMPTY": ""},
         "retry_terminal": True, "lease": "lease-1", "request_id": "rid", "generation": 2,
         "max_cost": 2.5, "after": [{"job": "t0", "when": "any"}], "hold": True,
-        "priority": -5,
+        "priority": -5, "admission_timeout_s": 600,
     }
     assert set(full) | {"command"} == set(FIELDS)
     r = parse_request("x.json", json.dumps(full).encode())
-    assert r.to_dict() == {**full, "argv": ["a", "b c"], "eta_s": 90.0, "command": None}
+    assert r.to_dict() == {**full, "argv": ["a", "b c"], "eta_s": 90.0, "command": None,
+                           "admission_timeout_s": 600.0}
     assert isinstance(r.eta_s, float)
 
 
@@ -213,7 +220,8 @@ def test_work_classes(work_class):
 
 def test_null_optional_fields_mean_absent():
     r = parse_request("x.json", doc(profile=None, eta_s=None, cwd=None, lease=None,
-                                    generation=None, command=None, max_cost=None))
+                                    generation=None, command=None, max_cost=None,
+                                    admission_timeout_s=None))
     assert r == parse_request("x.json", doc())
 
 

@@ -151,6 +151,7 @@ def random_policy(rng: random.Random) -> Policy:
 
 JOB_PICKERS = ("fcfs", "fair_share", "backfill")
 QUEUE_HOLDS = ("queue ", "queues.", "backfill")  # reasons a queue's own rules give
+BACKOFF = "launch barrier released"  # a job whose barrier keeps failing waits (R-SUB-4)
 
 
 def queued_policy(policy: Policy, rng: random.Random) -> Policy:
@@ -240,10 +241,11 @@ class Disk:
 class Simulation:
     def __init__(self, seed: int, *, check_every: int = 1,
                  tolerate: frozenset[str] | set[str] = frozenset(KNOWN_BUGS),
-                 queues: str | None = None) -> None:
+                 queues: str | None = None, admission_timeout: bool = False) -> None:
         """``queues``: None for no queues block; "default" for one that spells out the
         default queues; "random" for one drawn (from its own generator, so that the rest
-        of the run draws as without it); "preempt" for ``preempting_policy``, likewise."""
+        of the run draws as without it); "preempt" for ``preempting_policy``, likewise.
+        ``admission_timeout``: a task-wide one (R-SUB-4), drawn likewise."""
         self.seed = seed
         self.tolerate = frozenset(tolerate)
         self.rng = random.Random(seed)
@@ -256,6 +258,9 @@ class Simulation:
             self.policy = queued_policy(self.policy, random.Random(f"queues-{seed}"))
         elif queues == "preempt":
             self.policy = preempting_policy(self.policy, random.Random(f"queues-{seed}"))
+        if admission_timeout:
+            self.policy = replace(self.policy, admission_timeout_seconds=random.Random(
+                f"timeout-{seed}").choice([10.0, 60.0, 300.0]))
         self.uses_gpu = any(p.uses_gpu for p in self.policy.profiles.values())
         self.now = 1_700_000_000.0 + self.rng.randint(0, 10_000)
         self.step_no = 0
@@ -1157,7 +1162,7 @@ class Simulation:
             gen = s.generations.get(job.generation) if job.generation is not None else None
             if profile.uses_gpu or job.request.work_class == "mature" or (
                     gen is not None and gen.phase != "open") or \
-                    s.pending.get(job.job_id, "").startswith(QUEUE_HOLDS) or any(
+                    s.pending.get(job.job_id, "").startswith((*QUEUE_HOLDS, BACKOFF)) or any(
                     (self.view_pressure.get(d) or 0.0) > self.policy.pressure_thresholds[d].high
                     for d in profile.pressure_domains):
                 continue
@@ -1306,6 +1311,28 @@ def test_simulation_with_preemption_keeps_every_invariant(seed):
     suspended GPU memory, resumes and requeues through crashes and replays."""
     sim = run_seed(seed, STEPS, queues="preempt")
     _preempt_totals.update(sim.stats)
+
+
+@pytest.mark.parametrize("seed", range(1, 13))
+def test_simulation_with_admission_timeouts_keeps_every_invariant(seed):
+    """seed 000 "Submission": pre-launch admission timeouts release the reservation and
+    the same request may be submitted again: expiries and resubmissions through crashes
+    and replays (``replay(journal) == live`` is checked at every step)."""
+    sim = run_seed(seed, STEPS, admission_timeout=True)
+    _timeout_totals.update(job.state.value for job in sim.sched.jobs.values())
+
+
+_timeout_totals: Counter[str] = Counter()
+
+
+def test_the_admission_timeout_simulation_expires_jobs():
+    """Across those seeds some jobs end expired (the timeouts are not vacuous)."""
+    totals = Counter(_timeout_totals)
+    if not totals:  # run alone: gather them here
+        for seed in range(1, 13):
+            sim = run_seed(seed, STEPS, admission_timeout=True)
+            totals.update(job.state.value for job in sim.sched.jobs.values())
+    assert totals["expired"], dict(totals)
 
 
 def test_the_preemption_simulation_reaches_its_interesting_states():

@@ -36,6 +36,8 @@ EXPECTED_TABLE = {
     (JobState.FAILED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.REJECTED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
     (JobState.CANCELLED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
+    (JobState.QUEUED, Trigger.EXPIRE): JobState.EXPIRED,
+    (JobState.EXPIRED, Trigger.RESUBMIT): JobState.QUEUED,
 }
 
 ALL_PAIRS = list(itertools.product(JobState, Trigger))
@@ -61,11 +63,15 @@ def test_unlisted_pair_raises_naming_job_state_and_trigger(state, trigger):
     assert trigger.value in message
 
 
-def test_terminal_states_have_no_way_out_but_retry_terminal():
+def test_terminal_states_have_no_way_out_but_a_new_request():
+    """retry_terminal reopens a job that ran; an expired one never ran, so a plain
+    submission reopens it (seed 000: "the same scientific request may be submitted
+    normally afterwards")."""
     for state in JobState:
         if state.terminal:
             exits = {t for (s, t) in TRANSITIONS if s is state}
-            assert exits <= {Trigger.RETRY_TERMINAL}, state
+            assert exits <= ({Trigger.RESUBMIT} if state is JobState.EXPIRED
+                             else {Trigger.RETRY_TERMINAL}), state
 
 
 @pytest.mark.parametrize(("state", "directory"), [
@@ -77,6 +83,7 @@ def test_terminal_states_have_no_way_out_but_retry_terminal():
     (JobState.REJECTED, "done"),
     (JobState.CANCELLED, "done"),
     (JobState.DRAINED_UNKNOWN, "done"),
+    (JobState.EXPIRED, "done"),
 ])
 def test_directory_of_each_state(state, directory):
     assert state.directory == directory
@@ -84,10 +91,10 @@ def test_directory_of_each_state(state, directory):
 
 
 def test_every_state_is_covered_by_the_directory_table():
-    # R-FS-6 names exactly these eight states
+    # R-FS-6 names these eight states; R-SUB-4's admission timeout adds expired
     assert {s.value for s in JobState} == {
         "queued", "running", "suspended", "completed", "failed", "rejected",
-        "cancelled", "drained_unknown"}
+        "cancelled", "drained_unknown", "expired"}
 
 
 @pytest.mark.parametrize("state", list(JobState))

@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "tests/gpu/torch_binding_job.py"  # relative to ROOT, the jobs' cwd
 TASK = ROOT / "tests" / "gpu" / "task.yaml"
-TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown")
+TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown", "expired")
 ATTRIBUTED = ("gpu_compute_active", "gpu_context_idle", "gpu_context_present")
 UNATTRIBUTED = ("no_gpu_process_observed", "gpu_process_attribution_unavailable")
 # The dry run's stand-in for the torch job: sleep, then report the binding it was given.
