@@ -340,7 +340,7 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
                      0o644)
     try:
         if user is not None:
-            return start_as(user, argv, env, cwd, log, status_fd)
+            return start_as(user, argv, env, cwd, log, status_fd, own_group)
         try:
             posix.chdir(cwd)
         except OSError as exc:
@@ -349,10 +349,10 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
                    (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
                    (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
         mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
-        group = 0 if own_group else None
+        group = {"setpgroup": 0} if own_group else {}  # None is not "unset" to posix_spawn
         return each_candidate(argv[0], env, lambda candidate: posix.posix_spawn(
-            candidate, argv, env, file_actions=actions, setpgroup=group, setsigmask=mask,
-            setsigdef=RESTORED))
+            candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED,
+            **group))
     finally:
         posix.close(log)
 
@@ -380,7 +380,7 @@ def each_candidate(executable, env, launch):
     raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
 
 
-def start_as(user, argv, env, cwd, log, status_fd):
+def start_as(user, argv, env, cwd, log, status_fd, own_group=False):
     """The command's pid, run as ``user`` = (uid, gid, groups). posix_spawn cannot change
     uids, so the child is forked: it takes the supplementary groups, the gid, then the
     uid (each step needs the rights the next gives up), changes to ``cwd`` as that user,
@@ -401,6 +401,8 @@ def start_as(user, argv, env, cwd, log, status_fd):
             posix.dup2(log, 1)
             posix.dup2(log, 2)
             posix.close(status_fd)  # its EOF: the shim exited
+            if own_group:
+                posix.setpgid(0, 0)
             try:
                 posix.setgroups(groups)
                 posix.setgid(gid)
