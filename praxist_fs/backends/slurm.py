@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from praxist_fs.adapters.fsio import makedirs, unlink, write_atomic, write_json
+from praxist_fs.adapters.fsio import makedirs, write_atomic, write_json
 from praxist_fs.errors import PolicyError, PraxistError
 
 SLURM_PATH = "compute_budget.resource_scheduler.slurm"
@@ -407,10 +407,10 @@ def run_command(argv: list[str], timeout: float) -> Completed:
 def write_spec(attempt_dir: Path, spec: dict[str, Any]) -> None:
     """What the Slurm-mode shim runs: the local spec's keys (argv, command, cwd, env, log,
     barrier_timeout_s), as JSON (any Python on the node reads it), 0600 as it may hold
-    secrets; the shim removes it once read. Written whole before sbatch: not renamed into
-    place while a shim may read it."""
-    unlink(attempt_dir / SPEC)
-    write_json(attempt_dir / SPEC, spec, mode=0o600)
+    secrets; the shim removes it once read. Before sbatch, and not fsynced (raw secrets
+    had better not be forced onto the disk; a lost spec means a job that cannot start,
+    which the coordinator sees)."""
+    write_json(attempt_dir / SPEC, spec, sync=False, mode=0o600)
 
 
 class SlurmBackend:
@@ -463,6 +463,16 @@ class SlurmBackend:
             raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
         ids = [state.job_id for state in parse_squeue(done.stdout).values() if state.name == name]
         return max(ids, key=int) if ids else None
+
+    def jobs_of_run(self) -> dict[str, SlurmState]:
+        """Every job of this run Slurm still knows (named ``px-<run8>-``), by id: what a
+        stop sweeps after its cancels, and what a restart holds against its journal."""
+        done = self._run(["squeue", "--me", "--states=all", "-h", "-o", "%i|%j|%T|%r|%N"])
+        if done.returncode != 0:
+            raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
+        prefix = f"px-{run_tag(self.run_dir)}-"
+        return {job: state for job, state in parse_squeue(done.stdout).items()
+                if state.name.startswith(prefix)}
 
     def poll(self, ids: list[str]) -> dict[str, SlurmState]:
         """Slurm's view of ``ids`` in one squeue; an id missing from the answer is unknown

@@ -144,6 +144,7 @@ def test_a_forgotten_job_is_found_by_its_name(backend):
     name = backend.job_name("forgotten", "a1")
     assert backend.find(name) == slurm_id
     assert backend.find(backend.job_name("never-submitted", "a1")) is None
+    assert backend.jobs_of_run()[slurm_id].name == name
     backend.release(attempt, go=False)  # not adopted here: ABORT, so nothing runs
     assert ended(backend, slurm_id).name == name
     assert not (attempt / "exit.json").exists() and not (attempt / "out.log").exists()

@@ -100,6 +100,18 @@ def test_find_by_name_never_by_id_alone(backend, fake_slurm):
     assert backend.find(name) is None
 
 
+def test_the_jobs_of_this_run_only(backend, fake_slurm, tmp_path):
+    """What a stop sweeps: this run's jobs by their name prefix, not another run's."""
+    mine = backend.job_name("j1", "a1")
+    theirs = SlurmBackend(SlurmConfig(), tmp_path / "other").job_name("j1", "a1")
+    fake_slurm.answer("squeue", out=f"5|{mine}|RUNNING|None|ci0\n6|{theirs}|RUNNING|None|ci0\n"
+                                    "7|train.sh|PENDING|Priority|\n")
+    assert backend.jobs_of_run() == {"5": SlurmState("5", mine, "RUNNING", "None", "ci0")}
+    fake_slurm.answer("squeue", err="squeue: error: Unable to contact slurm controller\n", rc=1)
+    with pytest.raises(SlurmUnavailable, match="Unable to contact"):
+        backend.jobs_of_run()
+
+
 def test_final_exit_from_the_job_completion_record(backend, fake_slurm):
     fake_slurm.answer("sacct", out="JobID|State|ExitCode\n21|FAILED|4:0\n")
     assert backend.final_exit("21") == FinalExit("FAILED", 4, 0)
