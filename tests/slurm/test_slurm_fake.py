@@ -4,7 +4,10 @@ which record their argv: what praxist_fs asks Slurm, and how it reads the answer
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
 import time
 
 import pytest
@@ -19,6 +22,7 @@ from praxist_fs.backends.slurm import (
     SlurmUnavailable,
     parse_slurm_config,
 )
+from tests.slurm.conftest import HERE, UNAVAILABLE
 
 CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
 
@@ -143,3 +147,18 @@ def test_release_writes_go_or_abort(backend, tmp_path):
 def test_capabilities():
     """Suspend-style preemption is unavailable on Slurm; Slurm places the GPUs."""
     assert SlurmBackend.can_suspend is False and SlurmBackend.places_gpus is True
+
+
+def test_setup_without_root_says_why_it_cannot(tmp_path):
+    """Where Slurm cannot be had, setup.sh exits 77 with the reason, which the
+    ``real_slurm`` fixture turns into a skip that says it (never a silent one)."""
+    argv = [str(HERE / "setup.sh")]
+    if os.getuid() == 0:
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            pytest.skip("root without runuser: cannot run setup.sh as another user")
+        argv = [runuser, "-u", "nobody", "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={"PATH": os.defpath, "PRAXIST_SLURM_DIR": str(tmp_path / "s")})
+    assert done.returncode == UNAVAILABLE
+    assert "needs root" in done.stderr
