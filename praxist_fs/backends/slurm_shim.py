@@ -32,6 +32,7 @@ from praxist_fs.adapters import shim
 
 SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2)
+EX_NOINPUT = 66  # no spec to run
 EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 means elsewhere
 # What Slurm tells the batch script that the command needs too (the GPUs it placed).
 FROM_SLURM = ("CUDA_VISIBLE_DEVICES",)
@@ -59,9 +60,14 @@ def serve(attempt_dir, environ):
     if "ABORT" in listing(attempt_dir):
         remove(spec_path)
         return 0
-    with open(spec_path, "rb") as handle:
-        spec = json.loads(handle.read())
-    remove(spec_path)
+    try:
+        with open(spec_path, "rb") as handle:
+            spec = json.loads(handle.read())
+    except (OSError, ValueError) as exc:  # no READY: the coordinator sees a failed start
+        shim.tell(2, b"praxist_fs: cannot read the attempt's spec: %s\n" % str(exc).encode())
+        return EX_NOINPUT
+    finally:
+        remove(spec_path)
     ready = dict(shim.own_identity(), at=time.time(), host=posix.uname().nodename,
                  slurm_job_id=environ.get("SLURM_JOB_ID"),
                  cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))

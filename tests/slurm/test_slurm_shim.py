@@ -105,3 +105,13 @@ def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
     shim.send_signal(signum)
     assert shim.wait(timeout=30) == 143
     assert read(attempt / "exit.json")["signal"] == signal.SIGTERM
+
+
+def test_a_missing_spec_is_said_and_nothing_runs(attempt):
+    """No spec (a coordinator that never wrote it): a message in slurm.out, no READY."""
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 66
+    assert b"cannot read the attempt's spec" in out
+    assert not (attempt / "READY").exists()
