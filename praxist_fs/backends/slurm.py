@@ -318,54 +318,53 @@ def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | No
     """What became of an attempt, from Slurm's state, the shim's exit.json and what
     praxist_fs asked (None, "cancel", "stop" or "preempt"): (outcome, reason).
 
+    While it lives (no exit.json yet):
     - PENDING, CONFIGURING (and requeue states) -> ``launching``, reason = Slurm's
       pending reason (%r), e.g. "Resources";
     - RUNNING (COMPLETING, SUSPENDED, ...) -> ``running`` once READY exists
       (``ready``), else ``launching``;
-    - COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY (DEADLINE, ...) -> ``exited`` with
-      exit.json's code; without exit.json ``failed``, the Slurm state as reason;
-    - CANCELLED -> ``exited`` if exit.json says 0 (it ended first); else ``cancelled``
-      (asked "cancel" or "stop"), ``preempted`` (asked "preempt"), or ``failed``
-      "cancelled outside praxist_fs" when nobody here asked;
+    - a state this table does not know -> ``running`` (never taken for success).
+    Once it ended (a terminal state, or exit.json there), in this order:
+    - exit.json says 0 -> ``exited`` (it finished before any cancel or failure);
+    - praxist_fs asked: ``cancelled`` ("cancel", "stop") or ``preempted`` ("preempt"),
+      whether Slurm says CANCELLED (scancel) or FAILED (TERM forwarded, exit 143);
+    - CANCELLED -> ``failed`` "cancelled outside praxist_fs";
     - NODE_FAIL, BOOT_FAIL, PREEMPTED (by Slurm) -> ``infrastructure`` (retried like
-      exit 75, counted against the node) unless exit.json says 0;
+      exit 75, counted against the node);
+    - COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY (DEADLINE, ...) -> ``exited`` with
+      exit.json's code, else ``failed`` with the Slurm state as reason;
     - unknown to Slurm (None: purged after MinJobAge, or never there) -> ``exited`` by
       exit.json, else ``lost`` (the caller releases it instead when GO was never
-      journaled: then nothing can have run);
-    - a state this table does not know -> ``running`` until exit.json says otherwise
-      (never taken for success).
+      journaled: then nothing can have run).
     """
     state = slurm_state.state if isinstance(slurm_state, SlurmState) else slurm_state
     reason = slurm_state.reason if isinstance(slurm_state, SlurmState) else ""
     code = exit_json.get("exit_code") if isinstance(exit_json, dict) else None
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
-    if state in PENDING_STATES:
-        return "launching", f"waiting in Slurm: {reason or state}"
+    ended = state is None or state in ENDED_STATES | INFRASTRUCTURE_STATES | {"CANCELLED"}
+    if code is None and not ended:
+        if state in PENDING_STATES:
+            return "launching", f"waiting in Slurm: {reason or state}"
+        if state in RUNNING_STATES:
+            return ("running", f"Slurm {state}") if ready else (
+                "launching", "started in Slurm, waiting for READY")
+        return "running", f"Slurm state {state} (not recognised)"
+    if code == 0:
+        return "exited", "exit 0"
+    if asked in ("cancel", "stop"):
+        return "cancelled", f"cancelled ({asked})"
+    if asked == "preempt":
+        return "preempted", "preempted (Slurm job ended)"
     if state == "CANCELLED":
-        if code == 0:
-            return "exited", "exit 0 (before the cancel took effect)"
-        if asked in ("cancel", "stop"):
-            return "cancelled", f"cancelled ({asked})"
-        if asked == "preempt":
-            return "preempted", "preempted (Slurm job cancelled)"
         return "failed", "cancelled outside praxist_fs"
     if state in INFRASTRUCTURE_STATES:
-        if code == 0:
-            return "exited", "exit 0"
         return "infrastructure", f"Slurm {state}"
-    if state in ENDED_STATES or state is None:
-        if code is not None:
-            return "exited", f"exit {code}" + (f" (Slurm {state})" if state not in (
-                None, "COMPLETED", "FAILED") else "")
-        if state is None:
-            return "lost", "unknown to Slurm and no exit.json"
-        return "failed", f"Slurm {state} without exit.json"
     if code is not None:
-        return "exited", f"exit {code}"
-    if state in RUNNING_STATES:
-        return ("running", f"Slurm {state}") if ready else (
-            "launching", "started in Slurm, waiting for READY")
-    return "running", f"Slurm state {state} (not recognised)"
+        noted = state in ENDED_STATES - {"COMPLETED", "FAILED"}  # TIMEOUT, OUT_OF_MEMORY, ...
+        return "exited", f"exit {code}" + (f" (Slurm {state})" if noted else "")
+    if state is None:
+        return "lost", "unknown to Slurm and no exit.json"
+    return "failed", f"Slurm {state} without exit.json"
 
 
 def entry_script(python: str) -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 
 import pytest
@@ -137,6 +138,20 @@ def test_an_external_scancel_is_cancelled_outside_praxist_fs(backend, tmp_path):
     assert outcome(state, record, None) == ("failed", "cancelled outside praxist_fs")
 
 
+def test_a_stop_signals_every_process_of_the_job(backend, tmp_path):
+    """praxist_fs stops a running attempt with TERM to every process of its job
+    (``scancel --full``): the command ends, exit.json says 143, and since praxist_fs
+    asked, the attempt is cancelled, not failed."""
+    attempt, slurm_id = submit(backend, "stopped", until_file(tmp_path / "never"))
+    backend.release(attempt, go=True)
+    wait_for(lambda: (attempt / "out.log").exists(), timeout=SLURM_S, message="the command")
+    assert backend.signal(slurm_id, signal.SIGTERM)
+    state = ended(backend, slurm_id)
+    record = exit_json(attempt)
+    assert record["exit_code"] == 143
+    assert outcome(state, record, "stop") == ("cancelled", "cancelled (stop)")
+
+
 def test_a_forgotten_job_is_found_by_its_name(backend):
     """A crash between sbatch and the journal: the next coordinator knows only the
     attempt, so the job's deterministic name finds it (adopt, never submit twice)."""
@@ -147,4 +162,5 @@ def test_a_forgotten_job_is_found_by_its_name(backend):
     assert backend.jobs_of_run()[slurm_id].name == name
     backend.release(attempt, go=False)  # not adopted here: ABORT, so nothing runs
     assert ended(backend, slurm_id).name == name
+    assert backend.find(name) == slurm_id  # an ended job too, until Slurm purges it
     assert not (attempt / "exit.json").exists() and not (attempt / "out.log").exists()
