@@ -164,3 +164,24 @@ def test_a_forgotten_job_is_found_by_its_name(backend):
     assert ended(backend, slurm_id).name == name
     assert backend.find(name) == slurm_id  # an ended job too, until Slurm purges it
     assert not (attempt / "exit.json").exists() and not (attempt / "out.log").exists()
+
+
+def test_a_node_set_down_is_an_infrastructure_failure(backend, tmp_path):
+    """A node that goes down under a running attempt: with ``--no-requeue`` Slurm ends
+    the job NODE_FAIL (its processes get TERM, so exit.json says 143), which the mapping
+    makes an infrastructure failure, retried and counted against the node (R-BUD-2),
+    not the command's own failure."""
+    attempt, slurm_id = submit(backend, "node-fail", until_file(tmp_path / "never"))
+    backend.release(attempt, go=True)
+    wait_for(lambda: (attempt / "out.log").exists(), timeout=SLURM_S, message="the command")
+    scontrol = ["scontrol", "update", "nodename=ci0"]
+    subprocess.run([*scontrol, "state=down", "reason=praxist_fs test"], check=True, timeout=30)
+    try:
+        state = ended(backend, slurm_id)
+        assert (state.state, state.nodes) == ("NODE_FAIL", "ci0")
+        assert outcome(state, exit_json(attempt), None) == ("infrastructure", "Slurm NODE_FAIL")
+    finally:
+        subprocess.run([*scontrol, "state=resume"], check=True, timeout=30)
+        wait_for(lambda: subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
+                                        text=True, timeout=30).stdout.strip() == "idle",
+                 timeout=SLURM_S, message="node ci0 idle again")
