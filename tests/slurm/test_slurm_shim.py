@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 
@@ -46,6 +47,7 @@ def test_ready_then_go_runs_the_command_with_slurms_gpus(attempt):
     """READY says where it runs and which GPUs Slurm gave it; the command runs only after
     GO, with Slurm's CUDA_VISIBLE_DEVICES, and its exit is in exit.json and the job's code."""
     spec(attempt, 'echo "gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; exit 3')
+    assert stat.S_IMODE((attempt / "spec.json").stat().st_mode) == 0o600  # secrets
     shim = start(attempt)
     ready = wait_for(lambda: (attempt / "READY").exists() and read(attempt / "READY"),
                      message="READY")
