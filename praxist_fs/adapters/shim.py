@@ -290,11 +290,15 @@ def wait_for_go(attempt_dir, go_fd, timeout, word=None):
     return False  # nothing ran: a later coordinator releases the attempt unconsumed
 
 
-def run(spec, status_fd):
+def run(spec, status_fd, own_group=False, on_start=None):
+    """The command's exit record (the body of exit.json). ``own_group``: the command leads
+    a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
+    told its pid once it runs."""
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
     try:
-        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"))
+        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"),
+                    own_group)
     except OSError as exc:  # the log
         failure = (exc.errno, str(exc))
     except CouldNotStart as exc:  # cwd, exec, a bad argv or env
@@ -305,6 +309,8 @@ def run(spec, status_fd):
         return {"exit_code": 127 if failure[0] == errno.ENOENT else 126, "signal": None,
                 "started_at": started, "ended_at": time.time(),
                 "error": "could not start the command: %s" % failure[1]}
+    if on_start is not None:
+        on_start(pid)
     status = posix.waitpid(pid, 0)[1]  # retried on EINTR (PEP 475): our handlers return
     reap_orphans()
     if posix.WIFSIGNALED(status):
@@ -320,11 +326,12 @@ class CouldNotStart(Exception):
     argv or env."""
 
 
-def start(argv, env, cwd, log_path, status_fd, user=None):
+def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
     """The command's pid, started by posix_spawn: glibc's runs the child in our memory
     (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
     pages are copied nor any Python runs in the child. ``user``: (uid, gid, groups) to
-    run it as, another uid's (R-SEC-3): see start_as.
+    run it as, another uid's (R-SEC-3): see start_as. ``own_group``: in a new process
+    group (the local shim leads its own session, whose group the command shares).
 
     Its dispositions are reset and its signal mask restored before the exec: no signal
     reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
@@ -333,7 +340,7 @@ def start(argv, env, cwd, log_path, status_fd, user=None):
                      0o644)
     try:
         if user is not None:
-            return start_as(user, argv, env, cwd, log, status_fd)
+            return start_as(user, argv, env, cwd, log, status_fd, own_group)
         try:
             posix.chdir(cwd)
         except OSError as exc:
@@ -342,8 +349,10 @@ def start(argv, env, cwd, log_path, status_fd, user=None):
                    (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
                    (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
         mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
+        group = {"setpgroup": 0} if own_group else {}  # None is not "unset" to posix_spawn
         return each_candidate(argv[0], env, lambda candidate: posix.posix_spawn(
-            candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED))
+            candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED,
+            **group))
     finally:
         posix.close(log)
 
@@ -371,7 +380,7 @@ def each_candidate(executable, env, launch):
     raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
 
 
-def start_as(user, argv, env, cwd, log, status_fd):
+def start_as(user, argv, env, cwd, log, status_fd, own_group=False):
     """The command's pid, run as ``user`` = (uid, gid, groups). posix_spawn cannot change
     uids, so the child is forked: it takes the supplementary groups, the gid, then the
     uid (each step needs the rights the next gives up), changes to ``cwd`` as that user,
@@ -392,6 +401,8 @@ def start_as(user, argv, env, cwd, log, status_fd):
             posix.dup2(log, 1)
             posix.dup2(log, 2)
             posix.close(status_fd)  # its EOF: the shim exited
+            if own_group:
+                posix.setpgid(0, 0)
             try:
                 posix.setgroups(groups)
                 posix.setgid(gid)

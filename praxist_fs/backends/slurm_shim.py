@@ -1,0 +1,141 @@
+"""The shim in Slurm mode: the batch script of one attempt's Slurm job (R-DIST-1).
+
+Run by the entry script the Slurm backend submits, as
+``python -S -c BOOTSTRAP ATTEMPT_DIR`` (or ``python -m praxist_fs.backends.slurm_shim
+ATTEMPT_DIR``), on whichever node Slurm chose, with the attempt directory on a
+filesystem every node shares. It speaks to the coordinator through files only, since
+no pipe reaches another node (and NFS caches attributes, so GO and ABORT are found by
+listing the directory, not by stat):
+
+- it refuses to run twice: Slurm restarts a batch script from the top under the same
+  job id (a requeue despite ``--no-requeue``, or a node that came back), and READY, or
+  ``SLURM_RESTART_COUNT`` > 0, says it has run before;
+- it writes READY: host, Slurm job id, the GPUs Slurm gave it, pid and start time;
+- it waits for GO or ABORT (the coordinator journals the Slurm job id with GO first);
+- it runs the command of spec.json (0600, removed once read: it may hold secrets) in a
+  process group of its own, with Slurm's CUDA_VISIBLE_DEVICES and SLURM_* variables;
+- it traps TERM, INT, HUP, USR1 and USR2 (scancel, a time limit, a ``--signal``) and
+  forwards TERM to the command's group, then records the exit in exit.json, fsynced,
+  in the local shim's format, and exits with the command's code.
+
+Reading, running and recording are the local shim's own functions (adapters/shim.py).
+"""
+
+import _signal
+import json
+import os
+import posix
+import sys
+import time
+
+from praxist_fs.adapters import shim
+
+SPEC = "spec.json"
+TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2)
+EX_NOINPUT = 66  # no spec to run
+EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 means elsewhere
+# What Slurm tells the batch script that the command needs too (the GPUs it placed).
+FROM_SLURM = ("CUDA_VISIBLE_DEVICES",)
+_command_group = []  # the pid of the running command, which leads its process group
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or not argv[0].startswith("/"):
+        shim.tell(2, b"usage: slurm_shim ATTEMPT_DIR (an absolute path)\n")
+        return 2
+    return serve(argv[0].rstrip("/") or "/", dict(os.environ))
+
+
+def serve(attempt_dir, environ):
+    """Run the attempt in ``attempt_dir`` once; the batch script's exit code."""
+    restarts = environ.get("SLURM_RESTART_COUNT", "0")
+    if restarts not in ("", "0") or shim.exists(attempt_dir + "/READY"):
+        shim.tell(2, b"praxist_fs: this attempt has run before (Slurm restart count %s); "
+                     b"refusing to run it twice\n" % restarts.encode())
+        return EX_TEMPFAIL
+    for signum in TRAPPED:
+        _signal.signal(signum, forward_term)
+    spec_path = attempt_dir + "/" + SPEC
+    if "ABORT" in listing(attempt_dir):
+        remove(spec_path)
+        return 0
+    try:
+        with open(spec_path, "rb") as handle:
+            spec = json.loads(handle.read())
+    except (OSError, ValueError) as exc:  # no READY: the coordinator sees a failed start
+        shim.tell(2, b"praxist_fs: cannot read the attempt's spec: %s\n" % str(exc).encode())
+        return EX_NOINPUT
+    finally:
+        remove(spec_path)
+    ready = dict(shim.own_identity(), at=time.time(), host=posix.uname().nodename,
+                 slurm_job_id=environ.get("SLURM_JOB_ID"),
+                 cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+    for _ in shim.write_until_written(attempt_dir + "/READY", shim.to_json(ready),
+                                      durable=False):
+        if "ABORT" in listing(attempt_dir):
+            return 0
+    if not wait_for_go(attempt_dir, spec["barrier_timeout_s"]):
+        return 0  # nothing ran: the coordinator releases the attempt unconsumed
+    spec["env"] = command_env(spec["env"], environ)
+    status_fd = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)  # no coordinator pipe
+    try:
+        result = shim.run(spec, status_fd, own_group=True, on_start=_command_group.append)
+    finally:
+        posix.close(status_fd)
+    for _ in shim.write_until_written(attempt_dir + "/exit.json", shim.to_json(result),
+                                      durable=True):
+        pass  # the exit exists only here until written: no giving up
+    return min(result["exit_code"], 255)
+
+
+def command_env(env, environ):
+    """The submitted environment, with Slurm's GPU placement and SLURM_* variables."""
+    env = dict(env)
+    for name, value in environ.items():
+        if name in FROM_SLURM or name.startswith("SLURM_"):
+            env[name] = value
+    return env
+
+
+def forward_term(signum, frame):
+    """Whatever Slurm sends (TERM on scancel or at the time limit, USR1/USR2 ahead of it),
+    the command is asked to end with TERM; we stay to record its exit."""
+    for group in _command_group:
+        try:
+            posix.kill(-group, _signal.SIGTERM)
+        except OSError:
+            pass  # the command's group is gone: its exit is being recorded
+
+
+def listing(directory):
+    """The directory's names, read afresh (a listing refreshes NFS's cached view)."""
+    try:
+        return posix.listdir(directory)
+    except OSError:
+        return ()
+
+
+def wait_for_go(attempt_dir, timeout):
+    """True once GO is there, False on ABORT or when none came in ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        names = listing(attempt_dir)
+        if "ABORT" in names:
+            return False
+        if "GO" in names:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(shim.POLL_SECONDS)
+
+
+def remove(path):
+    try:
+        posix.unlink(path)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/bin/sh
+# A real single-node Slurm for the Slurm backend's tests (as root; idempotent).
+# Installs slurmctld, slurmd, slurm-client and munge with apt-get when missing, writes
+# slurm.conf and gres.conf (one node, ci0, with two fake GPUs) into $PRAXIST_SLURM_DIR
+# (default /tmp/praxist-slurm), starts munged, slurmctld and slurmd, waits until the
+# node is idle, and prints SLURM_CONF=<path> on its last line.
+# The recipe, measured on Debian 12 / Slurm 22.05: docs/SLURM.md, "Testing".
+# Exit 77: Slurm cannot be had here (not root, no apt-get); the reason is on stderr.
+set -eu
+dir=${PRAXIST_SLURM_DIR:-/tmp/praxist-slurm}
+conf=$dir/slurm.conf
+say() { echo "slurm setup: $*" >&2; }
+
+if [ "$(id -u)" != 0 ]; then say "needs root (to install packages and start slurmd)"; exit 77; fi
+if [ -f "$conf" ] && SLURM_CONF=$conf timeout 15 sinfo -h -N -o %T 2>/dev/null | grep -qx idle; then
+    echo "SLURM_CONF=$conf"; exit 0  # already up
+fi
+missing=
+for tool in slurmctld slurmd sbatch munged; do command -v $tool >/dev/null || missing=yes; done
+if [ -n "$missing" ]; then
+    if ! command -v apt-get >/dev/null; then say "Slurm is not installed and there is no apt-get"; exit 77; fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2; then
+        apt-get update >&2 || true
+        apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2 \
+            || { say "apt-get could not install slurmctld slurmd slurm-client munge"; exit 77; }
+    fi
+fi
+
+# munge: a key (0400 munge:munge), its directories, the daemon as munge.
+[ -f /etc/munge/munge.key ] || mungekey --create >&2
+chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
+install -d -o munge -g munge -m0755 /run/munge
+install -d -o munge -g munge -m0700 /var/log/munge /var/lib/munge
+if ! munge -n </dev/null >/dev/null 2>&1; then
+    runuser -u munge -- munged
+    for _ in $(seq 50); do munge -n </dev/null >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+host=$(hostname -s)
+mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+cat >"$conf" <<CONF
+ClusterName=ci
+SlurmctldHost=$host(127.0.0.1)
+SlurmUser=root
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/jobcomp.txt
+AccountingStorageType=accounting_storage/none
+SchedulerParameters=batch_sched_delay=0
+ReturnToService=1
+KillWait=5
+MinJobAge=300
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+SlurmdParameters=config_overrides
+GresTypes=gpu
+NodeName=ci0 NodeAddr=127.0.0.1 NodeHostname=$host CPUs=4 RealMemory=8000 Gres=gpu:fake:2
+PartitionName=main Nodes=ci0 Default=YES MaxTime=INFINITE State=UP
+CONF
+cat >"$dir/gres.conf" <<CONF
+AutoDetect=off
+NodeName=ci0 Name=gpu Type=fake File=/dev/null
+NodeName=ci0 Name=gpu Type=fake File=/dev/zero
+CONF
+
+export SLURM_CONF=$conf
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+pid_alive "$dir/slurmctld.pid" || slurmctld
+for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
+pid_alive "$dir/slurmd.pid" || slurmd -N ci0
+state=
+for _ in $(seq 300); do
+    state=$(sinfo -h -N -o %T 2>/dev/null || true)
+    [ "$state" = idle ] && { echo "SLURM_CONF=$conf"; exit 0; }
+    case $state in down*|drain*) scontrol update nodename=ci0 state=resume >/dev/null 2>&1 || true;; esac
+    sleep 0.1
+done
+say "the node did not become idle in 30 s (sinfo says '$state'); logs in $dir/log"
+exit 1

@@ -1,0 +1,119 @@
+"""The shim in Slurm mode, run as Slurm runs it (the entry script, with SLURM_*
+variables), without Slurm: the file barrier, run-once, signal forwarding, exit.json
+(SPEC R-DIST-1 "the same shim and attempt files on a shared filesystem")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from praxist_fs.backends.slurm import ENTRY, entry_script, write_spec
+from tests.e2e.conftest import wait_for
+
+SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
+
+
+@pytest.fixture
+def attempt(tmp_path):
+    attempt = tmp_path / "attempts" / "j1" / "a1"
+    attempt.mkdir(parents=True)
+    (attempt / ENTRY).write_bytes(entry_script(sys.executable))
+    return attempt
+
+
+def spec(attempt, command, barrier_timeout_s=30.0):
+    write_spec(attempt, {"argv": None, "command": command, "cwd": str(attempt.parent),
+                         "env": {"PATH": os.defpath, "CUDA_VISIBLE_DEVICES": "stale"},
+                         "log": str(attempt / "out.log"), "barrier_timeout_s": barrier_timeout_s})
+
+
+def start(attempt, **env):
+    return subprocess.Popen(["/bin/sh", str(attempt / ENTRY), str(attempt)],
+                            env={"PATH": os.defpath, **SLURM_ENV, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def read(path):
+    return json.loads(path.read_text())
+
+
+def test_ready_then_go_runs_the_command_with_slurms_gpus(attempt):
+    """READY says where it runs and which GPUs Slurm gave it; the command runs only after
+    GO, with Slurm's CUDA_VISIBLE_DEVICES, and its exit is in exit.json and the job's code."""
+    spec(attempt, 'echo "gpus=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; exit 3')
+    assert stat.S_IMODE((attempt / "spec.json").stat().st_mode) == 0o600  # secrets
+    shim = start(attempt)
+    ready = wait_for(lambda: (attempt / "READY").exists() and read(attempt / "READY"),
+                     message="READY")
+    assert (ready["slurm_job_id"], ready["cuda_visible_devices"]) == ("77", "1")
+    assert ready["host"] == os.uname().nodename and ready["pid"] > 0
+    assert not (attempt / "spec.json").exists()  # it may hold secrets
+    assert not (attempt / "out.log").exists()  # nothing runs before GO
+    (attempt / "GO").touch()
+    assert shim.wait(timeout=30) == 3
+    assert read(attempt / "exit.json")["exit_code"] == 3
+    assert (attempt / "out.log").read_text() == "gpus=1 job=77\n"
+
+
+@pytest.mark.parametrize("why", ["READY", "restart"])
+def test_it_refuses_to_run_twice(attempt, why):
+    """A batch script Slurm starts again (a requeue, a node back) must not run the
+    command a second time."""
+    spec(attempt, "touch ran")
+    env = {}
+    if why == "READY":
+        (attempt / "READY").write_text("{}")
+    else:
+        env["SLURM_RESTART_COUNT"] = "1"
+    (attempt / "GO").touch()
+    shim = start(attempt, **env)
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 75
+    assert b"refusing to run it twice" in out
+    assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
+
+
+def test_abort_never_runs_the_command(attempt):
+    spec(attempt, "touch ran")
+    (attempt / "ABORT").touch()
+    assert start(attempt).wait(timeout=30) == 0
+    assert not (attempt.parent / "ran").exists() and not (attempt / "spec.json").exists()
+
+
+def test_no_go_in_time_runs_nothing(attempt):
+    """The coordinator died before GO: after the barrier timeout nothing has run, so the
+    next one can release the attempt unconsumed."""
+    spec(attempt, "touch ran", barrier_timeout_s=0.3)
+    assert start(attempt).wait(timeout=30) == 0
+    assert (attempt / "READY").exists()
+    assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
+def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
+    """Slurm's scancel, time limit or ``--signal`` reach the batch script: the shim
+    forwards TERM to the command's own process group and records its exit (143)."""
+    spec(attempt, "echo started; sleep 60")
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "out.log").exists()
+             and (attempt / "out.log").read_text() == "started\n", message="the command")
+    shim.send_signal(signum)
+    assert shim.wait(timeout=30) == 143
+    assert read(attempt / "exit.json")["signal"] == signal.SIGTERM
+
+
+def test_a_missing_spec_is_said_and_nothing_runs(attempt):
+    """No spec (a coordinator that never wrote it): a message in slurm.out, no READY."""
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 66
+    assert b"cannot read the attempt's spec" in out
+    assert not (attempt / "READY").exists()
