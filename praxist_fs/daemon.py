@@ -147,6 +147,8 @@ class Coordinator:
         self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
         self.done_sweep = float(os.environ.get("PRAXIST_DONE_SWEEP_SECONDS")
                                 or DONE_SWEEP_SECONDS)  # a tuning (and test) knob
+        self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
+                                or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
         self._next_done_sweep = 0.0
         self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
         self._done_since: int | None = None  # when the sweep before it began
@@ -1033,7 +1035,7 @@ class Coordinator:
         every process of the victim is stopped (``_go``)."""
         if (shim := self._shim(job_id, attempt_id)) is None:
             return
-        suspension = fence.Suspension(shim, TSTP_GRACE_SECONDS, time.monotonic())
+        suspension = fence.Suspension(shim, self.tstp_grace, time.monotonic())
         if not suspension.done:
             by = self.sched.jobs[job_id].current.preemptions[-1]["by"]
             self.suspending[(job_id, attempt_id)] = (suspension, by)

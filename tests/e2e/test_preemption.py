@@ -346,9 +346,10 @@ def test_a_slow_sigtstp_handler_holds_up_only_the_job_it_makes_room_for(make_run
     """The SIGTSTP grace is a timer of the coordinator's loop, not a wait in it: while a
     victim that catches SIGTSTP and never stops itself has its 2 s, a job that finds a
     slot free starts and sees the victim still running; the job that preempted it sees
-    it stopped."""
+    it stopped. The grace is lengthened to 10 s, so that a loaded machine's slow launch of
+    the other job cannot pass for a loop that waited."""
     run = make_run(task_text=TWO_SLOTS.format(mode="suspend"))
-    run.start()
+    run.start({"PRAXIST_TSTP_GRACE_SECONDS": "10"})
     work = tmp_path / "work"
     work.mkdir()
     low = run.reply(run.submit(request("stubborn", ["sh", "-c", "trap : TSTP; " +

@@ -20,9 +20,10 @@ for tool in slurmctld slurmd sbatch munged; do command -v $tool >/dev/null || mi
 if [ -n "$missing" ]; then
     if ! command -v apt-get >/dev/null; then say "Slurm is not installed and there is no apt-get"; exit 77; fi
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2; then
-        apt-get update >&2 || true
-        apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2 \
+    apt="apt-get -o Acquire::Retries=1 -o Acquire::http::Timeout=20 -o Acquire::https::Timeout=20"
+    if ! $apt install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2; then
+        $apt update >&2 || true
+        $apt install -y --no-install-recommends slurmctld slurmd slurm-client munge >&2 \
             || { say "apt-get could not install slurmctld slurmd slurm-client munge"; exit 77; }
     fi
 fi
