@@ -3,7 +3,11 @@ the JSON contract, and a prefix of the real Philly trace against a reference mod
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -361,3 +365,142 @@ def test_delays_by_gpu_count_show_what_backfill_does_for_wide_jobs(tmp_path, cap
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     assert ["fcfs", "declared", ">8", "1", "102", "s", "102", "s", "102", "s"] in [
         row[:10] for row in rows]
+
+
+def test_the_task_files_concurrency_cap_holds_unless_uncapped(tmp_path, capsys):
+    """seed 000 "Admission and resource classes": bounded resources are held "through a
+    conservative global experiment cap"; R-SIM-1 (issue 18): the replay honours it and
+    says so. Ten 1-GPU jobs at 0 on 16 GPUs, fcfs.yaml caps 8 at once: two wait 100 s."""
+    path = trace(tmp_path, *(f"j{i},0,100,1,u" for i in range(10)))
+    capped = run_json(capsys, "--trace", str(path), "--gpus", "16", "--policy", str(FCFS))
+    [r] = capped["results"]
+    assert (capped["concurrency"], r["concurrency"]) == ("task file", "task file")
+    assert (r["max_concurrent"], r["peak_running"]) == (8, 8)
+    assert r["mean_delay_s"] == 2 * 100 / 10
+    free = run_json(capsys, "--trace", str(path), "--gpus", "16", "--policy", str(FCFS),
+                    "--uncapped")
+    [r] = free["results"]
+    assert (free["concurrency"], r["concurrency"], r["peak_running"]) == ("uncapped",
+                                                                          "uncapped", 10)
+    assert r["mean_delay_s"] == 0
+    assert main(["simulate", "--trace", str(path), "--gpus", "16", "--policy", str(FCFS)]) == 0
+    assert ("concurrency (fcfs, declared): the task file's limits, at most 8 at once; 8 ran "
+            "at once at the peak") in capsys.readouterr().out
+
+
+def test_suspended_time_shows_apart_from_delay_per_job_and_by_class(tmp_path, capsys):
+    """R-SIM-1 (issue 18): a job started at once and then preempted reports no queueing
+    delay, so its time off the devices is reported beside it, and completion time with
+    it. One GPU: a (ordinary) runs 0-10, is suspended 10-30 while b (mature) runs, and
+    ends at 120; under requeue it waits 10-30 again and reruns to 130."""
+    path = trace(tmp_path, "a,0,100,1,u,60,10,ordinary", "b,10,20,1,v,60,10,mature",
+                 header=FRACTIONAL_HEADER + ",work_class")
+    out = tmp_path / "jobs.csv"
+    doc = run_json(capsys, "--trace", str(path), "--gpus", "1", "--policy", str(PREEMPT),
+                   "--policy", str(REQUEUE), "--jobs-csv", str(out))
+    suspend, requeue = doc["results"]
+    assert suspend["by_class"]["ordinary"] == {
+        "completed": 1, "mean_delay_s": 0, "p50_delay_s": 0, "p95_delay_s": 0,
+        "mean_jct_s": 120, "p95_jct_s": 120, "mean_suspended_s": 20, "mean_slowdown": 1.2,
+        "p95_slowdown": 1.2}
+    assert suspend["by_class"]["mature"]["mean_jct_s"] == 20
+    assert list(suspend["by_class"]) == ["ordinary", "mature"]
+    assert (suspend["mean_suspended_s"], suspend["mean_slowdown"]) == (10, (1.2 + 1) / 2)
+    assert (requeue["by_class"]["ordinary"]["mean_suspended_s"],
+            requeue["by_class"]["ordinary"]["mean_jct_s"]) == (20, 130)
+    assert suspend["by_gpus"]["1"]["p95_jct_s"] == pytest.approx(20 + 0.95 * 100)
+    rows = out.read_text().splitlines()
+    assert rows[0] == ("policy,placement,job_id,user,work_class,gpus,submit_s,start_s,end_s,"
+                       "duration_s,delay_s,suspended_s,jct_s,slowdown,preemptions,devices")
+    assert rows[1:] == ["preempt,declared,a,u,ordinary,1,0,0,120,100,0,20,120,1.2,1,0",
+                        "preempt,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0",
+                        "requeue,declared,a,u,ordinary,1,0,0,130,100,0,20,130,1.3,1,0",
+                        "requeue,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0"]
+
+
+def test_jobs_csv_lists_every_job_with_its_devices_and_the_unrunnable_empty(tmp_path, capsys):
+    """R-SIM-1 (issue 18): one row per job. w takes both GPUs after a ends; big never
+    fits; a's row names its device."""
+    path = trace(tmp_path, "a,0,10,1,u", "w,1,5,2,v", "big,2,5,3,v")
+    out = tmp_path / "jobs.csv"
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv", str(out)]) == 0
+    rows = {row["job_id"]: row for row in csv.DictReader(out.open())}
+    assert list(rows) == ["a", "w", "big"]
+    assert (rows["a"]["devices"], rows["w"]["devices"]) == ("0", "0 1")
+    # w waits 1-10 for a's GPU, ends at 15: (15 - 1) / 5
+    assert (rows["w"]["start_s"], rows["w"]["delay_s"], rows["w"]["slowdown"]) == ("10", "9",
+                                                                                 "2.8")
+    assert (rows["big"]["start_s"], rows["big"]["end_s"], rows["big"]["jct_s"]) == ("", "", "")
+    capsys.readouterr()
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv",
+                 str(tmp_path / "no" / "such" / "jobs.csv")]) == 2
+    assert "--jobs-csv" in capsys.readouterr().err
+
+
+def test_the_simulated_device_is_set_by_model_and_memory(tmp_path, capsys):
+    """R-SIM-1 (issue 18): --gpu-memory-gb and --gpu-model set the device. Two jobs of
+    30% and 50 GiB share an H200 (140 GiB) but not an 80 GiB device; 100 GiB fits on
+    neither of those, it is unrunnable on 80 GiB."""
+    path = trace(tmp_path, "a,0,10,1,u,30,50", "b,0,10,1,u,30,50", header=FRACTIONAL_HEADER)
+    h200 = run_json(capsys, "--trace", str(path), "--gpus", "1")
+    assert (h200["gpu_model"], h200["gpu_memory_mib"]) == ("NVIDIA H200", 143771)
+    assert h200["results"][0]["mean_delay_s"] == 0
+    small = run_json(capsys, "--trace", str(path), "--gpus", "1", "--gpu-memory-gb", "80",
+                     "--gpu-model", "NVIDIA A100 80GB")
+    assert (small["gpu_model"], small["gpu_memory_mib"]) == ("NVIDIA A100 80GB", 81920)
+    assert small["results"][0]["mean_delay_s"] == 5   # b waits for a
+    fat = trace(tmp_path, "f,0,10,1,u,30,100", header=FRACTIONAL_HEADER)
+    r = replay(load_trace(fat), gpus=1, policy=load_policy(None),
+               device=SimulatedGpu(memory_mib=81920))
+    assert r.completed == 0
+    assert r.unrunnable[0]["reason"].startswith("gpu memory: no device with 100 GiB headroom")
+    for flags, problem in ((["--gpu-memory-gb", "0"], "--gpu-memory-gb must be > 0"),
+                           (["--gpu-model", " "], "--gpu-model must not be empty")):
+        assert main(["simulate", "--trace", str(path), "--gpus", "1", *flags]) == 2
+        assert problem in capsys.readouterr().err
+
+
+def test_deterministic_json_is_the_same_bytes_in_two_processes(tmp_path):
+    """R-SIM-1 (issue 18): the same command prints the same bytes; the wall time, which
+    differs, goes to stderr. Two processes with different hash seeds, noisy ETAs,
+    shared GPUs, preemption and a backfill reservation."""
+    lines = [f"j{i},{i * 7 % 50},{10 + i * 13 % 90},{1 + i % 3},u{i % 4},{30 + i % 5 * 10},"
+             f"{10 + i % 4 * 20},{('ordinary', 'mature', 'scout')[i % 3]}" for i in range(60)]
+    path = trace(tmp_path, *lines, header=FRACTIONAL_HEADER + ",work_class")
+    outputs = []
+    for hash_seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "praxist_fs", "simulate", "--trace", str(path), "--gpus",
+             "4", "--policy", str(PREEMPT), "--policy", str(BACKFILL), "--eta-noise", "0.5",
+             "--json", "--deterministic"],
+            capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed}, check=True)
+        outputs.append(done.stdout)
+        assert done.stderr.decode().count("replayed in") == 2
+    assert outputs[0] == outputs[1]
+    doc = json.loads(outputs[0])
+    assert all("wall_s" not in r for r in doc["results"])
+    assert sum(r["completed"] for r in doc["results"]) == 120
+
+
+def test_rounds_that_start_nothing_new_are_a_livelock_naming_the_jobs():
+    """R-SIM-1 (issue 18): the simulator refuses to spin. Jobs pushed back and forth at
+    one instant by different preemptors (so no one pair repeats beyond the core's bound)
+    stop the replay after MAX_IDLE_ROUNDS rounds that start no job not yet run there."""
+    names = ["A", "B", *(f"P{i}" for i in range(MAX_IDLE_ROUNDS + 2))]
+    jobs = {n: JobRecord(TraceJob(job_id=n, submit_s=0, duration_s=1, gpus=1, user="u"))
+            for n in names}
+    watch = Watch("policy p (declared)")
+    start = [AttemptLaunched(at=5.0, job_id="A", attempt_id="a1", gpus=()),
+             AttemptLaunched(at=5.0, job_id="B", attempt_id="b1", gpus=())]
+    watch.round(5.0, start, jobs)  # progress: A and B start
+    for i in range(MAX_IDLE_ROUNDS):
+        watch.round(5.0, [AttemptPreempted(at=5.0, job_id="A", attempt_id="a", mode="requeue",
+                                           by=f"P{i}", reason="r"), start[1]], jobs)
+    with pytest.raises(Livelock) as caught:
+        watch.round(5.0, [AttemptPreempted(at=5.0, job_id="B", attempt_id="b", mode="requeue",
+                                           by="P0", reason="r"), start[0]], jobs)
+    assert str(caught.value) == (
+        f"policy p (declared): livelock at t=5 s: {MAX_IDLE_ROUNDS + 1} rounds of decisions "
+        "in a row started no new job while the clock stood still; jobs involved: A, B")
+    watch.round(6.0, [], jobs)  # the clock moved on: counting starts again
+    assert watch.idle_rounds == 0
