@@ -33,6 +33,7 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from .core.admission import upper_bound
 from .core.observations import GpuSample, PressureSample
 from .core.policy import WORK_CLASSES, Policy, Profile
 from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
+from .core.model import Job
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
@@ -166,6 +168,42 @@ def _trace_job(cells: dict[str, str], where: str) -> TraceJob:
     return TraceJob(job_id=cells["job_id"], submit_s=number("submit_s", 0, above=False),
                     duration_s=number("duration_s", 0, above=True), gpus=int(cells["gpus"]),
                     user=cells["user"], **optional)
+
+
+def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
+                       since: float | None = None) -> tuple[list[TraceJob], Counter[str]]:
+    """A run's own jobs as a trace (``--from-run``), so a task file can be judged on the
+    workload it will meet: each job submitted at or after ``since`` whose last attempt
+    ended, with its submit time (the first of them is 0), peer, work class, its profile's
+    declared GPU demand, and the run time it actually had (suspensions taken out). The
+    jobs left out, counted by why."""
+    chosen: list[tuple[Job, Profile, float]] = []
+    left_out: Counter[str] = Counter()
+    for job in sorted(jobs, key=lambda j: (j.submitted_at, j.order)):
+        if since is not None and job.submitted_at < since:
+            continue
+        ran = [a for a in job.attempts if a.ended_at is not None]
+        profile = profiles.get(job.profile)
+        if not ran:
+            left_out["never ended an attempt (queued, running or cancelled before it ran)"] += 1
+        elif profile is None:
+            left_out[f"profile {job.profile!r} is no longer in the run's task file"] += 1
+        elif profile.accelerator != "gpu" or profile.gpu_count < 1:
+            left_out["uses no GPU"] += 1
+        else:
+            last = ran[-1]
+            suspended = sum(p["resumed_at"] - p["at"] for p in last.preemptions
+                            if p.get("mode") == "suspend" and p.get("resumed_at") is not None)
+            # a job that ended within the clock's resolution still ran: one millisecond
+            chosen.append((job, profile, max(last.ended_at - last.started_at - suspended,
+                                             1e-3)))
+    origin = chosen[0][0].submitted_at if chosen else 0.0
+    trace = [TraceJob(job_id=job.job_id, submit_s=job.submitted_at - origin, duration_s=run_s,
+                      gpus=profile.gpu_count, user=job.request.peer,
+                      gpu_util_pct=profile.gpu_utilization_pct,
+                      gpu_mem_gb=profile.gpu_memory_gb, work_class=job.request.work_class)
+             for job, profile, run_s in chosen]
+    return trace, left_out
 
 
 # --- one replay -----------------------------------------------------------------
