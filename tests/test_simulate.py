@@ -18,9 +18,12 @@ from praxist_fs.cli import main
 from praxist_fs.commands import simulate as simulate_command
 from praxist_fs.config import load_policy
 from praxist_fs.core.events import AttemptLaunched, AttemptPreempted
+from praxist_fs.core.model import Attempt, Job
+from praxist_fs.core.policy import Profile
+from praxist_fs.core.request import Request
 from praxist_fs.simulate import (
     MAX_IDLE_ROUNDS, JobRecord, Livelock, SimulatedGpu, TraceError, TraceJob, Watch, load_trace,
-    percentile, replay,
+    percentile, replay, trace_from_history,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -504,3 +507,45 @@ def test_rounds_that_start_nothing_new_are_a_livelock_naming_the_jobs():
         "in a row started no new job while the clock stood still; jobs involved: A, B")
     watch.round(6.0, [], jobs)  # the clock moved on: counting starts again
     assert watch.idle_rounds == 0
+
+
+def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
+    """R-SIM-1 (issue 18 item 6): a job's run time is its last attempt's, less the time
+    it was suspended; jobs that never ended, use no GPU or whose profile is gone are left
+    out and counted; ``since`` keeps the later submissions, the first of them at 0."""
+    profiles = {"one": Profile(name="one", accelerator="gpu", gpu_count=1,
+                               gpu_utilization_pct=45, gpu_memory_gb=20),
+                "two": Profile(name="two", accelerator="gpu", gpu_count=2),
+                "cpu": Profile(name="cpu", accelerator="cpu")}
+
+    def job(tag: str, at: float, profile: str, *attempts: Attempt) -> Job:
+        return Job(job_id=f"{tag}-id", request=Request(request_id=tag, peer="alice", tag=tag,
+                                                       work_class="mature"),
+                   profile=profile, fingerprint=tag, submitted_at=at, order=int(at),
+                   attempts=list(attempts))
+
+    requeued = Attempt(attempt_id="a1", number=1, round=1, started_at=105, ended_at=107)
+    suspended = Attempt(attempt_id="a2", number=2, round=1, started_at=110, ended_at=200,
+                        preemptions=({"at": 120, "mode": "suspend", "by": "x", "reason": "r",
+                                      "resumed_at": 150},))
+    history = [job("old", 10, "one", Attempt(attempt_id="a1", number=1, round=1,
+                                              started_at=10, ended_at=20)),
+               job("wide", 100, "two", requeued, suspended),
+               job("narrow", 103, "one", Attempt(attempt_id="a1", number=1, round=1,
+                                                  started_at=103, ended_at=113)),
+               job("waiting", 104, "one"),
+               job("cpu", 105, "cpu", Attempt(attempt_id="a1", number=1, round=1,
+                                               started_at=105, ended_at=106)),
+               job("gone", 106, "dropped", Attempt(attempt_id="a1", number=1, round=1,
+                                                    started_at=106, ended_at=107))]
+    trace, left_out = trace_from_history(history, profiles, since=50)
+    assert trace == [
+        TraceJob(job_id="wide-id", submit_s=0, duration_s=90 - 30, gpus=2, user="alice",
+                 work_class="mature"),
+        TraceJob(job_id="narrow-id", submit_s=3, duration_s=10, gpus=1, user="alice",
+                 gpu_util_pct=45, gpu_mem_gb=20, work_class="mature")]
+    assert left_out == {
+        "never ended an attempt (queued, running or cancelled before it ran)": 1,
+        "uses no GPU": 1, "profile 'dropped' is no longer in the run's task file": 1}
+    assert [j.job_id for j in trace_from_history(history, profiles)[0]] == [
+        "old-id", "wide-id", "narrow-id"]
