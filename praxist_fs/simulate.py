@@ -192,11 +192,8 @@ def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
             left_out["uses no GPU"] += 1
         else:
             last = ran[-1]
-            suspended = sum(p["resumed_at"] - p["at"] for p in last.preemptions
-                            if p.get("mode") == "suspend" and p.get("resumed_at") is not None)
             # a job that ended within the clock's resolution still ran: one millisecond
-            chosen.append((job, profile, max(last.ended_at - last.started_at - suspended,
-                                             1e-3)))
+            chosen.append((job, profile, max(last.active_seconds(last.ended_at), 1e-3)))
     origin = chosen[0][0].submitted_at if chosen else 0.0
     trace = [TraceJob(job_id=job.job_id, submit_s=job.submitted_at - origin, duration_s=run_s,
                       gpus=profile.gpu_count, user=job.request.peer,
