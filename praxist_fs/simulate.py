@@ -39,16 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
+from .core.admission import upper_bound
 from .core.effects import WriteReply
 from .core.events import (
     AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted, Event,
     HostSampled, RequestSeen,
 )
-from .core.admission import upper_bound
+from .core.model import Job
 from .core.observations import GpuSample, PressureSample
 from .core.policy import WORK_CLASSES, Policy, Profile
 from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
-from .core.model import Job
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
@@ -239,12 +239,12 @@ class JobRecord:
     @property
     def slowdown(self) -> float | None:
         """Completion time over the job's own run time: 1 when it never waited."""
-        return None if self.end is None else (self.end - self.job.submit_s) / self.job.duration_s
+        return None if self.jct_s is None else self.jct_s / self.job.duration_s
 
     def row(self, policy: str, placement: str) -> dict[str, Any]:
         """Its ``--jobs-csv`` row (``JOB_COLUMNS``); a job that never ended has empty cells."""
-        def cell(value: float | None) -> str:
-            return "" if value is None else f"{value:g}"
+        def cell(value: float | None) -> str:  # to the microsecond, no exponent
+            return "" if value is None else f"{round(value, 6):.15g}"
 
         return {"policy": policy, "placement": placement, "job_id": self.job.job_id,
                 "user": self.job.user, "work_class": self.job.work_class or "ordinary",
@@ -252,7 +252,7 @@ class JobRecord:
                 "start_s": cell(self.start), "end_s": cell(self.end),
                 "duration_s": cell(self.job.duration_s), "delay_s": cell(self.delay_s),
                 "suspended_s": cell(self.suspended_s), "jct_s": cell(self.jct_s),
-                "slowdown": cell(None if self.slowdown is None else round(self.slowdown, 6)),
+                "slowdown": cell(self.slowdown),
                 "preemptions": self.preemptions,
                 "devices": " ".join(str(d) for d in sorted(self.devices))}
 

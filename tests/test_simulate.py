@@ -423,12 +423,13 @@ def test_suspended_time_shows_apart_from_delay_per_job_and_by_class(tmp_path, ca
 
 def test_jobs_csv_lists_every_job_with_its_devices_and_the_unrunnable_empty(tmp_path, capsys):
     """R-SIM-1 (issue 18): one row per job. w takes both GPUs after a ends; big never
-    fits; a's row names its device."""
-    path = trace(tmp_path, "a,0,10,1,u", "w,1,5,2,v", "big,2,5,3,v")
+    fits; a's row names its device; a time 57 days in keeps its digits."""
+    path = trace(tmp_path, "a,0,10,1,u", "w,1,5,2,v", "big,2,5,3,v", "late,4976543.25,0.5,1,u")
     out = tmp_path / "jobs.csv"
     assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv", str(out)]) == 0
     rows = {row["job_id"]: row for row in csv.DictReader(out.open())}
-    assert list(rows) == ["a", "w", "big"]
+    assert list(rows) == ["a", "w", "big", "late"]
+    assert (rows["late"]["submit_s"], rows["late"]["end_s"]) == ("4976543.25", "4976543.75")
     assert (rows["a"]["devices"], rows["w"]["devices"]) == ("0", "0 1")
     # w waits 1-10 for a's GPU, ends at 15: (15 - 1) / 5
     assert (rows["w"]["start_s"], rows["w"]["delay_s"], rows["w"]["slowdown"]) == ("10", "9",
