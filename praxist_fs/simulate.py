@@ -88,6 +88,9 @@ class TraceJob:
     gpu_util_pct: float | None = None
     gpu_mem_gb: float | None = None
     work_class: str | None = None  # None: the request's default
+    # what the job's peer declared (a run's history); None: its duration, the exact ETA
+    # (noisy with --eta-noise)
+    eta_s: float | None = None
 
 
 # --- the trace ----------------------------------------------------------------
@@ -175,7 +178,8 @@ def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
     """A run's own jobs as a trace (``--from-run``), so a task file can be judged on the
     workload it will meet: each job submitted at or after ``since`` whose last attempt
     ended, with its submit time (the first of them is 0), peer, work class, its profile's
-    declared GPU demand, and the run time it actually had (suspensions taken out). The
+    declared GPU demand, the ETA its peer gave, and the run time it actually had
+    (suspensions taken out). The
     jobs left out, counted by why."""
     chosen: list[tuple[Job, Profile, float]] = []
     left_out: Counter[str] = Counter()
@@ -198,7 +202,8 @@ def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
     trace = [TraceJob(job_id=job.job_id, submit_s=job.submitted_at - origin, duration_s=run_s,
                       gpus=profile.gpu_count, user=job.request.peer,
                       gpu_util_pct=profile.gpu_utilization_pct,
-                      gpu_mem_gb=profile.gpu_memory_gb, work_class=job.request.work_class)
+                      gpu_mem_gb=profile.gpu_memory_gb, work_class=job.request.work_class,
+                      eta_s=job.request.eta_s)
              for job, profile, run_s in chosen]
     return trace, left_out
 
@@ -509,7 +514,8 @@ class Watch:
 def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise: float,
             rng: random.Random) -> str:
     """One request file's bytes through ``parse_request``, as the spool would read them."""
-    eta = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
+    noisy = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
+    eta = noisy if job.eta_s is None else job.eta_s
     name = f"{job.job_id}.json"
     data = json.dumps({"peer": job.user, "tag": job.job_id, "profile": profile,
                        "argv": ["trace-job", job.job_id], "eta_s": min(eta, MAX_ETA_S),

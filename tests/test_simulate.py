@@ -513,15 +513,17 @@ def test_rounds_that_start_nothing_new_are_a_livelock_naming_the_jobs():
 def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
     """R-SIM-1 (issue 18 item 6): a job's run time is its last attempt's, less the time
     it was suspended; jobs that never ended, use no GPU or whose profile is gone are left
-    out and counted; ``since`` keeps the later submissions, the first of them at 0."""
+    out and counted; ``since`` keeps the later submissions, the first of them at 0; the
+    ETA a peer gave goes with its job."""
     profiles = {"one": Profile(name="one", accelerator="gpu", gpu_count=1,
                                gpu_utilization_pct=45, gpu_memory_gb=20),
                 "two": Profile(name="two", accelerator="gpu", gpu_count=2),
                 "cpu": Profile(name="cpu", accelerator="cpu")}
 
-    def job(tag: str, at: float, profile: str, *attempts: Attempt) -> Job:
+    def job(tag: str, at: float, profile: str, *attempts: Attempt, eta: float | None = None
+            ) -> Job:
         return Job(job_id=f"{tag}-id", request=Request(request_id=tag, peer="alice", tag=tag,
-                                                       work_class="mature"),
+                                                       work_class="mature", eta_s=eta),
                    profile=profile, fingerprint=tag, submitted_at=at, order=int(at),
                    attempts=list(attempts))
 
@@ -533,7 +535,7 @@ def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
                                               started_at=10, ended_at=20)),
                job("wide", 100, "two", requeued, suspended),
                job("narrow", 103, "one", Attempt(attempt_id="a1", number=1, round=1,
-                                                  started_at=103, ended_at=113)),
+                                                  started_at=103, ended_at=113), eta=30),
                job("waiting", 104, "one"),
                job("cpu", 105, "cpu", Attempt(attempt_id="a1", number=1, round=1,
                                                started_at=105, ended_at=106)),
@@ -544,7 +546,7 @@ def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
         TraceJob(job_id="wide-id", submit_s=0, duration_s=90 - 30, gpus=2, user="alice",
                  work_class="mature"),
         TraceJob(job_id="narrow-id", submit_s=3, duration_s=10, gpus=1, user="alice",
-                 gpu_util_pct=45, gpu_mem_gb=20, work_class="mature")]
+                 gpu_util_pct=45, gpu_mem_gb=20, work_class="mature", eta_s=30)]
     assert left_out == {
         "never ended an attempt (queued, running or cancelled before it ran)": 1,
         "uses no GPU": 1, "profile 'dropped' is no longer in the run's task file": 1}
