@@ -1,7 +1,8 @@
 """Wall time of a `praxist-fs simulate` replay of the full Philly trace (15,000 jobs).
 
     .venv/bin/python bench/bench_simulate.py [--gpus 64] [--limit N] [--policy TASK.yaml]
-                                             [--placement declared] [--profile OUT.pstats]
+                                             [--placement declared] [--uncapped]
+                                             [--profile OUT.pstats]
 
 Prints one JSON object: the replay's wall time (``wall_s``, trace loading excluded), its
 metrics (``by_gpus``: the delays by job size) and how many clock steps (one
@@ -30,6 +31,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--policy", help="task YAML (default: the embedded seed contract)")
     parser.add_argument("--placement", default="declared", choices=("declared", "exclusive"))
+    parser.add_argument("--uncapped", action="store_true",
+                        help="lift the task file's concurrency cap, as simulate --uncapped "
+                        "(the numbers in docs/SIMULATE.md, Performance, were taken so)")
     parser.add_argument("--profile", metavar="OUT.pstats")
     args = parser.parse_args()
     jobs = load_trace(args.trace, args.limit)
@@ -38,6 +42,7 @@ def main() -> None:
     if profiler:
         profiler.enable()
     result = replay(jobs, gpus=args.gpus, policy=policy, placement=args.placement,
+                    uncapped=args.uncapped,
                     name=Path(args.policy).stem if args.policy else "default")
     if profiler:
         profiler.disable()

@@ -8,16 +8,19 @@ duration implies. The clock is virtual and jumps from one arrival or
 completion to the next; the GPUs are N idle H200-like devices in the
 documented fake inventory format, placed by the core's own per-device limits.
 
-What the replay neutralizes, because the trace says nothing about it: the
-concurrency cap (raised to the job count, so GPUs are the only constraint)
-and host pressure (one calm sample). Each trace job gets a generated profile:
+The task file's concurrency limits hold as on a calm host, where the target sits at
+``max_concurrent_experiments`` (``auto``: 8, the cap bound); ``uncapped`` raises them to
+the job count, so GPUs are the only constraint. Host pressure, which the trace says
+nothing about, is one calm sample. Each trace job gets a generated profile:
 ``gpus`` devices, exclusive unless the trace declares ``gpu_util_pct`` and
 ``gpu_mem_gb`` (and placement is ``declared``), and the trace's ``work_class``, which
 selects its queue. Preemptions (R-POL-3) are the core's too; the virtual world carries
 them out: a suspended job's remaining run time is frozen until it resumes, and a job
 preempted for requeue ends at once and later runs again from zero. A core that went on
 preempting the same jobs without the clock moving would never let the replay end: it is
-reported as a livelock instead (R-SIM-1, ``Watch``). See docs/SIMULATE.md.
+reported as a livelock instead (R-SIM-1, ``Watch``). Each job's own record (``JobRecord``:
+first start, time off its devices after it, end, preemptions, devices) is what every
+summary is computed from. See docs/SIMULATE.md.
 """
 
 from __future__ import annotations
@@ -30,16 +33,19 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
+from .core.admission import upper_bound
 from .core.effects import WriteReply
 from .core.events import (
     AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted, Event,
     HostSampled, RequestSeen,
 )
+from .core.model import Job
 from .core.observations import GpuSample, PressureSample
 from .core.policy import WORK_CLASSES, Policy, Profile
 from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
@@ -53,9 +59,15 @@ SHARE_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
 OPTIONAL_COLUMNS = (*SHARE_COLUMNS, "work_class")
 PLACEMENTS = ("declared", "exclusive")
 H200_MIB = 143771            # what NVML reports for an H200 (fixtures/gpus/eight_h200.json)
+H200_MODEL = "NVIDIA H200"
 MAX_ETA_S = 365 * 86400      # the request's eta_s limit
-METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "gpu_utilization",
+METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "p95_jct_s",
+           "mean_suspended_s", "mean_slowdown", "p95_slowdown", "gpu_utilization",
            "preemptions")
+MAX_IDLE_ROUNDS = 50         # decision rounds at one instant that start nothing new
+JOB_COLUMNS = ("policy", "placement", "job_id", "user", "work_class", "gpus", "submit_s",
+               "start_s", "end_s", "duration_s", "delay_s", "suspended_s", "jct_s",
+               "slowdown", "preemptions", "devices")
 
 
 class TraceError(PraxistError):
@@ -76,6 +88,9 @@ class TraceJob:
     gpu_util_pct: float | None = None
     gpu_mem_gb: float | None = None
     work_class: str | None = None  # None: the request's default
+    # what the job's peer declared (a run's history); None: its duration, the exact ETA
+    # (noisy with --eta-noise)
+    eta_s: float | None = None
 
 
 # --- the trace ----------------------------------------------------------------
@@ -158,7 +173,93 @@ def _trace_job(cells: dict[str, str], where: str) -> TraceJob:
                     user=cells["user"], **optional)
 
 
+def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
+                       since: float | None = None) -> tuple[list[TraceJob], Counter[str]]:
+    """A run's own jobs as a trace (``--from-run``), so a task file can be judged on the
+    workload it will meet: each job submitted at or after ``since`` whose last attempt
+    ended, with its submit time (the first of them is 0), peer, work class, its profile's
+    declared GPU demand, the ETA its peer gave, and the run time it actually had
+    (suspensions taken out). The
+    jobs left out, counted by why."""
+    chosen: list[tuple[Job, Profile, float]] = []
+    left_out: Counter[str] = Counter()
+    for job in sorted(jobs, key=lambda j: (j.submitted_at, j.order)):
+        if since is not None and job.submitted_at < since:
+            continue
+        ran = [a for a in job.attempts if a.ended_at is not None]
+        profile = profiles.get(job.profile)
+        if not ran:
+            left_out["never ended an attempt (queued, running or cancelled before it ran)"] += 1
+        elif profile is None:
+            left_out[f"profile {job.profile!r} is no longer in the run's task file"] += 1
+        elif profile.accelerator != "gpu" or profile.gpu_count < 1:
+            left_out["uses no GPU"] += 1
+        else:
+            last = ran[-1]
+            # a job that ended within the clock's resolution still ran: one millisecond
+            chosen.append((job, profile, max(last.active_seconds(last.ended_at), 1e-3)))
+    origin = chosen[0][0].submitted_at if chosen else 0.0
+    trace = [TraceJob(job_id=job.job_id, submit_s=job.submitted_at - origin, duration_s=run_s,
+                      gpus=profile.gpu_count, user=job.request.peer,
+                      gpu_util_pct=profile.gpu_utilization_pct,
+                      gpu_mem_gb=profile.gpu_memory_gb, work_class=job.request.work_class,
+                      eta_s=job.request.eta_s)
+             for job, profile, run_s in chosen]
+    return trace, left_out
+
+
 # --- one replay -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedGpu:
+    """The simulated device: what ``--gpu-model`` and ``--gpu-memory-gb`` set."""
+
+    model: str = H200_MODEL
+    memory_mib: int = H200_MIB
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """One trace job as the replay saw it. ``start`` is its first start: the queueing
+    delay ends there, and every later stretch off its devices (suspended, or requeued
+    and waiting again) is ``suspended_s``, so preemption cannot hide waiting."""
+
+    job: TraceJob
+    start: float | None = None
+    end: float | None = None
+    suspended_s: float = 0.0
+    preemptions: int = 0
+    devices: set[int] = field(default_factory=set)
+    off_since: float | None = None  # preempted at, until it runs again
+
+    @property
+    def delay_s(self) -> float | None:
+        return None if self.start is None else self.start - self.job.submit_s
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end is None else self.end - self.job.submit_s
+
+    @property
+    def slowdown(self) -> float | None:
+        """Completion time over the job's own run time: 1 when it never waited."""
+        return None if self.jct_s is None else self.jct_s / self.job.duration_s
+
+    def row(self, policy: str, placement: str) -> dict[str, Any]:
+        """Its ``--jobs-csv`` row (``JOB_COLUMNS``); a job that never ended has empty cells."""
+        def cell(value: float | None) -> str:  # to the microsecond, no exponent
+            return "" if value is None else f"{round(value, 6):.15g}"
+
+        return {"policy": policy, "placement": placement, "job_id": self.job.job_id,
+                "user": self.job.user, "work_class": self.job.work_class or "ordinary",
+                "gpus": self.job.gpus, "submit_s": cell(self.job.submit_s),
+                "start_s": cell(self.start), "end_s": cell(self.end),
+                "duration_s": cell(self.job.duration_s), "delay_s": cell(self.delay_s),
+                "suspended_s": cell(self.suspended_s), "jct_s": cell(self.jct_s),
+                "slowdown": cell(self.slowdown),
+                "preemptions": self.preemptions,
+                "devices": " ".join(str(d) for d in sorted(self.devices))}
 
 
 @dataclass(slots=True)
@@ -175,30 +276,48 @@ class Result:
     p50_delay_s: float | None
     p95_delay_s: float | None
     mean_jct_s: float | None
+    p95_jct_s: float | None
+    mean_suspended_s: float | None
+    mean_slowdown: float | None
+    p95_slowdown: float | None
     gpu_utilization: float | None
     preemptions: int
     makespan_s: float | None
     wall_s: float
+    # the task file's limits ("task file") or lifted ("uncapped"); the cap and the most
+    # jobs that ran at once under it
+    concurrency: str
+    max_concurrent: int
+    peak_running: int
     series: list[tuple[float, int, float]] = field(repr=False)  # (t, queued, busy GPUs)
-    # the delays of the completed jobs by GPU count (``size_class``): "1" ... "8", ">8"
+    # the completed jobs' summaries by GPU count (``size_class``): "1" ... "8", ">8"
     by_gpus: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
+    # and by work class: "scout", "ordinary", "mature" (those the trace has)
+    by_class: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
     # (victim, preemptor) trace job ids -> how often the core preempted one for the other
     preempted: Counter[tuple[str, str]] = field(default_factory=Counter)
+    records: list[JobRecord] = field(default_factory=list, repr=False)  # every trace job
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, wall: bool = True) -> dict[str, Any]:
+        """The JSON result; ``wall=False`` (``--deterministic``) leaves out the one field
+        that differs between two runs of the same replay."""
         return {"policy": self.policy, "placement": self.placement, "gpus": self.gpus,
                 "jobs": self.jobs, "completed": self.completed,
                 **{name: getattr(self, name) for name in METRICS},
-                "makespan_s": self.makespan_s, "wall_s": round(self.wall_s, 3),
-                "by_gpus": self.by_gpus, "unrunnable": self.unrunnable,
+                "makespan_s": self.makespan_s,
+                **({"wall_s": round(self.wall_s, 3)} if wall else {}),
+                "concurrency": self.concurrency, "max_concurrent": self.max_concurrent,
+                "peak_running": self.peak_running,
+                "by_gpus": self.by_gpus, "by_class": self.by_class,
+                "unrunnable": self.unrunnable,
                 "preempted": [{"job_id": victim, "by": by, "times": times}
                               for (victim, by), times in sorted(self.preempted.items())]}
 
 
-def fake_inventory(count: int) -> GpuSample:
-    """``count`` idle H200s, through the same parser as ``serve --fake-gpus``."""
-    devices = [{"uuid": f"GPU-sim-{i}", "index": i, "name": "NVIDIA H200 (simulated)",
-                "memory_total_mib": H200_MIB} for i in range(count)]
+def fake_inventory(count: int, device: SimulatedGpu = SimulatedGpu()) -> GpuSample:
+    """``count`` idle ``device``s, through the same parser as ``serve --fake-gpus``."""
+    devices = [{"uuid": f"GPU-sim-{i}", "index": i, "name": f"{device.model} (simulated)",
+                "memory_total_mib": device.memory_mib} for i in range(count)]
     return GpuSample(source="fake", devices=parse_fake_inventory(json.dumps({"devices": devices})))
 
 
@@ -211,37 +330,47 @@ def profile_for(job: TraceJob, placement: str) -> Profile:
                    gpu_memory_gb=mem)
 
 
-def simulation_policy(policy: Policy, profiles: list[Profile], jobs: int) -> Policy:
-    """The policy with the trace's profiles added and no slot cap below the job count."""
-    cap = max(1, jobs, policy.min_concurrent_experiments)
-    return replace(policy, profiles={**policy.profiles, **{p.name: p for p in profiles}},
-                   initial_concurrent_experiments=cap, max_concurrent_experiments=cap)
+def simulation_policy(policy: Policy, profiles: list[Profile], jobs: int,
+                      uncapped: bool = False) -> Policy:
+    """The policy with the trace's profiles added. Its concurrency target starts where a
+    calm host takes it, at its upper bound (the ramp from ``initial_concurrent_experiments``
+    takes a few samples, seconds against a trace's hours); ``uncapped`` raises the cap to
+    the job count instead."""
+    profiles_in = {**policy.profiles, **{p.name: p for p in profiles}}
+    if uncapped:
+        cap = max(1, jobs, policy.min_concurrent_experiments)
+        return replace(policy, profiles=profiles_in, initial_concurrent_experiments=cap,
+                       max_concurrent_experiments=cap)
+    return replace(policy, profiles=profiles_in,
+                   initial_concurrent_experiments=upper_bound(policy, None))
 
 
 def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = "declared",
-           name: str = "default", eta_noise: float = 0.0, seed: int = 0) -> Result:
-    """Replay ``jobs`` (in submission order) on ``gpus`` simulated devices."""
+           name: str = "default", eta_noise: float = 0.0, seed: int = 0,
+           uncapped: bool = False, device: SimulatedGpu = SimulatedGpu()) -> Result:
+    """Replay ``jobs`` (in submission order) on ``gpus`` simulated ``device``s, under the
+    task file's concurrency limits unless ``uncapped``."""
     started_wall = time.perf_counter()
     too_big = [j for j in jobs if j.gpus > gpus]
     runnable = [j for j in jobs if j.gpus <= gpus]
     profiles = [profile_for(j, placement) for j in runnable]
-    policy = simulation_policy(policy, profiles, len(runnable))
+    policy = simulation_policy(policy, profiles, len(runnable), uncapped)
     sched = Scheduler(policy)
     sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="simulator",
                                     boot_id="simulated"))
-    sched.handle(HostSampled(at=0.0, gpus=fake_inventory(gpus), pressure=PressureSample(
+    inventory = fake_inventory(gpus, device)
+    sched.handle(HostSampled(at=0.0, gpus=inventory, pressure=PressureSample(
         source="simulated", cpu=0.0, memory=0.0, io=0.0)))
+    index = {d.uuid: d.index for d in inventory.devices}
     rng = random.Random(seed)
-    by_core_id: dict[str, TraceJob] = {}
+    records: dict[str, JobRecord] = {}  # core job id -> its record, in submission order
     share: dict[str, float] = {}   # core job id -> GPUs of work it does while it runs
-    start: dict[str, float] = {}   # the first start: a requeued job's delay ends there
-    finish: dict[str, float] = {}
     completions: list[tuple[float, int, str, str]] = []
     ends: dict[str, tuple[float, int]] = {}  # core job id -> its completion in the heap
     left: dict[str, float] = {}              # core job id -> run time left while suspended
     series: list[tuple[float, int, float]] = []
     watch = Watch(f"policy {name} ({placement})")
-    busy, launches, serial, nxt = 0.0, 0, 0, 0
+    busy, launches, serial, nxt, peak = 0.0, 0, 0, 0, 0
     while nxt < len(runnable) or completions:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
                   completions[0][0] if completions else math.inf)
@@ -253,24 +382,28 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             sched.handle(AttemptObserved(at=now, job_id=core_id, attempt_id=attempt_id,
                                          alive=False, ready=True, go=True, exited=True,
                                          exit_code=0, ended_at=now))
-            finish[core_id] = now
+            records[core_id].end = now
             busy -= share[core_id]
         while nxt < len(runnable) and runnable[nxt].submit_s == now:
             job, profile = runnable[nxt], profiles[nxt]
             core_id = _submit(sched, job, profile.name, now, eta_noise, rng)
-            by_core_id[core_id] = job
+            records[core_id] = JobRecord(job)
             share[core_id] = job.gpus * (job.gpu_util_pct or 100.0) / 100
             nxt += 1
         decide = True
         while decide:  # again at the same instant once an evicted job has left
             decide = False
-            for event in sched.next_launches(now):
+            events = sched.next_launches(now)
+            for event in events:
                 sched.handle(event)
                 core_id = event.job_id
-                watch.saw(now, event, by_core_id)
+                record = records[core_id]
+                watch.saw(now, event, records)
                 if isinstance(event, AttemptPreempted):
                     busy -= share[core_id]
                     remaining = ends.pop(core_id)[0] - now
+                    record.preemptions += 1
+                    record.off_since = now
                     if event.mode == "suspend":
                         left[core_id] = remaining
                         continue
@@ -286,50 +419,62 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                                                  attempt_id=event.attempt_id, alive=True,
                                                  pid=launches, pid_start=launches,
                                                  boot_id="simulated", ready=True))
-                    start.setdefault(core_id, now)
-                    run_s = by_core_id[core_id].duration_s
+                    record.devices.update(index[uuid] for uuid in event.gpus)
+                    run_s = record.job.duration_s
                 else:  # AttemptResumed
                     run_s = left.pop(core_id)
+                if record.start is None:
+                    record.start = now
+                if record.off_since is not None:
+                    record.suspended_s += now - record.off_since
+                    record.off_since = None
                 serial += 1
                 busy += share[core_id]
                 ends[core_id] = (now + run_s, serial)
                 heapq.heappush(completions, (now + run_s, serial, core_id, event.attempt_id))
+            watch.round(now, events, records)
+            peak = max(peak, len(ends))
         series.append((now, sched.count(JobState.QUEUED), busy))
     sched.refresh_reasons()
     unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "
                    f"cluster has {gpus}"} for j in too_big]
-    unrunnable += [{"job_id": by_core_id[j.job_id].job_id,
+    unrunnable += [{"job_id": records[j.job_id].job.job_id,
                     "reason": sched.pending.get(j.job_id, j.reason)}
                    for j in (*sched.queued(), *sched.suspended())]
-    return _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
-                   unrunnable, series, time.perf_counter() - started_wall, watch.preempted)
+    return _result(name, placement, gpus, jobs, records, share, unrunnable,
+                   series, time.perf_counter() - started_wall, watch.preempted,
+                   "uncapped" if uncapped else "task file", upper_bound(policy, None), peak)
 
 
 @dataclass(slots=True)
 class Watch:
     """R-SIM-1's safety net: the replay's decisions, and a livelock reported, not spun.
 
-    The clock stands still while the core decides at one instant, and the core preempts
-    a job at most ``MAX_PREEMPTIONS_FOR_ONE`` times for the same job. A job preempted
-    more often than that for the same job at one instant is the core going round in a
-    circle that no completion or arrival will break: ``Livelock``, naming the circle."""
+    The clock stands still while the core decides at one instant. Two ways it could go
+    on deciding there for ever, each a ``Livelock`` naming the jobs: the core preempts a
+    job more than ``MAX_PREEMPTIONS_FOR_ONE`` times for the same job (a circle that no
+    completion or arrival will break), or more than ``MAX_IDLE_ROUNDS`` rounds of
+    decisions in a row start no job that had not already run at that instant (jobs
+    pushed back and forth among themselves)."""
 
     label: str  # the policy and placement, for the message
     preempted: Counter[tuple[str, str]] = field(default_factory=Counter)  # whole replay
     at: float = -math.inf
     now: Counter[tuple[str, str]] = field(default_factory=Counter)  # at this instant
     decided: list[str] = field(default_factory=list)                # at this instant
+    ran: set[str] = field(default_factory=set)       # jobs started at this instant
+    idle_rounds: int = 0                             # rounds in a row that started none anew
+    involved: set[str] = field(default_factory=set)  # the jobs those rounds moved
 
-    def saw(self, at: float, event: Event, jobs: dict[str, TraceJob]) -> None:
-        """One decision of the core at ``at``; ``jobs`` names them (core id -> trace job)."""
-        if at != self.at:
-            self.at, self.now, self.decided = at, Counter(), []
-        job = jobs[event.job_id].job_id
+    def saw(self, at: float, event: Event, jobs: dict[str, JobRecord]) -> None:
+        """One decision of the core at ``at``; ``jobs`` names them (core id -> record)."""
+        self._at(at)
+        job = jobs[event.job_id].job.job_id
         if not isinstance(event, AttemptPreempted):
             verb = "starts" if isinstance(event, AttemptLaunched) else "resumes"
             self.decided.append(f"{job} {verb}")
             return
-        pair = (job, jobs[event.by].job_id)
+        pair = (job, jobs[event.by].job.job_id)
         decision = f"{pair[1]} preempts {job}"
         self.preempted[pair] += 1
         self.now[pair] += 1
@@ -341,11 +486,36 @@ class Watch:
                 f"it goes round: {' -> '.join([*self.decided[last:], decision])}")
         self.decided.append(decision)
 
+    def round(self, at: float, events: list[Event], jobs: dict[str, JobRecord]) -> None:
+        """One round of decisions at ``at`` is over: it made progress if it started or
+        resumed a job not yet run at this instant."""
+        self._at(at)
+        names = {jobs[e.job_id].job.job_id for e in events}
+        started = {jobs[e.job_id].job.job_id for e in events
+                   if not isinstance(e, AttemptPreempted)}
+        if started - self.ran or not events:
+            self.idle_rounds, self.involved = 0, set()
+        else:
+            self.idle_rounds += 1
+            self.involved |= names
+        self.ran |= started
+        if self.idle_rounds > MAX_IDLE_ROUNDS:
+            raise Livelock(
+                f"{self.label}: livelock at t={at:g} s: {self.idle_rounds} rounds of "
+                f"decisions in a row started no new job while the clock stood still; "
+                f"jobs involved: {', '.join(sorted(self.involved))}")
+
+    def _at(self, at: float) -> None:
+        if at != self.at:
+            self.at, self.now, self.decided = at, Counter(), []
+            self.ran, self.idle_rounds, self.involved = set(), 0, set()
+
 
 def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise: float,
             rng: random.Random) -> str:
     """One request file's bytes through ``parse_request``, as the spool would read them."""
-    eta = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
+    noisy = job.duration_s * math.exp(rng.gauss(0.0, eta_noise)) if eta_noise else job.duration_s
+    eta = noisy if job.eta_s is None else job.eta_s
     name = f"{job.job_id}.json"
     data = json.dumps({"peer": job.user, "tag": job.job_id, "profile": profile,
                        "argv": ["trace-job", job.job_id], "eta_s": min(eta, MAX_ETA_S),
@@ -363,28 +533,32 @@ def _submit(sched: Scheduler, job: TraceJob, profile: str, now: float, eta_noise
     return reply["job_id"]
 
 
-def _result(name: str, placement: str, gpus: int, jobs: int, by_core_id: dict[str, TraceJob],
-            share: dict[str, float], start: dict[str, float], finish: dict[str, float],
+def _result(name: str, placement: str, gpus: int, jobs: list[TraceJob],
+            records: dict[str, JobRecord], share: dict[str, float],
             unrunnable: list[dict[str, str]], series: list[tuple[float, int, float]],
-            wall_s: float, preempted: Counter[tuple[str, str]]) -> Result:
-    done = sorted(finish)
-    delays = sorted(start[c] - by_core_id[c].submit_s for c in done)
-    jcts = [finish[c] - by_core_id[c].submit_s for c in done]
-    makespan = (max(finish.values()) - min(by_core_id[c].submit_s for c in done)
+            wall_s: float, preempted: Counter[tuple[str, str]], concurrency: str,
+            max_concurrent: int, peak: int) -> Result:
+    done = [r for r in records.values() if r.end is not None]
+    makespan = (max(r.end for r in done) - min(r.job.submit_s for r in done)  # type: ignore
                 if done else None)
-    work = sum(share[c] * by_core_id[c].duration_s for c in done)
-    sizes: dict[int, list[float]] = {}
-    for c in done:
-        sizes.setdefault(by_core_id[c].gpus, []).append(start[c] - by_core_id[c].submit_s)
+    work = sum(share[c] * r.job.duration_s for c, r in records.items() if r.end is not None)
+    submitted = {r.job.job_id: r for r in records.values()}
+    whole = summary(done)
+    sizes: dict[str, list[JobRecord]] = {}
+    for r in sorted(done, key=lambda r: r.job.gpus):
+        sizes.setdefault(size_class(r.job.gpus), []).append(r)
+    classes: dict[str, list[JobRecord]] = {}
+    for r in done:
+        classes.setdefault(r.job.work_class or "ordinary", []).append(r)
     return Result(
-        policy=name, placement=placement, gpus=gpus, jobs=jobs, completed=len(done),
-        unrunnable=unrunnable,
-        mean_delay_s=sum(delays) / len(delays) if delays else None,
-        p50_delay_s=percentile(delays, 50), p95_delay_s=percentile(delays, 95),
-        mean_jct_s=sum(jcts) / len(jcts) if jcts else None,
+        policy=name, placement=placement, gpus=gpus, jobs=len(jobs), completed=len(done),
+        unrunnable=unrunnable, **{k: v for k, v in whole.items() if k in METRICS},
         gpu_utilization=work / (gpus * makespan) if makespan else None,
-        preemptions=preempted.total(), makespan_s=makespan, wall_s=wall_s, series=series,
-        by_gpus=by_gpus(sizes), preempted=preempted)
+        preemptions=preempted.total(), makespan_s=makespan, wall_s=wall_s,
+        concurrency=concurrency, max_concurrent=max_concurrent, peak_running=peak,
+        series=series, by_gpus={size: summary(rs) for size, rs in sizes.items()},
+        by_class={c: summary(classes[c]) for c in WORK_CLASSES if c in classes},
+        preempted=preempted, records=[submitted.get(j.job_id) or JobRecord(j) for j in jobs])
 
 
 def size_class(gpus: int) -> str:
@@ -392,19 +566,32 @@ def size_class(gpus: int) -> str:
     return str(gpus) if gpus <= 8 else ">8"
 
 
-def by_gpus(delays: dict[int, list[float]]) -> dict[str, dict[str, float | int | None]]:
-    """Queueing delay by size class (``size_class``), smallest first: what a policy does
-    to wide jobs is lost in the overall mean when narrow ones are most of the trace."""
-    classes: dict[str, list[float]] = {}
-    for gpus in sorted(delays):
-        classes.setdefault(size_class(gpus), []).extend(delays[gpus])
-    breakdown = {}
-    for name, values in classes.items():
-        values.sort()
-        breakdown[name] = {"completed": len(values), "mean_delay_s": sum(values) / len(values),
-                           "p50_delay_s": percentile(values, 50),
-                           "p95_delay_s": percentile(values, 95)}
-    return breakdown
+def summary(done: list[JobRecord]) -> dict[str, float | int | None]:
+    """What a set of completed jobs went through: queueing delay, completion time, time
+    off their devices after their first start, and slowdown. Delay and completion time
+    side by side: a policy that starts jobs early and then preempts them shows in the
+    second, not the first."""
+    delays = sorted(r.delay_s for r in done)  # type: ignore[type-var]
+    jcts = sorted(r.jct_s for r in done)  # type: ignore[type-var]
+    slowdowns = sorted(r.slowdown for r in done)  # type: ignore[type-var]
+    return {"completed": len(done), "mean_delay_s": mean(delays),
+            "p50_delay_s": percentile(delays, 50), "p95_delay_s": percentile(delays, 95),
+            "mean_jct_s": mean(jcts), "p95_jct_s": percentile(jcts, 95),
+            "mean_suspended_s": mean([r.suspended_s for r in done]),
+            "mean_slowdown": mean(slowdowns), "p95_slowdown": percentile(slowdowns, 95)}
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def write_jobs_csv(results: list[Result], path: str | Path) -> None:
+    """``--jobs-csv``: one row per trace job and result (``JOB_COLUMNS``), in trace order."""
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=JOB_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for result in results:
+            writer.writerows(r.row(result.policy, result.placement) for r in result.records)
 
 
 def percentile(ordered: list[float], pct: float) -> float | None:

@@ -3,7 +3,11 @@ the JSON contract, and a prefix of the real Philly trace against a reference mod
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,8 +18,13 @@ from praxist_fs.cli import main
 from praxist_fs.commands import simulate as simulate_command
 from praxist_fs.config import load_policy
 from praxist_fs.core.events import AttemptLaunched, AttemptPreempted
-from praxist_fs.simulate import Livelock, TraceError, TraceJob, Watch, load_trace, percentile, \
-    replay
+from praxist_fs.core.model import Attempt, Job
+from praxist_fs.core.policy import Profile
+from praxist_fs.core.request import Request
+from praxist_fs.simulate import (
+    MAX_IDLE_ROUNDS, JobRecord, Livelock, SimulatedGpu, TraceError, TraceJob, Watch, load_trace,
+    percentile, replay, trace_from_history,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PHILLY = ROOT.parent / "shared" / "traces" / "trace_philly.csv"
@@ -191,10 +200,20 @@ def test_percentile_interpolates_between_ranks():
     assert percentile([0.0, 10.0, 20.0, 30.0], 50) == 15.0
 
 
-def reference_starts(jobs, gpus: int) -> dict[str, float]:
+def reference_starts(jobs, gpus: int, cap: int | None) -> dict[str, float]:
     """The current core's rule for whole-GPU jobs, written independently: at each arrival
-    or completion, walk the queue oldest first and start every job that fits."""
-    free, queue, running, starts = gpus, [], [], {}
+    or completion, walk the queue oldest first and start every job that fits, while fewer
+    than ``cap`` jobs run."""
+    return {job.job_id: at for at, job, _ in reference_walk(jobs, gpus, cap)}
+
+
+def running_counts(jobs, gpus: int, cap: int | None) -> list[int]:
+    """How many jobs run right after each start of the reference walk."""
+    return [count for _, _, count in reference_walk(jobs, gpus, cap)]
+
+
+def reference_walk(jobs, gpus: int, cap: int | None):
+    free, queue, running, starts = gpus, [], [], []
     pending = sorted(jobs, key=lambda j: j.submit_s)
     i = 0
     while i < len(pending) or running:
@@ -207,24 +226,28 @@ def reference_starts(jobs, gpus: int) -> dict[str, float]:
             queue.append(pending[i])
             i += 1
         for job in list(queue):
-            if job.gpus <= free:
+            if job.gpus <= free and (cap is None or len(running) < cap):
                 free -= job.gpus
                 queue.remove(job)
-                starts[job.job_id] = now
                 running.append((now + job.duration_s, job))
+                starts.append((now, job, len(running)))
     return starts
 
 
 @pytest.mark.skipif(not PHILLY.exists(), reason="../shared/traces is not checked out")
-def test_philly_prefix_matches_the_reference_model():
-    """2,000 real jobs (up to 8 GPUs) on 64 GPUs: every start time as the reference says.
+@pytest.mark.parametrize("uncapped", [True, False])
+def test_philly_prefix_matches_the_reference_model(uncapped):
+    """2,000 real jobs (up to 8 GPUs) on 64 GPUs: every start time as the reference says,
+    with GPUs the only limit (``--uncapped``) and under fcfs.yaml's cap of 8 jobs at once.
     The full 15,000-job replay is bench/bench_simulate.py (minutes; see docs/SIMULATE.md)."""
     jobs = load_trace(PHILLY, limit=2000)
     began = time.perf_counter()
-    result = replay(jobs, gpus=64, policy=load_policy(FCFS), name="fcfs")
+    result = replay(jobs, gpus=64, policy=load_policy(FCFS), name="fcfs", uncapped=uncapped)
     assert time.perf_counter() - began < 30
     assert (result.completed, result.unrunnable) == (2000, [])
-    starts = reference_starts(jobs, 64)
+    assert result.peak_running == (max(r for r in running_counts(jobs, 64, None))
+                                   if uncapped else 8)
+    starts = reference_starts(jobs, 64, None if uncapped else 8)
     delays = sorted(starts[j.job_id] - j.submit_s for j in jobs)
     assert result.mean_delay_s == pytest.approx(sum(delays) / len(delays))
     assert result.p95_delay_s == pytest.approx(percentile(delays, 95))
@@ -299,7 +322,7 @@ def test_a_livelock_is_reported_naming_the_jobs_and_the_circle():
     """The safety net, for a core that would go round again (the core's own bound makes
     it unreachable through a replay): more preemptions of one job for the same job at one
     instant than the core allows."""
-    jobs = {name: TraceJob(job_id=name, submit_s=0, duration_s=1, gpus=1, user="u")
+    jobs = {name: JobRecord(TraceJob(job_id=name, submit_s=0, duration_s=1, gpus=1, user="u"))
             for name in ("V1", "Q", "M")}
     watch = Watch("policy requeue (declared)")
 
@@ -335,12 +358,197 @@ def test_delays_by_gpu_count_show_what_backfill_does_for_wide_jobs(tmp_path, cap
                    "--policy", str(BACKFILL))
     fcfs, backfill = (result["by_gpus"] for result in doc["results"])
     assert list(fcfs) == list(backfill) == ["1", "2", ">8"]
-    assert fcfs["1"] == {"completed": 2, "mean_delay_s": 0, "p50_delay_s": 0,
-                         "p95_delay_s": 0}
+    assert fcfs["1"].items() >= {"completed": 2, "mean_delay_s": 0, "p50_delay_s": 0,
+                                 "p95_delay_s": 0}.items()
     assert (fcfs["2"]["mean_delay_s"], fcfs[">8"]["mean_delay_s"]) == (0, 102)
-    assert backfill["1"] == {"completed": 2, "mean_delay_s": 9, "p50_delay_s": 9,
-                             "p95_delay_s": pytest.approx(17.1)}  # 0 and 18
+    assert backfill["1"].items() >= {"completed": 2, "mean_delay_s": 9, "p50_delay_s": 9,
+                                     "p95_delay_s": pytest.approx(17.1)}.items()  # 0, 18
     assert (backfill["2"]["mean_delay_s"], backfill[">8"]["mean_delay_s"]) == (0, 10)
     assert main(["simulate", "--trace", str(path), "--gpus", "9", "--policy", str(FCFS)]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert ["fcfs", "declared", ">8", "1", "102", "s", "102", "s", "102", "s"] in rows
+    assert ["fcfs", "declared", ">8", "1", "102", "s", "102", "s", "102", "s"] in [
+        row[:10] for row in rows]
+
+
+def test_the_task_files_concurrency_cap_holds_unless_uncapped(tmp_path, capsys):
+    """seed 000 "Admission and resource classes": bounded resources are held "through a
+    conservative global experiment cap"; R-SIM-1 (issue 18): the replay honours it and
+    says so. Ten 1-GPU jobs at 0 on 16 GPUs, fcfs.yaml caps 8 at once: two wait 100 s."""
+    path = trace(tmp_path, *(f"j{i},0,100,1,u" for i in range(10)))
+    capped = run_json(capsys, "--trace", str(path), "--gpus", "16", "--policy", str(FCFS))
+    [r] = capped["results"]
+    assert (capped["concurrency"], r["concurrency"]) == ("task file", "task file")
+    assert (r["max_concurrent"], r["peak_running"]) == (8, 8)
+    assert r["mean_delay_s"] == 2 * 100 / 10
+    free = run_json(capsys, "--trace", str(path), "--gpus", "16", "--policy", str(FCFS),
+                    "--uncapped")
+    [r] = free["results"]
+    assert (free["concurrency"], r["concurrency"], r["peak_running"]) == ("uncapped",
+                                                                          "uncapped", 10)
+    assert r["mean_delay_s"] == 0
+    assert main(["simulate", "--trace", str(path), "--gpus", "16", "--policy", str(FCFS)]) == 0
+    assert ("concurrency (fcfs, declared): the task file's limits, at most 8 at once; 8 ran "
+            "at once at the peak") in capsys.readouterr().out
+
+
+def test_suspended_time_shows_apart_from_delay_per_job_and_by_class(tmp_path, capsys):
+    """R-SIM-1 (issue 18): a job started at once and then preempted reports no queueing
+    delay, so its time off the devices is reported beside it, and completion time with
+    it. One GPU: a (ordinary) runs 0-10, is suspended 10-30 while b (mature) runs, and
+    ends at 120; under requeue it waits 10-30 again and reruns to 130."""
+    path = trace(tmp_path, "a,0,100,1,u,60,10,ordinary", "b,10,20,1,v,60,10,mature",
+                 header=FRACTIONAL_HEADER + ",work_class")
+    out = tmp_path / "jobs.csv"
+    doc = run_json(capsys, "--trace", str(path), "--gpus", "1", "--policy", str(PREEMPT),
+                   "--policy", str(REQUEUE), "--jobs-csv", str(out))
+    suspend, requeue = doc["results"]
+    assert suspend["by_class"]["ordinary"] == {
+        "completed": 1, "mean_delay_s": 0, "p50_delay_s": 0, "p95_delay_s": 0,
+        "mean_jct_s": 120, "p95_jct_s": 120, "mean_suspended_s": 20, "mean_slowdown": 1.2,
+        "p95_slowdown": 1.2}
+    assert suspend["by_class"]["mature"]["mean_jct_s"] == 20
+    assert list(suspend["by_class"]) == ["ordinary", "mature"]
+    assert (suspend["mean_suspended_s"], suspend["mean_slowdown"]) == (10, (1.2 + 1) / 2)
+    assert (requeue["by_class"]["ordinary"]["mean_suspended_s"],
+            requeue["by_class"]["ordinary"]["mean_jct_s"]) == (20, 130)
+    assert suspend["by_gpus"]["1"]["p95_jct_s"] == pytest.approx(20 + 0.95 * 100)
+    rows = out.read_text().splitlines()
+    assert rows[0] == ("policy,placement,job_id,user,work_class,gpus,submit_s,start_s,end_s,"
+                       "duration_s,delay_s,suspended_s,jct_s,slowdown,preemptions,devices")
+    assert rows[1:] == ["preempt,declared,a,u,ordinary,1,0,0,120,100,0,20,120,1.2,1,0",
+                        "preempt,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0",
+                        "requeue,declared,a,u,ordinary,1,0,0,130,100,0,20,130,1.3,1,0",
+                        "requeue,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0"]
+
+
+def test_jobs_csv_lists_every_job_with_its_devices_and_the_unrunnable_empty(tmp_path, capsys):
+    """R-SIM-1 (issue 18): one row per job. w takes both GPUs after a ends; big never
+    fits; a's row names its device; a time 57 days in keeps its digits."""
+    path = trace(tmp_path, "a,0,10,1,u", "w,1,5,2,v", "big,2,5,3,v", "late,4976543.25,0.5,1,u")
+    out = tmp_path / "jobs.csv"
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv", str(out)]) == 0
+    rows = {row["job_id"]: row for row in csv.DictReader(out.open())}
+    assert list(rows) == ["a", "w", "big", "late"]
+    assert (rows["late"]["submit_s"], rows["late"]["end_s"]) == ("4976543.25", "4976543.75")
+    assert (rows["a"]["devices"], rows["w"]["devices"]) == ("0", "0 1")
+    # w waits 1-10 for a's GPU, ends at 15: (15 - 1) / 5
+    assert (rows["w"]["start_s"], rows["w"]["delay_s"], rows["w"]["slowdown"]) == ("10", "9",
+                                                                                 "2.8")
+    assert (rows["big"]["start_s"], rows["big"]["end_s"], rows["big"]["jct_s"]) == ("", "", "")
+    capsys.readouterr()
+    assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv",
+                 str(tmp_path / "no" / "such" / "jobs.csv")]) == 2
+    assert "--jobs-csv" in capsys.readouterr().err
+
+
+def test_the_simulated_device_is_set_by_model_and_memory(tmp_path, capsys):
+    """R-SIM-1 (issue 18): --gpu-memory-gb and --gpu-model set the device. Two jobs of
+    30% and 50 GiB share an H200 (140 GiB) but not an 80 GiB device; 100 GiB fits on
+    neither of those, it is unrunnable on 80 GiB."""
+    path = trace(tmp_path, "a,0,10,1,u,30,50", "b,0,10,1,u,30,50", header=FRACTIONAL_HEADER)
+    h200 = run_json(capsys, "--trace", str(path), "--gpus", "1")
+    assert (h200["gpu_model"], h200["gpu_memory_mib"]) == ("NVIDIA H200", 143771)
+    assert h200["results"][0]["mean_delay_s"] == 0
+    small = run_json(capsys, "--trace", str(path), "--gpus", "1", "--gpu-memory-gb", "80",
+                     "--gpu-model", "NVIDIA A100 80GB")
+    assert (small["gpu_model"], small["gpu_memory_mib"]) == ("NVIDIA A100 80GB", 81920)
+    assert small["results"][0]["mean_delay_s"] == 5   # b waits for a
+    fat = trace(tmp_path, "f,0,10,1,u,30,100", header=FRACTIONAL_HEADER)
+    r = replay(load_trace(fat), gpus=1, policy=load_policy(None),
+               device=SimulatedGpu(memory_mib=81920))
+    assert r.completed == 0
+    assert r.unrunnable[0]["reason"].startswith("gpu memory: no device with 100 GiB headroom")
+    for flags, problem in ((["--gpu-memory-gb", "0"], "--gpu-memory-gb must be > 0"),
+                           (["--gpu-model", " "], "--gpu-model must not be empty")):
+        assert main(["simulate", "--trace", str(path), "--gpus", "1", *flags]) == 2
+        assert problem in capsys.readouterr().err
+
+
+def test_deterministic_json_is_the_same_bytes_in_two_processes(tmp_path):
+    """R-SIM-1 (issue 18): the same command prints the same bytes; the wall time, which
+    differs, goes to stderr. Two processes with different hash seeds, noisy ETAs,
+    shared GPUs, preemption and a backfill reservation."""
+    lines = [f"j{i},{i * 7 % 50},{10 + i * 13 % 90},{1 + i % 3},u{i % 4},{30 + i % 5 * 10},"
+             f"{10 + i % 4 * 20},{('ordinary', 'mature', 'scout')[i % 3]}" for i in range(60)]
+    path = trace(tmp_path, *lines, header=FRACTIONAL_HEADER + ",work_class")
+    outputs = []
+    for hash_seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "praxist_fs", "simulate", "--trace", str(path), "--gpus",
+             "4", "--policy", str(PREEMPT), "--policy", str(BACKFILL), "--eta-noise", "0.5",
+             "--json", "--deterministic"],
+            capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed}, check=True)
+        outputs.append(done.stdout)
+        assert done.stderr.decode().count("replayed in") == 2
+    assert outputs[0] == outputs[1]
+    doc = json.loads(outputs[0])
+    assert all("wall_s" not in r for r in doc["results"])
+    assert sum(r["completed"] for r in doc["results"]) == 120
+
+
+def test_rounds_that_start_nothing_new_are_a_livelock_naming_the_jobs():
+    """R-SIM-1 (issue 18): the simulator refuses to spin. Jobs pushed back and forth at
+    one instant by different preemptors (so no one pair repeats beyond the core's bound)
+    stop the replay after MAX_IDLE_ROUNDS rounds that start no job not yet run there."""
+    names = ["A", "B", *(f"P{i}" for i in range(MAX_IDLE_ROUNDS + 2))]
+    jobs = {n: JobRecord(TraceJob(job_id=n, submit_s=0, duration_s=1, gpus=1, user="u"))
+            for n in names}
+    watch = Watch("policy p (declared)")
+    start = [AttemptLaunched(at=5.0, job_id="A", attempt_id="a1", gpus=()),
+             AttemptLaunched(at=5.0, job_id="B", attempt_id="b1", gpus=())]
+    watch.round(5.0, start, jobs)  # progress: A and B start
+    for i in range(MAX_IDLE_ROUNDS):
+        watch.round(5.0, [AttemptPreempted(at=5.0, job_id="A", attempt_id="a", mode="requeue",
+                                           by=f"P{i}", reason="r"), start[1]], jobs)
+    with pytest.raises(Livelock) as caught:
+        watch.round(5.0, [AttemptPreempted(at=5.0, job_id="B", attempt_id="b", mode="requeue",
+                                           by="P0", reason="r"), start[0]], jobs)
+    assert str(caught.value) == (
+        f"policy p (declared): livelock at t=5 s: {MAX_IDLE_ROUNDS + 1} rounds of decisions "
+        "in a row started no new job while the clock stood still; jobs involved: A, B")
+    watch.round(6.0, [], jobs)  # the clock moved on: counting starts again
+    assert watch.idle_rounds == 0
+
+
+def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
+    """R-SIM-1 (issue 18 item 6): a job's run time is its last attempt's, less the time
+    it was suspended; jobs that never ended, use no GPU or whose profile is gone are left
+    out and counted; ``since`` keeps the later submissions, the first of them at 0; the
+    ETA a peer gave goes with its job."""
+    profiles = {"one": Profile(name="one", accelerator="gpu", gpu_count=1,
+                               gpu_utilization_pct=45, gpu_memory_gb=20),
+                "two": Profile(name="two", accelerator="gpu", gpu_count=2),
+                "cpu": Profile(name="cpu", accelerator="cpu")}
+
+    def job(tag: str, at: float, profile: str, *attempts: Attempt, eta: float | None = None
+            ) -> Job:
+        return Job(job_id=f"{tag}-id", request=Request(request_id=tag, peer="alice", tag=tag,
+                                                       work_class="mature", eta_s=eta),
+                   profile=profile, fingerprint=tag, submitted_at=at, order=int(at),
+                   attempts=list(attempts))
+
+    requeued = Attempt(attempt_id="a1", number=1, round=1, started_at=105, ended_at=107)
+    suspended = Attempt(attempt_id="a2", number=2, round=1, started_at=110, ended_at=200,
+                        preemptions=({"at": 120, "mode": "suspend", "by": "x", "reason": "r",
+                                      "resumed_at": 150},))
+    history = [job("old", 10, "one", Attempt(attempt_id="a1", number=1, round=1,
+                                              started_at=10, ended_at=20)),
+               job("wide", 100, "two", requeued, suspended),
+               job("narrow", 103, "one", Attempt(attempt_id="a1", number=1, round=1,
+                                                  started_at=103, ended_at=113), eta=30),
+               job("waiting", 104, "one"),
+               job("cpu", 105, "cpu", Attempt(attempt_id="a1", number=1, round=1,
+                                               started_at=105, ended_at=106)),
+               job("gone", 106, "dropped", Attempt(attempt_id="a1", number=1, round=1,
+                                                    started_at=106, ended_at=107))]
+    trace, left_out = trace_from_history(history, profiles, since=50)
+    assert trace == [
+        TraceJob(job_id="wide-id", submit_s=0, duration_s=90 - 30, gpus=2, user="alice",
+                 work_class="mature"),
+        TraceJob(job_id="narrow-id", submit_s=3, duration_s=10, gpus=1, user="alice",
+                 gpu_util_pct=45, gpu_mem_gb=20, work_class="mature", eta_s=30)]
+    assert left_out == {
+        "never ended an attempt (queued, running or cancelled before it ran)": 1,
+        "uses no GPU": 1, "profile 'dropped' is no longer in the run's task file": 1}
+    assert [j.job_id for j in trace_from_history(history, profiles)[0]] == [
+        "old-id", "wide-id", "narrow-id"]

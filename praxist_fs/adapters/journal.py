@@ -58,6 +58,20 @@ def _check(line: bytes) -> int | None:
         return None
 
 
+def read_intact(path: str | os.PathLike, after: int = 0) -> Iterator[dict[str, Any]]:
+    """The records of a journal another process may be appending to, read without
+    repairing anything: up to the first line that is not an intact record (an append in
+    progress, or damage the coordinator itself decides about at its next start), those
+    numbered after ``after`` (the seq its snapshot covers)."""
+    with open(path, "rb") as handle:
+        for line in handle:
+            seq = _check(line[:-1]) if line.endswith(b"\n") else None
+            if seq is None:
+                return
+            if seq > after:
+                yield json.loads(line.split(b" ", 2)[2])
+
+
 class Journal:
     def __init__(self, path: str | os.PathLike, *, after: int = 0,
                  keep_damaged: Callable[[int, int, bytes], bool] | None = None) -> None:

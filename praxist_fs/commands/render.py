@@ -245,8 +245,10 @@ def _span(seconds: float | None) -> str:
     return f"{seconds:.0f} s"
 
 
-def format_simulation(results: list[Result]) -> str:
-    """``praxist-fs simulate``'s table: one row per policy and placement, then by size."""
+def format_simulation(results: list[Result], wall: bool = True) -> str:
+    """``praxist-fs simulate``'s table: one row per policy and placement, the concurrency
+    it ran under, then delay and completion time by size and by work class. ``wall``
+    False (``--deterministic``) prints ``-`` for the wall time."""
     header = (f"{'POLICY':14} {'PLACEMENT':9} {'JOBS':>6} {'DONE':>6} {'UNRUN':>5} "
               f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} {'MEAN JCT':>10} "
               f"{'GPU UTIL':>8} {'PREEMPT':>7} {'MAKESPAN':>10} {'WALL':>6}")
@@ -258,16 +260,24 @@ def format_simulation(results: list[Result]) -> str:
             f"{len(r.unrunnable):>5} {_span(r.mean_delay_s):>10} "
             f"{_span(r.p50_delay_s):>10} {_span(r.p95_delay_s):>10} "
             f"{_span(r.mean_jct_s):>10} {util:>8} {r.preemptions:>7} "
-            f"{_span(r.makespan_s):>10} {r.wall_s:>5.1f}s")
-    if any(r.by_gpus for r in results):
-        lines.append(f"{'POLICY':14} {'PLACEMENT':9} {'GPUS':>6} {'DONE':>6} "
-                     f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10}")
+            f"{_span(r.makespan_s):>10} " + (f"{r.wall_s:>5.1f}s" if wall else f"{'-':>6}"))
     for r in results:
-        for size, row in r.by_gpus.items():
-            lines.append(
-                f"{r.policy[:14]:14} {r.placement:9} {size:>6} {row['completed']:>6} "
-                f"{_span(row['mean_delay_s']):>10} {_span(row['p50_delay_s']):>10} "
-                f"{_span(row['p95_delay_s']):>10}")
+        limits = ("uncapped (--uncapped)" if r.concurrency == "uncapped"
+                  else "the task file's limits")
+        lines.append(f"concurrency ({r.policy}, {r.placement}): {limits}, at most "
+                     f"{r.max_concurrent} at once; {r.peak_running} ran at once at the peak")
+    for title, breakdown in (("GPUS", "by_gpus"), ("CLASS", "by_class")):
+        if any(getattr(r, breakdown) for r in results):
+            lines.append(f"{'POLICY':14} {'PLACEMENT':9} {title:>8} {'DONE':>6} "
+                         f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} "
+                         f"{'MEAN JCT':>10} {'P95 JCT':>10} {'SUSPENDED':>10}")
+        for r in results:
+            for key, row in getattr(r, breakdown).items():
+                lines.append(
+                    f"{r.policy[:14]:14} {r.placement:9} {key:>8} {row['completed']:>6} "
+                    + " ".join(f"{_span(row[name]):>10}" for name in (
+                        "mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s",
+                        "p95_jct_s", "mean_suspended_s")))
     for r in results:
         for item in r.unrunnable[:5]:
             lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "

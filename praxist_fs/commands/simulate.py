@@ -10,20 +10,42 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ..adapters.journal import read_intact
+from ..adapters.layout import RunLayout
 from ..config import load_policy
+from ..core.events import from_record
+from ..core.scheduler import Scheduler
+from ..core.snapshot import SnapshotError, load
 from ..errors import PolicyError
-from ..simulate import PLACEMENTS, Livelock, TraceError, load_trace, replay
+from .jobs import _since
+from ..simulate import (
+    H200_MIB, H200_MODEL, PLACEMENTS, Livelock, SimulatedGpu, TraceError, TraceJob, load_trace,
+    replay, trace_from_history, write_jobs_csv,
+)
 from .render import format_json, format_simulation, write_plot
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim = sub.add_parser("simulate", help="replay a job trace through the scheduler core "
                          "on a virtual clock and simulated GPUs")
-    sim.add_argument("--trace", required=True, metavar="FILE.csv",
-                     help="columns job_id,submit_s,duration_s,gpus,user "
-                     "[,gpu_util_pct,gpu_mem_gb,work_class]")
+    source = sim.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", metavar="FILE.csv",
+                        help="columns job_id,submit_s,duration_s,gpus,user "
+                        "[,gpu_util_pct,gpu_mem_gb,work_class]")
+    source.add_argument("--from-run", metavar="RUN",
+                        help="replay a run's own history instead: its jobs' submit times, "
+                        "peers, work classes, declared GPU demand and actual run times, from "
+                        "its journal")
+    sim.add_argument("--since", type=_since, metavar="WHEN",
+                     help="with --from-run, only the jobs submitted since: a duration (7d, "
+                     "12h) ago or an ISO-8601 time")
     sim.add_argument("--gpus", required=True, type=int, metavar="N",
-                     help="simulated H200-like GPUs (one host)")
+                     help="simulated GPUs (one host)")
+    sim.add_argument("--gpu-model", default=H200_MODEL, metavar="NAME",
+                     help="the simulated devices' model name (default %(default)s)")
+    sim.add_argument("--gpu-memory-gb", type=float, default=H200_MIB / 1024, metavar="GIB",
+                     help="memory of each simulated device in GiB (default %(default).1f, "
+                     "an H200)")
     sim.add_argument("--policy", action="append", default=[], metavar="TASK.yaml",
                      help="a task file to compare; repeat for more (default: the embedded "
                      "seed contract)")
@@ -37,8 +59,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                      help="request eta_s = duration x exp(N(0, SIGMA)) (default exact)")
     sim.add_argument("--seed", type=int, default=0, help="seed of the ETA noise")
     sim.add_argument("--limit", type=int, metavar="N", help="replay only the first N jobs")
+    sim.add_argument("--uncapped", action="store_true",
+                     help="lift the task file's concurrency limits (max_concurrent_experiments "
+                     "raised to the job count) so GPUs are the only constraint")
     sim.add_argument("--json", action="store_true",
                      help="print the metrics per policy and placement as JSON")
+    sim.add_argument("--deterministic", action="store_true",
+                     help="leave the wall time out of the output (it goes to stderr), so two "
+                     "runs of the same command print the same bytes")
+    sim.add_argument("--jobs-csv", metavar="FILE.csv",
+                     help="write one row per job and policy: submit, start, end, delay, "
+                     "suspended time, completion time, slowdown, preemptions, devices")
     sim.add_argument("--plot", metavar="OUT.png",
                      help="queue length and busy GPUs over time (needs matplotlib: "
                      "pip install 'praxist-fs[plot]')")
@@ -52,6 +83,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         (not (args.eta_noise >= 0 and math.isfinite(args.eta_noise)),
          "--eta-noise must be >= 0"),
         (args.limit is not None and args.limit < 1, "--limit must be >= 1"),
+        (args.since is not None and not args.from_run, "--since needs --from-run"),
+        (not (args.gpu_memory_gb > 0 and math.isfinite(args.gpu_memory_gb)),
+         "--gpu-memory-gb must be > 0"),
+        (not args.gpu_model.strip(), "--gpu-model must not be empty"),
+        (args.jobs_csv and not Path(args.jobs_csv).resolve().parent.is_dir(),
+         f"--jobs-csv {args.jobs_csv}: its directory does not exist"),
         (args.plot and importlib.util.find_spec("matplotlib") is None,
          "--plot needs matplotlib, which is not installed: pip install 'praxist-fs[plot]'"),
     ) if bad), None)
@@ -59,7 +96,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"praxist-fs simulate: {problem}", file=sys.stderr)
         return 2
     try:
-        jobs = load_trace(args.trace, args.limit)
+        jobs = (load_trace(args.trace, args.limit) if args.trace
+                else _history(args.from_run, args.since)[:args.limit])
         policies = [(_label(path, args.policy), load_policy(path))
                     for path in args.policy or [None]]
     except (TraceError, PolicyError) as exc:
@@ -68,9 +106,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.speedup != 1:
         jobs = [replace(j, submit_s=j.submit_s / args.speedup) for j in jobs]
     placements = PLACEMENTS if args.placement == "both" else (args.placement,)
+    device = SimulatedGpu(model=args.gpu_model.strip(),
+                          memory_mib=round(args.gpu_memory_gb * 1024))
     try:
         results = [replay(jobs, gpus=args.gpus, policy=policy, placement=placement, name=name,
-                          eta_noise=args.eta_noise, seed=args.seed)
+                          eta_noise=args.eta_noise, seed=args.seed, uncapped=args.uncapped,
+                          device=device)
                    for name, policy in policies for placement in placements]
     except TraceError as exc:
         print(f"praxist-fs simulate: {exc}", file=sys.stderr)
@@ -78,15 +119,58 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except Livelock as exc:
         print(f"praxist-fs simulate: {exc}", file=sys.stderr)
         return 3
+    if args.jobs_csv:
+        try:
+            write_jobs_csv(results, args.jobs_csv)
+        except OSError as exc:
+            print(f"praxist-fs simulate: --jobs-csv {args.jobs_csv}: cannot write "
+                  f"({exc.strerror})", file=sys.stderr)
+            return 2
+    wall = not args.deterministic
     if args.json:
-        print(format_json({"trace": args.trace, "gpus": args.gpus, "jobs": len(jobs),
-                           "results": [r.to_dict() for r in results]}))
+        print(format_json({"trace": args.trace, **({"from_run": args.from_run}
+                                                     if args.from_run else {}),
+                           "gpus": args.gpus, "jobs": len(jobs),
+                           "gpu_model": device.model, "gpu_memory_mib": device.memory_mib,
+                           "concurrency": "uncapped" if args.uncapped else "task file",
+                           "results": [r.to_dict(wall=wall) for r in results]}))
     else:
-        print(format_simulation(results))
+        print(format_simulation(results, wall=wall))
+    if not wall:
+        for r in results:
+            print(f"praxist-fs simulate: {r.policy} ({r.placement}) replayed in "
+                  f"{r.wall_s:.1f} s", file=sys.stderr)
     if args.plot:
         write_plot(results, args.plot)
         print(f"praxist-fs simulate: plot written to {args.plot}", file=sys.stderr)
     return 0
+
+
+def _history(run_dir: str, since: float | None) -> list[TraceJob]:
+    """The run's jobs as its coordinator would rebuild them at a start (its snapshot, then
+    its journal), read without writing anything, as a trace; what is left out, and why,
+    goes to stderr."""
+    layout = RunLayout.at(run_dir)
+    try:
+        sched, after = Scheduler(), 0
+        if layout.snapshot.exists():
+            with open(layout.snapshot, "rb") as handle:
+                after, sched = load(handle)
+        for record in read_intact(layout.journal, after):
+            sched.handle(from_record(record))
+    except FileNotFoundError:
+        raise TraceError(f"--from-run {run_dir}: not a run directory (no "
+                         f"{layout.journal.relative_to(layout.root)})") from None
+    except OSError as exc:
+        raise TraceError(f"--from-run {run_dir}: cannot read {exc.filename} "
+                         f"({exc.strerror})") from None
+    except (SnapshotError, ValueError, KeyError, TypeError) as exc:
+        raise TraceError(f"--from-run {run_dir}: its journal does not replay ({exc})") from None
+    jobs, left_out = trace_from_history(sched.jobs.values(), sched.policy.profiles, since)
+    print(f"praxist-fs simulate: --from-run {run_dir}: {len(jobs)} jobs"
+          + "".join(f"; left out: {count} {why}" for why, count in sorted(left_out.items())),
+          file=sys.stderr)
+    return jobs
 
 
 def _label(path: str | None, paths: list[str]) -> str:
