@@ -115,13 +115,14 @@ class Doorbell:
 
 
 class Top:
-    """The view's state (the status document, the filter, the selected job, a prompt,
+    """The view's state (what status.json says, the filter, the selected job, a prompt,
     the log shown) and its keys; ``draw`` puts it on the screen."""
 
     def __init__(self, screen: curses.window, layout: RunLayout, bell: Doorbell) -> None:
         self.screen, self.layout, self.bell = screen, layout, bell
-        self.doc: dict | None = None
         self.alive = False
+        self.lines: list[str] = []       # the summary above the job list
+        self.jobs: list[dict] = []       # every job status.json lists
         self.rows: list[dict] = []       # the jobs the filter keeps
         self.selected: str | None = None  # a job id: the selection follows its job
         self.first = 0                   # the first row shown of the job list
@@ -169,13 +170,20 @@ class Top:
                 drawn_at = now
 
     def reload(self) -> None:
-        self.doc = client.status_document(self.layout)
+        doc = client.status_document(self.layout)
         self.alive = live_endpoint(self.layout) is not None
+        try:
+            self.lines = top_summary(doc, self.alive, str(self.layout.root), time.time())
+            self.jobs = top_jobs(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # not a view to crash
+            self.lines = [f"cannot show status.json ({type(exc).__name__}: {exc}); "
+                          "praxist-fs status --json prints it"]
+            self.jobs = []
         self.apply_filter()
 
     def apply_filter(self) -> None:
         needle = self.filter.lower()
-        self.rows = [row for row in top_jobs(self.doc) if needle in row["text"].lower()]
+        self.rows = [row for row in self.jobs if needle in row["text"].lower()]
         ids = [row["job_id"] for row in self.rows]
         if self.selected not in ids:
             self.selected = ids[0] if ids else None
@@ -271,8 +279,7 @@ class Top:
         return max(1, height - len(self.summary(height)) - 2 - DETAIL_LINES)
 
     def summary(self, height: int) -> list[str]:
-        lines = top_summary(self.doc, self.alive, str(self.layout.root), time.time())
-        return lines[:max(1, height - 8)]  # leave the job list a few rows on a short screen
+        return self.lines[:max(1, height - 8)]  # leave the job list rows on a short screen
 
     def draw(self) -> None:
         height, width = self.screen.getmaxyx()

@@ -183,3 +183,22 @@ def test_top_refuses_without_a_terminal(run):
     assert result.returncode == 2
     assert "praxist-fs top: needs a terminal; scripts read praxist-fs status --json" \
         in result.stderr
+
+
+def test_top_without_a_coordinator_and_on_a_status_it_cannot_read(pane, tmp_path):
+    """The view never ends in a traceback: a run whose coordinator never started, then a
+    status.json of a shape it does not know (an older or damaged one), are said so."""
+    run_dir = tmp_path / "run"
+    (run_dir / "resource_scheduler").mkdir(parents=True)
+    pane.type(f"{sys.executable} -m praxist_fs top --run-dir {run_dir}; echo top-exited-$?")
+    pane.keys("Enter")
+    pane.wait(lambda s: s.startswith("coordinator not running: ")
+              and "start one with: praxist-fs serve" in s, "the missing coordinator")
+    status = run_dir / "resource_scheduler" / "status.json"
+    status.with_suffix(".tmp").write_text(json.dumps({"protocol": 1, "updated_at": 0,
+                                                      "active": [{"job_id": "x"}]}))
+    status.with_suffix(".tmp").rename(status)
+    pane.wait(lambda s: s.startswith("cannot show status.json (KeyError: ")
+              and "praxist-fs status --json" in s, "the odd status")
+    pane.keys("q")
+    pane.wait(lambda s: "top-exited-0" in s, "top quitting with 0")
