@@ -354,10 +354,12 @@ def top_summary(doc: dict | None, alive: bool, run_dir: str, now: float) -> list
              + (f"; run stopped: {doc['run_stopped']}" if doc.get("run_stopped") else "") + "):")
     lines = [f"{state} {_ellipsize(run_dir, max(12, 79 - len(state) - 1))}"]
     concurrency, counts = doc.get("concurrency") or {}, doc.get("counts") or {}
+    listed = len(doc.get("queue") or ())  # status.json lists the first 50 queued jobs
     lines.append(f"running {doc.get('running', 0)} of {concurrency.get('target')} "
                  f"(min {concurrency.get('min')}, bound {concurrency.get('upper_bound')}: "
-                 f"{concurrency.get('bound')}); "
-                 + " ".join(f"{k} {v}" for k, v in counts.items() if v and k != "running"))
+                 f"{concurrency.get('bound')}); " + " ".join(
+                     f"{k} {v}" + (f" ({listed} listed)" if k == "queued" and v > listed else "")
+                     for k, v in counts.items() if v and k != "running"))
     if coord.get("degraded"):
         lines.append(f"DEGRADED: {coord['degraded']}")
     if coord.get("quarantined"):
