@@ -203,14 +203,20 @@ class Top:
                 self.message = "not cancelled"
         elif self.log is not None:
             self.log_key(key)
-        elif key in (ord("q"), ord("Q")):
+        else:
+            return self.view_key(key)
+        return None
+
+    def view_key(self, key: int) -> str | None:
+        self.message = ""  # the last answer stays until the next key
+        if key in (ord("q"), ord("Q")):
             return "quit"
-        elif key == ord("/"):
-            self.prompt, self.message = "filter", ""
+        if key == ord("/"):
+            self.prompt = "filter"
         elif key == ord("l") and self.selected:
             self.open_log(self.selected)
         elif key == ord("c") and self.selected:
-            self.prompt, self.message = "cancel", ""
+            self.prompt = "cancel"
         else:
             self.move(key, self.list_height())
         return None

@@ -171,6 +171,12 @@ def test_top_shows_the_run_filters_cancels_and_survives_its_coordinator(make_run
     run.kill()
     pane.wait(lambda s: s.startswith("coordinator not running (last status"),
               "top saying the coordinator is gone")
+    pane.keys("c")
+    pane.wait(lambda s: f"cancel {train}? y/n" in s, "the cancel confirmation")
+    pane.keys("y")  # nobody to ask: refused at once, the job file untouched
+    pane.wait(lambda s: s.splitlines()[-1].startswith(
+        f"not cancelled: coordinator not running ({train})"), "the refused cancel")
+    assert run.job(train)["state"] == "running"
     pane.keys("q")
     screen = pane.wait(lambda s: "top-exited-0" in s, "top quitting with 0")
     assert "q quit" not in screen and not rows(screen), "the terminal is restored"
