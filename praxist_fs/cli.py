@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from .adapters import procs
-from .commands import control, jobs, launch, logs, run, simulate, status, stop, supply
+from .commands import control, jobs, launch, logs, run, simulate, status, stop, supply, top
 from .errors import NoProcfs
 
 # Commands that read only files, so they work where procfs is missing; every other one
@@ -50,6 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_parsers(sub)
     launch.add_parsers(sub)
     status.add_parsers(sub)
+    top.add_parsers(sub)
     jobs.add_parsers(sub)
     logs.add_parsers(sub)
     control.add_parsers(sub)

@@ -12,7 +12,7 @@ COMMANDS = _parser()._subparsers._group_actions[0].choices
 
 
 @pytest.mark.parametrize("name", ["launch", "cancel", "hold", "release", "update", "status",
-                                  "stop", "jobs", "logs", "wait", "raise-budget"])
+                                  "stop", "jobs", "logs", "wait", "raise-budget", "top"])
 def test_every_option_of_a_command_has_help(name):
     parser = COMMANDS[name]
     missing = [action.option_strings or [action.dest] for action in parser._actions

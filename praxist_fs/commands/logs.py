@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 import time
+from typing import BinaryIO
 
 from .. import client
 from ..adapters.layout import RunLayout
@@ -59,19 +60,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
         print(f"praxist-fs logs: job {job_id} has no attempt {args.attempt} (attempts: "
               f"{', '.join(ids) or 'none yet'})", file=sys.stderr)
         return EXIT_UNKNOWN_JOB
-    out = sys.stdout.buffer
-
-    def announce(attempt: dict, previous: dict | None) -> None:
-        out.write(("" if previous is None else "\n").encode()
-                  + attempt_header(attempt, time.time()).encode() + b"\n")
-        out.flush()  # following, an attempt shows up before its output does
-
-    final = client.follow(layout, job_id, out, announce=announce, once=not args.follow,
-                          select=lambda a: args.attempt in ("all", a["attempt_id"]))
+    final = write_logs(layout, job_id, sys.stdout.buffer, args.attempt, args.follow)
     if not final["attempts"]:
         print(f"praxist-fs logs: job {job_id} is {final['state']} with no attempt yet: "
               f"{final['reason']}", file=sys.stderr)
     return client.exit_status(final) if args.follow else 0
+
+
+def write_logs(layout: RunLayout, job_id: str, out: BinaryIO, attempt: str = "all",
+               follow: bool = False) -> dict:
+    """Write the job's output to ``out``, each ``attempt`` (or all) under its header;
+    ``follow`` until the job ends. Returns its last job file. ``praxist-fs top`` shows
+    a job's log the same way."""
+    def announce(shown: dict, previous: dict | None) -> None:
+        out.write(("" if previous is None else "\n").encode()
+                  + attempt_header(shown, time.time()).encode() + b"\n")
+        out.flush()  # following, an attempt shows up before its output does
+
+    return client.follow(layout, job_id, out, announce=announce, once=not follow,
+                         select=lambda a: attempt in ("all", a["attempt_id"]))
 
 
 def cmd_wait(args: argparse.Namespace) -> int:

@@ -328,3 +328,124 @@ def format_stop_listing(entries: list[Entry], registry: Path, what: dict[Path, s
             lines += [f"{title}:", *(f"  {str(run_dir):{width}}  {why}"
                                      for run_dir, why in chosen)]
     return "\n".join(lines)
+
+
+# -- praxist-fs top: the screen as lines, for a terminal at least 80 columns wide ----------
+
+TOP_BAR = 10  # the inside of a bar: 10 characters, 10 % each
+
+
+def bar(parts: list[float], full: float, mark: float | None = None, size: int = TOP_BAR
+        ) -> str:
+    """``[###++.....]``: ``parts`` of ``full`` (the first ``#``, the second ``+``), the
+    rest ``.``; ``mark`` puts a ``|`` at a threshold (a pressure domain's ``high``)."""
+    cells: list[str] = []
+    for part, glyph in zip(parts, "#+"):
+        share = 0.0 if not full else max(0.0, part) / full
+        cells += glyph * round(min(size - len(cells), share * size))
+    cells += "." * (size - len(cells))
+    if mark is not None and full:
+        cells[min(size - 1, round(mark / full * size))] = "|"
+    return f"[{''.join(cells)}]"
+
+
+def top_summary(doc: dict | None, alive: bool, run_dir: str, now: float) -> list[str]:
+    """The fixed part above the job list: the coordinator, concurrency and counts,
+    pressure, one line per GPU, the open generation's arithmetic and leases, the budget."""
+    if doc is None:
+        state = "no status.json yet:" if alive else "coordinator not running:"
+        return [f"{state} {_ellipsize(run_dir, 79 - len(state) - 1)}",
+                "start one with: praxist-fs serve --run-dir RUN"]
+    coord = doc.get("coordinator") or {}
+    age = now - doc.get("updated_at", now)
+    state = (f"{coord.get('state')}, journal seq {coord.get('journal_seq')}, "
+             f"updated {format_duration(max(0.0, age))} ago:" if alive else
+             f"coordinator not running (last status {format_duration(max(0.0, age))} old"
+             + (f"; run stopped: {doc['run_stopped']}" if doc.get("run_stopped") else "") + "):")
+    lines = [f"{state} {_ellipsize(run_dir, max(12, 79 - len(state) - 1))}"]
+    concurrency, counts = doc.get("concurrency") or {}, doc.get("counts") or {}
+    listed = len(doc.get("queue") or ())  # status.json lists the first 50 queued jobs
+    lines.append(f"running {doc.get('running', 0)} of {concurrency.get('target')} "
+                 f"(min {concurrency.get('min')}, bound {concurrency.get('upper_bound')}: "
+                 f"{concurrency.get('bound')}); " + " ".join(
+                     f"{k} {v}" + (f" ({listed} listed)" if k == "queued" and v > listed else "")
+                     for k, v in counts.items() if v and k != "running"))
+    if coord.get("degraded"):
+        lines.append(f"DEGRADED: {coord['degraded']}")
+    if coord.get("quarantined"):
+        lines.append(f"quarantine: {coord['quarantined']} item(s) await an operator")
+    pressure = doc.get("pressure") or {}
+    if pressure.get("source"):
+        lines.append("pressure" + "".join(
+            f" {domain[:3]} {bar([v['avg10'] or 0.0], 100.0, v['high'], size=8)} "
+            f"{'?' if v['avg10'] is None else format(v['avg10'], '.0f')}/{v['high']:g}%"
+            for domain, v in pressure["domains"].items()))
+    gpus = doc.get("gpus") or {}
+    for d in gpus.get("devices") or ():
+        total, jobs = d["memory_total_mib"], len(d["jobs"])
+        util = [d["declared_utilization_pct"], d["external_utilization_pct"]]
+        memory = [d["declared_memory_mib"], d["external_memory_mib"]]
+        lines.append(
+            f"{d['index']:>2} {_ellipsize(d['uuid'], 14):14} util {bar(util, 100.0)} "
+            f"{'{:.0f}+{:.0f}%'.format(*util):>7} mem {bar(memory, total)} "
+            f"{'{:.0f}+{:.0f}/{:.0f}G'.format(*(m / 1024 for m in (*memory, total))):>10} "
+            f"{jobs} job{'s' * (jobs != 1)}")
+    if gpus.get("error"):
+        lines.append(f"gpus: {gpus['error']}")
+    lines += _top_generation(doc)
+    if (doc.get("budget") or {}).get("verdict") is not None:
+        lines.append(format_budget(doc["budget"]))
+    return lines
+
+
+def _top_generation(doc: dict) -> list[str]:
+    """The open generation's maturity arithmetic and its leases; else the last one's phase."""
+    gen = doc.get("generation")
+    if gen is None:
+        last = (doc.get("generations") or [None])[-1]
+        return [] if last is None else [f"generation: none open (last {last['number']}, "
+                                        f"{last['phase']})"]
+    m, stats = gen["maturity"], gen["stats"]
+    return [f"generation {gen['number']} {gen['phase']}: Q {m['Q']} M {m['M']} D {m['D']} "
+            f"A_target {m['A_target']} commitments {m['mature_commitments']} results "
+            f"{gen['results']['count']} (mature {gen['results']['mature']})",
+            f"leases {len(gen['leases'])} held; " + " ".join(
+                f"{k} {stats.get(k, 0)}" for k in ("granted", "consumed", "declined", "expired",
+                                                  "revoked"))
+            + f"; {len(gen.get('idle_peers') or ())} idle"]
+
+
+TOP_JOB_HEADER = f"{'':3} {'JOB':24} {'PEER':8} {'AGE':>7} {'GPUS':5} {'ATT':3} DETAIL"
+
+
+def top_jobs(doc: dict | None) -> list[dict]:
+    """Every job ``top`` lists: running, then suspended, then queued (status.json's first
+    50); each a ``row`` and a ``detail`` (the selected one's full line) by ``job_id``."""
+    if doc is None:
+        return []
+    index = {d["uuid"]: str(d["index"]) for d in (doc.get("gpus") or {}).get("devices") or ()}
+    rows = []
+    for a in doc.get("active") or ():
+        progress = a.get("progress") or {}
+        done = (f"{progress['done']}/{progress['total']} {progress.get('unit') or ''}".strip()
+                if "done" in progress else "no progress")
+        phase = "" if a["phase"] == "running" else f"{a['phase']}, "  # launching, barrier
+        rows.append(_top_row("RUN", a, a["age_s"], ",".join(index.get(g, g) for g in a["gpus"]),
+                             a["attempt_id"], f"{phase}{done}, {a['resource_activity']}"))
+    for s in doc.get("suspended") or ():
+        rows.append(_top_row("SUS", s, s["suspended_s"], ",".join(index.get(g, g)
+                                                                 for g in s["gpus"]),
+                             s["attempt_id"], s["waiting"]))
+    for q in doc.get("queue") or ():
+        rows.append(_top_row("QUE", q, q["age_s"], "", "", q["reason"]))
+    return rows
+
+
+def _top_row(kind: str, job: dict, age: float, gpus: str, attempt: str, detail: str) -> dict:
+    return {"job_id": job["job_id"], "kind": kind,
+            "text": " ".join(str(job.get(k)) for k in ("job_id", "tag", "peer", "profile"))
+            + " " + detail,
+            "row": f"{kind:3} {_ellipsize(job['job_id'], 24):24} "
+                   f"{_ellipsize(str(job.get('peer')), 8):8} {format_duration(age):>7} "
+                   f"{_ellipsize(gpus or '-', 5):5} {attempt or '-':3} {detail}",
+            "detail": f"{job['job_id']} ({job.get('peer')}, {job.get('profile')}): {detail}"}
