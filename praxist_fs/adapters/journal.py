@@ -58,6 +58,19 @@ def _check(line: bytes) -> int | None:
         return None
 
 
+def intact_records(path: str | os.PathLike, after: int = 0) -> Iterator[dict[str, Any]]:
+    """The records after ``after`` of a journal that a live coordinator may be appending to,
+    read without opening it for writing (``praxist-fs report``): up to the first line that
+    is not an intact record, an append in progress or a tail the next start repairs."""
+    with open(path, "rb") as handle:
+        for line in handle:
+            seq = _check(line[:-1]) if line.endswith(b"\n") else None
+            if seq is None:
+                return
+            if seq > after:
+                yield json.loads(line.split(b" ", 2)[2])
+
+
 class Journal:
     def __init__(self, path: str | os.PathLike, *, after: int = 0,
                  keep_damaged: Callable[[int, int, bytes], bool] | None = None) -> None:
