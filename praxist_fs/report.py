@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .adapters.journal import intact_records
 from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
 from .core.budget import Spend, attempt_spend, verdict
 from .core.events import from_record
 from .core.model import Attempt, Job
@@ -83,6 +84,16 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     except (OSError, ValueError) as exc:
         raise ReportError(f"{layout.journal_dir}: cannot replay: {exc}") from None
     return sched, last
+
+
+def report_of(layout: RunLayout) -> tuple[str, int]:
+    """The report of the run at ``layout`` and its job count: a live run's open attempts
+    run until now, a stopped run's until its last journaled instant (``end_of``)."""
+    sched, last = load_run(layout)
+    live = live_endpoint(layout) is not None
+    title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
+    return render(sched, title=title, until=time.time() if live else end_of(sched, last)), len(
+        sched.jobs)
 
 
 def end_of(sched: Scheduler, last_record: float | None) -> float:

@@ -184,6 +184,9 @@ class Result:
     by_gpus: dict[str, dict[str, float | int | None]] = field(default_factory=dict)
     # (victim, preemptor) trace job ids -> how often the core preempted one for the other
     preempted: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # the core's state at the end, for ``--report`` (kept only when asked: it is the
+    # whole trace's jobs)
+    scheduler: Scheduler | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"policy": self.policy, "placement": self.placement, "gpus": self.gpus,
@@ -219,8 +222,10 @@ def simulation_policy(policy: Policy, profiles: list[Profile], jobs: int) -> Pol
 
 
 def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = "declared",
-           name: str = "default", eta_noise: float = 0.0, seed: int = 0) -> Result:
-    """Replay ``jobs`` (in submission order) on ``gpus`` simulated devices."""
+           name: str = "default", eta_noise: float = 0.0, seed: int = 0,
+           keep_scheduler: bool = False) -> Result:
+    """Replay ``jobs`` (in submission order) on ``gpus`` simulated devices;
+    ``keep_scheduler``: the result keeps the core's final state (``Result.scheduler``)."""
     started_wall = time.perf_counter()
     too_big = [j for j in jobs if j.gpus > gpus]
     runnable = [j for j in jobs if j.gpus <= gpus]
@@ -301,8 +306,10 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     unrunnable += [{"job_id": by_core_id[j.job_id].job_id,
                     "reason": sched.pending.get(j.job_id, j.reason)}
                    for j in (*sched.queued(), *sched.suspended())]
-    return _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
-                   unrunnable, series, time.perf_counter() - started_wall, watch.preempted)
+    result = _result(name, placement, gpus, len(jobs), by_core_id, share, start, finish,
+                     unrunnable, series, time.perf_counter() - started_wall, watch.preempted)
+    result.scheduler = sched if keep_scheduler else None
+    return result
 
 
 @dataclass(slots=True)

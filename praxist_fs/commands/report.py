@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from ..adapters.layout import RunLayout
-from ..adapters.lock import live_endpoint
-from ..report import ReportError, end_of, load_run, render, write
+from ..report import ReportError, report_of, write
 from . import NO_RUN_DIR, add_run_dir
 
 
@@ -26,20 +24,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.run_dir:
         print(f"praxist-fs report: {NO_RUN_DIR}", file=sys.stderr)
         return 2
-    layout = RunLayout.at(args.run_dir)
     try:
-        sched, last = load_run(layout)
+        document, jobs = report_of(RunLayout.at(args.run_dir))
     except ReportError as exc:
         print(f"praxist-fs report: {exc}", file=sys.stderr)
         return 1
-    live = live_endpoint(layout) is not None  # a live run's open attempts run until now
-    until = time.time() if live else end_of(sched, last)
-    document = render(sched, title=f"praxist-fs report: {layout.root}"
-                      + ("" if live else " (coordinator stopped)"), until=until)
     try:
         size = write(args.output, document)
     except OSError as exc:
         print(f"praxist-fs report: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
         return 1
-    print(f"report written to {args.output} ({size / 1e6:.2f} MB, {len(sched.jobs)} jobs)")
+    print(f"report written to {args.output} ({size / 1e6:.2f} MB, {jobs} jobs)")
     return 0

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ..config import load_policy
 from ..errors import PolicyError
-from ..simulate import PLACEMENTS, Livelock, TraceError, load_trace, replay
+from ..report import end_of, render, write
+from ..simulate import PLACEMENTS, Livelock, Result, TraceError, load_trace, replay
 from .render import format_json, format_simulation, write_plot
 
 
@@ -42,6 +43,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--plot", metavar="OUT.png",
                      help="queue length and busy GPUs over time (needs matplotlib: "
                      "pip install 'praxist-fs[plot]')")
+    sim.add_argument("--report", metavar="OUT.html",
+                     help="also write the replay's HTML report, as praxist-fs report draws a "
+                     "run's (one file per policy and placement when there are several: "
+                     "OUT-<policy>-<placement>.html)")
     sim.set_defaults(func=cmd_simulate)
 
 
@@ -70,7 +75,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     placements = PLACEMENTS if args.placement == "both" else (args.placement,)
     try:
         results = [replay(jobs, gpus=args.gpus, policy=policy, placement=placement, name=name,
-                          eta_noise=args.eta_noise, seed=args.seed)
+                          eta_noise=args.eta_noise, seed=args.seed,
+                          keep_scheduler=bool(args.report))
                    for name, policy in policies for placement in placements]
     except TraceError as exc:
         print(f"praxist-fs simulate: {exc}", file=sys.stderr)
@@ -86,7 +92,24 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(results, args.plot)
         print(f"praxist-fs simulate: plot written to {args.plot}", file=sys.stderr)
+    if args.report:
+        for result, path in zip(results, _report_paths(args.report, results)):
+            sched = result.scheduler
+            size = write(path, render(sched, until=end_of(sched, None), title=(
+                f"praxist-fs simulate: {args.trace} on {args.gpus} GPUs, policy "
+                f"{result.policy}, {result.placement} placement")))
+            print(f"praxist-fs simulate: report written to {path} ({size / 1e6:.2f} MB)",
+                  file=sys.stderr)
     return 0
+
+
+def _report_paths(path: str, results: list[Result]) -> list[str]:
+    """``path`` for one replay; one file beside it per policy and placement for more."""
+    if len(results) == 1:
+        return [path]
+    out = Path(path)
+    return [str(out.with_name(f"{out.stem}-{Path(r.policy).stem}-{r.placement}{out.suffix}"))
+            for r in results]
 
 
 def _label(path: str | None, paths: list[str]) -> str:

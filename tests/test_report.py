@@ -1,0 +1,54 @@
+"""`praxist-fs simulate --report`: a trace replay drawn by the run report's renderer
+(issue 17 item 2), its bars worked out by hand."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from praxist_fs.cli import main
+
+HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
+LANE = 32  # praxist_fs.report.LANE_H less the gap between lanes
+
+
+def bars(text: str) -> dict[str, list[tuple[float, float, float]]]:
+    """Each attempt group's job tag (from its hover text) -> its rects' (x, y, height)."""
+    found = {}
+    for group in re.findall(r'<g class="bar[^>]*>(.*?)</g>', text):
+        tag = re.search(r"<title>([^ ]+) ", group).group(1)
+        found[tag] = [tuple(map(float, rect)) for rect in re.findall(
+            r'<rect x="([\d.]+)" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"/>', group)]
+    return found
+
+
+def test_simulate_report_draws_each_attempt_on_its_devices(tmp_path, capsys):
+    """seed 000 / R-OPS-1 (issue 17: "`praxist-fs simulate … --report out.html` writes
+    the same report for a trace replay"): four half-GPU jobs fill two devices, two
+    stacked in each lane; a two-GPU job waits for both and is one bar with a rectangle
+    in each lane."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join((HEADER, *(f"{tag},0,10,1,alice,50,10" for tag in "abcd"),
+                                "w,1,5,2,carol,,")) + "\n")
+    out = tmp_path / "sim.html"
+    assert main(["simulate", "--trace", str(trace), "--gpus", "2", "--report", str(out)]) == 0
+    assert f"report written to {out}" in capsys.readouterr().err
+    found = bars(out.read_text())
+    assert sorted(found) == ["a", "b", "c", "d", "w"]
+    halves = [rect for tag in "abcd" for rect in found[tag]]
+    assert len(halves) == 4 and {(x, h) for x, _, h in halves} == {(halves[0][0], LANE / 2)}
+    assert sorted(y for _, y, _ in halves) == [0, LANE / 2, LANE + 2, LANE + 2 + LANE / 2]
+    assert sorted(y for _, y, _ in found["w"]) == [0, LANE + 2]  # one rect per lane, full
+    assert found["w"][0][0] > halves[0][0] and found["w"][0][2] == LANE
+    assert "t=10 s" in out.read_text()  # the virtual clock, not 1970
+
+
+def test_simulate_report_per_placement(tmp_path):
+    """Two placements replayed side by side give one report each, named after them."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + "\na,0,10,1,alice,50,10\n")
+    assert main(["simulate", "--trace", str(trace), "--gpus", "1", "--placement", "both",
+                 "--report", str(tmp_path / "sim.html")]) == 0
+    assert sorted(p.name for p in tmp_path.glob("sim-*.html")) == [
+        "sim-default-declared.html", "sim-default-exclusive.html"]
+    assert not (tmp_path / "sim.html").exists()
