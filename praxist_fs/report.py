@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .adapters.fsio import write_atomic
 from .adapters.journal import intact_records
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
@@ -144,9 +145,9 @@ def render(sched: Scheduler, *, title: str, until: float) -> str:
 
 
 def write(path: str | Path, document: str) -> int:
-    """Write the report (not into the run: it is the reader's file); its size in bytes."""
+    """Write the report whole (a browser reloading it never sees half); its size in bytes."""
     data = document.encode()
-    Path(path).write_bytes(data)
+    write_atomic(path, data, sync=False)
     return len(data)
 
 
@@ -268,6 +269,7 @@ def _queue_chart(jobs: list[Job], span: tuple[float, float]) -> str:
         length += change
         points.append((at, length))
         peak = max(peak, length)
+    points.append((span[1], length))  # on to the report's end
     y_of = (height - 10) / max(peak, 1)
     path = " ".join(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
                     for at, n in _step_points(points))
@@ -438,7 +440,7 @@ def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
     if seconds < 60:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+        return f"{seconds:.{2 if seconds < 1 else 1 if seconds < 10 else 0}f} s"
     minutes = seconds / 60
     if minutes < 60:
         return f"{minutes:.1f} min"
@@ -446,8 +448,8 @@ def _duration(seconds: float | None) -> str:
 
 
 def _hours(hours: float) -> str:
-    """GPU-hours to three significant digits or more: a short run's are small."""
-    return f"{hours:.2f}" if hours >= 1 else f"{hours:.3g}"
+    """GPU-hours as status shows them below one (a short run's are small)."""
+    return f"{hours:.2f}" if hours >= 1 else f"{hours:.6f}"
 
 
 def _count(n: int, noun: str) -> str:
