@@ -49,7 +49,7 @@ class ReportError(Exception):
     """A run directory the report cannot be built from (no journal, unreadable)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per bar, and frozen ones build slower
 class Stint:
     """One attempt on one device: a bar of the timeline."""
 

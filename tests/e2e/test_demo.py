@@ -38,3 +38,6 @@ def test_demo_runs_the_tour(tmp_path):
     text = report.read_text()
     assert text.count('<g class="bar') >= 4  # the GPU tour's four jobs, one bar each
     assert "GPU-fake-0" in text and "GPU-fake-1" in text
+    # its generation's leases: granted, consumed, declined, expired, revoked, conversion
+    assert ("<tr><th>1</th><td>closed</td><td>3</td><td>1</td><td>1</td><td>0</td><td>1</td>"
+            "<td>33%</td></tr>") in text
