@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from .adapters.lock import live_endpoint
 from .core.budget import Spend, attempt_spend, verdict
 from .core.events import from_record
 from .core.model import Attempt, Job
+from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
 from .core.snapshot import load
 from .core.states import JobState
@@ -41,6 +42,7 @@ PLOT_W, LABEL_W, LANE_H, AXIS_H = 1000, 190, 34, 22
 # Queue delay histogram bins (upper bounds, seconds): where a delay lands at a glance.
 DELAY_BINS = ((1, "<1 s"), (10, "<10 s"), (60, "<1 min"), (600, "<10 min"), (3600, "<1 h"),
               (6 * 3600, "<6 h"), (math.inf, "≥6 h"))
+COLOUR_BY = ("peer", "queue")
 MAX_FAILURE_ROWS = 300  # the newest; a night of crashes would otherwise dwarf the rest
 VIRTUAL_CLOCK = 1e9     # times below this are a simulation's seconds, not the epoch's
 
@@ -87,14 +89,14 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     return sched, last
 
 
-def report_of(layout: RunLayout) -> tuple[str, int]:
+def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
     """The report of the run at ``layout`` and its job count: a live run's open attempts
     run until now, a stopped run's until its last journaled instant (``end_of``)."""
     sched, last = load_run(layout)
     live = live_endpoint(layout) is not None
     title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
-    return render(sched, title=title, until=time.time() if live else end_of(sched, last)), len(
-        sched.jobs)
+    until = time.time() if live else end_of(sched, last)
+    return render(sched, title=title, until=until, colour_by=colour_by), len(sched.jobs)
 
 
 def end_of(sched: Scheduler, last_record: float | None) -> float:
@@ -106,24 +108,27 @@ def end_of(sched: Scheduler, last_record: float | None) -> float:
     return max([*times, *([last_record] if last_record is not None else [])], default=0.0)
 
 
-def render(sched: Scheduler, *, title: str, until: float) -> str:
-    """The report's HTML; open attempts are drawn up to ``until``."""
+def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer") -> str:
+    """The report's HTML; open attempts are drawn up to ``until``, the timeline's bars
+    coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue)."""
     jobs = sorted(sched.jobs.values(), key=lambda job: job.order)
     stints = _stints(sched, jobs, until)
     start = min((job.submitted_at for job in jobs), default=until)
     span = (start, max(until, start + 1e-9))
-    peers = _peer_colours(jobs)
+    key = _peer if colour_by == "peer" else _queue_of(sched)
+    peers, colours = _colours(jobs, _peer), _colours(jobs, key)
     attempts = sum(len(job.attempts) for job in jobs)
     states = Counter(job.state.value for job in jobs)
-    summary = (f"{_count(len(jobs), 'job')} ("
-               f"{', '.join(f'{n} {s}' for s, n in states.most_common())}), "
-               f"{_count(attempts, 'attempt')}, {_count(len({s.uuid for s in stints}), 'GPU')} "
-               "used; "
+    summary = (f"{_count(len(jobs), 'job')} "
+               f"({', '.join(f'{n} {s}' for s, n in states.most_common())}), "
+               f"{_count(attempts, 'attempt')}, "
+               f"{_count(len({s.uuid for s in stints}), 'GPU')} used; "
                f"{_when(span[0])} → {_when(span[1])} ({_duration(span[1] - span[0])})")
     sections = [
         ("GPU timeline", "One lane per device, one bar per attempt on it; attempts sharing "
-         "a device are stacked by their declared utilisation. Hover a bar for its job.",
-         _timeline(stints, span, peers)),
+         f"a device are stacked by their declared utilisation, coloured by {colour_by}. "
+         "Hover a bar for its job.",
+         _timeline(stints, span, colours, key)),
         ("Queue length", "Jobs waiting to start (queued, retries included) over time.",
          _queue_chart(jobs, span)),
         ("Queue delay by work class", "Submission to first start, per job that started.",
@@ -138,7 +143,7 @@ def render(sched: Scheduler, *, title: str, until: float) -> str:
     body = "".join(f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>'
                    f"{content}</section>" for name, note, content in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>{_e(title)}</title><style>{_css(peers)}</style></head><body>"
+            f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
             f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>{body}"
             f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
             "</body></html>")
@@ -168,7 +173,8 @@ def _stints(sched: Scheduler, jobs: list[Job], until: float) -> list[Stint]:
     return stints
 
 
-def _timeline(stints: list[Stint], span: tuple[float, float], peers: dict[str, int]) -> str:
+def _timeline(stints: list[Stint], span: tuple[float, float], colours: dict[str, int],
+              key: Callable[[Job], str]) -> str:
     if not stints:
         return '<p class="empty">No attempt ran on a GPU.</p>'
     lanes: dict[str, list[Stint]] = defaultdict(list)
@@ -192,10 +198,10 @@ def _timeline(stints: list[Stint], span: tuple[float, float], peers: dict[str, i
             bars.setdefault((stint.job.job_id, stint.attempt.attempt_id), (stint, []))[1].append(
                 f'<rect x="{x:.1f}" y="{top + offset * (LANE_H - 2):.1f}" width="{width:.1f}" '
                 f'height="{stint.share * (LANE_H - 2):.1f}"/>')
-    parts += [f'<g class="bar p{peers[stint.job.request.peer]}" data-job="{_e(job_id)}" '
+    parts += [f'<g class="bar p{colours[key(stint.job)]}" data-job="{_e(job_id)}" '
               f'data-attempt="{_e(attempt_id)}"><title>{_e(_hover(stint))}</title>'
               f'{"".join(rects)}</g>' for (job_id, attempt_id), (stint, rects) in bars.items()]
-    return "".join(parts) + "</svg>" + _legend(peers)
+    return "".join(parts) + "</svg>" + _legend(colours)
 
 
 def _stack(stints: list[Stint]) -> Iterable[tuple[Stint, float]]:
@@ -241,9 +247,9 @@ def _axis(span: tuple[float, float], top: int) -> str:
     return "".join(parts)
 
 
-def _legend(peers: dict[str, int]) -> str:
+def _legend(colours: dict[str, int]) -> str:
     return '<p class="legend">' + "".join(
-        f'<span><i class="p{colour}"></i>{_e(peer)}</span>' for peer, colour in peers.items()
+        f'<span><i class="p{colour}"></i>{_e(name)}</span>' for name, colour in colours.items()
     ) + "</p>"
 
 
@@ -401,17 +407,27 @@ def _leases(sched: Scheduler) -> str:
 # -- helpers -----------------------------------------------------------------------
 
 
-def _peer_colours(jobs: list[Job]) -> dict[str, int]:
-    """Each peer's palette index, in order of first submission."""
-    peers: dict[str, int] = {}
+def _colours(jobs: list[Job], key: Callable[[Job], str]) -> dict[str, int]:
+    """Each peer's (or queue's) palette index, in order of first submission."""
+    colours: dict[str, int] = {}
     for job in jobs:
-        peers.setdefault(job.request.peer, len(peers) % len(PALETTE))
-    return peers
+        colours.setdefault(key(job), len(colours) % len(PALETTE))
+    return colours
 
 
-def _css(peers: dict[str, int]) -> str:
+def _peer(job: Job) -> str:
+    return job.request.peer
+
+
+def _queue_of(sched: Scheduler) -> Callable[[Job], str]:
+    queues = queue_of_class(sched.policy.queue_set())
+    return lambda job: queues[job.request.work_class].name
+
+
+def _css(*maps: dict[str, int]) -> str:
+    used = {i for colours in maps for i in colours.values()}
     colours = "".join(f".p{i}{{fill:{c};background:{c}}}" for i, c in enumerate(PALETTE)
-                      if i in peers.values())
+                      if i in used)
     return (
         "body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1240px}"
         "h1{font-size:20px}h2{font-size:16px;margin:28px 0 4px}"

@@ -7,6 +7,9 @@ import re
 from pathlib import Path
 
 from praxist_fs.cli import main
+from praxist_fs.config import load_policy
+from praxist_fs.report import render
+from praxist_fs.simulate import load_trace, replay
 
 HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
 LANE = 32  # praxist_fs.report.LANE_H less the gap between lanes
@@ -52,3 +55,26 @@ def test_simulate_report_per_placement(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("sim-*.html")) == [
         "sim-default-declared.html", "sim-default-exclusive.html"]
     assert not (tmp_path / "sim.html").exists()
+
+
+def test_the_timeline_can_tell_queues_apart(tmp_path):
+    """issue 17 item 2: bars "coloured by peer or queue". One peer's jobs in two work
+    classes (each its own queue by default): one colour by peer, two by queue, and the
+    legend names the queues."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + ",work_class\na,0,10,1,alice,,,ordinary\n"
+                     "m,0,10,1,alice,,,mature\n")
+    result = replay(load_trace(trace), gpus=2, policy=load_policy(None), keep_scheduler=True)
+
+    def colours(colour_by: str) -> tuple[dict[str, str], str]:
+        text = render(result.scheduler, title="t", until=20.0, colour_by=colour_by)
+        return {tag: colour for colour, tag in re.findall(
+            r'<g class="bar (p\d+)"[^>]*><title>([^ ]+) ', text)}, text
+
+    by_peer, _ = colours("peer")
+    by_queue, text = colours("queue")
+    assert len(set(by_peer.values())) == 1 and len(by_peer) == 2
+    assert by_queue["a"] != by_queue["m"]
+    start = text.index('<p class="legend">')
+    legend = text[start:text.index("</p>", start)]
+    assert "ordinary" in legend and "mature" in legend and "alice" not in legend

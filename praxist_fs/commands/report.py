@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from ..adapters.layout import RunLayout
-from ..report import ReportError, report_of, write
+from ..report import COLOUR_BY, ReportError, report_of, write
 from . import NO_RUN_DIR, add_run_dir
 
 
@@ -17,6 +17,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_run_dir(report)
     report.add_argument("-o", "--output", required=True, metavar="REPORT.html",
                         help="the file to write (the run directory is left untouched)")
+    report.add_argument("--colour-by", choices=COLOUR_BY, default="peer",
+                        help="what the timeline's colours tell apart (default %(default)s)")
     report.set_defaults(func=cmd_report)
 
 
@@ -25,7 +27,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"praxist-fs report: {NO_RUN_DIR}", file=sys.stderr)
         return 2
     try:
-        document, jobs = report_of(RunLayout.at(args.run_dir))
+        document, jobs = report_of(RunLayout.at(args.run_dir), args.colour_by)
     except ReportError as exc:
         print(f"praxist-fs report: {exc}", file=sys.stderr)
         return 1

@@ -84,10 +84,10 @@ def parse_bars(text: str) -> Bars:
     return parser
 
 
-def report(run, out: Path) -> subprocess.CompletedProcess:
+def report(run, out: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "praxist_fs", "report", "--run-dir",
-                           str(run.root), "-o", str(out)], capture_output=True, text=True,
-                          timeout=60)
+                           str(run.root), "-o", str(out), *flags], capture_output=True,
+                          text=True, timeout=60)
 
 
 @pytest.fixture
@@ -155,15 +155,17 @@ def test_report_has_one_bar_per_attempt_stacked_by_declared_share(finished_run, 
 
 def test_report_of_a_stopped_run(finished_run, tmp_path):
     """seed 000 / R-OPS-1: the report looks back over a run after its coordinator has
-    gone: the same attempts, from the durable files alone, and it says it is stopped."""
+    gone: the same attempts, from the durable files alone, and it says it is stopped;
+    coloured by queue on request."""
     run, shared, later = finished_run
     run.stop()
     out = tmp_path / "stopped.html"
-    done = report(run, out)
+    done = report(run, out, "--colour-by", "queue")
     assert done.returncode == 0, done.stderr
     text = out.read_text()
     assert "(coordinator stopped)" in text
     assert len(parse_bars(text).bars) == 5
+    assert '<span><i class="p0"></i>ordinary</span>' in text  # every job's queue here
 
 
 def test_report_needs_a_run(tmp_path):
