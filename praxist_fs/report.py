@@ -256,15 +256,19 @@ def _legend(colours: dict[str, int]) -> str:
 def _queue_chart(jobs: list[Job], span: tuple[float, float]) -> str:
     """A step curve of queued jobs: a job waits from its submission (or the end of an
     attempt that sent it back) to the start of its next attempt, or to the end when it
-    still waits. Jobs that left the queue without running (cancelled, expired) leave no
-    time the state kept, so they are not counted."""
+    still waits. Waits whose start or end the state does not keep are left out: of
+    jobs that left the queue without running (cancelled, expired), and of a round that
+    a ``retry_terminal`` resubmission reopened (it waited from the resubmission, not
+    from the failed attempt's end)."""
     steps: list[tuple[float, int]] = []
     for job in jobs:
         since = job.submitted_at
-        for attempt in job.attempts:
-            steps += [(since, 1), (attempt.started_at, -1)]
+        for attempt, before in zip(job.attempts, [None, *job.attempts]):
+            if before is None or before.round == attempt.round:
+                steps += [(since, 1), (attempt.started_at, -1)]
             since = attempt.ended_at if attempt.ended_at is not None else span[1]
-        if job.state is JobState.QUEUED:
+        if job.state is JobState.QUEUED and (
+                not job.attempts or job.attempts[-1].round == job.round):
             steps += [(since, 1), (span[1], -1)]
     if not steps:
         return '<p class="empty">No job was queued.</p>'

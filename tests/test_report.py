@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
 from praxist_fs.report import render
@@ -78,3 +80,19 @@ def test_the_timeline_can_tell_queues_apart(tmp_path):
     start = text.index('<p class="legend">')
     legend = text[start:text.index("</p>", start)]
     assert "ordinary" in legend and "mature" in legend and "alice" not in legend
+
+
+def test_queue_length_follows_arrivals_and_starts(tmp_path):
+    """issue 17 item 2: "queue length over time". One GPU, a and b at t=0, c at t=5,
+    each 10 s: 1 waits from 0, 2 from 5, 1 from 10 (b starts), none from 20."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + "\na,0,10,1,u,,\nb,0,10,1,u,,\nc,5,10,1,u,,\n")
+    result = replay(load_trace(trace), gpus=1, policy=load_policy(None), keep_scheduler=True)
+    text = render(result.scheduler, title="t", until=30.0)
+    assert "peak 2 queued" in text
+    points = re.search(r'<polyline points="([^"]+)"', text).group(1).split()
+    ys = [float(point.split(",")[1]) for point in points]
+    levels = [round((160 - y) / 75) for y in ys]  # 160 high, 150 for the peak of 2
+    assert [n for i, n in enumerate(levels) if i == 0 or n != levels[i - 1]] == [1, 2, 1, 0]
+    xs = [float(point.split(",")[0]) for point in points]
+    assert xs[levels.index(2)] == pytest.approx(190 + 1000 * 5 / 30, abs=0.1)  # at t=5
