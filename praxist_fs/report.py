@@ -33,6 +33,7 @@ from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
 from .core.snapshot import load
 from .core.states import JobState
+from .errors import PraxistError
 from .simulate import percentile
 
 # Colour-blind-safe (Tableau 10); peers beyond ten share colours, the legend says whose.
@@ -47,7 +48,7 @@ MAX_FAILURE_ROWS = 300  # the newest; a night of crashes would otherwise dwarf t
 VIRTUAL_CLOCK = 1e9     # times below this are a simulation's seconds, not the epoch's
 
 
-class ReportError(Exception):
+class ReportError(PraxistError):
     """A run directory the report cannot be built from (no journal, unreadable)."""
 
 
@@ -84,8 +85,9 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     except PermissionError as exc:
         raise ReportError(f"{exc.filename}: permission denied (the journal is the "
                           "coordinator's alone: run the report as its user)") from None
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"{layout.journal_dir}: cannot replay: {exc}") from None
+    except (OSError, ValueError, KeyError, TypeError, PraxistError) as exc:
+        # damage, or a record of a newer version: say so rather than print a traceback
+        raise ReportError(f"{layout.journal_dir}: cannot replay: {exc!r}") from None
     return sched, last
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from praxist_fs.adapters.journal import Journal
+
 from .conftest import request
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,3 +238,20 @@ def test_report_renders_in_chromium(finished_run, tmp_path):
     if os.environ.get("PRAXIST_SCREENSHOTS") == "1":
         (ROOT / "docs" / "img").mkdir(exist_ok=True)
         shutil.copy(shot, ROOT / "docs" / "img" / "report.png")
+
+
+def test_report_of_a_journal_it_cannot_replay(tmp_path):
+    """A journal record of a kind this version does not know (a newer coordinator's) is
+    reported in one line, not a traceback, and nothing is written."""
+    journal_dir = tmp_path / "run" / "resource_scheduler" / "journal"
+    journal_dir.mkdir(parents=True)
+    journal = Journal(journal_dir / "journal.log")
+    journal.append({"type": "from_the_future", "at": 1.0})
+    journal.commit()
+    journal.close()
+    done = subprocess.run([sys.executable, "-m", "praxist_fs", "report", "--run-dir",
+                           str(tmp_path / "run"), "-o", str(tmp_path / "r.html")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "cannot replay" in done.stderr and "from_the_future" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "r.html").exists()
