@@ -7,7 +7,8 @@ import argparse
 import sys
 
 from .adapters import procs
-from .commands import control, jobs, launch, logs, run, simulate, status, stop, supply, top
+from .commands import (control, jobs, launch, logs, report, run, simulate, status, stop,
+                       supply, top)
 from .errors import NoProcfs
 
 # Commands that read only files, so they work where procfs is missing; every other one
@@ -63,4 +64,5 @@ def _parser() -> argparse.ArgumentParser:
     supply.add_parsers(sub)
     stop.add_parsers(sub)
     simulate.add_parsers(sub)
+    report.add_parsers(sub)
     return parser

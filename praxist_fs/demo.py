@@ -4,7 +4,7 @@ It starts a real coordinator, submits through the same files a shell script
 would use, shows dedup, a failure and its explicit retry, an exit-75
 infrastructure retry, a hostile request, a GPU job held without a GPU, a short
 generation with idle-supply leases, and a kill -9 of the coordinator with the
-running attempt re-adopted.
+running attempt re-adopted; it ends by writing the run's HTML report.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .commands.render import format_status
+from .report import report_of, write
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 EXAMPLE_TASK = FIXTURES / "tasks" / "example.yaml"
@@ -275,7 +276,11 @@ class Tour:
         print(f"   attempts:  {self.layout.attempts}/<job>/<attempt>/ (READY, GO, exit.json)")
         print(f"   journal:   {self.layout.journal}")
         print(f"   status:    {self.layout.status}  (json: praxist-fs status --json)")
-        print(json.dumps({"demo": "ok", "run_dir": str(root)}))
+        report = root / "report.html"
+        write(report, report_of(self.layout)[0])
+        self.say(f"The run's report (praxist-fs report --run-dir {root} -o {report})")
+        print(f"   open {report} in a browser: every GPU's timeline, the queue, failures")
+        print(json.dumps({"demo": "ok", "run_dir": str(root), "report": str(report)}))
 
 
 def run_demo(run_dir: str, config: str | None) -> int:

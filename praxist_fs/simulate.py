@@ -297,6 +297,9 @@ class Result:
     # (victim, preemptor) trace job ids -> how often the core preempted one for the other
     preempted: Counter[tuple[str, str]] = field(default_factory=Counter)
     records: list[JobRecord] = field(default_factory=list, repr=False)  # every trace job
+    # the core's state at the end, for ``--report`` (kept only when asked: it is the
+    # whole trace's jobs)
+    scheduler: Scheduler | None = field(default=None, repr=False)
 
     def to_dict(self, *, wall: bool = True) -> dict[str, Any]:
         """The JSON result; ``wall=False`` (``--deterministic``) leaves out the one field
@@ -347,9 +350,11 @@ def simulation_policy(policy: Policy, profiles: list[Profile], jobs: int,
 
 def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = "declared",
            name: str = "default", eta_noise: float = 0.0, seed: int = 0,
-           uncapped: bool = False, device: SimulatedGpu = SimulatedGpu()) -> Result:
+           uncapped: bool = False, device: SimulatedGpu = SimulatedGpu(),
+           keep_scheduler: bool = False) -> Result:
     """Replay ``jobs`` (in submission order) on ``gpus`` simulated ``device``s, under the
-    task file's concurrency limits unless ``uncapped``."""
+    task file's concurrency limits unless ``uncapped``; ``keep_scheduler``: the result
+    keeps the core's final state (``Result.scheduler``, for ``--report``)."""
     started_wall = time.perf_counter()
     too_big = [j for j in jobs if j.gpus > gpus]
     runnable = [j for j in jobs if j.gpus <= gpus]
@@ -441,9 +446,11 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     unrunnable += [{"job_id": records[j.job_id].job.job_id,
                     "reason": sched.pending.get(j.job_id, j.reason)}
                    for j in (*sched.queued(), *sched.suspended())]
-    return _result(name, placement, gpus, jobs, records, share, unrunnable,
-                   series, time.perf_counter() - started_wall, watch.preempted,
-                   "uncapped" if uncapped else "task file", upper_bound(policy, None), peak)
+    result = _result(name, placement, gpus, jobs, records, share, unrunnable,
+                     series, time.perf_counter() - started_wall, watch.preempted,
+                     "uncapped" if uncapped else "task file", upper_bound(policy, None), peak)
+    result.scheduler = sched if keep_scheduler else None
+    return result
 
 
 @dataclass(slots=True)

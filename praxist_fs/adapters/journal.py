@@ -59,10 +59,10 @@ def _check(line: bytes) -> int | None:
 
 
 def read_intact(path: str | os.PathLike, after: int = 0) -> Iterator[dict[str, Any]]:
-    """The records of a journal another process may be appending to, read without
-    repairing anything: up to the first line that is not an intact record (an append in
-    progress, or damage the coordinator itself decides about at its next start), those
-    numbered after ``after`` (the seq its snapshot covers)."""
+    """The records after ``after`` (the seq its snapshot covers) of a journal a live
+    coordinator may be appending to, read without opening it for writing (``simulate
+    --from-run``, ``report``): up to the first line that is not an intact record (an
+    append in progress, or damage the coordinator itself decides about at its next start)."""
     with open(path, "rb") as handle:
         for line in handle:
             seq = _check(line[:-1]) if line.endswith(b"\n") else None

@@ -18,9 +18,10 @@ from ..core.scheduler import Scheduler
 from ..core.snapshot import SnapshotError, load
 from ..errors import PolicyError
 from .jobs import _since
+from ..report import end_of, render, write
 from ..simulate import (
-    H200_MIB, H200_MODEL, PLACEMENTS, Livelock, SimulatedGpu, TraceError, TraceJob, load_trace,
-    replay, trace_from_history, write_jobs_csv,
+    H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
+    load_trace, replay, trace_from_history, write_jobs_csv,
 )
 from .render import format_json, format_simulation, write_plot
 
@@ -73,6 +74,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--plot", metavar="OUT.png",
                      help="queue length and busy GPUs over time (needs matplotlib: "
                      "pip install 'praxist-fs[plot]')")
+    sim.add_argument("--report", metavar="OUT.html",
+                     help="also write the replay's HTML report, as praxist-fs report draws a "
+                     "run's (one file per policy and placement when there are several: "
+                     "OUT-<policy>-<placement>.html)")
     sim.set_defaults(func=cmd_simulate)
 
 
@@ -111,7 +116,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         results = [replay(jobs, gpus=args.gpus, policy=policy, placement=placement, name=name,
                           eta_noise=args.eta_noise, seed=args.seed, uncapped=args.uncapped,
-                          device=device)
+                          device=device, keep_scheduler=bool(args.report))
                    for name, policy in policies for placement in placements]
     except TraceError as exc:
         print(f"praxist-fs simulate: {exc}", file=sys.stderr)
@@ -143,6 +148,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         write_plot(results, args.plot)
         print(f"praxist-fs simulate: plot written to {args.plot}", file=sys.stderr)
+    if args.report:
+        for result, path in zip(results, _report_paths(args.report, results)):
+            sched = result.scheduler
+            size = write(path, render(sched, until=end_of(sched, None), title=(
+                f"praxist-fs simulate: {args.trace or '--from-run ' + args.from_run} on "
+                f"{args.gpus} GPUs, policy "
+                f"{result.policy}, {result.placement} placement")))
+            print(f"praxist-fs simulate: report written to {path} ({size / 1e6:.2f} MB)",
+                  file=sys.stderr)
     return 0
 
 
@@ -171,6 +185,13 @@ def _history(run_dir: str, since: float | None) -> list[TraceJob]:
           + "".join(f"; left out: {count} {why}" for why, count in sorted(left_out.items())),
           file=sys.stderr)
     return jobs
+def _report_paths(path: str, results: list[Result]) -> list[str]:
+    """``path`` for one replay; one file beside it per policy and placement for more."""
+    if len(results) == 1:
+        return [path]
+    out = Path(path)
+    return [str(out.with_name(f"{out.stem}-{Path(r.policy).stem}-{r.placement}{out.suffix}"))
+            for r in results]
 
 
 def _label(path: str | None, paths: list[str]) -> str:

@@ -10,7 +10,7 @@ import zlib
 import pytest
 
 from praxist_fs.adapters import fsio
-from praxist_fs.adapters.journal import Journal
+from praxist_fs.adapters.journal import Journal, read_intact
 from praxist_fs.errors import JournalCorrupt
 from tests.disks import small_tmpfs
 
@@ -250,3 +250,17 @@ def test_a_commit_that_fails_on_a_full_disk_takes_its_records_back(tmp_path):
         journal.close()
         assert path.stat().st_size > size
         assert [r["i"] for r in Journal(path).records] == [0, 1]
+
+
+def test_a_reader_reads_read_intact_and_never_repairs(tmp_path):
+    """`praxist-fs report` reads a live coordinator's journal: every intact record after
+    the snapshot's seq, stopping at an append in progress, and the file left as it was
+    (only a start truncates a torn tail)."""
+    path = tmp_path / "j.log"
+    write_records(path, 5)
+    with open(path, "ab") as handle:
+        handle.write(b"6 deadbeef {\"type\":")  # an append the coordinator is making
+    before = path.read_bytes()
+    assert [r["i"] for r in read_intact(path)] == [0, 1, 2, 3, 4]
+    assert [r["i"] for r in read_intact(path, after=3)] == [3, 4]
+    assert path.read_bytes() == before

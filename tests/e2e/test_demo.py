@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,15 @@ def test_demo_runs_the_tour(tmp_path):
                      "gen_1/CLOSING_SIGNAL",
                      "granted 3, consumed 1, declined 1, revoked 1, conversion_rate 0.3333"):
         assert expected in out, expected
+    # issue 17 item 5: "`make demo` ends by writing the HTML report of its run and
+    # printing its path"; its timeline has the demo's GPU jobs
+    last = json.loads(result.stdout.strip().splitlines()[-1])
+    report = Path(last["report"])
+    assert report == tmp_path / "demo" / "report.html"
+    assert f"-o {report})" in result.stdout
+    text = report.read_text()
+    assert text.count('<g class="bar') >= 4  # the GPU tour's four jobs, one bar each
+    assert "GPU-fake-0" in text and "GPU-fake-1" in text
+    # its generation's leases: granted, consumed, declined, expired, revoked, conversion
+    assert ("<tr><th>1</th><td>closed</td><td>3</td><td>1</td><td>1</td><td>0</td><td>1</td>"
+            "<td>33%</td></tr>") in text

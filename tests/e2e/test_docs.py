@@ -43,7 +43,7 @@ TESTED = {
     "tour-gpus",  # README
     "shell-submit", "shell-wait", "central-attempts",  # PROTOCOL
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
-    "ops-generation-status", "ops-invariants",  # OPERATIONS
+    "ops-generation-status", "ops-invariants", "ops-report",  # OPERATIONS
     "simulate-livelock",  # SIMULATE
 }
 
@@ -357,6 +357,11 @@ def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, s
 
     invariants = shell("ops-invariants")
     assert (invariants.returncode, invariants.stdout) == (0, "consistent\n"), invariants.stderr
+
+    report = shell("ops-report")  # issue 17 item 2: the run report of this live run
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith(f"report written to {run.root}-report.html (")
+    assert '<g class="bar' in Path(f"{run.root}-report.html").read_text()
 
 
 def test_the_livelock_trace_replays_as_documented(shell):

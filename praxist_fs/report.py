@@ -1,0 +1,486 @@
+"""The run report (R-OPS-1): one self-contained HTML file that looks back over a run.
+
+``render`` draws it from the scheduler state the journal rebuilds (``load_run`` replays a
+run's snapshot and journal read-only, for a live or a stopped run; ``praxist-fs simulate
+--report`` passes the replay's scheduler): a per-GPU timeline (one bar per attempt on
+each of its devices, co-located attempts stacked by their declared share), the queue
+length over time, queue delay per work class, GPU-hours per peer with the budget
+verdict, failures and retries, and lease outcomes per generation. Inline SVG and CSS
+only, no script and nothing fetched: it opens from a mail attachment or an air-gapped
+box. The state keeps every attempt's start and end, so a compacted journal loses
+nothing the report shows.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .adapters.fsio import write_atomic
+from .adapters.journal import read_intact
+from .adapters.layout import RunLayout
+from .adapters.lock import live_endpoint
+from .core.budget import Spend, attempt_spend, verdict
+from .core.events import from_record
+from .core.model import Attempt, Job
+from .core.queues import queue_of_class
+from .core.scheduler import Scheduler
+from .core.snapshot import load
+from .core.states import JobState
+from .errors import PraxistError
+from .simulate import percentile
+
+# Colour-blind-safe (Tableau 10); peers beyond ten share colours, the legend says whose.
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
+           "#ff9da7", "#9c755f", "#bab0ac")
+PLOT_W, LABEL_W, LANE_H, AXIS_H = 1000, 190, 34, 22
+# Queue delay histogram bins (upper bounds, seconds): where a delay lands at a glance.
+DELAY_BINS = ((1, "<1 s"), (10, "<10 s"), (60, "<1 min"), (600, "<10 min"), (3600, "<1 h"),
+              (6 * 3600, "<6 h"), (math.inf, "≥6 h"))
+COLOUR_BY = ("peer", "queue")
+MAX_FAILURE_ROWS = 300  # the newest; a night of crashes would otherwise dwarf the rest
+VIRTUAL_CLOCK = 1e9     # times below this are a simulation's seconds, not the epoch's
+
+
+class ReportError(PraxistError):
+    """A run directory the report cannot be built from (no journal, unreadable)."""
+
+
+@dataclass(slots=True)  # not frozen: one is built per bar, and frozen ones build slower
+class Stint:
+    """One attempt on one device: a bar of the timeline."""
+
+    job: Job
+    attempt: Attempt
+    uuid: str
+    start: float
+    end: float
+    share: float  # of the device's height: the declared utilisation, 1 when unknown
+    open: bool    # still running (or suspended) at the report's end
+
+
+def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
+    """The scheduler a start would rebuild from ``layout``'s snapshot and journal, read
+    without writing anything, and the last journaled instant (None: no record after the
+    snapshot)."""
+    if not layout.journal.exists() and not layout.snapshot.exists():
+        raise ReportError(f"{layout.root}: no journal under {layout.journal_dir}: not a "
+                          "run directory, or its coordinator has not started yet")
+    sched, after = Scheduler(), 0
+    try:
+        if layout.snapshot.exists():
+            with open(layout.snapshot, "rb") as handle:
+                after, sched = load(handle)
+        last = None
+        for record in read_intact(layout.journal, after) if layout.journal.exists() else ():
+            event = from_record(record)
+            sched.handle(event)
+            last = event.at
+    except PermissionError as exc:
+        raise ReportError(f"{exc.filename}: permission denied (the journal is the "
+                          "coordinator's alone: run the report as its user)") from None
+    except (OSError, ValueError, KeyError, TypeError, PraxistError) as exc:
+        # damage, or a record of a newer version: say so rather than print a traceback
+        raise ReportError(f"{layout.journal_dir}: cannot replay: {exc!r}") from None
+    return sched, last
+
+
+def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
+    """The report of the run at ``layout`` and its job count: a live run's open attempts
+    run until now, a stopped run's until its last journaled instant (``end_of``)."""
+    sched, last = load_run(layout)
+    live = live_endpoint(layout) is not None
+    title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
+    until = time.time() if live else end_of(sched, last)
+    return render(sched, title=title, until=until, colour_by=colour_by), len(sched.jobs)
+
+
+def end_of(sched: Scheduler, last_record: float | None) -> float:
+    """The latest instant the state knows of: a stopped run's report ends there, not at
+    the moment it is built (attempts its coordinator never saw end stop there too)."""
+    times = [t for job in sched.jobs.values() for t in (
+        job.submitted_at, *(x for a in job.attempts for x in (a.started_at, a.ended_at)
+                            if x is not None))]
+    return max([*times, *([last_record] if last_record is not None else [])], default=0.0)
+
+
+def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer") -> str:
+    """The report's HTML; open attempts are drawn up to ``until``, the timeline's bars
+    coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue)."""
+    jobs = sorted(sched.jobs.values(), key=lambda job: job.order)
+    stints = _stints(sched, jobs, until)
+    start = min((job.submitted_at for job in jobs), default=until)
+    span = (start, max(until, start + 1e-9))
+    key = _peer if colour_by == "peer" else _queue_of(sched)
+    peers, colours = _colours(jobs, _peer), _colours(jobs, key)
+    attempts = sum(len(job.attempts) for job in jobs)
+    states = Counter(job.state.value for job in jobs)
+    summary = (f"{_count(len(jobs), 'job')} "
+               f"({', '.join(f'{n} {s}' for s, n in states.most_common())}), "
+               f"{_count(attempts, 'attempt')}, "
+               f"{_count(len({s.uuid for s in stints}), 'GPU')} used; "
+               f"{_when(span[0])} → {_when(span[1])} ({_duration(span[1] - span[0])})")
+    sections = [
+        ("GPU timeline", "One lane per device, one bar per attempt on it; attempts sharing "
+         f"a device are stacked by their declared utilisation, coloured by {colour_by}. "
+         "Hover a bar for its job.",
+         _timeline(stints, span, colours, key)),
+        ("Queue length", "Jobs waiting to start (queued, retries included) over time.",
+         _queue_chart(jobs, span)),
+        ("Queue delay by work class", "Submission to first start, per job that started.",
+         _delays(jobs)),
+        ("GPU-hours by peer", "Device-hours of every attempt (suspended time excluded).",
+         _gpu_hours(sched, jobs, until, peers)),
+        ("Failures and retries", "Attempts that did not complete, newest first.",
+         _failures(jobs)),
+        ("Leases by generation", "What the directed leases of each generation came to.",
+         _leases(sched)),
+    ]
+    body = "".join(f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>'
+                   f"{content}</section>" for name, note, content in sections)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+            f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
+            f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>{body}"
+            f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
+            "</body></html>")
+
+
+def write(path: str | Path, document: str) -> int:
+    """Write the report whole (a browser reloading it never sees half); its size in bytes."""
+    data = document.encode()
+    write_atomic(path, data, sync=False)
+    return len(data)
+
+
+# -- the sections ------------------------------------------------------------------
+
+
+def _stints(sched: Scheduler, jobs: list[Job], until: float) -> list[Stint]:
+    stints = []
+    for job in jobs:
+        profile = sched.policy.profiles.get(job.profile)
+        share = (profile.gpu_utilization_pct / 100 if profile is not None and
+                 profile.demand_known else 1.0)
+        for attempt in job.attempts:
+            end = attempt.ended_at
+            stints += [Stint(job, attempt, uuid, attempt.started_at,
+                             until if end is None else end, min(share, 1.0), end is None)
+                       for uuid in attempt.gpus]
+    return stints
+
+
+def _timeline(stints: list[Stint], span: tuple[float, float], colours: dict[str, int],
+              key: Callable[[Job], str]) -> str:
+    if not stints:
+        return '<p class="empty">No attempt ran on a GPU.</p>'
+    lanes: dict[str, list[Stint]] = defaultdict(list)
+    for stint in stints:
+        lanes[stint.uuid].append(stint)
+    height = len(lanes) * LANE_H + AXIS_H
+    scale = PLOT_W / (span[1] - span[0])
+    parts = [f'<svg class="timeline" width="{LABEL_W + PLOT_W}" height="{height}" '
+             f'viewBox="0 0 {LABEL_W + PLOT_W} {height}">', _axis(span, len(lanes) * LANE_H)]
+    # an attempt is one group (its hover text once), with a rectangle on each of its devices;
+    # attempt ids are unique within their job only
+    bars: dict[tuple[str, str], tuple[Stint, list[str]]] = {}
+    for row, uuid in enumerate(sorted(lanes)):
+        top = row * LANE_H
+        parts.append(f'<text x="4" y="{top + LANE_H / 2 + 4:.0f}" class="lane">{_e(uuid)}</text>'
+                     f'<rect x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{LANE_H - 2}" '
+                     'class="lanebg"/>')
+        for stint, offset in _stack(lanes[uuid]):
+            x = LABEL_W + (stint.start - span[0]) * scale
+            width = max((stint.end - stint.start) * scale, 1.0)
+            bars.setdefault((stint.job.job_id, stint.attempt.attempt_id), (stint, []))[1].append(
+                f'<rect x="{x:.1f}" y="{top + offset * (LANE_H - 2):.1f}" width="{width:.1f}" '
+                f'height="{stint.share * (LANE_H - 2):.1f}"/>')
+    parts += [f'<g class="bar p{colours[key(stint.job)]}" data-job="{_e(job_id)}" '
+              f'data-attempt="{_e(attempt_id)}"><title>{_e(_hover(stint))}</title>'
+              f'{"".join(rects)}</g>' for (job_id, attempt_id), (stint, rects) in bars.items()]
+    return "".join(parts) + "</svg>" + _legend(colours)
+
+
+def _stack(stints: list[Stint]) -> Iterable[tuple[Stint, float]]:
+    """Each attempt of one lane and its offset from the lane's top (a fraction): the
+    lowest place its share fits beside the attempts on the device at the same time."""
+    active: list[tuple[float, float, float]] = []  # (end, top, bottom)
+    for stint in sorted(stints, key=lambda s: (s.start, s.attempt.attempt_id)):
+        active = [a for a in active if a[0] > stint.start]
+        offset = next((top for top in sorted({0.0, *(a[2] for a in active)})
+                       if all(top + stint.share <= a[1] + 1e-9 or top >= a[2] - 1e-9
+                              for a in active)), 0.0)
+        offset = min(offset, max(0.0, 1.0 - stint.share))  # declared over 100%: overlap
+        active.append((stint.end, offset, offset + stint.share))
+        yield stint, offset
+
+
+def _hover(stint: Stint) -> str:
+    attempt, job = stint.attempt, stint.job
+    if stint.open:
+        ended = "still running"
+    elif attempt.exit_code is not None:
+        ended = f"exit {attempt.exit_code}" + (
+            f" (signal {attempt.signal})" if attempt.signal else "")
+    else:
+        ended = attempt.outcome or "ended"
+    return (f"{job.request.tag} · {job.job_id} attempt {attempt.number} · peer "
+            f"{job.request.peer} · {_when(stint.start)} → "
+            f"{'…' if stint.open else _when(stint.end)} ({_duration(stint.end - stint.start)})"
+            f" · {ended}")
+
+
+def _axis(span: tuple[float, float], top: int) -> str:
+    ticks, scale = 6, PLOT_W / (span[1] - span[0])
+    parts = []
+    for i in range(ticks + 1):
+        t = span[0] + (span[1] - span[0]) * i / ticks
+        x = LABEL_W + (t - span[0]) * scale
+        anchor = "start" if i == 0 else "end" if i == ticks else "middle"
+        label = _when(t, short=True) if i == 0 else f"+{_duration(t - span[0])}"
+        parts.append(f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{top}" class="grid"/>'
+                     f'<text x="{x:.1f}" y="{top + 15}" text-anchor="{anchor}" '
+                     f'class="tick">{_e(label)}</text>')
+    return "".join(parts)
+
+
+def _legend(colours: dict[str, int]) -> str:
+    return '<p class="legend">' + "".join(
+        f'<span><i class="p{colour}"></i>{_e(name)}</span>' for name, colour in colours.items()
+    ) + "</p>"
+
+
+def _queue_chart(jobs: list[Job], span: tuple[float, float]) -> str:
+    """A step curve of queued jobs: a job waits from its submission (or the end of an
+    attempt that sent it back) to the start of its next attempt, or to the end when it
+    still waits. Waits whose start or end the state does not keep are left out: of
+    jobs that left the queue without running (cancelled, expired), and of a round that
+    a ``retry_terminal`` resubmission reopened (it waited from the resubmission, not
+    from the failed attempt's end)."""
+    steps: list[tuple[float, int]] = []
+    for job in jobs:
+        since = job.submitted_at
+        for attempt, before in zip(job.attempts, [None, *job.attempts]):
+            if before is None or before.round == attempt.round:
+                steps += [(since, 1), (attempt.started_at, -1)]
+            since = attempt.ended_at if attempt.ended_at is not None else span[1]
+        if job.state is JobState.QUEUED and (
+                not job.attempts or job.attempts[-1].round == job.round):
+            steps += [(since, 1), (span[1], -1)]
+    if not steps:
+        return '<p class="empty">No job was queued.</p>'
+    steps.sort()
+    height, scale = 160, PLOT_W / (span[1] - span[0])
+    length, peak, points = 0, 0, [(span[0], 0)]
+    for at, change in steps:
+        length += change
+        points.append((at, length))
+        peak = max(peak, length)
+    points.append((span[1], length))  # on to the report's end
+    y_of = (height - 10) / max(peak, 1)
+    path = " ".join(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
+                    for at, n in _step_points(points))
+    return (f'<svg class="queue" width="{LABEL_W + PLOT_W}" height="{height + AXIS_H}">'
+            f'<text x="4" y="14" class="lane">peak {peak} queued</text>'
+            f'<text x="{LABEL_W - 6}" y="{height}" text-anchor="end" class="tick">0</text>'
+            f'<polyline points="{path}" class="curve"/>{_axis(span, height)}</svg>')
+
+
+def _step_points(points: list[tuple[float, int]]) -> Iterable[tuple[float, int]]:
+    """A step curve's corners, one change per instant (many jobs start at once)."""
+    merged: dict[float, int] = {}
+    for at, n in points:
+        merged[at] = n
+    previous = None
+    for at, n in merged.items():
+        if previous is not None:
+            yield at, previous
+        yield at, n
+        previous = n
+
+
+def _delays(jobs: list[Job]) -> str:
+    by_class: dict[str, list[float]] = defaultdict(list)
+    for job in jobs:
+        if job.attempts:
+            by_class[job.request.work_class].append(
+                max(0.0, job.attempts[0].started_at - job.submitted_at))
+    if not by_class:
+        return '<p class="empty">No job has started yet.</p>'
+    head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)
+    rows = []
+    for work_class, delays in sorted(by_class.items()):
+        delays.sort()
+        counts = Counter(next(i for i, (upper, _) in enumerate(DELAY_BINS) if d < upper)
+                         for d in delays)
+        cells = "".join(
+            f'<td class="heat" style="--f:{counts[i] / len(delays):.2f}">{counts[i] or ""}</td>'
+            for i in range(len(DELAY_BINS)))
+        rows.append(f"<tr><th>{_e(work_class)}</th><td>{len(delays)}</td>"
+                    f"<td>{_duration(percentile(delays, 50))}</td>"
+                    f"<td>{_duration(percentile(delays, 95))}</td>"
+                    f"<td>{_duration(delays[-1])}</td>{cells}</tr>")
+    return (f'<table class="delays"><tr><th>work class</th><th>jobs</th><th>p50</th>'
+            f"<th>p95</th><th>max</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _gpu_hours(sched: Scheduler, jobs: list[Job], until: float, peers: dict[str, int]) -> str:
+    hours: Counter[str] = Counter()
+    for job in jobs:
+        for attempt in job.attempts:
+            end = attempt.ended_at if attempt.ended_at is not None else until
+            spent = attempt_spend(len(attempt.gpus), attempt.active_seconds(end), None)
+            hours[job.request.peer] += spent.gpu_seconds / 3600
+    most = max(hours.values(), default=0.0) or 1.0
+    rows = "".join(
+        f'<tr><th><i class="p{peers[peer]}"></i>{_e(peer)}</th><td>{_hours(spent)}</td>'
+        f'<td class="barcell"><span class="p{peers[peer]}" style="width:{spent / most * 100:.1f}%">'
+        "</span></td></tr>" for peer, spent in hours.most_common())
+    budget = sched.budget
+    total = sum(sched.spend(until).values(), Spend())
+    found = verdict(budget, total)
+    limits = ", ".join(f"{name} {limit:g}" for name, limit in (
+        ("GPU-hours", budget.gpu_hours), ("cost", budget.cost)) if limit is not None)
+    so_far = f"{_hours(total.gpu_seconds / 3600)} GPU-hours, cost {total.cost:.2f}"
+    verdict_line = (f'budget verdict <b class="verdict {found}">{found}</b>: spent {so_far} '
+                    f"(limits: {limits})" if found is not None else
+                    f"no budget limits; spent {so_far}")
+    return (f'<p class="budget">{verdict_line}</p><table class="peers"><tr><th>peer</th>'
+            f"<th>GPU-hours</th><th></th></tr>{rows}</table>")
+
+
+def _failures(jobs: list[Job]) -> str:
+    failed = sorted(((attempt, job) for job in jobs for attempt in job.attempts
+                     if attempt.outcome not in (None, "completed")),
+                    key=lambda pair: -(pair[0].ended_at or pair[0].started_at))
+    if not failed:
+        return '<p class="empty">Every attempt that ended completed.</p>'
+    outcomes = Counter(attempt.outcome for attempt, _ in failed)
+    retried = sum(1 for job in jobs if len(job.attempts) > 1)
+    rows = "".join(
+        f"<tr><td>{_when(attempt.ended_at or attempt.started_at)}</td><td>{_e(job.job_id)}</td>"
+        f"<td>{_e(job.request.tag)}</td><td>{_e(job.request.peer)}</td><td>{attempt.number}</td>"
+        f"<td>{_e(attempt.outcome)}</td><td>{_exit(attempt)}</td><td>{_e(_why(attempt, job))}</td>"
+        "</tr>" for attempt, job in failed[:MAX_FAILURE_ROWS])
+    more = (f'<p class="note">… and {len(failed) - MAX_FAILURE_ROWS} older ones.</p>'
+            if len(failed) > MAX_FAILURE_ROWS else "")
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in outcomes.most_common())
+    return (f"<p>{counts}; {_count(retried, 'job')} ran more than once.</p>"
+            "<table class=\"failures\">"
+            "<tr><th>ended</th><th>job</th><th>tag</th><th>peer</th><th>attempt</th>"
+            f"<th>outcome</th><th>exit</th><th>why</th></tr>{rows}</table>{more}")
+
+
+def _exit(attempt: Attempt) -> str:
+    if attempt.exit_code is None:
+        return "—"
+    return str(attempt.exit_code) + (f" (signal {attempt.signal})" if attempt.signal else "")
+
+
+def _why(attempt: Attempt, job: Job) -> str:
+    """What the attempt's own record says went wrong; the job's reason for its last one."""
+    if attempt.failure:
+        return json.dumps(attempt.failure, separators=(",", ":"))[:300]
+    if attempt.error:
+        return attempt.error
+    if attempt.preemptions:
+        last = attempt.preemptions[-1]
+        return f"preempted ({last['mode']}) for {last['by']}: {last['reason']}"
+    return job.reason if attempt is job.current else ""
+
+
+def _leases(sched: Scheduler) -> str:
+    if not sched.generations:
+        return '<p class="empty">No generation was opened.</p>'
+    keys = ("granted", "consumed", "declined", "expired", "revoked")
+    rows = []
+    for number, gen in sorted(sched.generations.items()):
+        stats = gen.stats_document()
+        rate = stats["conversion_rate"]
+        rows.append(f"<tr><th>{number}</th><td>{_e(gen.phase)}</td>"
+                    + "".join(f"<td>{stats[key]}</td>" for key in keys)
+                    + f"<td>{'—' if rate is None else f'{rate:.0%}'}</td></tr>")
+    return ('<table class="leases"><tr><th>generation</th><th>phase</th>'
+            + "".join(f"<th>{key}</th>" for key in keys)
+            + f"<th>consumed / granted</th></tr>{''.join(rows)}</table>")
+
+
+# -- helpers -----------------------------------------------------------------------
+
+
+def _colours(jobs: list[Job], key: Callable[[Job], str]) -> dict[str, int]:
+    """Each peer's (or queue's) palette index, in order of first submission."""
+    colours: dict[str, int] = {}
+    for job in jobs:
+        colours.setdefault(key(job), len(colours) % len(PALETTE))
+    return colours
+
+
+def _peer(job: Job) -> str:
+    return job.request.peer
+
+
+def _queue_of(sched: Scheduler) -> Callable[[Job], str]:
+    queues = queue_of_class(sched.policy.queue_set())
+    return lambda job: queues[job.request.work_class].name
+
+
+def _css(*maps: dict[str, int]) -> str:
+    used = {i for colours in maps for i in colours.values()}
+    colours = "".join(f".p{i}{{fill:{c};background:{c}}}" for i, c in enumerate(PALETTE)
+                      if i in used)
+    return (
+        "body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1240px}"
+        "h1{font-size:20px}h2{font-size:16px;margin:28px 0 4px}"
+        ".note,.summary{color:#555;margin:2px 0 8px}.empty{color:#777;font-style:italic}"
+        "svg{display:block;overflow:visible}.lane{font:11px monospace;fill:#333}"
+        ".lanebg{fill:#f4f4f4}.bar{stroke:#fff;stroke-width:.5}.bar:hover{stroke:#000}"
+        ".grid{stroke:#ddd}.tick{font:11px sans-serif;fill:#555}"
+        ".curve{fill:none;stroke:#4e79a7;stroke-width:1.5}"
+        "table{border-collapse:collapse}th,td{padding:2px 8px;text-align:left;"
+        "border-bottom:1px solid #eee}"
+        ".heat{background:rgba(78,121,167,var(--f));text-align:right}"
+        ".barcell{width:400px}.barcell span{display:inline-block;height:10px}"
+        ".legend span{margin-right:14px}i{display:inline-block;width:10px;height:10px;"
+        "margin-right:4px}.verdict.over{color:#c00}.verdict.at{color:#b60}"
+        ".failures td{font-size:12px}" + colours)
+
+
+def _when(t: float, short: bool = False) -> str:
+    """A UTC time; a simulation's virtual seconds as ``t=…``."""
+    if t < VIRTUAL_CLOCK:
+        return f"t={_duration(t)}"
+    return time.strftime("%H:%M:%S" if short else "%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.{2 if seconds < 1 else 1 if seconds < 10 else 0}f} s"
+    minutes = seconds / 60
+    if minutes < 60:
+        return f"{minutes:.1f} min"
+    return f"{minutes / 60:.1f} h"
+
+
+def _hours(hours: float) -> str:
+    """GPU-hours as status shows them below one (a short run's are small)."""
+    return f"{hours:.2f}" if hours >= 1 else f"{hours:.6f}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _slug(name: str) -> str:
+    return name.lower().replace(" ", "-")
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))

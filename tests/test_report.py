@@ -1,0 +1,98 @@
+"""`praxist-fs simulate --report`: a trace replay drawn by the run report's renderer
+(issue 17 item 2), its bars worked out by hand."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from praxist_fs.cli import main
+from praxist_fs.config import load_policy
+from praxist_fs.report import render
+from praxist_fs.simulate import load_trace, replay
+
+HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
+LANE = 32  # praxist_fs.report.LANE_H less the gap between lanes
+
+
+def bars(text: str) -> dict[str, list[tuple[float, float, float]]]:
+    """Each attempt group's job tag (from its hover text) -> its rects' (x, y, height)."""
+    found = {}
+    for group in re.findall(r'<g class="bar[^>]*>(.*?)</g>', text):
+        tag = re.search(r"<title>([^ ]+) ", group).group(1)
+        found[tag] = [tuple(map(float, rect)) for rect in re.findall(
+            r'<rect x="([\d.]+)" y="([\d.]+)" width="[\d.]+" height="([\d.]+)"/>', group)]
+    return found
+
+
+def test_simulate_report_draws_each_attempt_on_its_devices(tmp_path, capsys):
+    """seed 000 / R-OPS-1 (issue 17: "`praxist-fs simulate … --report out.html` writes
+    the same report for a trace replay"): four half-GPU jobs fill two devices, two
+    stacked in each lane; a two-GPU job waits for both and is one bar with a rectangle
+    in each lane."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join((HEADER, *(f"{tag},0,10,1,alice,50,10" for tag in "abcd"),
+                                "w,1,5,2,carol,,")) + "\n")
+    out = tmp_path / "sim.html"
+    assert main(["simulate", "--trace", str(trace), "--gpus", "2", "--report", str(out)]) == 0
+    assert f"report written to {out}" in capsys.readouterr().err
+    found = bars(out.read_text())
+    assert sorted(found) == ["a", "b", "c", "d", "w"]
+    halves = [rect for tag in "abcd" for rect in found[tag]]
+    assert len(halves) == 4 and {(x, h) for x, _, h in halves} == {(halves[0][0], LANE / 2)}
+    assert sorted(y for _, y, _ in halves) == [0, LANE / 2, LANE + 2, LANE + 2 + LANE / 2]
+    assert sorted(y for _, y, _ in found["w"]) == [0, LANE + 2]  # one rect per lane, full
+    assert found["w"][0][0] > halves[0][0] and found["w"][0][2] == LANE
+    assert "t=10 s" in out.read_text()  # the virtual clock, not 1970
+
+
+def test_simulate_report_per_placement(tmp_path):
+    """Two placements replayed side by side give one report each, named after them."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + "\na,0,10,1,alice,50,10\n")
+    assert main(["simulate", "--trace", str(trace), "--gpus", "1", "--placement", "both",
+                 "--report", str(tmp_path / "sim.html")]) == 0
+    assert sorted(p.name for p in tmp_path.glob("sim-*.html")) == [
+        "sim-default-declared.html", "sim-default-exclusive.html"]
+    assert not (tmp_path / "sim.html").exists()
+
+
+def test_the_timeline_can_tell_queues_apart(tmp_path):
+    """issue 17 item 2: bars "coloured by peer or queue". One peer's jobs in two work
+    classes (each its own queue by default): one colour by peer, two by queue, and the
+    legend names the queues."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + ",work_class\na,0,10,1,alice,,,ordinary\n"
+                     "m,0,10,1,alice,,,mature\n")
+    result = replay(load_trace(trace), gpus=2, policy=load_policy(None), keep_scheduler=True)
+
+    def colours(colour_by: str) -> tuple[dict[str, str], str]:
+        text = render(result.scheduler, title="t", until=20.0, colour_by=colour_by)
+        return {tag: colour for colour, tag in re.findall(
+            r'<g class="bar (p\d+)"[^>]*><title>([^ ]+) ', text)}, text
+
+    by_peer, _ = colours("peer")
+    by_queue, text = colours("queue")
+    assert len(set(by_peer.values())) == 1 and len(by_peer) == 2
+    assert by_queue["a"] != by_queue["m"]
+    start = text.index('<p class="legend">')
+    legend = text[start:text.index("</p>", start)]
+    assert "ordinary" in legend and "mature" in legend and "alice" not in legend
+
+
+def test_queue_length_follows_arrivals_and_starts(tmp_path):
+    """issue 17 item 2: "queue length over time". One GPU, a and b at t=0, c at t=5,
+    each 10 s: 1 waits from 0, 2 from 5, 1 from 10 (b starts), none from 20."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + "\na,0,10,1,u,,\nb,0,10,1,u,,\nc,5,10,1,u,,\n")
+    result = replay(load_trace(trace), gpus=1, policy=load_policy(None), keep_scheduler=True)
+    text = render(result.scheduler, title="t", until=30.0)
+    assert "peak 2 queued" in text
+    points = re.search(r'<polyline points="([^"]+)"', text).group(1).split()
+    ys = [float(point.split(",")[1]) for point in points]
+    levels = [round((160 - y) / 75) for y in ys]  # 160 high, 150 for the peak of 2
+    assert [n for i, n in enumerate(levels) if i == 0 or n != levels[i - 1]] == [1, 2, 1, 0]
+    xs = [float(point.split(",")[0]) for point in points]
+    assert xs[levels.index(2)] == pytest.approx(190 + 1000 * 5 / 30, abs=0.1)  # at t=5
