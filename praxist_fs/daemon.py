@@ -52,6 +52,7 @@ from .core.effects import (
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
     WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
+from .core.metrics import COMMIT_BUCKETS, Histogram, render_metrics
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
     Event, RequestSeen,
@@ -99,9 +100,15 @@ AttemptKey = tuple[str, str]
 class Coordinator:
     def __init__(self, run_dir: str | os.PathLike, policy: Policy, *,
                  fake_gpus: str | None = None, host_registry: str | None = None,
-                 psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None
-                 ) -> None:
+                 psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None,
+                 metrics_textfile_dir: str | None = None) -> None:
         self.layout = RunLayout.at(run_dir)
+        # metrics.prom, and a copy for node_exporter's textfile collector if asked for
+        self.metrics_files = [self.layout.metrics] + (
+            [Path(metrics_textfile_dir) / metrics_file_name(self.layout.root)]
+            if metrics_textfile_dir else [])
+        self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency, this coordinator's
+        self._metrics_error: str | None = None  # the textfile copy's last failure, logged
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self._case: quarantine.Case | None = None  # what this start sets aside
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
@@ -557,7 +564,9 @@ class Coordinator:
             if committed:
                 reach("journal.before_commit")
                 try:
+                    began = time.monotonic()
                     self.journal.commit()
+                    self.commits.observe(time.monotonic() - began)
                 except OSError as exc:
                     if not self._disk_error(exc, self.layout.journal):
                         raise
@@ -1443,10 +1452,32 @@ class Coordinator:
             write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
                        sync=False, indent=2)
             reach("status.after_write")
+            self._write_metrics(now, serving=state != "stopped")
         except OSError as exc:  # tried again at the usual cadence, not at every turn
             if not self._disk_error(exc, self.layout.status):
                 raise
         self._status_version, self._status_at = self._status_stamp(), now
+
+    def _write_metrics(self, now: float, serving: bool) -> None:
+        """metrics.prom beside status.json; the textfile directory's copy is the
+        operator's: a failure there is logged, once per error, never fatal."""
+        data = render_metrics(self.sched, now, str(self.layout.root), self.journal.seq,
+                              self.commits, serving).encode()
+        write_atomic(self.metrics_files[0], data, sync=False)
+        for path in self.metrics_files[1:]:
+            try:
+                write_atomic(path, data, sync=False)
+                self._metrics_error = None
+            except OSError as exc:
+                if str(exc) != self._metrics_error:
+                    log.warning("metrics textfile not written: %s", exc)
+                self._metrics_error = str(exc)
+
+
+def metrics_file_name(run_dir: Path) -> str:
+    """``<run dir name>-<hash of its path>.prom``: one file per run in a shared directory."""
+    path = os.path.realpath(run_dir)
+    return f"{os.path.basename(path)}-{hashlib.sha256(path.encode()).hexdigest()[:8]}.prom"
 
 
 def _return_memory() -> None:

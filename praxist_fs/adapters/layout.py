@@ -50,6 +50,10 @@ class RunLayout:
     def status(self) -> Path:
         return self.scheduler / "status.json"
 
+    @property
+    def metrics(self) -> Path:
+        return self.scheduler / "metrics.prom"
+
     @cached_property
     def journal_dir(self) -> Path:
         return self.scheduler / "journal"
