@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from .budget import RUNNING
 from .scheduler import Scheduler
 from .states import JobState
 from .supply import STAT_KEYS
@@ -203,14 +204,23 @@ def _leases(sched: Scheduler, family) -> None:
 
 
 def _budget(sched: Scheduler, now: float, family) -> None:
-    """Spend so far (ended attempts by kind, and running ones), and the limits in force."""
+    """Spend of ended attempts by kind (counters: it only grows), what the attempts in
+    flight spent so far (a gauge: it falls as they end and their spend moves to a kind),
+    and the limits in force."""
+    spend = sched.spend(now)
+    running = spend.pop(RUNNING)
     gpu = family("praxist_budget_gpu_seconds_total", "counter",
-                 "GPU time spent (GPU-seconds), by kind")
+                 "GPU time ended attempts spent (GPU-seconds), by kind")
     cost = family("praxist_budget_cost_total", "counter",
-                  "Cost spent in the task's rate units, by kind")
-    for kind, spend in sched.spend(now).items():
-        gpu.add(spend.gpu_seconds, kind=kind)
-        cost.add(spend.cost, kind=kind)
+                  "Cost ended attempts spent at the task's rates, by kind")
+    for kind, ended in spend.items():
+        gpu.add(ended.gpu_seconds, kind=kind)
+        cost.add(ended.cost, kind=kind)
+    family("praxist_budget_running_gpu_seconds", "gauge",
+           "GPU time the attempts in flight spent so far (GPU-seconds)"
+           ).add(running.gpu_seconds)
+    family("praxist_budget_running_cost", "gauge",
+           "Cost the attempts in flight spent so far").add(running.cost)
     budget, ledger = sched.budget, sched.ledger
     limit = family("praxist_budget_limit_gpu_seconds", "gauge",
                    "The run's GPU-time budget (GPU-seconds), if set")

@@ -98,7 +98,7 @@ def test_metrics_file_parses_and_counts_jobs_attempts_gpus(make_run, tmp_path):
     assert value(parsed, "praxist_concurrency_target") == 4
     assert value(parsed, "praxist_concurrency_upper_bound") == 8
     assert value(parsed, "praxist_lease_outcomes_total", outcome="granted") == 0
-    assert value(parsed, "praxist_budget_gpu_seconds_total", kind="running") > 0
+    assert value(parsed, "praxist_budget_running_gpu_seconds") > 0  # the held GPU job
 
     copy = textfiles / next(p.name for p in textfiles.iterdir() if p.suffix == ".prom")
     assert copy.name.startswith("run-") and len(list(textfiles.iterdir())) == 1
