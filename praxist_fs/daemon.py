@@ -38,6 +38,7 @@ from .adapters.fsio import (
     write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
+from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
@@ -55,7 +56,7 @@ from .core.effects import (
 from .core.metrics import COMMIT_BUCKETS, Histogram, render_metrics
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
-    Event, RequestSeen,
+    Event, GenerationPhase, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
 from .core.model import Attempt, AttemptPhase, Job
@@ -109,6 +110,7 @@ class Coordinator:
             if metrics_textfile_dir else [])
         self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency, this coordinator's
         self._metrics_error: str | None = None  # the textfile copy's last failure, logged
+        self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self._case: quarantine.Case | None = None  # what this start sets aside
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
@@ -198,6 +200,9 @@ class Coordinator:
         self.journal = Journal(self.layout.journal, after=self._restore_snapshot(),
                                keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
+        if self.policy.hooks.on_job_end or self.policy.hooks.on_generation_close:
+            self.hooks = HookRunner(self.layout.hook_logs, self.layout.root,
+                                    self.policy.hooks.timeout_seconds)
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
@@ -265,6 +270,8 @@ class Coordinator:
             warm.dismiss()
         if self.server is not None:
             self.server.close()
+        if self.hooks is not None:
+            self.hooks.close()
         if hasattr(self, "inventory"):
             self.inventory.close()
         for handle in self.handles.values():
@@ -573,8 +580,8 @@ class Coordinator:
                     self._roll_back()
                     return
                 reach("journal.after_commit")
-            events = []
-            for effect in sorted(_last_job_writes(effects), key=_launch_path_first):
+            batch, events, effects = events, [], _last_job_writes(effects)
+            for effect in sorted(effects, key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
                 reach(f"{point}.before")
                 try:
@@ -584,6 +591,37 @@ class Coordinator:
                         raise
                 reach(f"{point}.after")
             self._settle_attempts()
+            if committed and self.hooks is not None:
+                self._run_hooks(batch, effects)
+
+    def _run_hooks(self, events: list[Event], effects: list[Effect]) -> None:
+        """The task's hooks for the jobs this batch ended (moved into jobs/done/) and the
+        generations it closed: after the commit and the job files, so a hook reads what
+        the run holds. Queued to the hook runner's thread; this returns at once."""
+        hooks, run_dir = self.policy.hooks, str(self.layout.root)
+        calls = []
+        for effect in effects:
+            if isinstance(effect, WriteJob) and effect.directory == "done" and effect.replaces:
+                doc = effect.document
+                exit_code = doc["exit_code"]
+                calls += [("job_end", effect.job_id, hooks.on_job_end, doc, {
+                    "PRAXIST_JOB_ID": effect.job_id, "PRAXIST_JOB_STATE": doc["state"],
+                    "PRAXIST_EXIT_CODE": "" if exit_code is None else str(exit_code),
+                    "PRAXIST_TAG": doc["tag"], "PRAXIST_PEER": doc["peer"],
+                    "PRAXIST_GENERATION": "" if doc["generation"] is None
+                    else str(doc["generation"])})]
+        for event in events:
+            if isinstance(event, GenerationPhase) and event.phase == "closed":
+                gen = self.sched.generations[event.generation]
+                calls += [("generation_close", str(gen.number), hooks.on_generation_close,
+                           self.sched.generation_status(gen, soft=False),
+                           {"PRAXIST_GENERATION": str(gen.number),
+                            "PRAXIST_CLOSE_REASON": event.reason})]
+        for kind, subject, commands, document, env in calls:
+            for n, argv in enumerate(commands):
+                self.hooks.submit(HookCall(
+                    name=f"{kind}-{subject}-{n}", argv=argv, document=document,
+                    env={"PRAXIST_HOOK": kind, "PRAXIST_RUN_DIR": run_dir, **env}))
 
     def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
         """Hand events to the core, journal (uncommitted) those that changed its state."""

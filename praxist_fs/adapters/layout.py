@@ -118,6 +118,10 @@ class RunLayout:
     def logs(self) -> Path:
         return self.root / "logs" / "experiments"
 
+    @property
+    def hook_logs(self) -> Path:
+        return self.root / "logs" / "hooks"
+
     def jobs(self, directory: str) -> Path:
         return self._jobs[directory]
 
