@@ -53,7 +53,7 @@ from .core.effects import (
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
     WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
-from .core.metrics import COMMIT_BUCKETS, Histogram, render_metrics
+from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
     Event, GenerationPhase, RequestSeen,
@@ -211,6 +211,7 @@ class Coordinator:
                         self.journal.restored_newline)
         for record in self.journal.replay():
             self.sched.handle(from_record(record))
+        self.tally = AttemptTally.of(self.sched.jobs.values())  # metrics.prom's attempts
         views_durable_ns = self._take_clean_stop()
         self._set_aside_orphans(clean=views_durable_ns is not None)
         self.index = JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
@@ -519,6 +520,7 @@ class Coordinator:
         after = self._restore_snapshot()
         for record in self.journal.durable(after):
             self.sched.handle(from_record(record))
+        self.tally = AttemptTally.of(self.sched.jobs.values())
         self._results_seen.clear()
 
     def _retry_degraded(self) -> None:
@@ -1000,6 +1002,7 @@ class Coordinator:
     def _write_job(self, effect: WriteJob) -> None:
         data = dumps(effect.document)
         write_atomic(self.layout.job_file(effect.directory, effect.job_id), data, sync=False)
+        self.tally.update(self.sched.jobs[effect.job_id])  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
             unlink(self.layout.job_file(effect.replaces, effect.job_id))
@@ -1500,7 +1503,7 @@ class Coordinator:
         """metrics.prom beside status.json; the textfile directory's copy is the
         operator's: a failure there is logged, once per error, never fatal."""
         data = render_metrics(self.sched, now, str(self.layout.root), self.journal.seq,
-                              self.commits, serving).encode()
+                              self.tally, self.commits, serving).encode()
         write_atomic(self.metrics_files[0], data, sync=False)
         for path in self.metrics_files[1:]:
             try:
