@@ -60,30 +60,25 @@ class HookRunner:
         self._calls.put(call)
 
     def close(self) -> None:
-        """Stop taking calls; give running hooks a short grace, then kill their groups.
-        Calls not started yet are dropped, with a log line each."""
+        """At the coordinator's stop: what was submitted still starts; then running hooks
+        get STOP_GRACE_SECONDS before their groups are killed (nothing outlives us
+        unbounded by a timeout)."""
         self._calls.put(None)
         self._thread.join(timeout=STOP_GRACE_SECONDS + 5)
 
     def _work(self) -> None:
-        closing_at = None
-        while True:
+        stopping_at: float | None = None  # set by close(): the running hooks' last moment
+        while stopping_at is None or self._running:
             try:
                 call = self._calls.get(timeout=POLL_SECONDS if self._running else None)
             except queue.Empty:
-                call = False
-            if call is None:
-                closing_at = time.monotonic() + STOP_GRACE_SECONDS
-            elif call is not False and closing_at is None:
-                self._start(call)
-            elif call is not False:
-                log.warning("hook %s not run: the coordinator is stopping", call.name)
-            self._reap(closing_at)
-            if closing_at is not None and not self._running:
-                while not self._calls.empty():
-                    if (left := self._calls.get()) is not None:
-                        log.warning("hook %s not run: the coordinator is stopping", left.name)
-                return
+                pass
+            else:
+                if call is None:
+                    stopping_at = time.monotonic() + STOP_GRACE_SECONDS
+                else:
+                    self._start(call)
+            self._reap(stopping_at)
 
     def _start(self, call: HookCall) -> None:
         try:
@@ -101,12 +96,12 @@ class HookRunner:
             return
         self._running.append(_Running(call, proc, time.monotonic() + self.timeout))
 
-    def _reap(self, closing_at: float | None) -> None:
+    def _reap(self, stopping_at: float | None) -> None:
         now = time.monotonic()
         for hook in list(self._running):
             code = hook.proc.poll()
             if code is None:
-                if now < hook.deadline and (closing_at is None or now < closing_at):
+                if now < hook.deadline and (stopping_at is None or now < stopping_at):
                     continue
                 why = (f"killed after its timeout of {self.timeout:g} s" if now >= hook.deadline
                        else "killed: the coordinator stopped")

@@ -135,3 +135,29 @@ def test_failing_hooks_change_nothing(make_run, tmp_path):
     run.wait_state(after, "completed")
     assert run.stop() == 0
     assert os.path.isdir(run.root / "logs" / "hooks")
+
+
+def test_a_restart_runs_no_hook_again_and_a_stop_kills_a_running_one(make_run, tmp_path):
+    """Issue 17 item 4, and the choice CONFIG.md *Completion hooks* documents: at most
+    once. A job that ended under the last coordinator gets no second hook from the next
+    one; a hook still running when the coordinator stops has its group killed after a
+    short grace instead of outliving it with no timeout."""
+    ran = tmp_path / "ran"
+    pids = tmp_path / "pids"
+    run = make_run(task_text=task(f"""\
+      on_job_end:
+        - [sh, -c, 'echo "$PRAXIST_JOB_ID" >> {ran}; [ "$PRAXIST_TAG" = hang ] || exit 0; echo $$ >> {pids}; exec sleep 600']
+"""))
+    run.start()
+    first = run.reply(run.submit(request("first", ["true"])))["job_id"]
+    wait_for(lambda: ran.exists() and first in ran.read_text(), message="the first hook")
+    assert run.stop() == 0
+    run.start()
+    second = run.reply(run.submit(request("hang", ["true"])))["job_id"]
+    hook = int(wait_for(lambda: pids.exists() and pids.read_text().strip(),
+                        message="the second hook running"))
+    assert ran.read_text().split() == [first, second]  # the first job's hook ran once
+    assert alive(hook)
+    assert run.stop() == 0
+    assert not alive(hook)
+    assert "killed: the coordinator stopped" in hook_log(run, f"job_end-{second}-0")
