@@ -53,12 +53,12 @@ from .core.effects import (
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
     WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
-from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
     Event, GenerationPhase, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
+from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
 from .core.model import Attempt, AttemptPhase, Job
 from .core.observations import GpuSample
 from .core.policy import Policy
@@ -1510,9 +1510,10 @@ class Coordinator:
                 write_atomic(path, data, sync=False)
                 self._metrics_error = None
             except OSError as exc:
-                if str(exc) != self._metrics_error:
-                    log.warning("metrics textfile not written: %s", exc)
-                self._metrics_error = str(exc)
+                error = f"{path}: {exc.strerror}"  # not the temp file's name: new each time
+                if error != self._metrics_error:
+                    log.warning("metrics textfile not written: %s", error)
+                self._metrics_error = error
 
 
 def metrics_file_name(run_dir: Path) -> str:

@@ -112,3 +112,22 @@ def test_metrics_file_parses_and_counts_jobs_attempts_gpus(make_run, tmp_path):
     stopped = samples(metrics)
     assert value(stopped, "praxist_coordinator_serving") == 0
     assert value(stopped, "praxist_budget_gpu_seconds_total", kind="experiment") > 0
+
+
+def test_a_textfile_directory_that_cannot_be_written_never_stops_the_coordinator(
+        make_run, tmp_path):
+    """Issue 17 item 3 ("and into --metrics-textfile-dir DIR when given"): that directory is
+    the operator's; when it cannot be written the run's own metrics.prom is still kept,
+    jobs still run, and the coordinator says so once in its log, not at every write."""
+    not_a_directory = tmp_path / "plain-file"
+    not_a_directory.write_text("")
+    run = make_run(task_text=TASK)
+    run.start(env={"PRAXIST_METRICS_TEXTFILE_DIR": str(not_a_directory)})
+    for tag in ("one", "two"):
+        job = run.reply(run.submit(request(tag, ["true"])))["job_id"]
+        run.wait_state(job, "completed")
+    wait_for(lambda: value(samples(run.sched / "metrics.prom") or {}, "praxist_jobs",
+                           state="completed") == 2, message="metrics.prom kept up to date")
+    assert run.stop() == 0
+    log = (tmp_path / "coordinator-run.log").read_text()
+    assert log.count("metrics textfile not written") == 1, log
