@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from .budget import RUNNING
 from .model import Job
+from .policy import WORK_CLASSES
 from .scheduler import Scheduler
 from .states import JobState
 from .supply import STAT_KEYS
@@ -51,8 +52,8 @@ class Histogram:
 
 class AttemptTally:
     """Attempts started, retried (every attempt after a job's first) and ended by outcome,
-    and the queue wait before each: from submission for a first attempt, from the end of
-    the one before for a retry (a job that never starts is in no bucket).
+    and the queue wait before each, by work class: from submission for a first attempt,
+    from the end of the one before for a retry (a job that never starts is in no bucket).
 
     Kept a job at a time (``update`` with every job the daemon writes), since a status
     write must not walk every job of the run: 100,000 of them take ~0.2 s. Idempotent:
@@ -65,7 +66,7 @@ class AttemptTally:
     def __init__(self) -> None:
         self.started = self.retried = 0
         self.outcomes: Counter[str] = Counter()
-        self.waits = Histogram(QUEUE_WAIT_BUCKETS)
+        self.waits = {work_class: Histogram(QUEUE_WAIT_BUCKETS) for work_class in WORK_CLASSES}
         self._seen: dict[str, int] = {}  # job id -> 2 x attempts counted + last one ended
 
     @classmethod
@@ -89,7 +90,8 @@ class AttemptTally:
             queued_since = attempts[i - 1].ended_at if i else None
             self.started += 1
             self.retried += i > 0
-            self.waits.observe(max(0.0, attempt.started_at - (queued_since or job.submitted_at)))
+            self.waits[job.request.work_class].observe(
+                max(0.0, attempt.started_at - (queued_since or job.submitted_at)))
             if attempt.outcome is not None:
                 self.outcomes[attempt.outcome] += 1
         self._seen[job.job_id] = 2 * len(attempts) + (attempts[-1].outcome is not None)
@@ -166,9 +168,10 @@ def _attempts(tally: AttemptTally, family: Family) -> None:
     ended = family("praxist_attempts_ended_total", "counter", "Attempts ended, by outcome")
     for outcome, count in sorted(tally.outcomes.items()):
         ended.add(count, outcome=outcome)
-    family("praxist_queue_wait_seconds", "histogram",
-           "Time a job waited in the queue before each of its attempts started"
-           ).histogram(tally.waits)
+    waits = family("praxist_queue_wait_seconds", "histogram",
+                   "Time a job waited in the queue before each of its attempts started")
+    for work_class, histogram in tally.waits.items():
+        waits.histogram(histogram, work_class=work_class)
 
 
 def _gpus(sched: Scheduler, family: Family) -> None:

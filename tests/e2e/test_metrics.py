@@ -81,8 +81,10 @@ def test_metrics_file_parses_and_counts_jobs_attempts_gpus(make_run, tmp_path):
     assert value(parsed, "praxist_attempts_retried_total") == 1
     assert value(parsed, "praxist_attempts_ended_total", outcome="infra_retry") == 1
     assert value(parsed, "praxist_attempts_ended_total", outcome="completed") == 2
-    assert value(parsed, "praxist_queue_wait_seconds_count") == 4
-    assert value(parsed, "praxist_queue_wait_seconds_bucket", le="+Inf") == 4
+    assert value(parsed, "praxist_queue_wait_seconds_count", work_class="ordinary") == 4
+    assert value(parsed, "praxist_queue_wait_seconds_bucket", work_class="ordinary",
+                 le="+Inf") == 4
+    assert value(parsed, "praxist_queue_wait_seconds_count", work_class="mature") == 0
     assert value(parsed, "praxist_journal_commit_seconds_count") > 0
 
     held_on = run.wait_attempt_field(held, "gpus")[0]
