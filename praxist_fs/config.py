@@ -41,6 +41,7 @@ from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.policy import (
     PRESSURE_DOMAINS,
     WORK_CLASSES,
+    Hooks,
     Normalization,
     Policy,
     PressureThreshold,
@@ -96,6 +97,7 @@ MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN = -12 * 60, 14 * 60
 MAX_PROJECT_SHARE = 1e6
 _CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
 MAX_DRAIN_GRACE_S = 7 * 86400.0
+MAX_HOOK_TIMEOUT_S = 3600.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -442,7 +444,7 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "operators": _Key(_uids),
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",
-                       "budget")  # read apart
+                       "budget", "hooks")  # read apart
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -462,6 +464,12 @@ _BUDGET_KEYS: dict[str, _Key] = {
     "cost": _Key(_positive),
     "at_fraction": _Key(_positive, _clamp(0, 1)),
 }
+
+# Completion hooks (issue 17); the two command lists are read apart (``_argv_lists``).
+_HOOK_KEYS: dict[str, _Key] = {
+    "timeout_seconds": _Key(_positive, _clamp(1, MAX_HOOK_TIMEOUT_S)),
+}
+_HOOK_EVENTS = ("on_job_end", "on_generation_close")
 
 _GPU_FIELDS = ("gpu_count", "gpu_memory_gb", "gpu_utilization_pct")
 _PROFILE_KEYS: dict[str, _Key] = {
@@ -716,6 +724,12 @@ class _Resolver:
                               "a cpu profile}); without rates nothing has a cost")
         return Budget(rates=rates, **values)
 
+    def hooks(self, raw: dict, path: str) -> Hooks:
+        self.reject_unknown(raw, (*_HOOK_EVENTS, *_HOOK_KEYS), path)
+        values = self.read(raw, _HOOK_KEYS, path, Hooks().to_dict())
+        return Hooks(**values, **{event: _argv_lists(_join(path, event), raw[event])
+                                  for event in _HOOK_EVENTS if raw.get(event) is not None})
+
     def profiles(self, raw: Any, path: str) -> dict[str, Profile]:
         if not isinstance(raw, dict):
             raise PolicyError(path, raw, "a mapping of profile name -> profile")
@@ -724,6 +738,23 @@ class _Resolver:
             where = _join(path, str(name))
             out[_profile_name(where, name)] = self.profile(name, raw[name], where)
         return out
+
+
+def _argv_lists(path: str, value: Any) -> tuple[tuple[str, ...], ...]:
+    """Commands as argv lists, each run without a shell: [[prog, arg, ...], ...]."""
+    expected = "a list of commands, each a non-empty list of strings (argv, no shell)"
+    if not isinstance(value, list):
+        raise PolicyError(path, value, expected)
+    commands = []
+    for i, argv in enumerate(value):
+        if not isinstance(argv, list) or not argv:
+            raise PolicyError(_join(path, i), argv, "a non-empty list of strings (argv, e.g. "
+                              "[curl, -sS, --data-binary, '@-', https://host/hook])")
+        for j, word in enumerate(argv):
+            if not isinstance(word, str) or not word or "\0" in word:
+                raise PolicyError(_join(_join(path, i), j), word, "a non-empty string")
+        commands.append(tuple(argv))
+    return tuple(commands)
 
 
 def _near_miss(parent: dict, key: str, path: str) -> None:
@@ -793,9 +824,12 @@ def policy_from_mapping(task: Any) -> Policy:
                                      queues or default_queues(values["exploration_reserve"]))
     budget_path = _join(SCHEDULER_PATH, "budget")
     budget = resolver.budget(_section(scheduler, "budget", budget_path), budget_path, profiles)
+    hooks_path = _join(SCHEDULER_PATH, "hooks")
+    hooks = resolver.hooks(_section(scheduler, "hooks", hooks_path), hooks_path)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
-                  projects=projects, budget=budget, normalizations=tuple(resolver.notes),
+                  projects=projects, budget=budget, hooks=hooks,
+                  normalizations=tuple(resolver.notes),
                   **values, **synth)
 
 

@@ -38,6 +38,7 @@ from .adapters.fsio import (
     write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
+from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
@@ -54,9 +55,10 @@ from .core.effects import (
 )
 from .core.events import (
     AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
-    Event, RequestSeen,
+    Event, GenerationPhase, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
+from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
 from .core.model import Attempt, AttemptPhase, Job
 from .core.observations import GpuSample
 from .core.policy import Policy
@@ -99,9 +101,16 @@ AttemptKey = tuple[str, str]
 class Coordinator:
     def __init__(self, run_dir: str | os.PathLike, policy: Policy, *,
                  fake_gpus: str | None = None, host_registry: str | None = None,
-                 psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None
-                 ) -> None:
+                 psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None,
+                 metrics_textfile_dir: str | None = None) -> None:
         self.layout = RunLayout.at(run_dir)
+        # metrics.prom, and a copy for node_exporter's textfile collector if asked for
+        self.metrics_files = [self.layout.metrics] + (
+            [Path(metrics_textfile_dir) / metrics_file_name(self.layout.root)]
+            if metrics_textfile_dir else [])
+        self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency, this coordinator's
+        self._metrics_error: str | None = None  # the textfile copy's last failure, logged
+        self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self._case: quarantine.Case | None = None  # what this start sets aside
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
@@ -193,6 +202,9 @@ class Coordinator:
         self.journal = Journal(self.layout.journal, after=self._restore_snapshot(),
                                keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
+        if self.policy.hooks.on_job_end or self.policy.hooks.on_generation_close:
+            self.hooks = HookRunner(self.layout.hook_logs, self.layout.root,
+                                    self.policy.hooks.timeout_seconds)
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
@@ -201,6 +213,7 @@ class Coordinator:
                         self.journal.restored_newline)
         for record in self.journal.replay():
             self.sched.handle(from_record(record))
+        self.tally = AttemptTally.of(self.sched.jobs.values())  # metrics.prom's attempts
         views_durable_ns = self._take_clean_stop()
         self._set_aside_orphans(clean=views_durable_ns is not None)
         self.index = JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
@@ -260,6 +273,8 @@ class Coordinator:
             warm.dismiss()
         if self.server is not None:
             self.server.close()
+        if self.hooks is not None:
+            self.hooks.close()
         if hasattr(self, "inventory"):
             self.inventory.close()
         for handle in self.handles.values():
@@ -507,6 +522,7 @@ class Coordinator:
         after = self._restore_snapshot()
         for record in self.journal.durable(after):
             self.sched.handle(from_record(record))
+        self.tally = AttemptTally.of(self.sched.jobs.values())
         self._results_seen.clear()
 
     def _retry_degraded(self) -> None:
@@ -559,15 +575,17 @@ class Coordinator:
             if committed:
                 reach("journal.before_commit")
                 try:
+                    began = time.monotonic()
                     self.journal.commit()
+                    self.commits.observe(time.monotonic() - began)
                 except OSError as exc:
                     if not self._disk_error(exc, self.layout.journal):
                         raise
                     self._roll_back()
                     return
                 reach("journal.after_commit")
-            events = []
-            for effect in sorted(_last_job_writes(effects), key=_launch_path_first):
+            batch, events, effects = events, [], _last_job_writes(effects)
+            for effect in sorted(effects, key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
                 reach(f"{point}.before")
                 try:
@@ -577,6 +595,37 @@ class Coordinator:
                         raise
                 reach(f"{point}.after")
             self._settle_attempts()
+            if committed and self.hooks is not None:
+                self._run_hooks(batch, effects)
+
+    def _run_hooks(self, events: list[Event], effects: list[Effect]) -> None:
+        """The task's hooks for the jobs this batch ended (moved into jobs/done/) and the
+        generations it closed: after the commit and the job files, so a hook reads what
+        the run holds. Queued to the hook runner's thread; this returns at once."""
+        hooks, run_dir = self.policy.hooks, str(self.layout.root)
+        calls = []
+        for effect in effects:
+            if isinstance(effect, WriteJob) and effect.directory == "done" and effect.replaces:
+                doc = effect.document
+                exit_code = doc["exit_code"]
+                calls += [("job_end", effect.job_id, hooks.on_job_end, doc, {
+                    "PRAXIST_JOB_ID": effect.job_id, "PRAXIST_JOB_STATE": doc["state"],
+                    "PRAXIST_EXIT_CODE": "" if exit_code is None else str(exit_code),
+                    "PRAXIST_TAG": doc["tag"], "PRAXIST_PEER": doc["peer"],
+                    "PRAXIST_GENERATION": "" if doc["generation"] is None
+                    else str(doc["generation"])})]
+        for event in events:
+            if isinstance(event, GenerationPhase) and event.phase == "closed":
+                gen = self.sched.generations[event.generation]
+                calls += [("generation_close", str(gen.number), hooks.on_generation_close,
+                           self.sched.generation_status(gen, soft=False),
+                           {"PRAXIST_GENERATION": str(gen.number),
+                            "PRAXIST_CLOSE_REASON": event.reason})]
+        for kind, subject, commands, document, env in calls:
+            for n, argv in enumerate(commands):
+                self.hooks.submit(HookCall(
+                    name=f"{kind}-{subject}-{n}", argv=argv, document=document,
+                    env={"PRAXIST_HOOK": kind, "PRAXIST_RUN_DIR": run_dir, **env}))
 
     def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
         """Hand events to the core, journal (uncommitted) those that changed its state."""
@@ -955,6 +1004,7 @@ class Coordinator:
     def _write_job(self, effect: WriteJob) -> None:
         data = dumps(effect.document)
         write_atomic(self.layout.job_file(effect.directory, effect.job_id), data, sync=False)
+        self.tally.update(self.sched.jobs[effect.job_id])  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
             unlink(self.layout.job_file(effect.replaces, effect.job_id))
@@ -1445,10 +1495,33 @@ class Coordinator:
             write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
                        sync=False, indent=2)
             reach("status.after_write")
+            self._write_metrics(now, serving=state != "stopped")
         except OSError as exc:  # tried again at the usual cadence, not at every turn
             if not self._disk_error(exc, self.layout.status):
                 raise
         self._status_version, self._status_at = self._status_stamp(), now
+
+    def _write_metrics(self, now: float, serving: bool) -> None:
+        """metrics.prom beside status.json; the textfile directory's copy is the
+        operator's: a failure there is logged, once per error, never fatal."""
+        data = render_metrics(self.sched, now, str(self.layout.root), self.journal.seq,
+                              self.tally, self.commits, serving).encode()
+        write_atomic(self.metrics_files[0], data, sync=False)
+        for path in self.metrics_files[1:]:
+            try:
+                write_atomic(path, data, sync=False)
+                self._metrics_error = None
+            except OSError as exc:
+                error = f"{path}: {exc.strerror}"  # not the temp file's name: new each time
+                if error != self._metrics_error:
+                    log.warning("metrics textfile not written: %s", error)
+                self._metrics_error = error
+
+
+def metrics_file_name(run_dir: Path) -> str:
+    """``<run dir name>-<hash of its path>.prom``: one file per run in a shared directory."""
+    path = os.path.realpath(run_dir)
+    return f"{os.path.basename(path)}-{hashlib.sha256(path.encode()).hexdigest()[:8]}.prom"
 
 
 def _return_memory() -> None:

@@ -692,3 +692,40 @@ def test_legacy_ignores_unknown_budget_keys_but_checks_values():
         load_policy_text(scheduler(BUDGET_PROFILES + "budget: {rates: {nope: 1}}",
                                    mode="legacy"))
     assert info.value.key_path == f"{RS}.budget.rates.nope"
+
+
+# --- completion hooks (issue 17 item 4) -----------------------------------------
+
+@pytest.mark.parametrize("body,key,value,expected", [
+    ("hooks: {on_job_end: [curl http://x]}", "hooks.on_job_end[0]", "curl http://x",
+     "a non-empty list of strings"),
+    ("hooks: {on_job_end: curl}", "hooks.on_job_end", "curl", "a list of commands"),
+    ("hooks: {on_job_end: [[]]}", "hooks.on_job_end[0]", [], "a non-empty list of strings"),
+    ("hooks: {on_generation_close: [[sh, -c, 3]]}", "hooks.on_generation_close[0][2]", 3,
+     "a non-empty string"),
+    ("hooks: {on_job_end: [[echo, '']]}", "hooks.on_job_end[0][1]", "", "a non-empty string"),
+    ("hooks: {on_job_ended: []}", "hooks.on_job_ended", [], "did you mean 'on_job_end'?"),
+    ("hooks: {timeout_seconds: soon}", "hooks.timeout_seconds", "soon", "a finite number"),
+    ("hooks: [[echo]]", "hooks", [["echo"]], "a mapping"),
+])
+def test_hooks_are_validated_with_the_key_path_of_the_bad_part(tmp_path, body, key, value,
+                                                                expected):
+    """Issue 17 item 4: hooks are "each a list of commands given as argv lists"; a bad one
+    names where it is and what was expected."""
+    with pytest.raises(PolicyError) as info:
+        load_text(tmp_path, scheduler(body))
+    assert_policy_error(info.value, f"{RS}.{key}", value, expected)
+
+
+def test_hooks_resolve_to_argv_tuples_and_survive_policy_json(tmp_path):
+    """Issue 17 item 4: the hooks block, read and journaled with the policy."""
+    policy = load_text(tmp_path, scheduler(
+        "hooks:\n  on_job_end: [[notify, --job], [sh, -c, 'cat > /dev/null']]\n"
+        "  timeout_seconds: 0.2"))
+    assert policy.hooks.on_job_end == (("notify", "--job"), ("sh", "-c", "cat > /dev/null"))
+    assert policy.hooks.on_generation_close == ()
+    assert policy.hooks.timeout_seconds == 1.0  # clamped, and recorded
+    assert [n.key_path for n in policy.normalizations] == [f"{RS}.hooks.timeout_seconds"]
+    assert Policy.from_dict(json.loads(json.dumps(policy.to_dict()))) == policy
+    assert Policy.from_dict({k: v for k, v in Policy().to_dict().items()
+                             if k != "hooks"}).hooks == Policy().hooks  # older journals

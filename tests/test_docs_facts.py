@@ -75,10 +75,15 @@ def budget_task(key: str, value: Any) -> dict:
     return {"compute_budget": {"resource_scheduler": {"mode": "central", "budget": budget}}}
 
 
+def hooks_task(key: str, value: Any) -> dict:
+    return {"compute_budget": {"resource_scheduler": {"mode": "central", "hooks": {key: value}}}}
+
+
 # heading -> (a task setting one key, where the resolved policy holds that key's value)
 TABLES: dict[str, tuple[Callable[[str, Any], dict], Callable[[Policy, str], Any]]] = {
     "Keys": (scheduler_task, lambda policy, key: getattr(policy, key.rpartition(".")[2])),
     "The run budget": (budget_task, lambda policy, key: getattr(policy.budget, key)),
+    "Completion hooks": (hooks_task, lambda policy, key: getattr(policy.hooks, key)),
 }
 
 
@@ -107,6 +112,8 @@ def test_every_key_the_code_reads_has_a_row_in_config_md():
     read = [*config._SCHEDULER_KEYS, *(f"synthesis_trigger.{k}" for k in config._SYNTHESIS_KEYS)]
     assert [key for key in read if key not in rows] == []
     assert [key for key in config._BUDGET_KEYS if key not in key_rows("The run budget")] == []
+    hooks = [*config._HOOK_KEYS, *config._HOOK_EVENTS]
+    assert [key for key in hooks if key not in key_rows("Completion hooks")] == []
 
 
 @pytest.mark.parametrize("heading", TABLES)

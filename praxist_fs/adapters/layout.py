@@ -50,6 +50,10 @@ class RunLayout:
     def status(self) -> Path:
         return self.scheduler / "status.json"
 
+    @property
+    def metrics(self) -> Path:
+        return self.scheduler / "metrics.prom"
+
     @cached_property
     def journal_dir(self) -> Path:
         return self.scheduler / "journal"
@@ -113,6 +117,10 @@ class RunLayout:
     @cached_property
     def logs(self) -> Path:
         return self.root / "logs" / "experiments"
+
+    @property
+    def hook_logs(self) -> Path:
+        return self.root / "logs" / "hooks"
 
     def jobs(self, directory: str) -> Path:
         return self._jobs[directory]

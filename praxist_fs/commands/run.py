@@ -29,6 +29,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--drop-damaged-record", type=int, metavar="SEQ",
                        help="drop the journal's damaged last record SEQ, as a refused start "
                        "names it, into resource_scheduler/quarantine/ (OPERATIONS.md *Crash*)")
+    serve.add_argument("--metrics-textfile-dir", metavar="DIR",
+                       default=os.environ.get("PRAXIST_METRICS_TEXTFILE_DIR"),
+                       help="also write the run's metrics.prom into DIR as <run>-<hash>.prom, "
+                       "for node_exporter's textfile collector (OPERATIONS.md *Metrics*)")
     serve.set_defaults(func=cmd_serve)
 
     demo = sub.add_parser("demo", help="a self-contained tour on a scratch run directory")
@@ -53,7 +57,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return Coordinator(args.run_dir, policy, fake_gpus=args.fake_gpus,
                            host_registry=args.host_registry, psi_root=args.psi_root,
-                           drop_damaged_record=args.drop_damaged_record).run()
+                           drop_damaged_record=args.drop_damaged_record,
+                           metrics_textfile_dir=args.metrics_textfile_dir).run()
     except (OwnerBusy, JournalCorrupt) as exc:
         print(f"praxist-fs serve: {exc}", file=sys.stderr)
         return 1

@@ -97,6 +97,27 @@ DEFAULT_PROFILES = {
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Hooks:
+    """Commands (argv lists) the coordinator runs when a job ends or a generation closes
+    (issue 17 item 4); they observe, never steer: nothing here reaches a decision."""
+
+    on_job_end: tuple[tuple[str, ...], ...] = ()
+    on_generation_close: tuple[tuple[str, ...], ...] = ()
+    timeout_seconds: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"on_job_end": [list(argv) for argv in self.on_job_end],
+                "on_generation_close": [list(argv) for argv in self.on_generation_close],
+                "timeout_seconds": self.timeout_seconds}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hooks:
+        return cls(on_job_end=tuple(map(tuple, data["on_job_end"])),
+                   on_generation_close=tuple(map(tuple, data["on_generation_close"])),
+                   timeout_seconds=data["timeout_seconds"])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PressureThreshold:
     """PSI ``some avg10`` percentages: above ``high`` a domain holds new work of the
     profiles that declare it; below ``low`` it counts as calm for raising concurrency."""
@@ -156,6 +177,7 @@ class Policy:
     drain_grace_max_seconds: float = 21600.0
     dependency_failure: str = "cancel"  # or "hold": a job whose dependency can't be met
     budget: Budget = field(default_factory=Budget)  # advisory run budget (R-BUD-1)
+    hooks: Hooks = field(default_factory=Hooks)  # completion hooks (issue 17)
     # R-SEC-3 (core/trust.py): uids an unprivileged coordinator runs commands for, as
     # itself; and uids that may act on any job, on generations and on the run
     trusted_uids: tuple[int, ...] = ()
@@ -224,6 +246,7 @@ class Policy:
             "drain_grace_max_seconds": self.drain_grace_max_seconds,
             "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
+            "hooks": self.hooks.to_dict(),
             "trusted_uids": list(self.trusted_uids),
             "operators": list(self.operators),
             "normalizations": [n.to_dict() for n in self.normalizations],
@@ -246,6 +269,8 @@ class Policy:
                 d: PressureThreshold(**t) for d, t in data["pressure_thresholds"].items()}
         if "budget" in data:
             values["budget"] = Budget.from_dict(data["budget"])
+        if "hooks" in data:
+            values["hooks"] = Hooks.from_dict(data["hooks"])
         for key in ("trusted_uids", "operators"):
             values[key] = tuple(data.get(key, ()))
         return cls(**values)
