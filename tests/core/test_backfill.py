@@ -165,12 +165,13 @@ def test_devices_the_reserved_job_does_not_need_stay_usable():
     assert cluster.schedule() == [*short, long]
     wide = cluster.submit("g3", eta=100.0)       # only GPU-3 fits now: reserved 0, 1, 3
     forever = cluster.submit("g1", eta=None)     # would fit on GPU-3 only: held
-    small = cluster.submit("small", eta=None)    # fits on GPU-4, which wide does not need
-    assert cluster.schedule() == [small]
+    small = cluster.submit("small", eta=None)    # 30 % beside wide's 60 % on GPU-3: room
+    second = cluster.submit("small", eta=None)   # a second would crowd GPU-3: GPU-4
+    assert cluster.schedule() == [small, second]
     assert cluster.reason(wide).endswith("on GPU-0, GPU-1, GPU-3")
     assert cluster.reason(forever).startswith("backfill: would delay")
-    job = next(j for j in cluster.h.sched.running() if j.request.tag == small)
-    assert job.current.gpus == ("GPU-4",)
+    gpus = {j.request.tag: j.current.gpus for j in cluster.h.sched.running()}
+    assert (gpus[small], gpus[second]) == (("GPU-3",), ("GPU-4",))
     cluster.advance(100.0)
     assert cluster.schedule() == [wide]
 
