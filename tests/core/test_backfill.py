@@ -245,3 +245,26 @@ def test_the_reservation_uses_calibrated_etas():
         slow.h.exit(job.job_id, job.current.attempt_id, 0)   # 20 s for a 10 s ETA
     assert slow.h.sched.calibration.fit()[0] > 0.5
     assert reserved_in(neutral) <= 100.0 < 150.0 < reserved_in(slow)
+
+
+
+def test_fractional_jobs_share_reserved_devices_while_they_leave_the_reserved_share():
+    """Issue 18: EASY backfill lost to plain first-fit on shared GPUs because a
+    reservation kept every later job off its devices, idling the share fractional
+    jobs could use until it started. A reservation keeps room: a 30 % job that runs
+    for ever starts now on a reserved device where the reserved 60 % still fits beside
+    it then, is kept off the one where it would not (though it fits there now), and
+    the reserved job starts on time."""
+    cluster = Cluster(policy(), external=(0.0, 0.0))
+    first = [cluster.submit("g1", eta=500.0), cluster.submit("small", eta=500.0)]
+    assert cluster.schedule() == first           # 60 % on GPU-0, 30 % on GPU-1
+    wide = cluster.submit("g2", eta=100.0)       # 60 % on both: once GPU-0's job ends
+    smalls = [cluster.submit("small", eta=None) for _ in range(2)]
+    assert cluster.schedule() == smalls[:1]
+    assert cluster.reason(wide).endswith("on GPU-0, GPU-1")
+    gpus = {j.request.tag: j.current.gpus for j in cluster.h.sched.running()}
+    assert gpus[smalls[0]] == ("GPU-0",)         # 30 + 60 at the start: room
+    # GPU-1 takes 30 % more now, but 30 + 30 + 60 would crowd the reserved job then
+    assert cluster.reason(smalls[1]).startswith("backfill: would delay")
+    cluster.advance(500.0)
+    assert cluster.schedule() == [wide, smalls[1]]   # and then the room it kept is free
