@@ -1,7 +1,7 @@
 """A scheduling pass over 10,000 queued GPU jobs on a fake 8-GPU inventory (pure core).
 
     .venv/bin/python bench/bench_scheduling.py [--jobs 10000] [--rounds 20]
-        [--pickers fcfs,fair_share,backfill] [--budget-ms 5]
+        [--pickers fcfs,fair_share,backfill,...] [--placement spread] [--budget-ms 5]
 
 Times ``Scheduler.next_launches`` in three situations, once per job picker (the
 global ``job_picker``, so every queue uses it): the first pass that fills the
@@ -34,7 +34,11 @@ from praxist_fs.core.states import JobState
 INVENTORY = Path(__file__).resolve().parents[1] / "fixtures" / "gpus" / "eight_h200.json"
 
 
-def build(jobs: int, picker: str = "fcfs") -> Scheduler:
+PICKERS = ("fcfs,fair_share,backfill,shortest_expected_first,multifactor,"
+           "least_attained_service")
+
+
+def build(jobs: int, picker: str = "fcfs", placement: str = "spread") -> Scheduler:
     profiles = {
         "g45": Profile(name="g45", accelerator="gpu", gpu_count=1, gpu_memory_gb=20,
                        gpu_utilization_pct=45, pressure_domains=("cpu",)),
@@ -43,6 +47,7 @@ def build(jobs: int, picker: str = "fcfs") -> Scheduler:
         "gx": Profile(name="gx", accelerator="gpu", gpu_count=1),
     }
     sched = Scheduler(Policy(profiles=profiles, default_profile="g45", job_picker=picker,
+                             placement=placement,
                              initial_concurrent_experiments=64, max_concurrent_experiments=64))
     names = list(profiles)
     for i in range(jobs):
@@ -62,10 +67,11 @@ def timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - start) * 1000, result
 
 
-def measure(picker: str, jobs: int, rounds: int) -> dict[str, float | int]:
+def measure(picker: str, jobs: int, rounds: int,
+            placement: str = "spread") -> dict[str, float | int]:
     fill, full, after_exit, reasons = [], [], [], []
     for _ in range(rounds):
-        sched = build(jobs, picker)
+        sched = build(jobs, picker, placement)
         ms, launches = timed(lambda: sched.next_launches(2e6))
         fill.append(ms)
         for event in launches:
@@ -95,12 +101,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--pickers", default="fcfs,fair_share,backfill")
+    parser.add_argument("--pickers", default=PICKERS)
+    parser.add_argument("--placement", default="spread",
+                        help="the task file's placement (default %(default)s)")
     parser.add_argument("--budget-ms", type=float, default=5.0,
                         help="the most a pass may take (median; default %(default)s)")
     args = parser.parse_args()
     result = {"jobs": args.jobs, "devices": 8, "rounds": args.rounds,
-              "pickers": {picker: measure(picker, args.jobs, args.rounds)
+              "placement": args.placement,
+              "pickers": {picker: measure(picker, args.jobs, args.rounds, args.placement)
                           for picker in args.pickers.split(",")}}
     result["over_budget"] = [f"{picker}.{name}" for picker, times in result["pickers"].items()
                              for name, ms in times.items()

@@ -38,6 +38,7 @@ import yaml
 
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.pickers import PICKERS, register_picker
+from praxist_fs.core.placement import PLACEMENTS
 from praxist_fs.core.policy import (
     PRESSURE_DOMAINS,
     WORK_CLASSES,
@@ -98,6 +99,9 @@ MAX_PROJECT_SHARE = 1e6
 _CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
 MAX_DRAIN_GRACE_S = 7 * 86400.0
 MAX_HOOK_TIMEOUT_S = 3600.0
+MAX_AGING = 1000.0               # shortest_first_aging: waiting worth 1000x run time at most
+MAX_FACTOR_WEIGHT = 1e6          # multifactor_weight_*
+MIN_MAX_AGE_S, MAX_MAX_AGE_S = 60.0, 365 * 86400.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
 NEAR_MISS = 0.8  # difflib ratio from which a foreign key is taken for a typo of ours
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -439,6 +443,13 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "queue_picker": _Key(_picker("queue")),
     "job_picker": _Key(_picker("job")),
     "preempt_policy": _Key(_picker("preempt")),
+    "placement": _Key(_choice(*PLACEMENTS)),
+    "shortest_first_aging": _Key(_number, _clamp(0, MAX_AGING)),
+    "multifactor_weight_age": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
+    "multifactor_weight_size": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
+    "multifactor_weight_fair_share": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
+    "multifactor_weight_priority": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
+    "multifactor_max_age_seconds": _Key(_positive, _clamp(MIN_MAX_AGE_S, MAX_MAX_AGE_S)),
     "windows_utc_offset_minutes": _Key(_int, _clamp(MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN)),
     "trusted_uids": _Key(_uids),
     "operators": _Key(_uids),

@@ -32,19 +32,22 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, groupby, zip_longest
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar
 
 from .model import Job
+from .request import PRIORITY_RANGE
 from .placement import (
-    Demand, DeviceLoad, by_uuid, envelopes_of, fitting, place, releasing, with_envelopes,
+    Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, releasing,
+    with_envelopes,
 )
-from .policy import Policy
+from .observations import Envelope
+from .policy import Policy, Profile
 from .queues import Project, Queue, queue_of_class, window_hold
 
 KINDS = ("project", "queue", "job", "preempt")
@@ -268,6 +271,125 @@ class Backfill(Fcfs):
             self._ctx.reserve(job)
 
 
+class ShortestExpectedFirst(JobPicker):
+    """Shortest expected run time first (calibrated ETAs, R-SUP-7), with aging: a job's
+    key is its expected run time (``eta_s`` x the calibration ratio) plus
+    ``shortest_first_aging`` x its submit time, least first, after each job's own
+    priority. Waiting lowers a key at the same rate for every job, so the order holds
+    from pass to pass, and nothing starves: a job is passed only by jobs submitted less
+    than its expected run time / aging after it. A job without an ETA counts as the
+    longest known one of its scope (all alike: submit order).
+
+    ETAs are compared to within an eighth of an octave (9 %, ``ETA_STEPS``): jobs alike
+    in priority and ETA keep their rank order, so each such group stays sorted and the
+    groups are merged lazily; a pass reads only as far as it walks."""
+
+    def init(self, ctx: Pass, scope: JobScope) -> None:
+        groups: defaultdict[tuple[int, int | None], list[Job]] = defaultdict(list)
+        steps: dict[float | None, int | None] = {}
+        for job in scope.jobs:
+            eta = job.request.eta_s
+            if (step := steps.get(eta, False)) is False:
+                step = steps[eta] = None if eta is None else round(
+                    math.log2(max(eta, 1.0)) * ETA_STEPS)
+            groups[(-job.priority, step)].append(job)
+        unknown = max((step for _, step in groups if step is not None), default=0)
+        aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
+        heads = []
+        for index, ((priority, step), jobs) in enumerate(groups.items()):
+            expected = math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
+            heads.append((priority, expected + aging * jobs[0].submitted_at, jobs[0].rank,
+                          index, expected, jobs))
+        heapq.heapify(heads)
+        self.next = partial(next, _merged(heads, aging), None)
+
+
+ETA_STEPS = 8  # ``ShortestExpectedFirst`` tells ETAs apart by an eighth of an octave
+
+
+def _merged(heads: list[Any], aging: float) -> Iterator[Job]:
+    """The jobs of sorted groups, each entry (priority, key of its head, head's rank,
+    index, expected, jobs), in key order."""
+    position = [0] * len(heads)
+    while heads:
+        priority, _, _, index, expected, jobs = heads[0]
+        at = position[index]
+        yield jobs[at]
+        at = position[index] = at + 1
+        if at < len(jobs):
+            heapq.heapreplace(heads, (priority, expected + aging * jobs[at].submitted_at,
+                                      jobs[at].rank, index, expected, jobs))
+        else:
+            heapq.heappop(heads)
+
+
+class LeastAttainedService(JobPicker):
+    """Least attained service first (Tiresias, NSDI '19), for jobs without ETAs: the
+    GPU-seconds (slot-seconds for CPU work) a job's earlier attempts ran, less the time
+    they were suspended, least first, after each job's own priority; equal ones (every
+    job that never ran) in rank order. A job preempted or requeued after long service
+    so waits behind fresh work instead of holding the queue's head."""
+
+    def init(self, ctx: Pass, scope: JobScope) -> None:
+        served = [job for job in scope.jobs if job.attempts]
+        if not served:  # the common case: rank order is the order
+            self.next = partial(next, ctx.skim(scope.jobs, type(self)), None)
+            return
+        attained = {job.job_id: _attained(job, ctx.at) for job in served}
+        key = lambda job: (job.rank >> 40, attained.get(job.job_id, 0.0), job.rank)  # noqa: E731
+        fresh = (job for job in scope.jobs if not job.attempts)
+        order = heapq.merge(fresh, sorted(served, key=key), key=key)
+        self.next = partial(next, order, None)
+
+
+def _attained(job: Job, at: float) -> float:
+    """The service ``job``'s attempts have had: active seconds x devices (at least one)."""
+    return sum(a.active_seconds(at if a.ended_at is None else a.ended_at) * max(1, len(a.gpus))
+               for a in job.attempts)
+
+
+class Multifactor(JobPicker):
+    """Slurm's multifactor priority: the weighted sum of four factors, each 0..1,
+    highest first (ties in rank order). Age: the wait so far over
+    ``multifactor_max_age_seconds``, at most 1. Size: 1 - the job's GPUs over the
+    devices there are (small jobs first; CPU work 1). Fair share: 2^(-usage / mean
+    usage) of its peer, among the peers queued here (``Pass.usage``; 1 while nobody has
+    usage). Priority: the job's own priority scaled from its range. Weights are the
+    ``multifactor_weight_*`` keys.
+
+    Jobs alike in all but age (same peer, profile and priority) keep their rank order,
+    since the older is never lower: each such group stays sorted, and the groups are
+    merged lazily, so a pass reads only as far as it walks."""
+
+    def init(self, ctx: Pass, scope: JobScope) -> None:
+        policy = ctx.policy
+        groups: defaultdict[tuple[str, str, int], list[Job]] = defaultdict(list)
+        for job in scope.jobs:
+            groups[(job.request.peer, job.profile, job.priority)].append(job)
+        usage = {peer: ctx.usage(peer) for peer in {peer for peer, _, _ in groups}}
+        mean = sum(usage.values()) / len(usage) if usage else 0.0
+        devices = max(1, len(ctx.loads or ()))
+        low, high = PRIORITY_RANGE
+        w_age = policy.multifactor_weight_age / policy.multifactor_max_age_seconds
+        cap = policy.multifactor_weight_age
+
+        def constant(peer: str, profile: str, priority: int) -> float:
+            shape = policy.profiles.get(profile)
+            gpus = shape.gpu_count if shape is not None and shape.uses_gpu else 0
+            return (policy.multifactor_weight_size * (1.0 - min(1.0, gpus / devices))
+                    + policy.multifactor_weight_fair_share
+                    * (math.pow(2.0, -usage[peer] / mean) if mean > 0 else 1.0)
+                    + policy.multifactor_weight_priority * (priority - low) / (high - low))
+
+        def keyed(group: tuple[str, str, int], jobs: list[Job]) -> Iterator[tuple[float, int, Job]]:
+            base, at = constant(*group), ctx.at
+            for job in jobs:
+                yield -(base + min(cap, w_age * (at - job.submitted_at))), job.rank, job
+
+        order = heapq.merge(*(keyed(group, jobs) for group, jobs in groups.items()))
+        self.next = partial(next, map(itemgetter(2), order), None)
+
+
 class LowestPriorityFirst(PreemptPolicy):
     """The lowest queue priority first, then the youngest attempt (the latest start)."""
 
@@ -283,6 +405,9 @@ for _kind, _name, _cls in (("project", "flat", Flat), ("project", "fair_share", 
                            ("queue", "strict_priority", StrictPriority),
                            ("job", "fcfs", Fcfs), ("job", "fair_share", FairShare),
                            ("job", "backfill", Backfill),
+                           ("job", "shortest_expected_first", ShortestExpectedFirst),
+                           ("job", "least_attained_service", LeastAttainedService),
+                           ("job", "multifactor", Multifactor),
                            ("preempt", "lowest_priority_first", LowestPriorityFirst)):
     register_picker(_kind, _name, _cls)
 
@@ -330,11 +455,18 @@ def _decay(value: float, seconds: float, half_life: float) -> float:
     return value * math.pow(2.0, -seconds / half_life)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reservation:
     """EASY backfill: ``job`` is expected to fit at ``start`` on ``devices``; a later job
-    that may still run then must keep off them. Its slot needs no keeping: every job
-    that ends by ``start`` frees one, and the reservation waits for at least one."""
+    that may still run then must leave it room there. Its slot needs no keeping: every
+    job that ends by ``start`` frees one, and the reservation waits for at least one.
+
+    Room, not the devices: ``at_start`` is the load each reserved device is expected
+    to carry at ``start`` (plus what the pass has backfilled onto it since), and a job
+    that outlasts ``start`` keeps off only the devices where its share would leave
+    the reserved ``demand`` no room (``crowded``). Keeping fractional work off every
+    reserved device idled their free share until ``start``: that is what made backfill
+    lose to plain first-fit on shared GPUs."""
 
     job: Job
     start: float
@@ -342,12 +474,42 @@ class Reservation:
     eta_limit: float  # a job declaring at most this eta_s ends before ``start``
     hold: str         # the reason of a job it keeps from starting
     promise: str      # what the reserved job's reason adds
+    demand: Demand
+    at_start: dict[str, DeviceLoad]   # reserved device -> its expected load at ``start``
+    profiles: Mapping[str, Profile]
+    _crowded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # by profile
+
+    def outlasts(self, job: Job) -> bool:
+        """Whether ``job``, started now, may still run at ``start`` (its calibrated ETA
+        does not end it before; an unknown ETA never ends)."""
+        eta = job.request.eta_s
+        return eta is None or eta > self.eta_limit
 
     def avoid(self, job: Job) -> tuple[str, ...]:
-        """The devices ``job`` must keep off to start now: none when its calibrated ETA
-        ends it before ``start``."""
-        eta = job.request.eta_s
-        return () if eta is not None and eta <= self.eta_limit else self.devices
+        """The devices ``job`` must keep off to start now: none when it ends before
+        ``start``, else those its share would crowd (``crowded``)."""
+        return self.crowded(job.profile) if self.outlasts(job) else ()
+
+    def crowded(self, profile: str) -> tuple[str, ...]:
+        """The reserved devices where one share of ``profile`` would leave the reserved
+        job no room at ``start`` (none for work that places nothing on a GPU)."""
+        if profile not in self._crowded:
+            shape = self.profiles.get(profile)
+            self._crowded[profile] = () if shape is None or not shape.uses_gpu else tuple(
+                uuid for uuid in self.devices
+                if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
+                .fit(self.demand)[0] is None)
+        return self._crowded[profile]
+
+    def backfilled(self, job: Job, gpus: tuple[str, ...], envelopes: list[Envelope]) -> None:
+        """``job`` started now on ``gpus`` holding ``envelopes``: what outlasts ``start``
+        on a reserved device is still there then."""
+        if not self.outlasts(job) or self.at_start.keys().isdisjoint(gpus):
+            return
+        for uuid, mine in by_uuid(envelopes).items():
+            if uuid in self.at_start:
+                self.at_start[uuid] = holding(self.at_start[uuid], mine)
+        self._crowded.clear()
 
 
 @dataclass(slots=True)
@@ -379,7 +541,7 @@ class Openings:
         """After a launch (loads and slots changed) or a reservation: what is open now."""
         self._can.clear()
         if reservation is not None and self.reservation is None:
-            self.reservation = reservation
+            self.reservation = reservation  # the pass's own: backfill onto it shows here
             self.short = Counter({profile: self.ending_by(profile, reservation.eta_limit)
                                   for profile, count in self.left.items() if count})
             self.short.subtract(job.profile for job in self.seen if self._ends_first(job))
@@ -418,7 +580,7 @@ class Openings:
         key = (profile, avoiding)
         if key not in self._can:
             self._can[key] = self.could_start(
-                profile, self.reservation.devices if avoiding else ())
+                profile, self.reservation.crowded(profile) if avoiding else ())
         return self._can[key]
 
 
@@ -458,6 +620,8 @@ class Pass:
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
+    mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
+    _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
     _fitting: dict[tuple[Any, ...], tuple[Demand, int]] = field(default_factory=dict)
@@ -620,6 +784,20 @@ class Pass:
         eta = job.request.eta_s
         return math.inf if eta is None else max(self.at, started_at + eta * self.ratio)
 
+    @property
+    def packing(self) -> Packing:
+        """The task file's ``placement``, against the demand queued at the start of the
+        pass (the fragmentation strategy's mix)."""
+        if self._packing is None:
+            self._packing = Packing.of(self.policy.placement, self.policy.profiles,
+                                       self.mix if self.mix is not None
+                                       else Counter(job.profile for job in self.queued))
+        return self._packing
+
+    def allocate(self, demand: Demand, avoid: Collection[str] = ()) -> tuple[tuple[str, ...], str]:
+        """``placement.place`` on the pass's loads, in the task file's ``placement``."""
+        return place(demand, self.loads, avoid, self.packing)
+
     def place(self, job: Job, gpus: tuple[str, ...]) -> None:
         """Account for a launch decided in this pass."""
         queue = self.by_class[job.request.work_class]
@@ -629,10 +807,12 @@ class Pass:
         self.running_of[job.request.peer] += 1
         self.launched.append((job, gpus))
         if gpus:
-            before = self.loads
-            self.loads = with_envelopes(
-                before, envelopes_of(self.policy.profiles.get(job.profile), gpus, job.job_id))
+            before, held = self.loads, envelopes_of(
+                self.policy.profiles.get(job.profile), gpus, job.job_id)
+            self.loads = with_envelopes(before, held)
             self._refit(before)
+            if self.reservation is not None and self.reservation.job is not job:
+                self.reservation.backfilled(job, gpus, held)
         if self.openings is not None:
             self.openings.update(self.reservation)
 
@@ -666,14 +846,16 @@ class Pass:
                         fits.add(uuid)
             if len(fits) < demand.gpu_count:
                 continue
-            devices, reason = place(demand, loads)
+            devices, reason = place(demand, loads, packing=self.packing)
             if not reason:
                 self.reservation = Reservation(
                     job=job, start=end, devices=devices, eta_limit=(end - self.at) / self.ratio,
                     hold=f"backfill: would delay {job.job_id}, reserved in "
                          f"{end - self.at:.0f}s on {len(devices)} device(s)",
                     promise=f"backfill reservation: expected to start in {end - self.at:.0f}s "
-                            f"on {', '.join(devices)}")
+                            f"on {', '.join(devices)}",
+                    demand=demand, at_start={uuid: loads[where[uuid]] for uuid in devices},
+                    profiles=self.policy.profiles)
                 if self.openings is not None:
                     self.openings.update(self.reservation)
                 return self.reservation

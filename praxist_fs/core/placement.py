@@ -6,8 +6,12 @@ host, plus the job's) + external utilization <= 100 %, and declared memory +
 external memory < 95 % of physical VRAM. External load is what the device
 shows beyond processes attributed to praxist jobs; a process that cannot be
 mapped counts as external, and so does everything when the driver hides its
-processes. Feasible devices are tried most-headroom first (the tighter of the
-two headrooms); gpu_count > 1 takes that many distinct devices. A profile with
+processes. Feasible devices are tried in the order of the task file's
+``placement`` (``Packing``): ``spread`` (the default) most headroom first (the
+tighter of the two headrooms), ``best_fit`` least headroom first, and
+``fragmentation`` where the expected fragmentation of the device grows least
+(FGD, Weng et al., ATC '23); ties go to the lower device index.
+gpu_count > 1 takes that many distinct devices. A profile with
 unknown demand gets a device with no allocation and no significant external
 load, and holds it exclusively.
 
@@ -22,7 +26,8 @@ devices"; ``Plan.hosts`` is there for the multi-node split (1 x N, 2 x N/2, ...)
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections import Counter
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from .observations import Envelope, GpuDevice, GpuSample
@@ -32,6 +37,8 @@ MEMORY_CEILING = 0.95           # declared + external memory must stay below thi
 IDLE_UTILIZATION_PCT = 5.0      # below this, external compute is "not significant" ...
 IDLE_MEMORY_FRACTION = 0.02     # ... and so is external memory below this share of VRAM
 MIB_PER_GB = 1024.0             # profiles say gpu_memory_gb; we mean GiB
+PLACEMENTS = ("spread", "best_fit", "fragmentation")  # the task file's ``placement``
+MIX_SHAPES = 16                 # fragmentation weighs at most this many demand shapes
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,20 +208,89 @@ def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()
     return count
 
 
-def place(demand: Demand, loads: list[DeviceLoad],
-          avoid: Collection[str] = ()) -> tuple[tuple[str, ...], str]:
+@dataclass(frozen=True, slots=True)
+class Packing:
+    """The order feasible devices are tried in (the task file's ``placement``).
+
+    ``spread`` keeps the most room everywhere; ``best_fit`` fills the fullest device
+    that still takes the job, keeping whole devices free for wide and exclusive
+    work; ``fragmentation`` (FGD) takes the device whose expected fragmentation
+    grows least, against ``mix``: the demand shapes waiting to be placed, each with
+    its share. A device's fragmentation for one shape is the utilization it has
+    free when that shape no longer fits there (all of it is lost to that shape),
+    else 0. Every strategy only orders the devices the per-device limits allow."""
+
+    strategy: str = "spread"
+    mix: tuple[tuple[Demand, float], ...] = ()
+
+    @classmethod
+    def of(cls, strategy: str, profiles: Mapping[str, Profile],
+           queued: Mapping[str, int]) -> Packing:
+        """``strategy`` against the GPU demand of ``queued`` jobs (count by profile): the
+        ``MIX_SHAPES`` most common shapes, ties by shape, so the mix is deterministic."""
+        if strategy != "fragmentation":
+            return cls(strategy)
+        shapes: Counter[Demand] = Counter()
+        for name, count in queued.items():
+            profile = profiles.get(name)
+            if count > 0 and profile is not None and profile.uses_gpu:
+                shapes[replace(Demand.of(profile), gpu_count=1)] += count
+        common = sorted(shapes.items(), key=lambda item: (
+            -item[1], item[0].exclusive, item[0].utilization_pct or 0.0,
+            item[0].memory_mib or 0.0))[:MIX_SHAPES]
+        total = sum(count for _, count in common)
+        return cls(strategy, tuple((shape, count / total) for shape, count in common))
+
+    def order(self, demand: Demand, fits: list[tuple[float, DeviceLoad]]) -> list[DeviceLoad]:
+        """``fits`` ((headroom after placing, load), in device order) in preference order."""
+        if self.strategy == "spread":
+            fits.sort(key=lambda fit: (-fit[0], fit[1].device.index))
+        elif self.strategy == "best_fit":
+            fits.sort(key=lambda fit: (fit[0], fit[1].device.index))
+        else:
+            mix = self.mix or ((replace(demand, gpu_count=1), 1.0),)
+            share = _envelope(demand, "", "")
+            growth: dict[tuple[object, ...], float] = {}  # devices alike grow alike
+            keyed = []
+            for headroom, load in fits:
+                state = (load.device.mig_mode, load.device.memory_total_mib, load.exclusive,
+                         load.allocations == 0, load.declared_util, load.declared_mem,
+                         load.external_util, load.external_mem)
+                if state not in growth:
+                    after = holding(load, [replace(share, uuid=load.device.uuid)])
+                    growth[state] = fragmentation(after, mix) - fragmentation(load, mix)
+                keyed.append((growth[state], headroom, load.device.index, load))
+            keyed.sort(key=lambda fit: fit[:3])
+            return [load for *_, load in keyed]
+        return [load for _, load in fits]
+
+
+SPREAD = Packing()
+
+
+def fragmentation(load: DeviceLoad, mix: tuple[tuple[Demand, float], ...]) -> float:
+    """FGD's expected fragmentation of one device: the free utilization (percent) that
+    the shapes of ``mix`` could not use there, weighed by their shares."""
+    free = 0.0 if load.exclusive else max(0.0, 100.0 - load.declared_util - load.external_util)
+    if free == 0.0:
+        return 0.0
+    return free * sum(share for shape, share in mix if load.fit(shape)[0] is None)
+
+
+def place(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = (),
+          packing: Packing = SPREAD) -> tuple[tuple[str, ...], str]:
     """(UUIDs in placement order, "") or ((), the reason no placement exists).
 
-    ``avoid``: devices this placement must not use (an EASY backfill reservation)."""
+    ``avoid``: devices this placement must not use (an EASY backfill reservation);
+    ``packing``: the order feasible devices are tried in."""
     fits, misses = [], []
     for load in loads:
         headroom, limit = (None, "reserved") if load.device.uuid in avoid else load.fit(demand)
         if headroom is None:
             misses.append(limit)
         else:
-            fits.append((-headroom, load.device.index, load))
-    fits.sort(key=lambda fit: fit[:2])
-    ordered = [load for _, _, load in fits]
+            fits.append((headroom, load))
+    ordered = packing.order(demand, fits)
     depth = max((len(load.device.topology) for load in ordered), default=0)
     for plan in plans(demand.gpu_count, depth):
         for uuids in candidates(plan, ordered):

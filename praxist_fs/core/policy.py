@@ -166,6 +166,15 @@ class Policy:
     queue_picker: str = "strict_priority"
     job_picker: str = "fcfs"
     preempt_policy: str = "lowest_priority_first"  # R-POL-3: victim order, for queues naming none
+    placement: str = "spread"  # the order feasible GPUs are tried in (placement.Packing)
+    # shortest_expected_first: seconds of expected run time one second of waiting is worth
+    shortest_first_aging: float = 1.0
+    # multifactor (Slurm's multifactor priority): each factor in 0..1, times its weight
+    multifactor_weight_age: float = 1000.0
+    multifactor_weight_size: float = 1000.0
+    multifactor_weight_fair_share: float = 1000.0
+    multifactor_weight_priority: float = 10000.0
+    multifactor_max_age_seconds: float = 604800.0  # the age factor is 1 from this wait on
     windows_utc_offset_minutes: int = 0  # the clock queue time windows are read on
     fair_share_half_life_seconds: float = 3600.0
     cancel_grace_seconds: float = 10.0  # R-CTL-1: TERM, then KILL after this long
@@ -238,6 +247,13 @@ class Policy:
             "queue_picker": self.queue_picker,
             "job_picker": self.job_picker,
             "preempt_policy": self.preempt_policy,
+            "placement": self.placement,
+            "shortest_first_aging": self.shortest_first_aging,
+            "multifactor_weight_age": self.multifactor_weight_age,
+            "multifactor_weight_size": self.multifactor_weight_size,
+            "multifactor_weight_fair_share": self.multifactor_weight_fair_share,
+            "multifactor_weight_priority": self.multifactor_weight_priority,
+            "multifactor_max_age_seconds": self.multifactor_max_age_seconds,
             "windows_utc_offset_minutes": self.windows_utc_offset_minutes,
             "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
             "cancel_grace_seconds": self.cancel_grace_seconds,

@@ -206,7 +206,8 @@ class PreemptionDesk:
                 return None
             if demand is None:
                 return ()
-            gpus, why = place(demand, self._room(loads, victims, queue.preempt), avoid)
+            gpus, why = place(demand, self._room(loads, victims, queue.preempt), avoid,
+                              ctx.packing)
             return None if why else gpus
 
         victims: list[Job] = []

@@ -52,7 +52,7 @@ from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
-from .placement import Demand, DeviceLoad, device_loads, place
+from .placement import Demand, DeviceLoad, device_loads
 from .policy import Policy
 from .queues import queue_of_class
 from .request import Request
@@ -607,7 +607,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         assessing = any(g.phase == "assessment" for g in self.generations.values())
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
-                   classes=Counter(queue.by_class), ledger=Usage(dict(self.usage.peers)),
+                   classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
+                   ledger=Usage(dict(self.usage.peers)),
                    queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
                    assessment_holds={job.job_id: reason for job in queued
@@ -745,12 +746,12 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             reason = (f"gpu placement: no GPU inventory ({error}); "
                       "GPU work is never run on the CPU")
         else:
-            gpus, reason = place(Demand.of(profile), ctx.loads, avoid)
+            gpus, reason = ctx.allocate(Demand.of(profile), avoid)
             if not reason:
                 return gpus, None
             unplaceable = True
             if avoid:  # why it does not fit at all, or else that only the reservation stops it
-                reason = place(Demand.of(profile), ctx.loads)[1]
+                reason = ctx.allocate(Demand.of(profile))[1]
                 if not reason:
                     reason, unplaceable = ctx.reservation.hold, False
         ctx.unsatisfiable[key] = reason

@@ -165,12 +165,13 @@ def test_devices_the_reserved_job_does_not_need_stay_usable():
     assert cluster.schedule() == [*short, long]
     wide = cluster.submit("g3", eta=100.0)       # only GPU-3 fits now: reserved 0, 1, 3
     forever = cluster.submit("g1", eta=None)     # would fit on GPU-3 only: held
-    small = cluster.submit("small", eta=None)    # fits on GPU-4, which wide does not need
-    assert cluster.schedule() == [small]
+    small = cluster.submit("small", eta=None)    # 30 % beside wide's 60 % on GPU-3: room
+    second = cluster.submit("small", eta=None)   # a second would crowd GPU-3: GPU-4
+    assert cluster.schedule() == [small, second]
     assert cluster.reason(wide).endswith("on GPU-0, GPU-1, GPU-3")
     assert cluster.reason(forever).startswith("backfill: would delay")
-    job = next(j for j in cluster.h.sched.running() if j.request.tag == small)
-    assert job.current.gpus == ("GPU-4",)
+    gpus = {j.request.tag: j.current.gpus for j in cluster.h.sched.running()}
+    assert (gpus[small], gpus[second]) == (("GPU-3",), ("GPU-4",))
     cluster.advance(100.0)
     assert cluster.schedule() == [wide]
 
@@ -244,3 +245,26 @@ def test_the_reservation_uses_calibrated_etas():
         slow.h.exit(job.job_id, job.current.attempt_id, 0)   # 20 s for a 10 s ETA
     assert slow.h.sched.calibration.fit()[0] > 0.5
     assert reserved_in(neutral) <= 100.0 < 150.0 < reserved_in(slow)
+
+
+
+def test_fractional_jobs_share_reserved_devices_while_they_leave_the_reserved_share():
+    """Issue 18: EASY backfill lost to plain first-fit on shared GPUs because a
+    reservation kept every later job off its devices, idling the share fractional
+    jobs could use until it started. A reservation keeps room: a 30 % job that runs
+    for ever starts now on a reserved device where the reserved 60 % still fits beside
+    it then, is kept off the one where it would not (though it fits there now), and
+    the reserved job starts on time."""
+    cluster = Cluster(policy(), external=(0.0, 0.0))
+    first = [cluster.submit("g1", eta=500.0), cluster.submit("small", eta=500.0)]
+    assert cluster.schedule() == first           # 60 % on GPU-0, 30 % on GPU-1
+    wide = cluster.submit("g2", eta=100.0)       # 60 % on both: once GPU-0's job ends
+    smalls = [cluster.submit("small", eta=None) for _ in range(2)]
+    assert cluster.schedule() == smalls[:1]
+    assert cluster.reason(wide).endswith("on GPU-0, GPU-1")
+    gpus = {j.request.tag: j.current.gpus for j in cluster.h.sched.running()}
+    assert gpus[smalls[0]] == ("GPU-0",)         # 30 + 60 at the start: room
+    # GPU-1 takes 30 % more now, but 30 + 30 + 60 would crowd the reserved job then
+    assert cluster.reason(smalls[1]).startswith("backfill: would delay")
+    cluster.advance(500.0)
+    assert cluster.schedule() == [wide, smalls[1]]   # and then the room it kept is free

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.core import scheduler as scheduler_module
+from praxist_fs.core import pickers as pickers_module
 from praxist_fs.core.events import HostSampled, RequestSeen
 from praxist_fs.core.model import Job
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
@@ -257,8 +257,8 @@ def test_a_demand_that_failed_is_not_tried_again_in_the_pass(recorder, monkeypat
     """R-POL-4: 10,000 queued GPU jobs without an inventory cost one placement attempt per
     demand, and the picker hears of the first blocked job of each demand only."""
     calls = []
-    real_place = scheduler_module.place
-    monkeypatch.setattr(scheduler_module, "place",
+    real_place = pickers_module.place
+    monkeypatch.setattr(pickers_module, "place",
                         lambda *args, **kw: calls.append(args) or real_place(*args, **kw))
     h = Harness(make_policy(job_picker="recorder"))
     h.handle(HostSampled(at=h.tick(), gpus=gpus(count=1, total=8192.0)))  # 10 GiB fits nowhere

@@ -1,0 +1,181 @@
+"""Job pickers that use what the core knows (issue 18 item 3): shortest expected
+first with aging (calibrated ETAs), Slurm-style multifactor priority, and least
+attained service for jobs without ETAs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from praxist_fs.config import load_policy
+from praxist_fs.core.events import HostSampled
+from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.policy import Policy, Profile
+
+from .helpers import CPU, Harness
+from .test_backfill import Cluster
+from .test_backfill import policy as backfill_policy
+
+CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
+
+
+def harness(picker: str, slots: int = 8, gpus: int = 0, **overrides: Any) -> Harness:
+    profiles = {"cpu": CPU,
+                "g1": Profile(name="g1", accelerator="gpu", gpu_count=1),
+                "g2": Profile(name="g2", accelerator="gpu", gpu_count=2)}
+    h = Harness(Policy(profiles=profiles, default_profile="cpu", job_picker=picker,
+                       initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
+                       **overrides))
+    if gpus:
+        h.handle(HostSampled(at=h.now, pressure=CALM, gpus=GpuSample(source="fake", devices=tuple(
+            GpuDevice(uuid=f"GPU-{i}", index=i, name="t", memory_total_mib=81920.0,
+                      memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
+    return h
+
+
+def launched(h: Harness) -> list[str]:
+    """The tags one pass starts, in the order the picker offered them."""
+    return [h.sched.jobs[job_id].request.tag for job_id, _ in h.launch_all()]
+
+
+# -- shortest expected first -------------------------------------------------------------
+
+
+def test_shortest_expected_first_orders_by_calibrated_eta_after_priority():
+    """seed 000 "Mature Evidence And Idle Supply Feedback": the calibration of wall time
+    against declared ETA is what the core knows of a job's length; shortest expected
+    first runs the short ones first, a job's own priority still first (R-CTL-5), and a
+    job without an ETA counts as the longest known one."""
+    h = harness("shortest_expected_first")
+    h.submit("long", eta_s=1000.0)
+    h.submit("unknown")
+    h.submit("short", eta_s=10.0)
+    h.submit("urgent-long", eta_s=5000.0, priority=5)
+    h.submit("medium", eta_s=100.0)
+    assert launched(h) == ["urgent-long", "short", "medium", "long", "unknown"]
+
+
+@pytest.mark.parametrize("aging,first", [(1.0, "old-long"), (0.0, "new-short")])
+def test_waiting_moves_a_long_job_ahead_at_the_aging_rate(aging, first):
+    """With aging 1, a second waited is worth a second of run time: a 500 s job waiting
+    1000 s goes before a 100 s job just submitted; without aging the short one wins."""
+    h = harness("shortest_expected_first", slots=1, shortest_first_aging=aging)
+    h.submit("old-long", eta_s=500.0)
+    h.now += 1000.0
+    h.submit("new-short", eta_s=100.0)
+    assert launched(h) == [first]
+
+
+@pytest.mark.parametrize("aging,starves", [(1.0, False), (0.0, True)])
+def test_aging_bounds_the_wait_of_a_long_job_under_a_stream_of_short_ones(aging, starves):
+    """Bounded p95: a 1000 s job on one device, behind a stream of 10 s jobs arriving
+    as fast as they run. With aging it is passed only by jobs submitted less than
+    1000 s / aging after it (ETAs told apart to within 2^(1/8), so 2^(1/16) each way),
+    so it starts within about 1000 s; with none, never."""
+    cluster = Cluster(backfill_policy("shortest_expected_first", slots=1,
+                                      shortest_first_aging=aging), external=(0.0,))
+    cluster.submit("g1", eta=10.0)
+    assert cluster.schedule()
+    submitted = cluster.now
+    long = cluster.submit("g1", eta=1000.0)
+    while cluster.now < submitted + 3000.0:
+        cluster.submit("g1", eta=10.0)
+        cluster.advance(10.0)
+        cluster.schedule()
+    if starves:
+        assert long not in cluster.started
+    else:
+        assert cluster.started[long] <= submitted + 1000.0 * 2 ** (1 / 16) + 20.0
+
+
+# -- least attained service ----------------------------------------------------------------
+
+
+def test_least_attained_service_puts_served_jobs_behind_fresh_ones():
+    """Tiresias' least attained service, for jobs without ETAs: a job requeued after
+    running (an infrastructure retry, exit 75) has had GPU-seconds of service, so fresh
+    jobs go first and, among served ones, the least served; under fcfs the old job
+    would lead."""
+    h = harness("least_attained_service", slots=2, gpus=2, infrastructure_retries=3)
+    served = {}
+    for tag, seconds in (("ran-long", 300.0), ("ran-short", 50.0)):
+        job_id = h.submit(tag, profile="g1")["job_id"]
+        served[tag] = job_id
+    assert launched(h) == ["ran-long", "ran-short"]
+    h.go(served["ran-long"], "a1")
+    h.go(served["ran-short"], "a1")
+    h.now += 50.0
+    h.exit(served["ran-short"], "a1", 75)
+    h.now += 250.0
+    h.exit(served["ran-long"], "a1", 75)
+    h.submit("fresh", profile="g1")
+    assert launched(h) == ["fresh", "ran-short"]
+
+
+def test_least_attained_service_is_rank_order_while_nothing_has_run():
+    h = harness("least_attained_service", slots=3)
+    for tag in ("a", "b", "c"):
+        h.submit(tag, priority=1 if tag == "c" else 0)
+    assert launched(h) == ["c", "a", "b"]
+
+
+# -- multifactor ---------------------------------------------------------------------------
+
+
+def test_multifactor_weighs_priority_size_and_fair_share():
+    """seed 002 "Approach C": "Job selection: policy chain: multiple plugins score
+    jobs. Composable: priority + fair-share + ...", as Slurm's multifactor priority.
+    Smaller jobs first by the size factor; a peer with usage behind one without (fair
+    share); a high job priority above both (its default weight is the largest)."""
+    h = harness("multifactor", slots=4, gpus=4)
+    h.submit("wide", profile="g2", peer="bob")
+    h.submit("narrow", profile="g1", peer="bob")
+    assert launched(h) == ["narrow", "wide"]
+    for job in list(h.sched.running()):
+        h.go(job.job_id, job.current.attempt_id)
+    h.now += 600.0
+    for job in list(h.sched.running()):
+        h.exit(job.job_id, job.current.attempt_id, 0)   # bob has 1,800 GPU-seconds now
+    h.submit("bob-1", profile="g1", peer="bob")
+    h.submit("carol-1", profile="g1", peer="carol")
+    h.submit("bob-urgent", profile="g1", peer="bob", priority=50)
+    assert launched(h) == ["bob-urgent", "carol-1", "bob-1"]
+
+
+def test_multifactor_age_lets_a_waiting_job_overtake_a_fresh_smaller_one():
+    """The age factor grows with the wait up to ``multifactor_max_age_seconds``: a
+    two-device job that waited an hour outranks a one-device job just submitted when
+    age weighs more than size, and not when it weighs less."""
+    for age_weight, first in ((4000.0, "old-wide"), (100.0, "new-narrow")):
+        h = harness("multifactor", slots=1, gpus=2, multifactor_weight_age=age_weight,
+                    multifactor_max_age_seconds=3600.0)
+        h.submit("old-wide", profile="g2")
+        h.now += 3600.0
+        h.submit("new-narrow", profile="g1")
+        assert launched(h) == [first]
+
+
+def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
+    """A bad value names the key and what was expected; one out of range is moved into
+    it and recorded (R-CFG-3); every key is in docs/CONFIG.md with its default."""
+    task = tmp_path / "task.yaml"
+    base = "compute_budget:\n  resource_scheduler:\n    mode: central\n"
+    task.write_text(base + "    multifactor_weight_age: lots\n")
+    with pytest.raises(Exception, match=r"multifactor_weight_age: got 'lots', expected a "
+                                        r"finite number"):
+        load_policy(task)
+    task.write_text(base + "    shortest_first_aging: -1\n    multifactor_max_age_seconds: 1\n"
+                    "    job_picker: multifactor\n")
+    policy = load_policy(task)
+    assert (policy.shortest_first_aging, policy.multifactor_max_age_seconds) == (0.0, 60.0)
+    assert [n.key_path.rsplit(".", 1)[1] for n in policy.normalizations] == [
+        "shortest_first_aging", "multifactor_max_age_seconds"]
+    assert Policy.from_dict(policy.to_dict()) == policy
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
+    for key in ("placement", "shortest_first_aging", "multifactor_weight_age",
+                "multifactor_weight_size", "multifactor_weight_fair_share",
+                "multifactor_weight_priority", "multifactor_max_age_seconds"):
+        assert f"| `{key}` | `{getattr(Policy(), key):g}`" in doc \
+            if key != "placement" else "| `placement` | `spread`" in doc
