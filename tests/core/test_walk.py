@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from praxist_fs.core import pickers
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.simulate import TraceJob, replay
 
-from ..test_simulate import BACKFILL, FCFS
+POLICIES = Path(__file__).resolve().parents[2] / "fixtures" / "policies"
+FCFS, BACKFILL = POLICIES / "fcfs.yaml", POLICIES / "backfill.yaml"
 
 
 def busy_trace(seed: int, jobs: int = 400) -> list[TraceJob]:
