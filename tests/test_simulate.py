@@ -427,7 +427,7 @@ def test_jobs_csv_lists_every_job_with_its_devices_and_the_unrunnable_empty(tmp_
     path = trace(tmp_path, "a,0,10,1,u", "w,1,5,2,v", "big,2,5,3,v", "late,4976543.25,0.5,1,u")
     out = tmp_path / "jobs.csv"
     assert main(["simulate", "--trace", str(path), "--gpus", "2", "--jobs-csv", str(out)]) == 0
-    rows = {row["job_id"]: row for row in csv.DictReader(out.open())}
+    rows = {row["job_id"]: row for row in csv.DictReader(out.read_text().splitlines())}
     assert list(rows) == ["a", "w", "big", "late"]
     assert (rows["late"]["submit_s"], rows["late"]["end_s"]) == ("4976543.25", "4976543.75")
     assert (rows["a"]["devices"], rows["w"]["devices"]) == ("0", "0 1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from praxist_fs.adapters import procs
 from tests.e2e.conftest import wait_for
@@ -22,7 +23,7 @@ def test_a_zombie_is_not_alive_and_a_sleeper_is():
     started = procs.start_time(child.pid)
     assert procs.is_alive(child.pid, started)
     child.kill()
-    wait_for(lambda: open(f"/proc/{child.pid}/stat").read().split(")")[-1].split()[0] == "Z")
+    wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[-1].split()[0] == "Z")
     assert os.path.exists(f"/proc/{child.pid}")  # still a zombie, kill(pid, 0) would succeed
     assert not procs.is_alive(child.pid, started)
     child.wait()
@@ -34,7 +35,7 @@ def test_comm_with_spaces_and_parentheses_is_parsed(tmp_path):
     script.chmod(0o755)
     child = subprocess.Popen([str(script)])
     try:
-        wait_for(lambda: "odd" in open(f"/proc/{child.pid}/stat").read())
+        wait_for(lambda: "odd" in Path(f"/proc/{child.pid}/stat").read_text())
         assert procs.start_time(child.pid) is not None
         assert procs.is_alive(child.pid, procs.start_time(child.pid))
     finally:
@@ -50,6 +51,6 @@ def test_processes_given_an_argument_are_found_until_they_are_zombies(tmp_path):
     wait_for(lambda: procs.with_argument(attempt_dir) == [child.pid])
     assert procs.with_argument(attempt_dir + "x") == []  # whole arguments only
     child.kill()
-    wait_for(lambda: open(f"/proc/{child.pid}/stat").read().split(")")[-1].split()[0] == "Z")
+    wait_for(lambda: Path(f"/proc/{child.pid}/stat").read_text().split(")")[-1].split()[0] == "Z")
     assert procs.with_argument(attempt_dir) == []
     child.wait()

@@ -8,6 +8,7 @@ import marshal
 import os
 import pwd
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -519,7 +520,7 @@ def _pids():
 
 def _stat_fields(pid):
     try:
-        data = open(f"/proc/{pid}/stat", "rb").read()
+        data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
     return data[:data.rfind(b")")].split(b"(", 1)[1].decode(), data[data.rfind(b")") + 2:].split()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from pathlib import Path
 
 from .conftest import read_json, request, wait_for
 
@@ -202,7 +203,7 @@ def _children(pid: int) -> list[int]:
 
 def read_stat(pid: int):
     try:
-        data = open(f"/proc/{pid}/stat", "rb").read()
+        data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
     fields = data[data.rfind(b")") + 2:].split()

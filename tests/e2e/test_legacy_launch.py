@@ -20,7 +20,7 @@ NO_MODE_TASK = "compute_budget:\n  resource_scheduler:\n    initial_concurrent_e
 
 def alive(pid: int) -> bool:
     try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
     return state not in ("Z", "X")
@@ -80,10 +80,10 @@ def test_legacy_launch_runs_the_command_in_its_own_group_and_records_it(tmp_path
     [entry] = wait_for(legacy.entries, message="the manifest entry")
     assert entry["pid"] == entry["pgid"] == pid and entry["tag"] == "local-job"
     assert entry["argv"][0] == "sh" and entry["launcher"]["pid"] == launcher.pid
-    stat = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     assert entry["start_time"] == int(stat[19])
     assert os.getpgid(pid) == os.getsid(pid) == pid != os.getpgid(launcher.pid)
-    environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert f"PRAXIST_RUN_DIR={legacy.root}".encode() in environ
     assert f"PRAXIST_EXPERIMENT_ATTEMPT_ID={entry['launch_id']}".encode() in environ
     [shown] = json.loads(legacy.status().stdout)["peer_local_launches"]
