@@ -454,9 +454,8 @@ class Reservation:
     Room, not the devices: ``at_start`` is the load each reserved device is expected
     to carry at ``start`` (plus what the pass has backfilled onto it since), and a job
     that outlasts ``start`` keeps off only the devices where its share would leave
-    the reserved ``demand`` no room (``crowded``). Keeping fractional work off every
-    reserved device idled their free share until ``start``: that is what made backfill
-    lose to plain first-fit on shared GPUs."""
+    the reserved ``demand`` no room (``crowded``): fractional work may use the share
+    a fractional reservation leaves free until ``start``, instead of idling it."""
 
     job: Job
     start: float
