@@ -14,13 +14,29 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from itertools import islice
 from operator import attrgetter
 
 from .model import Job
 
 _RANK = attrgetter("rank")  # priority, then arrival (``Job.rank``)
+ETA_STEPS = 8  # ETAs are told apart by an eighth of an octave (``eta_step``)
+
+
+def eta_step(eta_s: float | None) -> int | None:
+    """``eta_s`` on a log scale, ``ETA_STEPS`` steps an octave (9 %): None stays None."""
+    return None if eta_s is None else round(math.log2(max(eta_s, 1.0)) * ETA_STEPS)
+
+
+# Runs: the queued jobs split by a key, each run in rank order. Jobs of one run differ
+# only by rank for the pickers that read them (``ShortestExpectedFirst``: work class,
+# priority, ETA; ``Multifactor``: work class, peer, profile, priority), so a pass merges
+# runs instead of sorting the queue.
+RUNS: dict[str, Callable[[Job], Hashable]] = {
+    "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s)),
+    "peer": lambda job: (job.request.work_class, job.request.peer, job.profile, job.priority),
+}
 
 
 class Backlog:
@@ -36,6 +52,10 @@ class Backlog:
                 self._etas.setdefault(job.profile, []).append((job.request.eta_s, job.order))
         for etas in self._etas.values():
             etas.sort()
+        self._runs: dict[str, dict[Hashable, list[Job]]] = {kind: {} for kind in RUNS}
+        for kind, key in RUNS.items():
+            for job in self._jobs:
+                self._runs[kind].setdefault(key(job), []).append(job)
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -47,6 +67,8 @@ class Backlog:
         insort(self._of_profile.setdefault(job.profile, []), job, key=_RANK)
         if (eta := job.request.eta_s) is not None:
             insort(self._etas.setdefault(job.profile, []), (eta, job.order))
+        for kind, key in RUNS.items():
+            insort(self._runs[kind].setdefault(key(job), []), job, key=_RANK)
 
     def remove(self, job: Job) -> None:
         del self._jobs[bisect_left(self._jobs, job.rank, key=_RANK)]
@@ -57,10 +79,20 @@ class Backlog:
         if (eta := job.request.eta_s) is not None:
             etas = self._etas[job.profile]
             del etas[bisect_left(etas, (eta, job.order))]
+        for kind, key in RUNS.items():
+            runs = self._runs[kind]
+            run = runs[key(job)]
+            del run[bisect_left(run, job.rank, key=_RANK)]
+            if not run:
+                del runs[key(job)]
 
     def jobs(self) -> list[Job]:
         """The queued jobs, oldest first: a copy, so the queue may change under it."""
         return self._jobs.copy()
+
+    def runs(self, kind: str) -> dict[Hashable, list[Job]]:
+        """The queued jobs split by ``RUNS[kind]``, each run in rank order: copies."""
+        return {key: run.copy() for key, run in self._runs[kind].items()}
 
     def younger(self, profile: str, rank: int) -> Iterator[Job]:
         """The queued jobs of ``profile`` ranked after ``rank``, in rank order."""

@@ -32,7 +32,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -40,6 +40,7 @@ from itertools import chain, groupby, zip_longest
 from operator import attrgetter, itemgetter
 from typing import Any, ClassVar
 
+from .backlog import ETA_STEPS, RUNS
 from .model import Job
 from .request import PRIORITY_RANGE
 from .placement import (
@@ -280,31 +281,21 @@ class ShortestExpectedFirst(JobPicker):
     than its expected run time / aging after it. A job without an ETA counts as the
     longest known one of its scope (all alike: submit order).
 
-    ETAs are compared to within an eighth of an octave (9 %, ``ETA_STEPS``): jobs alike
-    in priority and ETA keep their rank order, so each such group stays sorted and the
-    groups are merged lazily; a pass reads only as far as it walks."""
+    ETAs are compared to within an eighth of an octave (9 %, ``backlog.eta_step``): jobs
+    alike in queue, priority and ETA keep their rank order, so the backlog keeps them in
+    runs (``Pass.runs``) that a pass merges lazily, reading only as far as it walks."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        groups: defaultdict[tuple[int, int | None], list[Job]] = defaultdict(list)
-        steps: dict[float | None, int | None] = {}
-        for job in scope.jobs:
-            eta = job.request.eta_s
-            if (step := steps.get(eta, False)) is False:
-                step = steps[eta] = None if eta is None else round(
-                    math.log2(max(eta, 1.0)) * ETA_STEPS)
-            groups[(-job.priority, step)].append(job)
-        unknown = max((step for _, step in groups if step is not None), default=0)
+        runs = ctx.runs("eta", scope.jobs)  # (work class, priority, ETA step) -> jobs
+        unknown = max((step for _, _, step in runs if step is not None), default=0)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
         heads = []
-        for index, ((priority, step), jobs) in enumerate(groups.items()):
+        for index, ((_, priority, step), jobs) in enumerate(runs.items()):
             expected = math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
-            heads.append((priority, expected + aging * jobs[0].submitted_at, jobs[0].rank,
+            heads.append((-priority, expected + aging * jobs[0].submitted_at, jobs[0].rank,
                           index, expected, jobs))
         heapq.heapify(heads)
         self.next = partial(next, _merged(heads, aging), None)
-
-
-ETA_STEPS = 8  # ``ShortestExpectedFirst`` tells ETAs apart by an eighth of an octave
 
 
 def _merged(heads: list[Any], aging: float) -> Iterator[Job]:
@@ -357,16 +348,14 @@ class Multifactor(JobPicker):
     usage). Priority: the job's own priority scaled from its range. Weights are the
     ``multifactor_weight_*`` keys.
 
-    Jobs alike in all but age (same peer, profile and priority) keep their rank order,
-    since the older is never lower: each such group stays sorted, and the groups are
-    merged lazily, so a pass reads only as far as it walks."""
+    Jobs alike in all but age (same queue, peer, profile and priority) keep their rank
+    order, since the older is never lower: the backlog keeps them in runs
+    (``Pass.runs``) that a pass merges lazily, reading only as far as it walks."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         policy = ctx.policy
-        groups: defaultdict[tuple[str, str, int], list[Job]] = defaultdict(list)
-        for job in scope.jobs:
-            groups[(job.request.peer, job.profile, job.priority)].append(job)
-        usage = {peer: ctx.usage(peer) for peer in {peer for peer, _, _ in groups}}
+        runs = ctx.runs("peer", scope.jobs)  # (work class, peer, profile, priority) -> jobs
+        usage = {peer: ctx.usage(peer) for peer in {peer for _, peer, _, _ in runs}}
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         devices = max(1, len(ctx.loads or ()))
         low, high = PRIORITY_RANGE
@@ -381,12 +370,13 @@ class Multifactor(JobPicker):
                     * (math.pow(2.0, -usage[peer] / mean) if mean > 0 else 1.0)
                     + policy.multifactor_weight_priority * (priority - low) / (high - low))
 
-        def keyed(group: tuple[str, str, int], jobs: list[Job]) -> Iterator[tuple[float, int, Job]]:
-            base, at = constant(*group), ctx.at
+        def keyed(run: tuple[str, str, str, int], jobs: list[Job]
+                  ) -> Iterator[tuple[float, int, Job]]:
+            base, at = constant(*run[1:]), ctx.at
             for job in jobs:
                 yield -(base + min(cap, w_age * (at - job.submitted_at))), job.rank, job
 
-        order = heapq.merge(*(keyed(group, jobs) for group, jobs in groups.items()))
+        order = heapq.merge(*(keyed(run, jobs) for run, jobs in runs.items()))
         self.next = partial(next, map(itemgetter(2), order), None)
 
 
@@ -464,9 +454,8 @@ class Reservation:
     Room, not the devices: ``at_start`` is the load each reserved device is expected
     to carry at ``start`` (plus what the pass has backfilled onto it since), and a job
     that outlasts ``start`` keeps off only the devices where its share would leave
-    the reserved ``demand`` no room (``crowded``). Keeping fractional work off every
-    reserved device idled their free share until ``start``: that is what made backfill
-    lose to plain first-fit on shared GPUs."""
+    the reserved ``demand`` no room (``crowded``): fractional work may use the share
+    a fractional reservation leaves free until ``start``, instead of idling it."""
 
     job: Job
     start: float
@@ -621,6 +610,7 @@ class Pass:
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
+    backlog_runs: Callable[[str], dict[Hashable, list[Job]]] | None = None  # ``Backlog.runs``
     _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
@@ -783,6 +773,17 @@ class Pass:
         before now; an unknown ETA never ends (inf)."""
         eta = job.request.eta_s
         return math.inf if eta is None else max(self.at, started_at + eta * self.ratio)
+
+    def runs(self, kind: str, jobs: list[Job]) -> dict[Hashable, list[Job]]:
+        """``jobs`` (rank order) split by ``backlog.RUNS[kind]``, each run in rank order:
+        the backlog's own runs when they are the whole queue, else split here."""
+        if jobs is self.queued and self.backlog_runs is not None:
+            return self.backlog_runs(kind)
+        runs: dict[Hashable, list[Job]] = {}
+        key = RUNS[kind]
+        for job in jobs:
+            runs.setdefault(key(job), []).append(job)
+        return runs
 
     @property
     def packing(self) -> Packing:

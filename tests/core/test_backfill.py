@@ -249,9 +249,9 @@ def test_the_reservation_uses_calibrated_etas():
 
 
 def test_fractional_jobs_share_reserved_devices_while_they_leave_the_reserved_share():
-    """Issue 18: EASY backfill lost to plain first-fit on shared GPUs because a
-    reservation kept every later job off its devices, idling the share fractional
-    jobs could use until it started. A reservation keeps room: a 30 % job that runs
+    """Issue 18 (backfill on fractional demand): a reservation that kept every later
+    job off its devices idled the share fractional jobs could use until it started.
+    A reservation keeps room instead: a 30 % job that runs
     for ever starts now on a reserved device where the reserved 60 % still fits beside
     it then, is kept off the one where it would not (though it fits there now), and
     the reserved job starts on time."""

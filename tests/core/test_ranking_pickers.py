@@ -4,12 +4,14 @@ attained service for jobs without ETAs."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from praxist_fs.config import load_policy
+from praxist_fs.core.backlog import RUNS
 from praxist_fs.core.events import HostSampled
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
 from praxist_fs.core.policy import Policy, Profile
@@ -179,3 +181,26 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
                 "multifactor_weight_priority", "multifactor_max_age_seconds"):
         assert f"| `{key}` | `{getattr(Policy(), key):g}`" in doc \
             if key != "placement" else "| `placement` | `spread`" in doc
+
+
+def test_the_backlog_keeps_its_runs_equal_to_the_queue_as_jobs_come_and_go():
+    """The runs the ranking pickers merge are kept as jobs enter and leave the queue;
+    they must always be the queue split by key, each run in rank order, or a pass
+    would skip or repeat jobs."""
+    rng = random.Random(3)
+    h = harness("shortest_expected_first", slots=3)
+    for round_ in range(6):
+        for i in range(40):
+            h.submit(f"j{round_}-{i}", peer=rng.choice(("a", "b", "c")),
+                     priority=rng.choice((0, 0, 5)),
+                     **({"eta_s": rng.choice((10.0, 11.0, 600.0, 86400.0))}
+                        if rng.random() < 0.8 else {}))
+        for job_id, attempt_id in h.launch_all():
+            h.go(job_id, attempt_id)
+            h.exit(job_id, attempt_id, 0)
+        queue = h.sched._queue()
+        for kind, key in RUNS.items():
+            expected: dict = {}
+            for job in queue.jobs():
+                expected.setdefault(key(job), []).append(job)
+            assert queue.runs(kind) == expected
