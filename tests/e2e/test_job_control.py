@@ -186,33 +186,33 @@ def test_launch_prints_the_pending_reason_and_two_interrupts_cancel(make_run, tm
     run = make_run(slots=1)
     run.start()
     run.submit(request("blocker", ["sleep", "60"]))
-    proc = subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
-                             "--tag=interrupted", "--", "true"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    wait_for(lambda: _read_until(proc, lines, "queued: waiting for a slot"), timeout=20,
-             message="the pending reason")
-    proc.send_signal(signal.SIGINT)
-    wait_for(lambda: _read_until(proc, lines, "interrupt again"), message="the first answer")
-    proc.send_signal(signal.SIGINT)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
-    rest = proc.stderr.read()
-    assert "Traceback" not in rest + "".join(lines)
-    assert run.job(job_id_for("interrupted"))["state"] == "cancelled"
+    with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
+                           "--tag=interrupted", "--", "true"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        lines = []
+        wait_for(lambda: _read_until(proc, lines, "queued: waiting for a slot"), timeout=20,
+                 message="the pending reason")
+        proc.send_signal(signal.SIGINT)
+        wait_for(lambda: _read_until(proc, lines, "interrupt again"), message="the first answer")
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        rest = proc.stderr.read()
+        assert "Traceback" not in rest + "".join(lines)
+        assert run.job(job_id_for("interrupted"))["state"] == "cancelled"
 
 
 def test_launch_sigterm_cancels_a_running_job(run, tmp_path):
     marker = tmp_path / "started"
-    proc = subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
-                             "--tag=terminated", "--", "sh", "-c", f"touch {marker}; sleep 60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    wait_for(marker.exists, message="the command running")
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-    assert "Traceback" not in proc.stderr.read()
-    doc = run.job(job_id_for("terminated"))
-    assert doc["state"] == "cancelled" and doc["reason"].startswith("cancelled by cli")
+    with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
+                           "--tag=terminated", "--", "sh", "-c", f"touch {marker}; sleep 60"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        wait_for(marker.exists, message="the command running")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert "Traceback" not in proc.stderr.read()
+        doc = run.job(job_id_for("terminated"))
+        assert doc["state"] == "cancelled" and doc["reason"].startswith("cancelled by cli")
 
 
 def test_status_and_launch_say_when_the_coordinator_or_run_is_gone(run):

@@ -26,6 +26,15 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def ended(launcher: subprocess.Popen) -> int:
+    """Its exit code once it ended, its pipes closed unread (what it started may still
+    hold them: waiting for their end of file could outlast the test)."""
+    code = launcher.wait(timeout=30)
+    launcher.stdout.close()
+    launcher.stderr.close()
+    return code
+
+
 def pid_in(path: Path) -> int:
     return wait_for(lambda: path.exists() and path.read_text().strip().isdigit()
                     and int(path.read_text()), message=f"{path.name} to be written")
@@ -109,13 +118,13 @@ def test_stop_terminates_the_manifest_groups_and_fences_the_run(tmp_path):
     pids = [pid_in(tmp_path / "first"), pid_in(tmp_path / "second")]
     wait_for(lambda: legacy.entries("alice") and legacy.entries("bob"), message="both entries")
     orphan.kill()  # its launcher dies; the entry stays and its leader still verifies it
-    orphan.wait()
+    ended(orphan)
     decoy = subprocess.Popen(["sh", "-c", stubborn.format(tmp_path / "decoy")],
                              start_new_session=True)  # the same command line
     try:
         code, result = legacy.stop()
         assert code == 0 and result["stopped_run_ids"] == [str(legacy.root)]
-        assert first.wait(timeout=30) == 128 + signal.SIGKILL
+        assert ended(first) == 128 + signal.SIGKILL
         assert not any(alive(pid) for pid in pids) and decoy.poll() is None
         assert (legacy.root / "resource_scheduler" / "STOP").exists()
         assert not legacy.entries("alice") and not legacy.entries("bob")  # stale one pruned
@@ -137,7 +146,7 @@ def test_a_group_without_its_leader_and_launcher_is_not_guessed_at(tmp_path):
         wait_for(lambda: [e for e in json.loads(legacy.status().stdout)["peer_local_launches"]
                           if e["state"] == "draining"], message="the launcher to wait for it")
         launcher.kill()
-        launcher.wait()
+        ended(launcher)
         [shown] = json.loads(legacy.status().stdout)["peer_local_launches"]
         assert shown["state"] == "unverifiable"
         code, result = legacy.stop()
@@ -153,7 +162,7 @@ def test_interrupting_the_launcher_interrupts_the_command(tmp_path):
     pid = pid_in(tmp_path / "pid")
     wait_for(legacy.entries, message="the manifest entry")
     launcher.send_signal(signal.SIGINT)  # what Ctrl-C in the peer's terminal does
-    assert launcher.wait(timeout=30) == 128 + signal.SIGINT
+    assert ended(launcher) == 128 + signal.SIGINT
     assert not alive(pid) and not legacy.entries()
 
 

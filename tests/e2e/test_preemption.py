@@ -272,7 +272,7 @@ def test_suspend_lets_a_sigtstp_handler_run_before_sigstop(tmp_path):
             wait_for(lambda: stopped(proc.pid), message="the group to be stopped")
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.communicate()  # reaped, its pipe closed
 
 
 def test_a_suspended_group_is_wholly_stopped_when_suspend_returns():

@@ -53,7 +53,7 @@ def test_a_runs_own_history_replays_under_other_placements(make_run, tmp_path):
     assert (doc["from_run"], doc["jobs"]) == (str(run.root), 3)
     declared, exclusive = doc["results"]
     assert (declared["completed"], exclusive["completed"]) == (3, 3)
-    rows = {(r["placement"], r["job_id"]): r for r in csv.DictReader(out.open())}
+    rows = {(r["placement"], r["job_id"]): r for r in csv.DictReader(out.read_text().splitlines())}
     for job in done:  # each late job ran as long as the run says its attempt did
         attempt = job["attempts"][-1]
         assert float(rows["declared", job["job_id"]]["duration_s"]) == pytest.approx(

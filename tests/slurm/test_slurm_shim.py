@@ -39,6 +39,12 @@ def start(attempt, **env):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+def ended(shim):
+    """Its exit code, once it ended; its output pipe read and closed."""
+    shim.communicate(timeout=30)
+    return shim.returncode
+
+
 def read(path):
     return json.loads(path.read_text())
 
@@ -56,7 +62,7 @@ def test_ready_then_go_runs_the_command_with_slurms_gpus(attempt):
     assert not (attempt / "spec.json").exists()  # it may hold secrets
     assert not (attempt / "out.log").exists()  # nothing runs before GO
     (attempt / "GO").touch()
-    assert shim.wait(timeout=30) == 3
+    assert ended(shim) == 3
     assert read(attempt / "exit.json")["exit_code"] == 3
     assert (attempt / "out.log").read_text() == "gpus=1 job=77\n"
 
@@ -82,7 +88,7 @@ def test_it_refuses_to_run_twice(attempt, why):
 def test_abort_never_runs_the_command(attempt):
     spec(attempt, "touch ran")
     (attempt / "ABORT").touch()
-    assert start(attempt).wait(timeout=30) == 0
+    assert ended(start(attempt)) == 0
     assert not (attempt.parent / "ran").exists() and not (attempt / "spec.json").exists()
 
 
@@ -90,7 +96,7 @@ def test_no_go_in_time_runs_nothing(attempt):
     """The coordinator died before GO: after the barrier timeout nothing has run, so the
     next one can release the attempt unconsumed."""
     spec(attempt, "touch ran", barrier_timeout_s=0.3)
-    assert start(attempt).wait(timeout=30) == 0
+    assert ended(start(attempt)) == 0
     assert (attempt / "READY").exists()
     assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
 
@@ -105,7 +111,7 @@ def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
     wait_for(lambda: (attempt / "out.log").exists()
              and (attempt / "out.log").read_text() == "started\n", message="the command")
     shim.send_signal(signum)
-    assert shim.wait(timeout=30) == 143
+    assert ended(shim) == 143
     assert read(attempt / "exit.json")["signal"] == signal.SIGTERM
 
 
