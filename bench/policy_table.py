@@ -41,12 +41,12 @@ PICKERS = ("fcfs", "backfill", "fair_share", "shortest_expected_first", "multifa
            "least_attained_service")
 PLACEMENTS = ("spread", "best_fit", "fragmentation")
 ETA_PICKERS = ("shortest_expected_first", "backfill")  # the built-in pickers that read eta_s
-TRACES = ("whole", "fractional")
+TRACES = ("whole-GPU", "fractional")
 
 
 @dataclass(frozen=True)
 class Case:
-    trace: str          # whole | fractional
+    trace: str          # whole-GPU | fractional
     gpus: int
     picker: str
     placement: str      # the task file's key
@@ -64,7 +64,7 @@ class Case:
 @cache
 def jobs(path: str, limit: int, kind: str) -> list[TraceJob]:
     whole = load_trace(path, limit)
-    return whole if kind == "whole" else [fractional(job) for job in whole]
+    return whole if kind == "whole-GPU" else [fractional(job) for job in whole]
 
 
 def run(case: Case, path: str, limit: int) -> Result:
@@ -121,7 +121,7 @@ def main() -> None:
                         help="also replay the ETA-reading pickers with noisy ETAs (0: not)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    load = offered_load(jobs(args.trace, args.limit, "whole"))
+    load = offered_load(jobs(args.trace, args.limit, "whole-GPU"))
     capacities = [round(load * float(x)) for x in args.loads.split(",")]
     todo = [case for trace in TRACES for gpus in capacities
             for case in cases(trace, gpus, args.eta_noise)]
@@ -137,11 +137,12 @@ def main() -> None:
     best = (recommended.job_picker, recommended.placement)
     print(f"{args.limit:,} earliest jobs of {Path(args.trace).name}, offered load "
           f"{load:.0f} GPUs; capacities {', '.join(map(str, capacities))} GPUs "
-          f"(x{args.loads.replace(',', ', x')}). **bold**: recommended.yaml.\n")
+          f"(x{args.loads.replace(',', ', x')}). **(recommended)**: recommended.yaml's "
+          "picker and placement.\n")
     verdicts = []
     for trace in TRACES:
         for gpus in capacities:
-            print(f"#### {trace} GPUs, {gpus} GPUs\n")
+            print(f"#### {trace} trace, {gpus} GPUs\n")
             print("| policy | mean delay | p50 delay | p95 delay | mean JCT "
                   "| 1 GPU: mean delay | 8 GPUs: mean delay | done |")
             print("|---|---|---|---|---|---|---|---|")
