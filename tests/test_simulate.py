@@ -552,3 +552,74 @@ def test_a_runs_history_becomes_a_trace_of_what_actually_ran():
         "uses no GPU": 1, "profile 'dropped' is no longer in the run's task file": 1}
     assert [j.job_id for j in trace_from_history(history, profiles)[0]] == [
         "old-id", "wide-id", "narrow-id"]
+
+
+RECOMMENDED = ROOT / "fixtures" / "policies" / "recommended.yaml"
+
+
+def test_the_recommended_policy_is_the_one_docs_simulate_names():
+    """issue 18 item 4: fixtures/policies/recommended.yaml is shortest expected first with
+    aging and best_fit placement, with a cluster's cap, as docs/SIMULATE.md says."""
+    policy = load_policy(RECOMMENDED)
+    assert (policy.job_picker, policy.shortest_first_aging, policy.placement) == (
+        "shortest_expected_first", 1, "best_fit")
+    assert policy.max_concurrent_experiments == policy.initial_concurrent_experiments == 10_000
+    doc = (ROOT / "docs" / "SIMULATE.md").read_text()
+    choosing = doc[doc.index("## Choosing a policy"):]
+    for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
+                 "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
+                 "bench/policy_table.py"):
+        assert said in choosing
+
+
+def test_the_recommended_policy_packs_shares_and_runs_short_jobs_first(tmp_path, capsys):
+    """seed 000 "Admission and resource classes" (GPU work shares devices by declared
+    demand) and issue 18 items 2-4, worked by hand on 2 GPUs: a and b (50 % each) share
+    GPU 0 under best_fit, so w (100 %) starts at once on GPU 1; when b frees GPU 0 at
+    101, short (10 s) goes before long (1,000 s, submitted first). fcfs with spread
+    (fcfs.yaml) puts b on GPU 1, so w waits for a, long for b and short for w."""
+    path = trace(tmp_path, "a,0,100,1,u,50,20", "b,1,100,1,u,50,20", "w,2,100,1,v,100,70",
+                 "long,3,1000,1,x,100,70", "short,4,10,1,y,100,70", header=FRACTIONAL_HEADER)
+    out = run_json(capsys, "--trace", str(path), "--gpus", "2", "--policy", str(RECOMMENDED),
+                   "--policy", str(FCFS))
+    recommended, fcfs = out["results"]
+    assert recommended["mean_delay_s"] == (0 + 0 + 0 + (102 - 3) + (101 - 4)) / 5
+    assert fcfs["mean_delay_s"] == (0 + 0 + (100 - 2) + (101 - 3) + (200 - 4)) / 5
+
+
+def test_the_recommended_cap_leaves_the_gpus_the_only_limit(tmp_path, capsys):
+    """R-SIM-1 (issue 18): without --uncapped the replay holds the task file's cap; the
+    recommended file's is a cluster's, so twelve 1-GPU jobs on 12 GPUs all start at 0."""
+    path = trace(tmp_path, *(f"j{i},0,100,1,u" for i in range(12)))
+    [r] = run_json(capsys, "--trace", str(path), "--gpus", "12", "--policy",
+                   str(RECOMMENDED))["results"]
+    assert (r["concurrency"], r["max_concurrent"], r["peak_running"]) == ("task file",
+                                                                          10_000, 12)
+    assert r["mean_delay_s"] == 0
+
+
+def test_the_fractional_variant_keeps_the_trace_and_gives_one_gpu_jobs_a_hashed_share(
+        tmp_path):
+    """issue 18 item 4: bench/derive_fractional_trace.py, the variant docs/SIMULATE.md's
+    table replays. Everything but the share is the trace's; a one-GPU job gets 25, 50 or
+    100 % (with 20, 40, 70 GiB) about 30/30/40 % of the time, the same whichever prefix
+    is derived; a wider job 100 % and 70 GiB."""
+    path = trace(tmp_path, *(f"j{i},{i * 7.5},{100 + i},{8 if i % 10 == 0 else 1},u{i % 3}"
+                             for i in range(1000)))
+    script = ROOT / "bench" / "derive_fractional_trace.py"
+
+    def derived(*flags: str) -> list[TraceJob]:
+        out = tmp_path / "fractional.csv"
+        with out.open("w") as handle:
+            subprocess.run([sys.executable, str(script), "--trace", str(path), *flags],
+                           stdout=handle, check=True, cwd=ROOT)
+        return load_trace(out)
+
+    whole, every = load_trace(path), derived()
+    assert [replace(j, gpu_util_pct=None, gpu_mem_gb=None) for j in every] == whole
+    shares = [(j.gpu_util_pct, j.gpu_mem_gb) for j in every if j.gpus == 1]
+    assert {(j.gpu_util_pct, j.gpu_mem_gb) for j in every if j.gpus > 1} == {(100, 70)}
+    assert set(shares) == {(25, 20), (50, 40), (100, 70)}
+    for share, expected in (((25, 20), 0.3), ((50, 40), 0.3), ((100, 70), 0.4)):
+        assert shares.count(share) / len(shares) == pytest.approx(expected, abs=0.05)
+    assert derived("--limit", "100") == every[:100]
