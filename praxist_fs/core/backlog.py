@@ -31,10 +31,13 @@ def eta_step(eta_s: float | None) -> int | None:
 
 # Runs: the queued jobs split by a key, each run in rank order. Jobs of one run differ
 # only by rank for the pickers that read them (``ShortestExpectedFirst``: work class,
-# priority, ETA; ``Multifactor``: work class, peer, profile, priority), so a pass merges
-# runs instead of sorting the queue.
+# priority, ETA; ``Multifactor`` and ``FairShare``: work class, peer, profile,
+# priority), so a pass merges runs instead of sorting the queue. Each run is of one
+# profile, so a pass drops the rest of a run once its demand is known to fail
+# (``Pass.merge``).
 RUNS: dict[str, Callable[[Job], Hashable]] = {
-    "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s)),
+    "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s),
+                        job.profile),
     "peer": lambda job: (job.request.work_class, job.request.peer, job.profile, job.priority),
 }
 
