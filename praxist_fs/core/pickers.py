@@ -257,12 +257,12 @@ class FairShare(JobPicker):
         turn = {peer: index for index, peer in enumerate(sorted(of_peer, key=lambda peer: (
             usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
 
-        def key(job: Job) -> tuple[float, int, int]:
+        def key(_: int, job: Job) -> tuple[float, int, int]:
             peer, rank = job.request.peer, job.rank
             return usage[peer], sum(bisect_left(jobs, rank, key=_RANK)
                                     for jobs in of_peer[peer]), turn[peer]
 
-        order = ctx.merge(scope.jobs, runs, [key] * len(runs), type(self))
+        order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
 
 
@@ -296,13 +296,14 @@ class ShortestExpectedFirst(JobPicker):
         runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
         unknown = max((step for _, _, step, _ in runs if step is not None), default=0)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
+        priority = [-priority for _, priority, _, _ in runs]
+        expected = [math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
+                    for _, _, step, _ in runs]
 
-        def keyed(priority: int, step: int | None) -> Callable[[Job], tuple[int, float, int]]:
-            expected = math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
-            return lambda job: (-priority, expected + aging * job.submitted_at, job.rank)
+        def key(index: int, job: Job) -> tuple[int, float, int]:
+            return priority[index], expected[index] + aging * job.submitted_at, job.rank
 
-        keys = [keyed(priority, step) for _, priority, step, _ in runs]
-        order = ctx.merge(scope.jobs, list(runs.values()), keys, type(self))
+        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
         self.next = partial(next, order, None)
 
 
@@ -362,12 +363,12 @@ class Multifactor(JobPicker):
                     * (math.pow(2.0, -usage[peer] / mean) if mean > 0 else 1.0)
                     + policy.multifactor_weight_priority * (priority - low) / (high - low))
 
-        def keyed(peer: str, profile: str, priority: int) -> Callable[[Job], tuple[float, int]]:
-            base, at = constant(peer, profile, priority), ctx.at
-            return lambda job: (-(base + min(cap, w_age * (at - job.submitted_at))), job.rank)
+        base, at = [constant(*run[1:]) for run in runs], ctx.at
 
-        keys = [keyed(*run[1:]) for run in runs]
-        order = ctx.merge(scope.jobs, list(runs.values()), keys, type(self))
+        def key(index: int, job: Job) -> tuple[float, int]:
+            return -(base[index] + min(cap, w_age * (at - job.submitted_at))), job.rank
+
+        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
         self.next = partial(next, order, None)
 
 
@@ -503,8 +504,9 @@ class Openings:
     reserves devices, a profile that fits only on them stays open while jobs of it that
     end before the reservation (``Reservation.avoid``) are left. Holds by queue rules or
     assessment are not counted: a held job may keep the walk going, never end it early.
-    The walk ends only after a job (``exhausted``), so a pass always handles its first:
-    its picker hears of it (``JobPicker.blocked``) even when nothing fits."""
+    The walk ends only after a job (``exhausted``), so a pass that may start work
+    handles its first: its picker hears of it (``JobPicker.blocked``) even when nothing
+    fits. A pass in which no job could start at all leaves its whole walk for later."""
 
     left: Counter[str]                                   # jobs not visited yet, by profile
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
@@ -691,14 +693,14 @@ class Pass:
             for job in jobs[start:]:
                 yield job, reason
 
-    def merge(self, jobs: list[Job], runs: list[list[Job]], keys: list[Callable[[Job], Any]],
+    def merge(self, jobs: list[Job], runs: list[list[Job]], key: Callable[[int, Job], Any],
               picker: type[JobPicker]) -> Iterator[Job]:
-        """``jobs``, split in ``runs`` of one profile each, in the order of their runs'
-        ``keys`` (which no two jobs share), read lazily. When ``skims`` allows, the rest
-        of a run is dropped once its demand is known to fail (R-POL-4): its jobs are held
-        for that reason wherever they stand. The runs go to ``dropped``; ``skimmed``
+        """``jobs``, split in ``runs`` of one profile each, in the order of ``key(index of
+        the run, job)`` (which no two jobs share), read lazily. When ``skims`` allows, the
+        rest of a run is dropped once its demand is known to fail (R-POL-4): its jobs are
+        held for that reason wherever they stand. The runs go to ``dropped``; ``skimmed``
         gives them back."""
-        heads = [(key(run[0]), index) for index, (key, run) in enumerate(zip(keys, runs))]
+        heads = [(key(index, run[0]), index) for index, run in enumerate(runs)]
         heapq.heapify(heads)
         position = [0] * len(runs)
         droppable, unsatisfiable = self.skims(jobs), self.unsatisfiable
@@ -715,7 +717,7 @@ class Pass:
             yield job
             at = position[index] = at + 1
             if at < len(run):
-                heapq.heapreplace(heads, (keys[index](run[at]), index))
+                heapq.heapreplace(heads, (key(index, run[at]), index))
             else:
                 heapq.heappop(heads)
 
