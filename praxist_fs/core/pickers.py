@@ -36,8 +36,8 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby
-from operator import attrgetter
+from itertools import count, groupby, islice
+from operator import attrgetter, itemgetter
 from typing import Any, ClassVar
 
 from .backlog import ETA_STEPS, RUNS
@@ -54,6 +54,7 @@ from .queues import Project, Queue, queue_of_class, window_hold
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
 _RANK = attrgetter("rank")
+_PROFILE = attrgetter("profile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,8 +301,8 @@ class ShortestExpectedFirst(JobPicker):
         expected = [math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
                     for _, _, step, _ in runs]
 
-        def key(index: int, job: Job) -> tuple[int, float, int]:
-            return priority[index], expected[index] + aging * job.submitted_at, job.rank
+        def key(index: int, job: Job) -> tuple[int, float, int]:  # priority, then by rank
+            return priority[index], expected[index] + aging * job.submitted_at, job.order
 
         order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
         self.next = partial(next, order, None)
@@ -549,11 +550,10 @@ class Openings:
         if not self.left[profile]:
             self.open.discard(profile)
 
-    def skip(self, profile: str, count: int) -> None:
-        """``count`` jobs of ``profile`` are known held without a visit (``Pass.merge``)."""
-        self.left[profile] -= count
-        if not self.left[profile]:
-            self.open.discard(profile)
+    def drop(self, profile: str) -> None:
+        """The jobs of ``profile`` left are known held without a visit (``Pass.merge``)."""
+        self.left[profile] = 0
+        self.open.discard(profile)
 
     def _ends_first(self, job: Job) -> bool:
         return not self.reservation.avoid(job)
@@ -608,7 +608,9 @@ class Pass:
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
-    dropped: list[tuple[list[Job], int, type[JobPicker]]] = field(default_factory=list)  # merge
+    # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs)
+    dropped: list[tuple[str, type[JobPicker], list[list[Job]], list[int],
+                        list[tuple[Any, int]]]] = field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
     backlog_runs: Callable[[str], dict[Hashable, list[Job]]] | None = None  # ``Backlog.runs``
     _packing: Packing | None = None
@@ -688,38 +690,50 @@ class Pass:
             for job in self.queued[start:stop]:
                 avoid = reserved and bool(self.reservation.avoid(job))
                 yield job, self.unsatisfiable[(job.profile, picker, avoid)]
-        for jobs, start, picker in self.dropped:
-            reason = self.unsatisfiable[(jobs[start].profile, picker, False)]
-            for job in jobs[start:]:
-                yield job, reason
+        for profile, picker, runs, position, heap in self.dropped:
+            reason = self.unsatisfiable[(profile, picker, False)]
+            for _, index in heap:  # the profile's runs, read up to ``position``
+                for job in islice(runs[index], position[index], None):
+                    yield job, reason
 
     def merge(self, jobs: list[Job], runs: list[list[Job]], key: Callable[[int, Job], Any],
               picker: type[JobPicker]) -> Iterator[Job]:
         """``jobs``, split in ``runs`` of one profile each, in the order of ``key(index of
-        the run, job)`` (which no two jobs share), read lazily. When ``skims`` allows, the
-        rest of a run is dropped once its demand is known to fail (R-POL-4): its jobs are
-        held for that reason wherever they stand. The runs go to ``dropped``; ``skimmed``
+        the run, job)`` (which no two jobs share), read lazily: the runs of each profile
+        are merged, and the profiles by their next jobs. When ``skims`` allows, a
+        profile's jobs are dropped once its demand is known to fail (R-POL-4): they are
+        held for that reason wherever they stand. They go to ``dropped``; ``skimmed``
         gives them back."""
-        heads = [(key(index, run[0]), index) for index, run in enumerate(runs)]
-        heapq.heapify(heads)
+        firsts = [run[0] for run in runs]
+        # by profile, then key: each profile's (key, run) pairs, sorted, are its heap
+        heads = sorted(zip(map(_PROFILE, firsts), map(key, count(), firsts), count()))
+        top = []
+        for profile, group in groupby(heads, key=itemgetter(0)):
+            heap = [(head, index) for _, head, index in group]
+            top.append((heap[0][0], profile, heap))
+        heapq.heapify(top)
         position = [0] * len(runs)
         droppable, unsatisfiable = self.skims(jobs), self.unsatisfiable
-        while heads:
-            index = heads[0][1]
-            run, at = runs[index], position[index]
-            job = run[at]
+        while top:
+            _, profile, heap = top[0]
             if droppable and self.openings is not None and self.reservation is None and \
-                    (job.profile, picker, False) in unsatisfiable:
-                self.dropped.append((run, at, picker))
-                self.openings.skip(job.profile, len(run) - at)
-                heapq.heappop(heads)
+                    (profile, picker, False) in unsatisfiable:
+                heapq.heappop(top)
+                self.dropped.append((profile, picker, runs, position, heap))
+                self.openings.drop(profile)
                 continue
-            yield job
-            at = position[index] = at + 1
+            index = heap[0][1]
+            run = runs[index]
+            yield run[position[index]]
+            at = position[index] = position[index] + 1
             if at < len(run):
-                heapq.heapreplace(heads, (key(index, run[at]), index))
+                heapq.heapreplace(heap, (key(index, run[at]), index))
             else:
-                heapq.heappop(heads)
+                heapq.heappop(heap)
+            if heap:
+                heapq.heapreplace(top, (heap[0][0], profile, heap))
+            else:
+                heapq.heappop(top)
 
     def _skimming(self, picker: type[JobPicker]) -> Iterator[Job]:
         jobs, position = self.queued, 0
