@@ -705,11 +705,12 @@ class Pass:
         held for that reason wherever they stand. They go to ``dropped``; ``skimmed``
         gives them back."""
         firsts = [run[0] for run in runs]
-        # by profile, then key: each profile's (key, run) pairs, sorted, are its heap
-        heads = sorted(zip(map(_PROFILE, firsts), map(key, count(), firsts), count()))
+        heads = sorted(zip(map(_PROFILE, firsts), map(key, count(), firsts), count()),
+                       key=itemgetter(0))
         top = []
         for profile, group in groupby(heads, key=itemgetter(0)):
             heap = [(head, index) for _, head, index in group]
+            heapq.heapify(heap)
             top.append((heap[0][0], profile, heap))
         heapq.heapify(top)
         position = [0] * len(runs)
