@@ -624,9 +624,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
-        if ctx.openings is not None and not ctx.openings.open:
-            self._rest = walk  # no job could start: the whole walk only restates reasons
-        elif next(walk, False):
+        if next(walk, False):
             self._rest = walk
         self.unused_slots = max(0, ctx.free)
         return launches
