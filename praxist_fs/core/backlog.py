@@ -33,7 +33,7 @@ def eta_step(eta_s: float | None) -> int | None:
 # only by rank for the pickers that read them (``ShortestExpectedFirst``: work class,
 # priority, ETA; ``Multifactor`` and ``FairShare``: work class, peer, profile,
 # priority), so a pass merges runs instead of sorting the queue. Each run is of one
-# profile, so a pass drops the rest of a run once its demand is known to fail
+# profile, so a pass drops a profile's runs once its demand is known to fail
 # (``Pass.merge``).
 RUNS: dict[str, Callable[[Job], Hashable]] = {
     "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s),
