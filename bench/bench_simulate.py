@@ -1,7 +1,8 @@
 """Wall time of a `praxist-fs simulate` replay of the full Philly trace (15,000 jobs).
 
     .venv/bin/python bench/bench_simulate.py [--gpus 64] [--limit N] [--policy TASK.yaml]
-                                             [--placement declared] [--uncapped]
+                                             [--picker NAME] [--placement declared]
+                                             [--uncapped]
                                              [--profile OUT.pstats]
 
 Prints one JSON object: the replay's wall time (``wall_s``, trace loading excluded), its
@@ -16,6 +17,7 @@ import argparse
 import cProfile
 import json
 import pstats
+from dataclasses import replace
 from pathlib import Path
 
 from praxist_fs.config import load_policy
@@ -30,6 +32,8 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--limit", type=int)
     parser.add_argument("--policy", help="task YAML (default: the embedded seed contract)")
+    parser.add_argument("--picker", help="the job picker every queue uses (the task file's "
+                        "job_picker, and no queue's own; default: the task file's)")
     parser.add_argument("--placement", default="declared", choices=("declared", "exclusive"))
     parser.add_argument("--uncapped", action="store_true",
                         help="lift the task file's concurrency cap, as simulate --uncapped "
@@ -38,6 +42,9 @@ def main() -> None:
     args = parser.parse_args()
     jobs = load_trace(args.trace, args.limit)
     policy = load_policy(args.policy)
+    if args.picker:
+        policy = replace(policy, job_picker=args.picker, queues=policy.queues and tuple(
+            replace(queue, picker=None) for queue in policy.queues))
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
@@ -48,7 +55,7 @@ def main() -> None:
         profiler.disable()
         profiler.dump_stats(args.profile)
         pstats.Stats(args.profile).sort_stats("tottime").print_stats(12)
-    print(json.dumps({"trace": args.trace, "profiled": bool(profiler),
+    print(json.dumps({"trace": args.trace, "profiled": bool(profiler), "picker": policy.job_picker,
                       "clock_steps": len(result.series),  # one next_launches call each
                       **result.to_dict(), "unrunnable": len(result.unrunnable)}, indent=2))
 

@@ -31,10 +31,13 @@ def eta_step(eta_s: float | None) -> int | None:
 
 # Runs: the queued jobs split by a key, each run in rank order. Jobs of one run differ
 # only by rank for the pickers that read them (``ShortestExpectedFirst``: work class,
-# priority, ETA; ``Multifactor``: work class, peer, profile, priority), so a pass merges
-# runs instead of sorting the queue.
+# priority, ETA; ``Multifactor`` and ``FairShare``: work class, peer, profile,
+# priority), so a pass merges runs instead of sorting the queue. Each run is of one
+# profile, so a pass drops a profile's runs once its demand is known to fail
+# (``Pass.merge``).
 RUNS: dict[str, Callable[[Job], Hashable]] = {
-    "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s)),
+    "eta": lambda job: (job.request.work_class, job.priority, eta_step(job.request.eta_s),
+                        job.profile),
     "peer": lambda job: (job.request.work_class, job.request.peer, job.profile, job.priority),
 }
 
@@ -56,6 +59,9 @@ class Backlog:
         for kind, key in RUNS.items():
             for job in self._jobs:
                 self._runs[kind].setdefault(key(job), []).append(job)
+        # copy on write: the runs not lent out (``runs``) since they were made or copied
+        self._own: dict[str, set[Hashable]] = {kind: set(runs)
+                                               for kind, runs in self._runs.items()}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -68,7 +74,7 @@ class Backlog:
         if (eta := job.request.eta_s) is not None:
             insort(self._etas.setdefault(job.profile, []), (eta, job.order))
         for kind, key in RUNS.items():
-            insort(self._runs[kind].setdefault(key(job), []), job, key=_RANK)
+            insort(self._run(kind, key(job)), job, key=_RANK)
 
     def remove(self, job: Job) -> None:
         del self._jobs[bisect_left(self._jobs, job.rank, key=_RANK)]
@@ -80,19 +86,29 @@ class Backlog:
             etas = self._etas[job.profile]
             del etas[bisect_left(etas, (eta, job.order))]
         for kind, key in RUNS.items():
-            runs = self._runs[kind]
-            run = runs[key(job)]
+            run = self._run(kind, of := key(job))
             del run[bisect_left(run, job.rank, key=_RANK)]
             if not run:
-                del runs[key(job)]
+                del self._runs[kind][of]
+                self._own[kind].discard(of)
 
     def jobs(self) -> list[Job]:
         """The queued jobs, oldest first: a copy, so the queue may change under it."""
         return self._jobs.copy()
 
     def runs(self, kind: str) -> dict[Hashable, list[Job]]:
-        """The queued jobs split by ``RUNS[kind]``, each run in rank order: copies."""
-        return {key: run.copy() for key, run in self._runs[kind].items()}
+        """The queued jobs split by ``RUNS[kind]``, each run in rank order: a pass reads
+        them as they are now, while the queue changes (copy on write, ``_run``)."""
+        self._own[kind].clear()
+        return self._runs[kind].copy()
+
+    def _run(self, kind: str, key: Hashable) -> list[Job]:
+        """The run ``key`` of ``kind``, to change: a copy if ``runs`` lent it out."""
+        runs, own = self._runs[kind], self._own[kind]
+        if key not in own:
+            own.add(key)
+            runs[key] = runs[key].copy() if key in runs else []
+        return runs[key]
 
     def younger(self, profile: str, rank: int) -> Iterator[Job]:
         """The queued jobs of ``profile`` ranked after ``rank``, in rank order."""

@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain, groupby, zip_longest
+from itertools import count, groupby, islice
 from operator import attrgetter, itemgetter
 from typing import Any, ClassVar
 
@@ -54,6 +54,7 @@ from .queues import Project, Queue, queue_of_class, window_hold
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
 _RANK = attrgetter("rank")
+_PROFILE = attrgetter("profile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,21 +242,28 @@ class FairShare(JobPicker):
     jobs before those of a peer with more; peers of equal usage (no GPU history yet,
     say) take turns, one job each per round, in the order of their first-ranked jobs.
     Each peer's jobs in rank order: a job's priority moves it ahead of its own peer's
-    other jobs, never ahead of a peer with less usage. Usage is fixed for the pass, as in Slurm's multifactor
-    priority: what a pass starts counts from the next pass on."""
+    other jobs, never ahead of a peer with less usage. Usage is fixed for the pass, as
+    in Slurm's multifactor priority: what a pass starts counts from the next pass on.
+
+    A job's key is (its peer's usage, its round: how many of its peer's jobs rank
+    before it, its peer's turn), so the backlog's runs by peer and profile
+    (``Pass.runs``) are merged lazily, reading only as far as the pass walks."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        by_peer: defaultdict[str, list[Job]] = defaultdict(list)
-        for job in scope.jobs:
-            by_peer[job.request.peer].append(job)
-        usage = {peer: ctx.usage(peer) for peer in by_peer}
-        runs = sorted(by_peer.values(), key=lambda run: (usage[run[0].request.peer],
-                                                         run[0].rank))
-        # round robin within each tier of equal usage, as far as the pass reads it; the
-        # None are zip_longest's fill (a Job is always truthy)
-        order = chain.from_iterable(
-            filter(None, chain.from_iterable(zip_longest(*tier)))
-            for _, tier in groupby(runs, key=lambda run: usage[run[0].request.peer]))
+        runs = list(ctx.runs("peer", scope.jobs).values())  # by (class, peer, profile, priority)
+        of_peer: defaultdict[str, list[list[Job]]] = defaultdict(list)
+        for jobs in runs:
+            of_peer[jobs[0].request.peer].append(jobs)
+        usage = {peer: ctx.usage(peer) for peer in of_peer}
+        turn = {peer: index for index, peer in enumerate(sorted(of_peer, key=lambda peer: (
+            usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
+
+        def key(_: int, job: Job) -> tuple[float, int, int]:
+            peer, rank = job.request.peer, job.rank
+            return usage[peer], sum(bisect_left(jobs, rank, key=_RANK)
+                                    for jobs in of_peer[peer]), turn[peer]
+
+        order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
 
 
@@ -286,32 +294,18 @@ class ShortestExpectedFirst(JobPicker):
     runs (``Pass.runs``) that a pass merges lazily, reading only as far as it walks."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        runs = ctx.runs("eta", scope.jobs)  # (work class, priority, ETA step) -> jobs
-        unknown = max((step for _, _, step in runs if step is not None), default=0)
+        runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
+        unknown = max((step for _, _, step, _ in runs if step is not None), default=0)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
-        heads = []
-        for index, ((_, priority, step), jobs) in enumerate(runs.items()):
-            expected = math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
-            heads.append((-priority, expected + aging * jobs[0].submitted_at, jobs[0].rank,
-                          index, expected, jobs))
-        heapq.heapify(heads)
-        self.next = partial(next, _merged(heads, aging), None)
+        priority = [-priority for _, priority, _, _ in runs]
+        expected = [math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
+                    for _, _, step, _ in runs]
 
+        def key(index: int, job: Job) -> tuple[int, float, int]:  # priority, then by rank
+            return priority[index], expected[index] + aging * job.submitted_at, job.order
 
-def _merged(heads: list[Any], aging: float) -> Iterator[Job]:
-    """The jobs of sorted groups, each entry (priority, key of its head, head's rank,
-    index, expected, jobs), in key order."""
-    position = [0] * len(heads)
-    while heads:
-        priority, _, _, index, expected, jobs = heads[0]
-        at = position[index]
-        yield jobs[at]
-        at = position[index] = at + 1
-        if at < len(jobs):
-            heapq.heapreplace(heads, (priority, expected + aging * jobs[at].submitted_at,
-                                      jobs[at].rank, index, expected, jobs))
-        else:
-            heapq.heappop(heads)
+        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
+        self.next = partial(next, order, None)
 
 
 class LeastAttainedService(JobPicker):
@@ -370,14 +364,13 @@ class Multifactor(JobPicker):
                     * (math.pow(2.0, -usage[peer] / mean) if mean > 0 else 1.0)
                     + policy.multifactor_weight_priority * (priority - low) / (high - low))
 
-        def keyed(run: tuple[str, str, str, int], jobs: list[Job]
-                  ) -> Iterator[tuple[float, int, Job]]:
-            base, at = constant(*run[1:]), ctx.at
-            for job in jobs:
-                yield -(base + min(cap, w_age * (at - job.submitted_at))), job.rank, job
+        base, at = [constant(*run[1:]) for run in runs], ctx.at
 
-        order = heapq.merge(*(keyed(run, jobs) for run, jobs in runs.items()))
-        self.next = partial(next, map(itemgetter(2), order), None)
+        def key(index: int, job: Job) -> tuple[float, int]:
+            return -(base[index] + min(cap, w_age * (at - job.submitted_at))), job.rank
+
+        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
+        self.next = partial(next, order, None)
 
 
 class LowestPriorityFirst(PreemptPolicy):
@@ -556,6 +549,11 @@ class Openings:
         if not self.left[profile]:
             self.open.discard(profile)
 
+    def drop(self, profile: str) -> None:
+        """The jobs of ``profile`` left are known held without a visit (``Pass.merge``)."""
+        self.left[profile] = 0
+        self.open.discard(profile)
+
     def _ends_first(self, job: Job) -> bool:
         return not self.reservation.avoid(job)
 
@@ -609,6 +607,9 @@ class Pass:
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
+    # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs)
+    dropped: list[tuple[str, type[JobPicker], list[list[Job]], list[int],
+                        list[tuple[Any, int]]]] = field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
     backlog_runs: Callable[[str], dict[Hashable, list[Job]]] | None = None  # ``Backlog.runs``
     _packing: Packing | None = None
@@ -672,17 +673,67 @@ class Pass:
         no queue rules queued), each run of jobs whose demand is known to fail (R-POL-4:
         it failed earlier in the pass) is skipped, since they are held for that reason
         wherever they stand. The runs go to ``skipped``; ``skimmed`` gives them back."""
-        if jobs is not self.queued or self.openings is None or \
-                not self.ruled.isdisjoint(self.classes):
-            return iter(jobs)
-        return self._skimming(picker)
+        return self._skimming(picker) if self.skims(jobs) else iter(jobs)
+
+    def skims(self, jobs: list[Job]) -> bool:
+        """Whether a picker of ``jobs`` may pass over the jobs known held (``skim``,
+        ``merge``): they are the whole queue, and nothing in the pass varies by a job's
+        place but launches (``openings``, no queue rules queued)."""
+        return jobs is self.queued and self.openings is not None and \
+            self.ruled.isdisjoint(self.classes)
 
     def skimmed(self) -> Iterator[tuple[Job, str]]:
-        """The jobs ``skim`` skipped, each with the reason it is held for."""
+        """The jobs ``skim`` skipped and ``merge`` dropped, each with the reason it is held
+        for."""
         for start, stop, picker, reserved in self.skipped:
             for job in self.queued[start:stop]:
                 avoid = reserved and bool(self.reservation.avoid(job))
                 yield job, self.unsatisfiable[(job.profile, picker, avoid)]
+        for profile, picker, runs, position, heap in self.dropped:
+            reason = self.unsatisfiable[(profile, picker, False)]
+            for _, index in heap:  # the profile's runs, read up to ``position``
+                for job in islice(runs[index], position[index], None):
+                    yield job, reason
+
+    def merge(self, jobs: list[Job], runs: list[list[Job]], key: Callable[[int, Job], Any],
+              picker: type[JobPicker]) -> Iterator[Job]:
+        """``jobs``, split in ``runs`` of one profile each, in the order of ``key(index of
+        the run, job)`` (which no two jobs share), read lazily: the runs of each profile
+        are merged, and the profiles by their next jobs. When ``skims`` allows, a
+        profile's jobs are dropped once its demand is known to fail (R-POL-4): they are
+        held for that reason wherever they stand. They go to ``dropped``; ``skimmed``
+        gives them back."""
+        firsts = [run[0] for run in runs]
+        heads = sorted(zip(map(_PROFILE, firsts), map(key, count(), firsts), count()),
+                       key=itemgetter(0))
+        top = []
+        for profile, group in groupby(heads, key=itemgetter(0)):
+            heap = [(head, index) for _, head, index in group]
+            heapq.heapify(heap)
+            top.append((heap[0][0], profile, heap))
+        heapq.heapify(top)
+        position = [0] * len(runs)
+        droppable, unsatisfiable = self.skims(jobs), self.unsatisfiable
+        while top:
+            _, profile, heap = top[0]
+            if droppable and self.openings is not None and self.reservation is None and \
+                    (profile, picker, False) in unsatisfiable:
+                heapq.heappop(top)
+                self.dropped.append((profile, picker, runs, position, heap))
+                self.openings.drop(profile)
+                continue
+            index = heap[0][1]
+            run = runs[index]
+            yield run[position[index]]
+            at = position[index] = position[index] + 1
+            if at < len(run):
+                heapq.heapreplace(heap, (key(index, run[at]), index))
+            else:
+                heapq.heappop(heap)
+            if heap:
+                heapq.heapreplace(top, (heap[0][0], profile, heap))
+            else:
+                heapq.heappop(top)
 
     def _skimming(self, picker: type[JobPicker]) -> Iterator[Job]:
         jobs, position = self.queued, 0

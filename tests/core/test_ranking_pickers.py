@@ -204,3 +204,24 @@ def test_the_backlog_keeps_its_runs_equal_to_the_queue_as_jobs_come_and_go():
             for job in queue.jobs():
                 expected.setdefault(key(job), []).append(job)
             assert queue.runs(kind) == expected
+
+
+def test_runs_a_pass_has_read_stay_as_they_were_while_the_queue_changes():
+    """A pass that stopped early reads the rest of its runs after its launches left the
+    queue (``Backlog.runs`` lends them copy-on-write): were they changed under it, the
+    reasons it gives later would skip or repeat jobs."""
+    rng = random.Random(5)
+    h = harness("shortest_expected_first", slots=3)
+    for round_ in range(4):
+        for i in range(30):
+            h.submit(f"j{round_}-{i}", peer=rng.choice(("a", "b")),
+                     eta_s=rng.choice((10.0, 600.0)))
+        queue = h.sched._queue()
+        lent = {kind: queue.runs(kind) for kind in RUNS}
+        as_lent = {kind: {key: list(run) for key, run in runs.items()}
+                   for kind, runs in lent.items()}
+        for job_id, attempt_id in h.launch_all():
+            h.go(job_id, attempt_id)
+            h.exit(job_id, attempt_id, 0)
+        assert lent == as_lent
+        assert queue.runs("eta") != as_lent["eta"]  # the queue itself did change

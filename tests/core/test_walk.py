@@ -36,13 +36,21 @@ def busy_trace(seed: int, jobs: int = 400) -> list[TraceJob]:
 
 
 def passes(monkeypatch: pytest.MonkeyPatch, trace: list[TraceJob], policy: Any,
-           whole: bool) -> list[tuple[list[Any], dict[str, str]]]:
-    """Every pass's decisions and, read right after it, the pending reasons."""
+           whole: bool, passed_over: list[str]) -> list[tuple[list[Any], dict[str, str]]]:
+    """Every pass's decisions and, read right after it, the pending reasons; the jobs
+    held without a visit (``Pass.skimmed``) go to ``passed_over``."""
     if whole:  # the walk as it was: every job, every pass
         monkeypatch.setattr(pickers.Openings, "exhausted", property(lambda self: False))
-        monkeypatch.setattr(pickers.Pass, "skim", lambda self, jobs, picker: iter(jobs))
-    seen = []
+        monkeypatch.setattr(pickers.Pass, "skims", lambda self, jobs: False)
+    seen, skimmed = [], pickers.Pass.skimmed
     decide = Scheduler.next_launches
+
+    def counted(self: pickers.Pass) -> Any:
+        for job, reason in skimmed(self):
+            passed_over.append(job.job_id)
+            yield job, reason
+
+    monkeypatch.setattr(pickers.Pass, "skimmed", counted)
 
     def recorded(self: Scheduler, at: float) -> list[Any]:
         events = decide(self, at)
@@ -55,16 +63,19 @@ def passes(monkeypatch: pytest.MonkeyPatch, trace: list[TraceJob], policy: Any,
     return seen
 
 
-@pytest.mark.parametrize("picker", ["fcfs", "backfill", "fair_share"])
+@pytest.mark.parametrize("picker", ["fcfs", "backfill", "fair_share", "shortest_expected_first",
+                                    "multifactor", "least_attained_service"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_stopping_and_skimming_change_no_decision_and_no_reason(monkeypatch, picker, seed):
     policy = load_policy(BACKFILL if picker == "backfill" else FCFS)
-    if picker == "fair_share":
-        policy = replace(policy, job_picker="fair_share")
+    if picker != "backfill":
+        policy = replace(policy, job_picker=picker)
     trace = busy_trace(seed)
-    fast = passes(monkeypatch, trace, policy, whole=False)
-    whole = passes(monkeypatch, trace, policy, whole=True)
+    passed_over: list[str] = []
+    fast = passes(monkeypatch, trace, policy, False, passed_over)
+    whole = passes(monkeypatch, trace, policy, True, [])
     assert len(fast) == len(whole)
     for number, (mine, theirs) in enumerate(zip(fast, whole)):
         assert mine == theirs, f"pass {number} differs"
     assert sum(len(events) for events, _ in fast) >= 400
+    assert passed_over, "the fast walk held no job without a visit: nothing was compared"
