@@ -23,15 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .adapters.fsio import write_atomic
-from .adapters.journal import read_intact
+from .adapters.history import read_run
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .core.budget import Spend, attempt_spend, verdict
-from .core.events import from_record
 from .core.model import Attempt, Job
 from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
-from .core.snapshot import load
 from .core.states import JobState
 from .errors import PraxistError
 from .simulate import percentile
@@ -72,23 +70,14 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     if not layout.journal.exists() and not layout.snapshot.exists():
         raise ReportError(f"{layout.root}: no journal under {layout.journal_dir}: not a "
                           "run directory, or its coordinator has not started yet")
-    sched, after = Scheduler(), 0
     try:
-        if layout.snapshot.exists():
-            with open(layout.snapshot, "rb") as handle:
-                after, sched = load(handle)
-        last = None
-        for record in read_intact(layout.journal, after) if layout.journal.exists() else ():
-            event = from_record(record)
-            sched.handle(event)
-            last = event.at
+        return read_run(layout)
     except PermissionError as exc:
         raise ReportError(f"{exc.filename}: permission denied (the journal is the "
                           "coordinator's alone: run the report as its user)") from None
     except (OSError, ValueError, KeyError, TypeError, PraxistError) as exc:
         # damage, or a record of a newer version: say so rather than print a traceback
         raise ReportError(f"{layout.journal_dir}: cannot replay: {exc!r}") from None
-    return sched, last
 
 
 def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:

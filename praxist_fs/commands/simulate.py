@@ -10,12 +10,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..adapters.journal import read_intact
+from ..adapters.history import read_run
 from ..adapters.layout import RunLayout
 from ..config import load_policy
-from ..core.events import from_record
-from ..core.scheduler import Scheduler
-from ..core.snapshot import SnapshotError, load
+from ..core.snapshot import SnapshotError
 from ..errors import PolicyError
 from .jobs import _since
 from ..report import end_of, render, write
@@ -166,12 +164,7 @@ def _history(run_dir: str, since: float | None) -> list[TraceJob]:
     goes to stderr."""
     layout = RunLayout.at(run_dir)
     try:
-        sched, after = Scheduler(), 0
-        if layout.snapshot.exists():
-            with open(layout.snapshot, "rb") as handle:
-                after, sched = load(handle)
-        for record in read_intact(layout.journal, after):
-            sched.handle(from_record(record))
+        sched, _ = read_run(layout)
     except FileNotFoundError:
         raise TraceError(f"--from-run {run_dir}: not a run directory (no "
                          f"{layout.journal.relative_to(layout.root)})") from None
