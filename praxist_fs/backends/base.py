@@ -1,0 +1,103 @@
+"""The execution-backend seam: where an admitted attempt runs (R-DIST-1).
+
+The core decides what runs and journals it; a backend only carries that out and
+says what became of it. The loop hands a backend the core's attempt effects (start
+up to the barrier, GO, ABORT, suspend, resume, end, stop) and hands the core the
+events a backend returns. **Only the loop feeds the core**: a backend never calls
+into the loop, the journal or the scheduler; anything it learns (a status pipe,
+a pidfd, a squeue answer, a timer) comes back as ``AttemptObserved`` events from
+the method the loop called.
+
+Three backends keep this contract (tests/backends/test_contract.py runs one suite
+against each): ``local`` (a process group per attempt behind a shim on this host),
+``slurm`` (one Slurm job per attempt, the run directory on a shared filesystem)
+and ``memory`` (no processes: a virtual clock, for the simulator, the core's
+simulation tests and bench).
+
+The core sees an attempt's identity as an opaque *handle* journaled with the
+``AttemptObserved`` that first reports it: the local backend's is the shim's pid,
+start time and boot id (the job file's ``pid``/``pid_start``, a public field);
+Slurm's is ``{"backend": "slurm", "cluster", "job_id", "job_name"}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+from praxist_fs.core.effects import SpawnAttempt
+from praxist_fs.core.events import AttemptObserved, Event
+from praxist_fs.core.model import Attempt, Job
+
+AttemptKey = tuple[str, str]  # (job id, attempt id): one attempt, in every backend
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, which the core and the task file's checks need to know."""
+
+    can_suspend: bool  # SIGTSTP/SIGSTOP preemption (R-POL-3); else only requeue exists
+    places_gpus: bool  # the backend chooses the devices (Slurm); else the core's placement
+
+
+class ExecutionBackend(Protocol):
+    """Start, release at the barrier, observe, signal, terminate and adopt attempts.
+
+    Every method returns promptly (a backend that must wait, on a grace period or on a
+    remote scheduler, does so behind ``next_timer``/``on_timer`` or its own thread,
+    whose news comes back through ``on_ready``); every event it returns is for the loop
+    to hand to the core, which journals what changes its state."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def start(self, launch: SpawnAttempt, env: dict[str, str]) -> list[Event]:
+        """Begin the attempt (journaled by the core already) up to its barrier: the events
+        that report its handle, or that it could not be started (an exit with the
+        reason in ``error``). Nothing runs before ``go``."""
+
+    def go(self, key: AttemptKey) -> None:
+        """Release the barrier: run the command (GO is journaled already)."""
+
+    def abort(self, key: AttemptKey) -> None:
+        """Release the barrier the other way: the command never runs."""
+
+    def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
+        """What the backend knows of the attempt now (alive, READY, GO, its exit)."""
+
+    def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
+        """After a restart: take up an attempt the journal says is in flight."""
+
+    def reconcile(self, in_flight: list[Job]) -> list[Event]:
+        """A periodic look at every attempt in flight, for what no notification said."""
+
+    def suspend(self, key: AttemptKey, by: str) -> None:
+        """Stop the attempt's processes (only with ``can_suspend``); ``by``: the job it
+        makes room for, whose GO waits until every process is stopped (``go``)."""
+
+    def resume(self, key: AttemptKey) -> None:
+        """Continue a suspended attempt."""
+
+    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
+        """Cancel or evict: ABORT if still at the barrier, else TERM now and KILL once
+        ``grace`` seconds have passed without its end observed."""
+
+    def terminate(self, keys: list[AttemptKey]) -> list[Event]:
+        """Stop the run: end every attempt in ``keys`` (waiting for the stop's grace, as
+        nothing is admitted any more) and return what became of them."""
+
+    def on_ready(self, token: Any) -> list[Event]:
+        """Something the backend registered in the loop's selector is ready."""
+
+    def next_timer(self) -> float:
+        """When ``on_timer`` next has work (``time.monotonic()``), or ``math.inf``."""
+
+    def on_timer(self, now: float) -> list[Event]:
+        """Carry on the signalling that waits on a grace period or a process."""
+
+    def close(self) -> None:
+        """The coordinator leaves: running attempts stay running, to be adopted."""
+
+
+NO_TIMER = math.inf
