@@ -20,7 +20,6 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import os
 import selectors
 import signal
@@ -30,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import fence, launcher, procs, quarantine, runs, spool
+from .adapters import launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
@@ -45,21 +44,22 @@ from .adapters.journal import Journal
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
+from .adapters.taskreports import progress, task_report
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
-from .core.budget import INFRA_EXIT_CODE
+from .backends.local import LocalBackend
 from .core.effects import (
     AbortAttempt, CancelAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
     WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
 from .core.events import (
-    AttemptObserved, ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
+    ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
     Event, GenerationPhase, RequestSeen,
     HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
 from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
-from .core.model import Attempt, AttemptPhase, Job
+from .core.model import Job
 from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
@@ -75,14 +75,8 @@ RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
 SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
 QUIET_SECONDS = 5.0       # those three cadences while nothing waits, runs or may be woken
-REPORT_LIMIT = 64 * 1024  # largest progress.json / failure.json we read from a task
 COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
-STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
-TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
-FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
-WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
-SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
@@ -94,8 +88,6 @@ DISK_ERRORS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
 DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
-
-AttemptKey = tuple[str, str]
 
 
 class Coordinator:
@@ -124,23 +116,10 @@ class Coordinator:
         self._watched: set[int] = set()
         self._generations_made: set[int] = set()
         self.sched = Scheduler()
-        self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
-        self.server: launcher.ShimServer | None = None  # forks warm shims
-        self._server_retry_at = 0.0
-        self._server_fd = -1
-        self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
-        self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
-        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
-        self.pidfds: dict[AttemptKey, int] = {}
-        self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
-        # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
-        # it makes room for, whose GO (journaled) waits in ``held_go`` until then
-        self.suspending: dict[AttemptKey, tuple[fence.Suspension, str]] = {}
-        self.held_go: set[AttemptKey] = set()
-        # attempts whose shim died while their processes ran: those being terminated, and
-        # how the shim ended; the core hears of the attempt once they are gone
-        self.fencing: dict[AttemptKey, tuple[fence.Termination, str]] = {}
         self.selector = selectors.DefaultSelector()
+        self.backend = LocalBackend(self.layout, self.selector,
+                                    lambda job_id: self.sched.jobs.get(job_id),
+                                    frozenset(DISK_ERRORS))
         self.stop_requested = False
         self.observer = None
         self.polling = False
@@ -156,8 +135,6 @@ class Coordinator:
         self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
         self.done_sweep = float(os.environ.get("PRAXIST_DONE_SWEEP_SECONDS")
                                 or DONE_SWEEP_SECONDS)  # a tuning (and test) knob
-        self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
-                                or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
         self._next_done_sweep = 0.0
         self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
         self._done_since: int | None = None  # when the sweep before it began
@@ -244,7 +221,7 @@ class Coordinator:
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
             self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
         for job in self.sched.in_flight():
-            self._adopt(job, job.current)
+            self._process(self.backend.adopt(job, job.current))
         reach("start.after_adopt")
         self.vault.sweep({job.request.request_id
                           for job in (*self.sched.queued(), *self.sched.in_flight())})
@@ -269,18 +246,11 @@ class Coordinator:
         if self.observer is not None:
             self.observer.stop()
             self.observer.join(timeout=5)
-        for warm in self.warm:
-            warm.dismiss()
-        if self.server is not None:
-            self.server.close()
+        self.backend.close()
         if self.hooks is not None:
             self.hooks.close()
         if hasattr(self, "inventory"):
             self.inventory.close()
-        for handle in self.handles.values():
-            handle.close()
-        for fd in self.pidfds.values():
-            os.close(fd)
         if hasattr(self, "journal"):
             if hasattr(self, "inventory"):  # else the start failed before it served
                 self._write_status(force=True, state="stopped")
@@ -312,7 +282,7 @@ class Coordinator:
                 break
             if self.degraded is None:
                 self._launch()
-                self._keep_warm()
+                self.backend.prepare(stopped=bool(self.sched.stopped))
                 self._process(self.sched.due(time.time()))
                 self._process(list(self.sched.next_grants(time.time())))
                 self._publish_claims()
@@ -326,21 +296,16 @@ class Coordinator:
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
             deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now),
-                           self._next_timer(),
+                           self.backend.next_timer(),
                            self._retry_at if self.degraded else float("inf"))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
-                kind, attempt_key = key.data
+                kind, token = key.data
                 if kind == "wake":
                     scan |= self._drain_wake()
-                elif kind == "shim":
-                    self._on_shim(attempt_key)
-                elif kind == "server":
-                    self._on_server()
-                elif kind == "pidfd":
-                    self._forget_pidfd(attempt_key)
-                    self._observe_key(attempt_key, launch=True)
-            self._run_timers()
+                else:
+                    self._process(self.backend.on_ready(token), launch=True)
+            self._process(self.backend.on_timer(time.monotonic()), launch=True)
             now = time.monotonic()
             if scan or now >= next_scan:
                 if self._scan_incoming():
@@ -357,57 +322,6 @@ class Coordinator:
             if self.journal.tail >= self.compact_after and self.degraded is None:
                 self._compact()
                 _return_memory()  # rendering the snapshot leaves as much garbage as the state
-
-    def _keep_warm(self) -> None:
-        """Keep shims started ahead of need (not for a stopped run): WARM_SHIMS forked by
-        the shim server, so that a pass may launch that many at once; without a server
-        one, started once no attempt waits for its GO, so that its interpreter's start-up
-        overlaps commands, not launches."""
-        if self.sched.stopped:
-            return
-        if (self.server is None or not self.server.alive) and \
-                time.monotonic() >= self._server_retry_at:
-            self._start_server()
-        try:
-            if self.server is not None and self.server.alive:
-                while len(self.warm) + len(self.server.pending) < WARM_SHIMS:
-                    self.server.request()  # the reply comes through the selector
-            elif not self.warm and \
-                    all(handle.go_fd is None for handle in self.handles.values()):
-                self.warm.append(launcher.prestart(self.layout))
-        except OSError as exc:  # launches fall back to starting their own shim
-            log.warning("could not start a shim ahead of need: %s", exc)
-
-    def _on_server(self) -> None:
-        """The shim server answered a request: one more warm shim, or why not. With no
-        request outstanding, its end closed: it exited."""
-        if self.server.pending:
-            try:
-                self.warm.append(self.server.receive())
-            except OSError as exc:
-                log.warning("the shim server could not fork a shim: %s", exc)
-        else:
-            self.server.close()
-        if not self.server.alive:
-            self.selector.unregister(self._server_fd)
-
-    def _start_server(self) -> None:
-        """(Re)start the shim server, at most once a SERVER_RETRY_SECONDS after a start
-        that failed or a server that died; meanwhile warm shims are started one by one."""
-        if self.server is not None:
-            if self._server_fd in self.selector.get_map():
-                self.selector.unregister(self._server_fd)
-            self.server.close()
-            log.warning("the shim server exited; starting a new one")
-        self._server_retry_at = time.monotonic() + SERVER_RETRY_SECONDS
-        try:
-            self.server = launcher.ShimServer.start(self.layout)
-        except OSError as exc:
-            self.server = None
-            log.warning("could not start the shim server: %s", exc)
-            return
-        self._server_fd = self.server.sock.fileno()  # registered by number: it may close
-        self.selector.register(self._server_fd, selectors.EVENT_READ, ("server", None))
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,
@@ -437,52 +351,9 @@ class Coordinator:
             log.warning("watchdog observer died; starting a new one and rescanning")
             self._start_observer()
             self._ring()
-        for job in self.sched.in_flight():
-            key = (job.job_id, job.current.attempt_id)
-            if key not in self.handles:
-                self._observe_key(key)
+        self._process(self.backend.reconcile(self.sched.in_flight()))
         if self.degraded is None:  # setting junk aside writes: not on a full disk
             self._tidy_jobs(("queued", "running"))
-
-    def _next_timer(self) -> float:
-        """When the signalling under way (``_run_timers``) next needs a look (monotonic)."""
-        return min([suspension.next_at for suspension, _ in self.suspending.values()]
-                   + [deadline for _, deadline in self.ending.values()]
-                   + [termination.next_at for termination, _ in self.fencing.values()],
-                   default=math.inf)
-
-    def _run_timers(self) -> None:
-        """Signalling that waits on a grace or a process, carried on from the loop so that
-        no wait blocks other jobs: suspensions (SIGSTOP after the SIGTSTP grace, until
-        every process is stopped), KILL once a cancel's or eviction's grace is over, and
-        the termination of what a dead shim left running."""
-        now = time.monotonic()
-        for key, (suspension, _) in list(self.suspending.items()):
-            if now >= suspension.next_at:
-                suspension.step(now)
-            if suspension.done:
-                self._forget_suspension(key)
-        for key, (shim, deadline) in list(self.ending.items()):
-            job = self.sched.jobs.get(key[0])
-            if job is None or job.current.attempt_id != key[1] or \
-                    job.current.phase == AttemptPhase.ENDED:
-                del self.ending[key]  # it ended
-            elif now >= deadline:
-                log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
-                            "cancelled" if job.current.cancel else "preempted")
-                fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
-                del self.ending[key]
-        for key, (termination, death) in list(self.fencing.items()):
-            if now >= termination.next_at:
-                termination.step(now)
-            if termination.done:
-                del self.fencing[key]
-                job = self.sched.jobs.get(key[0])
-                if job is not None and job.current.attempt_id == key[1]:
-                    observed = self._observe(job, job.current)
-                    self._process([replace(observed, fenced=True, error=death)], launch=True)
-
-    # -- a full disk --------------------------------------------------------
 
     def _no_room_to_start(self, exc: OSError) -> NoRoomToStart:
         """The error a start that hit a full disk ends with: the cause, and that nothing was
@@ -516,8 +387,7 @@ class Coordinator:
         The scheduler is rebuilt from the durable records as a start would (snapshot,
         then journal), the shims the batch bound are warm again, and what it saw
         (requests, exits, results) is seen again once there is room."""
-        self.warm[:0] = self.bound.values()
-        self.bound.clear()
+        self.backend.roll_back()
         self.sched = Scheduler()
         after = self._restore_snapshot()
         for record in self.journal.durable(after):
@@ -549,8 +419,8 @@ class Coordinator:
         self._status_version = (-1, -1)
         self._settle_attempts()
         self._sample()
-        self._process([self._observe(job, job.current) for job in self.sched.in_flight()],
-                      launch=True)
+        self._process([self.backend.observe(job, job.current)
+                       for job in self.sched.in_flight()], launch=True)
         self._ring()
         self._tidy_jobs(("queued", "running"))
 
@@ -571,7 +441,7 @@ class Coordinator:
             if launch and self.registry is None:
                 committed |= self._handle(self.sched.next_launches(time.time()), effects)
                 launch = False
-            committed |= self._handle(self._bind_warm(effects), effects)
+            committed |= self._handle(self.backend.bind(effects), effects)
             if committed:
                 reach("journal.before_commit")
                 try:
@@ -638,43 +508,16 @@ class Coordinator:
                 journaled = True
         return journaled
 
-    def _bind_warm(self, effects: list[Effect]) -> list[AttemptObserved]:
-        """Give new attempts the shims started ahead of need, in the commit that decides
-        them: each shim's pid is journaled with its intent and, as a warm shim waits at
-        the barrier by construction, so is GO. Told its attempt after the commit, the
-        shim finds GO waiting and starts the command: no round trip on the launch path."""
-        events = []
-        for effect in effects:
-            if not isinstance(effect, SpawnAttempt):
-                continue
-            while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
-                warm = self.warm.pop(0)
-                pid = warm.handle.popen.pid
-                started = procs.start_time(pid) if warm.handle.popen.poll() is None else None
-                if started is None:  # it died while it waited: try the next one
-                    warm.dismiss()
-                    continue
-                self.bound[key] = warm
-                events.append(AttemptObserved(
-                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
-                    alive=True, pid=pid, pid_start=started, boot_id=procs.boot_id(),
-                    ready=True))
-        return events
-
     def _settle_attempts(self) -> None:
         """Once the batch's commands are on their way (their GO is journaled and sent):
         attempt.json for each attempt it started, off the launch path; and its directory
         made durable, since exit.json, fsynced by the shim into it, must not vanish with
         the directory after a power cut."""
         try:
-            for effect in self.spawned:
-                launcher.describe(self.layout, effect)
-            launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+            self.backend.settle()
         except OSError as exc:  # kept for the recovery's try
             if not self._disk_error(exc, exc.filename or self.layout.attempts):
                 raise
-            return
-        self.spawned.clear()
 
     def _launch(self) -> None:
         """Scheduling passes until nothing more starts. GPU placement runs under the host
@@ -845,112 +688,6 @@ class Coordinator:
             return seen
         return replace(seen, request=self.vault.redact(seen.request))
 
-    def _on_shim(self, key: AttemptKey) -> None:
-        handle = self.handles[key]
-        said = handle.read_status()
-        if said is None:
-            return
-        if said == b"R":  # READY: news only while GO is still to be decided
-            job = self.sched.jobs.get(key[0])
-            if job is not None and job.current is not None and job.current.go:
-                return
-        elif not said:  # EOF: the shim exited (exit.json, if any, is written)
-            self.selector.unregister(handle.status_fd)
-            handle.popen.wait()
-            handle.close()
-            del self.handles[key]
-            self._observe_key(key, launch=True, death=handle.death())
-            return
-        self._observe_key(key, launch=True)
-
-    def _observe_key(self, key: AttemptKey, launch: bool = False,
-                     death: str = "supervisor died") -> None:
-        """Tell the core what an attempt's shim is up to; ``death``: how it ended, should it
-        turn out to have died without an exit record."""
-        if key in self.fencing:
-            return  # its dead shim's processes are being terminated: told once they are gone
-        job = self.sched.jobs.get(key[0])
-        if job is None or job.current is None or job.current.attempt_id != key[1]:
-            return
-        observed = self._observe(job, job.current)
-        if not (observed.alive or observed.exited) and self._fence(key, death):
-            return
-        self._process([observed], launch=launch)
-
-    def _fence(self, key: AttemptKey, death: str) -> bool:
-        """A shim found dead without an exit record: never leave its command running with
-        nothing to watch it. Whatever of its attempt still runs (the group it led, and what
-        carries the attempt's directory in its environment, setsid or not) gets TERM now
-        and KILL after FENCE_GRACE_SECONDS (``_run_timers``). True if anything did."""
-        shim = self._shim(*key)
-        scope = fence.Scope(self.layout.root, (shim,) if shim is not None else (),
-                            attempt_dir=self.layout.attempt_dir(*key))
-        termination = fence.Termination([scope], FENCE_GRACE_SECONDS, time.monotonic())
-        if not termination.alive:
-            return False
-        log.warning("attempt %s/%s: %s while its command ran; terminating %s", *key, death,
-                    sorted(pid for pid, _ in termination.alive))
-        self._forget_suspension(key)  # to be ended, not stopped
-        self.fencing[key] = (termination, death)
-        return True
-
-    def _observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
-        """What the disk and /proc say about an attempt, as an event for the core."""
-        attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
-        pid, started, boot = attempt.pid, attempt.pid_start, attempt.boot_id
-        ready = read_json(attempt_dir / "READY")
-        if pid is None and isinstance(ready, dict):
-            pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
-        handle = self.handles.get((job.job_id, attempt.attempt_id))
-        if pid is None and handle is not None:  # its pid's record failed (a full disk)
-            pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
-                procs.boot_id()
-        alive = procs.is_alive(pid, started, boot) and (
-            handle is None or handle.popen.poll() is None)
-        exit_record = read_json(attempt_dir / "exit.json")
-        if exit_record is None and handle is not None:
-            # Told on its pipe while a full disk keeps exit.json out: it counts once the
-            # commit of this observation is durable, before anything is done about it; if
-            # that commit fails, the shim still holds the exit for the next coordinator.
-            exit_record = handle.exit_record
-        exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
-        failure = _task_report(attempt_dir / "failure.json") if exited else None
-        return AttemptObserved(
-            at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
-            pid=pid if alive else None, pid_start=started if alive else None,
-            boot_id=boot if alive else None, ready=isinstance(ready, dict),
-            go=(attempt_dir / "GO").exists(), exited=exited,
-            exit_code=exit_record["exit_code"] if exited else None,
-            signal=exit_record.get("signal") if exited else None,
-            ended_at=exit_record.get("ended_at") if exited else None,
-            error=exit_record.get("error") if exited else None, failure=failure)
-
-    def _adopt(self, job: Job, attempt: Attempt) -> None:
-        """Re-adopt an attempt found running at start: observe it, then watch its pidfd."""
-        key = (job.job_id, attempt.attempt_id)
-        self._observe_key(key)
-        current = self.sched.jobs[job.job_id].current
-        if current is None or current.phase == "ended" or current.pid is None:
-            return
-        try:
-            pidfd = os.pidfd_open(current.pid)
-        except OSError:
-            self._observe_key(key)
-            return
-        if not procs.is_alive(current.pid, current.pid_start, current.boot_id):
-            os.close(pidfd)  # the pid was reused or it just exited
-            self._observe_key(key)
-            return
-        self.pidfds[key] = pidfd
-        self.selector.register(pidfd, selectors.EVENT_READ, ("pidfd", key))
-
-    def _forget_pidfd(self, key: AttemptKey) -> None:
-        fd = self.pidfds.pop(key)
-        self.selector.unregister(fd)
-        os.close(fd)
-
-    # -- effects out --------------------------------------------------------
-
     def _execute(self, effect: Effect) -> list[Event]:
         if isinstance(effect, WriteJob):
             self._write_job(effect)
@@ -965,23 +702,23 @@ class Coordinator:
         elif isinstance(effect, RejectRequest):
             spool.reject(self.layout.incoming, self.layout.rejected, effect.name, effect.error)
         elif isinstance(effect, SpawnAttempt):
-            return self._spawn(effect)
+            return self.backend.start(effect, lambda: self.vault.reveal(
+                effect.metadata["request_id"], launcher.attempt_environment(self.layout, effect)))
         elif isinstance(effect, WriteGo):
-            self._go(effect.job_id, effect.attempt_id)
+            self.backend.go((effect.job_id, effect.attempt_id))
         elif isinstance(effect, AbortAttempt):
-            self._barrier(effect.job_id, effect.attempt_id, "ABORT", b"A")
+            self.backend.abort((effect.job_id, effect.attempt_id))
         elif isinstance(effect, TerminateAttempts):
-            self._terminate(effect.attempts)
+            return self.backend.terminate(list(effect.attempts))
         elif isinstance(effect, SuspendAttempt):
-            self._suspend(effect.job_id, effect.attempt_id)
+            by = self.sched.jobs[effect.job_id].current.preemptions[-1]["by"]
+            self.backend.suspend((effect.job_id, effect.attempt_id), by)
         elif isinstance(effect, ResumeAttempt):
-            self._forget_suspension((effect.job_id, effect.attempt_id))
-            if (shim := self._shim(effect.job_id, effect.attempt_id)) is not None:
-                fence.signal_group(shim, signal.SIGCONT)
-        elif isinstance(effect, EvictAttempt):
-            self._end_attempt(effect.job_id, effect.attempt_id, EVICT_GRACE_SECONDS)
-        elif isinstance(effect, CancelAttempt):
-            self._end_attempt(effect.job_id, effect.attempt_id, effect.grace)
+            self.backend.resume((effect.job_id, effect.attempt_id))
+        elif isinstance(effect, (EvictAttempt, CancelAttempt)):
+            grace = effect.grace if isinstance(effect, CancelAttempt) else EVICT_GRACE_SECONDS
+            self.backend.end((effect.job_id, effect.attempt_id), grace, suspended=(
+                self.sched.jobs[effect.job_id].state is JobState.SUSPENDED))
         elif isinstance(effect, WriteControlReply):
             write_json(self.layout.control_replies / f"{effect.request_id}.json",
                        effect.document, sync=False)
@@ -1010,125 +747,6 @@ class Coordinator:
             unlink(self.layout.job_file(effect.replaces, effect.job_id))
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
-
-    def _spawn(self, effect: SpawnAttempt) -> list[AttemptObserved]:
-        """Start the attempt's shim: the one bound to it in its commit, else a new one,
-        whose pid is then journaled before GO."""
-        key = (effect.job_id, effect.attempt_id)
-        bound = self.bound.pop(key, None)
-        try:
-            env = self.vault.reveal(effect.metadata["request_id"],
-                                    launcher.attempt_environment(self.layout, effect))
-            handle = launcher.spawn(self.layout, effect, env, bound)
-        except OSError as exc:
-            if bound is None and exc.errno in DISK_ERRORS:
-                raise  # nothing started, nothing said: released once there is room
-            if bound is not None:  # its pid and GO are journaled: nothing ran, so retry it
-                return [AttemptObserved(
-                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
-                    alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                    error=f"the shim started for it was gone: {exc}")]
-            return [AttemptObserved(at=time.time(), job_id=effect.job_id,
-                                    attempt_id=effect.attempt_id, alive=False, exited=True,
-                                    exit_code=127, error=f"could not start the shim: {exc}")]
-        self.handles[key] = handle
-        self.selector.register(handle.status_fd, selectors.EVENT_READ, ("shim", key))
-        self.spawned.append(effect)
-        if bound is not None:
-            return []
-        pid = handle.popen.pid
-        return [AttemptObserved(at=time.time(), job_id=effect.job_id,
-                                attempt_id=effect.attempt_id, alive=True, pid=pid,
-                                pid_start=procs.start_time(pid), boot_id=procs.boot_id())]
-
-    def _shim(self, job_id: str, attempt_id: str) -> fence.Shim | None:
-        """The identity of an attempt's shim, the leader of its process group, if known."""
-        attempt = self.sched.jobs[job_id].current
-        if attempt.attempt_id != attempt_id or attempt.pid is None:
-            return None
-        return attempt.pid, attempt.pid_start, attempt.boot_id
-
-    def _terminate(self, attempts: tuple[tuple[str, str], ...]) -> None:
-        """Signal the stopping run's attempts (blocking for the grace period: nothing is
-        admitted any more); their exits are then observed like any other. A stopping run
-        gives no GO that waited for a suspension, and stops nothing it terminates."""
-        self.suspending.clear()
-        self.held_go.clear()
-        shims = []
-        for job_id, attempt_id in attempts:
-            if (shim := self._shim(job_id, attempt_id)) is not None:
-                shims.append(shim)  # suspended ones get CONT with their TERM
-            self._barrier(job_id, attempt_id, "ABORT", b"A")  # one still at the barrier
-        survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
-        if survivors:
-            log.error("stop: processes still alive after KILL: %s", survivors)
-        for key in list(self.handles):
-            self._on_shim(key)
-        for job in self.sched.in_flight():
-            self._observe_key((job.job_id, job.current.attempt_id))
-
-    def _end_attempt(self, job_id: str, attempt_id: str, grace: float) -> None:
-        """ABORT it if still at the barrier, else TERM its group (CONT first if it is
-        suspended: a stopped process does not act on TERM), and KILL it once ``grace``
-        has passed (``_run_timers``) without its end observed."""
-        self._barrier(job_id, attempt_id, "ABORT", b"A")  # if still there
-        self._forget_suspension((job_id, attempt_id))
-        if (shim := self._shim(job_id, attempt_id)) is not None:
-            if self.sched.jobs[job_id].state is JobState.SUSPENDED:
-                fence.signal_group(shim, signal.SIGCONT)
-            fence.signal_group(shim, signal.SIGTERM)
-            self.ending[(job_id, attempt_id)] = (shim, time.monotonic() + grace)
-
-    def _suspend(self, job_id: str, attempt_id: str) -> None:
-        """SIGTSTP now, SIGSTOP once its handlers had their grace (``_run_timers``): other
-        jobs are served meanwhile, but the job this makes room for gets its GO only once
-        every process of the victim is stopped (``_go``)."""
-        if (shim := self._shim(job_id, attempt_id)) is None:
-            return
-        suspension = fence.Suspension(shim, self.tstp_grace, time.monotonic())
-        if not suspension.done:
-            by = self.sched.jobs[job_id].current.preemptions[-1]["by"]
-            self.suspending[(job_id, attempt_id)] = (suspension, by)
-
-    def _forget_suspension(self, key: AttemptKey) -> None:
-        """A suspension is over (wholly stopped, or overtaken: resumed, ending): the GO
-        that waited for it, and for no other, is given now."""
-        if self.suspending.pop(key, None) is None:
-            return
-        waiting = {by for _, by in self.suspending.values()}
-        for job_id, attempt_id in [held for held in self.held_go if held[0] not in waiting]:
-            self.held_go.discard((job_id, attempt_id))
-            current = self.sched.jobs[job_id].current
-            if current.attempt_id == attempt_id and current.phase != AttemptPhase.ENDED:
-                self._go(job_id, attempt_id)
-
-    def _barrier(self, job_id: str, attempt_id: str, name: str, word: bytes) -> None:
-        if name == "ABORT":
-            self.held_go.discard((job_id, attempt_id))
-        path = self.layout.attempt_dir(job_id, attempt_id) / name
-        if path.parent.exists():
-            write_atomic(path, b"", durable=True)
-        handle = self.handles.get((job_id, attempt_id))
-        if handle is not None:
-            handle.release_barrier(word)
-
-    def _go(self, job_id: str, attempt_id: str) -> None:
-        """GO, journaled already: the shim's pipe first, so the command starts while the
-        GO file is written (without fsync: the journal holds the decision). A shim
-        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
-        preempts by suspension is not wholly stopped yet (``_forget_suspension``)."""
-        if any(by == job_id for _, by in self.suspending.values()):
-            self.held_go.add((job_id, attempt_id))
-            return
-        handle = self.handles.get((job_id, attempt_id))
-        if handle is not None:
-            handle.release_barrier(b"G")
-        try:  # empty, so created in place: there is no half-written GO to rename over
-            create(self.layout.attempt_dir(job_id, attempt_id) / "GO", b"")
-        except (FileExistsError, FileNotFoundError):
-            pass  # given by an earlier coordinator; or the directory is gone
-
-    # -- derived files --------------------------------------------------------
 
     def _restore_snapshot(self) -> int:
         """The scheduler as the last compaction left it, and the journal seq it covers."""
@@ -1484,8 +1102,8 @@ class Coordinator:
         reports = {}
         for job in self.sched.running():
             attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
-            reports[job.job_id] = {"progress": _progress(attempt_dir / "progress.json"),
-                                   "failure": _task_report(attempt_dir / "failure.json")}
+            reports[job.job_id] = {"progress": progress(attempt_dir / "progress.json"),
+                                   "failure": task_report(attempt_dir / "failure.json")}
         runtime["gpu_inventory"] = self.inventory.source
         try:
             for effect in self.sched.reason_updates():  # pending reasons, at status cadence
@@ -1608,29 +1226,6 @@ def _attribute(sample: GpuSample, owners: dict[int, str]) -> GpuSample:
                                      owner=owners.get(session) if session is not None else None))
         devices.append(replace(device, processes=tuple(processes)))
     return replace(sample, devices=tuple(devices))
-
-
-def _task_report(path: Path) -> dict[str, Any] | None:
-    """A task-owned JSON report (progress.json, failure.json): a small object, or None."""
-    try:
-        if path.stat().st_size > REPORT_LIMIT:
-            return None
-    except OSError:
-        return None
-    document = read_json(path)
-    return document if isinstance(document, dict) else None
-
-
-def _progress(path: Path) -> dict[str, Any] | None:
-    """progress.json as R-OPS-3 shapes it (done, total, unit), or None if absent or malformed."""
-    report = _task_report(path)
-    if report is None:
-        return None
-    done, total, unit = report.get("done"), report.get("total"), report.get("unit")
-    if type(done) not in (int, float) or (total is not None and type(total) not in (int, float)):
-        return {"error": "progress.json needs a number 'done' and a number or null 'total'"}
-    return {"done": done, "total": total, "unit": unit if isinstance(unit, str) else None}
-
 
 
 def _last_job_writes(effects: list[Effect]) -> list[Effect]:

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
-from praxist_fs.core.effects import SpawnAttempt
+from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
 
@@ -52,10 +52,27 @@ class ExecutionBackend(Protocol):
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
 
-    def start(self, launch: SpawnAttempt, env: dict[str, str]) -> list[Event]:
+    def bind(self, effects: list[Effect]) -> list[Event]:
+        """Handles known before the commit that decides the launches in ``effects`` (the
+        local backend's warm shims): journaled in that commit, with GO if they wait at
+        the barrier already."""
+
+    def roll_back(self) -> None:
+        """The batch ``bind`` served was never journaled: forget what it bound."""
+
+    def start(self, launch: SpawnAttempt,
+              environment: Callable[[], dict[str, str]]) -> list[Event]:
         """Begin the attempt (journaled by the core already) up to its barrier: the events
         that report its handle, or that it could not be started (an exit with the
-        reason in ``error``). Nothing runs before ``go``."""
+        reason in ``error``). Nothing runs before ``go``. ``environment()``: the
+        command's environment, secrets revealed; asked for only when it is used."""
+
+    def settle(self) -> None:
+        """After a batch's launches are on their way: the work kept off the launch path
+        (attempt.json, directories made durable). An OSError leaves it for the next call."""
+
+    def prepare(self, stopped: bool) -> None:
+        """Between turns of the loop: get ready for the next launches (warm shims)."""
 
     def go(self, key: AttemptKey) -> None:
         """Release the barrier: run the command (GO is journaled already)."""

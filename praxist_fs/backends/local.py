@@ -1,0 +1,473 @@
+"""The local backend: each attempt is a process group on this host, led by a shim.
+
+A shim (adapters/shim.py) starts at the barrier, says READY on its status pipe (and
+in READY), runs the command once told GO (pipe first, then the GO file for a shim
+re-adopted after a restart), and records exit.json. Shims are started ahead of
+need (warm: forked by a shim server, or one prestarted), so a launch costs no
+interpreter start. What is watched: each shim's status pipe, the shim server's
+socket, and a pidfd for every shim re-adopted after a restart; what is timed (a
+cancel's grace, a suspension's SIGTSTP grace, the fence of a dead shim's
+processes) waits in ``on_timer``. Every method returns what it saw as events: the
+loop feeds them to the core (backends/base.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import selectors
+import signal
+import time
+from dataclasses import replace
+from typing import Any, Callable, ClassVar
+
+from praxist_fs.adapters import fence, launcher, procs
+from praxist_fs.adapters.fsio import create, read_json, write_atomic
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.adapters.taskreports import task_report
+from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.core.budget import INFRA_EXIT_CODE
+from praxist_fs.core.effects import Effect, SpawnAttempt
+from praxist_fs.core.events import AttemptObserved, Event
+from praxist_fs.core.model import Attempt, AttemptPhase, Job
+
+log = logging.getLogger("praxist_fs")
+
+STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
+TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
+FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
+WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
+SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
+
+
+class LocalBackend:
+    """Attempts as shim-led process groups on this host (R-EXE-*).
+
+    ``lookup``: the core's job by id, read-only (whose attempt a signal is for, and
+    whether it already ended); ``disk_errors``: errnos a full disk raises, re-raised
+    from ``start`` when nothing was started (the loop waits those out)."""
+
+    name: ClassVar[str] = "local"
+    capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
+
+    def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
+                 lookup: Callable[[str], Job | None], disk_errors: frozenset[int]) -> None:
+        self.layout = layout
+        self.selector = selector
+        self.lookup = lookup
+        self.disk_errors = disk_errors
+        self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
+        self.server: launcher.ShimServer | None = None  # forks warm shims
+        self._server_retry_at = 0.0
+        self._server_fd = -1
+        self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
+        self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
+        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
+        self.pidfds: dict[AttemptKey, int] = {}
+        self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
+        # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
+        # it makes room for, whose GO (journaled) waits in ``held_go`` until then
+        self.suspending: dict[AttemptKey, tuple[fence.Suspension, str]] = {}
+        self.held_go: set[AttemptKey] = set()
+        # attempts whose shim died while their processes ran: those being terminated, and
+        # how the shim ended; the core hears of the attempt once they are gone
+        self.fencing: dict[AttemptKey, tuple[fence.Termination, str]] = {}
+        self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
+                                or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
+
+    # -- ahead of the launches ------------------------------------------------
+
+    def prepare(self, stopped: bool) -> None:
+        """Keep shims started ahead of need (not for a stopped run): WARM_SHIMS forked by
+        the shim server, so that a pass may launch that many at once; without a server
+        one, started once no attempt waits for its GO, so that its interpreter's start-up
+        overlaps commands, not launches."""
+        if stopped:
+            return
+        if (self.server is None or not self.server.alive) and \
+                time.monotonic() >= self._server_retry_at:
+            self._start_server()
+        try:
+            if self.server is not None and self.server.alive:
+                while len(self.warm) + len(self.server.pending) < WARM_SHIMS:
+                    self.server.request()  # the reply comes through the selector
+            elif not self.warm and \
+                    all(handle.go_fd is None for handle in self.handles.values()):
+                self.warm.append(launcher.prestart(self.layout))
+        except OSError as exc:  # launches fall back to starting their own shim
+            log.warning("could not start a shim ahead of need: %s", exc)
+
+    def _on_server(self) -> None:
+        """The shim server answered a request: one more warm shim, or why not. With no
+        request outstanding, its end closed: it exited."""
+        if self.server.pending:
+            try:
+                self.warm.append(self.server.receive())
+            except OSError as exc:
+                log.warning("the shim server could not fork a shim: %s", exc)
+        else:
+            self.server.close()
+        if not self.server.alive:
+            self.selector.unregister(self._server_fd)
+
+    def _start_server(self) -> None:
+        """(Re)start the shim server, at most once a SERVER_RETRY_SECONDS after a start
+        that failed or a server that died; meanwhile warm shims are started one by one."""
+        if self.server is not None:
+            if self._server_fd in self.selector.get_map():
+                self.selector.unregister(self._server_fd)
+            self.server.close()
+            log.warning("the shim server exited; starting a new one")
+        self._server_retry_at = time.monotonic() + SERVER_RETRY_SECONDS
+        try:
+            self.server = launcher.ShimServer.start(self.layout)
+        except OSError as exc:
+            self.server = None
+            log.warning("could not start the shim server: %s", exc)
+            return
+        self._server_fd = self.server.sock.fileno()  # registered by number: it may close
+        self.selector.register(self._server_fd, selectors.EVENT_READ, ("backend", ("server",)))
+
+    def bind(self, effects: list[Effect]) -> list[Event]:
+        """Give new attempts the shims started ahead of need, in the commit that decides
+        them: each shim's pid is journaled with its intent and, as a warm shim waits at
+        the barrier by construction, so is GO. Told its attempt after the commit, the
+        shim finds GO waiting and starts the command: no round trip on the launch path."""
+        events: list[Event] = []
+        for effect in effects:
+            if not isinstance(effect, SpawnAttempt):
+                continue
+            while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
+                warm = self.warm.pop(0)
+                pid = warm.handle.popen.pid
+                started = procs.start_time(pid) if warm.handle.popen.poll() is None else None
+                if started is None:  # it died while it waited: try the next one
+                    warm.dismiss()
+                    continue
+                self.bound[key] = warm
+                events.append(AttemptObserved(
+                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
+                    alive=True, pid=pid, pid_start=started, boot_id=procs.boot_id(),
+                    ready=True))
+        return events
+
+    def roll_back(self) -> None:
+        """The batch that bound shims was never journaled: they are warm again."""
+        self.warm[:0] = self.bound.values()
+        self.bound.clear()
+
+    # -- launching ------------------------------------------------------------
+
+    def start(self, effect: SpawnAttempt,
+              environment: Callable[[], dict[str, str]]) -> list[Event]:
+        """Start the attempt's shim: the one bound to it in its commit, else a new one,
+        whose pid is then journaled before GO."""
+        key = (effect.job_id, effect.attempt_id)
+        bound = self.bound.pop(key, None)
+        try:
+            handle = launcher.spawn(self.layout, effect, environment(), bound)
+        except OSError as exc:
+            if bound is None and exc.errno in self.disk_errors:
+                raise  # nothing started, nothing said: released once there is room
+            if bound is not None:  # its pid and GO are journaled: nothing ran, so retry it
+                return [AttemptObserved(
+                    at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
+                    alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                    error=f"the shim started for it was gone: {exc}")]
+            return [AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                    attempt_id=effect.attempt_id, alive=False, exited=True,
+                                    exit_code=127, error=f"could not start the shim: {exc}")]
+        self.handles[key] = handle
+        self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
+        self.spawned.append(effect)
+        if bound is not None:
+            return []
+        pid = handle.popen.pid
+        return [AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                attempt_id=effect.attempt_id, alive=True, pid=pid,
+                                pid_start=procs.start_time(pid), boot_id=procs.boot_id())]
+
+    def settle(self) -> None:
+        """Once the batch's commands are on their way (their GO is journaled and sent):
+        attempt.json for each attempt it started, off the launch path; and its directory
+        made durable, since exit.json, fsynced by the shim into it, must not vanish with
+        the directory after a power cut. An OSError leaves them for the next call."""
+        for effect in self.spawned:
+            launcher.describe(self.layout, effect)
+        launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+        self.spawned.clear()
+
+    def go(self, key: AttemptKey) -> None:
+        """GO, journaled already: the shim's pipe first, so the command starts while the
+        GO file is written (without fsync: the journal holds the decision). A shim
+        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
+        preempts by suspension is not wholly stopped yet (``_forget_suspension``)."""
+        if any(by == key[0] for _, by in self.suspending.values()):
+            self.held_go.add(key)
+            return
+        handle = self.handles.get(key)
+        if handle is not None:
+            handle.release_barrier(b"G")
+        try:  # empty, so created in place: there is no half-written GO to rename over
+            create(self.layout.attempt_dir(*key) / "GO", b"")
+        except (FileExistsError, FileNotFoundError):
+            pass  # given by an earlier coordinator; or the directory is gone
+
+    def abort(self, key: AttemptKey) -> None:
+        """ABORT: durably in the attempt directory (a shim that lost its pipe finds it),
+        and on the pipe."""
+        self.held_go.discard(key)
+        path = self.layout.attempt_dir(*key) / "ABORT"
+        if path.parent.exists():
+            write_atomic(path, b"", durable=True)
+        handle = self.handles.get(key)
+        if handle is not None:
+            handle.release_barrier(b"A")
+
+    # -- observing ------------------------------------------------------------
+
+    def on_ready(self, token: Any) -> list[Event]:
+        kind = token[0]
+        if kind == "server":
+            self._on_server()
+            return []
+        if kind == "pidfd":
+            self._forget_pidfd(token[1])
+            return self._observe_key(token[1])
+        return self._on_shim(token[1])
+
+    def _on_shim(self, key: AttemptKey) -> list[Event]:
+        handle = self.handles[key]
+        said = handle.read_status()
+        if said is None:
+            return []
+        if said == b"R":  # READY: news only while GO is still to be decided
+            job = self.lookup(key[0])
+            if job is not None and job.current is not None and job.current.go:
+                return []
+        elif not said:  # EOF: the shim exited (exit.json, if any, is written)
+            self.selector.unregister(handle.status_fd)
+            handle.popen.wait()
+            handle.close()
+            del self.handles[key]
+            return self._observe_key(key, death=handle.death())
+        return self._observe_key(key)
+
+    def _observe_key(self, key: AttemptKey, death: str = "supervisor died") -> list[Event]:
+        """What an attempt's shim is up to; ``death``: how it ended, should it turn out to
+        have died without an exit record (then its processes are fenced first)."""
+        if key in self.fencing:
+            return []  # its dead shim's processes are being terminated: told once they are gone
+        job = self.lookup(key[0])
+        if job is None or job.current is None or job.current.attempt_id != key[1]:
+            return []
+        observed = self.observe(job, job.current)
+        if not (observed.alive or observed.exited) and self._fence(key, death):
+            return []
+        return [observed]
+
+    def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
+        """What the disk and /proc say about an attempt, as an event for the core."""
+        attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
+        pid, started, boot = attempt.pid, attempt.pid_start, attempt.boot_id
+        ready = read_json(attempt_dir / "READY")
+        if pid is None and isinstance(ready, dict):
+            pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
+        handle = self.handles.get((job.job_id, attempt.attempt_id))
+        if pid is None and handle is not None:  # its pid's record failed (a full disk)
+            pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
+                procs.boot_id()
+        alive = procs.is_alive(pid, started, boot) and (
+            handle is None or handle.popen.poll() is None)
+        exit_record = read_json(attempt_dir / "exit.json")
+        if exit_record is None and handle is not None:
+            # Told on its pipe while a full disk keeps exit.json out: it counts once the
+            # commit of this observation is durable, before anything is done about it; if
+            # that commit fails, the shim still holds the exit for the next coordinator.
+            exit_record = handle.exit_record
+        exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
+        failure = task_report(attempt_dir / "failure.json") if exited else None
+        return AttemptObserved(
+            at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
+            pid=pid if alive else None, pid_start=started if alive else None,
+            boot_id=boot if alive else None, ready=isinstance(ready, dict),
+            go=(attempt_dir / "GO").exists(), exited=exited,
+            exit_code=exit_record["exit_code"] if exited else None,
+            signal=exit_record.get("signal") if exited else None,
+            ended_at=exit_record.get("ended_at") if exited else None,
+            error=exit_record.get("error") if exited else None, failure=failure)
+
+    def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
+        """Re-adopt an attempt found running at start: what it is up to and, while its shim
+        lives, a pidfd that tells of its end."""
+        key = (job.job_id, attempt.attempt_id)
+        events = self._observe_key(key)
+        seen = next((e for e in events if isinstance(e, AttemptObserved)), None)
+        if seen is None or not seen.alive or seen.pid is None:
+            return events
+        try:
+            pidfd = os.pidfd_open(seen.pid)
+        except OSError:
+            return events + self._observe_key(key)
+        if not procs.is_alive(seen.pid, seen.pid_start, seen.boot_id):
+            os.close(pidfd)  # the pid was reused or it just exited
+            return events + self._observe_key(key)
+        self.pidfds[key] = pidfd
+        self.selector.register(pidfd, selectors.EVENT_READ, ("backend", ("pidfd", key)))
+        return events
+
+    def reconcile(self, in_flight: list[Job]) -> list[Event]:
+        """Attempts with no pipe to this coordinator (re-adopted, or whose pipe is gone)."""
+        events: list[Event] = []
+        for job in in_flight:
+            key = (job.job_id, job.current.attempt_id)
+            if key not in self.handles:
+                events += self._observe_key(key)
+        return events
+
+    def _forget_pidfd(self, key: AttemptKey) -> None:
+        fd = self.pidfds.pop(key)
+        self.selector.unregister(fd)
+        os.close(fd)
+
+    def _fence(self, key: AttemptKey, death: str) -> bool:
+        """A shim found dead without an exit record: never leave its command running with
+        nothing to watch it. Whatever of its attempt still runs (the group it led, and what
+        carries the attempt's directory in its environment, setsid or not) gets TERM now
+        and KILL after FENCE_GRACE_SECONDS (``on_timer``). True if anything did."""
+        shim = self._shim(key)
+        scope = fence.Scope(self.layout.root, (shim,) if shim is not None else (),
+                            attempt_dir=self.layout.attempt_dir(*key))
+        termination = fence.Termination([scope], FENCE_GRACE_SECONDS, time.monotonic())
+        if not termination.alive:
+            return False
+        log.warning("attempt %s/%s: %s while its command ran; terminating %s", *key, death,
+                    sorted(pid for pid, _ in termination.alive))
+        self._forget_suspension(key)  # to be ended, not stopped
+        self.fencing[key] = (termination, death)
+        return True
+
+    def _shim(self, key: AttemptKey) -> fence.Shim | None:
+        """The identity of an attempt's shim, the leader of its process group, if known."""
+        job = self.lookup(key[0])
+        attempt = job.current if job is not None else None
+        if attempt is None or attempt.attempt_id != key[1] or attempt.pid is None:
+            return None
+        return attempt.pid, attempt.pid_start, attempt.boot_id
+
+    # -- signalling -------------------------------------------------------------
+
+    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
+        """ABORT it if still at the barrier, else TERM its group (CONT first if it is
+        suspended: a stopped process does not act on TERM), and KILL it once ``grace``
+        has passed (``on_timer``) without its end observed."""
+        self.abort(key)  # if still there
+        self._forget_suspension(key)
+        if (shim := self._shim(key)) is not None:
+            if suspended:
+                fence.signal_group(shim, signal.SIGCONT)
+            fence.signal_group(shim, signal.SIGTERM)
+            self.ending[key] = (shim, time.monotonic() + grace)
+
+    def suspend(self, key: AttemptKey, by: str) -> None:
+        """SIGTSTP now, SIGSTOP once its handlers had their grace (``on_timer``): other
+        jobs are served meanwhile, but the job this makes room for gets its GO only once
+        every process of the victim is stopped (``go``)."""
+        if (shim := self._shim(key)) is None:
+            return
+        suspension = fence.Suspension(shim, self.tstp_grace, time.monotonic())
+        if not suspension.done:
+            self.suspending[key] = (suspension, by)
+
+    def resume(self, key: AttemptKey) -> None:
+        self._forget_suspension(key)
+        if (shim := self._shim(key)) is not None:
+            fence.signal_group(shim, signal.SIGCONT)
+
+    def _forget_suspension(self, key: AttemptKey) -> None:
+        """A suspension is over (wholly stopped, or overtaken: resumed, ending): the GO
+        that waited for it, and for no other, is given now."""
+        if self.suspending.pop(key, None) is None:
+            return
+        waiting = {by for _, by in self.suspending.values()}
+        for held in [held for held in self.held_go if held[0] not in waiting]:
+            self.held_go.discard(held)
+            job = self.lookup(held[0])
+            current = job.current if job is not None else None
+            if current is not None and current.attempt_id == held[1] and \
+                    current.phase != AttemptPhase.ENDED:
+                self.go(held)
+
+    def terminate(self, keys: list[AttemptKey]) -> list[Event]:
+        """Signal the stopping run's attempts (blocking for the grace period: nothing is
+        admitted any more), and return what became of them. A stopping run gives no GO
+        that waited for a suspension, and stops nothing it terminates."""
+        self.suspending.clear()
+        self.held_go.clear()
+        shims = []
+        for key in keys:
+            if (shim := self._shim(key)) is not None:
+                shims.append(shim)  # suspended ones get CONT with their TERM
+            self.abort(key)  # one still at the barrier
+        survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
+        if survivors:
+            log.error("stop: processes still alive after KILL: %s", survivors)
+        events: list[Event] = []
+        for key in list(self.handles):
+            events += self._on_shim(key)
+        told = {(e.job_id, e.attempt_id) for e in events if isinstance(e, AttemptObserved)}
+        for key in keys:
+            if key not in told:
+                events += self._observe_key(key)
+        return events
+
+    def next_timer(self) -> float:
+        """When the signalling under way (``on_timer``) next needs a look (monotonic)."""
+        return min([suspension.next_at for suspension, _ in self.suspending.values()]
+                   + [deadline for _, deadline in self.ending.values()]
+                   + [termination.next_at for termination, _ in self.fencing.values()],
+                   default=math.inf)
+
+    def on_timer(self, now: float) -> list[Event]:
+        """Signalling that waits on a grace or a process, carried on from the loop so that
+        no wait blocks other jobs: suspensions (SIGSTOP after the SIGTSTP grace, until
+        every process is stopped), KILL once a cancel's or eviction's grace is over, and
+        the termination of what a dead shim left running."""
+        for key, (suspension, _) in list(self.suspending.items()):
+            if now >= suspension.next_at:
+                suspension.step(now)
+            if suspension.done:
+                self._forget_suspension(key)
+        for key, (shim, deadline) in list(self.ending.items()):
+            job = self.lookup(key[0])
+            if job is None or job.current.attempt_id != key[1] or \
+                    job.current.phase == AttemptPhase.ENDED:
+                del self.ending[key]  # it ended
+            elif now >= deadline:
+                log.warning("attempt %s/%s outlived its grace (%s): KILL", *key,
+                            "cancelled" if job.current.cancel else "preempted")
+                fence.signal_group(shim, signal.SIGKILL, spare_leader=True)  # it records
+                del self.ending[key]
+        events: list[Event] = []
+        for key, (termination, death) in list(self.fencing.items()):
+            if now >= termination.next_at:
+                termination.step(now)
+            if termination.done:
+                del self.fencing[key]
+                job = self.lookup(key[0])
+                if job is not None and job.current.attempt_id == key[1]:
+                    observed = self.observe(job, job.current)
+                    events.append(replace(observed, fenced=True, error=death))
+        return events
+
+    def close(self) -> None:
+        """The coordinator leaves: shims keep their commands (re-adopted later)."""
+        for warm in self.warm:
+            warm.dismiss()
+        if self.server is not None:
+            self.server.close()
+        for handle in self.handles.values():
+            handle.close()
+        for fd in self.pidfds.values():
+            os.close(fd)
