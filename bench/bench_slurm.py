@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from praxist_fs.backends.slurm import SlurmBackend, parse_slurm_config, write_spec  # noqa: E402
+from praxist_fs.backends.slurm import SlurmClient, parse_slurm_config, write_spec  # noqa: E402
 
 CPU = {"name": "cpu", "accelerator": "cpu", "gpu_count": 0}
 RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
@@ -61,7 +61,7 @@ def read_stamp(path: Path, timeout: float = 120.0) -> float:
 class Sides:
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.backend = SlurmBackend(
+        self.backend = SlurmClient(
             parse_slurm_config({"default_resources": {"cpus": 1, "mem_mb": 256}}), base / "run")
         self.serial = 0
 

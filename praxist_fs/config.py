@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 import yaml
 
+from praxist_fs.backends.slurm import parse_slurm_config
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.placement import PLACEMENTS
@@ -453,9 +454,10 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "windows_utc_offset_minutes": _Key(_int, _clamp(MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN)),
     "trusted_uids": _Key(_uids),
     "operators": _Key(_uids),
+    "backend": _Key(_choice("local", "slurm")),
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",
-                       "budget", "hooks")  # read apart
+                       "budget", "hooks", "slurm")  # read apart
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -838,10 +840,36 @@ def policy_from_mapping(task: Any) -> Policy:
     hooks_path = _join(SCHEDULER_PATH, "hooks")
     hooks = resolver.hooks(_section(scheduler, "hooks", hooks_path), hooks_path)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
+    slurm = _cluster(scheduler, values, queues, tuple(profiles))
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
-                  projects=projects, budget=budget, hooks=hooks,
+                  projects=projects, budget=budget, hooks=hooks, slurm=slurm,
                   normalizations=tuple(resolver.notes),
                   **values, **synth)
+
+
+def _cluster(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] | None,
+             profiles: tuple[str, ...]) -> dict[str, Any] | None:
+    """The ``slurm`` mapping, checked (backends/slurm.py), and what a cluster backend
+    cannot do refused by name: suspend-style preemption (Slurm jobs are not stopped by
+    praxist_fs: requeue) and ``max_concurrent_experiments: auto`` (sized from this host)."""
+    path = _join(SCHEDULER_PATH, "slurm")
+    raw = scheduler.get("slurm")
+    if values["backend"] != "slurm":
+        if raw is not None:
+            raise PolicyError(path, raw, "no slurm mapping unless backend: slurm")
+        return None
+    parse_slurm_config(raw, profiles, path)
+    if values["max_concurrent_experiments"] == "auto":
+        raise PolicyError(_join(SCHEDULER_PATH, "max_concurrent_experiments"), "auto",
+                          "a number with backend: slurm (auto sizes from this host's memory)")
+    for queue in queues or ():
+        may_preempt = queue.preemptible_queues or any(
+            other.preemptible and other.priority < queue.priority for other in queues)
+        if may_preempt and queue.preempt == "suspend":
+            raise PolicyError(_join(SCHEDULER_PATH, f"queues.{queue.name}.preempt"), "suspend",
+                              "requeue with backend: slurm (suspend-style preemption is "
+                              "unavailable: praxist_fs does not stop Slurm jobs)")
+    return dict(raw or {})
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

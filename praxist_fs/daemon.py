@@ -47,7 +47,9 @@ from .adapters.pressure import PressureSampler
 from .adapters.taskreports import progress, task_report
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
+from .backends.base import ExecutionBackend
 from .backends.local import LocalBackend
+from .backends.slurm import SlurmBackend
 from .core.effects import (
     AbortAttempt, CancelAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
@@ -117,9 +119,10 @@ class Coordinator:
         self._generations_made: set[int] = set()
         self.sched = Scheduler()
         self.selector = selectors.DefaultSelector()
-        self.backend = LocalBackend(self.layout, self.selector,
-                                    lambda job_id: self.sched.jobs.get(job_id),
-                                    frozenset(DISK_ERRORS))
+        self.backend: ExecutionBackend = (
+            SlurmBackend(self.layout, self.selector, self._job, policy)
+            if policy.backend == "slurm" else
+            LocalBackend(self.layout, self.selector, self._job, frozenset(DISK_ERRORS)))
         self.stop_requested = False
         self.observer = None
         self.polling = False
@@ -138,6 +141,11 @@ class Coordinator:
         self._next_done_sweep = 0.0
         self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
         self._done_since: int | None = None  # when the sweep before it began
+
+    def _job(self, job_id: str) -> Job | None:
+        """A job as the core has it now (backends read it; the scheduler is replaced when
+        a batch is rolled back)."""
+        return self.sched.jobs.get(job_id)
 
     # -- life cycle ---------------------------------------------------------
 
@@ -207,7 +215,7 @@ class Coordinator:
         write_json(self.layout.policy, self.policy.to_dict(), durable=True, indent=2)
         self.inventory = open_inventory(self.fake_gpus)
         self.pressure = PressureSampler(self.psi_root)
-        if any(p.uses_gpu for p in self.policy.profiles.values()):
+        if not self.policy.on_cluster and any(p.uses_gpu for p in self.policy.profiles.values()):
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()

@@ -14,19 +14,36 @@ but the two errors below. See docs/SLURM.md.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
+import selectors
 import shlex
 import signal
 import subprocess
 import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from praxist_fs.adapters.fsio import makedirs, write_atomic, write_json
+from praxist_fs.adapters.fsio import makedirs, read_json, unlink, write_atomic, write_json
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.adapters.launcher import BARRIER_TIMEOUT_S, describe, make_durable
+from praxist_fs.adapters.taskreports import task_report
+from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.core.budget import INFRA_EXIT_CODE
+from praxist_fs.core.effects import Effect, SpawnAttempt
+from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.errors import PolicyError, PraxistError
+
+if TYPE_CHECKING:
+    from praxist_fs.core.model import Attempt, Job
+    from praxist_fs.core.policy import Policy
+
+log = logging.getLogger("praxist_fs")
 
 SLURM_PATH = "compute_budget.resource_scheduler.slurm"
 ENTRY = "slurm-entry.sh"  # the batch script, in the attempt directory
@@ -412,7 +429,7 @@ def write_spec(attempt_dir: Path, spec: dict[str, Any]) -> None:
     write_json(attempt_dir / SPEC, spec, sync=False, mode=0o600)
 
 
-class SlurmBackend:
+class SlurmClient:
     """Attempts as Slurm jobs. ``can_suspend``: False (``scontrol suspend`` is for Slurm's
     operators), so suspend-style preemption is unavailable; ``places_gpus``: True (Slurm
     chooses the devices; READY says which)."""
@@ -508,3 +525,406 @@ class SlurmBackend:
     def cancel(self, slurm_id: str) -> bool:
         """End the job (pending or running); False if scancel failed."""
         return self._run(["scancel", slurm_id]).returncode == 0
+
+
+# --- the execution backend ---------------------------------------------------------------
+
+SLURM_REFUSED_EXIT = 127  # sbatch refused the job: it could not be started, as a missing shim
+EXTERNAL_CANCEL_EXIT = 128 + signal.SIGTERM  # scancel from outside praxist_fs, without sacct
+STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jobs (KillWait)
+
+
+@dataclass
+class Tracked:
+    """One attempt's Slurm job as this coordinator knows it."""
+
+    slurm_id: str
+    name: str
+    state: SlurmState | None = None  # the last squeue answer; None: unknown to Slurm
+    polled: bool = False  # a squeue answer came after the submission (None is news then)
+    final: FinalExit | None = None  # sacct's record, for an end without exit.json
+    asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
+    kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
+
+
+class SlurmBackend:
+    """Attempts as Slurm jobs behind the execution-backend seam (backends/base.py).
+
+    ``start`` submits (one sbatch, under the attempt's deterministic name) and reports
+    the Slurm job id as the attempt's handle; the barrier is GO/ABORT files on the shared
+    filesystem; what Slurm says comes from one batched squeue per poll, run on a worker
+    thread (a down slurmctld blocks client commands ~9 s) whose answer wakes the loop
+    through a pipe. No suspend: preemption requeues."""
+
+    name: ClassVar[str] = "slurm"
+    capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=False, places_gpus=True)
+
+    def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
+                 lookup: Callable[[str], Job | None], policy: Policy,
+                 client: SlurmClient | None = None) -> None:
+        self.layout = layout
+        self.lookup = lookup
+        self.profiles = policy.profiles
+        self.config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
+        self.client = client or SlurmClient(self.config, layout.root)
+        self.cluster = os.environ.get("SLURM_CONF") or "default"
+        self.tracked: dict[AttemptKey, Tracked] = {}
+        self.unresolved: set[AttemptKey] = set()  # launched, sbatch's answer lost: find()
+        self.spawned: list[SpawnAttempt] = []
+        self.swept = False
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
+        self._polling: Future | None = None
+        self._next_poll = 0.0
+        self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.selector = selector
+        selector.register(self._wake_read, selectors.EVENT_READ, ("backend", ("poll",)))
+
+    # -- launching ------------------------------------------------------------------
+
+    def bind(self, effects: list[Effect]) -> list[Event]:
+        return []  # nothing waits ahead of need: a Slurm job is submitted per attempt
+
+    def roll_back(self) -> None:
+        pass
+
+    def prepare(self, stopped: bool) -> None:
+        pass
+
+    def start(self, effect: SpawnAttempt,
+              environment: Callable[[], dict[str, str]]) -> list[Event]:
+        """Write the attempt's spec and submit it; its handle, or why Slurm refused it.
+        A submission whose answer was lost (sbatch timed out) is found by its name."""
+        key = (effect.job_id, effect.attempt_id)
+        if effect.uid is not None and effect.uid != os.geteuid():
+            return [self._could_not_start(key, (
+                f"backend slurm runs every command as the coordinator's user (uid "
+                f"{os.geteuid()}); a job of uid {effect.uid} is not run for it"))]
+        attempt_dir = self.layout.attempt_dir(*key)
+        log_path = self.layout.log(*key)
+        makedirs(attempt_dir)
+        makedirs(log_path.parent)
+        write_spec(attempt_dir, {
+            "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
+            "cwd": effect.cwd or str(self.layout.root), "env": environment(),
+            "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
+        profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
+        name = self.client.job_name(*key)
+        try:
+            slurm_id = self.client.submit(attempt_dir, *key, profile,
+                                          effect.metadata.get("eta_s"), [])
+        except SlurmRefused as exc:
+            unlink(attempt_dir / SPEC)
+            return [self._could_not_start(key, f"Slurm refused it: {exc}")]
+        except SlurmUnavailable as exc:
+            log.warning("attempt %s/%s: sbatch did not answer (%s); finding it by name",
+                        *key, exc)
+            try:
+                slurm_id = self.client.find(name)
+            except SlurmUnavailable:
+                slurm_id = None
+            if slurm_id is None:  # ABORT (the core releases it) keeps a late one from running
+                return [AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1],
+                                        alive=False, error=f"sbatch did not answer: {exc}")]
+        self.spawned.append(effect)
+        return [self._track(key, slurm_id, name)]
+
+    def _track(self, key: AttemptKey, slurm_id: str, name: str) -> AttemptObserved:
+        self.tracked[key] = Tracked(slurm_id=slurm_id, name=name)
+        self._next_poll = min(self._next_poll, time.monotonic() + self.config.poll_pending_s)
+        return AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1], alive=True,
+                               handle=self._handle(key), note=f"submitted to Slurm as job {slurm_id}")
+
+    def _handle(self, key: AttemptKey, node: str | None = None) -> dict[str, Any]:
+        tracked = self.tracked[key]
+        handle = {"backend": "slurm", "cluster": self.cluster, "job_id": tracked.slurm_id,
+                  "job_name": tracked.name}
+        if node:
+            handle["node"] = node
+        return handle
+
+    def _could_not_start(self, key: AttemptKey, error: str) -> AttemptObserved:
+        return AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1], alive=False,
+                               exited=True, exit_code=SLURM_REFUSED_EXIT, error=error)
+
+    def settle(self) -> None:
+        """attempt.json for each attempt submitted, off the launch path, and the attempt
+        directories made durable (exit.json is fsynced into them on the node)."""
+        for effect in self.spawned:
+            describe(self.layout, effect)
+        make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
+        self.spawned.clear()
+
+    def go(self, key: AttemptKey) -> None:
+        self.client.release(self.layout.attempt_dir(*key), go=True)
+
+    def abort(self, key: AttemptKey) -> None:
+        """ABORT in the attempt directory (a job that starts later reads it and leaves);
+        one still pending in Slurm is cancelled too, so it does not wait for a node."""
+        attempt_dir = self.layout.attempt_dir(*key)
+        if attempt_dir.is_dir():
+            self.client.release(attempt_dir, go=False)
+        tracked = self.tracked.get(key)
+        if tracked is not None and tracked.asked is None and (
+                tracked.state is None or tracked.state.state in PENDING_STATES):
+            tracked.asked = "cancel"
+            self.client.cancel(tracked.slurm_id)
+
+    # -- observing ------------------------------------------------------------------
+
+    def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
+        """The attempt from its files (READY, exit.json) and Slurm's last word on it."""
+        key = (job.job_id, attempt.attempt_id)
+        attempt_dir = self.layout.attempt_dir(*key)
+        ready = read_json(attempt_dir / "READY")
+        ready = ready if isinstance(ready, dict) else None
+        exit_record = read_json(attempt_dir / "exit.json")
+        tracked = self.tracked.get(key)
+        base = dict(at=time.time(), job_id=key[0], attempt_id=key[1], ready=ready is not None,
+                    go=(attempt_dir / "GO").exists())
+        if tracked is None:  # never submitted, or its submission is still being found
+            return AttemptObserved(alive=key in self.unresolved, **base)
+        node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
+                                                   else "") or (ready or {}).get("host")
+        base["handle"] = self._handle(key, node or None)
+        code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
+        where = f" on node {node}" if node else ""
+        if isinstance(code, int) and not isinstance(code, bool):
+            # A failure is read with Slurm's end of the job: TERM from a node going down
+            # (NODE_FAIL) or from an outside scancel also leaves an exit.json (143)
+            if code != 0 and (not tracked.polled or tracked.state is not None and
+                              tracked.state.state in PENDING_STATES | RUNNING_STATES):
+                self._next_poll = min(self._next_poll, time.monotonic())
+                return AttemptObserved(alive=True, **base)
+            verdict, reason = outcome(tracked.state, exit_record, tracked.asked)
+            if verdict == "infrastructure":
+                return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                                       error=f"{reason}{where} (the command exited {code})",
+                                       **base)
+            return AttemptObserved(
+                alive=False, exited=True, exit_code=code, signal=exit_record.get("signal"),
+                ended_at=exit_record.get("ended_at"),
+                error=exit_record.get("error") or (reason if verdict == "failed" else None),
+                failure=task_report(attempt_dir / "failure.json"), **base)
+        if not tracked.polled:
+            return AttemptObserved(alive=True, **base)
+        verdict, reason = outcome(tracked.state, None, tracked.asked, ready is not None)
+        if verdict == "launching":
+            return AttemptObserved(alive=True, note=f"attempt {key[1]}: {reason} (Slurm job "
+                                   f"{tracked.slurm_id})", **base)
+        if verdict == "running":
+            return AttemptObserved(alive=True, note=f"attempt {key[1]} running{where} (Slurm "
+                                   f"job {tracked.slurm_id})", **base)
+        if verdict == "infrastructure":
+            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                                   error=f"{reason}{where}", **base)
+        if verdict == "failed" and (tracked.state is not None
+                                    and tracked.state.state == "CANCELLED" or attempt.go):
+            final = tracked.final
+            code = final.exit_code if final is not None and final.signal == 0 else (
+                128 + final.signal if final is not None else EXTERNAL_CANCEL_EXIT)
+            return AttemptObserved(alive=False, exited=True, exit_code=code,
+                                   signal=final.signal if final is not None and final.signal
+                                   else None, error=f"{reason}{where}", **base)
+        # cancelled or preempted as asked, lost, or ended before GO without running:
+        # the core settles it by what it asked and whether GO was given
+        return AttemptObserved(alive=False, error=f"{reason}{where}", **base)
+
+    def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
+        """After a restart: the journaled Slurm job, or (a crash between sbatch and the
+        journal) the job found by its name; none found means none ran (no GO)."""
+        key = (job.job_id, attempt.attempt_id)
+        handle = attempt.handle
+        if handle is not None and handle.get("backend") == "slurm":
+            self.tracked[key] = Tracked(slurm_id=str(handle["job_id"]),
+                                        name=str(handle["job_name"]))
+            self._poll_now()
+            return [self.observe(job, attempt)]
+        return self._find(key)
+
+    def _find(self, key: AttemptKey) -> list[Event]:
+        name = self.client.job_name(*key)
+        try:
+            slurm_id = self.client.find(name)
+        except SlurmUnavailable as exc:
+            log.warning("attempt %s/%s: cannot ask Slurm for job %s yet (%s)", *key, name, exc)
+            self.unresolved.add(key)
+            return []
+        self.unresolved.discard(key)
+        if slurm_id is None:
+            return [AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1],
+                                    alive=False, error=f"no Slurm job named {name}")]
+        return [self._track(key, slurm_id, name)]
+
+    def _poll_now(self) -> None:
+        """One squeue, waited for: at start, before the loop serves."""
+        ids = [t.slurm_id for t in self.tracked.values()]
+        try:
+            states = self.client.poll(ids)
+        except SlurmUnavailable as exc:
+            log.warning("squeue did not answer at start (%s); asking again later", exc)
+            return
+        self._take(ids, states, {})
+
+    def reconcile(self, in_flight: list[Job]) -> list[Event]:
+        """Each in-flight attempt from its files and Slurm's last answer (READY and exit.json
+        appear on the shared filesystem, with no pipe to tell); attempts whose submission
+        is unresolved are looked for again; once, jobs of this run that the journal does
+        not know (a launch record lost) are cancelled: they must never run."""
+        events: list[Event] = []
+        for key in sorted(self.unresolved):
+            events += self._find(key)
+        for job in in_flight:
+            key = (job.job_id, job.current.attempt_id)
+            if key in self.tracked:
+                events.append(self.observe(job, job.current))
+        if not self.swept and not self.unresolved:
+            self._sweep_strays({t.slurm_id for t in self.tracked.values()})
+        self._kick(time.monotonic())
+        return events
+
+    def _sweep_strays(self, known: set[str]) -> None:
+        try:
+            strays = [slurm_id for slurm_id, state in self.client.jobs_of_run().items()
+                      if slurm_id not in known and state.state in PENDING_STATES | RUNNING_STATES]
+        except SlurmUnavailable:
+            return
+        self.swept = True
+        for slurm_id in strays:
+            log.warning("Slurm job %s of this run has no record in the journal: cancelled",
+                        slurm_id)
+            self.client.cancel(slurm_id)
+
+    def on_ready(self, token: Any) -> list[Event]:
+        """The poll thread answered: take Slurm's states, and observe what they concern."""
+        try:
+            while os.read(self._wake_read, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        polling, self._polling = self._polling, None
+        if polling is None:
+            return []
+        try:
+            asked, states, finals = polling.result()
+        except SlurmUnavailable as exc:
+            log.warning("squeue did not answer (%s); asking again later", exc)
+            return []
+        self._take(asked, states, finals)
+        events: list[Event] = []
+        for key in list(self.tracked):
+            job = self.lookup(key[0])
+            if job is not None and job.current is not None and \
+                    job.current.attempt_id == key[1] and job.current.phase != "ended":
+                events.append(self.observe(job, job.current))
+            else:
+                del self.tracked[key]  # settled: Slurm's word on it is no longer needed
+        return events
+
+    def _take(self, asked: list[str], states: dict[str, SlurmState],
+              finals: dict[str, FinalExit | None]) -> None:
+        """Slurm's answer about the ids ``asked``: one missing from it is unknown to Slurm.
+        Jobs submitted after the question was put wait for the next answer."""
+        asked_ids = set(asked)
+        for tracked in self.tracked.values():
+            if tracked.slurm_id in asked_ids:
+                tracked.state = states.get(tracked.slurm_id)
+                tracked.polled = True
+            if finals.get(tracked.slurm_id) is not None:
+                tracked.final = finals[tracked.slurm_id]
+
+    def _kick(self, now: float) -> None:
+        """Start the next squeue on the worker thread when it is due and none runs."""
+        if self._polling is not None or now < self._next_poll or not self.tracked:
+            return
+        waiting = any(t.state is None or t.state.state in PENDING_STATES
+                      for t in self.tracked.values())
+        self._next_poll = now + (self.config.poll_pending_s if waiting
+                                 else self.config.poll_running_s)
+        ids = [t.slurm_id for t in self.tracked.values()]
+        ended = [t.slurm_id for t in self.tracked.values() if t.final is None and (
+            t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
+        self._polling = self._pool.submit(self._poll, ids, ended)
+        self._polling.add_done_callback(lambda _: self._wake())
+
+    def _poll(self, ids: list[str], ended: list[str]) -> tuple[list[str], dict, dict]:
+        """On the worker thread: one squeue for every job, sacct for those that ended."""
+        states = self.client.poll(ids)
+        return ids, states, {slurm_id: self.client.final_exit(slurm_id) for slurm_id in ended}
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_write, b"p")
+        except OSError:
+            pass  # the loop is being closed
+
+    # -- signalling ---------------------------------------------------------------
+
+    def suspend(self, key: AttemptKey, by: str) -> None:
+        raise NotImplementedError("backend slurm cannot suspend (the task file refuses it)")
+
+    def resume(self, key: AttemptKey) -> None:
+        raise NotImplementedError("backend slurm cannot suspend (the task file refuses it)")
+
+    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
+        """Cancel or evict: ABORT if it never got GO, else TERM to every process of the
+        job (the shim forwards it to the command's group and records the exit), and KILL
+        once ``grace`` has passed."""
+        job = self.lookup(key[0])
+        tracked = self.tracked.get(key)
+        if tracked is None or job is None or not job.current.go:
+            self.abort(key)
+            return
+        tracked.asked = "cancel"
+        self.client.signal(tracked.slurm_id, signal.SIGTERM)
+        tracked.kill_at = time.monotonic() + grace
+
+    def terminate(self, keys: list[AttemptKey]) -> list[Event]:
+        """Stop the run: ABORT for those at the barrier, scancel for all (Slurm sends TERM,
+        then KILL after its KillWait), and wait until Slurm has ended them."""
+        ids = []
+        for key in keys:
+            self.abort(key)
+            if (tracked := self.tracked.get(key)) is not None:
+                tracked.asked = "stop"
+                ids.append(tracked.slurm_id)
+        for slurm_id in ids:
+            self.client.cancel(slurm_id)
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while ids and time.monotonic() < deadline:
+            try:
+                states = self.client.poll(ids)
+            except SlurmUnavailable:
+                break
+            self._take(ids, states, {})
+            if all(state.state not in PENDING_STATES | RUNNING_STATES
+                   for state in states.values()):
+                break
+            time.sleep(0.2)
+        events: list[Event] = []
+        for key in keys:
+            job = self.lookup(key[0])
+            if job is not None and job.current is not None and job.current.attempt_id == key[1]:
+                events.append(self.observe(job, job.current))
+        return events
+
+    def next_timer(self) -> float:
+        kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]
+        polls = [self._next_poll] if self.tracked and self._polling is None else []
+        return min(kills + polls, default=math.inf)
+
+    def on_timer(self, now: float) -> list[Event]:
+        for key, tracked in self.tracked.items():
+            if tracked.kill_at is not None and now >= tracked.kill_at:
+                log.warning("attempt %s/%s outlived its grace: KILL (Slurm job %s)", *key,
+                            tracked.slurm_id)
+                self.client.signal(tracked.slurm_id, signal.SIGKILL)
+                tracked.kill_at = None
+        self._kick(now)
+        return []
+
+    def close(self) -> None:
+        """The coordinator leaves; the jobs stay in Slurm, to be adopted by the next one."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.selector.unregister(self._wake_read)
+        os.close(self._wake_read)
+        os.close(self._wake_write)

@@ -70,6 +70,7 @@ def serve(attempt_dir, environ):
         remove(spec_path)
     ready = dict(shim.own_identity(), at=time.time(), host=posix.uname().nodename,
                  slurm_job_id=environ.get("SLURM_JOB_ID"),
+                 slurm_node=environ.get("SLURMD_NODENAME"),
                  cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
     for _ in shim.write_until_written(attempt_dir + "/READY", shim.to_json(ready),
                                       durable=False):

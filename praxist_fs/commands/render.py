@@ -98,9 +98,9 @@ def format_status(doc: dict, alive: bool = True) -> str:
     if doc["active"]:
         lines += ["", f"{'JOB':40} {'ATTEMPT':8} {'PID':>8} {'AGE':>8}  {'PROFILE':14} "
                       f"{'GPUS':24} ACTIVITY"]
-        lines += [f"{a['job_id'][:40]:40} {a['attempt_id']:8} {str(a['pid']):>8} "
+        lines += [f"{a['job_id'][:40]:40} {a['attempt_id']:8} {_where(a):>8} "
                   f"{a['age_s']:>7.1f}s  {a['profile'][:14]:14} "
-                  f"{','.join(a['gpus'])[:24] or '-':24} {a['resource_activity']}"
+                  f"{','.join(a['gpus'])[:24] or '-':24} {_activity(a)}"
                   + (f" {a['progress']['done']}/{a['progress']['total']}"
                      if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
@@ -186,6 +186,21 @@ JOB_COLUMNS = (  # header, cell
     ("REASON", lambda r, now: _ellipsize(str(r.get("reason")), 60, middle=False)),
 )
 NUMERIC = {"EXIT", "ATT", "WALL"}
+
+
+def _where(active: dict) -> str:
+    """The attempt's shim pid, or its Slurm job id (``s<id>``) with a cluster backend."""
+    handle = active.get("handle") or {}
+    return f"s{handle['job_id']}" if "job_id" in handle else str(active["pid"])
+
+
+def _activity(active: dict) -> str:
+    """What it does: the host's measure, or on a cluster where Slurm runs it and why it
+    waits (the job's reason carries Slurm's pending reason)."""
+    handle = active.get("handle") or {}
+    if "job_id" not in handle:
+        return active["resource_activity"]
+    return active.get("reason") or f"Slurm job {handle['job_id']}"
 
 
 def format_jobs(rows: list[dict], matched: int, now: float) -> str:

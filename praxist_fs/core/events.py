@@ -122,6 +122,12 @@ class AttemptObserved(Event):
     error: str | None = None
     failure: dict[str, Any] | None = None  # the task's own failure.json summary (R-OPS-3)
     fenced: bool = False
+    # a backend's own identity of the attempt where it is not a local shim's pid (Slurm:
+    # {"backend", "cluster", "job_id", "job_name", "node"}): opaque to the core, journaled
+    handle: dict[str, Any] | None = None
+    # what the backend says of it while it waits or runs (Slurm's pending reason): the
+    # job's reason while it is in flight
+    note: str | None = None
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)

@@ -34,6 +34,7 @@ class Attempt:
     pid: int | None = None
     pid_start: int | None = None
     boot_id: str | None = None
+    handle: dict[str, Any] | None = None  # a non-local backend's identity (AttemptObserved)
     # GO decided and journaled: after a power cut the command may have run even if the GO
     # file (written without fsync) is gone, so a shim dead without an exit record is lost
     go: bool = False
@@ -55,6 +56,11 @@ class Attempt:
     # seed 003: where the run budget stood when it was launched ({"verdict", "gpu_hours",
     # "cost", "limits"}); None when the task sets no budget (no limits, no rates)
     budget: dict[str, Any] | None = None
+
+    @property
+    def seen(self) -> bool:
+        """Its backend has reported it (a shim's pid, a Slurm job id): it can be signalled."""
+        return self.pid is not None or self.handle is not None
 
     @property
     def evicting(self) -> dict[str, Any] | None:
@@ -85,6 +91,7 @@ class Attempt:
             "preemptions": [dict(p) for p in self.preemptions],
             "cancel": self.cancel,
             "budget": self.budget,
+            **({"handle": self.handle} if self.handle is not None else {}),
         }
 
 

@@ -192,6 +192,16 @@ class Policy:
     trusted_uids: tuple[int, ...] = ()
     operators: tuple[int, ...] = ()
     normalizations: tuple[Normalization, ...] = ()
+    # R-DIST-1: where attempts run: "local" (this host) or "slurm" (a cluster); the
+    # ``slurm`` mapping as the task file gave it (checked by backends/slurm.py)
+    backend: str = "local"
+    slurm: dict[str, Any] | None = None
+
+    @property
+    def on_cluster(self) -> bool:
+        """Attempts run where a cluster scheduler places them: this host's pressure and
+        GPUs are not theirs, so the core neither holds them for it nor places GPUs."""
+        return self.backend != "local"
 
     def __post_init__(self) -> None:
         if self.queues is not None:  # config.py says which key is wrong; this guards the core
@@ -266,6 +276,8 @@ class Policy:
             "trusted_uids": list(self.trusted_uids),
             "operators": list(self.operators),
             "normalizations": [n.to_dict() for n in self.normalizations],
+            "backend": self.backend,
+            "slurm": self.slurm,
         }
 
     @classmethod

@@ -115,7 +115,7 @@ class PreemptionDesk:
         job = self._job(ev.job_id)
         attempt = job.current
         if job.state is not JobState.RUNNING or attempt.attempt_id != ev.attempt_id or \
-                attempt.pid is None or attempt.evicting is not None:
+                not attempt.seen or attempt.evicting is not None:
             raise InvalidTransition(f"can't preempt {ev.attempt_id} of job {job.job_id} "
                                     f"({job.state.value})")
         attempt.preemptions += ({"at": ev.at, "mode": ev.mode, "by": ev.by,
@@ -214,7 +214,7 @@ class PreemptionDesk:
         if (gpus := fits([])) is None:
             candidates, spared = [], []
             for j in ctx.running:
-                if j.request.work_class in classes and j.current.pid is not None and \
+                if j.request.work_class in classes and j.current.seen and \
                         j.current.evicting is None and j.current.cancel is None and \
                         j.job_id not in ctx.taken:
                     (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE

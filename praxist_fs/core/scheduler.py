@@ -308,7 +308,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 "request_id": req.request_id,
                 "peer": req.peer, "profile": job.profile, "work_class": req.work_class,
                 "gpus": list(attempt.gpus), "decided_at": ev.at, "round": job.round,
-                "budget": attempt.budget,
+                "budget": attempt.budget, "eta_s": req.eta_s,
             })]
 
     def _on_observed(self, ev: AttemptObserved) -> list[Effect]:
@@ -346,11 +346,18 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 f"attempt {attempt.attempt_id} never started (see attempts/{job.job_id}/"
                 f"{attempt.attempt_id}/shim.log); requeued"))]
         effects: list[Effect] = []
-        if attempt.pid is None and ev.pid is not None:
+        if not attempt.seen and (ev.pid is not None or ev.handle is not None):
             attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
             attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
+            attempt.handle = ev.handle
             attempt.phase = AttemptPhase.BARRIER
-            job.reason = f"attempt {attempt.attempt_id} running"
+            job.reason = ev.note or f"attempt {attempt.attempt_id} running"
+            self.version += 1
+            effects.append(self._write_job(job))
+        elif attempt.handle is not None and ev.handle is not None and (
+                ev.handle != attempt.handle or (ev.note and ev.note != job.reason)):
+            attempt.handle = ev.handle  # where it runs, why it waits: for status and jobs
+            job.reason = ev.note or job.reason
             self.version += 1
             effects.append(self._write_job(job))
         if ev.ready and not ev.go and attempt.phase in (AttemptPhase.BARRIER,
@@ -559,6 +566,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                              self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
+        """On a cluster the configured maximum: the host's pressure is not the jobs'."""
+        if self.policy.on_cluster:
+            return self.policy.max_concurrent_experiments
         return self.controller.target
 
     def upper_bound(self) -> int:
@@ -658,6 +668,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         (``Openings``): ``_admit``'s checks, with placement's feasibility for its choice.
         False is certain; True only means the walk goes on."""
         profile = self.policy.profiles.get(name)
+        if profile is not None and ctx.free > 0 and self.policy.on_cluster:
+            return True
         if profile is None or ctx.free <= 0 or pressure_hold(
                 self.policy, profile, self.host.pressure if self.host else None):
             return False
@@ -737,6 +749,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         unplaceable = False  # allocation itself failed (not pressure, not the reservation)
         if profile is None:
             reason = f"profile {job.profile!r} is no longer defined by the task file"
+        elif self.policy.on_cluster:
+            return (), None  # the cluster places it (its GPUs, its node): Slurm's queue waits
         elif held := pressure_hold(self.policy, profile,
                                    self.host.pressure if self.host else None):
             reason = held

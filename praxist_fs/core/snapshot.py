@@ -168,7 +168,8 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
             "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel,
-            "budget": attempt.budget}
+            "budget": attempt.budget,
+            **({"handle": attempt.handle} if attempt.handle is not None else {})}
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:

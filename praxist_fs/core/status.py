@@ -222,6 +222,8 @@ def _active(job: Job, now: float, sample: GpuSample | None,
         "phase": attempt.phase,
         "go": attempt.go,
         "pid": attempt.pid,
+        "handle": attempt.handle,  # a cluster backend's: Slurm's job id and node
+        "reason": job.reason,
         "gpus": list(attempt.gpus),
         "age_s": round(now - attempt.started_at, 3),
         "eta_s": job.request.eta_s,

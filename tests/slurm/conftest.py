@@ -66,4 +66,5 @@ def real_slurm():
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = saved
-        subprocess.run([str(HERE / "teardown.sh")], timeout=120, check=False)
+        if not os.environ.get("PRAXIST_SLURM_KEEP"):  # a developer looking at a failure
+            subprocess.run([str(HERE / "teardown.sh")], timeout=120, check=False)

@@ -16,7 +16,7 @@ from praxist_fs.backends.slurm import (
     ENDED_STATES,
     INFRASTRUCTURE_STATES,
     FinalExit,
-    SlurmBackend,
+    SlurmClient,
     SlurmRefused,
     outcome,
     parse_slurm_config,
@@ -33,7 +33,7 @@ SLURM_S = 60  # a job's whole life on an idle single-node Slurm takes about a se
 
 @pytest.fixture
 def backend(real_slurm, tmp_path):
-    return SlurmBackend(parse_slurm_config({"default_resources": {"cpus": 1, "mem_mb": 256}}),
+    return SlurmClient(parse_slurm_config({"default_resources": {"cpus": 1, "mem_mb": 256}}),
                         tmp_path / "run")
 
 

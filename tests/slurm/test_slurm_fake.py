@@ -15,7 +15,7 @@ import pytest
 from praxist_fs.backends.slurm import (
     ENTRY,
     FinalExit,
-    SlurmBackend,
+    SlurmClient,
     SlurmConfig,
     SlurmRefused,
     SlurmState,
@@ -30,7 +30,7 @@ CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
 @pytest.fixture
 def backend(tmp_path, fake_slurm, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", "/etc/site/slurm.conf")
-    return SlurmBackend(parse_slurm_config({"command_timeout_s": 2}), tmp_path / "run")
+    return SlurmClient(parse_slurm_config({"command_timeout_s": 2}), tmp_path / "run")
 
 
 def test_submit_runs_one_sbatch_with_the_coordinators_environment(backend, fake_slurm, tmp_path):
@@ -58,7 +58,7 @@ def test_a_refused_job_raises_with_sbatchs_message(backend, fake_slurm, tmp_path
 def test_an_sbatch_that_does_not_answer_is_unavailable_not_refused(tmp_path, fake_slurm):
     """A down slurmctld blocks sbatch: after the timeout, the job may or may not exist
     (the caller then finds it by name), so it is not a refusal."""
-    backend = SlurmBackend(SlurmConfig(command_timeout_s=1.0), tmp_path / "run")
+    backend = SlurmClient(SlurmConfig(command_timeout_s=1.0), tmp_path / "run")
     fake_slurm.answer("sbatch", out="1\n", hang=5)
     started = time.monotonic()
     with pytest.raises(SlurmUnavailable, match="no answer in 1 s"):
@@ -107,7 +107,7 @@ def test_find_by_name_never_by_id_alone(backend, fake_slurm):
 def test_the_jobs_of_this_run_only(backend, fake_slurm, tmp_path):
     """What a stop sweeps: this run's jobs by their name prefix, not another run's."""
     mine = backend.job_name("j1", "a1")
-    theirs = SlurmBackend(SlurmConfig(), tmp_path / "other").job_name("j1", "a1")
+    theirs = SlurmClient(SlurmConfig(), tmp_path / "other").job_name("j1", "a1")
     fake_slurm.answer("squeue", out=f"5|{mine}|RUNNING|None|ci0\n6|{theirs}|RUNNING|None|ci0\n"
                                     "7|train.sh|PENDING|Priority|\n")
     assert backend.jobs_of_run() == {"5": SlurmState("5", mine, "RUNNING", "None", "ci0")}
@@ -146,7 +146,7 @@ def test_release_writes_go_or_abort(backend, tmp_path):
 
 def test_capabilities():
     """Suspend-style preemption is unavailable on Slurm; Slurm places the GPUs."""
-    assert SlurmBackend.can_suspend is False and SlurmBackend.places_gpus is True
+    assert SlurmClient.can_suspend is False and SlurmClient.places_gpus is True
 
 
 def test_setup_without_root_says_why_it_cannot(tmp_path):

@@ -1,0 +1,221 @@
+"""A coordinator with ``backend: slurm`` against a real single-node Slurm (tests/slurm/
+setup.sh: node ci0, two fake GPUs): what a user knows keeps working, with the jobs in
+``squeue`` (SPEC R-DIST-1; issue 16 "Done means").
+
+Each test drives a real ``praxist-fs serve`` through the file protocol and counts the
+Slurm jobs by their deterministic names, so "never submitted twice" is Slurm's word."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from praxist_fs.backends.slurm import run_tag
+from tests.e2e.conftest import make_run, read_json, request, wait_for  # noqa: F401 (fixture)
+
+SLURM_S = 90  # a job's life on an idle single-node Slurm takes about a second; CI is slow
+
+TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    backend: slurm
+    max_concurrent_experiments: 6
+    infrastructure_retries: 1
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+      gpu1: {accelerator: gpu, gpu_count: 1}
+      gpu9: {accelerator: gpu, gpu_count: 9}
+    slurm:
+      default_resources: {cpus: 1, mem_mb: 256}
+      poll_pending_s: 0.5
+      poll_running_s: 1.0
+"""
+
+
+@pytest.fixture
+def slurm_run(real_slurm, make_run):
+    run = make_run(task_text=TASK)
+    yield run
+    if run.proc is not None and run.proc.poll() is None:
+        run.stop()
+    for slurm_id in slurm_jobs(run):  # nothing of the test may stay in Slurm
+        subprocess.run(["scancel", slurm_id], timeout=30, check=False)
+
+
+def slurm_jobs(run, job_id: str = "") -> dict[str, str]:
+    """This run's Slurm jobs (of one job, if given) that Slurm knows: id -> state."""
+    prefix = f"px-{run_tag(run.root)}-{job_id}"
+    out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%j|%T"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return {i: state for i, name, state in (line.split("|") for line in out.splitlines())
+            if name.startswith(prefix)}
+
+
+def submit(run, tag: str, command: str, **fields) -> str:
+    request_id = run.submit({"peer": "tester", "tag": tag, "command": command, **fields})
+    reply = run.reply(request_id, timeout=SLURM_S)
+    assert reply["outcome"] == "accepted", reply
+    return reply["job_id"]
+
+
+def until_file(path) -> str:
+    """A command that says it started, then waits (bounded) until ``path`` exists."""
+    return (f"echo started; i=0; while [ ! -e {path} ] && [ $i -lt 900 ]; "
+            "do sleep 0.1; i=$((i+1)); done")
+
+
+def ready(run, job_id: str, attempt: str = "a1") -> dict:
+    path = run.sched / "attempts" / job_id / attempt / "READY"
+    return wait_for(lambda: read_json(path), timeout=SLURM_S, message=f"READY of {job_id}")
+
+
+def test_exit_codes_retries_and_gpus_through_slurm(slurm_run, tmp_path):
+    """Exit 0 completes, exit 3 fails, exit 75 is retried once (a new Slurm job), a
+    command killed by signal 9 fails with 137; two GPU jobs at once get distinct devices
+    from Slurm; each job's file names its Slurm job id and node, and each attempt was one
+    Slurm job."""
+    run = slurm_run
+    run.start()
+    release = tmp_path / "release"
+    gpu_jobs = [submit(run, f"gpu{n}", f"echo $CUDA_VISIBLE_DEVICES; {until_file(release)}",
+                       profile="gpu1") for n in (1, 2)]
+    codes = {code: submit(run, f"exit{code}", command) for code, command in (
+        (0, "exit 0"), (3, "exit 3"), (75, "exit 75"), (137, "kill -9 $$"))}
+    devices = {ready(run, job_id)["cuda_visible_devices"] for job_id in gpu_jobs}
+    assert devices == {"0", "1"}
+    running = run.wait_state(gpu_jobs[0], "running", timeout=SLURM_S)
+    handle = wait_for(lambda: (h := (run.job(gpu_jobs[0])["attempts"][-1].get("handle") or {}))
+                      .get("node") and h, timeout=SLURM_S, message="the node in the job file")
+    assert running["attempts"][-1]["handle"]["job_id"] in slurm_jobs(run, gpu_jobs[0])
+    assert handle["node"] == "ci0"
+    release.touch()
+    done = {code: run.wait_state(job_id, "completed", "failed", timeout=SLURM_S)
+            for code, job_id in codes.items()}
+    assert done[0]["state"] == "completed" and done[0]["exit_code"] == 0
+    assert (done[3]["state"], done[3]["exit_code"]) == ("failed", 3)
+    assert (done[137]["state"], done[137]["exit_code"]) == ("failed", 137)
+    assert [a["outcome"] for a in done[75]["attempts"]] == ["infra_retry", "failed"]
+    for job_id in gpu_jobs:
+        assert run.wait_state(job_id, "completed", timeout=SLURM_S)["exit_code"] == 0
+    for code, job_id in codes.items():
+        attempts = len(done[code]["attempts"])
+        assert len(slurm_jobs(run, job_id)) == attempts, (code, slurm_jobs(run, job_id))
+    log = run.root / "logs" / "experiments" / gpu_jobs[0] / "a1.log"
+    assert log.read_text().splitlines()[0] in ("0", "1")
+
+
+def test_a_request_slurm_refuses_fails_with_sbatchs_message(slurm_run):
+    """Nine GPUs on a node with two: the job fails, and its reason is sbatch's own."""
+    run = slurm_run
+    run.start()
+    job_id = submit(run, "nine", "exit 0", profile="gpu9")
+    doc = run.wait_state(job_id, "failed", timeout=SLURM_S)
+    assert "Slurm refused it" in doc["reason"]
+    assert "Requested node configuration is not available" in doc["reason"]
+    # Slurm keeps a record of the refused submission (FAILED, BadConstraints): never run
+    assert set(slurm_jobs(run, job_id).values()) <= {"FAILED"}
+    assert not (run.sched / "attempts" / job_id / "a1" / "READY").exists()
+
+
+def test_cancel_and_an_outside_scancel(slurm_run, tmp_path):
+    """``praxist-fs cancel`` ends a running Slurm job as cancelled; a ``scancel`` from
+    outside praxist_fs fails the job and says so; neither is submitted again."""
+    run = slurm_run
+    run.start()
+    ours = submit(run, "ours", until_file(tmp_path / "never"))
+    theirs = submit(run, "theirs", until_file(tmp_path / "never"))
+    for job_id in (ours, theirs):
+        ready(run, job_id)
+        run.wait_state(job_id, "running", timeout=SLURM_S)
+    subprocess.run([sys.executable, "-m", "praxist_fs", "cancel", "--run-dir", str(run.root),
+                    "--grace", "5", ours], check=True, timeout=60, capture_output=True)
+    slurm_id = run.job(theirs)["attempts"][-1]["handle"]["job_id"]
+    subprocess.run(["scancel", slurm_id], check=True, timeout=30)
+    assert run.wait_state(ours, "cancelled", timeout=SLURM_S)["state"] == "cancelled"
+    failed = run.wait_state(theirs, "failed", timeout=SLURM_S)
+    assert "cancelled outside praxist_fs" in failed["reason"]
+    for job_id in (ours, theirs):
+        assert len(slurm_jobs(run, job_id)) == 1
+
+
+def test_kill_9_then_restart_adopts_every_job_and_submits_none_twice(slurm_run, tmp_path):
+    """``kill -9`` of the coordinator while three jobs run in Slurm: the next one adopts
+    each from its journaled Slurm job id, reads their true exit codes, and Slurm has
+    exactly one job per attempt."""
+    run = slurm_run
+    run.start()
+    release = tmp_path / "release"
+    jobs = {code: submit(run, f"k{code}", f"{until_file(release)}; exit {code}")
+            for code in (0, 4, 5)}
+    for job_id in jobs.values():
+        ready(run, job_id)
+        run.wait_state(job_id, "running", timeout=SLURM_S)
+    run.kill()
+    release.touch()
+    run.start()
+    for code, job_id in jobs.items():
+        doc = run.wait_state(job_id, "completed", "failed", timeout=SLURM_S)
+        assert doc["exit_code"] == code
+        assert len(doc["attempts"]) == 1
+        assert len(slurm_jobs(run, job_id)) == 1
+
+
+def test_a_crash_between_sbatch_and_the_journal(slurm_run):
+    """The coordinator dies right after sbatch answered, before the Slurm job id is
+    journaled: the next one finds the job by its name and runs it, once."""
+    run = slurm_run
+    run.start_raw(env={"PRAXIST_CRASH_AT": "effect.SpawnAttempt.after"})
+    request_id = run.submit({"peer": "tester", "tag": "crashy", "command": "exit 0"})
+    assert run.proc.wait(timeout=SLURM_S) == 86
+    assert len(slurm_jobs(run)) == 1  # submitted, and its id unknown to the journal
+    run.start()
+    job_id = run.reply(request_id)["job_id"]  # launches go first: the reply waited
+    doc = run.wait_state(job_id, "completed", timeout=SLURM_S)
+    assert len(doc["attempts"]) == 1
+    assert len(slurm_jobs(run, job_id)) == 1
+
+
+def test_stop_cancels_the_runs_slurm_jobs(slurm_run, tmp_path):
+    """``praxist-fs stop`` ends the run's Slurm jobs, running and pending alike."""
+    run = slurm_run
+    run.start()
+    job_id = submit(run, "long", until_file(tmp_path / "never"))
+    ready(run, job_id)
+    done = subprocess.run([sys.executable, "-m", "praxist_fs", "stop", str(run.root)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert run.proc.wait(timeout=SLURM_S) == 0
+    run.proc = None
+    doc = read_json(run.sched / "jobs" / "done" / f"{job_id}.json")
+    assert doc["state"] == "cancelled"
+    assert all(state not in ("PENDING", "RUNNING") for state in slurm_jobs(run).values())
+    assert json.loads((run.sched / "status.json").read_text())["coordinator"]
+
+
+def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm_run,
+                                                                           tmp_path):
+    """Two GPU jobs hold the node's two GPUs; a third waits in Slurm: its job file says
+    why in Slurm's words, and ``praxist-fs status`` lists each by Slurm job id."""
+    run = slurm_run
+    run.start()
+    release = tmp_path / "release"
+    holders = [submit(run, f"hold{n}", until_file(release), profile="gpu1") for n in (1, 2)]
+    for job_id in holders:
+        ready(run, job_id)
+    waiting = submit(run, "waiting", "exit 0", profile="gpu1")
+    doc = wait_for(lambda: (d := run.job(waiting)) and "waiting in Slurm: Resources"
+                   in d["reason"] and d, timeout=SLURM_S, message="Slurm's pending reason")
+    slurm_id = doc["attempts"][-1]["handle"]["job_id"]
+    assert doc["state"] == "running"  # admitted by praxist_fs; Slurm decides when
+    assert f"(Slurm job {slurm_id})" in doc["reason"]
+    shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                            str(run.root)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"s{slurm_id}" in shown.stdout and "waiting in Slurm: Resources" in shown.stdout
+    release.touch()
+    assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0

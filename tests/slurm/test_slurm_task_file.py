@@ -1,0 +1,51 @@
+"""``backend: slurm`` in the task file: what it turns on, and what a cluster backend
+cannot do refused by name (SPEC R-DIST-1, R-CFG-2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from praxist_fs.config import parse_task_text, policy_from_mapping
+from praxist_fs.errors import PolicyError
+
+BASE = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+"""
+
+
+def policy(extra: str):
+    return policy_from_mapping(parse_task_text(BASE + extra, "task.yaml"))
+
+
+def test_backend_slurm_with_its_mapping_is_kept_and_journaled():
+    resolved = policy("    backend: slurm\n    slurm: {partition: gpu, poll_running_s: 5}\n")
+    assert (resolved.backend, resolved.on_cluster) == ("slurm", True)
+    assert resolved.to_dict()["slurm"] == {"partition": "gpu", "poll_running_s": 5}
+    assert policy("").backend == "local" and not policy("").on_cluster
+
+
+@pytest.mark.parametrize("extra, key, expected", [
+    ("    backend: pbs\n", "backend", "one of"),
+    ("    slurm: {partition: gpu}\n", "slurm", "no slurm mapping unless backend: slurm"),
+    ("    backend: slurm\n    slurm: {poll_pending_s: 0}\n", "slurm.poll_pending_s",
+     "a number in 0.2..60"),
+    ("    backend: slurm\n    max_concurrent_experiments: auto\n",
+     "max_concurrent_experiments", "a number with backend: slurm"),
+    ("    backend: slurm\n    queues:\n      urgent: {work_classes: [mature], priority: 10, "
+     "preemptible_queues: [rest]}\n      rest: {work_classes: [scout, ordinary]}\n",
+     "queues.urgent.preempt", "requeue with backend: slurm"),
+    ("    backend: slurm\n    queues:\n      urgent: {work_classes: [mature], priority: 10}\n"
+     "      rest: {work_classes: [scout, ordinary], preemptible: true}\n",
+     "queues.urgent.preempt", "requeue with backend: slurm"),
+])
+def test_what_a_cluster_backend_cannot_do_is_refused_by_name(extra, key, expected):
+    with pytest.raises(PolicyError) as caught:
+        policy(extra)
+    message = str(caught.value)
+    assert f"compute_budget.resource_scheduler.{key}" in message
+    assert expected in message
