@@ -369,10 +369,10 @@ def _check_name(event: Event, field: str) -> None:
 class NodeOutcome(Event):
     """An attempt ended on a cluster node, and what that says about the node (R-BUD-2).
 
-    ``infrastructure``: True for a failure of the node (NODE_FAIL, no READY within the
-    launch timeout, exit 75; see ``nodes.verdict``), False when the attempt ran its command
-    and ended otherwise, None when the end says nothing about the node (cancelled before
-    it ran): only a probe's ending is reported so. ``partition``: where the attempt ran,
+    ``infrastructure``: True for a failure of the node (NODE_FAIL or BOOT_FAIL, no READY
+    within the launch timeout, exit 75), False when the attempt ran its command and ended
+    otherwise (any other exit, a signal's 128+N included), None when the end says nothing
+    about the node (cancelled before it ran): only a probe's ending is reported so. ``partition``: where the attempt ran,
     which is how the registry learns partitions. ``probe``: the attempt was the node's
     probe (``NodeProbeStarted``). A name Slurm could not have meant as one node raises
     ValueError: the backend drops that node outcome, the attempt's own outcome stands."""

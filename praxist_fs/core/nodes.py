@@ -8,7 +8,8 @@ snapshot.
 
 - An attempt's end blames its node (NODE_FAIL or BOOT_FAIL, no READY within the
   launch timeout, exit 75), clears it (it ran its command and ended otherwise), or
-  says nothing about it (cancelled before it ran): ``verdict``.
+  says nothing about it (cancelled before it ran). The backend, which maps Slurm's
+  states, says which in ``NodeOutcome.infrastructure``.
 - Failures in a row are counted per node; a success resets the count and brings the
   node back online. Two in a row take it offline: ``excluded`` names it, and the
   backend passes that list to ``sbatch --exclude``.
@@ -34,12 +35,10 @@ from enum import Enum
 from typing import Any
 
 from ..errors import InvalidTransition
-from .budget import INFRA_EXIT_CODE
 from .events import Event, NodeOutcome, NodeProbeStarted, node_name_problem
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
 COOLDOWN_S = 300.0       # default wait from an offline node's latest failure to its probe
-NODE_FAILURE_STATES = ("NODE_FAIL", "BOOT_FAIL")  # Slurm job states that blame the node
 
 
 class NodeState(str, Enum):
@@ -50,27 +49,6 @@ class NodeState(str, Enum):
 
 
 _STORED = (NodeState.ONLINE, NodeState.SUSPECT, NodeState.OFFLINE)
-
-
-def verdict(*, slurm_state: str | None, exit_code: int | None,
-            ready_timed_out: bool = False) -> tuple[bool | None, str]:
-    """What an ended attempt says about its node: ``NodeOutcome``'s (infrastructure,
-    reason). A command that exited 0 clears the node whatever Slurm says of the job
-    (exit.json is the truth); NODE_FAIL or BOOT_FAIL, no READY within the launch timeout
-    and exit 75 blame it; any other exit of a command that ran (128+N for a signal
-    included) clears it; an end without an exit says nothing. Slurm's PREEMPTED says
-    nothing either: a busy cluster preempting us is not a broken node."""
-    if exit_code == 0:
-        return False, "exit 0"
-    if slurm_state in NODE_FAILURE_STATES:
-        return True, slurm_state
-    if ready_timed_out:
-        return True, "no READY within the launch timeout"
-    if exit_code == INFRA_EXIT_CODE:
-        return True, f"exit {INFRA_EXIT_CODE}"
-    if exit_code is not None:
-        return False, f"exit {exit_code}"
-    return None, slurm_state or "ended before its command ran"
 
 
 @dataclass(slots=True)
@@ -99,6 +77,9 @@ class NodeRegistry:
             raise ValueError(f"cooldown_s must be a number of seconds >= 0, got {cooldown_s!r}")
         self.cooldown_s = float(cooldown_s)
         self.nodes: dict[str, Node] = {}
+        # indexes of ``nodes``: partition -> its nodes; the suspects
+        self._members: dict[str, set[str]] = {}
+        self._suspects: set[str] = set()
 
     def handle(self, event: Event) -> None:
         """The one way the registry changes: a journaled node event, live or replayed."""
@@ -151,7 +132,7 @@ class NodeRegistry:
             if node.state not in _STORED or not node.partitions or any(map(
                     node_name_problem, names)):
                 raise ValueError(f"damaged node entry {doc!r}")
-            registry.nodes[node.name] = node
+            registry._add(node)
         return registry
 
     def _on_outcome(self, ev: NodeOutcome) -> None:
@@ -161,9 +142,10 @@ class NodeRegistry:
                 node.probe_placed = None
             return
         if node is None:
-            node = self.nodes[ev.node] = Node(ev.node, (ev.partition,), since=ev.at)
+            node = self._add(Node(ev.node, (ev.partition,), since=ev.at))
         elif ev.partition not in node.partitions:
             node.partitions = tuple(sorted((*node.partitions, ev.partition)))
+            self._members.setdefault(ev.partition, set()).add(node.name)
         if ev.probe:
             node.probe_placed = None
         if ev.infrastructure:
@@ -172,6 +154,14 @@ class NodeRegistry:
             self._succeeded(node, ev.at)
         if node.takes_work:
             self._relieve(node, ev.at)
+
+    def _add(self, node: Node) -> Node:
+        self.nodes[node.name] = node
+        for partition in node.partitions:
+            self._members.setdefault(partition, set()).add(node.name)
+        if node.state is NodeState.SUSPECT:
+            self._suspects.add(node.name)
+        return node
 
     def _on_probe(self, ev: NodeProbeStarted) -> None:
         """Accepted whatever the time: a coordinator that replays with a longer
@@ -192,30 +182,35 @@ class NodeRegistry:
         if node.failures < FAILURES_TO_OFFLINE:
             return
         if not self._last_of(node):
-            self._offline(node, at)
+            self._enter(node, NodeState.OFFLINE, at)
         elif node.state is not NodeState.SUSPECT:
-            node.state, node.since, node.probe_after = NodeState.SUSPECT, at, None
+            self._enter(node, NodeState.SUSPECT, at)
 
     def _succeeded(self, node: Node, at: float) -> None:
         node.failures, node.last_failure = 0, None
         if node.state is not NodeState.ONLINE:
-            node.state, node.since, node.probe_after = NodeState.ONLINE, at, None
+            self._enter(node, NodeState.ONLINE, at)
 
-    def _offline(self, node: Node, at: float) -> None:
-        node.state, node.since, node.probe_after = NodeState.OFFLINE, at, at + self.cooldown_s
+    def _enter(self, node: Node, state: NodeState, at: float) -> None:
+        """``since`` starts again, and an offline node's cool-down with it."""
+        node.state, node.since = state, at
+        node.probe_after = at + self.cooldown_s if state is NodeState.OFFLINE else None
+        if state is NodeState.SUSPECT:
+            self._suspects.add(node.name)
+        else:
+            self._suspects.discard(node.name)
 
     def _relieve(self, node: Node, at: float) -> None:
-        """``node`` takes work: suspects of its partitions are no longer the last."""
-        for other in sorted(self.nodes.values(), key=lambda n: n.name):
-            if (other.state is NodeState.SUSPECT and other is not node
-                    and set(other.partitions) & set(node.partitions) and not self._last_of(other)):
-                self._offline(other, at)
+        """``node`` takes work: a suspect that it leaves no longer the last goes offline."""
+        for name in sorted(self._suspects - {node.name}):
+            if not self._last_of(self.nodes[name]):
+                self._enter(self.nodes[name], NodeState.OFFLINE, at)
 
     def _last_of(self, node: Node) -> list[str]:
         """The partitions of ``node`` where no other node takes work."""
         return [partition for partition in node.partitions
-                if not any(other is not node and other.takes_work
-                           and partition in other.partitions for other in self.nodes.values())]
+                if not any(name != node.name and self.nodes[name].takes_work
+                           for name in self._members[partition])]
 
     @staticmethod
     def _shown(node: Node, at: float) -> NodeState:
