@@ -128,9 +128,9 @@ class NodeRegistry:
         for doc in data["nodes"]:
             node = Node(**{**doc, "partitions": tuple(doc["partitions"]),
                            "state": NodeState(doc["state"])})
-            names = (node.name, *node.partitions)
-            if node.state not in _STORED or not node.partitions or any(map(
-                    node_name_problem, names)):
+            if (node.state not in _STORED or not node.partitions
+                    or any(map(node_name_problem, (node.name, *node.partitions)))
+                    or (node.state is NodeState.OFFLINE) != (node.probe_after is not None)):
                 raise ValueError(f"damaged node entry {doc!r}")
             registry._add(node)
         return registry

@@ -261,8 +261,9 @@ def test_from_dict_round_trips_every_stored_state():
     assert restored.status(later) == registry.status(later)
     assert {r["state"] for r in restored.status(T0 + 5)} == {"offline", "online", "suspect"}
 
+    assert doc["nodes"][0]["state"] == "offline"
     for damage in ({"state": "probing"}, {"state": "gone"}, {"partitions": []},
-                   {"name": "a,b"}, {"surprise": 1}):
+                   {"name": "a,b"}, {"surprise": 1}, {"probe_after": None}):
         broken = {**doc, "nodes": [{**doc["nodes"][0], **damage}, *doc["nodes"][1:]]}
         with pytest.raises((ValueError, TypeError)):
             NodeRegistry.from_dict(broken)
