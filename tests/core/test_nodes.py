@@ -46,8 +46,9 @@ def offline_n1(at=T0):
 
 def test_two_infrastructure_failures_in_a_row_take_a_node_offline_and_exclude_it():
     """SPEC R-BUD-2: "A node goes offline after 2 consecutive channel failures"; issue 16
-    item 3: offline nodes are the ``--exclude`` list. Each kind of infrastructure end
-    counts: NODE_FAIL, no READY within the launch timeout, exit 75."""
+    item 3: offline nodes are the ``--exclude`` list. Whatever the failure (the backend
+    classifies NODE_FAIL, no READY within the launch timeout, exit 75), status names the
+    last one."""
     registry = two_node_partition()
     outcome(registry, T0 + 1, "n1", reason="no READY within the launch timeout")
     assert row(registry, T0 + 1, "n1") == {
@@ -345,3 +346,15 @@ def test_an_offline_node_found_in_a_new_partition_stays_for_it():
     assert row(registry, T0 + 3, "n1")["state"] == "suspect"
     assert row(registry, T0 + 3, "n1")["reason"].endswith("the last node of partition gpu "
                                                           "that takes work")
+
+
+def test_any_success_brings_an_offline_node_back_online():
+    """SPEC R-BUD-2: "back online on the next success": an attempt submitted before n1
+    went offline still runs its command there and exits 0; n1 is online again without
+    waiting for its probe."""
+    registry = offline_n1()
+    outcome(registry, T0 + 10, "n1", False, reason="exit 0")
+    assert registry.excluded() == []
+    assert registry.probes_due(T0 + 10 * COOLDOWN_S) == []
+    assert row(registry, T0 + 10, "n1")["state"] == "online"
+    assert row(registry, T0 + 10, "n1")["since"] == T0 + 10
