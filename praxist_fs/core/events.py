@@ -343,3 +343,75 @@ def from_record(record: dict[str, Any]) -> Event:
         if isinstance(values.get(key), list):
             values[key] = tuple(values[key])
     return cls(**values)
+
+
+NODE_NAME_MAX = 255  # a longer "node" is not one Slurm printed for a single node
+
+
+def node_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be one cluster node's (or partition's) name, or None.
+
+    Names are kept exactly as Slurm printed them (non-ASCII included), because they go
+    back to Slurm in ``--exclude`` and ``--nodelist``. Refused: what is not one name
+    there: empty, over ``NODE_NAME_MAX`` characters, unprintable, or with the commas,
+    brackets or spaces of a node list (``a,b`` or ``gpu[1-4]`` would exclude several)."""
+    if not isinstance(name, str) or not name:
+        return "a non-empty string"
+    if len(name) > NODE_NAME_MAX:
+        return f"at most {NODE_NAME_MAX} characters"
+    if not name.isprintable() or any(c in name for c in ", []"):
+        return "one name: printable, without commas, brackets or spaces"
+    return None
+
+
+def _check_name(event: Event, field: str) -> None:
+    value = getattr(event, field)
+    if (problem := node_name_problem(value)) is not None:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ValueError(f"{type(event).__name__}.{field} must be {problem}, got {shown}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeOutcome(Event):
+    """An attempt ended on a cluster node, and what that says about the node (R-BUD-2).
+
+    ``infrastructure``: True for a failure of the node (NODE_FAIL or BOOT_FAIL, no READY
+    within the launch timeout, exit 75), False when the attempt ran its command and ended
+    otherwise (any other exit, a signal's 128+N included), None when the end says nothing
+    about the node (cancelled before it ran): only a probe's ending is reported so. ``partition``: where the attempt ran,
+    which is how the registry learns partitions. ``probe``: the attempt was the node's
+    probe (``NodeProbeStarted``). A name Slurm could not have meant as one node raises
+    ValueError: the backend drops that node outcome, the attempt's own outcome stands."""
+
+    kind: ClassVar[str] = "node_outcome"
+    node: str
+    partition: str
+    infrastructure: bool | None
+    reason: str
+    probe: bool = False
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        _check_name(self, "node")
+        _check_name(self, "partition")
+        if not isinstance(self.infrastructure, (bool, type(None))):
+            raise ValueError("NodeOutcome.infrastructure must be true, false or null, "
+                             f"got {self.infrastructure!r}")
+        if not isinstance(self.reason, str):
+            raise ValueError(f"NodeOutcome.reason must be a string, got {self.reason!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeProbeStarted(Event):
+    """The backend placed the one probe attempt an offline node's cool-down allows
+    (``NodeRegistry.probes_due``); its ``NodeOutcome`` carries ``probe``."""
+
+    kind: ClassVar[str] = "node_probe_started"
+    node: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        _check_name(self, "node")
+
+
+EVENT_TYPES.update({cls.kind: cls for cls in (NodeOutcome, NodeProbeStarted)})
