@@ -120,7 +120,7 @@ class Coordinator:
         self.sched = Scheduler()
         self.selector = selectors.DefaultSelector()
         self.backend: ExecutionBackend = (
-            SlurmBackend(self.layout, self.selector, self._job, policy)
+            SlurmBackend(self.layout, self.selector, self._job, policy, lambda: self.sched.nodes)
             if policy.backend == "slurm" else
             LocalBackend(self.layout, self.selector, self._job, frozenset(DISK_ERRORS)))
         self.stop_requested = False

@@ -8,7 +8,7 @@ job is and why it ended when the files cannot. Every Slurm command runs with the
 coordinator's environment (``SLURM_CONF`` selects the cluster) and a timeout, since a
 down slurmctld blocks client commands for about 9 s: call them off the event loop.
 Nothing a command prints, nor a file a peer wrote, makes this module raise anything
-but the two errors below. See docs/SLURM.md.
+but the two errors below. See docs/OPERATIONS.md, *Running on Slurm*.
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, Capabilities
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
-from praxist_fs.core.events import AttemptObserved, Event
+from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
 from praxist_fs.errors import PolicyError, PraxistError
 
 if TYPE_CHECKING:
     from praxist_fs.core.model import Attempt, Job
+    from praxist_fs.core.nodes import NodeRegistry
     from praxist_fs.core.policy import Policy
 
 log = logging.getLogger("praxist_fs")
@@ -88,7 +89,8 @@ class ProfileResources:
 
 @dataclass(frozen=True)
 class SlurmConfig:
-    """``resource_scheduler.slurm``: docs/SLURM.md has each key's default and range."""
+    """``resource_scheduler.slurm``: OPERATIONS.md *Running on Slurm* has each key's default
+    and range."""
 
     partition: str | None = None
     account: str | None = None
@@ -458,8 +460,21 @@ class SlurmClient:
         makedirs(attempt_dir)
         write_atomic(attempt_dir / ENTRY, entry_script(self.config.python), mode=0o755)
         comment = f"praxist:{run_tag(self.run_dir)}:{job_id}:{attempt_id}"
-        done = self._run(sbatch_argv(self.config, self.job_name(job_id, attempt_id), comment,
-                                     attempt_dir, profile, eta_seconds, exclude))
+        return self._job_id(self._run(sbatch_argv(
+            self.config, self.job_name(job_id, attempt_id), comment, attempt_dir, profile,
+            eta_seconds, exclude)))
+
+    def probe(self, node: str, name: str) -> str:
+        """A tiny job pinned to ``node`` (R-BUD-2's probe): it runs ``true`` once the node
+        takes work. Its Slurm job id; SlurmRefused or SlurmUnavailable as ``submit``."""
+        argv = ["sbatch", "--parsable", "--no-requeue", "-J", name, f"--nodelist={node}",
+                "-c", "1", "--mem=16M", "-t", "5", "-o", "/dev/null", "--wrap", "true"]
+        if self.config.partition is not None:
+            argv[1:1] = ["-p", self.config.partition]
+        return self._job_id(self._run(argv))
+
+    def _job_id(self, done: Completed) -> str:
+        """The job id sbatch --parsable printed, or why there is none."""
         if done.returncode is None:
             raise SlurmUnavailable(done.stderr)
         if done.returncode != 0:
@@ -545,6 +560,7 @@ class Tracked:
     final: FinalExit | None = None  # sacct's record, for an end without exit.json
     asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
     kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
+    node_told: bool = False  # its end was reported against its node (R-BUD-2), once
 
 
 class SlurmBackend:
@@ -561,9 +577,11 @@ class SlurmBackend:
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], policy: Policy,
-                 client: SlurmClient | None = None) -> None:
+                 nodes: Callable[[], NodeRegistry], client: SlurmClient | None = None) -> None:
         self.layout = layout
         self.lookup = lookup
+        self.nodes = nodes  # the core's node registry (R-BUD-2), read-only
+        self.probes: dict[str, str] = {}  # node -> the Slurm job id of its probe
         self.profiles = policy.profiles
         self.config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
         self.client = client or SlurmClient(self.config, layout.root)
@@ -571,6 +589,8 @@ class SlurmBackend:
         self.tracked: dict[AttemptKey, Tracked] = {}
         self.unresolved: set[AttemptKey] = set()  # launched, sbatch's answer lost: find()
         self.spawned: list[SpawnAttempt] = []
+        self.partition = self.config.partition or "default"  # as the node registry knows it
+        self.probe_states: dict[str, SlurmState | None] = {}  # a probe's id -> its last state
         self.swept = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._polling: Future | None = None
@@ -611,7 +631,7 @@ class SlurmBackend:
         name = self.client.job_name(*key)
         try:
             slurm_id = self.client.submit(attempt_dir, *key, profile,
-                                          effect.metadata.get("eta_s"), [])
+                                          effect.metadata.get("eta_s"), self.nodes().excluded())
         except SlurmRefused as exc:
             unlink(attempt_dir / SPEC)
             return [self._could_not_start(key, f"Slurm refused it: {exc}")]
@@ -729,6 +749,25 @@ class SlurmBackend:
         # the core settles it by what it asked and whether GO was given
         return AttemptObserved(alive=False, error=f"{reason}{where}", **base)
 
+    def _told(self, key: AttemptKey, seen: AttemptObserved) -> list[Event]:
+        """``seen``, and once an attempt has ended what that says of its node (R-BUD-2):
+        exit 75 or a node's failure blame it, any other exit of a command that ran clears
+        it; an end before the command ran (cancelled, released, lost) says nothing."""
+        tracked = self.tracked.get(key)
+        node = (seen.handle or {}).get("node")
+        if not seen.exited or tracked is None or tracked.node_told or not node or (
+                tracked.state is not None and tracked.state.state == "PREEMPTED"):
+            return [seen]  # Slurm preempting us for others is not the node's failure
+        tracked.node_told = True
+        try:
+            told = NodeOutcome(at=seen.at, node=node, partition=self.partition,
+                               infrastructure=seen.exit_code == INFRA_EXIT_CODE,
+                               reason=seen.error or f"exit {seen.exit_code}")
+        except ValueError as exc:  # a name Slurm could not mean as one node: not counted
+            log.warning("attempt %s/%s: node %r not counted: %s", *key, node, exc)
+            return [seen]
+        return [seen, told]
+
     def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
         """After a restart: the journaled Slurm job, or (a crash between sbatch and the
         journal) the job found by its name; none found means none ran (no GO)."""
@@ -738,7 +777,7 @@ class SlurmBackend:
             self.tracked[key] = Tracked(slurm_id=str(handle["job_id"]),
                                         name=str(handle["job_name"]))
             self._poll_now()
-            return [self.observe(job, attempt)]
+            return self._told(key, self.observe(job, attempt))
         return self._find(key)
 
     def _find(self, key: AttemptKey) -> list[Event]:
@@ -776,11 +815,62 @@ class SlurmBackend:
         for job in in_flight:
             key = (job.job_id, job.current.attempt_id)
             if key in self.tracked:
-                events.append(self.observe(job, job.current))
+                events += self._told(key, self.observe(job, job.current))
         if not self.swept and not self.unresolved:
             self._sweep_strays({t.slurm_id for t in self.tracked.values()})
+        events += self._probe(time.time())
         self._kick(time.monotonic())
         return events
+
+    def _probe(self, now: float) -> list[Event]:
+        """R-BUD-2: an offline node whose cool-down is over gets one probe, a tiny job
+        pinned to it (``--nodelist``): it runs once the node takes work again, and its
+        end brings the node back online or restarts the cool-down. A probe the journal
+        placed but Slurm does not know (a restart) is closed without a verdict."""
+        registry = self.nodes()
+        events: list[Event] = []
+        for name, node in registry.nodes.items():
+            if node.probe_placed is not None and name not in self.probes:
+                found = self._probe_job(name)
+                if found is None:
+                    events.append(NodeOutcome(at=now, node=name, partition=self.partition,
+                                              infrastructure=None, probe=True,
+                                              reason="its probe was not found in Slurm"))
+                else:
+                    self.probes[name] = found
+        for name in registry.probes_due(now):
+            if self._submit_probe(name):
+                events.append(NodeProbeStarted(at=now, node=name))
+        for name, slurm_id in list(self.probes.items()):
+            if slurm_id not in self.probe_states:
+                continue  # not polled since it was placed
+            state = self.probe_states.pop(slurm_id)
+            if state is not None and state.state in PENDING_STATES | RUNNING_STATES:
+                self.probe_states[slurm_id] = state
+                continue
+            del self.probes[name]
+            events.append(NodeOutcome(
+                at=now, node=name, partition=self.partition, probe=True,
+                infrastructure=None if state is None else state.state != "COMPLETED",
+                reason=f"probe: Slurm {state.state if state else 'purged it unseen'}"))
+        return events
+
+    def _probe_name(self, node: str) -> str:
+        return f"pxprobe-{run_tag(self.layout.root)}-{_slurm_safe(node)}"  # never swept
+
+    def _probe_job(self, node: str) -> str | None:
+        try:
+            return self.client.find(self._probe_name(node))
+        except SlurmUnavailable:
+            return None
+
+    def _submit_probe(self, node: str) -> bool:
+        try:
+            self.probes[node] = self.client.probe(node, self._probe_name(node))
+        except (SlurmRefused, SlurmUnavailable) as exc:
+            log.warning("node %s: its probe could not be submitted: %s", node, exc)
+            return False
+        return True
 
     def _sweep_strays(self, known: set[str]) -> None:
         try:
@@ -815,16 +905,19 @@ class SlurmBackend:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and \
                     job.current.attempt_id == key[1] and job.current.phase != "ended":
-                events.append(self.observe(job, job.current))
+                events += self._told(key, self.observe(job, job.current))
             else:
                 del self.tracked[key]  # settled: Slurm's word on it is no longer needed
-        return events
+        return events + self._probe(time.time())
 
     def _take(self, asked: list[str], states: dict[str, SlurmState],
               finals: dict[str, FinalExit | None]) -> None:
         """Slurm's answer about the ids ``asked``: one missing from it is unknown to Slurm.
         Jobs submitted after the question was put wait for the next answer."""
         asked_ids = set(asked)
+        for slurm_id in self.probes.values():
+            if slurm_id in asked_ids:  # None: unknown to Slurm (purged)
+                self.probe_states[slurm_id] = states.get(slurm_id)
         for tracked in self.tracked.values():
             if tracked.slurm_id in asked_ids:
                 tracked.state = states.get(tracked.slurm_id)
@@ -834,13 +927,14 @@ class SlurmBackend:
 
     def _kick(self, now: float) -> None:
         """Start the next squeue on the worker thread when it is due and none runs."""
-        if self._polling is not None or now < self._next_poll or not self.tracked:
+        if self._polling is not None or now < self._next_poll or not (self.tracked or
+                                                                        self.probes):
             return
         waiting = any(t.state is None or t.state.state in PENDING_STATES
                       for t in self.tracked.values())
         self._next_poll = now + (self.config.poll_pending_s if waiting
                                  else self.config.poll_running_s)
-        ids = [t.slurm_id for t in self.tracked.values()]
+        ids = [t.slurm_id for t in self.tracked.values()] + list(self.probes.values())
         ended = [t.slurm_id for t in self.tracked.values() if t.final is None and (
             t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
         self._polling = self._pool.submit(self._poll, ids, ended)
@@ -904,7 +998,7 @@ class SlurmBackend:
         for key in keys:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and job.current.attempt_id == key[1]:
-                events.append(self.observe(job, job.current))
+                events += self._told(key, self.observe(job, job.current))
         return events
 
     def next_timer(self) -> float:

@@ -104,6 +104,10 @@ def format_status(doc: dict, alive: bool = True) -> str:
                   + (f" {a['progress']['done']}/{a['progress']['total']}"
                      if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
+    if doc.get("nodes"):  # R-BUD-2: a cluster backend's nodes
+        lines += ["", f"{'NODE':24} {'PARTITION':16} {'STATE':8} {'FAILS':>5}  REASON"]
+        lines += [f"{n['node'][:24]:24} {n['partition'][:16]:16} {n['state']:8} "
+                  f"{n['consecutive_failures']:>5}  {n['reason'] or ''}" for n in doc["nodes"]]
     if doc.get("suspended"):  # R-POL-3; an older coordinator's status.json has none
         lines += ["", f"{'SUSPENDED JOB':40} {'ATTEMPT':8} {'FOR':>8}  {'BY':30} WAITING"]
         lines += [f"{s['job_id'][:40]:40} {s['attempt_id']:8} {s['suspended_s']:>7.1f}s  "

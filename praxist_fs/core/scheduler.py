@@ -43,10 +43,11 @@ from .events import (
     ClaimsReleased,
     ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, RequestSeen, ResultSeen, RunStopRequested, BudgetAlert,
-    BudgetVerdict,
+    LeaseGranted, LeaseRevoked, NodeOutcome, NodeProbeStarted, RequestSeen, ResultSeen,
+    RunStopRequested, BudgetAlert, BudgetVerdict,
 )
 from .generations import GenerationDesk
+from .nodes import NodeRegistry
 from .identity import differences, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
@@ -93,6 +94,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.queue_usage = Usage()              # slot-seconds by queue (projects), likewise
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
+        self.nodes = NodeRegistry()  # R-BUD-2: a cluster backend's nodes and their health
         self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
         # Soft state, rebuilt from live observation after a restart and never journaled:
@@ -123,6 +125,12 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if self._settled:  # jobs that others wait for changed state (R-CTL-5)
             effects += self.settle_dependents(event.at)
         return effects
+
+    def _on_node(self, ev: NodeOutcome | NodeProbeStarted) -> list[Effect]:
+        """R-BUD-2: what an attempt's end says of its node (core/nodes.py decides)."""
+        self.nodes.handle(ev)
+        self.version += 1
+        return []
 
     def _on_started(self, ev: CoordinatorStarted) -> list[Effect]:
         self.policy = Policy.from_dict(ev.policy)
@@ -1069,6 +1077,8 @@ _HANDLERS = {
     BudgetVerdict: Scheduler._on_verdict,
     BudgetAlert: Scheduler._on_alert,
     AdmissionExpired: Scheduler._on_admission_expired,
+    NodeOutcome: Scheduler._on_node,
+    NodeProbeStarted: Scheduler._on_node,
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from .budget import Ledger
 from .calibration import Calibration
 from .model import Attempt, AttemptPhase, Job, Reply
+from .nodes import NodeRegistry
 from .pickers import Usage
 from .policy import Policy
 from .request import Request
@@ -98,6 +99,7 @@ def _header(sched: Scheduler) -> dict[str, Any]:
         "usage": sched.usage.to_dict(),
         "queue_usage": sched.queue_usage.to_dict(),
         "budget": sched.ledger.to_dict(),
+        "nodes": sched.nodes.to_dict(),
     }
 
 
@@ -131,6 +133,8 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     sched.queue_usage = Usage({name: (value, as_of)  # snapshots before projects lack it
                                for name, (value, as_of) in doc.get("queue_usage", {}).items()})
     sched.ledger = Ledger.from_dict(doc["budget"])
+    if "nodes" in doc:  # snapshots before the node registry lack it
+        sched.nodes = NodeRegistry.from_dict(doc["nodes"])
     sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
                             if any(attempt.preemptions for attempt in job.attempts)}
     for job in sched.jobs.values():

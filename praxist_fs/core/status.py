@@ -69,6 +69,7 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                          "drain": (g.closing_signal or {}).get("drain")}
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
         "budget": _budget(sched, now),
+        "nodes": sched.nodes.status(now),  # R-BUD-2: a cluster backend's nodes, by health
     }
 
 

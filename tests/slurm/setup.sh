@@ -4,7 +4,7 @@
 # slurm.conf and gres.conf (one node, ci0, with two fake GPUs) into $PRAXIST_SLURM_DIR
 # (default /tmp/praxist-slurm), starts munged, slurmctld and slurmd, waits until the
 # node is idle, and prints SLURM_CONF=<path> on its last line.
-# The recipe, measured on Debian 12 / Slurm 22.05: docs/SLURM.md, "Testing".
+# The recipe, measured on Debian 12 / Slurm 22.05: docs/OPERATIONS.md, "Running on Slurm", "Testing".
 # Exit 77: Slurm cannot be had here (not root, no apt-get); the reason is on stderr.
 set -eu
 dir=${PRAXIST_SLURM_DIR:-/tmp/praxist-slurm}

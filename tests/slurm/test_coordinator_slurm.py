@@ -219,3 +219,39 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
     assert f"s{slurm_id}" in shown.stdout and "waiting in Slurm: Resources" in shown.stdout
     release.touch()
     assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
+
+
+def set_node(state: str, check: bool = True) -> None:
+    subprocess.run(["scontrol", "update", "nodename=ci0", f"state={state}",
+                    *(["reason=praxist_fs test"] if state == "down" else [])],
+                   check=check, timeout=30, capture_output=True)
+
+
+def test_a_node_failure_is_retried_and_counted_against_the_node(slurm_run, tmp_path):
+    """R-BUD-2: the node goes down under a running attempt (Slurm: NODE_FAIL). The
+    attempt is an infrastructure failure, retried once the node is back, and the node's
+    failures are counted; twice in a row would take it offline, but ci0 is the last node
+    of its partition, so it stays in rotation as ``suspect`` and status says why."""
+    run = slurm_run
+    run.task.write_text(TASK.replace("infrastructure_retries: 1", "infrastructure_retries: 2"))
+    run.start()
+    job_id = submit(run, "fragile", until_file(tmp_path / "never"))
+    try:
+        for attempt in ("a1", "a2"):
+            ready(run, job_id, attempt)
+            set_node("down")
+            wait_for(lambda: len(run.job(job_id)["attempts"]) > int(attempt[1:]),
+                     timeout=SLURM_S, message=f"the retry after {attempt}'s NODE_FAIL")
+            set_node("resume")
+        ready(run, job_id, "a3")
+        doc = run.job(job_id)
+        assert [a["outcome"] for a in doc["attempts"][:2]] == ["infra_retry", "infra_retry"]
+        assert "NODE_FAIL on node ci0" in doc["attempts"][0]["error"]
+        node = wait_for(lambda: (n := run.status()["nodes"]) and n[0]["consecutive_failures"]
+                        == 2 and n[0], timeout=SLURM_S, message="the node's failures")
+        assert (node["node"], node["state"]) == ("ci0", "suspect")
+        assert "last node" in node["reason"]
+    finally:
+        set_node("resume", check=False)  # idle already, unless the test failed midway
+    subprocess.run(["scancel", "-n", run.job(job_id)["attempts"][-1]["handle"]["job_name"]],
+                   timeout=30, check=False)
