@@ -547,6 +547,7 @@ class SlurmClient:
 SLURM_REFUSED_EXIT = 127  # sbatch refused the job: it could not be started, as a missing shim
 EXTERNAL_CANCEL_EXIT = 128 + signal.SIGTERM  # scancel from outside praxist_fs, without sacct
 STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jobs (KillWait)
+READY_WATCH_SECONDS = 0.05  # READY of a job Slurm started is looked for this often (no pipe)
 
 
 @dataclass
@@ -1001,10 +1002,26 @@ class SlurmBackend:
                 events += self._told(key, self.observe(job, job.current))
         return events
 
+    def _starting(self) -> list[tuple[AttemptKey, Job]]:
+        """Attempts Slurm has started (or may have: not polled yet) whose READY is still to
+        be seen: the launch path, so they are looked at every READY_WATCH_SECONDS."""
+        starting = []
+        for key, tracked in self.tracked.items():
+            if tracked.polled and (tracked.state is None
+                                   or tracked.state.state not in RUNNING_STATES):
+                continue
+            job = self.lookup(key[0])
+            if job is not None and job.current is not None and \
+                    job.current.attempt_id == key[1] and not job.current.go:
+                starting.append((key, job))
+        return starting
+
     def next_timer(self) -> float:
         kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]
-        polls = [self._next_poll] if self.tracked and self._polling is None else []
-        return min(kills + polls, default=math.inf)
+        polls = [self._next_poll] if (self.tracked or self.probes) and \
+            self._polling is None else []
+        watch = [time.monotonic() + READY_WATCH_SECONDS] if self._starting() else []
+        return min(kills + polls + watch, default=math.inf)
 
     def on_timer(self, now: float) -> list[Event]:
         for key, tracked in self.tracked.items():
@@ -1014,7 +1031,8 @@ class SlurmBackend:
                 self.client.signal(tracked.slurm_id, signal.SIGKILL)
                 tracked.kill_at = None
         self._kick(now)
-        return []
+        return [self.observe(job, job.current) for key, job in self._starting()
+                if (self.layout.attempt_dir(*key) / "READY").exists()]
 
     def close(self) -> None:
         """The coordinator leaves; the jobs stay in Slurm, to be adopted by the next one."""
