@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The Slurm backend side by side with plain ``sbatch`` of the same command, on the same
-Slurm (issue 16, item 6; a first slice: the backend alone, not yet a coordinator).
+"""A coordinator with ``backend: slurm`` side by side with plain ``sbatch`` of the same
+command, on the same Slurm (issue 16, item 6).
 
     .venv/bin/python bench/bench_slurm.py [--n 10] [--jobs 12]
 
@@ -10,8 +10,10 @@ CPU and 256 MB, so "start" is the timestamp date writes.
 
   latency     submit-to-start over N sequential jobs, praxist_fs and plain sbatch
               alternating, each on an idle cluster (the previous job out of squeue's
-              running states). praxist_fs's submit: spec.json, the entry script, sbatch,
-              GO; plain: one ``sbatch --wrap``.
+              running states). praxist_fs's submit: a request file renamed into the
+              spool of a running ``praxist-fs serve`` (which validates, journals, writes
+              spec.json and the entry script, runs sbatch, sees READY and gives GO);
+              plain: one ``sbatch --wrap``.
   throughput  ``--jobs`` jobs submitted at once: from the first submit to the last
               command's timestamp; ``--rounds`` rounds, the first side alternating,
               the median reported (Slurm starts jobs in scheduler passes about a
@@ -35,17 +37,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from praxist_fs.backends.slurm import SlurmClient, parse_slurm_config, write_spec  # noqa: E402
+from praxist_fs.backends.slurm import SlurmClient, parse_slurm_config  # noqa: E402
 
-CPU = {"name": "cpu", "accelerator": "cpu", "gpu_count": 0}
 RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    backend: slurm
+    max_concurrent_experiments: 64
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+    slurm:
+      default_resources: {cpus: 1, mem_mb: 256}
+      poll_pending_s: 0.5
+"""
 
 
 def stamp_command(path: Path) -> str:
     return f"date +%s%N > {path}"
 
 
-def read_stamp(path: Path, timeout: float = 120.0) -> float:
+def read_stamp(path: Path, timeout: float = 120.0,
+               parse=lambda text: int(text) / 1e9) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -53,29 +68,40 @@ def read_stamp(path: Path, timeout: float = 120.0) -> float:
         except OSError:
             text = ""
         if text:
-            return int(text) / 1e9
+            return parse(text)
         time.sleep(0.005)
-    raise SystemExit(f"no start stamp in {path} after {timeout:g} s")
+    raise SystemExit(f"nothing in {path} after {timeout:g} s")
 
 
 class Sides:
     def __init__(self, base: Path) -> None:
         self.base = base
-        self.backend = SlurmClient(
-            parse_slurm_config({"default_resources": {"cpus": 1, "mem_mb": 256}}), base / "run")
+        self.run = base / "run"
+        self.spool = self.run / "resource_scheduler" / "spool"
+        self.backend = SlurmClient(parse_slurm_config({}), self.run)  # to poll, not submit
         self.serial = 0
+        (base / "task.yaml").write_text(TASK)
+        self.log = open(base / "coordinator.log", "ab")
+        self.coordinator = subprocess.Popen(
+            [sys.executable, "-m", "praxist_fs", "serve", "--run-dir", str(self.run),
+             "--config", str(base / "task.yaml")], stdout=self.log, stderr=self.log,
+            env={**os.environ, "PRAXIST_HOST_REGISTRY": str(base / "registry")})
+        endpoint = self.run / "resource_scheduler" / "endpoint.json"
+        read_stamp(endpoint, timeout=60, parse=lambda text: 1.0)
+
+    def close(self) -> None:
+        self.coordinator.terminate()
+        self.coordinator.wait(timeout=60)
+        self.log.close()
 
     def praxist(self, stamp: Path) -> str:
+        """A request, as a peer writes one; the job's name prefix stands for its id."""
         self.serial += 1
-        job = f"j{self.serial}"
-        attempt = self.backend.run_dir / "attempts" / job / "a1"
-        attempt.mkdir(parents=True)
-        write_spec(attempt, {"argv": None, "command": stamp_command(stamp),
-                             "cwd": str(self.base), "env": {"PATH": os.defpath},
-                             "log": str(attempt / "out.log"), "barrier_timeout_s": 120})
-        slurm_id = self.backend.submit(attempt, job, "a1", CPU, None, [])
-        self.backend.release(attempt, go=True)
-        return slurm_id
+        name = f"j{self.serial}.json"
+        (self.spool / "tmp" / name).write_text(
+            f'{{"peer": "bench", "tag": "j{self.serial}", "command": "{stamp_command(stamp)}"}}')
+        os.rename(self.spool / "tmp" / name, self.spool / "incoming" / name)
+        return f"j{self.serial}-"
 
     def plain(self, stamp: Path) -> str:
         self.serial += 1
@@ -87,9 +113,11 @@ class Sides:
         return done.stdout.strip().split(";")[0]
 
     def settle(self, ids: list[str]) -> None:
-        """Until none of ``ids`` holds resources: the next measurement starts idle."""
+        """Until none of ``ids`` (Slurm ids, or a praxist_fs job's name prefix) holds
+        resources: the next measurement starts idle."""
         while True:
-            states = self.backend.poll(ids)
+            states = self.backend.jobs_of_run() if any("-" in i for i in ids) else {}
+            states.update(self.backend.poll([i for i in ids if "-" not in i]))
             if not any(state.state in RUNNING for state in states.values()):
                 return
             time.sleep(0.05)
@@ -147,9 +175,12 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-slurm-") as base:
             sides = Sides(Path(base))
-            warm_up(sides)
-            lat = latency(sides, args.n)
-            tput = throughput(sides, args.jobs, args.rounds)
+            try:
+                warm_up(sides)
+                lat = latency(sides, args.n)
+                tput = throughput(sides, args.jobs, args.rounds)
+            finally:
+                sides.close()
     finally:
         if started_slurm:
             subprocess.run([str(ROOT / "tests/slurm/teardown.sh")], check=False)

@@ -547,7 +547,6 @@ class SlurmClient:
 SLURM_REFUSED_EXIT = 127  # sbatch refused the job: it could not be started, as a missing shim
 EXTERNAL_CANCEL_EXIT = 128 + signal.SIGTERM  # scancel from outside praxist_fs, without sacct
 STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jobs (KillWait)
-READY_WATCH_SECONDS = 0.05  # READY of a job Slurm started is looked for this often (no pipe)
 
 
 @dataclass
@@ -652,8 +651,12 @@ class SlurmBackend:
     def _track(self, key: AttemptKey, slurm_id: str, name: str) -> AttemptObserved:
         self.tracked[key] = Tracked(slurm_id=slurm_id, name=name)
         self._next_poll = min(self._next_poll, time.monotonic() + self.config.poll_pending_s)
+        # ``ready``: Slurm's queue is the barrier. GO is journaled with the Slurm job id and
+        # written before the job can start, so the shim finds it at once; READY, written
+        # durably before the shim looks for GO, says whether the command may have run
         return AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1], alive=True,
-                               handle=self._handle(key), note=f"submitted to Slurm as job {slurm_id}")
+                               ready=True, handle=self._handle(key),
+                               note=f"submitted to Slurm as job {slurm_id}")
 
     def _handle(self, key: AttemptKey, node: str | None = None) -> dict[str, Any]:
         tracked = self.tracked[key]
@@ -700,8 +703,9 @@ class SlurmBackend:
         ready = ready if isinstance(ready, dict) else None
         exit_record = read_json(attempt_dir / "exit.json")
         tracked = self.tracked.get(key)
+        # the command may have run only if the shim wrote READY (durably) and then found GO
         base = dict(at=time.time(), job_id=key[0], attempt_id=key[1], ready=ready is not None,
-                    go=(attempt_dir / "GO").exists())
+                    go=ready is not None and (attempt_dir / "GO").exists())
         if tracked is None:  # never submitted, or its submission is still being found
             return AttemptObserved(alive=key in self.unresolved, **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
@@ -964,10 +968,9 @@ class SlurmBackend:
         """Cancel or evict: ABORT if it never got GO, else TERM to every process of the
         job (the shim forwards it to the command's group and records the exit), and KILL
         once ``grace`` has passed."""
-        job = self.lookup(key[0])
         tracked = self.tracked.get(key)
-        if tracked is None or job is None or not job.current.go:
-            self.abort(key)
+        if tracked is None or not (self.layout.attempt_dir(*key) / "READY").exists():
+            self.abort(key)  # its shim has not started: ABORT wins over GO, and it leaves
             return
         tracked.asked = "cancel"
         self.client.signal(tracked.slurm_id, signal.SIGTERM)
@@ -1002,26 +1005,11 @@ class SlurmBackend:
                 events += self._told(key, self.observe(job, job.current))
         return events
 
-    def _starting(self) -> list[tuple[AttemptKey, Job]]:
-        """Attempts Slurm has started (or may have: not polled yet) whose READY is still to
-        be seen: the launch path, so they are looked at every READY_WATCH_SECONDS."""
-        starting = []
-        for key, tracked in self.tracked.items():
-            if tracked.polled and (tracked.state is None
-                                   or tracked.state.state not in RUNNING_STATES):
-                continue
-            job = self.lookup(key[0])
-            if job is not None and job.current is not None and \
-                    job.current.attempt_id == key[1] and not job.current.go:
-                starting.append((key, job))
-        return starting
-
     def next_timer(self) -> float:
         kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]
         polls = [self._next_poll] if (self.tracked or self.probes) and \
             self._polling is None else []
-        watch = [time.monotonic() + READY_WATCH_SECONDS] if self._starting() else []
-        return min(kills + polls + watch, default=math.inf)
+        return min(kills + polls, default=math.inf)
 
     def on_timer(self, now: float) -> list[Event]:
         for key, tracked in self.tracked.items():
@@ -1031,8 +1019,7 @@ class SlurmBackend:
                 self.client.signal(tracked.slurm_id, signal.SIGKILL)
                 tracked.kill_at = None
         self._kick(now)
-        return [self.observe(job, job.current) for key, job in self._starting()
-                if (self.layout.attempt_dir(*key) / "READY").exists()]
+        return []
 
     def close(self) -> None:
         """The coordinator leaves; the jobs stay in Slurm, to be adopted by the next one."""

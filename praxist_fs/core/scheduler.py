@@ -385,7 +385,11 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         return effects
 
     def _rebooted_since(self, attempt: Attempt) -> bool:
-        """The host restarted since the attempt's shim was recorded (or we cannot tell)."""
+        """The host restarted since the attempt's shim was recorded (or we cannot tell). A
+        cluster backend's attempt (``handle``) did not run on this host: whether it may
+        have run is its own observation's ``go`` (its durable READY and GO)."""
+        if attempt.handle is not None:
+            return False
         return self.coordinator is None or attempt.boot_id != self.coordinator["boot_id"]
 
     def _fenced(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:

@@ -123,3 +123,18 @@ def test_a_missing_spec_is_said_and_nothing_runs(attempt):
     assert shim.returncode == 66
     assert b"cannot read the attempt's spec" in out
     assert not (attempt / "READY").exists()
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"argv": null, "command": "touch ran"', b"{} {}"])
+def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
+    """A spec.json cut short or damaged (read without the json module, which costs a
+    Slurm job ~60 ms to import): a message in slurm.out, no READY, the command not run."""
+    (attempt / "spec.json").write_bytes(damage)
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 66
+    assert b"cannot read the attempt's spec" in out and b"not a JSON document" in out \
+        or b"extra data" in out
+    assert not (attempt / "READY").exists()
+    assert not (attempt.parent / "ran").exists()
