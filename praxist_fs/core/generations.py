@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ..errors import InvalidTransition
 from . import trust
 from .admission import pressure_hold
 from .effects import ConsumeDecline, DisposeControl, Effect, WriteControlReply, \
@@ -27,7 +28,10 @@ from .model import NEW_WORK
 from .observations import Envelope
 from .request import JOB_ACTIONS
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
-from .states import Trigger
+from .states import (
+    GenerationStage, GenerationTrigger, LeaseTrigger, Trigger, generation_transition,
+    lease_transition,
+)
 from .supply import (
     IGNORED_AFTER, MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity,
     plan_priorities,
@@ -94,7 +98,7 @@ class GenerationDesk:
         if not gen.accepting:
             return self._control_reply(ev, "rejected", f"generation {number} is {gen.phase}", gen)
         if control.action == "generation_assess":
-            gen.phase = "assessment"
+            gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
             over = self._assessment_over(gen, ev.at)
             return self._control_reply(ev, "ok", f"generation {number} in assessment" + (
                 f"; it closes now ({over})" if over else ""), gen)
@@ -102,7 +106,7 @@ class GenerationDesk:
         mature = self.maturity(gen)
         if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \
                 (gen.deadline is None or ev.at < gen.deadline):
-            gen.phase = "assessment"
+            gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
             return self._control_reply(ev, "ok", (
                 f"generation {number} in assessment: {mature.m} of {mature.hard_quorum} mature "
                 "peers; it closes when the quorum is met or the deadline passes"), gen)
@@ -120,7 +124,7 @@ class GenerationDesk:
 
     def _close(self: Scheduler, gen: Generation, at: float, reason: str) -> list[Effect]:
         """Freeze the generation's queue, revoke its leases, then write CLOSING_SIGNAL."""
-        gen.phase = "closing"
+        gen.phase = generation_transition(gen.number, gen.phase, GenerationTrigger.CLOSE)
         effects: list[Effect] = []
         for job in self.queued():
             if job.generation == gen.number:
@@ -128,7 +132,8 @@ class GenerationDesk:
                 job.reason = f"generation {gen.number} closed before it started ({reason})"
                 effects.append(self._write_job(job))
         for lease in gen.outstanding():
-            effects += self._end_lease(gen, lease, "revoked", at, f"generation closing ({reason})")
+            effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at,
+                                       f"generation closing ({reason})")
         gen.closing_signal = {"generation": gen.number, "at": at, "reason": reason,
                               "drain": self.drain_grace(gen, at)}
         effects.append(self._closing_file(gen))
@@ -141,7 +146,7 @@ class GenerationDesk:
         gen = self.generations.get(ev.generation)
         if gen is None or ev.result_id in gen.results or ev.result_id in gen.quarantined:
             return []
-        if gen.phase == "closed":  # after the drain: kept, never counted
+        if gen.phase == GenerationStage.CLOSED:  # after the drain: kept, never counted
             gen.quarantined[ev.result_id] = ev.peer
         else:
             gen.results[ev.result_id] = (ev.peer, ev.mature)
@@ -161,7 +166,8 @@ class GenerationDesk:
         declines = gen.cooldowns.get((lease.peer, lease.priority), (0, 0.0))[0] + 1
         gen.cooldowns[(lease.peer, lease.priority)] = (declines,
                                                        ev.at + cooldown_seconds(declines))
-        return self._end_lease(gen, lease, "declined", ev.at, "declined by the peer") + effects
+        return self._end_lease(gen, lease, LeaseTrigger.DECLINE, ev.at,
+                               "declined by the peer") + effects
 
     # -- decisions ------------------------------------------------------------
 
@@ -182,7 +188,7 @@ class GenerationDesk:
         lease = gen.leases[ev.lease_id]
         if not lease.outstanding:
             return []
-        return self._end_lease(gen, lease, "expired", ev.at,
+        return self._end_lease(gen, lease, LeaseTrigger.EXPIRE, ev.at,
                                "expired unused (the submission window closed)")
 
     def _on_revoked(self: Scheduler, ev: LeaseRevoked) -> list[Effect]:
@@ -190,7 +196,7 @@ class GenerationDesk:
         lease = gen.leases[ev.lease_id]
         if not lease.outstanding:
             return []
-        return self._end_lease(gen, lease, "revoked", ev.at, ev.reason)
+        return self._end_lease(gen, lease, LeaseTrigger.REVOKE, ev.at, ev.reason)
 
     def _on_claims_released(self: Scheduler, ev: ClaimsReleased) -> list[Effect]:
         """Soft: leases whose host claim could not be removed show release_pending: true
@@ -202,9 +208,11 @@ class GenerationDesk:
 
     def _on_phase(self: Scheduler, ev: GenerationPhase) -> list[Effect]:
         gen = self.generations[ev.generation]
-        if ev.phase == "closing":
+        if ev.phase == GenerationStage.CLOSING:
             return self._close(gen, ev.at, ev.reason)
-        gen.phase = ev.phase
+        if ev.phase != GenerationStage.CLOSED:  # the only other phase the core decides
+            raise InvalidTransition(f"can't move generation {gen.number} to {ev.phase}")
+        gen.phase = generation_transition(gen.number, gen.phase, GenerationTrigger.DRAIN)
         self.version += 1
         return []
 
@@ -213,14 +221,15 @@ class GenerationDesk:
         effects: list[Effect] = []
         for gen in self.generations.values():
             for lease in gen.outstanding():
-                effects += self._end_lease(gen, lease, "revoked", at,
+                effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at,
                                            "the coordinator restarted before the peer answered")
         return effects
 
-    def _end_lease(self: Scheduler, gen: Generation, lease: Lease, state: str, at: float,
-                   reason: str) -> list[Effect]:
-        lease.state, lease.reason, lease.ended_at = state, reason, at
-        gen.count(lease.priority, state)
+    def _end_lease(self: Scheduler, gen: Generation, lease: Lease, trigger: LeaseTrigger,
+                   at: float, reason: str) -> list[Effect]:
+        lease.state = lease_transition(lease.lease_id, lease.state, trigger)
+        lease.reason, lease.ended_at = reason, at
+        gen.count(lease.priority, lease.state)
         self.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 
@@ -236,9 +245,9 @@ class GenerationDesk:
             if lease is None or lease.peer != peer:
                 continue
             if lease.outstanding:
-                lease.state, lease.ended_at = "consumed", at
-                lease.reason = "consumed by a submission"
-                gen.count(lease.priority, "consumed")
+                lease.state = lease_transition(lease_id, lease.state, LeaseTrigger.CONSUME)
+                lease.ended_at, lease.reason = at, "consumed by a submission"
+                gen.count(lease.priority, lease.state)
                 self._lease_effects += [self._lease_file(lease), self._stats_file(gen)]
                 return {"lease_id": lease_id, "outcome": "consumed"}
             key = IGNORED_AFTER[lease.state]
@@ -252,7 +261,7 @@ class GenerationDesk:
         events: list[Event] = []
         real = self.real_loads()
         for gen in self.generations.values():
-            if gen.phase == "closed":
+            if gen.phase == GenerationStage.CLOSED:
                 continue
             for lease in gen.outstanding():
                 if at >= lease.expires_at:
@@ -262,19 +271,20 @@ class GenerationDesk:
                     events.append(LeaseRevoked(
                         at=at, generation=gen.number, lease_id=lease.lease_id,
                         reason="preempted: real work took the capacity its claim promised"))
-            if gen.phase == "assessment":
+            if gen.phase == GenerationStage.ASSESSMENT:
                 if reason := self._assessment_over(gen, at):
-                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
-                                                  reason=reason))
-            elif gen.phase == "closing":
+                    events.append(GenerationPhase(at=at, generation=gen.number,
+                                                  phase=GenerationStage.CLOSING, reason=reason))
+            elif gen.phase == GenerationStage.CLOSING:
                 draining = sum(1 for j in self.in_flight() if j.generation == gen.number)
                 drain = gen.closing_signal.get("drain")  # none in older journals: no bound
                 if not draining:
-                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
+                    events.append(GenerationPhase(at=at, generation=gen.number,
+                                                  phase=GenerationStage.CLOSED,
                                                   reason="running work drained"))
                 elif drain is not None and at >= drain["deadline"]:
                     events.append(GenerationPhase(
-                        at=at, generation=gen.number, phase="closed", reason=(
+                        at=at, generation=gen.number, phase=GenerationStage.CLOSED, reason=(
                             f"drain grace over ({drain['grace_s']:g} s): {draining} job(s) "
                             "still running keep running, their results no longer count")))
         return events
@@ -307,7 +317,7 @@ class GenerationDesk:
             return []
         first_wave = not any(gen.stats[p]["granted"] for p in gen.stats)
         priorities = plan_priorities(min(slots, len(peers)), self.maturity(gen), first_wave)
-        if gen.phase == "assessment":
+        if gen.phase == GenerationStage.ASSESSMENT:
             priorities = [p for p in priorities if p == MATURE]
         grants, serial = [], sum(gen.stats[p]["granted"] for p in gen.stats)
         loads = self._supply_loads()
@@ -410,7 +420,7 @@ class GenerationDesk:
     def assessment_hold(self: Scheduler, job: Job, at: float) -> str | None:
         """In assessment only deadline-safe mature top-ups start (R-SUP-7)."""
         gen = self.generations.get(job.generation) if job.generation else None
-        if gen is None or gen.phase != "assessment":
+        if gen is None or gen.phase != GenerationStage.ASSESSMENT:
             return None
         if job.request.work_class != MATURE:
             return ASSESSMENT_HOLD.format(n=gen.number)

@@ -49,7 +49,7 @@ from .events import (
 from .generations import GenerationDesk
 from .identity import differences, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
-from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
+from .model import NEW_WORK, Attempt, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads
@@ -57,15 +57,16 @@ from .policy import Policy
 from .queues import queue_of_class
 from .request import Request
 from .preemption import PreemptionDesk, preemptible_classes
-from .states import JobState, Trigger, transition
+from .states import (
+    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseTrigger,
+    ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
+)
 from .supply import Generation
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
 # then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
 RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
-REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
-                     JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
 
 class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
@@ -169,32 +170,34 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if ev.request_id is None:
                 return [RejectRequest(name=ev.name, error=_error(
                     None, ev.error_field, ev.error_problem))]
-            return self._reply(ev, "rejected", None, ev.error_field, ev.error_problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, ev.error_field,
+                               ev.error_problem)
         request = ev.request
         if refused := trust.refusal(ev.uid, self.coordinator_uid, self.policy.trusted_uids):
-            return self._reply(ev, "rejected", None, "uid", refused)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "uid", refused)
         profile = request.profile or self.policy.default_profile
         if profile not in self.policy.profiles:
-            return self._reply(ev, "rejected", None, "profile",
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                                f"unknown profile {profile!r}; the task defines "
                                + ", ".join(sorted(self.policy.profiles)))
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
         if job is not None and (problem := self._not_theirs(job, ev.uid)):
-            return self._reply(ev, "rejected", None, "tag", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "tag", problem)
         if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
-            return self._reply(ev, "rejected", job, "run", f"the run is stopped ({self.stopped})")
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "run",
+                               f"the run is stopped ({self.stopped})")
         generation = request.generation
         if generation is None and (current := self.current_generation()) is not None:
             generation = current.number
         closed = self._closed_to_new_work(generation)
         if job is None:
             if closed:
-                return self._reply(ev, "rejected", None, "generation", closed)
+                return self._reply(ev, ReplyOutcome.REJECTED, None, "generation", closed)
             after, problem = self.resolve_after(request, job_id)
             if problem:
-                return self._reply(ev, "rejected", None, "after", problem)
+                return self._reply(ev, ReplyOutcome.REJECTED, None, "after", problem)
             cost, refused = self._ceiling(ev, None, profile)
             if refused:
                 return refused
@@ -207,36 +210,38 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             self.link_dependencies(job)
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
             self._by_state[job.state][job_id] = job
-            return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
+            return [self._write_job(job),
+                    *self._reply(ev, ReplyOutcome.ACCEPTED, job, estimate=cost, before=None)]
         if job.state is JobState.EXPIRED:  # no attempt ran: the tag is not bound (R-SUB-4)
             return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RESUBMIT,
-                                "accepted", "resubmitted after an admission timeout")
+                                ReplyOutcome.ACCEPTED, "resubmitted after an admission timeout")
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
-                return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
+                return self._reply(ev, ReplyOutcome.DUPLICATE, job,
+                                   reason=f"same request as job {job_id}")
             changed = differences(job.request, job.profile, request, profile)
             problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
                        f"with a different {changed}")
             if request.retry_terminal:
                 problem += "; retry_terminal applies only to failed, rejected or cancelled jobs"
-            return self._reply(ev, "rejected", job, "tag", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "tag", problem)
         if not request.retry_terminal:
-            return self._reply(ev, "terminal_duplicate", job, reason=(
+            return self._reply(ev, ReplyOutcome.TERMINAL_DUPLICATE, job, reason=(
                 f"job {job_id} is {job.state.value} ({job.reason}); "
                 "submit again with retry_terminal to run it again under the same tag"))
         return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RETRY_TERMINAL,
-                            "retry_accepted", "retry accepted")
+                            ReplyOutcome.RETRY_ACCEPTED, "retry accepted")
 
     def _reopen(self, ev: RequestSeen, job: Job, profile: str, digest: str,
-                generation: int | None, closed: str | None, trigger: Trigger, outcome: str,
-                why: str) -> list[Effect]:
+                generation: int | None, closed: str | None, trigger: Trigger,
+                outcome: ReplyOutcome, why: str) -> list[Effect]:
         """Queue an ended job again as a new round, as ``ev``'s request asks."""
         if closed:
-            return self._reply(ev, "rejected", job, "generation", closed)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "generation", closed)
         request = ev.request
         after, problem = self.resolve_after(request, job.job_id)
         if problem:
-            return self._reply(ev, "rejected", job, "after", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
         if refused:
             return refused
@@ -245,11 +250,12 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         job.held = {"by": request.peer, "at": ev.at} if request.hold else None
         job.admission_deadline = self._admission_deadline(request, ev.at)
         self.link_dependencies(job)
+        before = job.state
         self._transition(job, trigger)
         job.generation = generation
         job.round += 1
         job.reason = f"{why} (round {job.round})"
-        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost)]
+        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost, before=before)]
 
     def _admission_deadline(self, request: Request, at: float) -> float | None:
         """When a job accepted at ``at`` expires unless it has started (R-SUB-4)."""
@@ -272,14 +278,14 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 ("the request gives no eta_s", eta_s is None),
                 (f"the task's budget.rates has no rate for profile {profile!r}", rate is None))
                 if absent)
-            return None, self._reply(ev, "rejected", job, "max_cost", (
+            return None, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
                 f"{ceiling:g} cannot be checked: an estimate needs eta_s and a rate, "
                 f"and {missing}"))
         cost = estimate(eta_s, math.exp(self.calibration.fit()[0]),
                         self.policy.profiles[profile].gpu_count, rate)
         if cost["cost"] <= ceiling:
             return cost, []
-        return cost, self._reply(ev, "rejected", job, "max_cost", (
+        return cost, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
             f"estimated cost {cost['cost']:g} is over {ceiling:g} (eta_s {eta_s:g} x "
             f"calibrated ratio {cost['ratio']:.3g} x {max(cost['gpus'], 1)} "
             f"{'GPU(s)' if cost['gpus'] else 'CPU attempt'} x rate {rate:g} per "
@@ -347,9 +353,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 f"{attempt.attempt_id}/shim.log); requeued"))]
         effects: list[Effect] = []
         if attempt.pid is None and ev.pid is not None:
+            attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.SHIM_SEEN)
             attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
             attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
-            attempt.phase = AttemptPhase.BARRIER
             job.reason = f"attempt {attempt.attempt_id} running"
             self.version += 1
             effects.append(self._write_job(job))
@@ -361,7 +367,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 # cancelled attempt
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
-                attempt.go, attempt.phase = True, AttemptPhase.RUNNING
+                attempt.go = True
+                attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.GO)
                 if job.admission_deadline is not None:  # it started: it can no longer expire
                     job.admission_deadline = None
                     effects.append(self._write_job(job))
@@ -426,8 +433,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
 
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
                 reason: str) -> list[Effect]:
+        ended = self._attempt_step(job, attempt, AttemptTrigger.END)
         self._transition(job, trigger)
-        attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
+        attempt.phase, attempt.ended_at = ended, at
         spent = self._spent(job, attempt, at)  # whatever the outcome
         half_life = self.policy.fair_share_half_life_seconds
         if attempt.gpus:  # fair share's ledger: GPU-seconds
@@ -604,7 +612,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self._slot_limited = False
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
         queued = queue.jobs()
-        assessing = any(g.phase == "assessment" for g in self.generations.values())
+        assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
@@ -927,12 +935,18 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             effects.append(self._write_job(job))
         for gen in self.generations.values():
             for lease in gen.outstanding():
-                effects += self._end_lease(gen, lease, "revoked", at, f"run stopped ({reason})")
+                effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at,
+                                           f"run stopped ({reason})")
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if running:
             effects.append(TerminateAttempts(attempts=running))
         self.version += 1
         return effects
+
+    @staticmethod
+    def _attempt_step(job: Job, attempt: Attempt, trigger: AttemptTrigger) -> AttemptPhase:
+        """The attempt's phase after ``trigger`` (``attempt_transition``), not yet set."""
+        return attempt_transition(f"{job.job_id}/{attempt.attempt_id}", attempt.phase, trigger)
 
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
@@ -988,14 +1002,22 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                         document=self.job_document(job),
                         replaces=moved_from if moved_from != job.state.directory else None)
 
-    def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
+    def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
                field: str | None = None, problem: str | None = None,
-               reason: str | None = None, estimate: dict[str, Any] | None = None
-               ) -> list[Effect]:
+               reason: str | None = None, estimate: dict[str, Any] | None = None,
+               before: JobState | None = None) -> list[Effect]:
+        """Answer ``ev``: ``before`` is the state of the job a request queued (None: it
+        created it); any other outcome leaves the job as it was (``reply_transition``)."""
+        state = job.state if job else None
+        if outcome not in NEW_WORK:
+            before = state
+        if reply_transition(ev.request_id or ev.name, before, outcome) != state:
+            raise InvalidTransition(f"request {ev.request_id or ev.name} answered {outcome} "
+                                    f"left job {job and job.job_id} {state and state.value}")
         if reason is None and field is not None:
             reason = f"{field}: {problem}"  # else Reply's own: "job <job_id> <state>"
         request, lease = ev.request, None
-        if request is not None and outcome != "rejected":
+        if request is not None and outcome != ReplyOutcome.REJECTED:
             if request.lease is not None:
                 lease = self._use_lease(request.peer, request.lease, ev.at, outcome)
             if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
@@ -1027,7 +1049,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
     def _answer(name: str, reply: Reply) -> list[Effect]:
         """Reply, and dispose of the request file; a rejection is filed before the reply."""
         reply_effect = WriteReply(request_id=reply.request_id, document=reply.to_dict())
-        if reply.outcome == "rejected":
+        if reply.outcome == ReplyOutcome.REJECTED:
             return [RejectRequest(name=name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
         return [reply_effect, ConsumeRequest(name=name)]
