@@ -30,8 +30,8 @@ from . import trust
 from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .backlog import Backlog
 from .effects import (
-    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, TerminateAttempts,
-    WriteGo, WriteJob, WriteReply,
+    AbortAttempt, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
+    TerminateAttempts, WriteControlReply, WriteGo, WriteJob, WriteReply,
 )
 from .budget import (
     INFRA_EXIT_CODE, KINDS, LIMITS, RUNNING, Budget, Ledger, Spend, attempt_spend, estimate,
@@ -55,13 +55,13 @@ from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads
 from .policy import Policy
 from .queues import queue_of_class
-from .request import Request
+from .request import JOB_ACTIONS, Request
 from .preemption import PreemptionDesk, preemptible_classes
 from .states import (
-    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseTrigger,
+    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState,
     ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
 )
-from .supply import Generation
+from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
 # then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
@@ -69,7 +69,7 @@ RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
 
 
-class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
+class Scheduler(JobControlDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.jobs: dict[str, Job] = {}
@@ -94,7 +94,6 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.queue_usage = Usage()              # slot-seconds by queue (projects), likewise
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
-        self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
@@ -113,6 +112,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.admissible: tuple[str, ...] = ()  # profiles that could start now
         self.release_pending: set[str] = set()  # leases whose host claim is not yet removed
         self._deadlines: list[tuple[float, str]] = []  # (admission deadline, job id), a heap
+        # the desks: collaborators that see this scheduler through a narrow view (their board)
+        self.generations_desk = GenerationDesk(self)
+        self.preemption = PreemptionDesk(self)
 
     # -- events -----------------------------------------------------------
 
@@ -131,12 +133,14 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
                             "since": ev.at, "uid": ev.uid}
         self.version += 1
-        effects = self._revoke_interrupted(ev.at)
+        # R-SUP-6: grants still waiting for an answer are revoked at a (re)start
+        effects = self.generations_desk.revoke_outstanding(
+            ev.at, "the coordinator restarted before the peer answered")
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if self.stopped and running:  # a stop the last coordinator did not finish
             effects.append(TerminateAttempts(attempts=running))
         elif not self.stopped:
-            effects += self._reassert_preemptions()
+            effects += self.preemption.reassert()
             effects += self.reassert_cancels()
         return effects
 
@@ -146,7 +150,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.host = ev
         self.samples_seen += 1
         self.controller.observe(self.policy, ev.pressure, ev.capacity, self._slot_limited)
-        self.admissible = self.admissible_profiles()
+        self.admissible = self.generations_desk.admissible_profiles()
         spare = self.unused_slots - self.outstanding_leases() > 0
         self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
         return []
@@ -231,6 +235,47 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 "submit again with retry_terminal to run it again under the same tag"))
         return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RETRY_TERMINAL,
                             ReplyOutcome.RETRY_ACCEPTED, "retry accepted")
+
+    def _on_control(self, ev: ControlSeen) -> list[Effect]:
+        """An operator's or a peer's control request: to the desk of its action."""
+        prior = self.control_replies.get(ev.request_id) if ev.request_id else None
+        if prior is not None:
+            if prior["digest"] == ev.digest:
+                return _control_answer(ev.name, prior["document"])
+            return [DisposeControl(name=ev.name, error=_problem(
+                "request_id", "already used by a different control request"))]
+        if ev.control is None:
+            if ev.request_id is None:
+                return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
+                                                                     ev.error_problem))]
+            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
+                                       None)
+        control = ev.control
+        operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
+        if control.action in JOB_ACTIONS:
+            return self._on_job_control(ev, operator)
+        if not operator:
+            return self._control_reply(ev, "rejected", (
+                f"uid: {control.action} is for operators (root, the coordinator's uid, the "
+                f"task's operators); this control file is owned by uid {ev.uid}"), None)
+        if control.action == "run_stop":
+            self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
+            effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
+            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
+                                                 "running work is being terminated", None)
+        if control.action == "budget_raise":
+            return self.raise_budget(ev)
+        effects, outcome, reason, gen = self.generations_desk.control(ev)
+        return effects + self._control_reply(ev, outcome, reason, gen)
+
+    def _control_reply(self, ev: ControlSeen, outcome: str, reason: str,
+                       gen: Generation | None, **more: Any) -> list[Effect]:
+        document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
+                    "generation": self.generation_status(gen, soft=False) if gen else None,
+                    **more}
+        self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
+        self.version += 1
+        return _control_answer(ev.name, document)
 
     def _reopen(self, ev: RequestSeen, job: Job, profile: str, digest: str,
                 generation: int | None, closed: str | None, trigger: Trigger,
@@ -332,7 +377,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return self.end_cancelled(job, attempt, ev)
         if attempt.evicting and (ev.exited or not ev.alive) and \
                 not (ev.exited and ev.exit_code == 0):
-            return self._requeue(job, attempt, ev)  # R-POL-3: an end but a success requeues
+            # R-POL-3: an end but a success requeues
+            return self.preemption.requeue(job, attempt, ev)
         if ev.exited:
             return self._end(job, attempt, ev)
         if ev.fenced:
@@ -509,7 +555,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """Time-driven decisions: the generations' (``GenerationDesk.due``), and a budget
         verdict that differs from the journaled one, since running work spends by the
         second (R-BUD-1). Without limits (and none before) it costs nothing."""
-        events = super().due(at) + self._expired_admissions(at)
+        events = self.generations_desk.due(at) + self._expired_admissions(at)
         budget = self.budget
         if budget.limited or self.ledger.verdict is not None:
             total = sum(self.spend(at).values(), Spend())
@@ -585,7 +631,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
         self._last_pass, self._last_at = (self.version, self.samples_seen), at
-        if self.concurrency_target() <= self.count(JobState.RUNNING) and not self.may_preempt():
+        if self.concurrency_target() <= self.count(JobState.RUNNING) and \
+                not self.preemption.may_preempt():
             self._drop_rest()
             self._reasons_stale, self.unused_slots = True, 0
             return []
@@ -621,7 +668,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                    queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
                    assessment_holds={job.job_id: reason for job in queued
-                                     if (reason := self.assessment_hold(job, at))}
+                                     if (reason := self.generations_desk.assessment_hold(
+                                         job, at))}
                    if assessing else {})
         if not (ctx.assessing or self.count(JobState.SUSPENDED)
                 or preemptible_classes(ctx.queues)):
@@ -641,7 +689,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         policy = self.policy
         for project in each(ctx, "project", policy.project_picker, None):
             for tier in each(ctx, "queue", policy.queue_picker, project):
-                launches += self._resume(ctx, tier)  # R-POL-3: before the tier's new work
+                # R-POL-3: before the tier's new work
+                launches += self.preemption.resume(ctx, tier, self._pending)
                 with tier_pickers(ctx, project, tier) as next_job:
                     yield from self._serve(ctx, next_job, launches)
         for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
@@ -714,7 +763,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                             at=ctx.at, job_id=job.job_id,
                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
                         continue
-            if reason in ctx.liftable and (made := self._preempt(ctx, job, reason)) is not None:
+            if reason in ctx.liftable and \
+                    (made := self.preemption.preempt(ctx, job, reason)) is not None:
                 launches += made  # R-POL-3: preemptions that make room, maybe its launch
                 continue
             if pending.get(job.job_id) != reason:
@@ -784,15 +834,17 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """The GPU envelopes this run's running jobs hold, through every phase of a job,
         and what suspended ones keep holding (their memory)."""
         return [envelope for job in self.running() for envelope in self._held(job)] + \
-            self.suspended_envelopes()
+            self.preemption.suspended_envelopes()
 
     def _held(self, job: Job) -> list[Envelope]:
-        """``_envelopes(job)``, made once per attempt (and profile), since every pass reads
-        them all: the same envelopes also let ``device_loads`` reuse a device's load."""
+        """``preemption.envelopes(job)``, made once per attempt (and profile), since every
+        pass reads them all: the same envelopes also let ``device_loads`` reuse a device's
+        load."""
         attempt, profile = job.current, self.policy.profiles.get(job.profile)
         known = self._held_memo.get(job.job_id)
         if known is None or known[0] is not attempt or known[1] is not profile:
-            known = self._held_memo[job.job_id] = (attempt, profile, self._envelopes(job))
+            known = self._held_memo[job.job_id] = (attempt, profile,
+                                                   self.preemption.envelopes(job))
         return known[2]
 
     def _hold(self, job: Job, reason: str) -> None:
@@ -879,6 +931,33 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
     def running(self) -> list[Job]:
         return list(self._by_state[JobState.RUNNING].values())
 
+    def suspended(self) -> list[Job]:
+        return list(self._by_state[JobState.SUSPENDED].values())
+
+    def in_flight(self) -> list[Job]:
+        """Jobs with an attempt open: running, then suspended."""
+        return [*self.running(), *self.suspended()]
+
+    # the generation desk's views and proposals, as the daemon, status and tests ask them
+
+    def current_generation(self) -> Generation | None:
+        return self.generations_desk.current_generation()
+
+    def generation_status(self, gen: Generation, soft: bool = True) -> dict[str, Any]:
+        return self.generations_desk.status(gen, soft)
+
+    def maturity(self, gen: Generation) -> Maturity:
+        return self.generations_desk.maturity(gen)
+
+    def outstanding_leases(self) -> int:
+        return self.generations_desk.outstanding_leases()
+
+    def own_claims(self) -> list[Envelope]:
+        return self.generations_desk.own_claims()
+
+    def next_grants(self, at: float) -> list[LeaseGranted]:
+        return self.generations_desk.next_grants(at)
+
     def count(self, state: JobState) -> int:
         return len(self._by_state[state])
 
@@ -892,7 +971,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                                  if not current(j.state.directory, j.job_id)]
         effects += [WriteReply(request_id=r.request_id, document=r.to_dict())
                     for r in self.replies.values() if not current("replies", r.request_id)]
-        return effects + self.generation_views()
+        effects += [WriteControlReply(request_id=rid, document=c["document"])
+                    for rid, c in self.control_replies.items()]
+        return effects + self.generations_desk.views()
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain values: equal snapshots mean equal schedulers."""
@@ -933,10 +1014,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             self._transition(job, Trigger.CANCEL)
             job.reason = f"run stopped before it started ({reason})"
             effects.append(self._write_job(job))
-        for gen in self.generations.values():
-            for lease in gen.outstanding():
-                effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at,
-                                           f"run stopped ({reason})")
+        effects += self.generations_desk.revoke_outstanding(at, f"run stopped ({reason})")
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if running:
             effects.append(TerminateAttempts(attempts=running))
@@ -1016,10 +1094,11 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                                     f"left job {job and job.job_id} {state and state.value}")
         if reason is None and field is not None:
             reason = f"{field}: {problem}"  # else Reply's own: "job <job_id> <state>"
-        request, lease = ev.request, None
+        request, lease, touched = ev.request, None, []
         if request is not None and outcome != ReplyOutcome.REJECTED:
             if request.lease is not None:
-                lease = self._use_lease(request.peer, request.lease, ev.at, outcome)
+                lease, touched = self.generations_desk.use_lease(request.peer, request.lease,
+                                                                 ev.at, outcome)
             if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
                 self.ledger.unalerted += 1  # seed 003: each enqueue while not under alerts
             if outcome in NEW_WORK and job.generation in self.generations:
@@ -1036,7 +1115,6 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                       estimate=estimate, uid=ev.uid)
         self.replies[reply.request_id] = reply
         self.version += 1
-        touched, self._lease_effects = self._lease_effects, []
         return touched + self._answer(ev.name, reply)
 
     def _closed_to_new_work(self, generation: int | None) -> str | None:
@@ -1063,17 +1141,17 @@ _HANDLERS = {
     HostSampled: Scheduler._on_sampled,
     ClaimsSeen: Scheduler._on_claims,
     ControlSeen: Scheduler._on_control,
-    ResultSeen: Scheduler._on_result,
-    IdleSeen: Scheduler._on_idle,
-    DeclineSeen: Scheduler._on_decline,
-    LeaseGranted: Scheduler._on_granted,
-    LeaseExpired: Scheduler._on_expired,
-    LeaseRevoked: Scheduler._on_revoked,
-    ClaimsReleased: Scheduler._on_claims_released,
-    GenerationPhase: Scheduler._on_phase,
+    ResultSeen: lambda sched, ev: sched.generations_desk.on_result(ev),
+    IdleSeen: lambda sched, ev: sched.generations_desk.on_idle(ev),
+    DeclineSeen: lambda sched, ev: sched.generations_desk.on_decline(ev),
+    LeaseGranted: lambda sched, ev: sched.generations_desk.on_granted(ev),
+    LeaseExpired: lambda sched, ev: sched.generations_desk.on_expired(ev),
+    LeaseRevoked: lambda sched, ev: sched.generations_desk.on_revoked(ev),
+    ClaimsReleased: lambda sched, ev: sched.generations_desk.on_claims_released(ev),
+    GenerationPhase: lambda sched, ev: sched.generations_desk.on_phase(ev),
     RunStopRequested: lambda sched, ev: sched._stop(ev.at, ev.reason),
-    AttemptPreempted: Scheduler._on_preempted,
-    AttemptResumed: Scheduler._on_resumed,
+    AttemptPreempted: lambda sched, ev: sched.preemption.on_preempted(ev),
+    AttemptResumed: lambda sched, ev: sched.preemption.on_resumed(ev),
     BudgetVerdict: Scheduler._on_verdict,
     BudgetAlert: Scheduler._on_alert,
     AdmissionExpired: Scheduler._on_admission_expired,
@@ -1111,6 +1189,19 @@ def _limits(budget: Budget) -> dict[str, float | None]:
 def _error(request_id: str | None, field: str | None, problem: str | None) -> dict[str, Any]:
     return {"request_id": request_id, "field": field, "problem": problem,
             "reason": f"{field}: {problem}"}
+
+
+def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
+    """Like a request: a rejection is filed before the reply, an answer before the consume."""
+    reply = WriteControlReply(request_id=document["request_id"], document=document)
+    if document["outcome"] == "rejected":
+        return [DisposeControl(name=name, error={"request_id": document["request_id"],
+                                                  "reason": document["reason"]}), reply]
+    return [reply, DisposeControl(name=name)]
+
+
+def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
+    return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
 
 
 
