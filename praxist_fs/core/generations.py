@@ -1,8 +1,10 @@
 """Generations, results, idle supply and close (R-SUP-1..8): the Scheduler's second half.
 
-A mixin of ``Scheduler``, kept in its own file because it is a subject of its
-own; it mutates the same state under the same rules (see scheduler.py): every
-change bumps ``version`` and is journaled by the daemon before its effects.
+A collaborator the ``Scheduler`` owns (``Scheduler.generations_desk``), kept in its
+own file because it is a subject of its own. It reads and changes the scheduler's
+state only through the narrow view it is given (``GenerationBoard``), under the
+same rules (see scheduler.py): every change bumps ``version`` and is journaled by
+the daemon before its effects.
 
 Leases are decisions (``LeaseGranted``, ``LeaseExpired``, ``GenerationPhase``)
 that the core proposes from ``next_grants`` and ``due``, the daemon journals,
@@ -13,160 +15,160 @@ grant that was still waiting for its peer's answer.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from . import trust
+from ..errors import InvalidTransition
 from .admission import pressure_hold
-from .effects import ConsumeDecline, DisposeControl, Effect, WriteControlReply, \
-    WriteGenerationFile
+from .effects import ConsumeDecline, Effect, WriteGenerationFile, WriteJob
 from .events import (
     ClaimsReleased, ControlSeen, DeclineSeen, Event, GenerationPhase, IdleSeen, LeaseExpired,
     LeaseGranted, LeaseRevoked, ResultSeen,
 )
 from .model import NEW_WORK
 from .observations import Envelope
-from .request import JOB_ACTIONS
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
-from .states import Trigger
+from .states import (
+    GenerationStage, GenerationTrigger, LeaseTrigger, ReplyOutcome, Trigger,
+    generation_transition, lease_transition,
+)
 from .supply import (
     IGNORED_AFTER, MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity,
     plan_priorities,
 )
 
 if TYPE_CHECKING:
+    from .calibration import Calibration
+    from .events import HostSampled
     from .model import Job
-    from .scheduler import Scheduler
+    from .policy import Policy
 
 ASSESSMENT_HOLD = "generation {n} is in assessment: only mature top-ups start"
 DRAIN_GRACE_FACTOR = 2.0  # a job started just before the close needs about one run time
 
 
+class GenerationBoard(Protocol):
+    """What the generation desk reads and changes of the scheduler that owns it."""
+
+    policy: Policy
+    host: HostSampled | None
+    version: int
+    stopped: str | None
+    jobs: dict[str, Job]
+    generations: dict[int, Generation]
+    calibration: Calibration
+    # soft: the idle registrations, the leases whose host claim is not yet removed, and
+    # what the last host sample and pass found (the supply signal's inputs)
+    idle_peers: dict[int, frozenset[str]]
+    release_pending: set[str]
+    idle_streak: int
+    unused_slots: int
+    admissible: tuple[str, ...]
+
+    def queued(self) -> list[Job]: ...
+    def running(self) -> list[Job]: ...
+    def in_flight(self) -> list[Job]: ...
+    def real_loads(self) -> list[DeviceLoad] | None: ...
+    def held_envelopes(self) -> list[Envelope]: ...
+    def _transition(self, job: Job, trigger: Trigger) -> None: ...
+    def _write_job(self, job: Job) -> WriteJob: ...
+
+
 class GenerationDesk:
-    """Methods of Scheduler for generations and supply (``self`` is the Scheduler)."""
+    """Generations and supply for the scheduler whose ``board`` it is given."""
+
+    def __init__(self, board: GenerationBoard) -> None:
+        self.board = board
 
     # -- operator control ---------------------------------------------------
 
-    def _on_control(self: Scheduler, ev: ControlSeen) -> list[Effect]:
-        prior = self.control_replies.get(ev.request_id) if ev.request_id else None
-        if prior is not None:
-            if prior["digest"] == ev.digest:
-                return _control_answer(ev.name, prior["document"])
-            return [DisposeControl(name=ev.name, error=_problem(
-                "request_id", "already used by a different control request"))]
-        if ev.control is None:
-            if ev.request_id is None:
-                return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
-                                                                     ev.error_problem))]
-            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
-                                       None)
+    def control(self, ev: ControlSeen) -> tuple[list[Effect], str, str, Generation | None]:
+        """An operator's generation_open, _assess or _close: (its effects, and the control
+        reply's outcome, reason and generation)."""
         control, number = ev.control, ev.control.generation
-        operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
-        if control.action in JOB_ACTIONS:
-            return self._on_job_control(ev, operator)
-        if not operator:
-            return self._control_reply(ev, "rejected", (
-                f"uid: {control.action} is for operators (root, the coordinator's uid, the "
-                f"task's operators); this control file is owned by uid {ev.uid}"), None)
-        if control.action == "run_stop":
-            self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
-            effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
-            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
-                                                 "running work is being terminated", None)
-        if control.action == "budget_raise":
-            return self.raise_budget(ev)
-        gen = self.generations.get(number)
+        gen = self.board.generations.get(number)
         effects: list[Effect] = []
         if control.action == "generation_open":
             if gen is not None:
-                return self._control_reply(ev, "rejected",
-                                           f"generation {number} already exists ({gen.phase})", gen)
+                return [], "rejected", f"generation {number} already exists ({gen.phase})", gen
             gen = Generation(number=number, cohort=control.cohort, deadline=control.deadline,
                              opened_at=ev.at)
-            self.generations[number] = gen
+            self.board.generations[number] = gen
             effects += [WriteGenerationFile(generation=number, kind="peer", name=peer,
                                             document={"peer": peer, "generation": number})
                         for peer in gen.cohort]
             effects.append(self._stats_file(gen))
-            return effects + self._control_reply(ev, "ok", f"generation {number} open", gen)
+            return effects, "ok", f"generation {number} open", gen
         if gen is None:
-            return self._control_reply(ev, "rejected", f"generation {number} was never opened",
-                                       None)
+            return [], "rejected", f"generation {number} was never opened", None
         if not gen.accepting:
-            return self._control_reply(ev, "rejected", f"generation {number} is {gen.phase}", gen)
+            return [], "rejected", f"generation {number} is {gen.phase}", gen
         if control.action == "generation_assess":
-            gen.phase = "assessment"
+            gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
             over = self._assessment_over(gen, ev.at)
-            return self._control_reply(ev, "ok", f"generation {number} in assessment" + (
-                f"; it closes now ({over})" if over else ""), gen)
+            return [], "ok", f"generation {number} in assessment" + (
+                f"; it closes now ({over})" if over else ""), gen
         gen.close_requested = True
         mature = self.maturity(gen)
         if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \
                 (gen.deadline is None or ev.at < gen.deadline):
-            gen.phase = "assessment"
-            return self._control_reply(ev, "ok", (
+            gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
+            return [], "ok", (
                 f"generation {number} in assessment: {mature.m} of {mature.hard_quorum} mature "
-                "peers; it closes when the quorum is met or the deadline passes"), gen)
+                "peers; it closes when the quorum is met or the deadline passes"), gen
         effects = self._close(gen, ev.at, "closed by the operator")
-        return effects + self._control_reply(ev, "ok", f"generation {number} closing", gen)
+        return effects, "ok", f"generation {number} closing", gen
 
-    def _control_reply(self: Scheduler, ev: ControlSeen, outcome: str, reason: str,
-                       gen: Generation | None, **more: Any) -> list[Effect]:
-        document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
-                    "generation": self.generation_status(gen, soft=False) if gen else None,
-                    **more}
-        self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
-        self.version += 1
-        return _control_answer(ev.name, document)
-
-    def _close(self: Scheduler, gen: Generation, at: float, reason: str) -> list[Effect]:
+    def _close(self, gen: Generation, at: float, reason: str) -> list[Effect]:
         """Freeze the generation's queue, revoke its leases, then write CLOSING_SIGNAL."""
-        gen.phase = "closing"
+        gen.phase = generation_transition(gen.number, gen.phase, GenerationTrigger.CLOSE)
         effects: list[Effect] = []
-        for job in self.queued():
+        for job in self.board.queued():
             if job.generation == gen.number:
-                self._transition(job, Trigger.FREEZE)
+                self.board._transition(job, Trigger.FREEZE)
                 job.reason = f"generation {gen.number} closed before it started ({reason})"
-                effects.append(self._write_job(job))
+                effects.append(self.board._write_job(job))
         for lease in gen.outstanding():
-            effects += self._end_lease(gen, lease, "revoked", at, f"generation closing ({reason})")
+            effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at,
+                                       f"generation closing ({reason})")
         gen.closing_signal = {"generation": gen.number, "at": at, "reason": reason,
                               "drain": self.drain_grace(gen, at)}
         effects.append(self._closing_file(gen))
-        self.version += 1
+        self.board.version += 1
         return effects
 
     # -- peers: results, idle registrations, declines -----------------------
 
-    def _on_result(self: Scheduler, ev: ResultSeen) -> list[Effect]:
-        gen = self.generations.get(ev.generation)
+    def on_result(self, ev: ResultSeen) -> list[Effect]:
+        gen = self.board.generations.get(ev.generation)
         if gen is None or ev.result_id in gen.results or ev.result_id in gen.quarantined:
             return []
-        if gen.phase == "closed":  # after the drain: kept, never counted
+        if gen.phase == GenerationStage.CLOSED:  # after the drain: kept, never counted
             gen.quarantined[ev.result_id] = ev.peer
         else:
             gen.results[ev.result_id] = (ev.peer, ev.mature)
-        self.version += 1
+        self.board.version += 1
         return []
 
-    def _on_idle(self: Scheduler, ev: IdleSeen) -> list[Effect]:
-        self.idle_peers[ev.generation] = frozenset(ev.peers)
+    def on_idle(self, ev: IdleSeen) -> list[Effect]:
+        self.board.idle_peers[ev.generation] = frozenset(ev.peers)
         return []
 
-    def _on_decline(self: Scheduler, ev: DeclineSeen) -> list[Effect]:
+    def on_decline(self, ev: DeclineSeen) -> list[Effect]:
         effects: list[Effect] = [ConsumeDecline(generation=ev.generation, name=ev.name)]
-        gen = self.generations.get(ev.generation)
+        gen = self.board.generations.get(ev.generation)
         lease = gen.leases.get(ev.lease_id) if gen else None
         if lease is None or lease.peer != ev.peer or not lease.outstanding:
             return effects
         declines = gen.cooldowns.get((lease.peer, lease.priority), (0, 0.0))[0] + 1
         gen.cooldowns[(lease.peer, lease.priority)] = (declines,
                                                        ev.at + cooldown_seconds(declines))
-        return self._end_lease(gen, lease, "declined", ev.at, "declined by the peer") + effects
+        return self._end_lease(gen, lease, LeaseTrigger.DECLINE, ev.at,
+                               "declined by the peer") + effects
 
     # -- decisions ------------------------------------------------------------
 
-    def _on_granted(self: Scheduler, ev: LeaseGranted) -> list[Effect]:
-        gen = self.generations[ev.generation]
+    def on_granted(self, ev: LeaseGranted) -> list[Effect]:
+        gen = self.board.generations[ev.generation]
         lease = Lease(lease_id=ev.lease_id, peer=ev.peer, generation=ev.generation,
                       priority=ev.priority, profiles=ev.profiles, granted_at=ev.at,
                       expires_at=ev.expires_at, claim=ev.claim)
@@ -174,85 +176,88 @@ class GenerationDesk:
         gen.count(lease.priority, "granted")
         for key in [k for k in gen.cooldowns if k[0] == lease.peer and k[1] != lease.priority]:
             del gen.cooldowns[key]  # a changed priority resets the peer's decline backoff
-        self.version += 1
+        self.board.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 
-    def _on_expired(self: Scheduler, ev: LeaseExpired) -> list[Effect]:
-        gen = self.generations[ev.generation]
+    def on_expired(self, ev: LeaseExpired) -> list[Effect]:
+        gen = self.board.generations[ev.generation]
         lease = gen.leases[ev.lease_id]
         if not lease.outstanding:
             return []
-        return self._end_lease(gen, lease, "expired", ev.at,
+        return self._end_lease(gen, lease, LeaseTrigger.EXPIRE, ev.at,
                                "expired unused (the submission window closed)")
 
-    def _on_revoked(self: Scheduler, ev: LeaseRevoked) -> list[Effect]:
-        gen = self.generations[ev.generation]
+    def on_revoked(self, ev: LeaseRevoked) -> list[Effect]:
+        gen = self.board.generations[ev.generation]
         lease = gen.leases[ev.lease_id]
         if not lease.outstanding:
             return []
-        return self._end_lease(gen, lease, "revoked", ev.at, ev.reason)
+        return self._end_lease(gen, lease, LeaseTrigger.REVOKE, ev.at, ev.reason)
 
-    def _on_claims_released(self: Scheduler, ev: ClaimsReleased) -> list[Effect]:
+    def on_claims_released(self, ev: ClaimsReleased) -> list[Effect]:
         """Soft: leases whose host claim could not be removed show release_pending: true
         until a later reconciliation removes it (R-SUP-5)."""
-        changed = self.release_pending.symmetric_difference(ev.pending)
-        self.release_pending = set(ev.pending)
-        return [self._lease_file(lease) for gen in self.generations.values()
+        changed = self.board.release_pending.symmetric_difference(ev.pending)
+        self.board.release_pending = set(ev.pending)
+        return [self._lease_file(lease) for gen in self.board.generations.values()
                 for lease in _latest_leases(gen).values() if lease.lease_id in changed]
 
-    def _on_phase(self: Scheduler, ev: GenerationPhase) -> list[Effect]:
-        gen = self.generations[ev.generation]
-        if ev.phase == "closing":
+    def on_phase(self, ev: GenerationPhase) -> list[Effect]:
+        gen = self.board.generations[ev.generation]
+        if ev.phase == GenerationStage.CLOSING:
             return self._close(gen, ev.at, ev.reason)
-        gen.phase = ev.phase
-        self.version += 1
+        if ev.phase != GenerationStage.CLOSED:  # the only other phase the core decides
+            raise InvalidTransition(f"can't move generation {gen.number} to {ev.phase}")
+        gen.phase = generation_transition(gen.number, gen.phase, GenerationTrigger.DRAIN)
+        self.board.version += 1
         return []
 
-    def _revoke_interrupted(self: Scheduler, at: float) -> list[Effect]:
-        """At a (re)start, grants still waiting for an answer are revoked (R-SUP-6)."""
+    def revoke_outstanding(self, at: float, reason: str) -> list[Effect]:
+        """Revoke every lease still waiting for its peer's answer: at a (re)start (R-SUP-6)
+        and when the run stops (R-SUP-8)."""
         effects: list[Effect] = []
-        for gen in self.generations.values():
+        for gen in self.board.generations.values():
             for lease in gen.outstanding():
-                effects += self._end_lease(gen, lease, "revoked", at,
-                                           "the coordinator restarted before the peer answered")
+                effects += self._end_lease(gen, lease, LeaseTrigger.REVOKE, at, reason)
         return effects
 
-    def _end_lease(self: Scheduler, gen: Generation, lease: Lease, state: str, at: float,
-                   reason: str) -> list[Effect]:
-        lease.state, lease.reason, lease.ended_at = state, reason, at
-        gen.count(lease.priority, state)
-        self.version += 1
+    def _end_lease(self, gen: Generation, lease: Lease, trigger: LeaseTrigger,
+                   at: float, reason: str) -> list[Effect]:
+        lease.state = lease_transition(lease.lease_id, lease.state, trigger)
+        lease.reason, lease.ended_at = reason, at
+        gen.count(lease.priority, lease.state)
+        self.board.version += 1
         return [self._lease_file(lease), self._stats_file(gen)]
 
-    def _use_lease(self: Scheduler, peer: str, lease_id: str, at: float, outcome: str
-                   ) -> dict[str, str]:
+    def use_lease(self, peer: str, lease_id: str, at: float, outcome: ReplyOutcome
+                  ) -> tuple[dict[str, str], list[Effect]]:
         """What a submission carrying ``lease_id`` and answered ``outcome`` does to that
-        lease (R-SUP-4). Only a submission that queued work uses one: a duplicate leaves
-        it as it was, still the peer's to use for work it has not submitted yet."""
+        lease (R-SUP-4), and the generation files it touched. Only a submission that queued
+        work uses one: a duplicate leaves it as it was, still the peer's to use for work
+        it has not submitted yet."""
         if outcome not in NEW_WORK:
-            return {"lease_id": lease_id, "outcome": "duplicate_ignored"}
-        for gen in self.generations.values():
+            return {"lease_id": lease_id, "outcome": "duplicate_ignored"}, []
+        for gen in self.board.generations.values():
             lease = gen.leases.get(lease_id)
             if lease is None or lease.peer != peer:
                 continue
             if lease.outstanding:
-                lease.state, lease.ended_at = "consumed", at
-                lease.reason = "consumed by a submission"
-                gen.count(lease.priority, "consumed")
-                self._lease_effects += [self._lease_file(lease), self._stats_file(gen)]
-                return {"lease_id": lease_id, "outcome": "consumed"}
+                lease.state = lease_transition(lease_id, lease.state, LeaseTrigger.CONSUME)
+                lease.ended_at, lease.reason = at, "consumed by a submission"
+                gen.count(lease.priority, lease.state)
+                return ({"lease_id": lease_id, "outcome": "consumed"},
+                        [self._lease_file(lease), self._stats_file(gen)])
             key = IGNORED_AFTER[lease.state]
             gen.count(lease.priority, key)
-            self._lease_effects.append(self._stats_file(gen))
-            return {"lease_id": lease_id, "outcome": key}
-        return {"lease_id": lease_id, "outcome": "unknown"}
+            return {"lease_id": lease_id, "outcome": key}, [self._stats_file(gen)]
+        return {"lease_id": lease_id, "outcome": "unknown"}, []
 
-    def due(self: Scheduler, at: float) -> list[Event]:
+    def due(self, at: float) -> list[Event]:
         """Time- and state-driven decisions: expiries, assessment ending, drain finished."""
         events: list[Event] = []
-        real = self.real_loads()
-        for gen in self.generations.values():
-            if gen.phase == "closed":
+        real = self.board.real_loads()
+        for gen in self.board.generations.values():
+            if gen.phase == GenerationStage.CLOSED:
                 continue
             for lease in gen.outstanding():
                 if at >= lease.expires_at:
@@ -262,24 +267,25 @@ class GenerationDesk:
                     events.append(LeaseRevoked(
                         at=at, generation=gen.number, lease_id=lease.lease_id,
                         reason="preempted: real work took the capacity its claim promised"))
-            if gen.phase == "assessment":
+            if gen.phase == GenerationStage.ASSESSMENT:
                 if reason := self._assessment_over(gen, at):
-                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closing",
-                                                  reason=reason))
-            elif gen.phase == "closing":
-                draining = sum(1 for j in self.in_flight() if j.generation == gen.number)
+                    events.append(GenerationPhase(at=at, generation=gen.number,
+                                                  phase=GenerationStage.CLOSING, reason=reason))
+            elif gen.phase == GenerationStage.CLOSING:
+                draining = sum(1 for j in self.board.in_flight() if j.generation == gen.number)
                 drain = gen.closing_signal.get("drain")  # none in older journals: no bound
                 if not draining:
-                    events.append(GenerationPhase(at=at, generation=gen.number, phase="closed",
+                    events.append(GenerationPhase(at=at, generation=gen.number,
+                                                  phase=GenerationStage.CLOSED,
                                                   reason="running work drained"))
                 elif drain is not None and at >= drain["deadline"]:
                     events.append(GenerationPhase(
-                        at=at, generation=gen.number, phase="closed", reason=(
+                        at=at, generation=gen.number, phase=GenerationStage.CLOSED, reason=(
                             f"drain grace over ({drain['grace_s']:g} s): {draining} job(s) "
                             "still running keep running, their results no longer count")))
         return events
 
-    def _assessment_over(self: Scheduler, gen: Generation, at: float) -> str | None:
+    def _assessment_over(self, gen: Generation, at: float) -> str | None:
         """Why a generation in assessment closes now, or None (seed 000: "Once the quota
         is met, or the generation reaches its safety bound, the normal strict close path
         takes over"). The deadline is that bound, asked for or not: past it no top-up can
@@ -293,21 +299,21 @@ class GenerationDesk:
                 return "mature quorum met"
         return None
 
-    def next_grants(self: Scheduler, at: float) -> list[LeaseGranted]:
+    def next_grants(self, at: float) -> list[LeaseGranted]:
         """Leases for idle peers when slots sit unused that the queue cannot fill (R-SUP-3)."""
-        gen = self.current_generation()
-        if self.stopped or not self.policy.supply_signal_enabled or gen is None or \
-                self.idle_streak < self.policy.supply_idle_samples or not self.admissible:
+        board, gen = self.board, self.current_generation()
+        if board.stopped or not board.policy.supply_signal_enabled or gen is None or \
+                board.idle_streak < board.policy.supply_idle_samples or not board.admissible:
             return []
-        slots = self.unused_slots - self.outstanding_leases()
+        slots = board.unused_slots - self.outstanding_leases()
         busy = {lease.peer for lease in gen.outstanding()}
-        peers = sorted(p for p in self.idle_peers.get(gen.number, ())
+        peers = sorted(p for p in board.idle_peers.get(gen.number, ())
                        if p not in busy and (not gen.cohort or p in gen.cohort))
         if slots <= 0 or not peers:
             return []
         first_wave = not any(gen.stats[p]["granted"] for p in gen.stats)
         priorities = plan_priorities(min(slots, len(peers)), self.maturity(gen), first_wave)
-        if gen.phase == "assessment":
+        if gen.phase == GenerationStage.ASSESSMENT:
             priorities = [p for p in priorities if p == MATURE]
         grants, serial = [], sum(gen.stats[p]["granted"] for p in gen.stats)
         loads = self._supply_loads()
@@ -326,19 +332,19 @@ class GenerationDesk:
                 loads = _with_claim(loads, claim, lease_id)
             grants.append(LeaseGranted(
                 at=at, generation=gen.number, lease_id=lease_id, peer=peer, priority=priority,
-                profiles=profiles, expires_at=at + self.policy.supply_lease_seconds,
+                profiles=profiles, expires_at=at + board.policy.supply_lease_seconds,
                 claim=claim))
         return grants
 
-    def _claim(self: Scheduler, loads: list[DeviceLoad] | None
+    def _claim(self, loads: list[DeviceLoad] | None
                ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
         """The profiles a lease may name, and the GPU envelope it claims on the host.
 
         The claim is sized for the most demanding admissible GPU profile, placed like
         real work; GPU profiles are left out of the lease when no claim fits."""
-        cpu = tuple(n for n in self.admissible if not self.policy.profiles[n].uses_gpu)
-        gpu = [self.policy.profiles[n] for n in self.admissible
-               if self.policy.profiles[n].uses_gpu]
+        admissible, profiles = self.board.admissible, self.board.policy.profiles
+        cpu = tuple(n for n in admissible if not profiles[n].uses_gpu)
+        gpu = [profiles[n] for n in admissible if profiles[n].uses_gpu]
         if not gpu or loads is None:
             return cpu, None
         biggest = max(gpu, key=lambda p: (Demand.of(p).exclusive, p.gpu_memory_gb or 0.0,
@@ -347,86 +353,89 @@ class GenerationDesk:
         if reason:
             return cpu, None
         envelope = held_envelope(biggest, uuids[0], "")
-        return tuple(self.admissible), {"uuid": envelope.uuid,
-                                        "utilization_pct": envelope.utilization_pct,
-                                        "memory_mib": envelope.memory_mib,
-                                        "exclusive": envelope.exclusive}
+        return tuple(admissible), {"uuid": envelope.uuid,
+                                   "utilization_pct": envelope.utilization_pct,
+                                   "memory_mib": envelope.memory_mib,
+                                   "exclusive": envelope.exclusive}
 
-    def _supply_loads(self: Scheduler) -> list[DeviceLoad] | None:
+    def _supply_loads(self) -> list[DeviceLoad] | None:
         """Loads as promises see them: real allocations plus every outstanding claim."""
-        sample = self.host.gpus if self.host else None
+        board = self.board
+        sample = board.host.gpus if board.host else None
         if sample is None or not sample.devices:
             return None
-        return device_loads(sample, [*self.held_envelopes(), *self.host.others,
+        return device_loads(sample, [*board.held_envelopes(), *board.host.others,
                                      *self.own_claims()])
 
-    def own_claims(self: Scheduler) -> list[Envelope]:
+    def own_claims(self) -> list[Envelope]:
         return [_claim_envelope(lease.claim, lease.lease_id)
-                for gen in self.generations.values() for lease in gen.outstanding()
+                for gen in self.board.generations.values() for lease in gen.outstanding()
                 if lease.claim]
 
     # -- views ----------------------------------------------------------------
 
-    def current_generation(self: Scheduler) -> Generation | None:
-        accepting = [g for g in self.generations.values() if g.accepting]
+    def current_generation(self) -> Generation | None:
+        accepting = [g for g in self.board.generations.values() if g.accepting]
         return max(accepting, key=lambda g: g.number) if accepting else None
 
-    def outstanding_leases(self: Scheduler) -> int:
-        return sum(len(g.outstanding()) for g in self.generations.values())
+    def outstanding_leases(self) -> int:
+        return sum(len(g.outstanding()) for g in self.board.generations.values())
 
-    def maturity(self: Scheduler, gen: Generation) -> Maturity:
+    def maturity(self, gen: Generation) -> Maturity:
         mature_results = [peer for peer, is_mature in gen.results.values() if is_mature]
-        commitments = sum(1 for j in (*self.queued(), *self.running())
+        commitments = sum(1 for j in (*self.board.queued(), *self.board.running())
                           if j.generation == gen.number and j.request.work_class == MATURE)
         commitments += sum(1 for lease in gen.outstanding() if lease.priority == MATURE)
         cohort = len(gen.cohort) or len(self.known_peers(gen)) or 1
-        return maturity(cohort_size=cohort, fraction=self.policy.mature_supply_fraction,
-                        redundancy=self.policy.mature_supply_redundancy,
-                        quorum_fraction=self.policy.mature_quorum_fraction,
+        policy = self.board.policy
+        return maturity(cohort_size=cohort, fraction=policy.mature_supply_fraction,
+                        redundancy=policy.mature_supply_redundancy,
+                        quorum_fraction=policy.mature_quorum_fraction,
                         mature_results=len(mature_results), mature_peers=len(set(mature_results)),
                         commitments=commitments)
 
-    def known_peers(self: Scheduler, gen: Generation) -> set[str]:
+    def known_peers(self, gen: Generation) -> set[str]:
         """Without a named cohort: the peers the journal knows in this generation (their
         jobs, results and leases). Never the soft idle registrations: a decision taken
         with them would replay differently."""
-        return ({j.request.peer for j in self.jobs.values() if j.generation == gen.number}
+        return ({j.request.peer for j in self.board.jobs.values() if j.generation == gen.number}
                 | {peer for peer, _ in gen.results.values()}
                 | {lease.peer for lease in gen.leases.values()})
 
-    def admissible_profiles(self: Scheduler) -> tuple[str, ...]:
+    def admissible_profiles(self) -> tuple[str, ...]:
         """Profiles that could start now: declared domains calm and, for GPUs, a placement."""
-        pressure = self.host.pressure if self.host else None
+        policy, host = self.board.policy, self.board.host
+        pressure = host.pressure if host else None
         loads = self._supply_loads()
         names = []
-        for name, profile in sorted(self.policy.profiles.items()):
-            if pressure_hold(self.policy, profile, pressure):
+        for name, profile in sorted(policy.profiles.items()):
+            if pressure_hold(policy, profile, pressure):
                 continue
             if profile.uses_gpu and (loads is None or place(Demand.of(profile), loads)[1]):
                 continue
             names.append(name)
         return tuple(names)
 
-    def assessment_hold(self: Scheduler, job: Job, at: float) -> str | None:
+    def assessment_hold(self, job: Job, at: float) -> str | None:
         """In assessment only deadline-safe mature top-ups start (R-SUP-7)."""
-        gen = self.generations.get(job.generation) if job.generation else None
-        if gen is None or gen.phase != "assessment":
+        gen = self.board.generations.get(job.generation) if job.generation else None
+        if gen is None or gen.phase != GenerationStage.ASSESSMENT:
             return None
         if job.request.work_class != MATURE:
             return ASSESSMENT_HOLD.format(n=gen.number)
         if gen.deadline is None:
             return None
-        p = self.calibration.p_finish(job.request.eta_s, gen.deadline - at)
+        p = self.board.calibration.p_finish(job.request.eta_s, gen.deadline - at)
         if p is None:
             return (f"generation {gen.number} is in assessment: the ETA is unknown, so it "
                     "cannot be shown to finish before the deadline")
-        floor = self.policy.mature_assessment_min_completion_probability
+        floor = self.board.policy.mature_assessment_min_completion_probability
         if p < floor:
             return (f"generation {gen.number} is in assessment: P(finish before the deadline) = "
                     f"{p:.2f} < {floor:g}")
         return None
 
-    def generation_status(self: Scheduler, gen: Generation, soft: bool = True
+    def status(self, gen: Generation, soft: bool = True
                           ) -> dict[str, Any]:
         """The generation as status.json shows it; ``soft=False`` leaves out what only
         live observation knows (idle peers), for documents kept in durable state."""
@@ -439,14 +448,13 @@ class GenerationDesk:
         doc["maturity"] = self.maturity(gen).to_dict()
         doc["leases"] = [lease.to_dict() for lease in gen.outstanding()]
         if soft:
-            doc["idle_peers"] = sorted(self.idle_peers.get(gen.number, ()))
+            doc["idle_peers"] = sorted(self.board.idle_peers.get(gen.number, ()))
         return doc
 
-    def generation_views(self: Scheduler) -> list[Effect]:
-        """Every generation file and control reply the journal implies, for repair at start."""
-        effects: list[Effect] = [WriteControlReply(request_id=rid, document=c["document"])
-                                 for rid, c in self.control_replies.items()]
-        for gen in self.generations.values():
+    def views(self) -> list[Effect]:
+        """Every generation file the journal implies, for repair at start."""
+        effects: list[Effect] = []
+        for gen in self.board.generations.values():
             effects += [WriteGenerationFile(generation=gen.number, kind="peer", name=peer,
                                             document={"peer": peer, "generation": gen.number})
                         for peer in gen.cohort]
@@ -456,14 +464,15 @@ class GenerationDesk:
                 effects.append(self._closing_file(gen))
         return effects
 
-    def drain_grace(self: Scheduler, gen: Generation, at: float) -> dict[str, Any]:
+    def drain_grace(self, gen: Generation, at: float) -> dict[str, Any]:
         """How long the generation closing at ``at`` waits for its running work (seed 000
         "adaptive drain grace"): DRAIN_GRACE_FACTOR x the 90th percentile of the run
         times its completed attempts took, within the task's drain_grace_min/max_seconds;
         the maximum while none completed (unknown stays unknown). Then it closes, and
         whatever still runs keeps running (a close never kills an experiment)."""
-        low, high = self.policy.drain_grace_min_seconds, self.policy.drain_grace_max_seconds
-        times = sorted(a.active_seconds(a.ended_at) for job in self.jobs.values()
+        policy = self.board.policy
+        low, high = policy.drain_grace_min_seconds, policy.drain_grace_max_seconds
+        times = sorted(a.active_seconds(a.ended_at) for job in self.board.jobs.values()
                        if job.generation == gen.number
                        for a in job.attempts if a.outcome == "completed")
         if times:
@@ -475,16 +484,17 @@ class GenerationDesk:
             grace, rule = high, f"no run time observed: the upper bound, {high:g} s"
         return {"deadline": at + grace, "grace_s": round(grace, 3), "rule": rule}
 
-    def _closing_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
+    def _closing_file(self, gen: Generation) -> WriteGenerationFile:
         return WriteGenerationFile(generation=gen.number, kind="closing", name="CLOSING_SIGNAL",
                                    document=gen.closing_signal)
 
-    def _lease_file(self: Scheduler, lease: Lease) -> WriteGenerationFile:
-        document = {**lease.to_dict(), "release_pending": lease.lease_id in self.release_pending}
+    def _lease_file(self, lease: Lease) -> WriteGenerationFile:
+        document = {**lease.to_dict(),
+                    "release_pending": lease.lease_id in self.board.release_pending}
         return WriteGenerationFile(generation=lease.generation, kind="lease", name=lease.peer,
                                    document=document)
 
-    def _stats_file(self: Scheduler, gen: Generation) -> WriteGenerationFile:
+    def _stats_file(self, gen: Generation) -> WriteGenerationFile:
         return WriteGenerationFile(generation=gen.number, kind="stats", name="stats",
                                    document=gen.stats_document())
 
@@ -514,17 +524,3 @@ def _claim_fits(claim: dict[str, Any], real: list[DeviceLoad]) -> bool:
     demand = Demand(1, None, None) if claim["exclusive"] else \
         Demand(1, claim["utilization_pct"], claim["memory_mib"])
     return load.fit(demand)[0] is not None
-
-
-def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
-    """Like a request: a rejection is filed before the reply, an answer before the consume."""
-    reply = WriteControlReply(request_id=document["request_id"], document=document)
-    if document["outcome"] == "rejected":
-        return [DisposeControl(name=name, error={"request_id": document["request_id"],
-                                                  "reason": document["reason"]}), reply]
-    return [reply, DisposeControl(name=name)]
-
-
-def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
-    return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
-

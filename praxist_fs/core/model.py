@@ -11,16 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .request import PRIORITY_RANGE, Request
-from .states import JobState
-
-
-class AttemptPhase:
-    """launching -> barrier -> running -> ended; status.json shows it (``active[].phase``)."""
-
-    LAUNCHING = "launching"  # intent journaled, shim not yet seen
-    BARRIER = "barrier"      # shim pid recorded, waiting at the barrier for GO
-    RUNNING = "running"      # GO journaled (``go``): the shim starts the command at once
-    ENDED = "ended"
+from .states import AttemptPhase, JobState, ReplyOutcome
 
 
 @dataclass(slots=True, kw_only=True)
@@ -30,7 +21,7 @@ class Attempt:
     round: int
     started_at: float
     gpus: tuple[str, ...] = ()
-    phase: str = AttemptPhase.LAUNCHING
+    phase: AttemptPhase = AttemptPhase.LAUNCHING  # changed by ``attempt_transition`` only
     pid: int | None = None
     pid_start: int | None = None
     boot_id: str | None = None
@@ -173,7 +164,7 @@ class Job:
         return count
 
 
-NEW_WORK = ("accepted", "retry_accepted")  # the reply outcomes that queued work
+NEW_WORK = (ReplyOutcome.ACCEPTED, ReplyOutcome.RETRY_ACCEPTED)  # the outcomes that queued work
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,7 +172,7 @@ class Reply:
     """What a peer is told about one request (R-FS-5); ``digest`` spots retransmissions."""
 
     request_id: str
-    outcome: str  # accepted, duplicate, terminal_duplicate, retry_accepted, rejected
+    outcome: ReplyOutcome  # checked by ``reply_transition``
     job_id: str | None
     state: str | None
     reason: str | None  # None: "job <job_id> <state>", most replies' reason, not kept in each

@@ -1,7 +1,9 @@
 """Preemption (R-POL-3, seed 002's level 3): victims, suspensions and resumes.
 
-A mixin of ``Scheduler``, like ``GenerationDesk``: the same state under the same
-rules (every change bumps ``version`` and is journaled before its effects).
+A collaborator the ``Scheduler`` owns (``Scheduler.preemption``), like the
+``GenerationDesk``: it reads and changes the scheduler's state only through the
+narrow view it is given (``PreemptionBoard``), under the scheduler's rules (every
+change bumps ``version`` and is journaled before its effects).
 
 **What triggers it.** A queued job of a queue that may preempt (it has
 ``preemptible_queues``, or a ``preemptible`` queue is below it) that a pass cannot
@@ -60,11 +62,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import InvalidTransition
 from .admission import pressure_hold
-from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt
+from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
 from .pickers import VictimScope, each
@@ -79,40 +81,60 @@ from .states import JobState, Trigger
 MAX_PREEMPTIONS_FOR_ONE = 3
 
 if TYPE_CHECKING:
+    from .events import HostSampled
     from .model import Attempt, Job
     from .pickers import Pass
-    from .scheduler import Scheduler
+    from .policy import Policy
+
+
+class PreemptionBoard(Protocol):
+    """What the preemption desk reads and changes of the scheduler that owns it."""
+
+    policy: Policy
+    host: HostSampled | None
+    version: int
+    preempted_jobs: dict[str, None]  # jobs with a preemption on record
+
+    def running(self) -> list[Job]: ...
+    def suspended(self) -> list[Job]: ...
+    def count(self, state: JobState) -> int: ...
+    def _job(self, job_id: str) -> Job: ...
+    def _transition(self, job: Job, trigger: Trigger) -> None: ...
+    def _write_job(self, job: Job) -> WriteJob: ...
+    def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
+                reason: str) -> list[Effect]: ...
+    def _hold(self, job: Job, reason: str) -> None: ...
 
 
 class PreemptionDesk:
-    """Methods of Scheduler for preemption (``self`` is the Scheduler)."""
+    """Preemption's decisions and events for the scheduler whose ``board`` it is given."""
+
+    def __init__(self, board: PreemptionBoard) -> None:
+        self.board = board
 
     # -- views ------------------------------------------------------------------
 
-    def suspended(self: Scheduler) -> list[Job]:
-        return list(self._by_state[JobState.SUSPENDED].values())
-
-    def in_flight(self: Scheduler) -> list[Job]:
-        """Jobs with an attempt open: running, then suspended."""
-        return [*self.running(), *self.suspended()]
-
-    def suspended_envelopes(self: Scheduler) -> list[Envelope]:
+    def suspended_envelopes(self) -> list[Envelope]:
         """What suspended jobs keep holding on their devices (``paused``)."""
-        return paused([e for job in self.suspended() for e in self._envelopes(job)])
+        return paused([e for job in self.board.suspended() for e in self.envelopes(job)])
 
-    def _envelopes(self: Scheduler, job: Job) -> list[Envelope]:
-        return envelopes_of(self.policy.profiles.get(job.profile), job.current.gpus, job.job_id)
+    def envelopes(self, job: Job) -> list[Envelope]:
+        """What the job's attempt holds on its devices, as its profile declares."""
+        return envelopes_of(self.board.policy.profiles.get(job.profile), job.current.gpus,
+                            job.job_id)
 
-    def may_preempt(self: Scheduler) -> bool:
+    def may_preempt(self) -> bool:
         """Whether a pass with every slot taken may still start work: a running job is
         in a queue that another one preempts."""
-        classes = frozenset().union(*preemptible_classes(self.policy.queue_set()).values())
-        return bool(classes) and any(j.request.work_class in classes for j in self.running())
+        board = self.board
+        classes = frozenset().union(*preemptible_classes(board.policy.queue_set()).values())
+        return bool(classes) and any(j.request.work_class in classes for j in board.running())
 
     # -- events -----------------------------------------------------------------
 
-    def _on_preempted(self: Scheduler, ev: AttemptPreempted) -> list[Effect]:
-        job = self._job(ev.job_id)
+    def on_preempted(self, ev: AttemptPreempted) -> list[Effect]:
+        board = self.board
+        job = board._job(ev.job_id)
         attempt = job.current
         if job.state is not JobState.RUNNING or attempt.attempt_id != ev.attempt_id or \
                 not attempt.seen or attempt.evicting is not None:
@@ -120,46 +142,47 @@ class PreemptionDesk:
                                     f"({job.state.value})")
         attempt.preemptions += ({"at": ev.at, "mode": ev.mode, "by": ev.by,
                                  "reason": ev.reason, "resumed_at": None},)
-        self.preempted_jobs[job.job_id] = None
-        self.version += 1
+        board.preempted_jobs[job.job_id] = None
+        board.version += 1
         key = {"job_id": job.job_id, "attempt_id": attempt.attempt_id}
         if ev.mode == "suspend":
-            self._transition(job, Trigger.SUSPEND)
+            board._transition(job, Trigger.SUSPEND)
             job.reason = f"suspended: preempted by job {ev.by} ({ev.reason})"
-            return [self._write_job(job), SuspendAttempt(**key)]
+            return [board._write_job(job), SuspendAttempt(**key)]
         job.reason = f"preempted by job {ev.by} ({ev.reason}): terminating, to be requeued"
-        return [self._write_job(job), EvictAttempt(**key)]
+        return [board._write_job(job), EvictAttempt(**key)]
 
-    def _on_resumed(self: Scheduler, ev: AttemptResumed) -> list[Effect]:
-        job = self._job(ev.job_id)
+    def on_resumed(self, ev: AttemptResumed) -> list[Effect]:
+        board = self.board
+        job = board._job(ev.job_id)
         attempt = job.current
         if job.state is not JobState.SUSPENDED or attempt.attempt_id != ev.attempt_id:
             raise InvalidTransition(f"can't resume {ev.attempt_id} of job {job.job_id} "
                                     f"({job.state.value})")
         attempt.preemptions[-1]["resumed_at"] = ev.at
-        self._transition(job, Trigger.RESUME)
+        board._transition(job, Trigger.RESUME)
         job.reason = f"attempt {attempt.attempt_id} running (resumed)"
-        self.version += 1
-        return [self._write_job(job),
+        board.version += 1
+        return [board._write_job(job),
                 ResumeAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)]
 
-    def _requeue(self: Scheduler, job: Job, attempt: Attempt,
-                 ev: AttemptObserved) -> list[Effect]:
+    def requeue(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
         """An attempt preempted for requeue ended (any end but exit 0): the job is queued
         again, and the attempt's outcome ``preempted`` uses up no retry."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
         attempt.outcome = "preempted"
-        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
-                            f"attempt {attempt.attempt_id} preempted by job "
-                            f"{attempt.evicting['by']} (requeue): queued again, no retry used")
+        return self.board._settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
+                                  f"attempt {attempt.attempt_id} preempted by job "
+                                  f"{attempt.evicting['by']} (requeue): queued again, "
+                                  "no retry used")
 
-    def _reassert_preemptions(self: Scheduler) -> list[Effect]:
+    def reassert(self) -> list[Effect]:
         """At a start, every preemption decision is carried out again: stops, continues
         and terminations are idempotent, and the last coordinator may have journaled one
         and died before its signal."""
         effects: list[Effect] = [SuspendAttempt(job_id=j.job_id, attempt_id=j.current.attempt_id)
-                                 for j in self.suspended()]
-        for job in self.running():
+                                 for j in self.board.suspended()]
+        for job in self.board.running():
             key = {"job_id": job.job_id, "attempt_id": job.current.attempt_id}
             if job.current.evicting is not None:
                 effects.append(EvictAttempt(**key))
@@ -169,7 +192,7 @@ class PreemptionDesk:
 
     # -- the pass ---------------------------------------------------------------
 
-    def _preempt(self: Scheduler, ctx: Pass, job: Job, reason: str) -> list[Event] | None:
+    def preempt(self, ctx: Pass, job: Job, reason: str) -> list[Event] | None:
         """R-POL-3 where ``job`` could not start for ``reason``, one that preemption may
         lift (``Pass.liftable``): the preemptions that make room for it (and its launch
         when suspending made the room now), or None when its queue preempts nothing or
@@ -188,7 +211,7 @@ class PreemptionDesk:
         hopeless = ("preempt", job.profile, job.priority, queue.name)
         if not mine and hopeless in ctx.unsatisfiable:
             return None
-        profile = self.policy.profiles[job.profile]
+        profile = self.board.policy.profiles[job.profile]
         demand = Demand.of(profile) if profile.uses_gpu else None
         avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
         loads = self._room(ctx.loads, mine, "requeue") if demand else ctx.loads
@@ -219,7 +242,8 @@ class PreemptionDesk:
                         j.job_id not in ctx.taken:
                     (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE
                      else spared).append(j)
-            ordered = list(each(ctx, "preempt", queue.preempt_policy or self.policy.preempt_policy,
+            ordered = list(each(ctx, "preempt",
+                                queue.preempt_policy or self.board.policy.preempt_policy,
                                 VictimScope(job, queue, tuple(candidates))))
             for candidate in ordered:
                 victims.append(candidate)
@@ -228,7 +252,7 @@ class PreemptionDesk:
             else:
                 if spared and fits(victims + spared) is not None:
                     # the bound holds it, not its demand: a job like it may still preempt
-                    self._hold(job, f"{reason}; not preempting "
+                    self.board._hold(job, f"{reason}; not preempting "
                                     f"{', '.join(j.job_id for j in spared)} again: "
                                     f"{MAX_PREEMPTIONS_FOR_ONE} preemptions for this job")
                     return []
@@ -258,27 +282,27 @@ class PreemptionDesk:
             # its victims keep theirs until they end (on its devices both count till then)
             ctx.loads = with_envelopes(ctx.loads, envelopes_of(profile, gpus, job.job_id))
         names = [v.job_id for v in (*mine, *victims)]
-        self._hold(job, f"{reason}; preempting {', '.join(names)}: waiting for "
+        self.board._hold(job, f"{reason}; preempting {', '.join(names)}: waiting for "
                         f"{'it' if len(names) == 1 else 'them'} to end")
         return events
 
-    def _room(self: Scheduler, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
+    def _room(self, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
               mode: str) -> list[DeviceLoad]:
         """``loads`` once ``victims`` are suspended (``paused``) or gone (``requeue``)."""
         if not victims:
             return loads
-        held = [e for victim in victims for e in self._envelopes(victim)]
+        held = [e for victim in victims for e in self.envelopes(victim)]
         loads = without_envelopes(loads, held)
         return with_envelopes(loads, paused(held)) if mode == "suspend" else loads
 
-    def _resume(self: Scheduler, ctx: Pass, tier: tuple[Queue, ...]) -> list[Event]:
+    def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
+               ) -> list[Event]:
         """The suspended jobs of ``tier`` whose room is back, the earliest suspended first;
         why each other one still waits goes to ``pending`` (status shows it)."""
-        suspended = self._by_state[JobState.SUSPENDED]
-        if not suspended:
+        if not self.board.count(JobState.SUSPENDED):
             return []
         names = {queue.name for queue in tier}
-        waiting = sorted((j for j in suspended.values()
+        waiting = sorted((j for j in self.board.suspended()
                           if ctx.by_class[j.request.work_class].name in names
                           and j.current.cancel is None),  # ending: not to run on
                          key=lambda j: (j.current.preemptions[-1]["at"], j.order))
@@ -286,20 +310,20 @@ class PreemptionDesk:
         for job in waiting:
             why = self._resume_hold(ctx, job)
             if why is not None:
-                self._pending[job.job_id] = why
+                pending[job.job_id] = why
                 continue
             ctx.free -= 1
             ctx.running_in[ctx.by_class[job.request.work_class].name] += 1
             ctx.running_of[job.request.peer] += 1
             ctx.taken.add(job.job_id)
             if ctx.loads is not None and job.current.gpus:
-                held = self._envelopes(job)
+                held = self.envelopes(job)
                 ctx.loads = with_envelopes(without_envelopes(ctx.loads, paused(held)), held)
             events.append(AttemptResumed(at=ctx.at, job_id=job.job_id,
                                          attempt_id=job.current.attempt_id))
         return events
 
-    def _resume_hold(self: Scheduler, ctx: Pass, job: Job) -> str | None:
+    def _resume_hold(self, ctx: Pass, job: Job) -> str | None:
         """Why a suspended job cannot continue now, or None. Its memory never left its
         devices (nor did an exclusive hold), so only its utilization must fit again."""
         if ctx.free <= 0:
@@ -307,10 +331,11 @@ class PreemptionDesk:
                     f"{ctx.target} running")
         if held := ctx.queue_hold(ctx.by_class[job.request.work_class]) or ctx.peer_hold(job):
             return f"suspended, {held}"
-        profile = self.policy.profiles.get(job.profile)
+        policy, host = self.board.policy, self.board.host
+        profile = policy.profiles.get(job.profile)
         if profile is None:  # it holds its devices exclusively, and declares no domains
             return None
-        if held := pressure_hold(self.policy, profile, self.host.pressure if self.host else None):
+        if held := pressure_hold(policy, profile, host.pressure if host else None):
             return f"suspended, {held}"
         demand = Demand.of(profile)
         if not profile.uses_gpu or demand.exclusive:

@@ -30,8 +30,8 @@ from . import trust
 from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .backlog import Backlog
 from .effects import (
-    AbortAttempt, ConsumeRequest, Effect, RejectRequest, SpawnAttempt, TerminateAttempts,
-    WriteGo, WriteJob, WriteReply,
+    AbortAttempt, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
+    TerminateAttempts, WriteControlReply, WriteGo, WriteJob, WriteReply,
 )
 from .budget import (
     INFRA_EXIT_CODE, KINDS, LIMITS, RUNNING, Budget, Ledger, Spend, attempt_spend, estimate,
@@ -50,26 +50,27 @@ from .generations import GenerationDesk
 from .nodes import NodeRegistry
 from .identity import differences, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
-from .model import NEW_WORK, Attempt, AttemptPhase, Job, Reply
+from .model import NEW_WORK, Attempt, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
 from .placement import Demand, DeviceLoad, device_loads
 from .policy import Policy
 from .queues import queue_of_class
-from .request import Request
+from .request import JOB_ACTIONS, Request
 from .preemption import PreemptionDesk, preemptible_classes
-from .states import JobState, Trigger, transition
-from .supply import Generation
+from .states import (
+    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState,
+    ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
+)
+from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
 # then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
 RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
-REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
-                     JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
 
 
-class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
+class Scheduler(JobControlDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.jobs: dict[str, Job] = {}
@@ -95,7 +96,6 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
         self.nodes = NodeRegistry()  # R-BUD-2: a cluster backend's nodes and their health
-        self._lease_effects: list[Effect] = []  # scratch: lease files touched by one request
         self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
@@ -114,6 +114,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.admissible: tuple[str, ...] = ()  # profiles that could start now
         self.release_pending: set[str] = set()  # leases whose host claim is not yet removed
         self._deadlines: list[tuple[float, str]] = []  # (admission deadline, job id), a heap
+        # the desks: collaborators that see this scheduler through a narrow view (their board)
+        self.generations_desk = GenerationDesk(self)
+        self.preemption = PreemptionDesk(self)
 
     # -- events -----------------------------------------------------------
 
@@ -138,12 +141,14 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
                             "since": ev.at, "uid": ev.uid}
         self.version += 1
-        effects = self._revoke_interrupted(ev.at)
+        # R-SUP-6: grants still waiting for an answer are revoked at a (re)start
+        effects = self.generations_desk.revoke_outstanding(
+            ev.at, "the coordinator restarted before the peer answered")
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if self.stopped and running:  # a stop the last coordinator did not finish
             effects.append(TerminateAttempts(attempts=running))
         elif not self.stopped:
-            effects += self._reassert_preemptions()
+            effects += self.preemption.reassert()
             effects += self.reassert_cancels()
         return effects
 
@@ -153,7 +158,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self.host = ev
         self.samples_seen += 1
         self.controller.observe(self.policy, ev.pressure, ev.capacity, self._slot_limited)
-        self.admissible = self.admissible_profiles()
+        self.admissible = self.generations_desk.admissible_profiles()
         spare = self.unused_slots - self.outstanding_leases() > 0
         self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
         return []
@@ -177,32 +182,34 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             if ev.request_id is None:
                 return [RejectRequest(name=ev.name, error=_error(
                     None, ev.error_field, ev.error_problem))]
-            return self._reply(ev, "rejected", None, ev.error_field, ev.error_problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, ev.error_field,
+                               ev.error_problem)
         request = ev.request
         if refused := trust.refusal(ev.uid, self.coordinator_uid, self.policy.trusted_uids):
-            return self._reply(ev, "rejected", None, "uid", refused)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "uid", refused)
         profile = request.profile or self.policy.default_profile
         if profile not in self.policy.profiles:
-            return self._reply(ev, "rejected", None, "profile",
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                                f"unknown profile {profile!r}; the task defines "
                                + ", ".join(sorted(self.policy.profiles)))
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
         if job is not None and (problem := self._not_theirs(job, ev.uid)):
-            return self._reply(ev, "rejected", None, "tag", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "tag", problem)
         if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
-            return self._reply(ev, "rejected", job, "run", f"the run is stopped ({self.stopped})")
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "run",
+                               f"the run is stopped ({self.stopped})")
         generation = request.generation
         if generation is None and (current := self.current_generation()) is not None:
             generation = current.number
         closed = self._closed_to_new_work(generation)
         if job is None:
             if closed:
-                return self._reply(ev, "rejected", None, "generation", closed)
+                return self._reply(ev, ReplyOutcome.REJECTED, None, "generation", closed)
             after, problem = self.resolve_after(request, job_id)
             if problem:
-                return self._reply(ev, "rejected", None, "after", problem)
+                return self._reply(ev, ReplyOutcome.REJECTED, None, "after", problem)
             cost, refused = self._ceiling(ev, None, profile)
             if refused:
                 return refused
@@ -215,36 +222,79 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             self.link_dependencies(job)
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
             self._by_state[job.state][job_id] = job
-            return [self._write_job(job), *self._reply(ev, "accepted", job, estimate=cost)]
+            return [self._write_job(job),
+                    *self._reply(ev, ReplyOutcome.ACCEPTED, job, estimate=cost, before=None)]
         if job.state is JobState.EXPIRED:  # no attempt ran: the tag is not bound (R-SUB-4)
             return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RESUBMIT,
-                                "accepted", "resubmitted after an admission timeout")
+                                ReplyOutcome.ACCEPTED, "resubmitted after an admission timeout")
         if job.state in REPLAYABLE_STATES:
             if digest == job.fingerprint:
-                return self._reply(ev, "duplicate", job, reason=f"same request as job {job_id}")
+                return self._reply(ev, ReplyOutcome.DUPLICATE, job,
+                                   reason=f"same request as job {job_id}")
             changed = differences(job.request, job.profile, request, profile)
             problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
                        f"with a different {changed}")
             if request.retry_terminal:
                 problem += "; retry_terminal applies only to failed, rejected or cancelled jobs"
-            return self._reply(ev, "rejected", job, "tag", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "tag", problem)
         if not request.retry_terminal:
-            return self._reply(ev, "terminal_duplicate", job, reason=(
+            return self._reply(ev, ReplyOutcome.TERMINAL_DUPLICATE, job, reason=(
                 f"job {job_id} is {job.state.value} ({job.reason}); "
                 "submit again with retry_terminal to run it again under the same tag"))
         return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RETRY_TERMINAL,
-                            "retry_accepted", "retry accepted")
+                            ReplyOutcome.RETRY_ACCEPTED, "retry accepted")
+
+    def _on_control(self, ev: ControlSeen) -> list[Effect]:
+        """An operator's or a peer's control request: to the desk of its action."""
+        prior = self.control_replies.get(ev.request_id) if ev.request_id else None
+        if prior is not None:
+            if prior["digest"] == ev.digest:
+                return _control_answer(ev.name, prior["document"])
+            return [DisposeControl(name=ev.name, error=_problem(
+                "request_id", "already used by a different control request"))]
+        if ev.control is None:
+            if ev.request_id is None:
+                return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
+                                                                     ev.error_problem))]
+            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
+                                       None)
+        control = ev.control
+        operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
+        if control.action in JOB_ACTIONS:
+            return self._on_job_control(ev, operator)
+        if not operator:
+            return self._control_reply(ev, "rejected", (
+                f"uid: {control.action} is for operators (root, the coordinator's uid, the "
+                f"task's operators); this control file is owned by uid {ev.uid}"), None)
+        if control.action == "run_stop":
+            self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
+            effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
+            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
+                                                 "running work is being terminated", None)
+        if control.action == "budget_raise":
+            return self.raise_budget(ev)
+        effects, outcome, reason, gen = self.generations_desk.control(ev)
+        return effects + self._control_reply(ev, outcome, reason, gen)
+
+    def _control_reply(self, ev: ControlSeen, outcome: str, reason: str,
+                       gen: Generation | None, **more: Any) -> list[Effect]:
+        document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
+                    "generation": self.generation_status(gen, soft=False) if gen else None,
+                    **more}
+        self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
+        self.version += 1
+        return _control_answer(ev.name, document)
 
     def _reopen(self, ev: RequestSeen, job: Job, profile: str, digest: str,
-                generation: int | None, closed: str | None, trigger: Trigger, outcome: str,
-                why: str) -> list[Effect]:
+                generation: int | None, closed: str | None, trigger: Trigger,
+                outcome: ReplyOutcome, why: str) -> list[Effect]:
         """Queue an ended job again as a new round, as ``ev``'s request asks."""
         if closed:
-            return self._reply(ev, "rejected", job, "generation", closed)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "generation", closed)
         request = ev.request
         after, problem = self.resolve_after(request, job.job_id)
         if problem:
-            return self._reply(ev, "rejected", job, "after", problem)
+            return self._reply(ev, ReplyOutcome.REJECTED, job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
         if refused:
             return refused
@@ -253,11 +303,12 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         job.held = {"by": request.peer, "at": ev.at} if request.hold else None
         job.admission_deadline = self._admission_deadline(request, ev.at)
         self.link_dependencies(job)
+        before = job.state
         self._transition(job, trigger)
         job.generation = generation
         job.round += 1
         job.reason = f"{why} (round {job.round})"
-        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost)]
+        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost, before=before)]
 
     def _admission_deadline(self, request: Request, at: float) -> float | None:
         """When a job accepted at ``at`` expires unless it has started (R-SUB-4)."""
@@ -280,14 +331,14 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 ("the request gives no eta_s", eta_s is None),
                 (f"the task's budget.rates has no rate for profile {profile!r}", rate is None))
                 if absent)
-            return None, self._reply(ev, "rejected", job, "max_cost", (
+            return None, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
                 f"{ceiling:g} cannot be checked: an estimate needs eta_s and a rate, "
                 f"and {missing}"))
         cost = estimate(eta_s, math.exp(self.calibration.fit()[0]),
                         self.policy.profiles[profile].gpu_count, rate)
         if cost["cost"] <= ceiling:
             return cost, []
-        return cost, self._reply(ev, "rejected", job, "max_cost", (
+        return cost, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
             f"estimated cost {cost['cost']:g} is over {ceiling:g} (eta_s {eta_s:g} x "
             f"calibrated ratio {cost['ratio']:.3g} x {max(cost['gpus'], 1)} "
             f"{'GPU(s)' if cost['gpus'] else 'CPU attempt'} x rate {rate:g} per "
@@ -334,7 +385,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             return self.end_cancelled(job, attempt, ev)
         if attempt.evicting and (ev.exited or not ev.alive) and \
                 not (ev.exited and ev.exit_code == 0):
-            return self._requeue(job, attempt, ev)  # R-POL-3: an end but a success requeues
+            # R-POL-3: an end but a success requeues
+            return self.preemption.requeue(job, attempt, ev)
         if ev.exited:
             return self._end(job, attempt, ev)
         if ev.fenced:
@@ -355,10 +407,10 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 f"{attempt.attempt_id}/shim.log); requeued"))]
         effects: list[Effect] = []
         if not attempt.seen and (ev.pid is not None or ev.handle is not None):
+            attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.SHIM_SEEN)
             attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
             attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
             attempt.handle = ev.handle
-            attempt.phase = AttemptPhase.BARRIER
             job.reason = ev.note or f"attempt {attempt.attempt_id} running"
             self.version += 1
             effects.append(self._write_job(job))
@@ -376,7 +428,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                 # cancelled attempt
                 return effects
             if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
-                attempt.go, attempt.phase = True, AttemptPhase.RUNNING
+                attempt.go = True
+                attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.GO)
                 if job.admission_deadline is not None:  # it started: it can no longer expire
                     job.admission_deadline = None
                     effects.append(self._write_job(job))
@@ -445,8 +498,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
 
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
                 reason: str) -> list[Effect]:
+        ended = self._attempt_step(job, attempt, AttemptTrigger.END)
         self._transition(job, trigger)
-        attempt.phase, attempt.ended_at = AttemptPhase.ENDED, at
+        attempt.phase, attempt.ended_at = ended, at
         spent = self._spent(job, attempt, at)  # whatever the outcome
         half_life = self.policy.fair_share_half_life_seconds
         if attempt.gpus:  # fair share's ledger: GPU-seconds
@@ -520,7 +574,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """Time-driven decisions: the generations' (``GenerationDesk.due``), and a budget
         verdict that differs from the journaled one, since running work spends by the
         second (R-BUD-1). Without limits (and none before) it costs nothing."""
-        events = super().due(at) + self._expired_admissions(at)
+        events = self.generations_desk.due(at) + self._expired_admissions(at)
         budget = self.budget
         if budget.limited or self.ledger.verdict is not None:
             total = sum(self.spend(at).values(), Spend())
@@ -599,7 +653,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         if self._last_pass == (self.version, self.samples_seen) or self.stopped:
             return []
         self._last_pass, self._last_at = (self.version, self.samples_seen), at
-        if self.concurrency_target() <= self.count(JobState.RUNNING) and not self.may_preempt():
+        if self.concurrency_target() <= self.count(JobState.RUNNING) and \
+                not self.preemption.may_preempt():
             self._drop_rest()
             self._reasons_stale, self.unused_slots = True, 0
             return []
@@ -626,7 +681,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         self._slot_limited = False
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
         queued = queue.jobs()
-        assessing = any(g.phase == "assessment" for g in self.generations.values())
+        assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
@@ -635,7 +690,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                    queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
                    assessment_holds={job.job_id: reason for job in queued
-                                     if (reason := self.assessment_hold(job, at))}
+                                     if (reason := self.generations_desk.assessment_hold(
+                                         job, at))}
                    if assessing else {})
         if not (ctx.assessing or self.count(JobState.SUSPENDED)
                 or preemptible_classes(ctx.queues)):
@@ -655,7 +711,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         policy = self.policy
         for project in each(ctx, "project", policy.project_picker, None):
             for tier in each(ctx, "queue", policy.queue_picker, project):
-                launches += self._resume(ctx, tier)  # R-POL-3: before the tier's new work
+                # R-POL-3: before the tier's new work
+                launches += self.preemption.resume(ctx, tier, self._pending)
                 with tier_pickers(ctx, project, tier) as next_job:
                     yield from self._serve(ctx, next_job, launches)
         for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
@@ -730,7 +787,8 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                             at=ctx.at, job_id=job.job_id,
                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
                         continue
-            if reason in ctx.liftable and (made := self._preempt(ctx, job, reason)) is not None:
+            if reason in ctx.liftable and \
+                    (made := self.preemption.preempt(ctx, job, reason)) is not None:
                 launches += made  # R-POL-3: preemptions that make room, maybe its launch
                 continue
             if pending.get(job.job_id) != reason:
@@ -802,15 +860,17 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
         """The GPU envelopes this run's running jobs hold, through every phase of a job,
         and what suspended ones keep holding (their memory)."""
         return [envelope for job in self.running() for envelope in self._held(job)] + \
-            self.suspended_envelopes()
+            self.preemption.suspended_envelopes()
 
     def _held(self, job: Job) -> list[Envelope]:
-        """``_envelopes(job)``, made once per attempt (and profile), since every pass reads
-        them all: the same envelopes also let ``device_loads`` reuse a device's load."""
+        """``preemption.envelopes(job)``, made once per attempt (and profile), since every
+        pass reads them all: the same envelopes also let ``device_loads`` reuse a device's
+        load."""
         attempt, profile = job.current, self.policy.profiles.get(job.profile)
         known = self._held_memo.get(job.job_id)
         if known is None or known[0] is not attempt or known[1] is not profile:
-            known = self._held_memo[job.job_id] = (attempt, profile, self._envelopes(job))
+            known = self._held_memo[job.job_id] = (attempt, profile,
+                                                   self.preemption.envelopes(job))
         return known[2]
 
     def _hold(self, job: Job, reason: str) -> None:
@@ -897,6 +957,33 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
     def running(self) -> list[Job]:
         return list(self._by_state[JobState.RUNNING].values())
 
+    def suspended(self) -> list[Job]:
+        return list(self._by_state[JobState.SUSPENDED].values())
+
+    def in_flight(self) -> list[Job]:
+        """Jobs with an attempt open: running, then suspended."""
+        return [*self.running(), *self.suspended()]
+
+    # the generation desk's views and proposals, as the daemon, status and tests ask them
+
+    def current_generation(self) -> Generation | None:
+        return self.generations_desk.current_generation()
+
+    def generation_status(self, gen: Generation, soft: bool = True) -> dict[str, Any]:
+        return self.generations_desk.status(gen, soft)
+
+    def maturity(self, gen: Generation) -> Maturity:
+        return self.generations_desk.maturity(gen)
+
+    def outstanding_leases(self) -> int:
+        return self.generations_desk.outstanding_leases()
+
+    def own_claims(self) -> list[Envelope]:
+        return self.generations_desk.own_claims()
+
+    def next_grants(self, at: float) -> list[LeaseGranted]:
+        return self.generations_desk.next_grants(at)
+
     def count(self, state: JobState) -> int:
         return len(self._by_state[state])
 
@@ -910,7 +997,9 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                                  if not current(j.state.directory, j.job_id)]
         effects += [WriteReply(request_id=r.request_id, document=r.to_dict())
                     for r in self.replies.values() if not current("replies", r.request_id)]
-        return effects + self.generation_views()
+        effects += [WriteControlReply(request_id=rid, document=c["document"])
+                    for rid, c in self.control_replies.items()]
+        return effects + self.generations_desk.views()
 
     def snapshot(self) -> dict[str, Any]:
         """The whole state as plain values: equal snapshots mean equal schedulers."""
@@ -951,14 +1040,17 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
             self._transition(job, Trigger.CANCEL)
             job.reason = f"run stopped before it started ({reason})"
             effects.append(self._write_job(job))
-        for gen in self.generations.values():
-            for lease in gen.outstanding():
-                effects += self._end_lease(gen, lease, "revoked", at, f"run stopped ({reason})")
+        effects += self.generations_desk.revoke_outstanding(at, f"run stopped ({reason})")
         running = tuple((j.job_id, j.current.attempt_id) for j in self.in_flight())
         if running:
             effects.append(TerminateAttempts(attempts=running))
         self.version += 1
         return effects
+
+    @staticmethod
+    def _attempt_step(job: Job, attempt: Attempt, trigger: AttemptTrigger) -> AttemptPhase:
+        """The attempt's phase after ``trigger`` (``attempt_transition``), not yet set."""
+        return attempt_transition(f"{job.job_id}/{attempt.attempt_id}", attempt.phase, trigger)
 
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
@@ -1014,16 +1106,25 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                         document=self.job_document(job),
                         replaces=moved_from if moved_from != job.state.directory else None)
 
-    def _reply(self, ev: RequestSeen, outcome: str, job: Job | None,
+    def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
                field: str | None = None, problem: str | None = None,
-               reason: str | None = None, estimate: dict[str, Any] | None = None
-               ) -> list[Effect]:
+               reason: str | None = None, estimate: dict[str, Any] | None = None,
+               before: JobState | None = None) -> list[Effect]:
+        """Answer ``ev``: ``before`` is the state of the job a request queued (None: it
+        created it); any other outcome leaves the job as it was (``reply_transition``)."""
+        state = job.state if job else None
+        if outcome not in NEW_WORK:
+            before = state
+        if reply_transition(ev.request_id or ev.name, before, outcome) != state:
+            raise InvalidTransition(f"request {ev.request_id or ev.name} answered {outcome} "
+                                    f"left job {job and job.job_id} {state and state.value}")
         if reason is None and field is not None:
             reason = f"{field}: {problem}"  # else Reply's own: "job <job_id> <state>"
-        request, lease = ev.request, None
-        if request is not None and outcome != "rejected":
+        request, lease, touched = ev.request, None, []
+        if request is not None and outcome != ReplyOutcome.REJECTED:
             if request.lease is not None:
-                lease = self._use_lease(request.peer, request.lease, ev.at, outcome)
+                lease, touched = self.generations_desk.use_lease(request.peer, request.lease,
+                                                                 ev.at, outcome)
             if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
                 self.ledger.unalerted += 1  # seed 003: each enqueue while not under alerts
             if outcome in NEW_WORK and job.generation in self.generations:
@@ -1040,7 +1141,6 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
                       estimate=estimate, uid=ev.uid)
         self.replies[reply.request_id] = reply
         self.version += 1
-        touched, self._lease_effects = self._lease_effects, []
         return touched + self._answer(ev.name, reply)
 
     def _closed_to_new_work(self, generation: int | None) -> str | None:
@@ -1053,7 +1153,7 @@ class Scheduler(PreemptionDesk, GenerationDesk, JobControlDesk):
     def _answer(name: str, reply: Reply) -> list[Effect]:
         """Reply, and dispose of the request file; a rejection is filed before the reply."""
         reply_effect = WriteReply(request_id=reply.request_id, document=reply.to_dict())
-        if reply.outcome == "rejected":
+        if reply.outcome == ReplyOutcome.REJECTED:
             return [RejectRequest(name=name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
         return [reply_effect, ConsumeRequest(name=name)]
@@ -1067,17 +1167,17 @@ _HANDLERS = {
     HostSampled: Scheduler._on_sampled,
     ClaimsSeen: Scheduler._on_claims,
     ControlSeen: Scheduler._on_control,
-    ResultSeen: Scheduler._on_result,
-    IdleSeen: Scheduler._on_idle,
-    DeclineSeen: Scheduler._on_decline,
-    LeaseGranted: Scheduler._on_granted,
-    LeaseExpired: Scheduler._on_expired,
-    LeaseRevoked: Scheduler._on_revoked,
-    ClaimsReleased: Scheduler._on_claims_released,
-    GenerationPhase: Scheduler._on_phase,
+    ResultSeen: lambda sched, ev: sched.generations_desk.on_result(ev),
+    IdleSeen: lambda sched, ev: sched.generations_desk.on_idle(ev),
+    DeclineSeen: lambda sched, ev: sched.generations_desk.on_decline(ev),
+    LeaseGranted: lambda sched, ev: sched.generations_desk.on_granted(ev),
+    LeaseExpired: lambda sched, ev: sched.generations_desk.on_expired(ev),
+    LeaseRevoked: lambda sched, ev: sched.generations_desk.on_revoked(ev),
+    ClaimsReleased: lambda sched, ev: sched.generations_desk.on_claims_released(ev),
+    GenerationPhase: lambda sched, ev: sched.generations_desk.on_phase(ev),
     RunStopRequested: lambda sched, ev: sched._stop(ev.at, ev.reason),
-    AttemptPreempted: Scheduler._on_preempted,
-    AttemptResumed: Scheduler._on_resumed,
+    AttemptPreempted: lambda sched, ev: sched.preemption.on_preempted(ev),
+    AttemptResumed: lambda sched, ev: sched.preemption.on_resumed(ev),
     BudgetVerdict: Scheduler._on_verdict,
     BudgetAlert: Scheduler._on_alert,
     AdmissionExpired: Scheduler._on_admission_expired,
@@ -1117,6 +1217,19 @@ def _limits(budget: Budget) -> dict[str, float | None]:
 def _error(request_id: str | None, field: str | None, problem: str | None) -> dict[str, Any]:
     return {"request_id": request_id, "field": field, "problem": problem,
             "reason": f"{field}: {problem}"}
+
+
+def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
+    """Like a request: a rejection is filed before the reply, an answer before the consume."""
+    reply = WriteControlReply(request_id=document["request_id"], document=document)
+    if document["outcome"] == "rejected":
+        return [DisposeControl(name=name, error={"request_id": document["request_id"],
+                                                  "reason": document["reason"]}), reply]
+    return [reply, DisposeControl(name=name)]
+
+
+def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
+    return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
 
 
 

@@ -17,17 +17,24 @@ from typing import Any
 
 from .budget import Ledger
 from .calibration import Calibration
-from .model import Attempt, AttemptPhase, Job, Reply
+from .model import Attempt, Job, Reply
 from .nodes import NodeRegistry
 from .pickers import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import Scheduler
-from .states import JobState
+from .states import (
+    AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState, ReplyOutcome,
+    attempt_transition,
+)
 from .supply import STAT_KEYS, Generation, Lease
 
 FORMAT = 1  # a key added later must be optional in ``_restore``: older snapshots lack it
-_STATES = {state.value: state for state in JobState}  # JobState(value) is slow at 100k jobs
+# each machine's states by value (JobState(value) is slow at 100k jobs): str enums compare
+# equal to their values, but a restored scheduler holds the very members replay would
+_STATES = {state.value: state for state in JobState}
+_PHASES = {phase.value: phase for phase in AttemptPhase}
+_OUTCOMES = {outcome.value: outcome for outcome in ReplyOutcome}
 
 
 class SnapshotError(ValueError):
@@ -125,7 +132,8 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     if sum(map(len, sched._by_state.values())) != len(sched.jobs) or any(
             job.job_id not in sched._by_state[job.state] for job in sched.jobs.values()):
         raise ValueError("jobs and their per-state index disagree")
-    sched.replies = {data["request_id"]: Reply(**data) for data in doc["replies"]}
+    sched.replies = {data["request_id"]: Reply(**{**data, "outcome": _OUTCOMES[data["outcome"]]})
+                     for data in doc["replies"]}
     sched.generations = {data["number"]: _to_generation(data) for data in doc["generations"]}
     sched.control_replies = doc["control_replies"]
     sched.calibration = Calibration(*doc["calibration"])
@@ -180,8 +188,10 @@ def _to_attempt(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**data)
     attempt.gpus = tuple(attempt.gpus)
     attempt.preemptions = tuple(attempt.preemptions)
+    attempt.phase = _PHASES[attempt.phase]
     if attempt.go and attempt.phase == AttemptPhase.BARRIER:  # a snapshot from before the
-        attempt.phase = AttemptPhase.RUNNING                  # running phase
+        attempt.phase = attempt_transition(attempt.attempt_id, attempt.phase,  # running phase
+                                           AttemptTrigger.GO)
     return attempt
 
 
@@ -206,7 +216,7 @@ def _generation(gen: Generation) -> dict[str, Any]:
 
 def _to_generation(data: dict[str, Any]) -> Generation:
     return Generation(
-        number=data["number"], phase=data["phase"], cohort=tuple(data["cohort"]),
+        number=data["number"], phase=GenerationStage(data["phase"]), cohort=tuple(data["cohort"]),
         deadline=data["deadline"], opened_at=data["opened_at"],
         close_requested=data["close_requested"], closing_signal=data["closing_signal"],
         results={rid: (peer, mature) for rid, (peer, mature) in data["results"].items()},
@@ -223,4 +233,5 @@ def _lease(lease: Lease) -> dict[str, Any]:
 
 
 def _to_lease(data: dict[str, Any]) -> Lease:
-    return Lease(**{**data, "profiles": tuple(data["profiles"])})
+    return Lease(**{**data, "profiles": tuple(data["profiles"]),
+                    "state": LeaseState(data["state"])})

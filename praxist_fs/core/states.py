@@ -1,15 +1,22 @@
-"""Job states and the one table of allowed transitions.
+"""Every state machine the core keeps, each with its one table of allowed transitions.
 
-Rule 1: every job state change goes through ``transition()``; a pair missing
-from ``TRANSITIONS`` is a bug in the scheduler and raises ``InvalidTransition``
-naming the job, the state and the trigger, leaving the job unchanged.
-Rule 2: states are plain strings on disk (``JobState`` is a ``str`` enum).
-docs/PROTOCOL.md's state diagram is generated from this table.
+Rule 1: every change of a job's state goes through ``transition()``, of an
+attempt's phase through ``attempt_transition()``, of a generation's phase through
+``generation_transition()``, of a lease's state through ``lease_transition()``, and
+every reply's outcome is checked by ``reply_transition()``. A pair missing from
+its table is a bug in the scheduler and raises ``InvalidTransition`` naming the
+thing, the state and the trigger, before anything changed.
+Rule 2: states are plain strings on disk (``str`` enums: ``json.dumps`` writes
+the value). The newer machines are ``StrEnum``s, whose ``str()`` and f-strings give
+the value too, since their states are spelled into reasons and replies as they are.
+docs/PROTOCOL.md's state diagram is generated from the job table.
 """
 
 from __future__ import annotations
 
-from enum import Enum
+from collections.abc import Mapping
+from enum import Enum, StrEnum
+from typing import TypeVar
 
 from ..errors import InvalidTransition
 
@@ -87,9 +94,139 @@ TRANSITIONS: dict[tuple[JobState, Trigger], JobState] = {
 
 def transition(job_id: str, state: JobState, trigger: Trigger) -> JobState:
     """The state after ``trigger``, or ``InvalidTransition`` if the table has no entry."""
+    return _step(TRANSITIONS, "job", job_id, state, trigger)
+
+
+class AttemptPhase(StrEnum):
+    """launching -> barrier -> running -> ended; status.json shows it (``active[].phase``)."""
+
+    LAUNCHING = "launching"  # intent journaled, shim not yet seen
+    BARRIER = "barrier"      # shim pid recorded, waiting at the barrier for GO
+    RUNNING = "running"      # GO journaled (``go``): the shim starts the command at once
+    ENDED = "ended"
+
+
+class AttemptTrigger(StrEnum):
+    SHIM_SEEN = "shim_seen"  # its shim was seen (its pid recorded): it waits at the barrier
+    GO = "go"                # GO decided and journaled
+    END = "end"              # the attempt settled, whatever its outcome
+
+
+ATTEMPT_TRANSITIONS: dict[tuple[AttemptPhase, AttemptTrigger], AttemptPhase] = {
+    (AttemptPhase.LAUNCHING, AttemptTrigger.SHIM_SEEN): AttemptPhase.BARRIER,
+    (AttemptPhase.BARRIER, AttemptTrigger.GO): AttemptPhase.RUNNING,
+    # an attempt may end in any phase: its shim may die before it was seen, or at the barrier
+    (AttemptPhase.LAUNCHING, AttemptTrigger.END): AttemptPhase.ENDED,
+    (AttemptPhase.BARRIER, AttemptTrigger.END): AttemptPhase.ENDED,
+    (AttemptPhase.RUNNING, AttemptTrigger.END): AttemptPhase.ENDED,
+}
+
+
+def attempt_transition(attempt: str, phase: AttemptPhase, trigger: AttemptTrigger
+                       ) -> AttemptPhase:
+    """``attempt`` names it in the error: "<job id>/<attempt id>"."""
+    return _step(ATTEMPT_TRANSITIONS, "attempt", attempt, phase, trigger)
+
+
+class GenerationStage(StrEnum):
+    """A generation's ``phase`` (R-SUP-1..8): only open and assessment accept work."""
+
+    OPEN = "open"
+    ASSESSMENT = "assessment"  # only deadline-safe mature top-ups start
+    CLOSING = "closing"        # its queue frozen, its leases revoked: its running work drains
+    CLOSED = "closed"          # drained (or its grace is over): later results are quarantined
+
+
+class GenerationTrigger(StrEnum):
+    ASSESS = "assess"  # an operator's assess, or a close waiting for the mature quorum
+    CLOSE = "close"    # an operator's close, or an assessment that is over
+    DRAIN = "drain"    # its running work drained, or the drain grace is over
+
+
+GENERATION_TRANSITIONS: dict[tuple[GenerationStage, GenerationTrigger], GenerationStage] = {
+    (GenerationStage.OPEN, GenerationTrigger.ASSESS): GenerationStage.ASSESSMENT,
+    (GenerationStage.ASSESSMENT, GenerationTrigger.ASSESS): GenerationStage.ASSESSMENT,
+    (GenerationStage.OPEN, GenerationTrigger.CLOSE): GenerationStage.CLOSING,
+    (GenerationStage.ASSESSMENT, GenerationTrigger.CLOSE): GenerationStage.CLOSING,
+    (GenerationStage.CLOSING, GenerationTrigger.DRAIN): GenerationStage.CLOSED,
+}
+
+
+def generation_transition(number: int, phase: GenerationStage, trigger: GenerationTrigger
+                          ) -> GenerationStage:
+    return _step(GENERATION_TRANSITIONS, "generation", str(number), phase, trigger)
+
+
+class LeaseState(StrEnum):
+    """A supply lease (R-SUP-3..6): granted, then ended one way, for good."""
+
+    GRANTED = "granted"
+    CONSUMED = "consumed"
+    DECLINED = "declined"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
+class LeaseTrigger(StrEnum):
+    CONSUME = "consume"  # a submission of its peer carried it and queued work
+    DECLINE = "decline"  # its peer declined it
+    EXPIRE = "expire"    # its submission window passed unused
+    REVOKE = "revoke"    # its generation closed, its claim's capacity was taken, a restart, a stop
+
+
+LEASE_TRANSITIONS: dict[tuple[LeaseState, LeaseTrigger], LeaseState] = {
+    (LeaseState.GRANTED, LeaseTrigger.CONSUME): LeaseState.CONSUMED,
+    (LeaseState.GRANTED, LeaseTrigger.DECLINE): LeaseState.DECLINED,
+    (LeaseState.GRANTED, LeaseTrigger.EXPIRE): LeaseState.EXPIRED,
+    (LeaseState.GRANTED, LeaseTrigger.REVOKE): LeaseState.REVOKED,
+}
+
+
+def lease_transition(lease_id: str, state: LeaseState, trigger: LeaseTrigger) -> LeaseState:
+    return _step(LEASE_TRANSITIONS, "lease", lease_id, state, trigger)
+
+
+class ReplyOutcome(StrEnum):
+    """What a peer's request did (R-SUB-2, R-SUB-3): the reply's ``outcome``."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    TERMINAL_DUPLICATE = "terminal_duplicate"
+    RETRY_ACCEPTED = "retry_accepted"
+    REJECTED = "rejected"
+
+
+# a request for a job in these states is answered as a duplicate (or refused if it differs)
+REPLAYABLE_STATES = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED,
+                     JobState.COMPLETED, JobState.DRAINED_UNKNOWN)
+TERMINAL_DUPLICATES = (JobState.FAILED, JobState.REJECTED, JobState.CANCELLED)
+# A reply's outcome is a transition of the state of the job its tag names (None: no job,
+# or a reply that names none), from before the request to the reply's ``state``:
+# docs/PROTOCOL.md section 4's table of outcomes
+REPLY_TRANSITIONS: dict[tuple[JobState | None, ReplyOutcome], JobState | None] = {
+    (None, ReplyOutcome.ACCEPTED): JobState.QUEUED,
+    (JobState.EXPIRED, ReplyOutcome.ACCEPTED): JobState.QUEUED,
+    **{(state, ReplyOutcome.DUPLICATE): state for state in REPLAYABLE_STATES},
+    **{(state, ReplyOutcome.TERMINAL_DUPLICATE): state for state in TERMINAL_DUPLICATES},
+    **{(state, ReplyOutcome.RETRY_ACCEPTED): JobState.QUEUED for state in TERMINAL_DUPLICATES},
+    **{(state, ReplyOutcome.REJECTED): state for state in (None, *JobState)},
+}
+
+
+def reply_transition(request_id: str, state: JobState | None, outcome: ReplyOutcome
+                     ) -> JobState | None:
+    """The state the job is in once answered ``outcome`` (``state`` before the request)."""
+    return _step(REPLY_TRANSITIONS, "request", request_id, state, outcome)
+
+
+_S = TypeVar("_S")
+
+
+def _step(table: Mapping[tuple[_S, Enum], _S], what: str, name: str, state: _S,
+          trigger: Enum) -> _S:
     try:
-        return TRANSITIONS[(state, trigger)]
+        return table[(state, trigger)]
     except KeyError:
+        shown = "none" if state is None else state.value
         raise InvalidTransition(
-            f"can't handle {trigger.value} in state {state.value} for job {job_id}"
-        ) from None
+            f"can't handle {trigger.value} in state {shown} for {what} {name}") from None

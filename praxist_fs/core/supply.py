@@ -17,15 +17,18 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from .states import GenerationStage, LeaseState
+
 MATURE = "mature"
 FRONTIER = "frontier_followup"
 PRIORITIES = (MATURE, FRONTIER)
-LEASE_OUTCOMES = ("consumed", "declined", "expired", "revoked")
+LEASE_OUTCOMES = (LeaseState.CONSUMED, LeaseState.DECLINED, LeaseState.EXPIRED,
+                  LeaseState.REVOKED)
 # a submission carrying a lease that has ended: its outcome (and counter) by the lease's
 # state. Seed 000 names two: stale_submission is an expired locator, reuse_ignored a lease
 # genuinely consumed once; a declined or revoked one is neither, so it is said apart
-IGNORED_AFTER = {"expired": "stale_submission", "consumed": "reuse_ignored",
-                 "declined": "declined_ignored", "revoked": "revoked_ignored"}
+IGNORED_AFTER = {LeaseState.EXPIRED: "stale_submission", LeaseState.CONSUMED: "reuse_ignored",
+                 LeaseState.DECLINED: "declined_ignored", LeaseState.REVOKED: "revoked_ignored"}
 STAT_KEYS = ("granted", "consumed", "declined", "expired", "revoked", "stale_submission",
              "reuse_ignored", "declined_ignored", "revoked_ignored")
 COOLDOWN_BASE_S = 60.0     # the first decline of a priority rests the peer a minute ...
@@ -92,14 +95,14 @@ class Lease:
     profiles: tuple[str, ...]
     granted_at: float
     expires_at: float
-    state: str = "granted"
+    state: LeaseState = LeaseState.GRANTED  # changed by ``lease_transition`` only
     reason: str = "granted: you may submit one already-planned experiment"
     ended_at: float | None = None
     claim: dict[str, Any] | None = None  # uuid, utilization_pct, memory_mib, exclusive
 
     @property
     def outstanding(self) -> bool:
-        return self.state == "granted"
+        return self.state == LeaseState.GRANTED
 
     def to_dict(self) -> dict[str, Any]:
         return {"lease_id": self.lease_id, "peer": self.peer, "generation": self.generation,
@@ -112,7 +115,7 @@ class Lease:
 @dataclass(slots=True, kw_only=True)
 class Generation:
     number: int
-    phase: str = "open"  # open, assessment, closing, closed
+    phase: GenerationStage = GenerationStage.OPEN  # changed by ``generation_transition`` only
     cohort: tuple[str, ...] = ()
     deadline: float | None = None
     opened_at: float = 0.0
@@ -127,7 +130,7 @@ class Generation:
 
     @property
     def accepting(self) -> bool:
-        return self.phase in ("open", "assessment")
+        return self.phase in (GenerationStage.OPEN, GenerationStage.ASSESSMENT)
 
     def outstanding(self) -> list[Lease]:
         return [lease for lease in self.leases.values() if lease.outstanding]
