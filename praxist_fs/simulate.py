@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
-from .backends.memory import MemoryBackend, Run, VirtualHost, carry_out
+from .backends.memory import MemoryBackend, Run, VirtualHost, VirtualLoop
 from .core.admission import upper_bound
 from .core.effects import WriteReply
 from .core.events import (
@@ -369,33 +369,25 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     rng = random.Random(seed)
     records: dict[str, JobRecord] = {}  # core job id -> its record, in submission order
     share: dict[str, float] = {}   # core job id -> GPUs of work it does while it runs
-    backend = MemoryBackend(lambda launch: Run(records[launch.job_id].job.duration_s),
-                            VirtualHost(boot_id="simulated"))
+    loop = VirtualLoop(sched, MemoryBackend(
+        lambda launch: Run(records[launch.job_id].job.duration_s),
+        VirtualHost(boot_id="simulated")))
     series: list[tuple[float, int, float]] = []
     watch = Watch(f"policy {name} ({placement})")
     busy, nxt, peak = 0.0, 0, 0
-
-    def handle(event: Event) -> None:
-        """The core takes ``event``; the backend carries out what it decides, and what
-        it reports goes back to the core."""
-        pending = [event]
-        while pending:
-            for effect in sched.handle(pending.pop(0)):
-                pending += carry_out(backend, effect, sched.jobs)
 
     def ended(now: float) -> None:
         """The ends the virtual host has reached by ``now``: a completion frees its GPUs
         (an evicted attempt gave them up when it was preempted)."""
         nonlocal busy
-        for event in backend.on_timer(now):
-            handle(event)
+        for event in loop.advance(now):
             if sched.jobs[event.job_id].state is JobState.COMPLETED:
                 records[event.job_id].end = now
                 busy -= share[event.job_id]
 
-    while nxt < len(runnable) or backend.next_timer() < math.inf:
+    while nxt < len(runnable) or loop.next_end() < math.inf:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
-                  backend.next_timer())
+                  loop.next_end())
         ended(now)  # free GPUs before arrivals take them
         while nxt < len(runnable) and runnable[nxt].submit_s == now:
             job, profile = runnable[nxt], profiles[nxt]
@@ -408,7 +400,7 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             decide = False
             events = sched.next_launches(now)
             for event in events:
-                handle(event)
+                loop.handle(event)
                 core_id = event.job_id
                 record = records[core_id]
                 watch.saw(now, event, records)
@@ -429,7 +421,7 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                     record.off_since = None
                 busy += share[core_id]
             watch.round(now, events, records)
-            peak = max(peak, backend.host.running)
+            peak = max(peak, loop.backend.host.running)
         series.append((now, sched.count(JobState.QUEUED), busy))
     sched.refresh_reasons()
     unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "

@@ -28,6 +28,7 @@ from praxist_fs.core.effects import (
 )
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
+from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
 
 from .base import NO_TIMER, AttemptKey, Capabilities
@@ -64,7 +65,6 @@ class VirtualAttempt:
     ends_at: float | None = None  # while its clock runs: when it ends
     serial: int = 0               # which entry of the queue is its end (older ones are void)
     exit: tuple[int, int | None] | None = None  # (code, signal) once exited
-    aborted: bool = False
     ended_at: float | None = None
 
     @property
@@ -84,6 +84,7 @@ class VirtualHost:
         # (at, serial, key, how): an end ahead; ``how``: None for the plan's exit, else
         # ABORTED or the (code, signal) of a signal's
         self.queue: list[tuple[float, int, AttemptKey, Any]] = []
+        self.ended: list[VirtualAttempt] = []  # in the order they ended
         self.running = 0  # attempts whose clock runs now
 
     def schedule(self, attempt: VirtualAttempt, at: float, how: Any = None) -> None:
@@ -110,23 +111,21 @@ class VirtualHost:
                exit: tuple[int, int | None] | None) -> None:
         """It ended at ``at``: with ``exit``, or without one (aborted at the barrier)."""
         self.pause(attempt)
-        attempt.exit, attempt.aborted, attempt.ended_at = exit, exit is None, at
+        attempt.exit, attempt.ended_at = exit, at
 
-    def advance(self, to: float) -> list[VirtualAttempt]:
-        """Move the clock to ``to``; the attempts that ended by then, in order."""
-        ended = []
+    def advance(self, to: float) -> None:
+        """Move the clock to ``to``, ending (``ended``) the attempts due by then."""
         while self.queue and self.queue[0][0] <= to:
             at, serial, key, how = heapq.heappop(self.queue)
             attempt = self.attempts[key]
-            if not attempt.alive or (how is None and attempt.serial != serial) \
-                    or (how is None and attempt.ends_at is None):
+            if not attempt.alive or (how is None and (attempt.ends_at is None
+                                                      or attempt.serial != serial)):
                 continue  # void: it was stopped, signalled or ended since
             self.now = max(self.now, at)
             self.finish(attempt, at, (attempt.run.exit_code, None) if how is None
                         else None if how == ABORTED else how)
-            ended.append(attempt)
+            self.ended.append(attempt)
         self.now = max(self.now, to)
-        return ended
 
     def next_end(self) -> float:
         return self.queue[0][0] if self.queue else NO_TIMER
@@ -135,7 +134,8 @@ class VirtualHost:
 class MemoryBackend:
     """``ExecutionBackend`` on a ``VirtualHost``: no processes, no files, no waiting.
 
-    It reports what it started or adopted, and nothing else of the host's."""
+    It reports the ends of what it started or adopted, each once, whoever moved the
+    host's clock, and nothing else of the host's."""
 
     name: ClassVar[str] = "memory"
     capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
@@ -144,6 +144,7 @@ class MemoryBackend:
         self.plan = plan
         self.host = host or VirtualHost()
         self.mine: set[AttemptKey] = set()
+        self.told = len(self.host.ended)  # the host's ends up to here are reported
 
     # -- the contract ----------------------------------------------------------
 
@@ -231,7 +232,10 @@ class MemoryBackend:
 
     def on_timer(self, now: float) -> list[Event]:
         """The clock moves to ``now``: the ends of this backend's attempts due by then."""
-        return [self._observed(a) for a in self.host.advance(now) if a.key in self.mine]
+        self.host.advance(now)
+        news = self.host.ended[self.told:]
+        self.told += len(news)
+        return [self._observed(a) for a in news if a.key in self.mine]
 
     def close(self) -> None:
         self.mine.clear()
@@ -280,3 +284,29 @@ def carry_out(backend: MemoryBackend, effect: Effect, jobs: dict[str, Job],
     return []
 
 
+
+
+class VirtualLoop:
+    """The daemon's loop around a core on a virtual host, for the simulator and tests: an
+    event goes to the core, what it decides to the backend, what the backend reports back
+    to the core, until nothing is left. Nothing is journaled: the core's state is all."""
+
+    def __init__(self, sched: Scheduler, backend: MemoryBackend) -> None:
+        self.sched = sched
+        self.backend = backend
+
+    def handle(self, event: Event) -> None:
+        pending = [event]
+        while pending:
+            for effect in self.sched.handle(pending.pop(0)):
+                pending += carry_out(self.backend, effect, self.sched.jobs)
+
+    def advance(self, now: float) -> list[AttemptObserved]:
+        """The clock moves to ``now``: the ends reached by then, each handled in turn."""
+        ended = self.backend.on_timer(now)
+        for event in ended:
+            self.handle(event)
+        return ended  # type: ignore[return-value]
+
+    def next_end(self) -> float:
+        return self.backend.next_timer()
