@@ -35,18 +35,22 @@ from .base import NO_TIMER, AttemptKey, Capabilities
 
 TERM_EXIT = (143, 15)  # what a command that dies of SIGTERM exits with (128 + signal)
 KILL_EXIT = (137, 9)
-ABORTED = "aborted"    # an end without an exit: released the other way at the barrier
 GRACE_S = 10.0         # between TERM and KILL: the daemon's for a stop and an eviction
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """What an attempt's command does once released: ``duration_s`` seconds of running
-    (suspensions excluded), then ``exit_code``; ``ignores_term``: only KILL ends it."""
+    """What an attempt does: ``duration_s`` seconds of running once released (suspensions
+    excluded; ``math.inf``: until the caller ends it), then ``exit_code``. ``term_exit``:
+    how its command answers TERM (``KILL_EXIT``: it ignores TERM, and KILL ends it once
+    the grace has passed). ``ready``: its shim reaches READY at once, else when the caller
+    says (``VirtualHost.ready``). ``start_error``: its shim cannot be started at all."""
 
     duration_s: float
     exit_code: int = 0
-    ignores_term: bool = False
+    term_exit: tuple[int, int | None] = TERM_EXIT
+    ready: bool = True
+    start_error: str | None = None
 
 
 Plan = Callable[[SpawnAttempt], Run]
@@ -54,13 +58,15 @@ Plan = Callable[[SpawnAttempt], Run]
 
 @dataclass(slots=True)
 class VirtualAttempt:
-    """One attempt as the virtual host runs it."""
+    """One attempt as the virtual host runs it: its shim, its barrier files, its command."""
 
-    key: AttemptKey
+    launch: SpawnAttempt
     pid: int
     run: Run
     left_s: float           # run time still to go (frozen until GO, and while stopped)
-    go: bool = False
+    ready: bool = False     # READY written
+    go: bool = False        # GO written (the command runs if its shim was there for it)
+    running: bool = False   # the command started
     stopped: bool = False
     ends_at: float | None = None  # while its clock runs: when it ends
     serial: int = 0               # which entry of the queue is its end (older ones are void)
@@ -68,12 +74,18 @@ class VirtualAttempt:
     ended_at: float | None = None
 
     @property
+    def key(self) -> AttemptKey:
+        return (self.launch.job_id, self.launch.attempt_id)
+
+    @property
     def alive(self) -> bool:
         return self.ended_at is None
 
 
 class VirtualHost:
-    """The attempts, the clock and the queue of ends they are heading to."""
+    """The attempts, the clock and the queue of ends they are heading to. Besides the
+    plans, a caller may script what happens to a shim (``ready``, ``die``, ``exit``), as
+    a fault-injecting test does."""
 
     def __init__(self, boot_id: str = "memory", start: float = 0.0) -> None:
         self.boot_id = boot_id
@@ -82,13 +94,40 @@ class VirtualHost:
         self.pids = 0
         self.serial = 0
         # (at, serial, key, how): an end ahead; ``how``: None for the plan's exit, else
-        # ABORTED or the (code, signal) of a signal's
+        # the (code, signal) of a signal's
         self.queue: list[tuple[float, int, AttemptKey, Any]] = []
         self.ended: list[VirtualAttempt] = []  # in the order they ended
         self.running = 0  # attempts whose clock runs now
 
+    # -- what a caller may make happen ---------------------------------------------
+
+    def ready(self, key: AttemptKey) -> None:
+        """The shim writes READY (a plan with ``ready=False`` waits for this)."""
+        attempt = self.attempts[key]
+        if attempt.alive:
+            attempt.ready = True
+            self.proceed(attempt)
+
+    def die(self, key: AttemptKey) -> None:
+        """The shim dies without an exit record (killed, or its machine lost)."""
+        attempt = self.attempts[key]
+        if attempt.alive:
+            self.finish(attempt, self.now, None)
+
+    def exit(self, key: AttemptKey, code: int, signal: int | None, at: float) -> None:
+        """The command ended at ``at`` with ``code`` (of ``signal``), and its shim after it."""
+        attempt = self.attempts[key]
+        if attempt.alive:
+            self.finish(attempt, at, (code, signal))
+
+    # -- the clock --------------------------------------------------------------------
+
     def schedule(self, attempt: VirtualAttempt, at: float, how: Any = None) -> None:
-        """``attempt`` ends at ``at``: by its plan (``how`` None) or of a signal."""
+        """``attempt`` ends at ``at``: by its plan (``how`` None) or of a signal; at once
+        when that is now."""
+        if how is not None and at <= self.now:
+            self.finish(attempt, self.now, how)
+            return
         self.serial += 1
         if how is None:
             attempt.ends_at, attempt.serial = at, self.serial
@@ -102,16 +141,20 @@ class VirtualHost:
             self.running -= 1
 
     def proceed(self, attempt: VirtualAttempt) -> None:
-        """Start (or restart) its clock: it ends once what is left of its run has run."""
-        if attempt.alive and attempt.go and not attempt.stopped and attempt.ends_at is None:
+        """Start (or restart) its clock if it may run: released, READY, not stopped. It
+        ends once what is left of its run has run."""
+        if attempt.alive and attempt.go and attempt.ready and not attempt.stopped \
+                and attempt.ends_at is None:
+            attempt.running = True
             self.running += 1
             self.schedule(attempt, self.now + attempt.left_s)
 
     def finish(self, attempt: VirtualAttempt, at: float,
                exit: tuple[int, int | None] | None) -> None:
-        """It ended at ``at``: with ``exit``, or without one (aborted at the barrier)."""
+        """It ended at ``at``: with ``exit``, or without one (aborted, or its shim died)."""
         self.pause(attempt)
         attempt.exit, attempt.ended_at = exit, at
+        self.ended.append(attempt)
 
     def advance(self, to: float) -> None:
         """Move the clock to ``to``, ending (``ended``) the attempts due by then."""
@@ -122,9 +165,7 @@ class VirtualHost:
                                                       or attempt.serial != serial)):
                 continue  # void: it was stopped, signalled or ended since
             self.now = max(self.now, at)
-            self.finish(attempt, at, (attempt.run.exit_code, None) if how is None
-                        else None if how == ABORTED else how)
-            self.ended.append(attempt)
+            self.finish(attempt, at, (attempt.run.exit_code, None) if how is None else how)
         self.now = max(self.now, to)
 
     def next_end(self) -> float:
@@ -134,48 +175,60 @@ class VirtualHost:
 class MemoryBackend:
     """``ExecutionBackend`` on a ``VirtualHost``: no processes, no files, no waiting.
 
-    It reports the ends of what it started or adopted, each once, whoever moved the
-    host's clock, and nothing else of the host's."""
+    ``observe`` is a look at the host now, as the local backend's at the attempt
+    directory and /proc: the barrier files and the exit record are there for anyone,
+    the process only for a handle that names it (the journal's, or READY's). The ends
+    ``on_timer`` reports are those of what this backend started or adopted, each once,
+    whoever moved the host's clock. ``grace_s``: terminate()'s wait before KILL."""
 
     name: ClassVar[str] = "memory"
     capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
 
-    def __init__(self, plan: Plan, host: VirtualHost | None = None) -> None:
+    def __init__(self, plan: Plan, host: VirtualHost | None = None,
+                 grace_s: float = GRACE_S) -> None:
         self.plan = plan
         self.host = host or VirtualHost()
+        self.grace_s = grace_s
         self.mine: set[AttemptKey] = set()
         self.told = len(self.host.ended)  # the host's ends up to here are reported
 
     # -- the contract ----------------------------------------------------------
 
     def start(self, launch: SpawnAttempt, env: dict[str, str]) -> list[Event]:
-        """At the barrier at once, READY: its handle is a fresh pid on the host."""
+        """Its shim at once, with a fresh pid on the host for a handle (READY too, unless
+        the plan waits for it); a shim that cannot start is an exit 127 with the error."""
         host = self.host
         key = (launch.job_id, launch.attempt_id)
-        host.pids += 1
         run = self.plan(launch)
-        host.attempts[key] = VirtualAttempt(key=key, pid=host.pids, run=run,
-                                            left_s=run.duration_s)
+        if run.start_error is not None:
+            return [AttemptObserved(at=host.now, job_id=key[0], attempt_id=key[1],
+                                    alive=False, exited=True, exit_code=127,
+                                    error=run.start_error)]
+        host.pids += 1
+        attempt = host.attempts[key] = VirtualAttempt(launch=launch, pid=host.pids, run=run,
+                                                      left_s=run.duration_s, ready=run.ready)
         self.mine.add(key)
-        return [self._observed(host.attempts[key])]
+        return [self._observed(attempt, host.now)]
 
     def go(self, key: AttemptKey) -> None:
+        """GO is written even where the shim has gone; the command runs if it is there."""
         attempt = self.host.attempts.get(key)
-        if attempt is not None and attempt.alive and not attempt.go:
+        if attempt is not None and not attempt.go:
             attempt.go = True
             self.host.proceed(attempt)
 
     def abort(self, key: AttemptKey) -> None:
         attempt = self.host.attempts.get(key)
-        if attempt is not None and attempt.alive and not attempt.go:
-            self.host.schedule(attempt, self.host.now, ABORTED)
+        if attempt is not None and attempt.alive and not attempt.running:
+            self.host.finish(attempt, self.host.now, None)
 
     def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         virtual = self.host.attempts.get((job.job_id, attempt.attempt_id))
-        if virtual is None or (attempt.pid is not None and attempt.pid != virtual.pid):
+        if virtual is None:
             return AttemptObserved(at=self.host.now, job_id=job.job_id,
                                    attempt_id=attempt.attempt_id, alive=False)
-        return self._observed(virtual)
+        known = virtual.pid == attempt.pid or (attempt.pid is None and virtual.ready)
+        return self._observed(virtual, self.host.now, known)
 
     def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
         key = (job.job_id, attempt.attempt_id)
@@ -195,34 +248,32 @@ class MemoryBackend:
 
     def resume(self, key: AttemptKey) -> None:
         attempt = self.host.attempts.get(key)
-        if attempt is not None and attempt.stopped:
+        if attempt is not None and attempt.alive and attempt.stopped:
             attempt.stopped = False
             self.host.proceed(attempt)
 
     def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
-        """ABORT at the barrier; else continue it if stopped, and TERM: it dies now, or,
-        if its plan ignores TERM, of KILL once ``grace`` has passed (unless it ends first)."""
+        """ABORT before its command runs; else continue it if stopped, and TERM: it ends
+        as its plan answers TERM, at once, or of KILL once ``grace`` has passed."""
         host = self.host
         attempt = host.attempts.get(key)
         if attempt is None or not attempt.alive:
             return
-        if not attempt.go:
+        if not attempt.running:
             self.abort(key)
             return
         self.resume(key)
-        if attempt.run.ignores_term:
+        if attempt.run.term_exit == KILL_EXIT:
             host.schedule(attempt, host.now + grace, KILL_EXIT)
         else:
-            host.schedule(attempt, host.now, TERM_EXIT)
+            host.schedule(attempt, host.now, attempt.run.term_exit)
 
     def terminate(self, keys: list[AttemptKey]) -> list[Event]:
-        """End them all and wait out the stop's grace on the virtual clock."""
+        """End them all, waiting out the stop's grace on the virtual clock if need be."""
         for key in keys:
-            self.end(key, GRACE_S, False)
-        until = self.host.now + GRACE_S if any(
-            self.host.attempts[k].run.ignores_term for k in keys
-            if k in self.host.attempts) else self.host.now
-        return self.on_timer(until)
+            self.end(key, self.grace_s, False)
+        waits = any(self.host.attempts[k].alive for k in keys if k in self.host.attempts)
+        return self.on_timer(self.host.now + (self.grace_s if waits else 0.0))
 
     def on_ready(self, token: Any) -> list[Event]:
         return []  # it registers nothing in the loop's selector
@@ -235,26 +286,26 @@ class MemoryBackend:
         self.host.advance(now)
         news = self.host.ended[self.told:]
         self.told += len(news)
-        return [self._observed(a) for a in news if a.key in self.mine]
+        return [self._observed(a, a.ended_at) for a in news if a.key in self.mine]
 
     def close(self) -> None:
         self.mine.clear()
 
     # -- what it reports ------------------------------------------------------------
 
-    def _observed(self, attempt: VirtualAttempt) -> AttemptObserved:
-        """What the host shows of ``attempt`` now: its handle while alive, READY (a
-        virtual shim is at its barrier at once), GO, and its exit once it ended."""
+    def _observed(self, attempt: VirtualAttempt, at: float,
+                  known: bool = True) -> AttemptObserved:
+        """What the host shows of ``attempt`` at ``at``: its handle while its shim lives
+        (and is ``known``), READY, GO, and the exit record once there is one."""
         job_id, attempt_id = attempt.key
-        at = self.host.now if attempt.alive else attempt.ended_at
-        if attempt.alive:
-            return AttemptObserved(at=at, job_id=job_id, attempt_id=attempt_id, alive=True,
-                                   pid=attempt.pid, pid_start=attempt.pid,
-                                   boot_id=self.host.boot_id, ready=True, go=attempt.go)
+        alive = attempt.alive and known
         code, signal = attempt.exit or (None, None)
-        return AttemptObserved(at=at, job_id=job_id, attempt_id=attempt_id, alive=False,
-                               ready=True, go=attempt.go, exited=attempt.exit is not None,
-                               exit_code=code, signal=signal, ended_at=attempt.ended_at)
+        return AttemptObserved(
+            at=at, job_id=job_id, attempt_id=attempt_id, alive=alive,
+            pid=attempt.pid if alive else None, pid_start=attempt.pid if alive else None,
+            boot_id=self.host.boot_id if alive else None, ready=attempt.ready, go=attempt.go,
+            exited=attempt.exit is not None, exit_code=code, signal=signal,
+            ended_at=attempt.ended_at if attempt.exit is not None else None)
 
 
 def carry_out(backend: MemoryBackend, effect: Effect, jobs: dict[str, Job],

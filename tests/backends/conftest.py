@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import pytest
 
 from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend
-from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
+from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
@@ -89,7 +89,7 @@ class MemoryRig:
         self.seen = Seen()
 
     def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False) -> Run:
-        return Run(seconds, exit_code, ignores_term)
+        return Run(seconds, exit_code, KILL_EXIT if ignores_term else TERM_EXIT)
 
     def launch(self, job_id: str, command: Run) -> SpawnAttempt:
         self.plans[job_id] = command
