@@ -141,11 +141,12 @@ class VirtualHost:
             self.running -= 1
 
     def proceed(self, attempt: VirtualAttempt) -> None:
-        """Start (or restart) its clock if it may run: released, READY, not stopped. It
-        ends once what is left of its run has run."""
-        if attempt.alive and attempt.go and attempt.ready and not attempt.stopped \
-                and attempt.ends_at is None:
-            attempt.running = True
+        """Its command starts once released and READY, and its clock runs while it is not
+        stopped: it ends once what is left of its run has run."""
+        if not (attempt.alive and attempt.go and attempt.ready):
+            return
+        attempt.running = True
+        if not attempt.stopped and attempt.ends_at is None:
             self.running += 1
             self.schedule(attempt, self.now + attempt.left_s)
 
@@ -269,11 +270,16 @@ class MemoryBackend:
             host.schedule(attempt, host.now, attempt.run.term_exit)
 
     def terminate(self, keys: list[AttemptKey]) -> list[Event]:
-        """End them all, waiting out the stop's grace on the virtual clock if need be."""
+        """End them all, waiting out the stop's grace on the virtual clock if need be: a
+        look at each then (their ends are news for ``on_timer`` too, as a late sighting)."""
+        host = self.host
         for key in keys:
             self.end(key, self.grace_s, False)
-        waits = any(self.host.attempts[k].alive for k in keys if k in self.host.attempts)
-        return self.on_timer(self.host.now + (self.grace_s if waits else 0.0))
+        if any(host.attempts[k].alive for k in keys if k in host.attempts):
+            host.advance(host.now + self.grace_s)
+        return [self._observed(host.attempts[k], host.now) if k in host.attempts else
+                AttemptObserved(at=host.now, job_id=k[0], attempt_id=k[1], alive=False)
+                for k in keys]
 
     def on_ready(self, token: Any) -> list[Event]:
         return []  # it registers nothing in the loop's selector
