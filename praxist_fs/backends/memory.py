@@ -5,14 +5,18 @@ against it instead of interpreting its effects themselves. A ``VirtualHost`` is 
 world the attempts live in; it outlives a ``MemoryBackend``, as a host outlives its
 coordinator, so a second backend on the same host adopts what the first started.
 
-What an attempt does once released comes from the caller's ``plan`` (a trace replay's
-run time, a test's exit code): a ``Run``. The clock only moves when the caller says
-(``on_timer(now)``), and every end due by then comes back in one order: by its time,
-then by when it was decided (a completion by its GO or resume, a signal by its
-sending). A suspended attempt's clock stops; TERM ends it at once unless its plan
-ignores TERM, then KILL does after the grace; ABORT ends it without it ever running.
-An end's time stays in the queue when a suspension or a signal makes it void, and
-``next_timer`` may name it: waking at it finds nothing to report.
+What an attempt does comes from the caller's ``plan`` (a trace replay's run time, a
+test's exit code): a ``Run``; a fault-injecting caller may also script its shim on the
+host (READY late, death without an exit record, an exit at a chosen time). The clock
+only moves when the caller says (``on_timer(now)``), and every end due by then comes
+back in one order: by its time, then by when it was decided (a completion by its GO or
+resume). A suspended attempt's clock stops; TERM ends it as its plan answers TERM, at
+once or by KILL after the grace; ABORT ends it without it ever running. An end's time
+stays in the queue when a suspension or a signal makes it void, and ``next_timer`` may
+name it: waking at it finds nothing to report.
+
+``VirtualLoop`` is the daemon's loop in small around a core on this backend, and
+``carry_out`` which backend call carries out which of the core's attempt effects.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from praxist_fs.core.model import Attempt, Job
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
 
-from .base import NO_TIMER, AttemptKey, Capabilities
+from .base import NO_TIMER, AttemptKey, Capabilities, ExecutionBackend
 
 TERM_EXIT = (143, 15)  # what a command that dies of SIGTERM exits with (128 + signal)
 KILL_EXIT = (137, 9)
@@ -314,7 +318,7 @@ class MemoryBackend:
             ended_at=attempt.ended_at if attempt.exit is not None else None)
 
 
-def carry_out(backend: MemoryBackend, effect: Effect, jobs: dict[str, Job],
+def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
               evict_grace: float = GRACE_S) -> list[Event]:
     """Hand one of the core's attempt effects to ``backend``, as the daemon's loop does;
     what it returns goes back to the core. Effects on files are not a backend's: []."""
@@ -339,8 +343,6 @@ def carry_out(backend: MemoryBackend, effect: Effect, jobs: dict[str, Job],
         grace = effect.grace if isinstance(effect, CancelAttempt) else evict_grace
         backend.end(key, grace, jobs[effect.job_id].state is JobState.SUSPENDED)
     return []
-
-
 
 
 class VirtualLoop:

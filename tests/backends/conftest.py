@@ -7,15 +7,18 @@ pass until a condition holds (real backends: the loop's selector and timers, und
 ``wait_for``-style timeout; memory: its virtual clock) and how a coordinator restarts
 (a new backend instance on the same world). The tests use nothing else.
 
-A ``local`` entry: ``command`` is an argv (``sys.executable -c`` sleeping T seconds,
-exiting N, ignoring SIGTERM when asked) and ``launch`` a SpawnAttempt with that argv
-and a tmp_path cwd; the backend gets a selector it registers its status pipes in,
-``settle`` selects on it (timeout: the time to ``next_timer``, at most 50 ms) and
-hands ``on_ready(key.data)`` and ``on_timer(time.monotonic())`` events to ``seen``
-until the condition holds or the timeout passes; ``restarted`` builds a second
-backend on the same run directory after ``close()``. A ``slurm`` entry: the same,
-with the fake ``sbatch``/``squeue``/``scancel`` of tests/slurm on PATH, its
-``settle`` calling ``reconcile`` (one squeue per tick) besides the timers.
+A ``local`` entry: ``command`` is an argv (``sys.executable -c`` that ignores SIGTERM
+when asked, then touches a marker file in its cwd, sleeps T seconds and exits N) and
+``launch`` a SpawnAttempt with that argv and a tmp_path cwd; ``wait_running`` waits
+(``wait_for``) for the marker; the backend gets a selector it registers its status
+pipes in, ``settle`` selects on it (timeout: the time to ``next_timer``, at most
+50 ms) and hands ``on_ready(key.data)`` and ``on_timer(time.monotonic())`` events to
+``seen`` until the condition holds or the timeout passes; ``now`` is ``time.time()``
+(the clock of ``ended_at``); ``restarted`` builds a second backend on the same run
+directory after ``close()``. A ``slurm`` entry: the same, with the fake
+``sbatch``/``squeue``/``scancel`` of tests/slurm on PATH, its ``settle`` calling
+``reconcile`` (one squeue per tick) besides the timers, and ``Capabilities(
+can_suspend=False, places_gpus=True)``.
 """
 
 from __future__ import annotations
