@@ -1,11 +1,16 @@
 """What the memory backend promises beyond the contract: the simulator's and the core
-tests' clock. A suspended attempt's run time waits, the ends due together come back in
-one order, and an end made void by a suspension wakes nothing up."""
+tests' clock (a suspended attempt's run time waits, the ends due together come back in
+one order, an end made void by a suspension wakes nothing up), and the shims the core
+simulation scripts (a start that fails, a look at files and process)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt
+
+from .conftest import core_view
 
 
 def launch(job_id: str) -> SpawnAttempt:
@@ -73,3 +78,34 @@ def test_a_backend_reports_only_the_attempts_it_started_or_adopted():
     assert second.on_timer(2.0) == []
     assert [(e.job_id, e.exit_code) for e in first.on_timer(2.0)] == [("j", 0)]
     assert first.on_timer(3.0) == []
+
+
+def test_a_shim_that_cannot_start_is_an_exit_127_with_its_error():
+    """The contract's "or that it could not be started (an exit with the reason in
+    ``error``)": no handle, nothing on the host to adopt later."""
+    backend = MemoryBackend(lambda _: Run(1.0, start_error="could not start the shim"))
+    [event] = backend.start(launch("j"), {})
+    assert (event.alive, event.exited, event.exit_code, event.error, event.pid) == (
+        False, True, 127, "could not start the shim", None)
+    assert ("j", "a1") not in backend.host.attempts
+
+
+def test_observe_looks_at_the_files_and_at_the_process_its_handle_names():
+    """As the local backend's look at the attempt directory and /proc: READY, GO and the
+    exit record are there for anyone; the process only for the journal's handle, or,
+    with none journaled (a crash before it was), for the pid READY names. A shim that
+    died after GO leaves GO and no exit record."""
+    host = VirtualHost()
+    backend = MemoryBackend(lambda _: Run(float("inf"), ready=False), host)
+    spawn = launch("j")
+    [handle] = backend.start(spawn, {})
+    job, attempt = core_view(spawn, handle)
+    unjournaled = replace(attempt, pid=None, pid_start=None, boot_id=None)
+    assert not backend.observe(job, unjournaled).alive  # no handle, no READY: not found
+    host.ready(("j", "a1"))
+    assert backend.observe(job, unjournaled).pid == handle.pid  # READY names it
+    assert not backend.observe(job, replace(attempt, pid=handle.pid + 1)).alive
+    backend.go(("j", "a1"))
+    host.die(("j", "a1"))
+    gone = backend.observe(job, attempt)
+    assert (gone.alive, gone.ready, gone.go, gone.exited) == (False, True, True, False)
