@@ -52,7 +52,6 @@ from bench_coordinator import (  # noqa: E402
     SH, TASK_YAML, TRUE, MiB, Blocker, Coordinator, discard, machine, percentile, read_json,
     summary_ms, wait_until,
 )
-from praxist_fs.core.events import AttemptObserved  # noqa: E402
 from praxist_fs.core.identity import job_id_for  # noqa: E402
 
 MB = 1_000_000
@@ -424,16 +423,10 @@ def px_scheduling(jobs: int, rounds: int) -> dict:
         ms, launches = bench_scheduling.timed(lambda: sched.next_launches(2e6))
         fill.append(ms)
         launched = len(launches)
-        for event in launches:
-            sched.handle(event)
-            sched.handle(AttemptObserved(at=2e6, job_id=event.job_id,
-                                         attempt_id=event.attempt_id, alive=True, pid=1,
-                                         pid_start=1, boot_id="b"))
+        loop = bench_scheduling.run_launches(sched, launches, 2e6)
         sched.version += 1  # same state again: every job is held now
         held.append(bench_scheduling.timed(lambda: sched.next_launches(2e6))[0])
-        first = launches[0]
-        sched.handle(AttemptObserved(at=3e6, job_id=first.job_id, attempt_id=first.attempt_id,
-                                     alive=False, go=True, exited=True, exit_code=0))
+        loop.advance(3e6)  # the first one ends
         after_exit.append(bench_scheduling.timed(lambda: sched.next_launches(3e6))[0])
     return {"jobs": jobs, "devices": 8, "rounds": rounds, "launched_first_pass": launched,
             "first_pass_ms": round(statistics.median(fill), 3),

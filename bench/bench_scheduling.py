@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from praxist_fs.adapters.gpus import parse_fake_inventory
-from praxist_fs.core.events import AttemptObserved, HostSampled, RequestSeen
+from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost, VirtualLoop
+from praxist_fs.core.events import AttemptLaunched, HostSampled, RequestSeen
 from praxist_fs.core.observations import GpuSample, PressureSample
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
@@ -61,6 +63,17 @@ def build(jobs: int, picker: str = "fcfs", placement: str = "spread") -> Schedul
     return sched
 
 
+def run_launches(sched: Scheduler, launches: list[AttemptLaunched], at: float) -> VirtualLoop:
+    """Carry a pass's launches out on a virtual host at ``at``: every attempt released and
+    running; the first ends a million seconds later, the others outlast the bench."""
+    first = launches[0].job_id
+    loop = VirtualLoop(sched, MemoryBackend(
+        lambda launch: Run(1e6 if launch.job_id == first else math.inf), VirtualHost(start=at)))
+    for event in launches:
+        loop.handle(event)
+    return loop
+
+
 def timed(fn) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn()
@@ -74,16 +87,10 @@ def measure(picker: str, jobs: int, rounds: int,
         sched = build(jobs, picker, placement)
         ms, launches = timed(lambda: sched.next_launches(2e6))
         fill.append(ms)
-        for event in launches:
-            sched.handle(event)
-            sched.handle(AttemptObserved(at=2e6, job_id=event.job_id,
-                                         attempt_id=event.attempt_id, alive=True, pid=1,
-                                         pid_start=1, boot_id="b"))
+        loop = run_launches(sched, launches, 2e6)
         sched.version += 1  # force a pass with the same state: everything is held now
         full.append(timed(lambda: sched.next_launches(2e6))[0])
-        first = launches[0]
-        sched.handle(AttemptObserved(at=3e6, job_id=first.job_id, attempt_id=first.attempt_id,
-                                     alive=False, go=True, exited=True, exit_code=0))
+        loop.advance(3e6)  # the first one ends
         ms, started = timed(lambda: sched.next_launches(3e6))
         after_exit.append(ms)
         reasons.append(timed(sched.refresh_reasons)[0])

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import heapq
 import json
 import math
 import random
@@ -39,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
+from .backends.memory import MemoryBackend, Run, VirtualHost, VirtualLoop
 from .core.admission import upper_bound
 from .core.effects import WriteReply
 from .core.events import (
-    AttemptLaunched, AttemptObserved, AttemptPreempted, CoordinatorStarted, Event,
-    HostSampled, RequestSeen,
+    AttemptLaunched, AttemptPreempted, CoordinatorStarted, Event, HostSampled, RequestSeen,
 )
 from .core.model import Job
 from .core.observations import GpuSample, PressureSample
@@ -370,25 +369,26 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     rng = random.Random(seed)
     records: dict[str, JobRecord] = {}  # core job id -> its record, in submission order
     share: dict[str, float] = {}   # core job id -> GPUs of work it does while it runs
-    completions: list[tuple[float, int, str, str]] = []
-    ends: dict[str, tuple[float, int]] = {}  # core job id -> its completion in the heap
-    left: dict[str, float] = {}              # core job id -> run time left while suspended
+    loop = VirtualLoop(sched, MemoryBackend(
+        lambda launch: Run(records[launch.job_id].job.duration_s),
+        VirtualHost(boot_id="simulated")))
     series: list[tuple[float, int, float]] = []
     watch = Watch(f"policy {name} ({placement})")
-    busy, launches, serial, nxt, peak = 0.0, 0, 0, 0, 0
-    while nxt < len(runnable) or completions:
+    busy, nxt, peak = 0.0, 0, 0
+
+    def ended(now: float) -> None:
+        """The ends the virtual host has reached by ``now``: a completion frees its GPUs
+        (an evicted attempt gave them up when it was preempted)."""
+        nonlocal busy
+        for event in loop.advance(now):
+            if sched.jobs[event.job_id].state is JobState.COMPLETED:
+                records[event.job_id].end = now
+                busy -= share[event.job_id]
+
+    while nxt < len(runnable) or loop.next_end() < math.inf:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
-                  completions[0][0] if completions else math.inf)
-        while completions and completions[0][0] == now:  # free GPUs before arrivals take them
-            end, number, core_id, attempt_id = heapq.heappop(completions)
-            if ends.get(core_id) != (end, number):
-                continue  # preempted since: a completion that no longer comes
-            del ends[core_id]
-            sched.handle(AttemptObserved(at=now, job_id=core_id, attempt_id=attempt_id,
-                                         alive=False, ready=True, go=True, exited=True,
-                                         exit_code=0, ended_at=now))
-            records[core_id].end = now
-            busy -= share[core_id]
+                  loop.next_end())
+        ended(now)  # free GPUs before arrivals take them
         while nxt < len(runnable) and runnable[nxt].submit_s == now:
             job, profile = runnable[nxt], profiles[nxt]
             core_id = _submit(sched, job, profile.name, now, eta_noise, rng)
@@ -400,45 +400,28 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             decide = False
             events = sched.next_launches(now)
             for event in events:
-                sched.handle(event)
+                loop.handle(event)
                 core_id = event.job_id
                 record = records[core_id]
                 watch.saw(now, event, records)
                 if isinstance(event, AttemptPreempted):
                     busy -= share[core_id]
-                    remaining = ends.pop(core_id)[0] - now
                     record.preemptions += 1
                     record.off_since = now
-                    if event.mode == "suspend":
-                        left[core_id] = remaining
-                        continue
-                    sched.handle(AttemptObserved(  # TERM: it ends now, its work is lost
-                        at=now, job_id=core_id, attempt_id=event.attempt_id, alive=False,
-                        ready=True, go=True, exited=True, exit_code=143, signal=15,
-                        ended_at=now))
-                    decide = True
+                    if event.mode != "suspend":  # TERM: it ends now, its work is lost
+                        ended(now)
+                        decide = True
                     continue
                 if isinstance(event, AttemptLaunched):
-                    launches += 1
-                    sched.handle(AttemptObserved(at=now, job_id=core_id,
-                                                 attempt_id=event.attempt_id, alive=True,
-                                                 pid=launches, pid_start=launches,
-                                                 boot_id="simulated", ready=True))
                     record.devices.update(index[uuid] for uuid in event.gpus)
-                    run_s = record.job.duration_s
-                else:  # AttemptResumed
-                    run_s = left.pop(core_id)
                 if record.start is None:
                     record.start = now
                 if record.off_since is not None:
                     record.suspended_s += now - record.off_since
                     record.off_since = None
-                serial += 1
                 busy += share[core_id]
-                ends[core_id] = (now + run_s, serial)
-                heapq.heappush(completions, (now + run_s, serial, core_id, event.attempt_id))
             watch.round(now, events, records)
-            peak = max(peak, len(ends))
+            peak = max(peak, loop.backend.host.running)
         series.append((now, sched.count(JobState.QUEUED), busy))
     sched.refresh_reasons()
     unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "

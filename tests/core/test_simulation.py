@@ -12,7 +12,9 @@ register idle and publish results; an operator who opens (with a cohort and a
 deadline), assesses and closes generations and sometimes stops the run (a
 run_stop control file, or ``praxist-fs stop`` fencing a dead coordinator);
 shims that go spawn -> READY -> GO -> exit 0/3/75/137, fail to spawn, or die
-before READY, at the barrier or after GO without an exit record; minutes that
+before READY, at the barrier or after GO without an exit record (on the memory
+backend's virtual host, which carries out the core's attempt effects as the
+coordinator's backends do; the simulation draws what each shim does); minutes that
 pass (lease expiry, deadlines); and kill -9: before a commit, between effects,
 between steps or while starting, after which a fresh ``Scheduler()`` replays
 the journal, a new ``CoordinatorStarted`` is journaled, derived files are
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import time
 from collections import Counter
@@ -47,6 +50,7 @@ from typing import Any
 
 import pytest
 
+from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import (
     AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
     RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
@@ -204,27 +208,6 @@ class FakeGpu:
 
 
 @dataclass
-class Shim:
-    """One attempt's supervisor as the simulated host runs it."""
-
-    job_id: str
-    attempt_id: str
-    pid: int
-    gpus: tuple[str, ...]
-    profile: str
-    state: str = "starting"  # starting, ready, running, exited, dead, aborted
-    ready: bool = False      # READY written
-    exit_code: int | None = None
-    signal: int | None = None
-    ended_at: float | None = None
-    stopped: bool = False    # SIGSTOP (preempted by suspension) until SIGCONT
-
-    @property
-    def alive(self) -> bool:
-        return self.state in ("starting", "ready", "running")
-
-
-@dataclass
 class Disk:
     """What the effects made true: the files a peer or operator reads."""
 
@@ -262,6 +245,11 @@ class Simulation:
             self.policy = replace(self.policy, admission_timeout_seconds=random.Random(
                 f"timeout-{seed}").choice([10.0, 60.0, 300.0]))
         self.uses_gpu = any(p.uses_gpu for p in self.policy.profiles.values())
+        # the host: its shims live in the memory backend's virtual host, and its clock is
+        # the simulation's; a coordinator's backend ends and a fresh one adopts at a restart
+        self.host = VirtualHost(boot_id=BOOT)
+        self.host.pids = 5000
+        self.backend = self.new_backend()
         self.now = 1_700_000_000.0 + self.rng.randint(0, 10_000)
         self.step_no = 0
         self.trace: list[str] = []
@@ -283,10 +271,8 @@ class Simulation:
         self.other_serial = 0
         self.levels = {"cpu": 0.0, "memory": 0.0, "io": 0.0}
         self.capacity_limit = self.rng.randint(1, 6)
-        self.shims: dict[tuple[str, str], Shim] = {}
         self.started: set[tuple[str, str]] = set()      # commands that began (after GO)
         self.spawn_failed: set[tuple[str, str]] = set()
-        self.pids = 5000
         # what the live scheduler was last shown (soft; lost at a crash)
         self.view_gpus: GpuSample | None = None
         self.view_others: tuple[Envelope, ...] = ()
@@ -305,6 +291,25 @@ class Simulation:
         self.next_generation = 1
         self.stop_sentinel = False  # resource_scheduler/STOP, written by praxist-fs stop
         self.start_coordinator()
+
+    @property
+    def now(self) -> float:
+        return self.host.now
+
+    @now.setter
+    def now(self, at: float) -> None:
+        self.host.now = at
+
+    def new_backend(self) -> MemoryBackend:
+        """A coordinator's backend on the host. Every signal is carried out at once (no
+        grace), and what the shims do is the simulation's to draw (``act_shim``)."""
+        return MemoryBackend(self.plan, self.host, grace_s=0.0)
+
+    def plan(self, launch: SpawnAttempt) -> Run:
+        """A shim that does nothing until ``act_shim`` moves it on, or fails to start."""
+        if self.rng.random() < 0.02:
+            return Run(0.0, start_error="could not start the shim: [Errno 12]")
+        return Run(math.inf, ready=False)
 
     # -- the daemon's plumbing -------------------------------------------------
 
@@ -367,29 +372,34 @@ class Simulation:
             job = self.sched.jobs[effect.job_id]
             assert job.current.attempt_id == effect.attempt_id and job.current.pid is not None, \
                 f"GO for {key}, which is not a current attempt with a known shim"
-            shim = self.shims.get(key)
+            shim = self.host.attempts.get(key)
             if shim is not None:  # the attempt directory exists
                 disk.go.add(key)
-                if shim.state == "ready":
-                    shim.state = "running"
-                    assert key not in self.started
+                waiting = shim.alive and shim.ready and not shim.running
+                self.backend.go(key)
+                if waiting:
+                    assert shim.running and key not in self.started
                     self.started.add(key)
                     job_started = [k for k in self.started if k[0] == key[0]
-                                   and self.shims[k].state == "running"]
+                                   and self.host.attempts[k].alive
+                                   and self.host.attempts[k].running]
                     assert job_started == [key], f"two commands of {key[0]} run at once"
         elif isinstance(effect, AbortAttempt):
             key = (effect.job_id, effect.attempt_id)
             assert key not in disk.go, f"ABORT after GO for {key}"
             disk.abort.add(key)
-            shim = self.shims.get(key)
-            if shim is not None and shim.alive:
-                shim.state = "aborted"
+            self.backend.abort(key)
         elif isinstance(effect, TerminateAttempts):
             return self.terminate(effect.attempts)
         elif isinstance(effect, (SuspendAttempt, ResumeAttempt)):
-            shim = self.shims.get((effect.job_id, effect.attempt_id))
+            key = (effect.job_id, effect.attempt_id)
+            shim = self.host.attempts.get(key)
             if shim is not None and shim.alive:  # idempotent: a start asserts it again
-                shim.stopped = isinstance(effect, SuspendAttempt)
+                if isinstance(effect, SuspendAttempt):
+                    preemptions = self.sched.jobs[effect.job_id].current.preemptions
+                    self.backend.suspend(key, preemptions[-1]["by"])
+                else:
+                    self.backend.resume(key)
                 self.stats["suspend" if shim.stopped else "resume"] += 1
         elif isinstance(effect, EvictAttempt):
             return self.evict(effect)
@@ -407,76 +417,52 @@ class Simulation:
 
     def spawn(self, effect: SpawnAttempt) -> list[Event]:
         key = (effect.job_id, effect.attempt_id)
-        assert key not in self.shims, f"{key} spawned twice"
+        assert key not in self.host.attempts, f"{key} spawned twice"
         job = self.sched.jobs[effect.job_id]
         attempt = job.attempts[-1]
         assert attempt.attempt_id == effect.attempt_id and effect.gpus == attempt.gpus
         assert effect.metadata["gpus"] == list(attempt.gpus)
         assert effect.profile == job.profile and effect.argv == job.request.argv
-        base = dict(at=self.now, job_id=effect.job_id, attempt_id=effect.attempt_id)
-        if self.rng.random() < 0.02:
+        events = self.backend.start(effect, dict(effect.env))
+        if key not in self.host.attempts:
             self.spawn_failed.add(key)
             self.stats["spawn_failed"] += 1
-            return [AttemptObserved(**base, alive=False, exited=True, exit_code=127,
-                                    error="could not start the shim: [Errno 12]")]
-        self.pids += 1
-        self.shims[key] = Shim(job_id=effect.job_id, attempt_id=effect.attempt_id,
-                               pid=self.pids, gpus=effect.gpus, profile=effect.profile)
-        return [AttemptObserved(**base, alive=True, pid=self.pids, pid_start=self.pids * 3,
-                                boot_id=BOOT)]
+        return events
 
     def terminate(self, attempts: tuple[tuple[str, str], ...]) -> list[Event]:
         """daemon._terminate: ABORT every barrier, TERM then KILL every known shim's group
-        (blocking until they are gone), then look at every running job."""
+        (blocking until they are gone), then look at every running job. A running command
+        dies of TERM or needs KILL, as drawn."""
         self.stats["terminated"] += len(attempts)
-        for job_id, attempt_id in attempts:
-            key = (job_id, attempt_id)
+        for key in attempts:
             self.disk.abort.add(key)
-            shim = self.shims.get(key)
-            if shim is None or not shim.alive:
-                continue
-            if shim.state == "running":  # the command dies of the signal; the shim records it
-                shim.exit_code, shim.signal = self.rng.choice([(143, 15), (137, 9)])
-                shim.state, shim.ended_at = "exited", self.now
-            else:                         # still before GO: ABORT, nothing ran
-                shim.state = "aborted"
-        return [self.observation(j.job_id, j.current.attempt_id)
-                for j in sorted(self.sched.in_flight(), key=lambda j: j.order)]
+            shim = self.host.attempts.get(key)
+            if shim is not None and shim.alive and shim.running:
+                shim.run = replace(shim.run, term_exit=self.rng.choice([(143, 15), (137, 9)]))
+        order = {key: self.sched.jobs[key[0]].order for key in attempts}
+        return sorted(self.backend.terminate(list(attempts)),
+                      key=lambda e: order[(e.job_id, e.attempt_id)])
 
     def evict(self, effect: EvictAttempt) -> list[Event]:
         """daemon: TERM the group (ABORT at the barrier), KILL it after a grace; the shim's
-        end is seen at once or, as the pipe's EOF may wait, by a later look."""
+        end is seen at once or, as the pipe's EOF may wait, by a later look. A running
+        command dies of TERM, needs KILL or finishes cleanly in the grace, as drawn."""
         key = (effect.job_id, effect.attempt_id)
         self.disk.abort.add(key)
-        shim = self.shims.get(key)
+        shim = self.host.attempts.get(key)
         if shim is not None and shim.alive:
             self.stats["evicted"] += 1
-            if shim.state == "running":  # TERM; a task may also finish cleanly in the grace
-                shim.exit_code, shim.signal = self.rng.choice([(143, 15), (137, 9), (0, None)])
-                shim.state, shim.ended_at = "exited", self.now
-            else:
-                shim.state = "aborted"
+            if shim.running:
+                shim.run = replace(shim.run, term_exit=self.rng.choice(
+                    [(143, 15), (137, 9), (0, None)]))
+        self.backend.end(key, 0.0, False)
         return [self.observation(*key)] if self.rng.random() < 0.7 else []
 
     def observation(self, job_id: str, attempt_id: str) -> AttemptObserved:
         """daemon._observe: what the attempt directory and /proc say."""
-        attempt = next(a for a in self.sched.jobs[job_id].attempts
-                       if a.attempt_id == attempt_id)
-        key = (job_id, attempt_id)
-        shim = self.shims.get(key)
-        pid, start, boot = attempt.pid, attempt.pid_start, attempt.boot_id
-        ready = shim is not None and shim.ready
-        if pid is None and ready:
-            pid, start, boot = shim.pid, shim.pid * 3, BOOT
-        alive = shim is not None and shim.alive and pid == shim.pid
-        exited = shim is not None and shim.exit_code is not None
-        return AttemptObserved(
-            at=self.now, job_id=job_id, attempt_id=attempt_id, alive=alive,
-            pid=pid if alive else None, pid_start=start if alive else None,
-            boot_id=boot if alive else None, ready=ready, go=key in self.disk.go,
-            exited=exited, exit_code=shim.exit_code if exited else None,
-            signal=shim.signal if exited else None,
-            ended_at=shim.ended_at if exited else None)
+        job = self.sched.jobs[job_id]
+        return self.backend.observe(job, next(a for a in job.attempts
+                                              if a.attempt_id == attempt_id))
 
     def observe_key(self, key: tuple[str, str]) -> None:
         """daemon._observe_key: only the job's current attempt is looked at."""
@@ -535,10 +521,10 @@ class Simulation:
         devices = []
         for device in self.devices:
             processes = []
-            for shim in self.shims.values():
-                if shim.state != "running" or device.uuid not in shim.gpus:
+            for shim in self.host.attempts.values():
+                if not (shim.alive and shim.running) or device.uuid not in shim.launch.gpus:
                     continue
-                profile = self.policy.profiles[shim.profile]
+                profile = self.policy.profiles[shim.launch.profile]
                 if profile.demand_known:
                     mem = profile.gpu_memory_gb * MIB * rng.uniform(0.3, 1.3)
                     util = profile.gpu_utilization_pct * rng.uniform(0.2, 1.2)
@@ -548,7 +534,8 @@ class Simulation:
                     util = 0.0
                 processes.append(GpuProcess(
                     pid=shim.pid * 10, used_memory_mib=round(mem, 1), sm_util_pct=round(util, 1),
-                    owner=shim.job_id if rng.random() < 0.85 else None, in_namespace=True))
+                    owner=shim.launch.job_id if rng.random() < 0.85 else None,
+                    in_namespace=True))
             for envelope in self.others:
                 if envelope.uuid == device.uuid and not envelope.speculative:
                     processes.append(GpuProcess(
@@ -618,7 +605,7 @@ class Simulation:
         if self.stop_sentinel and not self.sched.stopped:
             self.process([RunStopRequested(at=self.now, reason="stopped by praxist-fs stop")])
         for job in sorted(self.sched.in_flight(), key=lambda j: j.order):
-            self.observe_key((job.job_id, job.current.attempt_id))
+            self.process(self.backend.adopt(job, job.current))
         self.scan_incoming()
         self.scan_control()
         self.scan_generations()
@@ -633,6 +620,8 @@ class Simulation:
         self.clean_crash = False
         assert fresh.version == self.shadow.version
         self.sched = fresh
+        self.backend.close()
+        self.backend = self.new_backend()
         self.view_gpus, self.view_others, self.view_pressure = None, (), None
         self.results_seen = {}
         if self.rng.random() < 0.15:
@@ -833,28 +822,28 @@ class Simulation:
             return
         job = self.rng.choice(running)
         key = (job.job_id, job.current.attempt_id)
-        shim = self.shims.get(key)
+        shim = self.host.attempts.get(key)
         if shim is None:  # never spawned (lost to a crash): only a restart releases it
             return
-        rng = self.rng
-        if shim.state == "starting":
+        rng, host = self.rng, self.host
+        if shim.alive and not shim.ready:
             if rng.random() < 0.85:
-                shim.ready, shim.state = True, "ready"
+                host.ready(key)
             else:
-                shim.state = "dead"
+                host.die(key)
                 self.stats["died_before_ready"] += 1
-        elif shim.state == "ready":
+        elif shim.alive and not shim.running:
             if rng.random() < 0.15:  # barrier timeout, or killed while waiting
-                shim.state = "dead"
+                host.die(key)
                 self.stats["died_at_barrier"] += 1
-        elif shim.state == "running":
+        elif shim.alive:
             if rng.random() < 0.07:
-                shim.state = "dead"  # gone after GO, without an exit record
+                host.die(key)  # gone after GO, without an exit record
                 self.stats["died_after_go"] += 1
             else:
-                shim.exit_code, shim.signal = rng.choice(EXIT_CODES)
-                shim.state, shim.ended_at = "exited", self.now - rng.uniform(0, 1)
-                self.stats[f"exit_{shim.exit_code}"] += 1
+                code, signal = rng.choice(EXIT_CODES)
+                host.exit(key, code, signal, self.now - rng.uniform(0, 1))
+                self.stats[f"exit_{code}"] += 1
         if rng.random() < 0.85:
             self.observe_key(key)
 
@@ -900,12 +889,11 @@ class Simulation:
         """praxist-fs stop found the coordinator dead, fenced the run and wrote STOP."""
         self.stop_sentinel = True
         self.clean_crash = True
-        for shim in self.shims.values():  # fence: every process group of the run is gone
-            if shim.state == "running":
-                shim.exit_code, shim.signal = 137, 9
-                shim.state, shim.ended_at = "exited", self.now
-            elif shim.alive:
-                shim.state = "dead"
+        for shim in self.host.attempts.values():  # fence: every process group is gone
+            if shim.alive and shim.running:
+                self.host.exit(shim.key, 137, 9, self.now)
+            else:
+                self.host.die(shim.key)
         raise Crash
 
     def act_crash(self) -> None:
@@ -1142,10 +1130,10 @@ class Simulation:
                     assert key not in self.started, f"{key} released but its command ran"
                 if attempt.outcome in ("completed", "infra_retry") or (
                         attempt.outcome == "failed" and key not in self.spawn_failed and
-                        attempt.exit_code is not None and key in self.shims and
-                        self.shims[key].exit_code is not None):
+                        attempt.exit_code is not None and key in self.host.attempts and
+                        self.host.attempts[key].exit is not None):
                     assert key in self.started, f"{key} has an exit code but never ran"
-                    assert attempt.exit_code == self.shims[key].exit_code, key
+                    assert attempt.exit_code == self.host.attempts[key].exit[0], key
             profile = self.policy.profiles[job.profile]
             for attempt in job.attempts:
                 if attempt.round == job.round and attempt.phase != AttemptPhase.ENDED:

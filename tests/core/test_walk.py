@@ -4,38 +4,92 @@ every queued job once the reasons are asked for."""
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import replace
+from collections import deque
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from praxist_fs.backends.memory import MemoryBackend, Run, VirtualLoop
 from praxist_fs.config import load_policy
 from praxist_fs.core import pickers
+from praxist_fs.core.admission import upper_bound
+from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
+from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.request import Request
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.simulate import TraceJob, replay
+from praxist_fs.core.states import JobState
 
 POLICIES = Path(__file__).resolve().parents[2] / "fixtures" / "policies"
 FCFS, BACKFILL = POLICIES / "fcfs.yaml", POLICIES / "backfill.yaml"
+GPUS = GpuSample(source="fake", devices=tuple(
+    GpuDevice(uuid=f"GPU-{i}", index=i, name="fake H200", memory_total_mib=143771.0,
+              memory_used_mib=0.0, utilization_pct=0.0) for i in range(8)))
 
 
-def busy_trace(seed: int, jobs: int = 400) -> list[TraceJob]:
-    """Narrow and wide jobs, some sharing GPUs, arriving faster than 8 GPUs serve them."""
+@dataclass(frozen=True)
+class Arrival:
+    """One job of the workload: when it comes, its request, and how long it runs."""
+
+    at: float
+    request: Request
+    profile: Profile
+    duration_s: float
+
+
+def busy_trace(seed: int, jobs: int = 400, eta_seed: int | None = 7) -> list[Arrival]:
+    """Narrow and wide jobs, some sharing GPUs, arriving faster than 8 GPUs serve them;
+    their ETAs are off by a lognormal factor, as a peer's guesses are (drawn from
+    ``eta_seed``'s generator, or with the jobs' own when None)."""
     rng = random.Random(seed)
+    noise = rng if eta_seed is None else random.Random(eta_seed)
     at, trace = 0.0, []
     for i in range(jobs):
         at += rng.expovariate(1 / 40)
         shared = rng.random() < 0.3
-        trace.append(TraceJob(job_id=f"j{i}", submit_s=round(at), user=f"u{rng.randint(1, 5)}",
-                              duration_s=rng.choice([30, 300, 3000, 20000]),
-                              gpus=rng.choice([1, 1, 1, 2, 4, 8]),
-                              gpu_util_pct=rng.choice([30, 50]) if shared else None,
-                              gpu_mem_gb=rng.choice([20, 70]) if shared else None))
+        gpus, duration = rng.choice([1, 1, 1, 2, 4, 8]), rng.choice([30, 300, 3000, 20000])
+        util, mem = (rng.choice([30, 50]), rng.choice([20, 70])) if shared else (None, None)
+        profile = Profile(name=f"g{gpus}-u{util}-m{mem}", accelerator="gpu", gpu_count=gpus,
+                          gpu_utilization_pct=util, gpu_memory_gb=mem)
+        request = Request(request_id=f"j{i}", peer=f"u{rng.randint(1, 5)}", tag=f"j{i}",
+                          profile=profile.name, argv=("trace-job", f"j{i}"),
+                          eta_s=duration * math.exp(noise.gauss(0.0, 0.5)))
+        trace.append(Arrival(round(at), request, profile, duration))
     return trace
 
 
-def passes(monkeypatch: pytest.MonkeyPatch, trace: list[TraceJob], policy: Any,
+def drive(policy: Policy, trace: list[Arrival]) -> Scheduler:
+    """The core runs ``trace`` to its end on 8 idle GPUs of a virtual host, its target at
+    the task file's cap: every arrival submitted at its time, a pass at each instant."""
+    profiles = {**policy.profiles, **{a.profile.name: a.profile for a in trace}}
+    policy = replace(policy, profiles=profiles,
+                     initial_concurrent_experiments=upper_bound(policy, None))
+    sched = Scheduler(policy)
+    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                                    boot_id="memory"))
+    sched.handle(HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+        source="simulated", cpu=0.0, memory=0.0, io=0.0)))
+    runs = {a.request.request_id: Run(a.duration_s) for a in trace}
+    loop = VirtualLoop(sched, MemoryBackend(lambda launch: runs[launch.metadata["request_id"]]))
+    arrivals = deque(trace)
+    while arrivals or loop.next_end() < math.inf:
+        now = min(arrivals[0].at if arrivals else math.inf, loop.next_end())
+        loop.advance(now)
+        while arrivals and arrivals[0].at == now:
+            request = arrivals.popleft().request
+            loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
+                                    digest=request.request_id,
+                                    request_id=request.request_id, request=request))
+        for event in sched.next_launches(now):
+            loop.handle(event)
+    return sched
+
+
+def passes(monkeypatch: pytest.MonkeyPatch, trace: list[Arrival], policy: Any,
            whole: bool, passed_over: list[str]) -> list[tuple[list[Any], dict[str, str]]]:
     """Every pass's decisions and, read right after it, the pending reasons; the jobs
     held without a visit (``Pass.skimmed``) go to ``passed_over``."""
@@ -58,8 +112,9 @@ def passes(monkeypatch: pytest.MonkeyPatch, trace: list[TraceJob], policy: Any,
         return events
 
     monkeypatch.setattr(Scheduler, "next_launches", recorded)
-    replay(trace, gpus=8, policy=policy, eta_noise=0.5, seed=7)
+    sched = drive(policy, trace)
     monkeypatch.undo()
+    assert sched.count(JobState.COMPLETED) == len(trace), "the workload did not run to its end"
     return seen
 
 
@@ -79,3 +134,14 @@ def test_stopping_and_skimming_change_no_decision_and_no_reason(monkeypatch, pic
         assert mine == theirs, f"pass {number} differs"
     assert sum(len(events) for events, _ in fast) >= 400
     assert passed_over, "the fast walk held no job without a visit: nothing was compared"
+
+
+@pytest.mark.xfail(strict=True, raises=KeyError, reason="open bug in pickers.Pass.skimmed: "
+                   "no reason for a skimmed job whose reservation it avoids")
+def test_backfill_explains_every_job_its_fast_walk_skimmed(monkeypatch):
+    """Found when this test's driver moved to the memory backend and drew the ETAs from
+    the jobs' own generator: after backfill's fast pass at t=75031, reading the pending
+    reasons (as every status write does) asks ``Pass.unsatisfiable`` for
+    ('g8-u50-m20', Backfill, avoid=True), which the pass never filled: KeyError. The
+    whole walk explains the same jobs without one. Strict: it XPASSes once fixed."""
+    passes(monkeypatch, busy_trace(1, eta_seed=None), load_policy(BACKFILL), False, [])
