@@ -47,7 +47,10 @@ class ExecutionBackend(Protocol):
     Every method returns promptly (a backend that must wait, on a grace period or on a
     remote scheduler, does so behind ``next_timer``/``on_timer`` or its own thread,
     whose news comes back through ``on_ready``); every event it returns is for the loop
-    to hand to the core, which journals what changes its state."""
+    to hand to the core, which journals what changes its state. A backend is given the
+    loop's selector when it is made, registers what it watches there with the data
+    ``("backend", token)``, and the loop hands ``token`` to ``on_ready``; it may read
+    the core's jobs (a ``lookup`` by job id) but never changes them."""
 
     name: ClassVar[str]
     capabilities: ClassVar[Capabilities]
@@ -108,7 +111,8 @@ class ExecutionBackend(Protocol):
         """Something the backend registered in the loop's selector is ready."""
 
     def next_timer(self) -> float:
-        """When ``on_timer`` next has work (``time.monotonic()``), or ``math.inf``."""
+        """When ``on_timer`` next has work, on the backend's clock (``time.monotonic()``
+        for the real ones, the virtual clock for ``memory``), or ``math.inf``."""
 
     def on_timer(self, now: float) -> list[Event]:
         """Carry on the signalling that waits on a grace period or a process."""

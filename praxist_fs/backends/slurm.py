@@ -777,13 +777,18 @@ class SlurmBackend:
         """After a restart: the journaled Slurm job, or (a crash between sbatch and the
         journal) the job found by its name; none found means none ran (no GO)."""
         key = (job.job_id, attempt.attempt_id)
-        handle = attempt.handle
-        if handle is not None and handle.get("backend") == "slurm":
-            self.tracked[key] = Tracked(slurm_id=str(handle["job_id"]),
-                                        name=str(handle["job_name"]))
+        if self._known(key, attempt):
             self._poll_now()
             return self._told(key, self.observe(job, attempt))
         return self._find(key)
+
+    def _known(self, key: AttemptKey, attempt: Attempt) -> bool:
+        """Track the Slurm job the journal names for the attempt, if it names one."""
+        handle = attempt.handle
+        if key not in self.tracked and handle is not None and handle.get("backend") == "slurm":
+            self.tracked[key] = Tracked(slurm_id=str(handle["job_id"]),
+                                        name=str(handle["job_name"]))
+        return key in self.tracked
 
     def _find(self, key: AttemptKey) -> list[Event]:
         name = self.client.job_name(*key)
@@ -980,7 +985,9 @@ class SlurmBackend:
         """Stop the run: ABORT for those at the barrier, scancel for all (Slurm sends TERM,
         then KILL after its KillWait), and wait until Slurm has ended them."""
         ids = []
-        for key in keys:
+        for key in keys:  # a stop a crashed coordinator left is carried out before adoption
+            if (job := self.lookup(key[0])) is not None and job.current is not None:
+                self._known(key, job.current)
             self.abort(key)
             if (tracked := self.tracked.get(key)) is not None:
                 tracked.asked = "stop"

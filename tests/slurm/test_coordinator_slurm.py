@@ -255,3 +255,26 @@ def test_a_node_failure_is_retried_and_counted_against_the_node(slurm_run, tmp_p
         set_node("resume", check=False)  # idle already, unless the test failed midway
     subprocess.run(["scancel", "-n", run.job(job_id)["attempts"][-1]["handle"]["job_name"]],
                    timeout=30, check=False)
+
+
+def test_a_stop_left_by_a_crash_is_finished_in_slurm(slurm_run, tmp_path):
+    """The coordinator dies as it starts terminating a stopping run's jobs: the next one
+    finishes the stop before it adopts anything, so it ends the Slurm job the journal
+    names, and the job is cancelled, not left running in Slurm."""
+    run = slurm_run
+    run.start_raw(env={"PRAXIST_CRASH_AT": "effect.TerminateAttempts.before"})
+    wait_for(lambda: read_json(run.sched / "endpoint.json"), timeout=SLURM_S,
+             message="the coordinator serving")
+    job_id = submit(run, "long", until_file(tmp_path / "never"))
+    ready(run, job_id)
+    subprocess.run([sys.executable, "-m", "praxist_fs", "stop", "--timeout", "5",
+                    str(run.root)], capture_output=True, timeout=120)
+    assert run.proc.wait(timeout=SLURM_S) == 86
+    assert list(slurm_jobs(run, job_id).values()) == ["RUNNING"]
+    run.start_raw()
+    assert run.proc.wait(timeout=SLURM_S) == 0  # the stop finished: nothing left to serve
+    run.proc = None
+    assert read_json(run.sched / "jobs" / "done" / f"{job_id}.json")["state"] == "cancelled"
+    assert wait_for(lambda: all(state not in ("PENDING", "RUNNING") for state in
+                                slurm_jobs(run, job_id).values()), timeout=SLURM_S,
+                    message="the Slurm job ended")
