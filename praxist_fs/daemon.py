@@ -1,4 +1,6 @@
-"""The coordinator: the only module that joins the core and the adapters.
+"""The coordinator: the loop, the only place that feeds the core. What peers wrote comes
+in as events from the inboxes (``inboxes.py``); the files the journal implies go out
+through the views (``views.py``); neither feeds the core nor calls the loop.
 
 lock -> replay the journal -> record this start -> repair derived files ->
 re-adopt live attempts -> start the observer -> scan the spool -> loop.
