@@ -42,7 +42,7 @@ STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
-SetAside = Callable[[Path, bytes, str], None]
+SetAside = Callable[[str, bytes, str], None]
 
 
 class Views:
@@ -61,29 +61,36 @@ class Views:
             if metrics_textfile_dir else [])
         self._metrics_error: str | None = None  # the textfile copy's last failure, logged
         self._generations_made: set[int] = set()
+        self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
         self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
 
     # -- the mapping ----------------------------------------------------------
 
-    def path(self, effect: Effect) -> Path:
-        """The file an effect writes or disposes of: the one place that says so."""
+    def path(self, effect: Effect) -> str:
+        """The file an effect writes or disposes of: the one place that says so. A string:
+        a job's is made on every change to it, and for every job at a repair."""
         layout = self.layout
         if isinstance(effect, WriteJob):
-            return layout.job_file(effect.directory, effect.job_id)
+            return self._job_file(effect.directory, effect.job_id)
         if isinstance(effect, WriteReply):
-            return layout.reply(effect.request_id)
-        if isinstance(effect, WriteControlReply):
-            return layout.control_replies / f"{effect.request_id}.json"
-        if isinstance(effect, WriteGenerationFile):
-            return layout.generation_file(effect.generation, effect.kind, effect.name)
-        if isinstance(effect, (ConsumeRequest, RejectRequest)):
-            return layout.incoming / effect.name
-        if isinstance(effect, DisposeControl):
-            return layout.control / effect.name
-        if isinstance(effect, ConsumeDecline):
-            return layout.idle(effect.generation) / effect.name
-        raise TypeError(f"no view for effect {type(effect).__name__}")
+            found = layout.reply(effect.request_id)
+        elif isinstance(effect, WriteControlReply):
+            found = layout.control_replies / f"{effect.request_id}.json"
+        elif isinstance(effect, WriteGenerationFile):
+            found = layout.generation_file(effect.generation, effect.kind, effect.name)
+        elif isinstance(effect, (ConsumeRequest, RejectRequest)):
+            found = layout.incoming / effect.name
+        elif isinstance(effect, DisposeControl):
+            found = layout.control / effect.name
+        elif isinstance(effect, ConsumeDecline):
+            found = layout.idle(effect.generation) / effect.name
+        else:
+            raise TypeError(f"no view for effect {type(effect).__name__}")
+        return str(found)
+
+    def _job_file(self, directory: str, job_id: str) -> str:
+        return os.path.join(self._job_dirs[directory], f"{job_id}.json")
 
     def execute(self, effect: Effect, sched: Scheduler) -> None:
         """Carry out one file effect of a committed batch (no fsync: repaired at start)."""
@@ -102,17 +109,18 @@ class Views:
         elif isinstance(effect, (RejectRequest, DisposeControl)) and effect.error is not None:
             rejected = self.layout.rejected if isinstance(effect, RejectRequest) \
                 else self.layout.control_rejected
-            spool.reject(path.parent, rejected, path.name, effect.error)
+            inbox, name = os.path.split(path)
+            spool.reject(Path(inbox), rejected, name, effect.error)
         else:  # consumed: a request, a control file, a decline
             unlink(path)
 
-    def _write_job(self, effect: WriteJob, path: Path, sched: Scheduler) -> None:
+    def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
         data = dumps(effect.document)
         write_atomic(path, data, sync=False)
         self.tally.update(sched.jobs[effect.job_id])  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
-            unlink(self.layout.job_file(effect.replaces, effect.job_id))
+            unlink(self._job_file(effect.replaces, effect.job_id))
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
 

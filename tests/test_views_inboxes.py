@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,10 +97,10 @@ def test_the_repair_at_start_rewrites_the_very_files_execute_wrote(layout):
     assert {type(e) for e in written} == {WriteJob, WriteReply}
     for effect in written:
         views.execute(effect, sched)
-    wrote = {views.path(e): views.path(e).read_bytes() for e in written}
+    wrote = {path: path.read_bytes() for path in (Path(views.path(e)) for e in written)}
 
-    [job_file] = [views.path(e) for e in written if isinstance(e, WriteJob)]
-    [reply] = [views.path(e) for e in written if isinstance(e, WriteReply)]
+    [job_file] = [Path(views.path(e)) for e in written if isinstance(e, WriteJob)]
+    [reply] = [Path(views.path(e)) for e in written if isinstance(e, WriteReply)]
     job_file.unlink()
     reply.write_text("{damaged")
     views.repair(sched, None, 1, lambda path, data, why: pytest.fail(f"set aside {path}"))
