@@ -111,8 +111,10 @@ class Views:
                 else self.layout.control_rejected
             inbox, name = os.path.split(path)
             spool.reject(Path(inbox), rejected, name, effect.error)
-        else:  # consumed: a request, a control file, a decline
-            unlink(path)
+        elif isinstance(effect, (ConsumeRequest, DisposeControl, ConsumeDecline)):
+            unlink(path)  # answered and journaled: consumed
+        else:  # a new effect given a path, not yet a way to carry it out
+            raise TypeError(f"no view carries out {type(effect).__name__}")
 
     def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
         data = dumps(effect.document)
