@@ -1,4 +1,6 @@
-"""The coordinator: the only module that joins the core and the adapters.
+"""The coordinator: the loop, the only place that feeds the core. What peers wrote comes
+in as events from the inboxes (``inboxes.py``); the files the journal implies go out
+through the views (``views.py``); neither feeds the core nor calls the loop.
 
 lock -> replay the journal -> record this start -> repair derived files ->
 re-adopt live attempts -> start the observer -> scan the spool -> loop.
@@ -16,9 +18,7 @@ import ctypes
 import errno
 import fnmatch
 import gc
-import hashlib
 import itertools
-import json
 import logging
 import os
 import selectors
@@ -33,7 +33,7 @@ from .adapters import launcher, procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
-    TEMP_PATTERN, create, dumps, fsync_dir, read_json, sync_all, temp_name, unlink,
+    TEMP_PATTERN, create, fsync_dir, read_json, sync_all, temp_name, unlink,
     write_atomic, write_json,
 )
 from .adapters.gpus import open_inventory
@@ -44,32 +44,29 @@ from .adapters.journal import Journal
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
-from .adapters.taskreports import progress, task_report
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .backends.base import ExecutionBackend
 from .backends.local import LocalBackend
 from .backends.slurm import SlurmBackend
 from .core.effects import (
-    AbortAttempt, CancelAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
-    RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
-    WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
+    AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
+    SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
 )
 from .core.events import (
-    ClaimsReleased, ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen,
-    Event, GenerationPhase, RequestSeen,
-    HostSampled, IdleSeen, ResultSeen, RunStopRequested, from_record, to_record,
+    ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
+    HostSampled, RunStopRequested, from_record, to_record,
 )
-from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
+from .core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram
 from .core.model import Job
 from .core.observations import GpuSample
 from .core.policy import Policy
-from .core.request import parse_control, parse_decline, parse_result, request_id_from_filename
 from .core.scheduler import Scheduler
 from .core.snapshot import SnapshotError, dump, load
 from .core.states import JobState
-from .core.status import render_status
-from .errors import BadRequest, JournalCorrupt, NoRoomToStart
+from .errors import JournalCorrupt, NoRoomToStart
+from .inboxes import Inboxes
+from .views import Views, forged, read_bytes
 
 log = logging.getLogger("praxist_fs")
 
@@ -79,9 +76,6 @@ SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves ev
 QUIET_SECONDS = 5.0       # those three cadences while nothing waits, runs or may be woken
 COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
-STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
-STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
-STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DEGRADED_RETRY_SECONDS = (0.5, 10.0)  # a full disk is retried this often, doubling
 SPACE_PROBE_BYTES = 256 * 1024  # room a retry must find before requests are read again
@@ -98,12 +92,8 @@ class Coordinator:
                  psi_root: str = "/proc/pressure", drop_damaged_record: int | None = None,
                  metrics_textfile_dir: str | None = None) -> None:
         self.layout = RunLayout.at(run_dir)
-        # metrics.prom, and a copy for node_exporter's textfile collector if asked for
-        self.metrics_files = [self.layout.metrics] + (
-            [Path(metrics_textfile_dir) / metrics_file_name(self.layout.root)]
-            if metrics_textfile_dir else [])
+        self.metrics_textfile_dir = metrics_textfile_dir  # for metrics.prom's copy
         self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency, this coordinator's
-        self._metrics_error: str | None = None  # the textfile copy's last failure, logged
         self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self._case: quarantine.Case | None = None  # what this start sets aside
@@ -114,9 +104,7 @@ class Coordinator:
         self.psi_root = psi_root
         self.registry: HostRegistry | None = None
         self._published: dict[str, list[dict[str, Any]]] = {}
-        self._results_seen: dict[int, set[str]] = {}
         self._watched: set[int] = set()
-        self._generations_made: set[int] = set()
         self.sched = Scheduler()
         self.selector = selectors.DefaultSelector()
         self.backend: ExecutionBackend = (
@@ -130,8 +118,6 @@ class Coordinator:
         # a tuning (and test) knob: how long the journal may grow before it is compacted
         self.compact_after = max(1, int(os.environ.get("PRAXIST_COMPACT_AFTER")
                                         or COMPACT_AFTER_RECORDS))
-        self._status_version: tuple[int, int] = (-1, -1)
-        self._status_at = 0.0
         self.degraded: str | None = None  # why nothing is read or journaled (a full disk)
         self._retry_delay = DEGRADED_RETRY_SECONDS[0]
         self._retry_at = 0.0
@@ -198,11 +184,14 @@ class Coordinator:
                         self.journal.restored_newline)
         for record in self.journal.replay():
             self.sched.handle(from_record(record))
-        self.tally = AttemptTally.of(self.sched.jobs.values())  # metrics.prom's attempts
         views_durable_ns = self._take_clean_stop()
         self._set_aside_orphans(clean=views_durable_ns is not None)
-        self.index = JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
-                              boot_id=procs.boot_id(), clean=views_durable_ns is not None)
+        self.views = Views(
+            self.layout, self.vault,
+            JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
+                     boot_id=procs.boot_id(), clean=views_durable_ns is not None),
+            AttemptTally.of(self.sched.jobs.values()), self.metrics_textfile_dir)
+        self.inboxes = Inboxes(self.layout, self.vault)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -238,9 +227,7 @@ class Coordinator:
         self._write_status(force=True)
         self.endpoint = write_endpoint(self.layout, since=now)
         self._start_observer()
-        self._scan_incoming()
-        self._scan_control()
-        self._scan_generations()
+        self._read_inboxes()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_requested = True
@@ -266,7 +253,7 @@ class Coordinator:
                 try:
                     if self.journal.tail:
                         self._compact()
-                    self.index.close(self.journal.seq)
+                    self.views.index.close(self.journal.seq)
                     self._mark_clean_stop()
                 except OSError as exc:
                     if not self._disk_error(exc, exc.filename or self.layout.journal):
@@ -303,7 +290,8 @@ class Coordinator:
                 next_scan = min(next_scan, now + RESCAN_SECONDS)
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
-            deadline = min(next_scan, next_reconcile, next_sample, self._status_deadline(now),
+            deadline = min(next_scan, next_reconcile, next_sample,
+                           self.views.status_deadline(self.sched, now),
                            self.backend.next_timer(),
                            self._retry_at if self.degraded else float("inf"))
             scan = False
@@ -316,10 +304,7 @@ class Coordinator:
             self._process(self.backend.on_timer(time.monotonic()), launch=True)
             now = time.monotonic()
             if scan or now >= next_scan:
-                if self._scan_incoming():
-                    self._ring()  # a full batch: more files are waiting
-                self._scan_control()
-                self._scan_generations()
+                self._read_inboxes()
                 next_scan = now + (QUIET_SECONDS if quiet else RESCAN_SECONDS)
             if now >= next_reconcile:
                 self._reconcile()
@@ -387,7 +372,7 @@ class Coordinator:
                       self.degraded, exc.errno, exc.strerror)
             self._retry_delay = DEGRADED_RETRY_SECONDS[0]
             self._retry_at = time.monotonic() + self._retry_delay
-            self._status_version = (-1, -1)  # to say so, if it can
+            self.views.status_outdated()  # to say so, if it can
         return True
 
     def _roll_back(self) -> None:
@@ -400,8 +385,8 @@ class Coordinator:
         after = self._restore_snapshot()
         for record in self.journal.durable(after):
             self.sched.handle(from_record(record))
-        self.tally = AttemptTally.of(self.sched.jobs.values())
-        self._results_seen.clear()
+        self.views.tally = AttemptTally.of(self.sched.jobs.values())
+        self.inboxes.forget_results()
 
     def _retry_degraded(self) -> None:
         """With backoff: once a probe finds room, repair the views that could not be
@@ -424,7 +409,7 @@ class Coordinator:
         log.warning("resumed: %s no longer (a retry found room); reading requests again",
                     self.degraded)
         self.degraded = None
-        self._status_version = (-1, -1)
+        self.views.status_outdated()
         self._settle_attempts()
         self._sample()
         self._process([self.backend.observe(job, job.current)
@@ -597,21 +582,18 @@ class Coordinator:
             gpus=_attribute(self.inventory.sample(), {**foreign_shims, **owners}),
             capacity=capacity, others=tuple(others))])
 
-    def _scan_incoming(self) -> bool:
-        """Read one batch of requests; True if the batch was full. None while degraded:
-        they wait in incoming/, untouched."""
-        if self.degraded is not None:
-            return False
-        names = spool.pending(self.layout.incoming)
-        dir_fd = os.open(self.layout.incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            events = [self._redacted(seen) for name in names
-                      if (seen := spool.read_request(self.layout.incoming, dir_fd, name,
-                                                     time.time(), self.vault.digest)) is not None]
-        finally:
-            os.close(dir_fd)
-        self._process(events, launch=True)
-        return len(names) >= spool.BATCH
+    def _read_inboxes(self) -> None:
+        """What peers wrote, inbox by inbox, fed to the core. Not while degraded: requests
+        wait in incoming/ untouched, and a result read now would count as seen."""
+        if self.degraded is None:
+            requests, full = self.inboxes.requests()
+            self._process(requests, launch=True)
+            if full:
+                self._ring()  # a full batch: more files are waiting
+        if self.degraded is None:
+            self._process(self.inboxes.controls())
+        if self.degraded is None:
+            self._process(self.inboxes.generations(self.sched.generations))
 
     def _start_observer(self) -> None:
         self.observer = start_observer([self.layout.incoming, self.layout.control],
@@ -621,95 +603,20 @@ class Coordinator:
             self._watch_generation(number)
 
     def _watch_generation(self, number: int) -> None:
-        """A generation's directories are made durable once per coordinator process; its
-        peer inboxes (results, idle registrations) ring the doorbell too."""
-        if number not in self._generations_made:
-            self.layout.create_generation(number)
-            self._generations_made.add(number)
+        """A generation's peer inboxes (results, idle registrations) ring the doorbell too,
+        from before its first file is written (a lease) for a peer to answer."""
+        self.views.make_generation(number)
         if self.observer is None or number in self._watched:
             return
         for directory in (self.layout.results(number), self.layout.idle(number)):
             watch(self.observer, directory)
         self._watched.add(number)
 
-    def _scan_control(self) -> None:
-        if self.degraded is not None:
-            return
-        events = []
-        for name, data, error in spool.read_inbox(self.layout.control):
-            digest = hashlib.sha256(data or str(error).encode()).hexdigest()
-            request_id = request_id_from_filename(name)
-            if error is None:
-                try:
-                    control = parse_control(name, data)
-                    events.append(ControlSeen(at=time.time(), name=name, digest=digest,
-                                              request_id=control.request_id, control=control,
-                                              uid=data.uid))
-                    continue
-                except BadRequest as exc:
-                    error = exc
-            events.append(ControlSeen(at=time.time(), name=name, digest=digest,
-                                      request_id=request_id, error_field=error.field,
-                                      error_problem=error.problem))
-        self._process(events)
-
-    def _scan_generations(self) -> None:
-        """Results (every generation, so late ones are quarantined), idle peers and declines."""
-        if self.degraded is not None:
-            return  # a result seen now would count as seen
-        events: list[Event] = []
-        for number, gen in self.sched.generations.items():
-            seen = self._results_seen.setdefault(number, set())
-            for name, data, error in spool.read_inbox(self.layout.results(number), skip=seen):
-                try:
-                    if error is not None:
-                        raise error
-                    result_id, peer, mature = parse_result(name, data)
-                except BadRequest as exc:
-                    log.warning("gen_%d/results/%s ignored: %s", number, name, exc)
-                else:
-                    events.append(ResultSeen(at=time.time(), generation=number,
-                                             result_id=result_id, peer=peer, mature=mature))
-                seen.add(name)
-            if not gen.accepting:
-                continue
-            idle, declines = [], []
-            for name, data, error in spool.read_inbox(self.layout.idle(number)):
-                if name.endswith(".decline.json"):
-                    try:
-                        if error is not None:
-                            raise error
-                        peer, lease_id = parse_decline(name, data)
-                        declines.append(DeclineSeen(at=time.time(), generation=number,
-                                                    peer=peer, lease_id=lease_id, name=name))
-                    except BadRequest as exc:
-                        log.warning("gen_%d decline %s ignored: %s", number, name, exc)
-                elif (peer := request_id_from_filename(name)) is not None:
-                    idle.append(peer)
-            events += [IdleSeen(at=time.time(), generation=number, peers=tuple(sorted(idle))),
-                       *declines]
-        self._process(events)
-
-    def _redacted(self, seen: RequestSeen) -> RequestSeen:
-        """Credential-shaped env values never reach the core, the journal or any view."""
-        if seen.request is None:
-            return seen
-        return replace(seen, request=self.vault.redact(seen.request))
+    # -- effects out --------------------------------------------------------
 
     def _execute(self, effect: Effect) -> list[Event]:
-        if isinstance(effect, WriteJob):
-            self._write_job(effect)
-        elif isinstance(effect, WriteReply):
-            write_json(self.layout.reply(effect.request_id), effect.document, sync=False)
-            job = self.sched.jobs.get(effect.document["job_id"] or "")
-            if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
-                    (job is not None and job.state.terminal):
-                self.vault.scrub(effect.request_id)  # this request will never launch
-        elif isinstance(effect, ConsumeRequest):
-            spool.consume(self.layout.incoming, effect.name)
-        elif isinstance(effect, RejectRequest):
-            spool.reject(self.layout.incoming, self.layout.rejected, effect.name, effect.error)
-        elif isinstance(effect, SpawnAttempt):
+        """Attempt effects go to the backend; every other effect is a file: a view."""
+        if isinstance(effect, SpawnAttempt):
             return self.backend.start(effect, lambda: self.vault.reveal(
                 effect.metadata["request_id"], launcher.attempt_environment(self.layout, effect)))
         elif isinstance(effect, WriteGo):
@@ -727,34 +634,13 @@ class Coordinator:
             grace = effect.grace if isinstance(effect, CancelAttempt) else EVICT_GRACE_SECONDS
             self.backend.end((effect.job_id, effect.attempt_id), grace, suspended=(
                 self.sched.jobs[effect.job_id].state is JobState.SUSPENDED))
-        elif isinstance(effect, WriteControlReply):
-            write_json(self.layout.control_replies / f"{effect.request_id}.json",
-                       effect.document, sync=False)
-        elif isinstance(effect, DisposeControl):
-            if effect.error is None:
-                unlink(self.layout.control / effect.name)
-            else:
-                spool.reject(self.layout.control, self.layout.control_rejected, effect.name,
-                             effect.error)
-        elif isinstance(effect, WriteGenerationFile):
-            self._watch_generation(effect.generation)
-            write_json(self.layout.generation_file(effect.generation, effect.kind, effect.name),
-                       effect.document, sync=False)
-        elif isinstance(effect, ConsumeDecline):
-            unlink(self.layout.idle(effect.generation) / effect.name)
         else:
-            raise TypeError(f"no adapter for effect {type(effect).__name__}")
+            if isinstance(effect, WriteGenerationFile):
+                self._watch_generation(effect.generation)
+            self.views.execute(effect, self.sched)
         return []
 
-    def _write_job(self, effect: WriteJob) -> None:
-        data = dumps(effect.document)
-        write_atomic(self.layout.job_file(effect.directory, effect.job_id), data, sync=False)
-        self.tally.update(self.sched.jobs[effect.job_id])  # every change to a job comes here
-        self.index.stage(effect.document, data)
-        if effect.replaces is not None:
-            unlink(self.layout.job_file(effect.replaces, effect.job_id))
-        if effect.directory == "done":  # terminal: its secrets are no longer needed
-            self.vault.scrub(effect.document["request_id"])
+    # -- derived files --------------------------------------------------------
 
     def _restore_snapshot(self) -> int:
         """The scheduler as the last compaction left it, and the journal seq it covers."""
@@ -862,7 +748,7 @@ class Coordinator:
             self._next_done_sweep = time.monotonic() + self.done_sweep
         if moved and not start:
             self.problems = quarantine.notes(self.layout)
-            self._status_version = (-1, -1)  # status.json counts them at its next write
+            self.views.status_outdated()  # status.json counts them at its next write
 
     def _tidy_done(self) -> bool:
         """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
@@ -897,11 +783,11 @@ class Coordinator:
             if why is None:
                 continue
             own = job is not None and job.state.directory == directory
-            forged = _read_bytes(entry.path) \
+            found = read_bytes(entry.path) \
                 if own and entry.is_file(follow_symlinks=False) else None
             try:
-                if forged is not None:  # kept, then replaced in one rename: never missing
-                    self._quarantine().keep(_relative(self.layout, entry.path), forged, why)
+                if found is not None:  # kept, then replaced in one rename: never missing
+                    self._quarantine().keep(_relative(self.layout, entry.path), found, why)
                 else:
                     self._quarantine().move(Path(entry.path), why)
             except FileNotFoundError:
@@ -922,8 +808,8 @@ class Coordinator:
                     return None  # untouched since the last sweep found it right
             except FileNotFoundError:
                 return None
-            data = _read_bytes(entry.path)
-            return None if data is None else self._forged(job, data)  # None: it went
+            data = read_bytes(entry.path)
+            return None if data is None else forged(self.sched, job, data)  # None: it went
         where = f"jobs/{directory}/"
         kind = "symlink" if entry.is_symlink() else "directory" \
             if entry.is_dir(follow_symlinks=False) else "file" \
@@ -946,24 +832,6 @@ class Coordinator:
                     "copy, never served or signalled")
         return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
                 "file rewritten from the journal")
-
-    def _forged(self, job: Job, data: bytes) -> str | None:
-        """Why a job file in its own place is set aside before it is rewritten: it says
-        other than the journal (a queued job's pending reason aside: soft, written at the
-        status cadence); None if it agrees."""
-        try:
-            said = json.loads(data)
-        except ValueError:
-            said = None
-        want = json.loads(dumps(self.sched.job_document(job)))
-        if job.state is JobState.QUEUED and isinstance(said, dict):
-            said = {**said, "reason": want["reason"]}
-        if said == want:
-            return None
-        return (f"job {job.job_id}'s file said other than the journal (state "
-                f"{said.get('state') if isinstance(said, dict) else None}, not "
-                f"{job.state.value}): these bytes are kept here, and the file rewritten "
-                "from the journal")
 
     def _release_orphan(self, attempt_dir: Path) -> None:
         """An attempt directory the journal has no launch for, with no GO: GO is journaled
@@ -1032,73 +900,18 @@ class Coordinator:
         return durable_ns if isinstance(durable_ns, int) else None
 
     def _repair_views(self, durable_ns: int | None) -> None:
-        """Job files and replies are derived: rewrite any that disagree with the journal.
-
-        After a crash every file is read back and compared. After a clean stop the files
-        were all written and made durable by ``durable_ns``: one that is there and was not
-        touched since is current, so a restart lists directories instead of reading (or
-        even rendering) every file; a missing or since-modified one is compared and
-        rewritten as usual, and a job file changed since that says other than the journal
-        is set aside first (no coordinator wrote it). Copies of a job in the wrong state
-        directory are gone: ``_tidy_jobs`` ran first. The job index is rebuilt from every
-        job's document unless it could be kept."""
-        jobs_dir = {d: str(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
-        listed = {d: _mtimes(jobs_dir[d]) for d in JOB_DIRECTORIES}
-        listed["replies"] = _mtimes(self.layout.replies)
-
-        def current(directory: str, key: str) -> bool:  # there, and untouched since
-            return durable_ns is not None and \
-                listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
-
-        rebuild = not self.index.complete
-        indexed = []
-        for effect in self.sched.derived_views(
-                lambda directory, key: current(directory, key) and
-                not (rebuild and directory in JOB_DIRECTORIES)):
-            data = dumps(effect.document)
-            if isinstance(effect, WriteJob):
-                if rebuild:
-                    indexed.append((effect.document, data.decode()))
-                if current(effect.directory, effect.job_id):
-                    continue
-                path = os.path.join(jobs_dir[effect.directory], f"{effect.job_id}.json")
-            elif isinstance(effect, WriteReply):
-                path = self.layout.reply(effect.request_id)
-            elif isinstance(effect, WriteControlReply):
-                path = self.layout.control_replies / f"{effect.request_id}.json"
-            else:
-                path = self.layout.generation_file(effect.generation, effect.kind, effect.name)
-            if (found := _read_bytes(path)) != data:
-                if durable_ns is not None and found is not None and \
-                        isinstance(effect, WriteJob) and \
-                        (why := self._forged(self.sched.jobs[effect.job_id], found)):
-                    self._quarantine().keep(_relative(self.layout, path), found, why)
-                self._execute(effect)
-        since, boot_id = self.sched.coordinator["since"], self.sched.coordinator["boot_id"]
-        if rebuild:
-            self.index.rebuild(indexed, journal_seq=self.journal.seq, boot_id=boot_id,
-                               owner=since)
-        else:
-            self.index.serve(boot_id=boot_id, owner=since)
-
-    def _status_stamp(self) -> tuple[int, int]:
-        """What status.json shows changed: state, or a new host sample while there is work."""
-        busy = self.sched.count(JobState.QUEUED) or self.sched.in_flight()
-        return self.sched.version, self.sched.samples_seen if busy else 0
-
-    def _status_deadline(self, now: float) -> float:
-        if self._status_stamp() != self._status_version:
-            return now + max(0.0, self._status_at + STATUS_MIN_GAP - time.time())
-        return now + STATUS_MAX_AGE
+        """The derived files made to agree with the journal (``Views.repair``); a forged
+        job file found on the way goes to this start's quarantine case."""
+        self.views.repair(self.sched, durable_ns, self.journal.seq, lambda path, data, why:
+                          self._quarantine().keep(_relative(self.layout, path), data, why))
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
+        """status.json and metrics.prom at their cadence (``Views.status_due``), with what
+        only the coordinator knows; never ahead of a request or an exit waiting."""
         now = time.time()
-        changed = self._status_stamp() != self._status_version
-        if not force and not (changed and now - self._status_at >= STATUS_MIN_GAP) \
-                and now - self._status_at < STATUS_MAX_AGE:
+        if not force and (not self.views.status_due(self.sched, now) or
+                          self.views.status_recent(now) and self.selector.select(0)):
             return
-        if not force and now - self._status_at < STATUS_BUSY_GAP and self.selector.select(0):
-            return  # a request or an exit is waiting: a view must not delay it
         if self.sched.stopped and state == "serving":
             state = f"stopped: {self.sched.stopped} (admits nothing)"
         runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
@@ -1106,48 +919,15 @@ class Coordinator:
                    "filesystem": self.filesystem,
                    "journal_seq": self.journal.seq, "problems": self.problems,
                    "degraded": self.degraded,
-                   "quarantined": sum(len(case["items"]) for case in self.problems)}
-        reports = {}
-        for job in self.sched.running():
-            attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
-            reports[job.job_id] = {"progress": progress(attempt_dir / "progress.json"),
-                                   "failure": task_report(attempt_dir / "failure.json")}
-        runtime["gpu_inventory"] = self.inventory.source
+                   "quarantined": sum(len(case["items"]) for case in self.problems),
+                   "gpu_inventory": self.inventory.source}
         try:
-            for effect in self.sched.reason_updates():  # pending reasons, at status cadence
-                self._execute(effect)
-            self.index.flush(self.journal.seq)  # the job index too: a commit costs ~0.2 ms
-            reach("status.before_write")
-            write_json(self.layout.status, render_status(self.sched, now, runtime, reports),
-                       sync=False, indent=2)
-            reach("status.after_write")
-            self._write_metrics(now, serving=state != "stopped")
+            self.views.write_status(self.sched, now, runtime, self.journal.seq, self.commits,
+                                    serving=state != "stopped")
         except OSError as exc:  # tried again at the usual cadence, not at every turn
             if not self._disk_error(exc, self.layout.status):
                 raise
-        self._status_version, self._status_at = self._status_stamp(), now
-
-    def _write_metrics(self, now: float, serving: bool) -> None:
-        """metrics.prom beside status.json; the textfile directory's copy is the
-        operator's: a failure there is logged, once per error, never fatal."""
-        data = render_metrics(self.sched, now, str(self.layout.root), self.journal.seq,
-                              self.tally, self.commits, serving).encode()
-        write_atomic(self.metrics_files[0], data, sync=False)
-        for path in self.metrics_files[1:]:
-            try:
-                write_atomic(path, data, sync=False)
-                self._metrics_error = None
-            except OSError as exc:
-                error = f"{path}: {exc.strerror}"  # not the temp file's name: new each time
-                if error != self._metrics_error:
-                    log.warning("metrics textfile not written: %s", error)
-                self._metrics_error = error
-
-
-def metrics_file_name(run_dir: Path) -> str:
-    """``<run dir name>-<hash of its path>.prom``: one file per run in a shared directory."""
-    path = os.path.realpath(run_dir)
-    return f"{os.path.basename(path)}-{hashlib.sha256(path.encode()).hexdigest()[:8]}.prom"
+        self.views.status_written(self.sched, now)
 
 
 def _return_memory() -> None:
@@ -1199,26 +979,6 @@ def _names(directory: str | os.PathLike) -> list[str]:
         return os.listdir(directory)
     except FileNotFoundError:
         return []
-
-
-def _mtimes(directory: str | os.PathLike) -> dict[str, int]:
-    """name -> modification time (ns) of each entry of a directory."""
-    found = {}
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            try:
-                found[entry.name] = entry.stat(follow_symlinks=False).st_mtime_ns
-            except FileNotFoundError:
-                pass
-    return found
-
-
-def _read_bytes(path: str | os.PathLike) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return None
 
 
 def _attribute(sample: GpuSample, owners: dict[int, str]) -> GpuSample:

@@ -72,10 +72,6 @@ def _young(path: Path, now: float) -> bool:
         return False
 
 
-def consume(incoming: Path, name: str) -> None:
-    unlink(incoming / name)
-
-
 def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
     """Keep the offending file (a symlink stays a link, never followed) and say why.
 

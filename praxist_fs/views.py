@@ -1,0 +1,294 @@
+"""Every file derived from the journal: job files, replies, control replies, generation
+files, the spool's consumed and rejected requests, status.json and metrics.prom.
+
+One mapping from effect to path (``Views.path``) serves both carrying an effect out
+(``execute``) and repairing the files at start (``repair``), so the two cannot disagree
+about where a view lives. Views take data (the scheduler, the journal's seq, the
+coordinator's own facts) and return nothing to feed back: only the loop feeds the core.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .adapters import spool
+from .adapters.crashpoints import reach
+from .adapters.fsio import dumps, unlink, write_atomic, write_json
+from .adapters.jobindex import JobIndex
+from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.taskreports import progress, task_report
+from .adapters.vault import Vault
+from .core.effects import (
+    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
+    WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
+)
+from .core.metrics import AttemptTally, Histogram, render_metrics
+from .core.model import Job
+from .core.scheduler import Scheduler
+from .core.states import JobState
+from .core.status import render_status
+
+log = logging.getLogger("praxist_fs")
+
+STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
+STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
+STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
+
+# (path, its bytes, why): where repair sets aside a forged job file before rewriting it
+SetAside = Callable[[str, bytes, str], None]
+
+
+class Views:
+    """The derived files of one run, and what writing them keeps: the job index, the
+    attempt tally metrics.prom counts, and status.json's cadence."""
+
+    def __init__(self, layout: RunLayout, vault: Vault, index: JobIndex, tally: AttemptTally,
+                 metrics_textfile_dir: str | None = None) -> None:
+        self.layout = layout
+        self.vault = vault
+        self.index = index
+        self.tally = tally  # metrics.prom's attempts: every job write updates it
+        # metrics.prom, and a copy for node_exporter's textfile collector if asked for
+        self.metrics_files = [layout.metrics] + (
+            [Path(metrics_textfile_dir) / metrics_file_name(layout.root)]
+            if metrics_textfile_dir else [])
+        self._metrics_error: str | None = None  # the textfile copy's last failure, logged
+        self._generations_made: set[int] = set()
+        self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
+        self._status_version: tuple[int, int] = (-1, -1)
+        self._status_at = 0.0
+
+    # -- the mapping ----------------------------------------------------------
+
+    def path(self, effect: Effect) -> str:
+        """The file an effect writes or disposes of: the one place that says so. A string:
+        a job's is made on every change to it, and for every job at a repair."""
+        layout = self.layout
+        if isinstance(effect, WriteJob):
+            return self._job_file(effect.directory, effect.job_id)
+        if isinstance(effect, WriteReply):
+            found = layout.reply(effect.request_id)
+        elif isinstance(effect, WriteControlReply):
+            found = layout.control_replies / f"{effect.request_id}.json"
+        elif isinstance(effect, WriteGenerationFile):
+            found = layout.generation_file(effect.generation, effect.kind, effect.name)
+        elif isinstance(effect, (ConsumeRequest, RejectRequest)):
+            found = layout.incoming / effect.name
+        elif isinstance(effect, DisposeControl):
+            found = layout.control / effect.name
+        elif isinstance(effect, ConsumeDecline):
+            found = layout.idle(effect.generation) / effect.name
+        else:
+            raise TypeError(f"no view for effect {type(effect).__name__}")
+        return str(found)
+
+    def _job_file(self, directory: str, job_id: str) -> str:
+        return os.path.join(self._job_dirs[directory], f"{job_id}.json")
+
+    def execute(self, effect: Effect, sched: Scheduler) -> None:
+        """Carry out one file effect of a committed batch (no fsync: repaired at start)."""
+        path = self.path(effect)
+        if isinstance(effect, WriteJob):
+            self._write_job(effect, path, sched)
+        elif isinstance(effect, (WriteReply, WriteControlReply, WriteGenerationFile)):
+            if isinstance(effect, WriteGenerationFile):
+                self.make_generation(effect.generation)
+            write_json(path, effect.document, sync=False)
+            if isinstance(effect, WriteReply):
+                job = sched.jobs.get(effect.document["job_id"] or "")
+                if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
+                        (job is not None and job.state.terminal):
+                    self.vault.scrub(effect.request_id)  # this request will never launch
+        elif isinstance(effect, (RejectRequest, DisposeControl)) and effect.error is not None:
+            rejected = self.layout.rejected if isinstance(effect, RejectRequest) \
+                else self.layout.control_rejected
+            inbox, name = os.path.split(path)
+            spool.reject(Path(inbox), rejected, name, effect.error)
+        elif isinstance(effect, (ConsumeRequest, DisposeControl, ConsumeDecline)):
+            unlink(path)  # answered and journaled: consumed
+        else:  # a new effect given a path, not yet a way to carry it out
+            raise TypeError(f"no view carries out {type(effect).__name__}")
+
+    def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
+        data = dumps(effect.document)
+        write_atomic(path, data, sync=False)
+        self.tally.update(sched.jobs[effect.job_id])  # every change to a job comes here
+        self.index.stage(effect.document, data)
+        if effect.replaces is not None:
+            unlink(self._job_file(effect.replaces, effect.job_id))
+        if effect.directory == "done":  # terminal: its secrets are no longer needed
+            self.vault.scrub(effect.document["request_id"])
+
+    def make_generation(self, number: int) -> None:
+        """A generation's directories are made durable once per coordinator process."""
+        if number not in self._generations_made:
+            self.layout.create_generation(number)
+            self._generations_made.add(number)
+
+    # -- repair at start ------------------------------------------------------
+
+    def repair(self, sched: Scheduler, durable_ns: int | None, journal_seq: int,
+               set_aside: SetAside) -> None:
+        """Job files and replies are derived: rewrite any that disagree with the journal.
+
+        After a crash every file is read back and compared. After a clean stop the files
+        were all written and made durable by ``durable_ns``: one that is there and was not
+        touched since is current, so a restart lists directories instead of reading (or
+        even rendering) every file; a missing or since-modified one is compared and
+        rewritten as usual, and a job file changed since that says other than the journal
+        is set aside first (no coordinator wrote it). Copies of a job in the wrong state
+        directory are gone: the coordinator's tidying ran first. The job index is rebuilt
+        from every job's document unless it could be kept."""
+        listed = {d: _mtimes(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
+        listed["replies"] = _mtimes(self.layout.replies)
+
+        def current(directory: str, key: str) -> bool:  # there, and untouched since
+            return durable_ns is not None and \
+                listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
+
+        rebuild = not self.index.complete
+        indexed = []
+        for effect in sched.derived_views(
+                lambda directory, key: current(directory, key) and
+                not (rebuild and directory in JOB_DIRECTORIES)):
+            data = dumps(effect.document)
+            if isinstance(effect, WriteJob):
+                if rebuild:
+                    indexed.append((effect.document, data.decode()))
+                if current(effect.directory, effect.job_id):
+                    continue
+            path = self.path(effect)
+            if (found := read_bytes(path)) != data:
+                if durable_ns is not None and found is not None and \
+                        isinstance(effect, WriteJob) and \
+                        (why := forged(sched, sched.jobs[effect.job_id], found)):
+                    set_aside(path, found, why)
+                self.execute(effect, sched)
+        since, boot_id = sched.coordinator["since"], sched.coordinator["boot_id"]
+        if rebuild:
+            self.index.rebuild(indexed, journal_seq=journal_seq, boot_id=boot_id, owner=since)
+        else:
+            self.index.serve(boot_id=boot_id, owner=since)
+
+    # -- status.json and metrics.prom -----------------------------------------
+
+    def status_due(self, sched: Scheduler, now: float) -> bool:
+        """Whether status.json is owed: it changed and was written over STATUS_MIN_GAP
+        ago, or it is STATUS_MAX_AGE old."""
+        changed = _status_stamp(sched) != self._status_version
+        return (changed and now - self._status_at >= STATUS_MIN_GAP) or \
+            now - self._status_at >= STATUS_MAX_AGE
+
+    def status_recent(self, now: float) -> bool:
+        """Written within STATUS_BUSY_GAP: a status owed now may wait for waiting work."""
+        return now - self._status_at < STATUS_BUSY_GAP
+
+    def status_deadline(self, sched: Scheduler, now: float) -> float:
+        """When (on ``now``'s clock, monotonic) status.json is next owed."""
+        if _status_stamp(sched) != self._status_version:
+            return now + max(0.0, self._status_at + STATUS_MIN_GAP - time.time())
+        return now + STATUS_MAX_AGE
+
+    def status_outdated(self) -> None:
+        """Something status.json shows changed outside the core (problems, degraded)."""
+        self._status_version = (-1, -1)
+
+    def status_written(self, sched: Scheduler, now: float) -> None:
+        """Tried at ``now``: a failure is tried again at the usual cadence, not every turn."""
+        self._status_version, self._status_at = _status_stamp(sched), now
+
+    def write_status(self, sched: Scheduler, now: float, runtime: dict[str, Any],
+                     journal_seq: int, commits: Histogram, serving: bool) -> None:
+        """status.json (the coordinator's ``runtime`` facts, with the running jobs' own
+        reports), the pending reasons' job files and the job index at the same cadence,
+        and metrics.prom."""
+        reports = {}
+        for job in sched.running():
+            attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
+            reports[job.job_id] = {"progress": progress(attempt_dir / "progress.json"),
+                                   "failure": task_report(attempt_dir / "failure.json")}
+        for effect in sched.reason_updates():  # pending reasons, at status cadence
+            self.execute(effect, sched)
+        self.index.flush(journal_seq)  # the job index too: a commit costs ~0.2 ms
+        reach("status.before_write")
+        write_json(self.layout.status, render_status(sched, now, runtime, reports),
+                   sync=False, indent=2)
+        reach("status.after_write")
+        self._write_metrics(sched, now, journal_seq, commits, serving)
+
+    def _write_metrics(self, sched: Scheduler, now: float, journal_seq: int,
+                       commits: Histogram, serving: bool) -> None:
+        """metrics.prom beside status.json; the textfile directory's copy is the
+        operator's: a failure there is logged, once per error, never fatal."""
+        data = render_metrics(sched, now, str(self.layout.root), journal_seq,
+                              self.tally, commits, serving).encode()
+        write_atomic(self.metrics_files[0], data, sync=False)
+        for path in self.metrics_files[1:]:
+            try:
+                write_atomic(path, data, sync=False)
+                self._metrics_error = None
+            except OSError as exc:
+                error = f"{path}: {exc.strerror}"  # not the temp file's name: new each time
+                if error != self._metrics_error:
+                    log.warning("metrics textfile not written: %s", error)
+                self._metrics_error = error
+
+
+def metrics_file_name(run_dir: Path) -> str:
+    """``<run dir name>-<hash of its path>.prom``: one file per run in a shared directory."""
+    path = os.path.realpath(run_dir)
+    return f"{os.path.basename(path)}-{hashlib.sha256(path.encode()).hexdigest()[:8]}.prom"
+
+
+def forged(sched: Scheduler, job: Job, data: bytes) -> str | None:
+    """Why a job file in its own place is set aside before it is rewritten: it says
+    other than the journal (a queued job's pending reason aside: soft, written at the
+    status cadence); None if it agrees."""
+    try:
+        said = json.loads(data)
+    except ValueError:
+        said = None
+    want = json.loads(dumps(sched.job_document(job)))
+    if job.state is JobState.QUEUED and isinstance(said, dict):
+        said = {**said, "reason": want["reason"]}
+    if said == want:
+        return None
+    return (f"job {job.job_id}'s file said other than the journal (state "
+            f"{said.get('state') if isinstance(said, dict) else None}, not "
+            f"{job.state.value}): these bytes are kept here, and the file rewritten "
+            "from the journal")
+
+
+def read_bytes(path: str | os.PathLike) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _status_stamp(sched: Scheduler) -> tuple[int, int]:
+    """What status.json shows changed: state, or a new host sample while there is work."""
+    busy = sched.count(JobState.QUEUED) or sched.in_flight()
+    return sched.version, sched.samples_seen if busy else 0
+
+
+def _mtimes(directory: str | os.PathLike) -> dict[str, int]:
+    """name -> modification time (ns) of each entry of a directory."""
+    found = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                found[entry.name] = entry.stat(follow_symlinks=False).st_mtime_ns
+            except FileNotFoundError:
+                pass
+    return found
+
+

@@ -1,0 +1,107 @@
+"""The views and the inboxes on a real run directory, with the test as the loop: the
+inboxes return what peers wrote as events (they feed nothing), the core decides, and the
+views write what it decided through the same mapping the repair at start uses."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from praxist_fs.adapters import spool
+from praxist_fs.adapters.jobindex import JobIndex
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.adapters.vault import Vault
+from praxist_fs.core.effects import WriteJob, WriteReply
+from praxist_fs.core.events import ControlSeen, CoordinatorStarted, RequestSeen
+from praxist_fs.core.metrics import AttemptTally
+from praxist_fs.core.policy import Policy
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.inboxes import Inboxes
+from praxist_fs.views import Views
+
+
+@pytest.fixture
+def layout(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    return layout
+
+
+def drop_request(layout: RunLayout, tag: str, env: dict[str, str] | None = None,
+                 age: float = 10.0) -> str:
+    """A peer's request file, written ``age`` seconds ago (past the spool's grace)."""
+    name = f"{tag}.json"
+    path = layout.incoming / name
+    path.write_text(json.dumps({"peer": "alice", "tag": tag, "argv": ["true"],
+                                "env": env or {}}))
+    then = time.time() - age
+    os.utime(path, (then, then))
+    return name
+
+
+def test_a_burst_larger_than_a_batch_is_read_a_batch_at_a_time_and_says_more_wait(layout):
+    """Issue 16 (DESIGN.md, inboxes.py: "read into events"): requests are read in
+    arrival order, a batch at a time, and a full batch says more wait (the loop rings
+    itself for the rest). Reading consumes nothing: that is an effect, after the commit."""
+    names = [drop_request(layout, f"r{n:04d}", age=10.0 + spool.BATCH + 3 - n)
+             for n in range(spool.BATCH + 3)]
+    events, full = Inboxes(layout, Vault(layout)).requests()
+    assert full
+    assert [e.name for e in events] == names[:spool.BATCH]  # oldest first
+    assert all(isinstance(e, RequestSeen) and e.request is not None for e in events)
+    assert sorted(os.listdir(layout.incoming)) == sorted(names)  # still there: not consumed
+
+    for name in names[:spool.BATCH]:
+        os.unlink(layout.incoming / name)
+    events, full = Inboxes(layout, Vault(layout)).requests()
+    assert not full and [e.name for e in events] == names[spool.BATCH:]
+
+
+def test_a_secret_in_a_request_never_reaches_the_event(layout):
+    """seed 000 "State And Compatibility": "Runtime environment values that look
+    credential-bearing by name or value shape are stored only as hashes": the event the
+    core journals holds a keyed hash, never the value."""
+    drop_request(layout, "secret", env={"API_TOKEN": "sk-live-0123456789abcdef"})
+    [event], _ = Inboxes(layout, Vault(layout)).requests()
+    assert "sk-live-0123456789abcdef" not in json.dumps(event.request.env)
+    assert set(event.request.env) == {"API_TOKEN"}
+
+
+def test_a_bad_control_file_is_an_event_that_names_its_field(layout):
+    """A peer's malformed control file becomes an event saying what is wrong (answered
+    and set aside by the core's effects), never an exception in the reader."""
+    (layout.control / "c1.json").write_text(json.dumps({"op": "no-such-op"}))
+    [event] = Inboxes(layout, Vault(layout)).controls()
+    assert isinstance(event, ControlSeen) and event.control is None
+    assert event.error_field and event.error_problem
+
+
+def test_the_repair_at_start_rewrites_the_very_files_execute_wrote(layout):
+    """seed 000 "State And Compatibility": state is "a compact derived view"; issue 16:
+    one mapping from effect to file, used both to execute and to repair. A lost job file
+    and a damaged reply are rewritten at start, to the bytes the coordinator wrote."""
+    sched, vault = Scheduler(), Vault(layout)
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=0, boot_id="boot",
+                                          clean=False),
+                  AttemptTally.of(sched.jobs.values()))
+    drop_request(layout, "one")
+    requests, _ = Inboxes(layout, vault).requests()
+    effects = [effect for event in requests for effect in sched.handle(event)]
+    written = [e for e in effects if isinstance(e, (WriteJob, WriteReply))]
+    assert {type(e) for e in written} == {WriteJob, WriteReply}
+    for effect in written:
+        views.execute(effect, sched)
+    wrote = {path: path.read_bytes() for path in (Path(views.path(e)) for e in written)}
+
+    [job_file] = [Path(views.path(e)) for e in written if isinstance(e, WriteJob)]
+    [reply] = [Path(views.path(e)) for e in written if isinstance(e, WriteReply)]
+    job_file.unlink()
+    reply.write_text("{damaged")
+    views.repair(sched, None, 1, lambda path, data, why: pytest.fail(f"set aside {path}"))
+    assert {path: path.read_bytes() for path in wrote} == wrote
