@@ -1,11 +1,22 @@
-"""Shared fixtures. Autouse guards fail a test that leaks a thread or a child process."""
+"""Shared fixtures. Autouse guards fail a test that leaks a thread or a child process.
+
+``real_slurm``: a real single-node Slurm (tests/slurm/setup.sh) started once per session
+and stopped after. Where one cannot be had (not root, no apt-get), the tests that need
+it are skipped with setup.sh's reason; never silently, nor when setup.sh fails for
+another reason (that fails them)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
+from pathlib import Path
 
 import psutil
 import pytest
+
+SLURM_SETUP = Path(__file__).parent / "slurm"
+UNAVAILABLE = 77  # setup.sh: Slurm cannot be installed or started here
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +30,27 @@ def no_leaked_threads_or_children():
               if p.pid not in children_before and p.status() != psutil.STATUS_ZOMBIE]
     assert not leaked_threads, f"test leaked threads: {leaked_threads}"
     assert not leaked, f"test leaked child processes: {[p.cmdline() for p in leaked]}"
+
+
+@pytest.fixture(scope="session")
+def real_slurm():
+    """SLURM_CONF of a running single-node Slurm (node ci0, two fake GPUs), exported for
+    the session so the backend's commands, run with our environment, reach it."""
+    done = subprocess.run([str(SLURM_SETUP / "setup.sh")], capture_output=True, text=True,
+                          timeout=600, check=False)
+    if done.returncode == UNAVAILABLE:
+        pytest.skip("no real Slurm for the Slurm backend's tests: "
+                    + (done.stderr.strip().splitlines() or ["setup.sh said nothing"])[-1])
+    assert done.returncode == 0, f"tests/slurm/setup.sh failed:\n{done.stderr}"
+    conf = done.stdout.strip().splitlines()[-1].removeprefix("SLURM_CONF=")
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    try:
+        yield conf
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+        if not os.environ.get("PRAXIST_SLURM_KEEP"):  # a developer looking at a failure
+            subprocess.run([str(SLURM_SETUP / "teardown.sh")], timeout=120, check=False)

@@ -75,6 +75,7 @@ class LocalBackend:
         self.fencing: dict[AttemptKey, tuple[fence.Termination, str]] = {}
         self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
                                 or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
+        self.closed = False
 
     # -- ahead of the launches ------------------------------------------------
 
@@ -462,7 +463,10 @@ class LocalBackend:
         return events
 
     def close(self) -> None:
-        """The coordinator leaves: shims keep their commands (re-adopted later)."""
+        """The coordinator leaves: shims keep their commands (re-adopted later). Once."""
+        if self.closed:
+            return
+        self.closed = True
         for warm in self.warm:
             warm.dismiss()
         if self.server is not None:

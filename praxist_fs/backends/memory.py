@@ -199,9 +199,11 @@ class MemoryBackend:
 
     # -- the contract ----------------------------------------------------------
 
-    def start(self, launch: SpawnAttempt, env: dict[str, str]) -> list[Event]:
+    def start(self, launch: SpawnAttempt,
+              environment: Callable[[], dict[str, str]]) -> list[Event]:
         """Its shim at once, with a fresh pid on the host for a handle (READY too, unless
-        the plan waits for it); a shim that cannot start is an exit 127 with the error."""
+        the plan waits for it); a shim that cannot start is an exit 127 with the error.
+        Nothing runs, so the environment is never asked for."""
         host = self.host
         key = (launch.job_id, launch.attempt_id)
         run = self.plan(launch)
@@ -323,7 +325,7 @@ def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
     """Hand one of the core's attempt effects to ``backend``, as the daemon's loop does;
     what it returns goes back to the core. Effects on files are not a backend's: []."""
     if isinstance(effect, SpawnAttempt):
-        return backend.start(effect, dict(effect.env))
+        return backend.start(effect, lambda: dict(effect.env))
     if isinstance(effect, TerminateAttempts):
         return backend.terminate(list(effect.attempts))
     if not isinstance(effect, (WriteGo, AbortAttempt, SuspendAttempt, ResumeAttempt,

@@ -558,6 +558,7 @@ class Tracked:
     state: SlurmState | None = None  # the last squeue answer; None: unknown to Slurm
     polled: bool = False  # a squeue answer came after the submission (None is news then)
     final: FinalExit | None = None  # sacct's record, for an end without exit.json
+    final_asked: bool = False  # sacct was asked (it may have no record: no jobcomp)
     asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
     kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
     node_told: bool = False  # its end was reported against its node (R-BUD-2), once
@@ -742,15 +743,27 @@ class SlurmBackend:
         if verdict == "infrastructure":
             return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
                                    error=f"{reason}{where}", **base)
+        if base["go"] and not tracked.final_asked:
+            # it ran and left no exit.json (its shim was killed): Slurm's completion
+            # record is asked once before its end is told
+            self._next_poll = min(self._next_poll, time.monotonic())
+            return AttemptObserved(alive=True, **base)
         if verdict == "failed" and (tracked.state is not None
-                                    and tracked.state.state == "CANCELLED" or attempt.go):
+                                    and tracked.state.state == "CANCELLED" or base["go"]):
             final = tracked.final
             code = final.exit_code if final is not None and final.signal == 0 else (
                 128 + final.signal if final is not None else EXTERNAL_CANCEL_EXIT)
             return AttemptObserved(alive=False, exited=True, exit_code=code,
                                    signal=final.signal if final is not None and final.signal
                                    else None, error=f"{reason}{where}", **base)
-        # cancelled or preempted as asked, lost, or ended before GO without running:
+        final = tracked.final
+        if verdict in ("cancelled", "preempted") and base["go"] and final is not None \
+                and final.signal:
+            # KILLed with its shim after the grace: Slurm's completion record has the signal
+            return AttemptObserved(
+                alive=False, exited=True, signal=final.signal, exit_code=128 + final.signal,
+                error=f"{reason}{where}: ended by Slurm ({final.state})", **base)
+        # cancelled or preempted before it ran, lost, or ended before GO without running:
         # the core settles it by what it asked and whether GO was given
         return AttemptObserved(alive=False, error=f"{reason}{where}", **base)
 
@@ -932,8 +945,8 @@ class SlurmBackend:
             if tracked.slurm_id in asked_ids:
                 tracked.state = states.get(tracked.slurm_id)
                 tracked.polled = True
-            if finals.get(tracked.slurm_id) is not None:
-                tracked.final = finals[tracked.slurm_id]
+            if tracked.slurm_id in finals:
+                tracked.final, tracked.final_asked = finals[tracked.slurm_id], True
 
     def _kick(self, now: float) -> None:
         """Start the next squeue on the worker thread when it is due and none runs."""
@@ -945,7 +958,7 @@ class SlurmBackend:
         self._next_poll = now + (self.config.poll_pending_s if waiting
                                  else self.config.poll_running_s)
         ids = [t.slurm_id for t in self.tracked.values()] + list(self.probes.values())
-        ended = [t.slurm_id for t in self.tracked.values() if t.final is None and (
+        ended = [t.slurm_id for t in self.tracked.values() if not t.final_asked and (
             t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
         self._polling = self._pool.submit(self._poll, ids, ended)
         self._polling.add_done_callback(lambda _: self._wake())
@@ -1000,10 +1013,12 @@ class SlurmBackend:
                 states = self.client.poll(ids)
             except SlurmUnavailable:
                 break
-            self._take(ids, states, {})
             if all(state.state not in PENDING_STATES | RUNNING_STATES
                    for state in states.values()):
+                self._take(ids, states, {slurm_id: self.client.final_exit(slurm_id)
+                                         for slurm_id in ids})
                 break
+            self._take(ids, states, {})
             time.sleep(0.2)
         events: list[Event] = []
         for key in keys:
@@ -1030,7 +1045,10 @@ class SlurmBackend:
 
     def close(self) -> None:
         """The coordinator leaves; the jobs stay in Slurm, to be adopted by the next one."""
+        if self._wake_read < 0:
+            return  # closed already
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.selector.unregister(self._wake_read)
         os.close(self._wake_read)
         os.close(self._wake_write)
+        self._wake_read = self._wake_write = -1

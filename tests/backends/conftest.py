@@ -23,30 +23,48 @@ can_suspend=False, places_gpus=True)``.
 
 from __future__ import annotations
 
+import os
+import selectors
+import signal
+import sys
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
+import psutil
 import pytest
 
+from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend
+from praxist_fs.backends.local import LocalBackend
+from praxist_fs.backends.slurm import SlurmBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt
-from praxist_fs.core.events import AttemptObserved, Event
-from praxist_fs.core.model import Attempt, Job
+from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome
+from praxist_fs.core.model import Attempt, AttemptPhase, Job
+from praxist_fs.core.nodes import NodeRegistry
+from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
 
 
 @dataclass
 class Seen:
-    """The latest ``AttemptObserved`` of each attempt, as the loop would hand them on."""
+    """The latest ``AttemptObserved`` of each attempt, as the loop would hand them on;
+    ``journal``: what the core would record of each (a real backend reads it back)."""
 
     last: dict[AttemptKey, AttemptObserved] = field(default_factory=dict)
     exits: dict[AttemptKey, list[AttemptObserved]] = field(default_factory=dict)
+    journal: Callable[[AttemptObserved], None] | None = None
 
     def add(self, events: Iterable[Event]) -> None:
         for event in events:
+            if isinstance(event, NodeOutcome):
+                continue  # R-BUD-2's news of a node, not of the attempt
             assert isinstance(event, AttemptObserved), f"not an attempt's news: {event}"
+            if self.journal is not None:
+                self.journal(event)
             key = (event.job_id, event.attempt_id)
             self.last[key] = event
             if event.exited:
@@ -116,15 +134,152 @@ class MemoryRig:
         return restarted
 
 
+class RealRig:
+    """A backend of real processes (local) or real Slurm jobs: commands are ``python -c``
+    programs, time is the wall clock, and the rig plays the loop: the backend's selector,
+    its timers, a reconcile twice a second, and the core's record of each attempt (its
+    pid or handle, GO, its end) for the backend to read back through ``lookup``."""
+
+    def __init__(self, root: Path, make: Callable[[RealRig], ExecutionBackend],
+                 jobs: dict[str, Job] | None = None) -> None:
+        self.root, self.make = root, make
+        self.layout = RunLayout.at(root)
+        self.layout.create()
+        self.jobs = jobs if jobs is not None else {}
+        self.selector = selectors.DefaultSelector()
+        self.backend = make(self)
+        self.seen = Seen(journal=self._journal)
+        self.restarts: list[RealRig] = []
+        self.closed = False
+
+    def lookup(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def _journal(self, event: AttemptObserved) -> None:
+        job = self.jobs.get(event.job_id)
+        attempt = job.current if job is not None else None
+        if attempt is None or attempt.attempt_id != event.attempt_id:
+            return
+        if attempt.pid is None and event.pid is not None:
+            attempt.pid, attempt.pid_start, attempt.boot_id = (event.pid, event.pid_start,
+                                                               event.boot_id)
+        attempt.handle = event.handle or attempt.handle
+        if event.exited or not event.alive:
+            attempt.phase = AttemptPhase.ENDED
+
+    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False) -> Any:
+        return exit_code, seconds, ignores_term
+
+    def launch(self, job_id: str, command: Any) -> SpawnAttempt:
+        exit_code, seconds, ignores_term = command
+        marker = self.root / f"{job_id}.running"
+        program = ("import signal, sys, time\n"
+                   + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_term else "")
+                   + f"open({str(marker)!r}, 'w').close()\ntime.sleep({seconds!r})\n"
+                   f"sys.exit({exit_code})\n")
+        launch = SpawnAttempt(job_id=job_id, attempt_id="a1", argv=(sys.executable, "-c", program),
+                              command=None, cwd=str(self.root), profile="cpu",
+                              metadata={"job_id": job_id, "attempt_id": "a1"})
+        request = Request(request_id=job_id, peer="peer", tag=job_id, profile="cpu",
+                          argv=launch.argv, command=None)
+        job = Job(job_id=job_id, request=request, profile="cpu", fingerprint=job_id,
+                  submitted_at=time.time(), order=len(self.jobs) + 1)
+        job.attempts.append(Attempt(attempt_id="a1", number=1, round=1,
+                                    started_at=time.time()))
+        self.jobs[job_id] = job
+        return launch
+
+    def now(self) -> float:
+        return time.time()
+
+    def wait_running(self, key: AttemptKey) -> None:
+        marker = self.root / f"{key[0]}.running"
+        deadline = time.monotonic() + 90
+        while not marker.exists():
+            assert time.monotonic() < deadline, f"{key}: the command did not start"
+            self.settle(lambda: False, 0.05)
+
+    def settle(self, until: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        next_reconcile = 0.0
+        while not until():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            wait = max(0.0, min(0.05, self.backend.next_timer() - now, deadline - now))
+            for key, _ in self.selector.select(wait):
+                self.seen.add(self.backend.on_ready(key.data[1]))
+            self.seen.add(self.backend.on_timer(time.monotonic()))
+            if time.monotonic() >= next_reconcile:
+                in_flight = [job for job in self.jobs.values()
+                             if job.current.phase != AttemptPhase.ENDED]
+                self.seen.add(self.backend.reconcile(in_flight))
+                next_reconcile = time.monotonic() + 0.5
+
+    def restarted(self) -> RealRig:
+        restarted = RealRig(self.root, self.make, self.jobs)
+        self.restarts.append(restarted)
+        return restarted
+
+    def close(self) -> None:
+        """The backend closed (once), and nothing of the test left running."""
+        for rig in self.restarts:
+            rig.close()
+        if not self.closed:
+            self.closed = True
+            self.backend.close()
+        self.selector.close()
+        if isinstance(self.backend, SlurmBackend):
+            for slurm_id in self.backend.client.jobs_of_run():
+                self.backend.client.cancel(slurm_id)
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            if any(str(self.root) in part for part in proc.info["cmdline"] or ()):
+                try:
+                    os.killpg(proc.info["pid"], signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for handle in getattr(self.backend, "handles", {}).values():
+            handle.popen.wait(timeout=10)  # its shim, killed above
+        for child in psutil.Process().children():
+            try:
+                ours = any(str(self.root) in part for part in child.cmdline())
+            except psutil.ZombieProcess:
+                ours = True  # killed above: reaped here
+            except psutil.NoSuchProcess:
+                continue
+            if ours:
+                child.wait(timeout=10)
+
+
+def local_rig(tmp_path: Path) -> RealRig:
+    return RealRig(tmp_path / "run", lambda rig: LocalBackend(
+        rig.layout, rig.selector, rig.lookup, frozenset()))
+
+
+def slurm_rig(tmp_path: Path, request: pytest.FixtureRequest) -> RealRig:
+    """The Slurm backend on the real single-node Slurm (skipped with setup.sh's reason
+    where there is none); the run directory is on the node's filesystem."""
+    request.getfixturevalue("real_slurm")
+    policy = Policy(backend="slurm", max_concurrent_experiments=4, default_profile="cpu",
+                    profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
+                    slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
+                           "poll_pending_s": 0.2, "poll_running_s": 1.0})
+    return RealRig(tmp_path / "run", lambda rig: SlurmBackend(
+        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+
+
 @dataclass(frozen=True)
 class Entry:
-    make: Callable[[Any], Rig]  # tmp_path -> a rig on a fresh world
+    make: Callable[[Any, Any], Rig]  # (tmp_path, the fixture request) -> a rig, a fresh world
     capabilities: Capabilities  # what the backend must declare
 
 
 RIGS: dict[str, Entry] = {
-    "memory": Entry(lambda tmp_path: MemoryRig(), Capabilities(can_suspend=True,
-                                                                places_gpus=False)),
+    "memory": Entry(lambda tmp_path, request: MemoryRig(),
+                    Capabilities(can_suspend=True, places_gpus=False)),
+    "local": Entry(lambda tmp_path, request: local_rig(tmp_path),
+                   Capabilities(can_suspend=True, places_gpus=False)),
+    "slurm": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True)),
 }
 
 
@@ -135,12 +290,12 @@ def backend_factory(request, tmp_path) -> Callable[[], tuple[Rig, Capabilities]]
     rigs: list[Rig] = []
 
     def make() -> tuple[Rig, Capabilities]:
-        rigs.append(entry.make(tmp_path))
+        rigs.append(entry.make(tmp_path, request))
         return rigs[-1], entry.capabilities
 
     yield make
     for rig in rigs:
-        rig.backend.close()
+        getattr(rig, "close", rig.backend.close)()
 
 
 def core_view(launch: SpawnAttempt, handle: AttemptObserved) -> tuple[Job, Attempt]:
@@ -152,6 +307,6 @@ def core_view(launch: SpawnAttempt, handle: AttemptObserved) -> tuple[Job, Attem
               fingerprint=launch.job_id, submitted_at=handle.at, order=1)
     attempt = Attempt(attempt_id=launch.attempt_id, number=1, round=1, started_at=handle.at,
                       gpus=launch.gpus, pid=handle.pid, pid_start=handle.pid_start,
-                      boot_id=handle.boot_id)
+                      boot_id=handle.boot_id, handle=handle.handle)
     job.attempts.append(attempt)
     return job, attempt

@@ -12,6 +12,8 @@ cannot turn one semantic experiment into duplicate work."
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from .conftest import core_view
@@ -23,7 +25,7 @@ LONG = 600.0    # a command that would outlive the test
 def started(rig, job_id, command):
     """Start ``job_id``'s attempt running ``command``: its key, job and attempt."""
     launch = rig.launch(job_id, command)
-    rig.seen.add(rig.backend.start(launch, {}))
+    rig.seen.add(rig.backend.start(launch, lambda: {"PATH": os.defpath}))
     key = (launch.job_id, launch.attempt_id)
     assert key in rig.seen.last, "start() reported nothing of the attempt"
     return key, *core_view(launch, rig.seen.last[key])
@@ -102,6 +104,12 @@ def test_end_terms_a_running_attempt_and_kills_it_after_the_grace(backend_factor
     sent = rig.now()
     rig.backend.end(key, grace, False)
     rig.settle(lambda: rig.seen.ended(key), TIMEOUT)
+    last = rig.seen.last[key]
+    if ignores_term and key not in rig.seen.exits:
+        # a KILL that takes the supervisor too (Slurm's scancel --full) leaves no exit
+        # record: then only its end, after the grace, is known
+        assert not last.alive and last.at >= sent + grace, "KILLed before its grace was over"
+        return
     [end] = rig.seen.exits[key]
     signal = 9 if ignores_term else 15
     assert (end.exit_code, end.signal) == (128 + signal, signal)
@@ -124,7 +132,9 @@ def test_terminate_ends_every_attempt_it_is_given(backend_factory):
     assert all(rig.seen.ended(key) for key in (waiting, term, kill)), rig.seen.last
     assert waiting not in rig.seen.exits and not rig.seen.last[waiting].go
     assert [(e.exit_code, e.signal) for e in rig.seen.exits[term]] == [(143, 15)]
-    assert [(e.exit_code, e.signal) for e in rig.seen.exits[kill]] == [(137, 9)]
+    # KILLed after the stop's grace, with its shim: its exit is known where the backend
+    # still has a record of it (memory; Slurm's completion record), else it just ended
+    assert [(e.exit_code, e.signal) for e in rig.seen.exits.get(kill, [])] in ([(137, 9)], [])
 
 
 def test_a_new_backend_adopts_a_running_attempt_and_sees_its_true_exit(backend_factory):

@@ -22,7 +22,8 @@ from praxist_fs.backends.slurm import (
     SlurmUnavailable,
     parse_slurm_config,
 )
-from tests.slurm.conftest import HERE, UNAVAILABLE
+from tests.conftest import UNAVAILABLE
+from tests.slurm.conftest import HERE
 
 CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
 
