@@ -10,7 +10,7 @@ import subprocess
 import sys
 from datetime import datetime
 
-from .conftest import read_json, request, wait_for
+from .conftest import TASK, read_json, request, wait_for
 
 JOBS = [sys.executable, "-m", "praxist_fs", "jobs"]
 
@@ -37,7 +37,10 @@ def accepted(run, doc: dict) -> str:
 
 
 def test_jobs_lists_every_state_newest_first_and_filters(make_run, tmp_path):
-    run = make_run(slots=1)
+    # one slot for good: a controller that steps concurrency up on a slow box would
+    # start wait-4, which must stay queued while the listing is read
+    run = make_run(task_text=TASK.format(slots=1, retries=1).replace(
+        "max_concurrent_experiments: 8", "max_concurrent_experiments: 1"))
     run.start()
     gate = tmp_path / "gate"
     ok = accepted(run, request("ok-1", ["sh", "-c", "echo fine"], peer="alice"))
