@@ -227,10 +227,16 @@ def test_without_an_inventory_gpu_work_waits_and_cpu_work_runs(make_run, host):
 
 
 def _child_of(pid: int) -> int | None:
+    """The shim's child that runs the submitted ``sh``: not a candidate of its PATH search
+    that failed to exec (a zombie), nor a child caught before its exec (the shim's own
+    command line)."""
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            stat = read_stat(entry / "stat")
-            if stat and stat == pid:
+        if entry.name.isdigit() and read_stat(entry / "stat") == pid:
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if argv0.endswith(b"sh"):
                 return int(entry.name)
     return None
 
