@@ -32,7 +32,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -237,7 +237,7 @@ class Fcfs(JobPicker):
 
 
 class FairShare(JobPicker):
-    """By peer: peers with less decayed GPU usage (``Pass.usage``) first, all of a peer's
+    """By peer: peers with less decayed GPU usage (``Pass.usages``) first, all of a peer's
     jobs before those of a peer with more; peers of equal usage (no GPU history yet,
     say) take turns, one job each per round, in the order of their first-ranked jobs.
     Each peer's jobs in rank order: a job's priority moves it ahead of its own peer's
@@ -246,22 +246,30 @@ class FairShare(JobPicker):
 
     A job's key is (its peer's usage, its round: how many of its peer's jobs rank
     before it, its peer's turn), so the backlog's runs by peer and profile
-    (``Pass.runs``) are merged lazily, reading only as far as the pass walks."""
+    (``Pass.runs``) are merged lazily, reading only as far as the pass walks. A peer
+    whose usage no other peer here shares is ordered by its usage alone, and its own
+    jobs by rank as by round: only peers of equal usage count rounds and take turns."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         runs = ctx.runs("peer", scope.jobs)  # (class, peer, profile, priority) -> jobs
         of_peer: defaultdict[str, list[list[Job]]] = defaultdict(list)
         for (_, peer, _, _), jobs in runs.items():
             of_peer[peer].append(jobs)
-        usage = {peer: ctx.usage(peer) for peer in of_peer}
-        turn = {peer: index for index, peer in enumerate(sorted(of_peer, key=lambda peer: (
-            usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
+        usage = ctx.usages(of_peer)
+        alike = Counter(usage.values())
+        turn = {peer: index for index, peer in enumerate(sorted(
+            (peer for peer in of_peer if alike[usage[peer]] > 1), key=lambda peer: (
+                usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
 
         def key(run: Hashable, job: Job, position: int) -> tuple[float, int, int]:
-            peer, rank, own = run[1], job.rank, runs[run]
-            return usage[peer], position + sum(bisect_left(jobs, rank, key=_RANK)
-                                               for jobs in of_peer[peer] if jobs is not own), \
-                turn[peer]
+            peer = run[1]
+            if peer not in turn:  # its usage alone orders it against the other peers
+                return usage[peer], job.rank, 0
+            if len(mine := of_peer[peer]) > 1:  # and the peer's jobs ranked before in the others
+                rank, own = job.rank, runs[run]
+                position += sum(bisect_left(jobs, rank, key=_RANK) for jobs in mine
+                                if jobs is not own)
+            return usage[peer], position, turn[peer]
 
         order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
@@ -341,7 +349,7 @@ class Multifactor(JobPicker):
     highest first (ties in rank order). Age: the wait so far over
     ``multifactor_max_age_seconds``, at most 1. Size: 1 - the job's GPUs over the
     devices there are (small jobs first; CPU work 1). Fair share: 2^(-usage / mean
-    usage) of its peer, among the peers queued here (``Pass.usage``; 1 while nobody has
+    usage) of its peer, among the peers queued here (``Pass.usages``; 1 while nobody has
     usage). Priority: the job's own priority scaled from its range. Weights are the
     ``multifactor_weight_*`` keys.
 
@@ -352,7 +360,7 @@ class Multifactor(JobPicker):
     def init(self, ctx: Pass, scope: JobScope) -> None:
         policy = ctx.policy
         runs = ctx.runs("peer", scope.jobs)  # (work class, peer, profile, priority) -> jobs
-        usage = {peer: ctx.usage(peer) for peer in {peer for _, peer, _, _ in runs}}
+        usage = ctx.usages({peer for _, peer, _, _ in runs})
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         devices = max(1, len(ctx.loads or ()))
         low, high = PRIORITY_RANGE
@@ -372,7 +380,8 @@ class Multifactor(JobPicker):
         at = ctx.at
 
         def key(run: Hashable, job: Job, position: int) -> tuple[float, int]:
-            return -(base[run] + min(cap, w_age * (at - job.submitted_at))), job.rank
+            age = w_age * (at - job.submitted_at)
+            return -(base[run] + (age if age < cap else cap)), job.rank  # min(cap, age)
 
         order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
@@ -411,7 +420,7 @@ class Usage:
 
     An attempt's GPUs x wall seconds are charged when it ends (``Scheduler._settle``,
     so replay rebuilds the ledger from the journal) and decay from then on; running
-    attempts count their GPU-seconds so far, undecayed (``Pass.usage``)."""
+    attempts count their GPU-seconds so far, undecayed (``Pass.usages``)."""
 
     peers: dict[str, tuple[float, float]] = field(default_factory=dict)  # (value, as of)
 
@@ -805,14 +814,20 @@ class Pass:
         return f"peer {peer}: {self.running_of[peer]} of max_concurrent_per_peer {cap} running"
 
     def usage(self, peer: str) -> float:
-        """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far."""
+        """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far
+        (a plugin picker's, docs/CONFIG.md)."""
+        return self.usages((peer,))[peer]
+
+    def usages(self, peers: Iterable[str]) -> dict[str, float]:
+        """``usage`` of each of ``peers``, in one go (a pass orders every queued peer)."""
         if self._running_usage is None:
             self._running_usage = Counter()
             for job in self.running:
                 self._running_usage[job.request.peer] += \
                     len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
+        of, at, running = self.ledger.of, self.at, self._running_usage
         half_life = self.policy.fair_share_half_life_seconds
-        return self.ledger.of(peer, self.at, half_life) + self._running_usage.get(peer, 0.0)
+        return {peer: of(peer, at, half_life) + running.get(peer, 0.0) for peer in peers}
 
     def project_usage(self, project: Project) -> float:
         """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""
