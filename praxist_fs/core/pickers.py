@@ -491,10 +491,17 @@ class Reservation:
         job no room at ``start`` (none for work that places nothing on a GPU)."""
         if profile not in self._crowded:
             shape = self.profiles.get(profile)
-            self._crowded[profile] = () if shape is None or not shape.uses_gpu else tuple(
-                uuid for uuid in self.devices
-                if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
-                .fit(self.demand)[0] is None)
+            if shape is None or not shape.uses_gpu:
+                self._crowded[profile] = ()
+            elif self.demand.exclusive or Demand.of(shape).exclusive:
+                # an exclusive job needs an idle device, and an exclusive share leaves no
+                # room: every reserved device, without placing it on each (``fit``)
+                self._crowded[profile] = self.devices
+            else:
+                self._crowded[profile] = tuple(
+                    uuid for uuid in self.devices
+                    if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
+                    .fit(self.demand)[0] is None)
         return self._crowded[profile]
 
     def backfilled(self, job: Job, gpus: tuple[str, ...], envelopes: list[Envelope]) -> None:
