@@ -11,16 +11,19 @@ waiting for a dependency, stay out: no pass could start them.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from itertools import islice
-from operator import attrgetter
+from itertools import groupby, islice, repeat
+from operator import attrgetter, itemgetter
+from typing import Any
 
 from .model import Job
 
 _RANK = attrgetter("rank")  # priority, then arrival (``Job.rank``)
+_PROFILE = attrgetter("profile")
 ETA_STEPS = 8  # ETAs are told apart by an eighth of an octave (``eta_step``)
 
 
@@ -40,6 +43,24 @@ RUNS: dict[str, Callable[[Job], Hashable]] = {
                         job.profile),
     "peer": lambda job: (job.request.work_class, job.request.peer, job.profile, job.priority),
 }
+
+# A run's key for a picker: (the run's key in ``RUNS``, the job, its place in the run).
+RunKey = Callable[[Hashable, Job, int], Any]
+# Per profile, a heap of (the key of a run's first job, the run's key) (``heads``).
+Heads = dict[str, list[tuple[Any, Hashable]]]
+
+
+def heads_of(runs: dict[Hashable, list[Job]], key: RunKey) -> Heads:
+    """Per profile, a heap of the first job of each of its ``runs`` by ``key``."""
+    firsts = [run[0] for run in runs.values()]
+    # grouped by a sort on the profile alone: comparing whole keys costs more
+    entries = sorted(zip(map(_PROFILE, firsts), map(key, runs, firsts, repeat(0)), runs),
+                     key=itemgetter(0))
+    heads: Heads = {}
+    for profile, group in groupby(entries, key=itemgetter(0)):
+        heads[profile] = heap = [(head, of) for _, head, of in group]
+        heapq.heapify(heap)
+    return heads
 
 
 class Backlog:
@@ -62,6 +83,10 @@ class Backlog:
         # copy on write: the runs not lent out (``runs``) since they were made or copied
         self._own: dict[str, set[Hashable]] = {kind: set(runs)
                                                for kind, runs in self._runs.items()}
+        # ``heads`` kept from pass to pass: by kind, (the picker's token, the heads, each
+        # run's entry in them), and the runs whose first job changed since
+        self._heads: dict[str, tuple[Hashable, Heads, dict[Hashable, tuple[Any, Hashable]]]] = {}
+        self._moved: dict[str, set[Hashable]] = {kind: set() for kind in RUNS}
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -74,7 +99,10 @@ class Backlog:
         if (eta := job.request.eta_s) is not None:
             insort(self._etas.setdefault(job.profile, []), (eta, job.order))
         for kind, key in RUNS.items():
-            insort(self._run(kind, key(job)), job, key=_RANK)
+            run = self._run(kind, of := key(job))
+            insort(run, job, key=_RANK)
+            if run[0] is job and kind in self._heads:
+                self._moved[kind].add(of)
 
     def remove(self, job: Job) -> None:
         del self._jobs[bisect_left(self._jobs, job.rank, key=_RANK)]
@@ -87,7 +115,10 @@ class Backlog:
             del etas[bisect_left(etas, (eta, job.order))]
         for kind, key in RUNS.items():
             run = self._run(kind, of := key(job))
-            del run[bisect_left(run, job.rank, key=_RANK)]
+            at = bisect_left(run, job.rank, key=_RANK)
+            del run[at]
+            if at == 0 and kind in self._heads:
+                self._moved[kind].add(of)
             if not run:
                 del self._runs[kind][of]
                 self._own[kind].discard(of)
@@ -102,6 +133,36 @@ class Backlog:
         self._own[kind].clear()
         return self._runs[kind].copy()
 
+    def heads(self, kind: str, token: Hashable, key: RunKey) -> Heads:
+        """``heads_of(runs(kind), key)``, kept from call to call while ``token`` is the
+        same: a picker whose ``key`` depends on nothing but the run, the job and what
+        ``token`` names (``ShortestExpectedFirst``: not on the time) pays per pass for the
+        runs whose first job changed since, not for every run. The heaps are the
+        caller's to pop."""
+        kept, runs, moved = self._heads.get(kind), self._runs[kind], self._moved[kind]
+        if kept is None or kept[0] != token:
+            heads = heads_of(runs, key)
+            self._heads[kind] = kept = (token, heads, {
+                entry[1]: (profile, entry) for profile, heap in heads.items() for entry in heap})
+        elif moved:
+            _, heads, entries = kept
+            touched = set()
+            for of in moved:
+                if (old := entries.pop(of, None)) is not None:
+                    heads[old[0]].remove(old[1])
+                    touched.add(old[0])
+                if (run := runs.get(of)) is not None:
+                    entries[of] = (profile, entry) = (run[0].profile, (key(of, run[0], 0), of))
+                    heads.setdefault(profile, []).append(entry)
+                    touched.add(profile)
+            for profile in touched:
+                if heads[profile]:
+                    heapq.heapify(heads[profile])
+                else:
+                    del heads[profile]
+        moved.clear()
+        return {profile: heap.copy() for profile, heap in kept[1].items()}
+
     def _run(self, kind: str, key: Hashable) -> list[Job]:
         """The run ``key`` of ``kind``, to change: a copy if ``runs`` lent it out."""
         runs, own = self._runs[kind], self._own[kind]
@@ -114,6 +175,12 @@ class Backlog:
         """The queued jobs of ``profile`` ranked after ``rank``, in rank order."""
         jobs = self._of_profile.get(profile, [])
         return islice(jobs, bisect_right(jobs, rank, key=_RANK), None)
+
+    def longest_eta(self) -> tuple[float | None, bool]:
+        """The longest ETA a queued job declares (None when none does), and whether a
+        queued job declares none."""
+        etas = [etas[-1][0] for etas in self._etas.values() if etas]
+        return max(etas, default=None), sum(map(len, self._etas.values())) < len(self._jobs)
 
     def ending_by(self, profile: str, eta_s: float) -> int:
         """How many queued jobs of ``profile`` declare an ETA of at most ``eta_s``."""

@@ -32,15 +32,15 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import count, groupby, islice
-from operator import attrgetter, itemgetter
+from itertools import groupby, islice
+from operator import attrgetter
 from typing import Any, ClassVar
 
-from .backlog import ETA_STEPS, RUNS
+from .backlog import ETA_STEPS, RUNS, Backlog, Heads, RunKey, eta_step, heads_of
 from .model import Job
 from .request import PRIORITY_RANGE
 from .placement import (
@@ -54,7 +54,6 @@ from .queues import Project, Queue, queue_of_class, window_hold
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
 _RANK = attrgetter("rank")
-_PROFILE = attrgetter("profile")
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +237,7 @@ class Fcfs(JobPicker):
 
 
 class FairShare(JobPicker):
-    """By peer: peers with less decayed GPU usage (``Pass.usage``) first, all of a peer's
+    """By peer: peers with less decayed GPU usage (``Pass.usages``) first, all of a peer's
     jobs before those of a peer with more; peers of equal usage (no GPU history yet,
     say) take turns, one job each per round, in the order of their first-ranked jobs.
     Each peer's jobs in rank order: a job's priority moves it ahead of its own peer's
@@ -247,21 +246,30 @@ class FairShare(JobPicker):
 
     A job's key is (its peer's usage, its round: how many of its peer's jobs rank
     before it, its peer's turn), so the backlog's runs by peer and profile
-    (``Pass.runs``) are merged lazily, reading only as far as the pass walks."""
+    (``Pass.runs``) are merged lazily, reading only as far as the pass walks. A peer
+    whose usage no other peer here shares is ordered by its usage alone, and its own
+    jobs by rank as by round: only peers of equal usage count rounds and take turns."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        runs = list(ctx.runs("peer", scope.jobs).values())  # by (class, peer, profile, priority)
+        runs = ctx.runs("peer", scope.jobs)  # (class, peer, profile, priority) -> jobs
         of_peer: defaultdict[str, list[list[Job]]] = defaultdict(list)
-        for jobs in runs:
-            of_peer[jobs[0].request.peer].append(jobs)
-        usage = {peer: ctx.usage(peer) for peer in of_peer}
-        turn = {peer: index for index, peer in enumerate(sorted(of_peer, key=lambda peer: (
-            usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
+        for (_, peer, _, _), jobs in runs.items():
+            of_peer[peer].append(jobs)
+        usage = ctx.usages(of_peer)
+        alike = Counter(usage.values())
+        turn = {peer: index for index, peer in enumerate(sorted(
+            (peer for peer in of_peer if alike[usage[peer]] > 1), key=lambda peer: (
+                usage[peer], min(jobs[0].rank for jobs in of_peer[peer]))))}
 
-        def key(_: int, job: Job) -> tuple[float, int, int]:
-            peer, rank = job.request.peer, job.rank
-            return usage[peer], sum(bisect_left(jobs, rank, key=_RANK)
-                                    for jobs in of_peer[peer]), turn[peer]
+        def key(run: Hashable, job: Job, position: int) -> tuple[float, int, int]:
+            peer = run[1]
+            if peer not in turn:  # its usage alone orders it against the other peers
+                return usage[peer], job.rank, 0
+            if len(mine := of_peer[peer]) > 1:  # and the peer's jobs ranked before in the others
+                rank, own = job.rank, runs[run]
+                position += sum(bisect_left(jobs, rank, key=_RANK) for jobs in mine
+                                if jobs is not own)
+            return usage[peer], position, turn[peer]
 
         order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
@@ -295,16 +303,19 @@ class ShortestExpectedFirst(JobPicker):
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
-        unknown = max((step for _, _, step, _ in runs if step is not None), default=0)
+        unknown, lacking = ctx.longest_eta_step(scope.jobs, runs)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
-        priority = [-priority for _, priority, _, _ in runs]
-        expected = [math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) * ratio
-                    for _, _, step, _ in runs]
 
-        def key(index: int, job: Job) -> tuple[int, float, int]:  # priority, then by rank
-            return priority[index], expected[index] + aging * job.submitted_at, job.order
+        def key(run: Hashable, job: Job, position: int) -> tuple[int, float, int]:
+            _, priority, step, _ = run  # priority, then by rank
+            return -priority, math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) \
+                * ratio + aging * job.submitted_at, job.order
 
-        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
+        # the keys do not change with time: the backlog keeps the runs' heads while
+        # aging, calibration and (with jobs that gave no ETA) the longest ETA stay
+        token = (aging, ratio, unknown if lacking else None)
+        heads = ctx.heads("eta", scope.jobs, runs, token, key)
+        order = ctx.merge(scope.jobs, runs, key, type(self), heads)
         self.next = partial(next, order, None)
 
 
@@ -338,7 +349,7 @@ class Multifactor(JobPicker):
     highest first (ties in rank order). Age: the wait so far over
     ``multifactor_max_age_seconds``, at most 1. Size: 1 - the job's GPUs over the
     devices there are (small jobs first; CPU work 1). Fair share: 2^(-usage / mean
-    usage) of its peer, among the peers queued here (``Pass.usage``; 1 while nobody has
+    usage) of its peer, among the peers queued here (``Pass.usages``; 1 while nobody has
     usage). Priority: the job's own priority scaled from its range. Weights are the
     ``multifactor_weight_*`` keys.
 
@@ -349,27 +360,30 @@ class Multifactor(JobPicker):
     def init(self, ctx: Pass, scope: JobScope) -> None:
         policy = ctx.policy
         runs = ctx.runs("peer", scope.jobs)  # (work class, peer, profile, priority) -> jobs
-        usage = {peer: ctx.usage(peer) for peer in {peer for _, peer, _, _ in runs}}
+        usage = ctx.usages({peer for _, peer, _, _ in runs})
         mean = sum(usage.values()) / len(usage) if usage else 0.0
         devices = max(1, len(ctx.loads or ()))
         low, high = PRIORITY_RANGE
         w_age = policy.multifactor_weight_age / policy.multifactor_max_age_seconds
-        cap = policy.multifactor_weight_age
-
-        def constant(peer: str, profile: str, priority: int) -> float:
+        cap, w_priority = policy.multifactor_weight_age, policy.multifactor_weight_priority
+        share = {peer: policy.multifactor_weight_fair_share
+                 * (math.pow(2.0, -used / mean) if mean > 0 else 1.0)
+                 for peer, used in usage.items()}
+        size = {}
+        for profile in {profile for _, _, profile, _ in runs}:
             shape = policy.profiles.get(profile)
             gpus = shape.gpu_count if shape is not None and shape.uses_gpu else 0
-            return (policy.multifactor_weight_size * (1.0 - min(1.0, gpus / devices))
-                    + policy.multifactor_weight_fair_share
-                    * (math.pow(2.0, -usage[peer] / mean) if mean > 0 else 1.0)
-                    + policy.multifactor_weight_priority * (priority - low) / (high - low))
+            size[profile] = policy.multifactor_weight_size * (1.0 - min(1.0, gpus / devices))
+        base = {(work_class, peer, profile, priority):
+                size[profile] + share[peer] + w_priority * (priority - low) / (high - low)
+                for work_class, peer, profile, priority in runs}
+        at = ctx.at
 
-        base, at = [constant(*run[1:]) for run in runs], ctx.at
+        def key(run: Hashable, job: Job, position: int) -> tuple[float, int]:
+            age = w_age * (at - job.submitted_at)
+            return -(base[run] + (age if age < cap else cap)), job.rank  # min(cap, age)
 
-        def key(index: int, job: Job) -> tuple[float, int]:
-            return -(base[index] + min(cap, w_age * (at - job.submitted_at))), job.rank
-
-        order = ctx.merge(scope.jobs, list(runs.values()), key, type(self))
+        order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
 
 
@@ -406,7 +420,7 @@ class Usage:
 
     An attempt's GPUs x wall seconds are charged when it ends (``Scheduler._settle``,
     so replay rebuilds the ledger from the journal) and decay from then on; running
-    attempts count their GPU-seconds so far, undecayed (``Pass.usage``)."""
+    attempts count their GPU-seconds so far, undecayed (``Pass.usages``)."""
 
     peers: dict[str, tuple[float, float]] = field(default_factory=dict)  # (value, as of)
 
@@ -477,10 +491,17 @@ class Reservation:
         job no room at ``start`` (none for work that places nothing on a GPU)."""
         if profile not in self._crowded:
             shape = self.profiles.get(profile)
-            self._crowded[profile] = () if shape is None or not shape.uses_gpu else tuple(
-                uuid for uuid in self.devices
-                if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
-                .fit(self.demand)[0] is None)
+            if shape is None or not shape.uses_gpu:
+                self._crowded[profile] = ()
+            elif self.demand.exclusive or Demand.of(shape).exclusive:
+                # an exclusive job needs an idle device, and an exclusive share leaves no
+                # room: every reserved device, without placing it on each (``fit``)
+                self._crowded[profile] = self.devices
+            else:
+                self._crowded[profile] = tuple(
+                    uuid for uuid in self.devices
+                    if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
+                    .fit(self.demand)[0] is None)
         return self._crowded[profile]
 
     def backfilled(self, job: Job, gpus: tuple[str, ...], envelopes: list[Envelope]) -> None:
@@ -608,10 +629,10 @@ class Pass:
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
     # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs)
-    dropped: list[tuple[str, type[JobPicker], list[list[Job]], list[int],
-                        list[tuple[Any, int]]]] = field(default_factory=list)
+    dropped: list[tuple[str, type[JobPicker], dict[Hashable, list[Job]], dict[Hashable, int],
+                        list[tuple[Any, Hashable]]]] = field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
-    backlog_runs: Callable[[str], dict[Hashable, list[Job]]] | None = None  # ``Backlog.runs``
+    backlog: Backlog | None = None  # the queue as it is kept, of which ``queued`` is a copy
     _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
@@ -691,28 +712,23 @@ class Pass:
                 yield job, self.unsatisfiable[(job.profile, picker, avoid)]
         for profile, picker, runs, position, heap in self.dropped:
             reason = self.unsatisfiable[(profile, picker, False)]
-            for _, index in heap:  # the profile's runs, read up to ``position``
-                for job in islice(runs[index], position[index], None):
+            for _, of in heap:  # the profile's runs, read up to ``position``
+                for job in islice(runs[of], position.get(of, 0), None):
                     yield job, reason
 
-    def merge(self, jobs: list[Job], runs: list[list[Job]], key: Callable[[int, Job], Any],
-              picker: type[JobPicker]) -> Iterator[Job]:
-        """``jobs``, split in ``runs`` of one profile each, in the order of ``key(index of
-        the run, job)`` (which no two jobs share), read lazily: the runs of each profile
-        are merged, and the profiles by their next jobs. When ``skims`` allows, a
-        profile's jobs are dropped once its demand is known to fail (R-POL-4): they are
-        held for that reason wherever they stand. They go to ``dropped``; ``skimmed``
-        gives them back."""
-        firsts = [run[0] for run in runs]
-        heads = sorted(zip(map(_PROFILE, firsts), map(key, count(), firsts), count()),
-                       key=itemgetter(0))
-        top = []
-        for profile, group in groupby(heads, key=itemgetter(0)):
-            heap = [(head, index) for _, head, index in group]
-            heapq.heapify(heap)
-            top.append((heap[0][0], profile, heap))
+    def merge(self, jobs: list[Job], runs: dict[Hashable, list[Job]], key: RunKey,
+              picker: type[JobPicker], heads: Heads | None = None) -> Iterator[Job]:
+        """``jobs``, split in ``runs`` of one profile each, in the order of ``key(the run's
+        key, job, its place in the run)`` (which no two jobs share), read lazily: the runs
+        of each profile are merged, and the profiles by their next jobs. ``heads`` are
+        the runs' first jobs by profile (``heads_of``; ``Pass.heads`` keeps them from pass
+        to pass where it may). When ``skims`` allows, a profile's jobs are dropped once
+        its demand is known to fail (R-POL-4): they are held for that reason wherever
+        they stand. They go to ``dropped``; ``skimmed`` gives them back."""
+        top = [(heap[0][0], profile, heap)
+               for profile, heap in (heads_of(runs, key) if heads is None else heads).items()]
         heapq.heapify(top)
-        position = [0] * len(runs)
+        position: dict[Hashable, int] = {}
         droppable, unsatisfiable = self.skims(jobs), self.unsatisfiable
         while top:
             _, profile, heap = top[0]
@@ -722,12 +738,12 @@ class Pass:
                 self.dropped.append((profile, picker, runs, position, heap))
                 self.openings.drop(profile)
                 continue
-            index = heap[0][1]
-            run = runs[index]
-            yield run[position[index]]
-            at = position[index] = position[index] + 1
+            of = heap[0][1]
+            run, at = runs[of], position.get(of, 0)
+            yield run[at]
+            at = position[of] = at + 1
             if at < len(run):
-                heapq.heapreplace(heap, (key(index, run[at]), index))
+                heapq.heapreplace(heap, (key(of, run[at], at), of))
             else:
                 heapq.heappop(heap)
             if heap:
@@ -805,14 +821,20 @@ class Pass:
         return f"peer {peer}: {self.running_of[peer]} of max_concurrent_per_peer {cap} running"
 
     def usage(self, peer: str) -> float:
-        """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far."""
+        """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far
+        (a plugin picker's, docs/CONFIG.md)."""
+        return self.usages((peer,))[peer]
+
+    def usages(self, peers: Iterable[str]) -> dict[str, float]:
+        """``usage`` of each of ``peers``, in one go (a pass orders every queued peer)."""
         if self._running_usage is None:
             self._running_usage = Counter()
             for job in self.running:
                 self._running_usage[job.request.peer] += \
                     len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
+        of, at, running = self.ledger.of, self.at, self._running_usage
         half_life = self.policy.fair_share_half_life_seconds
-        return self.ledger.of(peer, self.at, half_life) + self._running_usage.get(peer, 0.0)
+        return {peer: of(peer, at, half_life) + running.get(peer, 0.0) for peer in peers}
 
     def project_usage(self, project: Project) -> float:
         """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""
@@ -825,11 +847,30 @@ class Pass:
         eta = job.request.eta_s
         return math.inf if eta is None else max(self.at, started_at + eta * self.ratio)
 
+    def heads(self, kind: str, jobs: list[Job], runs: dict[Hashable, list[Job]],
+              token: Hashable, key: RunKey) -> Heads:
+        """``heads_of(runs, key)`` for ``merge``: when ``runs`` are the whole queue's
+        (``runs``), the backlog's, kept from pass to pass while ``token`` is the same,
+        for a ``key`` that depends on nothing else that changes."""
+        if jobs is self.queued and self.backlog is not None:
+            return self.backlog.heads(kind, token, key)
+        return heads_of(runs, key)
+
+    def longest_eta_step(self, jobs: list[Job], runs: dict[Hashable, list[Job]]
+                         ) -> tuple[int, bool]:
+        """The ETA step (``backlog.eta_step``) of the longest ETA ``jobs`` declare (0 when
+        none does), and whether one of them declares none; ``runs`` are theirs by "eta"."""
+        if jobs is self.queued and self.backlog is not None:
+            longest, lacking = self.backlog.longest_eta()
+            return (0 if longest is None else eta_step(longest)), lacking
+        steps = {step for _, _, step, _ in runs}
+        return max(steps - {None}, default=0), None in steps
+
     def runs(self, kind: str, jobs: list[Job]) -> dict[Hashable, list[Job]]:
         """``jobs`` (rank order) split by ``backlog.RUNS[kind]``, each run in rank order:
         the backlog's own runs when they are the whole queue, else split here."""
-        if jobs is self.queued and self.backlog_runs is not None:
-            return self.backlog_runs(kind)
+        if jobs is self.queued and self.backlog is not None:
+            return self.backlog.runs(kind)
         runs: dict[Hashable, list[Job]] = {}
         key = RUNS[kind]
         for job in jobs:

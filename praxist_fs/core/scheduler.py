@@ -685,7 +685,7 @@ class Scheduler(JobControlDesk):
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
-                   backlog_runs=queue.runs,
+                   backlog=queue,
                    ledger=Usage(dict(self.usage.peers)),
                    queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
