@@ -14,10 +14,9 @@ from praxist_fs.config import load_policy
 from praxist_fs.core import pickers
 from praxist_fs.core.backlog import RUNS, Backlog, heads_of
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.simulate import replay
 
 from .test_ranking_pickers import harness, launched
-from .test_walk import FCFS, busy_trace
+from .test_walk import FCFS, busy_trace, drive
 
 
 def sorted_heads(heads: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -67,8 +66,9 @@ def decisions(monkeypatch: pytest.MonkeyPatch, seed: int) -> list[tuple[list[Any
         return events
 
     monkeypatch.setattr(Scheduler, "next_launches", recorded)
-    replay(busy_trace(seed), gpus=8,
-           policy=replace(load_policy(FCFS), job_picker="shortest_expected_first"))
+    exact = [replace(a, request=replace(a.request, eta_s=float(a.duration_s)))
+             for a in busy_trace(seed)]
+    drive(replace(load_policy(FCFS), job_picker="shortest_expected_first"), exact)
     monkeypatch.setattr(Scheduler, "next_launches", decide)
     return seen
 
