@@ -709,7 +709,11 @@ class Pass:
         for start, stop, picker, reserved in self.skipped:
             for job in self.queued[start:stop]:
                 avoid = reserved and bool(self.reservation.avoid(job))
-                yield job, self.unsatisfiable[(job.profile, picker, avoid)]
+                known = self.unsatisfiable
+                # the reservation a job was skipped under may not be the one asked now:
+                # its demand failed either way
+                yield job, known.get((job.profile, picker, avoid)) or \
+                    known[(job.profile, picker, not avoid)]
         for profile, picker, runs, position, heap in self.dropped:
             reason = self.unsatisfiable[(profile, picker, False)]
             for _, of in heap:  # the profile's runs, read up to ``position``
