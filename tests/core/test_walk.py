@@ -125,15 +125,22 @@ def test_stopping_and_skimming_change_no_decision_and_no_reason(monkeypatch, pic
     policy = load_policy(BACKFILL if picker == "backfill" else FCFS)
     if picker != "backfill":
         policy = replace(policy, job_picker=picker)
-    trace = busy_trace(seed)
+    fast = same_as_the_whole_walk(monkeypatch, busy_trace(seed), policy)
+    assert sum(len(events) for events, _ in fast) >= 400
+
+
+def same_as_the_whole_walk(monkeypatch: pytest.MonkeyPatch, trace: list[Arrival],
+                           policy: Any) -> list[tuple[list[Any], dict[str, str]]]:
+    """The fast walk's passes, once checked equal to the whole walk's, launches and
+    reasons, with some job held without a visit (else nothing was compared)."""
     passed_over: list[str] = []
     fast = passes(monkeypatch, trace, policy, False, passed_over)
     whole = passes(monkeypatch, trace, policy, True, [])
     assert len(fast) == len(whole)
     for number, (mine, theirs) in enumerate(zip(fast, whole)):
         assert mine == theirs, f"pass {number} differs"
-    assert sum(len(events) for events, _ in fast) >= 400
     assert passed_over, "the fast walk held no job without a visit: nothing was compared"
+    return fast
 
 
 def test_backfill_explains_every_job_its_fast_walk_skimmed(monkeypatch):
@@ -144,11 +151,4 @@ def test_backfill_explains_every_job_its_fast_walk_skimmed(monkeypatch):
     would end a coordinator writing its status. The job was skipped under the
     reservation the pass had then; its demand failed either way. Now every skimmed job
     has a reason, and the same reasons and launches as the whole walk."""
-    trace, policy = busy_trace(1, eta_seed=None), load_policy(BACKFILL)
-    passed_over: list[str] = []
-    fast = passes(monkeypatch, trace, policy, False, passed_over)
-    whole = passes(monkeypatch, trace, policy, True, [])
-    assert len(fast) == len(whole)
-    for number, (mine, theirs) in enumerate(zip(fast, whole)):
-        assert mine == theirs, f"pass {number} differs"
-    assert passed_over, "the fast walk held no job without a visit: nothing was compared"
+    same_as_the_whole_walk(monkeypatch, busy_trace(1, eta_seed=None), load_policy(BACKFILL))
