@@ -52,11 +52,13 @@ class LocalBackend:
     capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
-                 lookup: Callable[[str], Job | None], disk_errors: frozenset[int]) -> None:
+                 lookup: Callable[[str], Job | None], disk_errors: frozenset[int],
+                 stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.layout = layout
         self.selector = selector
         self.lookup = lookup
         self.disk_errors = disk_errors
+        self.stop_grace = stop_grace  # a stop's TERM to KILL
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
         self.server: launcher.ShimServer | None = None  # forks warm shims
         self._server_retry_at = 0.0
@@ -411,7 +413,7 @@ class LocalBackend:
             if (shim := self._shim(key)) is not None:
                 shims.append(shim)  # suspended ones get CONT with their TERM
             self.abort(key)  # one still at the barrier
-        survivors = fence.terminate(shims, self.layout.root, grace=STOP_GRACE_SECONDS)
+        survivors = fence.terminate(shims, self.layout.root, grace=self.stop_grace)
         if survivors:
             log.error("stop: processes still alive after KILL: %s", survivors)
         events: list[Event] = []

@@ -253,7 +253,7 @@ class RealRig:
 
 def local_rig(tmp_path: Path) -> RealRig:
     return RealRig(tmp_path / "run", lambda rig: LocalBackend(
-        rig.layout, rig.selector, rig.lookup, frozenset()))
+        rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
 
 
 def slurm_rig(tmp_path: Path, request: pytest.FixtureRequest) -> RealRig:

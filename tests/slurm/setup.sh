@@ -57,7 +57,7 @@ JobCompLoc=$dir/jobcomp.txt
 AccountingStorageType=accounting_storage/none
 SchedulerParameters=batch_sched_delay=0
 ReturnToService=1
-KillWait=5
+KillWait=2
 MinJobAge=300
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
