@@ -217,6 +217,18 @@ class MemoryBackend:
         self.mine.add(key)
         return [self._observed(attempt, host.now)]
 
+    def bind(self, effects: list[Effect]) -> list[Event]:
+        return []  # its shims start at once: none waits ahead of need
+
+    def roll_back(self) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass  # no files to describe, no directories to make durable
+
+    def prepare(self, stopped: bool) -> None:
+        pass
+
     def go(self, key: AttemptKey) -> None:
         """GO is written even where the shim has gone; the command runs if it is there."""
         attempt = self.host.attempts.get(key)
