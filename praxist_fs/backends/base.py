@@ -67,7 +67,8 @@ class ExecutionBackend(Protocol):
               environment: Callable[[], dict[str, str]]) -> list[Event]:
         """Begin the attempt (journaled by the core already) up to its barrier: the events
         that report its handle, or that it could not be started (an exit with the
-        reason in ``error``). Nothing runs before ``go``. ``environment()``: the
+        reason in ``error``); or none yet, when they come later through ``on_ready``
+        (Slurm submits off the loop). Nothing runs before ``go``. ``environment()``: the
         command's environment, secrets revealed; asked for only when it is used."""
 
     def settle(self) -> None:

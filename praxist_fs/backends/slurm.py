@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from praxist_fs.adapters.crashpoints import reach
 from praxist_fs.adapters.fsio import makedirs, read_json, unlink, write_atomic, write_json
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.launcher import BARRIER_TIMEOUT_S, describe, make_durable
@@ -546,6 +547,7 @@ class SlurmClient:
 
 SLURM_REFUSED_EXIT = 127  # sbatch refused the job: it could not be started, as a missing shim
 EXTERNAL_CANCEL_EXIT = 128 + signal.SIGTERM  # scancel from outside praxist_fs, without sacct
+SUBMITTERS = 4  # sbatch calls at once, each on its own thread: a burst is not one by one
 STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jobs (KillWait)
 
 
@@ -594,6 +596,8 @@ class SlurmBackend:
         self.probe_states: dict[str, SlurmState | None] = {}  # a probe's id -> its last state
         self.swept = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
+        self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
+        self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future]] = {}
         self._polling: Future | None = None
         self._next_poll = 0.0
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -613,8 +617,10 @@ class SlurmBackend:
 
     def start(self, effect: SpawnAttempt,
               environment: Callable[[], dict[str, str]]) -> list[Event]:
-        """Write the attempt's spec and submit it; its handle, or why Slurm refused it.
-        A submission whose answer was lost (sbatch timed out) is found by its name."""
+        """Write the attempt's spec and submit it on a submitter thread (a down slurmctld
+        blocks sbatch for seconds: never the loop); its handle, or why Slurm refused it,
+        comes through ``on_ready``. A submission whose answer was lost (sbatch timed
+        out) is found by its name."""
         key = (effect.job_id, effect.attempt_id)
         if effect.uid is not None and effect.uid != os.geteuid():
             return [self._could_not_start(key, (
@@ -629,25 +635,51 @@ class SlurmBackend:
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
-        name = self.client.job_name(*key)
+        future = self._submitters.submit(self._submit, attempt_dir, key, profile,
+                                         effect.metadata.get("eta_s"), self.nodes().excluded())
+        self.submitting[key] = (effect, future)
+        future.add_done_callback(lambda _: self._wake())
+        return []
+
+    def _submit(self, attempt_dir: Path, key: AttemptKey, profile: dict[str, Any],
+                eta_s: float | None, exclude: list[str]) -> tuple[str, str]:
+        """On a submitter thread: ("submitted", Slurm job id), ("refused", sbatch's
+        message) or ("lost", why: sbatch did not answer and no job has its name)."""
         try:
-            slurm_id = self.client.submit(attempt_dir, *key, profile,
-                                          effect.metadata.get("eta_s"), self.nodes().excluded())
+            return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude)
         except SlurmRefused as exc:
             unlink(attempt_dir / SPEC)
-            return [self._could_not_start(key, f"Slurm refused it: {exc}")]
+            return "refused", f"Slurm refused it: {exc}"
+        except OSError as exc:  # its entry script could not be written: nothing submitted
+            return "lost", f"could not submit it: {exc}"
         except SlurmUnavailable as exc:
             log.warning("attempt %s/%s: sbatch did not answer (%s); finding it by name",
                         *key, exc)
             try:
-                slurm_id = self.client.find(name)
+                found = self.client.find(self.client.job_name(*key))
             except SlurmUnavailable:
-                slurm_id = None
-            if slurm_id is None:  # ABORT (the core releases it) keeps a late one from running
-                return [AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1],
-                                        alive=False, error=f"sbatch did not answer: {exc}")]
-        self.spawned.append(effect)
-        return [self._track(key, slurm_id, name)]
+                found = None
+            return ("submitted", found) if found else ("lost", f"sbatch did not answer: {exc}")
+
+    def _submitted(self) -> list[Event]:
+        """The submissions that came back: each attempt's handle, or why it did not start
+        (ABORT, which the core's release writes, keeps a lost one from ever running)."""
+        events: list[Event] = []
+        for key, (effect, future) in list(self.submitting.items()):
+            if not future.done():
+                continue
+            del self.submitting[key]
+            verdict, said = future.result()
+            if verdict == "submitted":
+                reach("slurm.after_sbatch")  # submitted, its Slurm job id not yet journaled
+                self.spawned.append(effect)
+                events.append(self._track(key, said, self.client.job_name(*key)))
+            elif verdict == "refused":
+                events.append(self._could_not_start(key, said))
+            else:
+                events.append(AttemptObserved(at=time.time(), job_id=key[0],
+                                              attempt_id=key[1], alive=False, error=said))
+        return events
 
     def _track(self, key: AttemptKey, slurm_id: str, name: str) -> AttemptObserved:
         self.tracked[key] = Tracked(slurm_id=slurm_id, name=name)
@@ -707,8 +739,9 @@ class SlurmBackend:
         # the command may have run only if the shim wrote READY (durably) and then found GO
         base = dict(at=time.time(), job_id=key[0], attempt_id=key[1], ready=ready is not None,
                     go=ready is not None and (attempt_dir / "GO").exists())
-        if tracked is None:  # never submitted, or its submission is still being found
-            return AttemptObserved(alive=key in self.unresolved, **base)
+        if tracked is None:  # never submitted, or its submission is under way or being found
+            return AttemptObserved(alive=key in self.unresolved or key in self.submitting,
+                                   **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
                                                    else "") or (ready or {}).get("host")
         base["handle"] = self._handle(key, node or None)
@@ -908,22 +941,23 @@ class SlurmBackend:
             self.client.cancel(slurm_id)
 
     def on_ready(self, token: Any) -> list[Event]:
-        """The poll thread answered: take Slurm's states, and observe what they concern."""
+        """A submitter or the poll thread answered: the handles of submitted attempts, and
+        Slurm's states, with an observation of each attempt they concern."""
         try:
             while os.read(self._wake_read, 4096):
                 pass
         except BlockingIOError:
             pass
+        events = self._submitted()
+        if self._polling is None or not self._polling.done():
+            return events
         polling, self._polling = self._polling, None
-        if polling is None:
-            return []
         try:
             asked, states, finals = polling.result()
         except SlurmUnavailable as exc:
             log.warning("squeue did not answer (%s); asking again later", exc)
-            return []
+            return events
         self._take(asked, states, finals)
-        events: list[Event] = []
         for key in list(self.tracked):
             job = self.lookup(key[0])
             if job is not None and job.current is not None and \
@@ -1047,6 +1081,7 @@ class SlurmBackend:
         """The coordinator leaves; the jobs stay in Slurm, to be adopted by the next one."""
         if self._wake_read < 0:
             return  # closed already
+        self._submitters.shutdown(wait=True)  # a submission under way is found by name later
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.selector.unregister(self._wake_read)
         os.close(self._wake_read)

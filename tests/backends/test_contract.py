@@ -27,7 +27,8 @@ def started(rig, job_id, command):
     launch = rig.launch(job_id, command)
     rig.seen.add(rig.backend.start(launch, lambda: {"PATH": os.defpath}))
     key = (launch.job_id, launch.attempt_id)
-    assert key in rig.seen.last, "start() reported nothing of the attempt"
+    rig.settle(lambda: key in rig.seen.last, TIMEOUT)  # a handle may come after start()
+    assert key in rig.seen.last, "the backend reported nothing of the attempt"
     return key, *core_view(launch, rig.seen.last[key])
 
 

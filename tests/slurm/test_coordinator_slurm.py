@@ -169,7 +169,7 @@ def test_a_crash_between_sbatch_and_the_journal(slurm_run):
     """The coordinator dies right after sbatch answered, before the Slurm job id is
     journaled: the next one finds the job by its name and runs it, once."""
     run = slurm_run
-    run.start_raw(env={"PRAXIST_CRASH_AT": "effect.SpawnAttempt.after"})
+    run.start_raw(env={"PRAXIST_CRASH_AT": "slurm.after_sbatch"})
     request_id = run.submit({"peer": "tester", "tag": "crashy", "command": "exit 0"})
     assert run.proc.wait(timeout=SLURM_S) == 86
     assert len(slurm_jobs(run)) == 1  # submitted, and its id unknown to the journal
