@@ -123,7 +123,8 @@ def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, poi
 def assert_recovered(run, tmp_path, ids, cuts):
     """The basic scenario after its power cuts: each as ``cut_power`` returned it."""
     jobs = job_ids(run, ids)
-    wait_for(lambda: all(run.job(j) and run.job(j)["state"] in
+    # one read per job: a job file moving between directories is in neither for an instant
+    wait_for(lambda: all((doc := run.job(j)) and doc["state"] in
                          ("completed", "failed", "drained_unknown") for j in jobs.values()),
              timeout=30, message="every job to end after the restart")
     for before_cut in cuts:
