@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import yaml
 
-from praxist_fs.backends.slurm import parse_slurm_config
+from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.placement import PLACEMENTS

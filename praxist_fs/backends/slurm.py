@@ -22,10 +22,9 @@ import selectors
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -35,10 +34,11 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.launcher import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
-from praxist_fs.errors import PolicyError, PraxistError
+from praxist_fs.errors import PraxistError
 
 if TYPE_CHECKING:
     from praxist_fs.core.model import Attempt, Job
@@ -47,18 +47,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("praxist_fs")
 
-SLURM_PATH = "compute_budget.resource_scheduler.slurm"
 ENTRY = "slurm-entry.sh"  # the batch script, in the attempt directory
 SPEC = "spec.json"  # what slurm_shim runs (0600): the local spec's keys, as JSON
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory praxist_fs is in
 SHIM_BOOTSTRAP = ("import sys; sys.path[0] = %r; from praxist_fs.backends import slurm_shim; "
                   "sys.exit(slurm_shim.main())" % str(PACKAGE_ROOT))
-# sbatch options the backend sets itself: extra_args may not override them.
-OWNED_OPTIONS = ("-J", "--job-name", "--comment", "-D", "--chdir", "-o", "--output",
-                 "-e", "--error", "--open-mode", "--parsable", "--requeue", "--no-requeue",
-                 "--gpus", "-G", "--gres", "--exclude", "-x", "-c", "--cpus-per-task",
-                 "--mem", "-t", "--time", "-p", "--partition", "-A", "--account", "--qos",
-                 "-q", "--array", "-a", "--wrap")
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
                             "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "SUSPENDED",
@@ -75,146 +68,6 @@ class SlurmRefused(PraxistError):
 class SlurmUnavailable(PraxistError):
     """A Slurm command did not answer (timed out, not installed, slurmctld down): nothing
     is known, so nothing may be concluded. After an sbatch, the job may exist: find() it."""
-
-
-# --- the task file's ``resource_scheduler.slurm`` mapping --------------------------------
-
-
-@dataclass(frozen=True)
-class ProfileResources:
-    """What Slurm is asked for an experiment of one profile, besides its GPUs."""
-
-    cpus: int = 1
-    mem_mb: int = 1024
-
-
-@dataclass(frozen=True)
-class SlurmConfig:
-    """``resource_scheduler.slurm``: OPERATIONS.md *Running on Slurm* has each key's default
-    and range."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    extra_args: tuple[str, ...] = ()
-    time_limit_minutes: int | None = None
-    time_limit_factor: float | None = None
-    resources: dict[str, ProfileResources] = field(default_factory=dict)
-    default_resources: ProfileResources = ProfileResources()
-    gpu_shards: int = 0
-    poll_pending_s: float = 1.0
-    poll_running_s: float = 10.0
-    command_timeout_s: float = 30.0
-    python: str = sys.executable
-
-    def for_profile(self, name: str | None) -> ProfileResources:
-        return self.resources.get(name or "", self.default_resources)
-
-
-_SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def _text_name(path: str, value: Any, what: str) -> str:
-    if not isinstance(value, str) or not _SLURM_NAME.fullmatch(value):
-        raise PolicyError(path, value, f"{what} matching [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}")
-    return value
-
-
-def _integer(path: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise PolicyError(path, value, f"an integer in {low}..{high}")
-    return value
-
-
-def _number(path: str, value: Any, low: float, high: float) -> float:
-    if (isinstance(value, bool) or not isinstance(value, (int, float))
-            or not math.isfinite(value) or not low <= value <= high):
-        raise PolicyError(path, value, f"a number in {low:g}..{high:g}")
-    return float(value)
-
-
-def _extra_args(path: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise PolicyError(path, value, "a list of sbatch options (strings)")
-    for index, arg in enumerate(value):
-        where = f"{path}[{index}]"
-        if not isinstance(arg, str) or not arg or "\0" in arg:
-            raise PolicyError(where, arg, "a non-empty string")
-        option = arg.split("=", 1)[0]
-        if option in OWNED_OPTIONS:
-            raise PolicyError(where, arg, "an sbatch option praxist_fs does not set itself "
-                              "(it sets " + ", ".join(OWNED_OPTIONS) + ")")
-    return tuple(value)
-
-
-def _resources(path: str, value: Any) -> ProfileResources:
-    if not isinstance(value, dict):
-        raise PolicyError(path, value, "a mapping with cpus and mem_mb")
-    for key in value:
-        if key not in ("cpus", "mem_mb"):
-            raise PolicyError(f"{path}.{key}", value[key], "only the keys cpus, mem_mb")
-    defaults = ProfileResources()
-    return ProfileResources(
-        cpus=_integer(f"{path}.cpus", value.get("cpus", defaults.cpus), 1, 4096),
-        mem_mb=_integer(f"{path}.mem_mb", value.get("mem_mb", defaults.mem_mb), 1, 2**31))
-
-
-def _python(path: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.startswith("/") or "\0" in value:
-        raise PolicyError(path, value, "an absolute path to a Python interpreter on the nodes")
-    return value
-
-
-# key -> checker(path, value); the defaults are SlurmConfig's own.
-_KEYS: dict[str, Callable[[str, Any], Any]] = {
-    "partition": lambda p, v: _text_name(p, v, "a partition name"),
-    "account": lambda p, v: _text_name(p, v, "an account name"),
-    "qos": lambda p, v: _text_name(p, v, "a QOS name"),
-    "extra_args": _extra_args,
-    "time_limit_minutes": lambda p, v: _integer(p, v, 1, 525600),
-    "time_limit_factor": lambda p, v: _number(p, v, 1.0, 100.0),
-    "default_resources": _resources,
-    "gpu_shards": lambda p, v: _integer(p, v, 0, 1024),
-    "poll_pending_s": lambda p, v: _number(p, v, 0.2, 60.0),
-    "poll_running_s": lambda p, v: _number(p, v, 1.0, 600.0),
-    "command_timeout_s": lambda p, v: _number(p, v, 1.0, 600.0),
-    "python": _python,
-}
-
-
-def parse_slurm_config(raw: Any, profiles: tuple[str, ...] | None = None,
-                       path: str = SLURM_PATH) -> SlurmConfig:
-    """The ``slurm`` mapping of the task file, checked as strictly as the rest of it: any
-    unknown key or bad value is a PolicyError naming the key path and what was expected.
-    ``profiles``: the task's profile names, which ``resources`` must name (if given)."""
-    if raw is None:
-        return SlurmConfig()
-    if not isinstance(raw, dict):
-        raise PolicyError(path, raw, "a mapping of Slurm settings")
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        where = f"{path}.{key}"
-        if key == "resources":
-            values["resources"] = _profile_resources(where, value, profiles)
-        elif key in _KEYS:
-            values[key] = _KEYS[key](where, value)
-        else:
-            raise PolicyError(where, value, "one of the keys " + ", ".join(
-                sorted([*_KEYS, "resources"])))
-    return SlurmConfig(**values)
-
-
-def _profile_resources(path: str, value: Any,
-                       profiles: tuple[str, ...] | None) -> dict[str, ProfileResources]:
-    if not isinstance(value, dict):
-        raise PolicyError(path, value, "a mapping of profile name -> {cpus, mem_mb}")
-    resources = {}
-    for name, each in value.items():
-        if profiles is not None and name not in profiles:
-            raise PolicyError(f"{path}.{name}", name, "a profile of the task: one of "
-                              + ", ".join(profiles))
-        resources[str(name)] = _resources(f"{path}.{name}", each)
-    return resources
 
 
 # --- pure parts: names, arguments, parsing, the state mapping ---------------------------
