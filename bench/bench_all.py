@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """praxist_fs side by side with task-spooler, plus praxist_fs-only measurements.
 
-    .venv/bin/python bench/bench_all.py            # full: 3 rounds, about 7-8 minutes
-    .venv/bin/python bench/bench_all.py --quick    # small counts, 1 round, about 1 minute
+    .venv/bin/python bench/bench_all.py            # full: 3 rounds, about 15 minutes
+    .venv/bin/python bench/bench_all.py --quick    # small counts, 1 round, about 2 minutes
     .venv/bin/python bench/bench_all.py --profile  # also cProfile the coordinator
 
 Comparisons (praxist_fs and task-spooler alternate within every round, the
@@ -20,6 +20,11 @@ praxist_fs / task-spooler):
               blocker (nothing runs): praxist_fs from the first rename to the
               last ``accepted`` reply (each acceptance fsynced in the journal
               before its reply is written); task-spooler's per-call cost x N.
+  shell       the latency scenario with each praxist_fs request submitted by one
+              ``sh -c 'printf ... > tmp && mv tmp incoming/'``, as a shell user does.
+  16 slots    the throughput scenario at 16 slots on both sides (10,000 jobs).
+  first job   (praxist_fs only) submit-to-start of the first job after a start,
+              against the sequential p50.
 
 praxist_fs alone: acceptance per request with 0 / 10,000 / 100,000 finished jobs
 already in the run; a scheduling pass over 10,000 queued jobs on the fake 8-GPU
@@ -58,11 +63,13 @@ MB = 1_000_000
 POLL = 0.0005  # seconds between looks at a file, the same for both systems
 
 FULL = {"rounds": 3, "latency": 200, "throughput": 1000, "submit": 1000,
+        "shell_latency": 200, "throughput16": 10_000, "first_job": 5,
         "accept_levels": [0, 10_000, 100_000], "accept_rounds": 3, "accept_batch": 1000,
         "accept_seq": 100,
         "idle_level": 10_000, "idle_s": 30.0, "replay_events": 100_000,
         "sched_jobs": 10_000, "sched_rounds": 10, "floor": 200}
 QUICK = {"rounds": 1, "latency": 50, "throughput": 200, "submit": 200,
+         "shell_latency": 50, "throughput16": 1000, "first_job": 3,
          "accept_levels": [0, 1_000, 10_000], "accept_rounds": 1, "accept_batch": 200,
          "accept_seq": 30,
          "idle_level": 10_000, "idle_s": 5.0, "replay_events": 20_000,
@@ -84,7 +91,10 @@ def wait_file(path: Path, timeout: float, poll: float = POLL):
     return wait_until(lambda: read_json(path), timeout, poll, str(path))
 
 
-def px_latency(n: int) -> dict:
+def px_latency(n: int, shell: bool = False) -> dict:
+    """``shell``: each request submitted as a shell user does, by one ``sh -c`` running
+    printf into spool/tmp/ and mv into spool/incoming/ (timed from just before the shell
+    is started), instead of by a rename from this process."""
     to_start, to_reply, failures = [], [], []
     phases = {"rename_to_request_seen": [], "seen_to_launch_decided": [],
               "decided_to_shim_READY": [], "READY_to_command_start": []}
@@ -97,7 +107,10 @@ def px_latency(n: int) -> dict:
             stamp = stamps / f"{i:05d}"
             name = co.prepare(rid, rid, [SH, "-c", stamp_command(stamp)])
             submitted = time.time_ns()
-            co.drop(name)
+            if shell:
+                shell_submit(co, name)
+            else:
+                co.drop(name)
             reply = wait_file(co.replies / f"{rid}.json", 30)
             replied = time.time_ns()
             if reply.get("outcome") != "accepted":
@@ -128,8 +141,36 @@ def px_latency(n: int) -> dict:
             "failures": failures}
 
 
-def px_throughput(n: int, python_args: tuple[str, ...] = ()) -> dict:
-    with Coordinator("throughput", concurrency=2, python_args=python_args) as co:
+def shell_submit(co: Coordinator, name: str) -> None:
+    """Submit the request ``co.prepare`` wrote as a shell script would: its text given to
+    one ``sh -c 'printf ... > spool/tmp/X && mv spool/tmp/X spool/incoming/'``."""
+    text = (co.tmp / name).read_text()
+    (co.tmp / name).unlink()
+    subprocess.run([SH, "-c", 'printf %s "$1" > "$2" && mv "$2" "$3"', "sh", text,
+                    str(co.tmp / name), str(co.incoming / name)], check=True)
+
+
+def px_first_job(n: int) -> dict:
+    """Submit-to-start of the first job after a start, over ``n`` fresh coordinators: the
+    request is renamed in as soon as endpoint.json exists (the coordinator serves)."""
+    to_start = []
+    for i in range(n):
+        with Coordinator("first", concurrency=2, start_poll=0.0005) as co:
+            stamp = co.scratch / "stamp"
+            rid = f"first-{time.time_ns()}-{i}"
+            name = co.prepare(rid, rid, [SH, "-c", stamp_command(stamp)])
+            submitted = time.time_ns()
+            co.drop(name)
+            reply = wait_file(co.replies / f"{rid}.json", 30)
+            if reply.get("outcome") != "accepted":
+                raise RuntimeError(f"first job: {reply.get('outcome')} {reply.get('reason')}")
+            co.wait_done(reply["job_id"])
+            to_start.append(int(stamp.read_text()) - submitted)
+    return {"coordinators": n, "submit_to_start": summary_ms(to_start)}
+
+
+def px_throughput(n: int, python_args: tuple[str, ...] = (), slots: int = 2) -> dict:
+    with Coordinator("throughput", concurrency=slots, python_args=python_args) as co:
         run = time.time_ns()
         tags = [f"tp-{run}-{i:05d}" for i in range(n)]
         names = [co.prepare(tag, tag, [TRUE]) for tag in tags]
@@ -152,7 +193,7 @@ def px_throughput(n: int, python_args: tuple[str, ...] = ()) -> dict:
             state = (read_json(path) or {}).get("state", "unreadable")
             states[state] = states.get(state, 0) + 1
     wall = end - start
-    return {"jobs": n, "slots": 2, "command": [TRUE], "wall_s": round(wall, 3),
+    return {"jobs": n, "slots": slots, "command": [TRUE], "wall_s": round(wall, 3),
             "jobs_per_s": round(n / wall, 2), "drop_s": round(dropped - start, 4),
             "coordinator_cpu_s": round(cpu, 3),
             "coordinator_cpu_ms_per_job": round(cpu * 1000 / n, 3), "done_states": states}
@@ -218,7 +259,8 @@ def build_fixture(label: str, finished: int, concurrency: int = 1) -> tuple[Path
     """A scratch dir with task.yaml and run/ holding ``finished`` completed jobs (subprocess,
     so the builder's memory is not the bench's)."""
     scratch = Path(tempfile.mkdtemp(prefix=f"praxist-bench-{label}-"))
-    (scratch / "task.yaml").write_text(TASK_YAML.format(concurrency=concurrency))
+    (scratch / "task.yaml").write_text(TASK_YAML.format(concurrency=concurrency,
+                                                        maximum=max(8, concurrency)))
     if not finished:
         return scratch, {"finished_jobs": 0, "journal_events": 0}
     out = subprocess.run(
@@ -506,6 +548,21 @@ def build_rows(r: dict) -> list[dict]:
     ratio = _ratio(sub["praxist_fs"], sub["task_spooler"])
     rows.append(row(f"submitting {sub['jobs']:,} jobs", sub["praxist_fs"], sub["task_spooler"],
                     ratio, "<= 0.1x", ratio is not None and ratio <= 0.1, "s"))
+    shell = cmp_["shell_latency"]
+    ratio = _ratio(shell["praxist_fs"]["p50_ms"], shell["task_spooler"]["p50_ms"])
+    rows.append(row(f"submit-to-start p50, {shell['jobs']} by a shell (sh -c printf+mv; tsp)",
+                    shell["praxist_fs"]["p50_ms"], shell["task_spooler"]["p50_ms"], ratio,
+                    "<= 1.0x", ratio is not None and ratio <= 1.0, "ms"))
+    tp16 = cmp_["throughput16"]
+    ratio = _ratio(tp16["praxist_fs"], tp16["task_spooler"])
+    rows.append(row(f"{tp16['jobs']:,} trivial jobs at 16 slots, wall", tp16["praxist_fs"],
+                    tp16["task_spooler"], ratio, "<= 1.0x", ratio is not None and ratio <= 1.0,
+                    "s"))
+    first = cmp_["first_job"]["praxist_fs"]["p50_ms"]
+    ratio = _ratio(first, lat_p["p50_ms"])
+    rows.append(row(f"first job after a start, submit-to-start ({cmp_['first_job']['coordinators']}"
+                    " starts, p50; ratio vs the sequential p50)", first, None, ratio, "<= 2.0x",
+                    ratio is not None and ratio <= 2.0, "ms"))
     acc = r["acceptance"]
     base = acc[min(acc, key=int)]
     for level, entry in sorted(acc.items(), key=lambda kv: int(kv[0])):
@@ -590,9 +647,6 @@ def render_table(rows: list[dict]) -> str:
 
 
 def compare(rounds: int, counts: dict, tsp: str) -> dict:
-    runs = {"latency": {"praxist_fs": [], "task_spooler": []},
-            "throughput": {"praxist_fs": [], "task_spooler": []},
-            "submit": {"praxist_fs": [], "task_spooler": []}}
     scenarios = {
         "latency": (lambda: px_latency(counts["latency"]),
                     lambda: bench_tsp.latency(tsp, counts["latency"], stamp_command, summary_ms,
@@ -601,31 +655,46 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
                        lambda: bench_tsp.throughput(tsp, counts["throughput"], [TRUE])),
         "submit": (lambda: px_submit(counts["submit"]),
                    lambda: bench_tsp.submit_cost(tsp, counts["submit"], [TRUE])),
+        "shell_latency": (lambda: px_latency(counts["shell_latency"], shell=True),
+                          lambda: bench_tsp.latency(tsp, counts["shell_latency"],
+                                                    stamp_command, summary_ms, POLL)),
+        "throughput16": (lambda: px_throughput(counts["throughput16"], slots=16),
+                         lambda: bench_tsp.throughput(tsp, counts["throughput16"], [TRUE],
+                                                      slots=16)),
+        "first_job": (lambda: px_first_job(counts["first_job"]), None),
     }
+    runs = {name: {"praxist_fs": [], "task_spooler": []} for name in scenarios}
     for r in range(rounds):
         order = ("praxist_fs", "task_spooler") if r % 2 == 0 else ("task_spooler", "praxist_fs")
         for name, (px, ts) in scenarios.items():
             for system in order:
+                if system == "task_spooler" and ts is None:
+                    continue
                 log(f"round {r + 1}/{rounds}: {name}, {system} ...")
                 runs[name][system].append((px if system == "praxist_fs" else ts)())
     med = statistics.median
+
+    def latencies(name: str) -> dict:
+        return {"jobs": counts[name], "runs": runs[name], **{
+            system: {q: med(x["submit_to_start"][q] for x in runs[name][system])
+                     for q in ("p50_ms", "p99_ms")} for system in ("praxist_fs", "task_spooler")}}
+
+    def walls(name: str) -> dict:
+        return {"jobs": counts[name], "runs": runs[name], **{
+            system: med(x["wall_s"] for x in runs[name][system])
+            for system in ("praxist_fs", "task_spooler")}}
+
     return {
         "order": "alternating; round 1 starts with praxist_fs",
-        "latency": {"jobs": counts["latency"],
-                    "praxist_fs": {q: med(x["submit_to_start"][q] for x in runs["latency"]
-                                          ["praxist_fs"]) for q in ("p50_ms", "p99_ms")},
-                    "task_spooler": {q: med(x["submit_to_start"][q] for x in runs["latency"]
-                                            ["task_spooler"]) for q in ("p50_ms", "p99_ms")},
-                    "runs": runs["latency"]},
-        "throughput": {"jobs": counts["throughput"],
-                       "praxist_fs": med(x["wall_s"] for x in runs["throughput"]["praxist_fs"]),
-                       "task_spooler": med(x["wall_s"] for x in runs["throughput"]
-                                           ["task_spooler"]),
-                       "runs": runs["throughput"]},
-        "submit": {"jobs": counts["submit"],
-                   "praxist_fs": med(x["wall_s"] for x in runs["submit"]["praxist_fs"]),
-                   "task_spooler": med(x["wall_s"] for x in runs["submit"]["task_spooler"]),
-                   "runs": runs["submit"]},
+        "latency": latencies("latency"),
+        "throughput": walls("throughput"),
+        "submit": walls("submit"),
+        "shell_latency": latencies("shell_latency"),
+        "throughput16": walls("throughput16"),
+        "first_job": {"coordinators": counts["first_job"], "runs": runs["first_job"],
+                      "praxist_fs": {q: med(x["submit_to_start"][q]
+                                            for x in runs["first_job"]["praxist_fs"])
+                                     for q in ("p50_ms", "max_ms")}},
     }
 
 
@@ -712,6 +781,15 @@ def _problems(results: dict) -> list[str]:
     for run in c["throughput"]["runs"]["task_spooler"]:
         if run["exit_levels"].get("0") != run["jobs"]:
             problems.append(f"tsp throughput exit levels: {run['exit_levels']}")
+    for run in c["shell_latency"]["runs"]["praxist_fs"] + \
+            c["shell_latency"]["runs"]["task_spooler"]:
+        problems += run["failures"][:3]
+    for run in c["throughput16"]["runs"]["praxist_fs"]:
+        if run["done_states"].get("completed") != run["jobs"]:
+            problems.append(f"praxist throughput at 16 done states: {run['done_states']}")
+    for run in c["throughput16"]["runs"]["task_spooler"]:
+        if run["exit_levels"].get("0") != run["jobs"]:
+            problems.append(f"tsp throughput at 16 exit levels: {run['exit_levels']}")
     for run in c["submit"]["runs"]["praxist_fs"]:
         if run["outcomes"].get("accepted") != run["requests"]:
             problems.append(f"praxist submit outcomes: {run['outcomes']}")

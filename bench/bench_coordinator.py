@@ -53,7 +53,7 @@ compute_budget:
     mode: central
     initial_concurrent_experiments: {concurrency}
     min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
+    max_concurrent_experiments: {maximum}
     default_profile: cpu_light
     profiles:
       cpu_light: {{accelerator: cpu}}
@@ -157,7 +157,8 @@ class Coordinator:
         self.run_dir = self.scratch / "run"
         self.task = self.scratch / "task.yaml"
         if self.owned or not self.task.exists():
-            self.task.write_text(TASK_YAML.format(concurrency=concurrency))
+            self.task.write_text(TASK_YAML.format(concurrency=concurrency,
+                                                     maximum=max(8, concurrency)))
         self.sched = self.run_dir / "resource_scheduler"
         self.tmp = self.sched / "spool" / "tmp"
         self.incoming = self.sched / "spool" / "incoming"

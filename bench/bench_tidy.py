@@ -50,7 +50,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tidy-") as scratch:
         task = Path(scratch) / "task.yaml"
-        task.write_text(TASK_YAML.format(concurrency=4))
+        task.write_text(TASK_YAML.format(concurrency=4, maximum=8))
         run_dir = Path(scratch) / "run"
         built = build_run(run_dir, task, finished=args.finished, queued=args.queued)
         coord = Coordinator(run_dir, load_policy(str(task)))
