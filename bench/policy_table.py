@@ -3,6 +3,7 @@ at 0.8x to 1.5x of the offered load: the table in docs/SIMULATE.md, *Choosing a 
 
     .venv/bin/python bench/policy_table.py [--trace ../shared/traces/trace_philly.csv]
         [--limit 2000] [--loads 0.8,1,1.25,1.5] [--eta-noise 1] [--workers 2]
+        [--recommended-only]
 
 Each policy is fixtures/policies/recommended.yaml with its ``job_picker`` and
 ``placement`` replaced, so they differ in nothing else (its cap of 10,000 jobs at once
@@ -82,11 +83,20 @@ def offered_load(trace: list[TraceJob]) -> float:
     return sum(job.gpus * job.duration_s for job in trace) / (max(submits) - min(submits))
 
 
-def cases(trace: str, gpus: int, eta_noise: float) -> list[Case]:
+def cases(trace: str, gpus: int, eta_noise: float,
+          best: tuple[str, str] | None = None) -> list[Case]:
+    """The baselines, then every picker and placement (``best``: only that one)."""
     placements = PLACEMENTS if trace == "fractional" else ("best_fit",)
     found = [Case(trace, gpus, "fcfs", "spread", mode="exclusive")]
     if trace == "fractional":
         found.append(Case(trace, gpus, "fcfs", "spread"))  # greedy co-location
+    if best is not None:
+        picker, placement = best
+        placement = placement if trace == "fractional" else "best_fit"
+        found.append(Case(trace, gpus, picker, placement))
+        if eta_noise and picker in ETA_PICKERS:
+            found.append(Case(trace, gpus, picker, placement, eta_noise=eta_noise))
+        return found
     found += [Case(trace, gpus, picker, placement) for picker in PICKERS
               for placement in placements if (trace, picker, placement) != (
                   "fractional", "fcfs", "spread")]
@@ -120,11 +130,17 @@ def main() -> None:
     parser.add_argument("--eta-noise", type=float, default=1.0, metavar="SIGMA",
                         help="also replay the ETA-reading pickers with noisy ETAs (0: not)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--recommended-only", action="store_true",
+                        help="replay only the baselines and the recommended policy (the whole "
+                        "trace at its own offered load: --limit 15000)")
     args = parser.parse_args()
     load = offered_load(jobs(args.trace, args.limit, "whole-GPU"))
     capacities = [round(load * float(x)) for x in args.loads.split(",")]
+    recommended = policy_from_mapping(parse_task_text(RECOMMENDED.read_text(encoding="utf-8")))
+    best = (recommended.job_picker, recommended.placement)
     todo = [case for trace in TRACES for gpus in capacities
-            for case in cases(trace, gpus, args.eta_noise)]
+            for case in cases(trace, gpus, args.eta_noise,
+                              best if args.recommended_only else None)]
     results: dict[Case, Result] = {}
     with ProcessPoolExecutor(args.workers) as pool:
         futures = {pool.submit(run, case, args.trace, args.limit): case for case in todo}
@@ -133,8 +149,6 @@ def main() -> None:
             results[case] = done.result()
             print(f"{len(results)}/{len(todo)}: {case.trace}, {case.gpus} GPUs, {case.label}: "
                   f"{results[case].wall_s:.1f} s", file=sys.stderr, flush=True)
-    recommended = policy_from_mapping(parse_task_text(RECOMMENDED.read_text(encoding="utf-8")))
-    best = (recommended.job_picker, recommended.placement)
     print(f"{args.limit:,} earliest jobs of {Path(args.trace).name}, offered load "
           f"{load:.0f} GPUs; capacities {', '.join(map(str, capacities))} GPUs "
           f"(x{args.loads.replace(',', ', x')}). **(recommended)**: recommended.yaml's "
