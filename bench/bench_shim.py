@@ -34,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from praxist_fs.adapters import launcher
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 
 READY_TIMEOUT_S = 15

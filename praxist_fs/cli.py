@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .adapters import procs
+from .backends.local import procs
 from .commands import (control, jobs, launch, logs, report, run, simulate, status, stop,
                        supply, top)
 from .errors import NoProcfs

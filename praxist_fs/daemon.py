@@ -29,7 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .adapters import launcher, procs, quarantine, runs, spool
+from .adapters import quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import (
@@ -47,7 +47,7 @@ from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .backends.base import ExecutionBackend
-from .backends.local import LocalBackend
+from .backends.local import LocalBackend, launcher, procs
 from .backends.slurm import SlurmBackend
 from .core.effects import (
     AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,

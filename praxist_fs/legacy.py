@@ -21,9 +21,10 @@ import time
 
 import filelock
 
-from .adapters import fence, manifests, procs, runs
+from .adapters import manifests, runs
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
+from .backends.local import fence, procs
 from .config import load_policy
 from .core.identity import job_id_for
 from .errors import OwnerBusy

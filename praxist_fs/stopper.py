@@ -22,10 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import fence, manifests, runs
+from .adapters import manifests, runs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
+from .backends.local import fence
 from .errors import OwnerBusy
 
 OWNER_WAIT = 2.0  # a legacy launch holds the owner lock for milliseconds

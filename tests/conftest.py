@@ -1,5 +1,7 @@
 """Shared fixtures. Autouse guards fail a test that leaks a thread or a child process.
 
+``layout``: a fresh, created run layout under the test's tmp_path.
+
 ``real_slurm``: a real single-node Slurm (tests/slurm/setup.sh) started once per session
 and stopped after. Where one cannot be had (not root, no apt-get), the tests that need
 it are skipped with setup.sh's reason; never silently, nor when setup.sh fails for
@@ -14,6 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from praxist_fs.adapters.layout import RunLayout
 
 SLURM_SETUP = Path(__file__).parent / "slurm"
 UNAVAILABLE = 77  # setup.sh: Slurm cannot be installed or started here
@@ -30,6 +34,13 @@ def no_leaked_threads_or_children():
               if p.pid not in children_before and p.status() != psutil.STATUS_ZOMBIE]
     assert not leaked_threads, f"test leaked threads: {leaked_threads}"
     assert not leaked, f"test leaked child processes: {[p.cmdline() for p in leaked]}"
+
+
+@pytest.fixture
+def layout(tmp_path):
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    return layout
 
 
 @pytest.fixture(scope="session")

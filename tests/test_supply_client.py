@@ -25,13 +25,6 @@ from praxist_fs.adapters.lock import write_endpoint
 
 
 @pytest.fixture
-def layout(tmp_path: Path) -> RunLayout:
-    layout = RunLayout.at(tmp_path / "run")
-    layout.create()
-    return layout
-
-
-@pytest.fixture
 def live(layout: RunLayout) -> RunLayout:
     """endpoint.json naming this test process: a live coordinator as clients see it."""
     write_endpoint(layout, since=time.time())

@@ -24,13 +24,6 @@ from praxist_fs.inboxes import Inboxes
 from praxist_fs.views import Views
 
 
-@pytest.fixture
-def layout(tmp_path):
-    layout = RunLayout.at(tmp_path / "run")
-    layout.create()
-    return layout
-
-
 def drop_request(layout: RunLayout, tag: str, env: dict[str, str] | None = None,
                  age: float = 10.0) -> str:
     """A peer's request file, written ``age`` seconds ago (past the spool's grace)."""

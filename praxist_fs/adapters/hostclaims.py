@@ -24,8 +24,8 @@ from typing import Any
 
 import filelock
 
+from ..backends.local import procs
 from ..core.observations import Envelope
-from . import procs
 from .fsio import makedirs, read_json, unlink, write_json
 
 

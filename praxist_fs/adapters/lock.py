@@ -14,8 +14,8 @@ from typing import Any
 
 import filelock
 
+from ..backends.local import procs
 from ..errors import OwnerBusy
-from . import procs
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout
 

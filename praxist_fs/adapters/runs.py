@@ -37,7 +37,8 @@ from pathlib import Path
 
 import filelock
 
-from . import fence, manifests
+from ..backends.local import fence
+from . import manifests
 from .fsio import makedirs, read_json, unlink, write_json
 from .hostclaims import default_directory
 from .layout import RunLayout

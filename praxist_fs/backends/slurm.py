@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from praxist_fs.adapters.crashpoints import reach
 from praxist_fs.adapters.fsio import makedirs, read_json, unlink, write_atomic, write_json
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.adapters.launcher import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.backends.local.launcher import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt

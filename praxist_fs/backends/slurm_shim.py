@@ -18,7 +18,7 @@ listing the directory, not by stat):
   forwards TERM to the command's group, then records the exit in exit.json, fsynced,
   in the local shim's format, and exits with the command's code.
 
-Reading, running and recording are the local shim's own functions (adapters/shim.py).
+Reading, running and recording are the local shim's own functions (backends/local/shim.py).
 """
 
 import _json
@@ -28,7 +28,7 @@ import posix
 import sys
 import time
 
-from praxist_fs.adapters import shim
+from praxist_fs.backends.local import shim
 
 SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2)

@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from praxist_fs.adapters import fsio, launcher
+from praxist_fs.adapters import fsio
+from praxist_fs.backends.local import launcher
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.core.effects import SpawnAttempt
 

@@ -138,3 +138,20 @@ def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
         or b"extra data" in out
     assert not (attempt / "READY").exists()
     assert not (attempt.parent / "ran").exists()
+
+
+def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
+    """Its start-up is on every Slurm job's path: of praxist_fs it loads the two shim
+    modules and the packages they sit in (the local backend's imports nothing on its
+    own), never the backends, the core or psutil."""
+    spec(attempt, "exit 0")
+    (attempt / "GO").touch()
+    shim = start(attempt, PYTHONPROFILEIMPORTTIME="1")
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 0, out
+    modules = {line.rsplit(b"|", 1)[1].strip().decode() for line in out.splitlines()
+               if line.startswith(b"import time:")}
+    assert {module for module in modules if module.startswith("praxist_fs")} == {
+        "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
+        "praxist_fs.backends.local", "praxist_fs.backends.local.shim"}
+    assert "psutil" not in modules

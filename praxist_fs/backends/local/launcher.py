@@ -31,9 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.effects import SpawnAttempt
-from .fsio import create, fsync_dir, makedirs, unlink, write_json
-from .layout import RunLayout
+from praxist_fs.adapters.fsio import create, fsync_dir, makedirs, unlink, write_json
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.core.effects import SpawnAttempt
 
 SHIM = Path(__file__).with_name("shim.py")
 # -S: no site, so a peer's sitecustomize cannot run in the shim (and start-up is faster).

@@ -1,6 +1,6 @@
 """The local backend: each attempt is a process group on this host, led by a shim.
 
-A shim (adapters/shim.py) starts at the barrier, says READY on its status pipe (and
+A shim (local/shim.py) starts at the barrier, says READY on its status pipe (and
 in READY), runs the command once told GO (pipe first, then the GO file for a shim
 re-adopted after a restart), and records exit.json. Shims are started ahead of
 need (warm: forked by a shim server, or one prestarted), so a launch costs no
@@ -22,11 +22,11 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
-from praxist_fs.adapters import fence, launcher, procs
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.backends.local import fence, launcher, procs
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event

@@ -16,7 +16,7 @@ import os
 from functools import lru_cache
 from typing import NamedTuple
 
-from ..errors import NoProcfs
+from praxist_fs.errors import NoProcfs
 
 
 @lru_cache(maxsize=1)

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from praxist_fs.adapters import launcher
 from praxist_fs.adapters.fsio import write_atomic
-from tests.adapters.test_shim import _ppid, go_and_wait, spawn
+from praxist_fs.backends.local import launcher
+from tests.backends.local.test_shim import _ppid, go_and_wait, spawn
 from tests.e2e.conftest import read_json, wait_for
 
 
