@@ -725,7 +725,8 @@ class SlurmBackend:
             key = (job.job_id, job.current.attempt_id)
             if key in self.tracked:
                 events += self._told(key, self.observe(job, job.current))
-        if not self.swept and not self.unresolved:
+        if not self.swept and not self.unresolved and not self.submitting:
+            # a submission under way has a job in Slurm before its id is tracked
             self._sweep_strays({t.slurm_id for t in self.tracked.values()})
         events += self._probe(time.time())
         self._kick(time.monotonic())
