@@ -416,6 +416,7 @@ class Tracked:
     final_asked: bool = False  # sacct was asked (it may have no record: no jobcomp)
     asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
     kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
+    killed_at: float | None = None  # when KILL was sent (wall clock): its command's end
     node_told: bool = False  # its end was reported against its node (R-BUD-2), once
 
 
@@ -648,6 +649,7 @@ class SlurmBackend:
             # KILLed with its shim after the grace: Slurm's completion record has the signal
             return AttemptObserved(
                 alive=False, exited=True, signal=final.signal, exit_code=128 + final.signal,
+                ended_at=tracked.killed_at,
                 error=f"{reason}{where}: ended by Slurm ({final.state})", **base)
         # cancelled or preempted before it ran, lost, or ended before GO without running:
         # the core settles it by what it asked and whether GO was given
@@ -927,7 +929,7 @@ class SlurmBackend:
                 log.warning("attempt %s/%s outlived its grace: KILL (Slurm job %s)", *key,
                             tracked.slurm_id)
                 self.client.signal(tracked.slurm_id, signal.SIGKILL)
-                tracked.kill_at = None
+                tracked.kill_at, tracked.killed_at = None, time.time()
         self._kick(now)
         return []
 
