@@ -418,6 +418,9 @@ class Tracked:
     kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
     killed_at: float | None = None  # when KILL was sent (wall clock): its command's end
     node_told: bool = False  # its end was reported against its node (R-BUD-2), once
+    running_since: float | None = None  # (monotonic) when a poll first said it runs
+    node: str = ""  # where a poll last said it runs
+    no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
 
 
 class SlurmBackend:
@@ -597,10 +600,18 @@ class SlurmBackend:
             return AttemptObserved(alive=key in self.unresolved or key in self.submitting,
                                    **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
-                                                   else "") or (ready or {}).get("host")
+                                                   else "") or (ready or {}).get("host") \
+            or tracked.node
         base["handle"] = self._handle(key, node or None)
         code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
         where = f" on node {node}" if node else ""
+        if tracked.no_ready is not None and code != 0:
+            if tracked.state is not None and tracked.state.state in PENDING_STATES | \
+                    RUNNING_STATES:
+                return AttemptObserved(alive=True, note=f"attempt {key[1]}: {tracked.no_ready}"
+                                       f"; cancelling Slurm job {tracked.slurm_id}", **base)
+            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                                   error=f"{tracked.no_ready}{where}", **base)
         if isinstance(code, int) and not isinstance(code, bool):
             # A failure is read with Slurm's end of the job: TERM from a node going down
             # (NODE_FAIL) or from an outside scancel also leaves an exit.json (143)
@@ -814,6 +825,7 @@ class SlurmBackend:
             log.warning("squeue did not answer (%s); asking again later", exc)
             return events
         self._take(asked, states, finals)
+        self._end_those_without_ready(time.monotonic())
         for key in list(self.tracked):
             job = self.lookup(key[0])
             if job is not None and job.current is not None and \
@@ -835,8 +847,35 @@ class SlurmBackend:
             if tracked.slurm_id in asked_ids:
                 tracked.state = states.get(tracked.slurm_id)
                 tracked.polled = True
+                if tracked.state is not None and tracked.state.state in RUNNING_STATES:
+                    tracked.node = tracked.state.nodes or tracked.node
+                    if tracked.running_since is None:
+                        tracked.running_since = time.monotonic()
             if tracked.slurm_id in finals:
                 tracked.final, tracked.final_asked = finals[tracked.slurm_id], True
+
+    def _end_those_without_ready(self, now: float) -> None:
+        """R-BUD-2: a job that Slurm has run for ``launch_timeout_s`` (counted from the first
+        poll that saw it running, not from sbatch: it may wait in Slurm's queue for hours)
+        and whose shim wrote no READY is ended, ABORT then scancel: its node cannot start
+        our work (a hung shared filesystem, no interpreter). ``observe`` then reports it
+        as an infrastructure failure, retried like exit 75 and counted against the node."""
+        for key, tracked in self.tracked.items():
+            if (tracked.no_ready is not None or tracked.asked is not None
+                    or tracked.running_since is None or tracked.state is None
+                    or tracked.state.state not in RUNNING_STATES
+                    or now < tracked.running_since + self.config.launch_timeout_s):
+                continue
+            attempt_dir = self.layout.attempt_dir(*key)
+            if read_json(attempt_dir / "READY") is not None:
+                continue
+            tracked.no_ready = (f"no READY within the launch timeout "
+                                f"({self.config.launch_timeout_s:g} s after Slurm started it)")
+            log.warning("attempt %s/%s: %s on node %s: cancelling Slurm job %s", *key,
+                        tracked.no_ready, tracked.node, tracked.slurm_id)
+            self.client.release(attempt_dir, go=False)  # a shim that starts late leaves
+            self.client.cancel(tracked.slurm_id)
+            self._next_poll = min(self._next_poll, now)
 
     def _kick(self, now: float) -> None:
         """Start the next squeue on the worker thread when it is due and none runs."""
