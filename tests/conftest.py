@@ -72,7 +72,9 @@ def fake_cluster(tmp_path, monkeypatch):
     yield state
     for path in (state / "jobs").glob("*.json"):
         job = json.loads(path.read_text())
-        if job["state"] == "RUNNING":
+        if job["state"] == "PENDING":  # its runner waits: cancelled, it leaves
+            subprocess.run(["scancel", job["id"]], timeout=30, check=False)
+        elif job["state"] == "RUNNING":
             for proc in _tree(job["pid"]):
                 try:
                     proc.send_signal(signal.SIGKILL)

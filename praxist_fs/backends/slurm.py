@@ -395,6 +395,12 @@ class SlurmClient:
         """End the job (pending or running); False if scancel failed."""
         return self._run(["scancel", slurm_id]).returncode == 0
 
+    def exclude(self, slurm_id: str, nodes: list[str]) -> bool:
+        """Make a pending job's ``--exclude`` ``nodes`` (none: it may go anywhere again);
+        False if scontrol failed (the job may have started meanwhile)."""
+        return self._run(["scontrol", "update", f"jobid={slurm_id}",
+                          "ExcNodeList=" + ",".join(nodes)]).returncode == 0
+
 
 # --- the execution backend ---------------------------------------------------------------
 
@@ -421,6 +427,7 @@ class Tracked:
     running_since: float | None = None  # (monotonic) when a poll first said it runs
     node: str = ""  # where a poll last said it runs
     no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
+    exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
 
 
 class SlurmBackend:
@@ -454,7 +461,8 @@ class SlurmBackend:
         self.swept = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
-        self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future]] = {}
+        # attempts being submitted: what to, the submission, and the nodes it excludes
+        self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future, list[str]]] = {}
         self._polling: Future | None = None
         self._next_poll = 0.0
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -492,9 +500,10 @@ class SlurmBackend:
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
+        exclude = self.nodes().excluded()
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), self.nodes().excluded())
-        self.submitting[key] = (effect, future)
+                                         effect.metadata.get("eta_s"), exclude)
+        self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []
 
@@ -522,7 +531,7 @@ class SlurmBackend:
         """The submissions that came back: each attempt's handle, or why it did not start
         (ABORT, which the core's release writes, keeps a lost one from ever running)."""
         events: list[Event] = []
-        for key, (effect, future) in list(self.submitting.items()):
+        for key, (effect, future, exclude) in list(self.submitting.items()):
             if not future.done():
                 continue
             del self.submitting[key]
@@ -530,7 +539,7 @@ class SlurmBackend:
             if verdict == "submitted":
                 reach("slurm.after_sbatch")  # submitted, its Slurm job id not yet journaled
                 self.spawned.append(effect)
-                events.append(self._track(key, said, self.client.job_name(*key)))
+                events.append(self._track(key, said, self.client.job_name(*key), exclude))
             elif verdict == "refused":
                 events.append(self._could_not_start(key, said))
             else:
@@ -538,8 +547,9 @@ class SlurmBackend:
                                               attempt_id=key[1], alive=False, error=said))
         return events
 
-    def _track(self, key: AttemptKey, slurm_id: str, name: str) -> AttemptObserved:
-        self.tracked[key] = Tracked(slurm_id=slurm_id, name=name)
+    def _track(self, key: AttemptKey, slurm_id: str, name: str,
+               exclude: list[str] | None = None) -> AttemptObserved:
+        self.tracked[key] = Tracked(slurm_id=slurm_id, name=name, exclude=exclude)
         self._next_poll = min(self._next_poll, time.monotonic() + self.config.poll_pending_s)
         # ``ready``: Slurm's queue is the barrier. GO is journaled with the Slurm job id and
         # written before the job can start, so the shim finds it at once; READY, written
@@ -820,10 +830,13 @@ class SlurmBackend:
             return events
         polling, self._polling = self._polling, None
         try:
-            asked, states, finals = polling.result()
+            asked, states, finals, excluded = polling.result()
         except SlurmUnavailable as exc:
             log.warning("squeue did not answer (%s); asking again later", exc)
             return events
+        for tracked in self.tracked.values():
+            if tracked.slurm_id in excluded:
+                tracked.exclude = excluded[tracked.slurm_id]
         self._take(asked, states, finals)
         self._end_those_without_ready(time.monotonic())
         for key in list(self.tracked):
@@ -889,13 +902,23 @@ class SlurmBackend:
         ids = [t.slurm_id for t in self.tracked.values()] + list(self.probes.values())
         ended = [t.slurm_id for t in self.tracked.values() if not t.final_asked and (
             t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
-        self._polling = self._pool.submit(self._poll, ids, ended)
+        excluded = self.nodes().excluded()
+        outdated = [t.slurm_id for t in self.tracked.values() if t.exclude != excluded
+                    and t.state is not None and t.state.state == "PENDING"]
+        self._polling = self._pool.submit(self._poll, ids, ended, outdated, excluded)
         self._polling.add_done_callback(lambda _: self._wake())
 
-    def _poll(self, ids: list[str], ended: list[str]) -> tuple[list[str], dict, dict]:
-        """On the worker thread: one squeue for every job, sacct for those that ended."""
+    def _poll(self, ids: list[str], ended: list[str], outdated: list[str],
+              excluded: list[str]) -> tuple[list[str], dict, dict, dict]:
+        """On the worker thread: the ``--exclude`` of pending jobs submitted before a node
+        went offline or came back (R-BUD-2: ``outdated``) made ``excluded``, so that an
+        attempt waits for no node that is back, nor goes to one that is out; then one
+        squeue for every job, and sacct for those that ended."""
+        updated = {slurm_id: excluded for slurm_id in outdated
+                   if self.client.exclude(slurm_id, excluded)}
         states = self.client.poll(ids)
-        return ids, states, {slurm_id: self.client.final_exit(slurm_id) for slurm_id in ended}
+        return ids, states, {slurm_id: self.client.final_exit(slurm_id)
+                             for slurm_id in ended}, updated
 
     def _wake(self) -> None:
         try:
