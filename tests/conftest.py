@@ -1,6 +1,6 @@
 """Shared fixtures. Autouse guards fail a test that leaks a thread or a child process.
 
-``real_slurm``: a real single-node Slurm (tests/slurm/setup.sh) started once per session
+``real_slurm``: a real Slurm on this host (tests/slurm/setup.sh) started once per session
 and stopped after. Where one cannot be had (not root, no apt-get), the tests that need
 it are skipped with setup.sh's reason; never silently, nor when setup.sh fails for
 another reason (that fails them). ``fake_cluster``: the tiny single-node Slurm of
@@ -37,8 +37,9 @@ def no_leaked_threads_or_children():
 
 @pytest.fixture(scope="session")
 def real_slurm():
-    """SLURM_CONF of a running single-node Slurm (node ci0, two fake GPUs), exported for
-    the session so the backend's commands, run with our environment, reach it."""
+    """SLURM_CONF of a running Slurm (node ci0 with two fake GPUs, alone in the default
+    partition main; ci1 shares partition pair with it), exported for the session so the
+    backend's commands, run with our environment, reach it."""
     done = subprocess.run([str(SLURM_SETUP / "setup.sh")], capture_output=True, text=True,
                           timeout=600, check=False)
     if done.returncode == UNAVAILABLE:
