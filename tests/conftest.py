@@ -2,14 +2,17 @@
 
 ``layout``: a fresh, created run layout under the test's tmp_path.
 
-``real_slurm``: a real single-node Slurm (tests/slurm/setup.sh) started once per session
+``real_slurm``: a real Slurm on this host (tests/slurm/setup.sh) started once per session
 and stopped after. Where one cannot be had (not root, no apt-get), the tests that need
 it are skipped with setup.sh's reason; never silently, nor when setup.sh fails for
-another reason (that fails them)."""
+another reason (that fails them). ``fake_cluster``: the tiny single-node Slurm of
+tests/slurm/fake/cluster (its sbatch really runs the batch script), for everywhere."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import threading
 from pathlib import Path
@@ -45,8 +48,9 @@ def layout(tmp_path):
 
 @pytest.fixture(scope="session")
 def real_slurm():
-    """SLURM_CONF of a running single-node Slurm (node ci0, two fake GPUs), exported for
-    the session so the backend's commands, run with our environment, reach it."""
+    """SLURM_CONF of a running Slurm (node ci0 with two fake GPUs, alone in the default
+    partition main; ci1 shares partition pair with it), exported for the session so the
+    backend's commands, run with our environment, reach it."""
     done = subprocess.run([str(SLURM_SETUP / "setup.sh")], capture_output=True, text=True,
                           timeout=600, check=False)
     if done.returncode == UNAVAILABLE:
@@ -65,3 +69,34 @@ def real_slurm():
             os.environ["SLURM_CONF"] = saved
         if not os.environ.get("PRAXIST_SLURM_KEEP"):  # a developer looking at a failure
             subprocess.run([str(SLURM_SETUP / "teardown.sh")], timeout=120, check=False)
+
+
+@pytest.fixture
+def fake_cluster(tmp_path, monkeypatch):
+    """The fake cluster's sbatch, squeue, scancel and sacct first on PATH, its state in
+    a fresh directory (the path to it); whatever of its jobs still runs at the end is
+    killed."""
+    state = tmp_path / "fake-cluster"
+    state.mkdir()
+    monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
+    monkeypatch.setenv("PATH", f"{SLURM_SETUP / 'fake' / 'cluster'}{os.pathsep}"
+                               f"{os.environ['PATH']}")
+    yield state
+    for path in (state / "jobs").glob("*.json"):
+        job = json.loads(path.read_text())
+        if job["state"] == "PENDING":  # its runner waits: cancelled, it leaves
+            subprocess.run(["scancel", job["id"]], timeout=30, check=False)
+        elif job["state"] == "RUNNING":
+            for proc in _tree(job["pid"]):
+                try:
+                    proc.send_signal(signal.SIGKILL)
+                except psutil.NoSuchProcess:
+                    pass
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        proc = psutil.Process(pid)
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []

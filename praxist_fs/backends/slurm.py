@@ -395,6 +395,12 @@ class SlurmClient:
         """End the job (pending or running); False if scancel failed."""
         return self._run(["scancel", slurm_id]).returncode == 0
 
+    def exclude(self, slurm_id: str, nodes: list[str]) -> bool:
+        """Make a pending job's ``--exclude`` ``nodes`` (none: it may go anywhere again);
+        False if scontrol failed (the job may have started meanwhile)."""
+        return self._run(["scontrol", "update", f"jobid={slurm_id}",
+                          "ExcNodeList=" + ",".join(nodes)]).returncode == 0
+
 
 # --- the execution backend ---------------------------------------------------------------
 
@@ -416,7 +422,12 @@ class Tracked:
     final_asked: bool = False  # sacct was asked (it may have no record: no jobcomp)
     asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
     kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
+    killed_at: float | None = None  # when KILL was sent (wall clock): its command's end
     node_told: bool = False  # its end was reported against its node (R-BUD-2), once
+    running_since: float | None = None  # (monotonic) when a poll first said it runs
+    node: str = ""  # where a poll last said it runs
+    no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
+    exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
 
 
 class SlurmBackend:
@@ -450,7 +461,8 @@ class SlurmBackend:
         self.swept = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
-        self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future]] = {}
+        # attempts being submitted: what to, the submission, and the nodes it excludes
+        self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future, list[str]]] = {}
         self._polling: Future | None = None
         self._next_poll = 0.0
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -488,9 +500,10 @@ class SlurmBackend:
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
+        exclude = self.nodes().excluded()
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), self.nodes().excluded())
-        self.submitting[key] = (effect, future)
+                                         effect.metadata.get("eta_s"), exclude)
+        self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []
 
@@ -518,7 +531,7 @@ class SlurmBackend:
         """The submissions that came back: each attempt's handle, or why it did not start
         (ABORT, which the core's release writes, keeps a lost one from ever running)."""
         events: list[Event] = []
-        for key, (effect, future) in list(self.submitting.items()):
+        for key, (effect, future, exclude) in list(self.submitting.items()):
             if not future.done():
                 continue
             del self.submitting[key]
@@ -526,7 +539,7 @@ class SlurmBackend:
             if verdict == "submitted":
                 reach("slurm.after_sbatch")  # submitted, its Slurm job id not yet journaled
                 self.spawned.append(effect)
-                events.append(self._track(key, said, self.client.job_name(*key)))
+                events.append(self._track(key, said, self.client.job_name(*key), exclude))
             elif verdict == "refused":
                 events.append(self._could_not_start(key, said))
             else:
@@ -534,8 +547,9 @@ class SlurmBackend:
                                               attempt_id=key[1], alive=False, error=said))
         return events
 
-    def _track(self, key: AttemptKey, slurm_id: str, name: str) -> AttemptObserved:
-        self.tracked[key] = Tracked(slurm_id=slurm_id, name=name)
+    def _track(self, key: AttemptKey, slurm_id: str, name: str,
+               exclude: list[str] | None = None) -> AttemptObserved:
+        self.tracked[key] = Tracked(slurm_id=slurm_id, name=name, exclude=exclude)
         self._next_poll = min(self._next_poll, time.monotonic() + self.config.poll_pending_s)
         # ``ready``: Slurm's queue is the barrier. GO is journaled with the Slurm job id and
         # written before the job can start, so the shim finds it at once; READY, written
@@ -596,10 +610,18 @@ class SlurmBackend:
             return AttemptObserved(alive=key in self.unresolved or key in self.submitting,
                                    **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
-                                                   else "") or (ready or {}).get("host")
+                                                   else "") or (ready or {}).get("host") \
+            or tracked.node
         base["handle"] = self._handle(key, node or None)
         code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
         where = f" on node {node}" if node else ""
+        if tracked.no_ready is not None and code != 0:
+            if tracked.state is not None and tracked.state.state in PENDING_STATES | \
+                    RUNNING_STATES:
+                return AttemptObserved(alive=True, note=f"attempt {key[1]}: {tracked.no_ready}"
+                                       f"; cancelling Slurm job {tracked.slurm_id}", **base)
+            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
+                                   error=f"{tracked.no_ready}{where}", **base)
         if isinstance(code, int) and not isinstance(code, bool):
             # A failure is read with Slurm's end of the job: TERM from a node going down
             # (NODE_FAIL) or from an outside scancel also leaves an exit.json (143)
@@ -648,6 +670,7 @@ class SlurmBackend:
             # KILLed with its shim after the grace: Slurm's completion record has the signal
             return AttemptObserved(
                 alive=False, exited=True, signal=final.signal, exit_code=128 + final.signal,
+                ended_at=tracked.killed_at,
                 error=f"{reason}{where}: ended by Slurm ({final.state})", **base)
         # cancelled or preempted before it ran, lost, or ended before GO without running:
         # the core settles it by what it asked and whether GO was given
@@ -725,7 +748,8 @@ class SlurmBackend:
             key = (job.job_id, job.current.attempt_id)
             if key in self.tracked:
                 events += self._told(key, self.observe(job, job.current))
-        if not self.swept and not self.unresolved:
+        if not self.swept and not self.unresolved and not self.submitting:
+            # a submission under way has a job in Slurm before its id is tracked
             self._sweep_strays({t.slurm_id for t in self.tracked.values()})
         events += self._probe(time.time())
         self._kick(time.monotonic())
@@ -806,11 +830,15 @@ class SlurmBackend:
             return events
         polling, self._polling = self._polling, None
         try:
-            asked, states, finals = polling.result()
+            asked, states, finals, excluded = polling.result()
         except SlurmUnavailable as exc:
             log.warning("squeue did not answer (%s); asking again later", exc)
             return events
+        for tracked in self.tracked.values():
+            if tracked.slurm_id in excluded:
+                tracked.exclude = excluded[tracked.slurm_id]
         self._take(asked, states, finals)
+        self._end_those_without_ready(time.monotonic())
         for key in list(self.tracked):
             job = self.lookup(key[0])
             if job is not None and job.current is not None and \
@@ -832,8 +860,35 @@ class SlurmBackend:
             if tracked.slurm_id in asked_ids:
                 tracked.state = states.get(tracked.slurm_id)
                 tracked.polled = True
+                if tracked.state is not None and tracked.state.state in RUNNING_STATES:
+                    tracked.node = tracked.state.nodes or tracked.node
+                    if tracked.running_since is None:
+                        tracked.running_since = time.monotonic()
             if tracked.slurm_id in finals:
                 tracked.final, tracked.final_asked = finals[tracked.slurm_id], True
+
+    def _end_those_without_ready(self, now: float) -> None:
+        """R-BUD-2: a job that Slurm has run for ``launch_timeout_s`` (counted from the first
+        poll that saw it running, not from sbatch: it may wait in Slurm's queue for hours)
+        and whose shim wrote no READY is ended, ABORT then scancel: its node cannot start
+        our work (a hung shared filesystem, no interpreter). ``observe`` then reports it
+        as an infrastructure failure, retried like exit 75 and counted against the node."""
+        for key, tracked in self.tracked.items():
+            if (tracked.no_ready is not None or tracked.asked is not None
+                    or tracked.running_since is None or tracked.state is None
+                    or tracked.state.state not in RUNNING_STATES
+                    or now < tracked.running_since + self.config.launch_timeout_s):
+                continue
+            attempt_dir = self.layout.attempt_dir(*key)
+            if read_json(attempt_dir / "READY") is not None:
+                continue
+            tracked.no_ready = (f"no READY within the launch timeout "
+                                f"({self.config.launch_timeout_s:g} s after Slurm started it)")
+            log.warning("attempt %s/%s: %s on node %s: cancelling Slurm job %s", *key,
+                        tracked.no_ready, tracked.node, tracked.slurm_id)
+            self.client.release(attempt_dir, go=False)  # a shim that starts late leaves
+            self.client.cancel(tracked.slurm_id)
+            self._next_poll = min(self._next_poll, now)
 
     def _kick(self, now: float) -> None:
         """Start the next squeue on the worker thread when it is due and none runs."""
@@ -847,13 +902,23 @@ class SlurmBackend:
         ids = [t.slurm_id for t in self.tracked.values()] + list(self.probes.values())
         ended = [t.slurm_id for t in self.tracked.values() if not t.final_asked and (
             t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
-        self._polling = self._pool.submit(self._poll, ids, ended)
+        excluded = self.nodes().excluded()
+        outdated = [t.slurm_id for t in self.tracked.values() if t.exclude != excluded
+                    and t.state is not None and t.state.state == "PENDING"]
+        self._polling = self._pool.submit(self._poll, ids, ended, outdated, excluded)
         self._polling.add_done_callback(lambda _: self._wake())
 
-    def _poll(self, ids: list[str], ended: list[str]) -> tuple[list[str], dict, dict]:
-        """On the worker thread: one squeue for every job, sacct for those that ended."""
+    def _poll(self, ids: list[str], ended: list[str], outdated: list[str],
+              excluded: list[str]) -> tuple[list[str], dict, dict, dict]:
+        """On the worker thread: the ``--exclude`` of pending jobs submitted before a node
+        went offline or came back (R-BUD-2: ``outdated``) made ``excluded``, so that an
+        attempt waits for no node that is back, nor goes to one that is out; then one
+        squeue for every job, and sacct for those that ended."""
+        updated = {slurm_id: excluded for slurm_id in outdated
+                   if self.client.exclude(slurm_id, excluded)}
         states = self.client.poll(ids)
-        return ids, states, {slurm_id: self.client.final_exit(slurm_id) for slurm_id in ended}
+        return ids, states, {slurm_id: self.client.final_exit(slurm_id)
+                             for slurm_id in ended}, updated
 
     def _wake(self) -> None:
         try:
@@ -926,7 +991,7 @@ class SlurmBackend:
                 log.warning("attempt %s/%s outlived its grace: KILL (Slurm job %s)", *key,
                             tracked.slurm_id)
                 self.client.signal(tracked.slurm_id, signal.SIGKILL)
-                tracked.kill_at = None
+                tracked.kill_at, tracked.killed_at = None, time.time()
         self._kick(now)
         return []
 

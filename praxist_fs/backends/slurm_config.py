@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from praxist_fs.core.policy import NODE_COOLDOWN_S
 from praxist_fs.errors import PolicyError
 
 SLURM_PATH = "compute_budget.resource_scheduler.slurm"
@@ -48,6 +49,10 @@ class SlurmConfig:
     poll_running_s: float = 10.0
     command_timeout_s: float = 30.0
     python: str = sys.executable
+    # R-BUD-2: an offline node's wait before its probe (read by the core: Policy)
+    node_cooldown_s: float = NODE_COOLDOWN_S
+    # R-BUD-2: longest wait from Slurm running the job on a node to the shim's READY
+    launch_timeout_s: float = 300.0
 
     def for_profile(self, name: str | None) -> ProfileResources:
         return self.resources.get(name or "", self.default_resources)
@@ -121,6 +126,8 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "poll_running_s": lambda p, v: _number(p, v, 1.0, 600.0),
     "command_timeout_s": lambda p, v: _number(p, v, 1.0, 600.0),
     "python": _python,
+    "node_cooldown_s": lambda p, v: _number(p, v, 0.0, 86400.0),
+    "launch_timeout_s": lambda p, v: _number(p, v, 1.0, 86400.0),
 }
 
 

@@ -36,9 +36,9 @@ from typing import Any
 
 from ..errors import InvalidTransition
 from .events import Event, NodeOutcome, NodeProbeStarted, node_name_problem
+from .policy import NODE_COOLDOWN_S as COOLDOWN_S  # the task file's default
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
-COOLDOWN_S = 300.0       # default wait from an offline node's latest failure to its probe
 
 
 class NodeState(str, Enum):

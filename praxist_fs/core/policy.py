@@ -18,6 +18,7 @@ from .queues import Project, Queue, default_queues
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
 WORK_CLASSES = ("scout", "ordinary", "mature")
+NODE_COOLDOWN_S = 300.0  # R-BUD-2: an offline node's wait from its latest failure to its probe
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +203,12 @@ class Policy:
         """Attempts run where a cluster scheduler places them: this host's pressure and
         GPUs are not theirs, so the core neither holds them for it nor places GPUs."""
         return self.backend != "local"
+
+    @property
+    def node_cooldown_s(self) -> float:
+        """R-BUD-2: an offline node's wait before its probe (``slurm.node_cooldown_s``,
+        checked with the rest of the mapping by backends/slurm_config.py)."""
+        return float((self.slurm or {}).get("node_cooldown_s", NODE_COOLDOWN_S))
 
     def __post_init__(self) -> None:
         if self.queues is not None:  # config.py says which key is wrong; this guards the core

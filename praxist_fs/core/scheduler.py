@@ -95,7 +95,8 @@ class Scheduler(JobControlDesk):
         self.queue_usage = Usage()              # slot-seconds by queue (projects), likewise
         self.ledger = Ledger()                  # the budget's spend and verdict, likewise
         self.preempted_jobs: dict[str, None] = {}  # jobs with a preemption on record, likewise
-        self.nodes = NodeRegistry()  # R-BUD-2: a cluster backend's nodes and their health
+        # R-BUD-2: a cluster backend's nodes and their health
+        self.nodes = NodeRegistry(self.policy.node_cooldown_s)
         self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
@@ -138,6 +139,7 @@ class Scheduler(JobControlDesk):
     def _on_started(self, ev: CoordinatorStarted) -> list[Effect]:
         self.policy = Policy.from_dict(ev.policy)
         self.controller = ConcurrencyController.start(self.policy)
+        self.nodes.cooldown_s = self.policy.node_cooldown_s  # from its next cool-down on
         self.coordinator = {"pid": ev.pid, "host": ev.host, "boot_id": ev.boot_id,
                             "since": ev.at, "uid": ev.uid}
         self.version += 1

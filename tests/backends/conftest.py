@@ -1,7 +1,8 @@
 """Each execution backend, as the contract suite (test_contract.py) drives it.
 
 A backend joins the suite with one entry in ``RIGS``: a factory that gives a ``Rig``
-for a fresh world (a host, a cluster), and the ``Capabilities`` it must declare. A rig
+for a fresh world (a host, a cluster), the ``Capabilities`` it must declare, and the
+fixture of its world if it needs one (a Slurm cluster). A rig
 says how to make a command that exits with code N after T seconds, how to let time
 pass until a condition holds (real backends: the loop's selector and timers, under a
 ``wait_for``-style timeout; memory: its virtual clock) and how a coordinator restarts
@@ -15,10 +16,12 @@ pipes in, ``settle`` selects on it (timeout: the time to ``next_timer``, at most
 50 ms) and hands ``on_ready(key.data)`` and ``on_timer(time.monotonic())`` events to
 ``seen`` until the condition holds or the timeout passes; ``now`` is ``time.time()``
 (the clock of ``ended_at``); ``restarted`` builds a second backend on the same run
-directory after ``close()``. A ``slurm`` entry: the same, with the fake
-``sbatch``/``squeue``/``scancel`` of tests/slurm on PATH, its ``settle`` calling
-``reconcile`` (one squeue per tick) besides the timers, and ``Capabilities(
-can_suspend=False, places_gpus=True)``.
+directory after ``close()``. A ``slurm`` entry: the same on the real single-node
+Slurm of tests/slurm/setup.sh, its ``settle`` calling ``reconcile`` (one squeue per
+tick) besides the timers, and ``Capabilities(can_suspend=False, places_gpus=True)``;
+``slurm-fake`` is that entry on the fake cluster of tests/slurm/fake/cluster (sbatch,
+squeue, scancel and sacct on PATH that really run the batch script), so the contract
+is checked for Slurm where no real one can be had.
 """
 
 from __future__ import annotations
@@ -256,10 +259,9 @@ def local_rig(tmp_path: Path) -> RealRig:
         rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
 
 
-def slurm_rig(tmp_path: Path, request: pytest.FixtureRequest) -> RealRig:
-    """The Slurm backend on the real single-node Slurm (skipped with setup.sh's reason
-    where there is none); the run directory is on the node's filesystem."""
-    request.getfixturevalue("real_slurm")
+def slurm_rig(tmp_path: Path) -> RealRig:
+    """The Slurm backend on the cluster its entry's ``world`` set up: the real
+    single-node Slurm or the fake one; the run directory is on the node's filesystem."""
     policy = Policy(backend="slurm", max_concurrent_experiments=4, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
@@ -270,16 +272,22 @@ def slurm_rig(tmp_path: Path, request: pytest.FixtureRequest) -> RealRig:
 
 @dataclass(frozen=True)
 class Entry:
-    make: Callable[[Any, Any], Rig]  # (tmp_path, the fixture request) -> a rig, a fresh world
+    make: Callable[[Path], Rig]  # tmp_path -> a rig, a fresh world
     capabilities: Capabilities  # what the backend must declare
+    # the fixture of the world it runs in, set up before the rigs (and so torn down after
+    # them): ``real_slurm`` (skipped with setup.sh's reason where there is none), or
+    # ``fake_cluster`` (tests/slurm/fake/cluster: sbatch that really runs the job)
+    world: str | None = None
 
 
 RIGS: dict[str, Entry] = {
-    "memory": Entry(lambda tmp_path, request: MemoryRig(),
+    "memory": Entry(lambda tmp_path: MemoryRig(),
                     Capabilities(can_suspend=True, places_gpus=False)),
-    "local": Entry(lambda tmp_path, request: local_rig(tmp_path),
-                   Capabilities(can_suspend=True, places_gpus=False)),
-    "slurm": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True)),
+    "local": Entry(local_rig, Capabilities(can_suspend=True, places_gpus=False)),
+    "slurm": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True),
+                   world="real_slurm"),
+    "slurm-fake": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True),
+                        world="fake_cluster"),
 }
 
 
@@ -287,10 +295,12 @@ RIGS: dict[str, Entry] = {
 def backend_factory(request, tmp_path) -> Callable[[], tuple[Rig, Capabilities]]:
     """Each registered backend in turn: a callable giving its rig and declared abilities."""
     entry = RIGS[request.param]
+    if entry.world is not None:
+        request.getfixturevalue(entry.world)
     rigs: list[Rig] = []
 
     def make() -> tuple[Rig, Capabilities]:
-        rigs.append(entry.make(tmp_path, request))
+        rigs.append(entry.make(tmp_path))
         return rigs[-1], entry.capabilities
 
     yield make

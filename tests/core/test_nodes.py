@@ -11,9 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from praxist_fs.core.events import (
-    NODE_NAME_MAX, AttemptResumed, NodeOutcome, NodeProbeStarted, from_record, to_record,
+    NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeOutcome, NodeProbeStarted,
+    from_record, to_record,
 )
 from praxist_fs.core.nodes import COOLDOWN_S, NodeRegistry
+from praxist_fs.core.policy import Policy
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.errors import InvalidTransition
 
 T0 = 1_000_000.0
@@ -358,3 +362,33 @@ def test_any_success_brings_an_offline_node_back_online():
     assert registry.probes_due(T0 + 10 * COOLDOWN_S) == []
     assert row(registry, T0 + 10, "n1")["state"] == "online"
     assert row(registry, T0 + 10, "n1")["since"] == T0 + 10
+
+
+def test_the_cool_down_is_the_task_files_and_replays():
+    """R-BUD-2 with ``slurm.node_cooldown_s``: the coordinator's policy sets the cool-down
+    (journaled with its start), so the live scheduler, a replay of its journal and a
+    snapshot agree on when an offline node's probe is due; a later coordinator with
+    another setting applies it from the next cool-down on."""
+    def started(at, cooldown):
+        policy = Policy(backend="slurm", slurm={"node_cooldown_s": cooldown})
+        return CoordinatorStarted(at=at, policy=policy.to_dict(), pid=1, host="h",
+                                  boot_id="b")
+    journal = [started(T0, 30), *(NodeOutcome(at=T0 + i, node=node, partition="main",
+                                              infrastructure=fails, reason="NODE_FAIL")
+                                  for i, node, fails in ((1, "n2", False), (2, "n1", True),
+                                                         (3, "n1", True)))]
+    live = Scheduler()
+    for event in journal:
+        live.handle(event)
+    assert live.nodes.excluded() == ["n1"]
+    assert row(live.nodes, T0 + 3, "n1")["probe_after"] == T0 + 3 + 30
+    assert live.nodes.probes_due(T0 + 32) == [] and live.nodes.probes_due(T0 + 33) == ["n1"]
+    replayed = Scheduler()
+    for event in journal:
+        replayed.handle(from_record(json.loads(json.dumps(to_record(event)))))
+    assert replayed.nodes.to_dict() == live.nodes.to_dict()
+    assert restore(json.loads(json.dumps(capture(live)))).nodes.to_dict() == live.nodes.to_dict()
+    live.handle(started(T0 + 4, 600))  # a restart with a longer cool-down
+    live.handle(NodeOutcome(at=T0 + 5, node="n1", partition="main", infrastructure=True,
+                            reason="probe: Slurm FAILED", probe=True))
+    assert row(live.nodes, T0 + 5, "n1")["probe_after"] == T0 + 5 + 600

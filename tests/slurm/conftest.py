@@ -1,6 +1,6 @@
-"""Fixtures of the Slurm backend's tests: fake Slurm commands on PATH. The real
-single-node Slurm (``real_slurm``) is tests/conftest.py's, shared with the backend
-contract suite."""
+"""Fixtures of the Slurm backend's tests: fake Slurm commands on PATH that record and
+answer. The real Slurm (``real_slurm``) and the fake cluster whose sbatch runs the job
+(``fake_cluster``) are tests/conftest.py's, shared with the backend contract suite."""
 
 from __future__ import annotations
 

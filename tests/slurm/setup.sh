@@ -1,9 +1,12 @@
 #!/bin/sh
-# A real single-node Slurm for the Slurm backend's tests (as root; idempotent).
+# A real Slurm on this host for the Slurm backend's tests (as root; idempotent).
 # Installs slurmctld, slurmd, slurm-client and munge with apt-get when missing, writes
-# slurm.conf and gres.conf (one node, ci0, with two fake GPUs) into $PRAXIST_SLURM_DIR
-# (default /tmp/praxist-slurm), starts munged, slurmctld and slurmd, waits until the
-# node is idle, and prints SLURM_CONF=<path> on its last line.
+# slurm.conf and gres.conf into $PRAXIST_SLURM_DIR (default /tmp/praxist-slurm): node
+# ci0 (two fake GPUs), alone in the default partition main, and node ci1, a second
+# slurmd on its own port, which shares partition pair with ci0 (where the node
+# registry's tests need a node that is not the last); starts munged, slurmctld and a
+# slurmd per node, waits until both nodes are idle, and prints SLURM_CONF=<path> on
+# its last line.
 # The recipe, measured on Debian 12 / Slurm 22.05: docs/OPERATIONS.md, "Running on Slurm", "Testing".
 # Exit 77: Slurm cannot be had here (not root, no apt-get); the reason is on stderr.
 set -eu
@@ -12,7 +15,8 @@ conf=$dir/slurm.conf
 say() { echo "slurm setup: $*" >&2; }
 
 if [ "$(id -u)" != 0 ]; then say "needs root (to install packages and start slurmd)"; exit 77; fi
-if [ -f "$conf" ] && SLURM_CONF=$conf timeout 15 sinfo -h -N -o %T 2>/dev/null | grep -qx idle; then
+all_idle() { [ "$(SLURM_CONF=$conf timeout 15 sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' ')" = "ci0 idle ci1 idle " ]; }
+if [ -f "$conf" ] && all_idle; then
     echo "SLURM_CONF=$conf"; exit 0  # already up
 fi
 missing=
@@ -39,17 +43,17 @@ if ! munge -n </dev/null >/dev/null 2>&1; then
 fi
 
 host=$(hostname -s)
-mkdir -p "$dir/state" "$dir/spool" "$dir/log"
+mkdir -p "$dir/state" "$dir/spool-ci0" "$dir/spool-ci1" "$dir/log"
 cat >"$conf" <<CONF
 ClusterName=ci
 SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool-%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
+SlurmdLogFile=$dir/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobCompType=jobcomp/filetxt
@@ -64,8 +68,10 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=256
 SlurmdParameters=config_overrides
 GresTypes=gpu
-NodeName=ci0 NodeAddr=127.0.0.1 NodeHostname=$host CPUs=4 RealMemory=8000 Gres=gpu:fake:2
+NodeName=ci0 NodeAddr=127.0.0.1 NodeHostname=$host Port=6818 CPUs=4 RealMemory=8000 Gres=gpu:fake:2
+NodeName=ci1 NodeAddr=127.0.0.1 NodeHostname=$host Port=6819 CPUs=4 RealMemory=8000
 PartitionName=main Nodes=ci0 Default=YES MaxTime=INFINITE State=UP
+PartitionName=pair Nodes=ci0,ci1 MaxTime=INFINITE State=UP
 CONF
 cat >"$dir/gres.conf" <<CONF
 AutoDetect=off
@@ -77,13 +83,13 @@ export SLURM_CONF=$conf
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 pid_alive "$dir/slurmctld.pid" || slurmctld
 for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.1; done
-pid_alive "$dir/slurmd.pid" || slurmd -N ci0
-state=
+for node in ci0 ci1; do pid_alive "$dir/slurmd-$node.pid" || slurmd -N $node; done
 for _ in $(seq 300); do
-    state=$(sinfo -h -N -o %T 2>/dev/null || true)
-    [ "$state" = idle ] && { echo "SLURM_CONF=$conf"; exit 0; }
-    case $state in down*|drain*) scontrol update nodename=ci0 state=resume >/dev/null 2>&1 || true;; esac
+    all_idle && { echo "SLURM_CONF=$conf"; exit 0; }
+    for node in $(sinfo -h -N -t down,drain -o %N 2>/dev/null); do
+        scontrol update nodename="$node" state=resume >/dev/null 2>&1 || true
+    done
     sleep 0.1
 done
-say "the node did not become idle in 30 s (sinfo says '$state'); logs in $dir/log"
+say "the nodes did not become idle in 30 s (sinfo says '$(sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')'); logs in $dir/log"
 exit 1

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Stop what tests/slurm/setup.sh started: slurmd, slurmctld (munged stays: other users of
+# Stop what tests/slurm/setup.sh started: the slurmd of each node, slurmctld (munged stays: other users of
 # this host may rely on it). Idempotent.
 set -u
 dir=${PRAXIST_SLURM_DIR:-/tmp/praxist-slurm}
-for daemon in slurmd slurmctld; do
+for daemon in slurmd-ci0 slurmd-ci1 slurmd slurmctld; do  # slurmd: an older setup's
     pidfile=$dir/$daemon.pid
     [ -f "$pidfile" ] || continue
     pid=$(cat "$pidfile")

@@ -1,6 +1,7 @@
-"""A coordinator with ``backend: slurm`` against a real single-node Slurm (tests/slurm/
-setup.sh: node ci0, two fake GPUs): what a user knows keeps working, with the jobs in
-``squeue`` (SPEC R-DIST-1; issue 16 "Done means").
+"""A coordinator with ``backend: slurm`` against a real Slurm (tests/slurm/setup.sh:
+node ci0 with two fake GPUs, alone in the default partition; the node registry's cycle
+runs in partition pair, ci0 and ci1): what a user knows keeps working, with the jobs
+in ``squeue`` (SPEC R-DIST-1, R-BUD-2; issue 16 "Done means").
 
 Each test drives a real ``praxist-fs serve`` through the file protocol and counts the
 Slurm jobs by their deterministic names, so "never submitted twice" is Slurm's word."""
@@ -221,8 +222,8 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
     assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
 
 
-def set_node(state: str, check: bool = True) -> None:
-    subprocess.run(["scontrol", "update", "nodename=ci0", f"state={state}",
+def set_node(state: str, check: bool = True, node: str = "ci0") -> None:
+    subprocess.run(["scontrol", "update", f"nodename={node}", f"state={state}",
                     *(["reason=praxist_fs test"] if state == "down" else [])],
                    check=check, timeout=30, capture_output=True)
 
@@ -278,3 +279,77 @@ def test_a_stop_left_by_a_crash_is_finished_in_slurm(slurm_run, tmp_path):
     assert wait_for(lambda: all(state not in ("PENDING", "RUNNING") for state in
                                 slurm_jobs(run, job_id).values()), timeout=SLURM_S,
                     message="the Slurm job ended")
+
+
+PAIR_TASK = TASK.replace("infrastructure_retries: 1", "infrastructure_retries: 2").replace(
+    "      default_resources: {cpus: 1, mem_mb: 256}\n",
+    "      partition: pair\n      default_resources: {cpus: 4, mem_mb: 256}\n"
+    "      node_cooldown_s: 1\n")
+
+
+def nodes_shown(run) -> dict[str, dict]:
+    return {node["node"]: node for node in (run.status() or {}).get("nodes", [])}
+
+
+def excluded_by(slurm_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", slurm_id, "-o", "%x"], capture_output=True,
+                          text=True, timeout=30).stdout.strip()
+
+
+def test_a_node_failing_twice_goes_offline_and_a_probe_brings_it_back(slurm_run, tmp_path):
+    """R-BUD-2 on partition pair (ci0 and ci1, a job fills a node): the node under a
+    running attempt is set down twice (NODE_FAIL, retried, counted); as the other node
+    takes work it goes offline, and the retry is submitted ``--exclude``d from it. Once
+    Slurm resumes it, after the cool-down (``slurm.node_cooldown_s: 1``) one probe job
+    runs there and brings it back online, and the retry waiting in Slurm, its exclusion
+    cleared, runs there: the same Slurm job, one Slurm job per attempt."""
+    run = slurm_run
+    run.task.write_text(PAIR_TASK)
+    run.start()
+    warm = tmp_path / "warm"
+    first = [submit(run, f"warm{n}", until_file(warm)) for n in (1, 2)]
+    assert {ready(run, job_id)["slurm_node"] for job_id in first} == {"ci0", "ci1"}
+    warm.touch()
+    for job_id in first:  # both nodes ran the run's work: neither is the last of pair
+        run.wait_state(job_id, "completed", timeout=SLURM_S)
+    holder = submit(run, "holder", until_file(tmp_path / "release-holder"))
+    busy = ready(run, holder)["slurm_node"]
+    node = {"ci0": "ci1", "ci1": "ci0"}[busy]
+    job_id = submit(run, "fragile", until_file(tmp_path / "release-fragile"))
+    try:
+        for number in (1, 2):
+            assert ready(run, job_id, f"a{number}")["slurm_node"] == node
+            set_node("down", node=node)
+            wait_for(lambda: len(run.job(job_id)["attempts"]) > number, timeout=SLURM_S,
+                     message=f"the retry after a{number}'s NODE_FAIL")
+            if number == 1:
+                set_node("resume", node=node)
+        shown = wait_for(lambda: (n := nodes_shown(run).get(node)) and
+                         n["consecutive_failures"] == 2 and n, timeout=SLURM_S,
+                         message=f"{node}'s second failure in status")
+        assert shown["state"] in ("offline", "probing"), shown
+        assert nodes_shown(run)[busy]["state"] == "online"
+        retry = wait_for(lambda: run.job(job_id)["attempts"][2].get("handle"),
+                         timeout=SLURM_S, message="the retry's Slurm job")
+        assert wait_for(lambda: excluded_by(retry["job_id"]) == node, timeout=SLURM_S,
+                        message=f"the retry excluding {node}")
+        set_node("resume", node=node)
+        back = wait_for(lambda: (n := nodes_shown(run).get(node)) and n["state"] == "online"
+                        and n, timeout=SLURM_S, message=f"{node} back online")
+        assert back["consecutive_failures"] == 0
+        assert ready(run, job_id, "a3")["slurm_node"] == node
+        (tmp_path / "release-fragile").touch()
+        doc = run.wait_state(job_id, "completed", timeout=SLURM_S)
+        assert [a["outcome"] for a in doc["attempts"]] == ["infra_retry", "infra_retry",
+                                                           "completed"]
+        assert all(f"NODE_FAIL on node {node}" in a["error"] for a in doc["attempts"][:2])
+        assert doc["attempts"][2]["handle"]["job_id"] == retry["job_id"]
+        assert len(slurm_jobs(run, job_id)) == 3
+        probes = subprocess.run(["squeue", "-h", "--states=all", "-o", "%j|%N|%T"],
+                                capture_output=True, text=True, timeout=30).stdout.split()
+        assert [p for p in probes if p.startswith(f"pxprobe-{run_tag(run.root)}-")] == [
+            f"pxprobe-{run_tag(run.root)}-{node}|{node}|COMPLETED"]
+    finally:
+        set_node("resume", check=False, node=node)
+        (tmp_path / "release-holder").touch()
+    assert run.wait_state(holder, "completed", timeout=SLURM_S)["exit_code"] == 0

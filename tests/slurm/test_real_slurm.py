@@ -1,7 +1,7 @@
-"""The Slurm backend against a real single-node Slurm (tests/slurm/setup.sh: node ci0,
-two fake GPUs): true exit codes, distinct GPUs, Slurm's refusals and pending reasons,
-a cancel from outside, and a job found again by its name (SPEC R-DIST-1 "Tested
-against a real single-node Slurm started by CI")."""
+"""The Slurm backend against a real Slurm (tests/slurm/setup.sh: node ci0, two fake
+GPUs, alone in the default partition): true exit codes, distinct GPUs, Slurm's
+refusals and pending reasons, a cancel from outside, and a job found again by its name
+(SPEC R-DIST-1 "Tested against a real single-node Slurm started by CI")."""
 
 from __future__ import annotations
 
@@ -182,6 +182,7 @@ def test_a_node_set_down_is_an_infrastructure_failure(backend, tmp_path):
         assert outcome(state, exit_json(attempt), None) == ("infrastructure", "Slurm NODE_FAIL")
     finally:
         subprocess.run([*scontrol, "state=resume"], check=True, timeout=30)
-        wait_for(lambda: subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True,
+        wait_for(lambda: subprocess.run(["sinfo", "-h", "-N", "-n", "ci0", "-p", "main", "-o",
+                                         "%T"], capture_output=True,
                                         text=True, timeout=30).stdout.strip() == "idle",
                  timeout=SLURM_S, message="node ci0 idle again")

@@ -49,3 +49,24 @@ def test_what_a_cluster_backend_cannot_do_is_refused_by_name(extra, key, expecte
     message = str(caught.value)
     assert f"compute_budget.resource_scheduler.{key}" in message
     assert expected in message
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("node_cooldown_s", "-1", "a number in 0..86400"),
+    ("node_cooldown_s", "true", "a number in 0..86400"),
+    ("launch_timeout_s", "0", "a number in 1..86400"),
+    ("launch_timeout_s", "never", "a number in 1..86400"),
+])
+def test_the_node_keys_are_refused_out_of_range_by_name(key, value, expected):
+    """R-BUD-2's settings are checked like the rest of the mapping: the key path, the
+    value and what was expected."""
+    with pytest.raises(PolicyError) as caught:
+        policy(f"    backend: slurm\n    slurm: {{{key}: {value}}}\n")
+    message = str(caught.value)
+    assert f"compute_budget.resource_scheduler.slurm.{key}" in message
+    assert expected in message
+
+
+def test_the_node_cooldown_is_the_task_files_and_defaults_to_300_s():
+    assert policy("    backend: slurm\n    slurm: {node_cooldown_s: 30}\n").node_cooldown_s == 30
+    assert policy("    backend: slurm\n").node_cooldown_s == 300

@@ -1,0 +1,47 @@
+"""The Slurm backend on the fake cluster of tests/slurm/fake/cluster where a real Slurm
+cannot show it on demand: a job Slurm has already forgotten (purged after MinJobAge)
+still ends with its true exit code, read from exit.json (SPEC R-DIST-1)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.core.nodes import NodeRegistry
+from praxist_fs.core.policy import Policy, Profile
+from tests.backends.conftest import RealRig
+
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def rig(fake_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_SLURM_MIN_JOB_AGE", "0")  # an ended job is gone at once
+    policy = Policy(backend="slurm", max_concurrent_experiments=2, default_profile="cpu",
+                    profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
+                    slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
+                           "poll_pending_s": 0.2, "poll_running_s": 1.0})
+    rig = RealRig(tmp_path / "run", lambda rig: SlurmBackend(
+        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+    yield rig
+    rig.close()
+
+
+def test_a_job_slurm_has_purged_ends_with_the_exit_code_of_its_exit_json(rig):
+    """Slurm's squeue no longer knows the job by the time it is asked: the attempt is
+    not lost, it exited 3 as its exit.json says, on the node its READY names."""
+    launch = rig.launch("j1", rig.command(3, 0.0))
+    rig.seen.add(rig.backend.start(launch, lambda: {"PATH": "/usr/bin:/bin"}))
+    key = ("j1", "a1")
+    rig.settle(lambda: key in rig.seen.last, TIMEOUT_S)
+    rig.backend.go(key)
+    rig.settle(lambda: rig.seen.ended(key), TIMEOUT_S)
+    [end] = rig.seen.exits[key]
+    assert (end.exit_code, end.signal, end.alive) == (3, None, False)
+    slurm_id = end.handle["job_id"]
+    assert rig.backend.client.poll([slurm_id]) == {}  # gone from Slurm's queue
+    ready = json.loads((rig.layout.attempt_dir(*key) / "READY").read_text())
+    assert (ready["slurm_job_id"], ready["slurm_node"]) == (slurm_id, "fake0")
+    assert end.handle["node"] == "fake0"
