@@ -210,8 +210,8 @@ def _launch_path_first(effect: Effect) -> int:
     """Sort key: shims are told their attempt and GO before the batch's files are written
     (replies, job files: nothing waits on them), so that commands start sooner. Signals
     to running work stay ahead of launches: a victim's suspension is under way before
-    the GO of the job that takes its room, which waits for it (``_go``). The sort is
-    stable: a spawn still precedes its GO."""
+    the GO of the job that takes its room, which waits for it (``ExecutionBackend.go``).
+    The sort is stable: a spawn still precedes its GO."""
     if isinstance(effect, (SuspendAttempt, ResumeAttempt, EvictAttempt)):
         return 0
     return 1 if isinstance(effect, (SpawnAttempt, WriteGo)) else 2
