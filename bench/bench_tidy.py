@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""What the coordinator's sweep of ``jobs/*/`` for junk costs (``Coordinator._tidy_jobs``).
+"""What the coordinator's sweep of ``jobs/*/`` for junk costs (``Housekeeper.tidy_jobs``).
 
 Builds a run with N finished and M queued jobs (bench/fixture.py), replays its journal
-in-process into a coordinator that is not started, and times the sweeps as the daemon
+in-process into a scheduler, and times a housekeeper's sweeps as the daemon
 runs them: at start (names and kinds only: the repair reads the files), every reconcile
 (``queued/`` and ``running/``: a stat of each file), every DONE_SWEEP_SECONDS
 (``done/``, in slices of DONE_SLICE entries, one a reconcile: the total and the slowest
@@ -28,9 +28,10 @@ from bench_coordinator import TASK_YAML  # noqa: E402
 from fixture import build_run  # noqa: E402
 
 from praxist_fs.adapters.journal import Journal  # noqa: E402
-from praxist_fs.config import load_policy  # noqa: E402
+from praxist_fs.adapters.layout import RunLayout  # noqa: E402
 from praxist_fs.core.events import from_record  # noqa: E402
-from praxist_fs.daemon import Coordinator  # noqa: E402
+from praxist_fs.core.scheduler import Scheduler  # noqa: E402
+from praxist_fs.housekeeping import Housekeeper  # noqa: E402
 
 
 def best(runs: int, sweep) -> float:
@@ -53,39 +54,40 @@ def main() -> int:
         task.write_text(TASK_YAML.format(concurrency=4, maximum=8))
         run_dir = Path(scratch) / "run"
         built = build_run(run_dir, task, finished=args.finished, queued=args.queued)
-        coord = Coordinator(run_dir, load_policy(str(task)))
-        journal = Journal(coord.layout.journal)
+        layout, sched = RunLayout.at(run_dir), Scheduler()
+        keeper = Housekeeper(layout)
+        journal = Journal(layout.journal)
         for record in journal.replay():
-            coord.sched.handle(from_record(record))
+            sched.handle(from_record(record))
         journal.close()
         time.sleep(1.1)  # past the sweeps' mtime slack: the fixture's files are not news
 
         def done_sweep(since: int | None = None) -> dict:
             """One whole pass over jobs/done/, slice by slice as the reconciles take it."""
-            coord._next_done_sweep = 0.0
+            keeper._next_done_sweep = 0.0
             if since is not None:
-                coord._swept_ns["done"] = since
+                keeper._swept_ns["done"] = since
             slices = []
             while True:
                 t0 = time.perf_counter()
-                coord._tidy_done()
+                keeper._tidy_done(sched, None)
                 slices.append(time.perf_counter() - t0)
-                if coord._done_listing is None:
+                if keeper._done_listing is None:
                     break
             return {"slices": len(slices), "total_s": round(sum(slices), 4),
                     "slowest_slice_s": round(max(slices), 4)}
 
         found = {
             "finished": args.finished, "queued": args.queued, "build_s": built,
-            "start_sweep_all_s": best(args.runs, lambda: coord._tidy_jobs(
-                ("queued", "running", "done"), start=True, clean=True)),
+            "start_sweep_all_s": best(args.runs, lambda: keeper.tidy_jobs(
+                sched, None, ("queued", "running", "done"), start=True, clean=True)),
             "reconcile_sweep_queued_running_s": best(
-                args.runs, lambda: coord._tidy_jobs(("queued", "running"))),
+                args.runs, lambda: keeper.tidy_jobs(sched, None, ("queued", "running"))),
             "done_sweep": min((done_sweep() for _ in range(args.runs)),
                               key=lambda found: found["total_s"]),
             # as if every file changed since the last pass: each is read and compared
             "done_sweep_every_file_changed": done_sweep(since=0),
-            "set_aside_anything": coord.layout.quarantine.exists(),
+            "set_aside_anything": layout.quarantine.exists(),
         }
     print(json.dumps(found, indent=2))
     return 0

@@ -15,8 +15,8 @@ once or by KILL after the grace; ABORT ends it without it ever running. An end's
 stays in the queue when a suspension or a signal makes it void, and ``next_timer`` may
 name it: waking at it finds nothing to report.
 
-``VirtualLoop`` is the daemon's loop in small around a core on this backend, and
-``carry_out`` which backend call carries out which of the core's attempt effects.
+``VirtualLoop`` is the daemon's loop in small around a core on this backend: the
+daemon's driver (``praxist_fs.driver``) without a journal or views.
 """
 
 from __future__ import annotations
@@ -26,16 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from praxist_fs.core.effects import (
-    AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
-    SuspendAttempt, TerminateAttempts, WriteGo,
-)
+from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.states import JobState
+from praxist_fs.driver import Driver
 
-from .base import NO_TIMER, AttemptKey, Capabilities, ExecutionBackend
+from .base import NO_TIMER, AttemptKey, Capabilities
 
 TERM_EXIT = (143, 15)  # what a command that dies of SIGTERM exits with (128 + signal)
 KILL_EXIT = (137, 9)
@@ -332,47 +329,17 @@ class MemoryBackend:
             ended_at=attempt.ended_at if attempt.exit is not None else None)
 
 
-def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
-              evict_grace: float = GRACE_S) -> list[Event]:
-    """Hand one of the core's attempt effects to ``backend``, as the daemon's loop does;
-    what it returns goes back to the core. Effects on files are not a backend's: []."""
-    if isinstance(effect, SpawnAttempt):
-        return backend.start(effect, lambda: dict(effect.env))
-    if isinstance(effect, TerminateAttempts):
-        return backend.terminate(list(effect.attempts))
-    if not isinstance(effect, (WriteGo, AbortAttempt, SuspendAttempt, ResumeAttempt,
-                               EvictAttempt, CancelAttempt)):
-        return []
-    key = (effect.job_id, effect.attempt_id)
-    if isinstance(effect, WriteGo):
-        backend.go(key)
-    elif isinstance(effect, AbortAttempt):
-        backend.abort(key)
-    elif isinstance(effect, SuspendAttempt):
-        preemptions = jobs[effect.job_id].current.preemptions
-        backend.suspend(key, preemptions[-1]["by"] if preemptions else "")
-    elif isinstance(effect, ResumeAttempt):
-        backend.resume(key)
-    else:
-        grace = effect.grace if isinstance(effect, CancelAttempt) else evict_grace
-        backend.end(key, grace, jobs[effect.job_id].state is JobState.SUSPENDED)
-    return []
-
-
-class VirtualLoop:
-    """The daemon's loop around a core on a virtual host, for the simulator and tests: an
-    event goes to the core, what it decides to the backend, what the backend reports back
-    to the core, until nothing is left. Nothing is journaled: the core's state is all."""
+class VirtualLoop(Driver):
+    """The daemon's loop in small around a core on a virtual host, for the simulator and
+    tests: the one driver, with nothing to journal and no files; an event goes to the
+    core, what it decides to the backend, what the backend reports back to the core,
+    until nothing is left."""
 
     def __init__(self, sched: Scheduler, backend: MemoryBackend) -> None:
-        self.sched = sched
-        self.backend = backend
+        super().__init__(sched, backend, evict_grace=GRACE_S, clock=lambda: backend.host.now)
 
     def handle(self, event: Event) -> None:
-        pending = [event]
-        while pending:
-            for effect in self.sched.handle(pending.pop(0)):
-                pending += carry_out(self.backend, effect, self.sched.jobs)
+        self.process([event])
 
     def advance(self, now: float) -> list[AttemptObserved]:
         """The clock moves to ``now``: the ends reached by then, each handled in turn."""

@@ -322,7 +322,7 @@ class Simulation:
                 raise Crash
 
     def process(self, events: list[Event]) -> None:
-        """daemon._process: handle a batch, journal what changed state, commit, then effects."""
+        """Driver.process: handle a batch, journal what changed state, commit, then effects."""
         while events:
             effects: list[Effect] = []
             pending: list[dict[str, Any]] = []

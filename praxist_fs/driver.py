@@ -1,0 +1,223 @@
+"""The one interpreter of the core: handle -> journal -> one commit -> effects.
+
+The daemon's loop and the simulator both feed the core through a ``Driver``. For a
+batch of events: ``Scheduler.handle`` each (with the scheduling pass inside the batch
+when asked, and the handles a backend binds to its launches), journal (uncommitted)
+those that changed the core's state, commit once, then carry out the effects, launches
+first: attempt effects go to the backend (``carry_out``), file effects to the views.
+What the backend answers is the next batch, until nothing is left.
+
+The simulator's driver has no journal and no views: the core's state is all there is.
+The daemon's has both, and leaves to the loop what is the loop's (``waited_out``: a
+full disk degrades it; ``watch_generation``; ``after_commit``: the task's hooks).
+Crash points (``reach``) mark the commit and every effect, as OPERATIONS.md lists them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from os import PathLike
+from typing import TYPE_CHECKING
+
+from .adapters.crashpoints import reach
+from .core.effects import (
+    AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
+    SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
+)
+from .core.events import Event, to_record
+from .core.metrics import COMMIT_BUCKETS, Histogram
+from .core.model import Job
+from .core.scheduler import Scheduler
+from .core.states import JobState
+
+if TYPE_CHECKING:  # the simulator's driver has neither: it need not import them
+    from .adapters.journal import Journal
+    from .backends.base import ExecutionBackend
+    from .views import Views
+
+EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
+
+ATTEMPT_EFFECTS = (SpawnAttempt, WriteGo, AbortAttempt, TerminateAttempts, SuspendAttempt,
+                   ResumeAttempt, EvictAttempt, CancelAttempt)
+
+Environment = Callable[[SpawnAttempt], dict[str, str]]  # a launch's command environment
+WaitedOut = Callable[[OSError, "str | PathLike[str]"], bool]
+
+
+def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
+              environment: Environment, evict_grace: float) -> list[Event]:
+    """Hand one of the core's attempt effects to ``backend``; what it returns goes back
+    to the core. ``environment`` is asked for only when the backend uses it."""
+    if isinstance(effect, SpawnAttempt):
+        return backend.start(effect, lambda: environment(effect))
+    if isinstance(effect, TerminateAttempts):
+        return backend.terminate(list(effect.attempts))
+    key = (effect.job_id, effect.attempt_id)
+    if isinstance(effect, WriteGo):
+        backend.go(key)
+    elif isinstance(effect, AbortAttempt):
+        backend.abort(key)
+    elif isinstance(effect, SuspendAttempt):
+        preemptions = jobs[effect.job_id].current.preemptions
+        backend.suspend(key, preemptions[-1]["by"] if preemptions else "")
+    elif isinstance(effect, ResumeAttempt):
+        backend.resume(key)
+    elif isinstance(effect, (EvictAttempt, CancelAttempt)):
+        grace = effect.grace if isinstance(effect, CancelAttempt) else evict_grace
+        backend.end(key, grace, jobs[effect.job_id].state is JobState.SUSPENDED)
+    else:
+        raise TypeError(f"no backend call carries out {type(effect).__name__}")
+    return []
+
+
+class Driver:
+    """Feeds one core (``sched``; the loop replaces it when a batch is rolled back) and
+    carries out what it decides on ``backend``, ``journal`` and ``views``; without a
+    journal nothing is committed, without views file effects are dropped."""
+
+    def __init__(self, sched: Scheduler, backend: ExecutionBackend, *,
+                 journal: Journal | None = None, views: Views | None = None,
+                 environment: Environment = lambda launch: dict(launch.env),
+                 evict_grace: float = EVICT_GRACE_SECONDS,
+                 clock: Callable[[], float] = time.time,
+                 waited_out: WaitedOut | None = None,
+                 watch_generation: Callable[[int], None] | None = None,
+                 after_commit: Callable[[list[Event], list[Effect]], None] | None = None
+                 ) -> None:
+        self.sched = sched
+        self.backend = backend
+        self.journal = journal
+        self.views = views
+        self.environment = environment
+        self.evict_grace = evict_grace
+        self.clock = clock  # the scheduling pass's time: the wall's, or a virtual host's
+        self.waited_out = waited_out  # a full disk's error: the loop degrades, not dies
+        self.watch_generation = watch_generation  # before a generation's first file
+        self.after_commit = after_commit  # a committed batch, once its effects are out
+        self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency
+
+    def process(self, events: list[Event], launch: bool = False) -> bool:
+        """handle -> journal the events that changed state -> one commit -> effects, and
+        again with what the effects answered, until nothing is left.
+
+        With ``launch`` (a batch that may fill or free slots: requests, exits) the
+        scheduling pass runs inside the first batch, so an acceptance or an exit and the
+        launch decision it allows share one commit. Returns False when a commit failed on
+        a full disk: that batch never happened (none of its effects ran, the backend
+        forgot what it bound) and the loop rebuilds the core from the durable records.
+        A full disk met by an effect ends the rounds once that batch's effects are out:
+        the views are repaired on recovery, and what the backend answered is seen again."""
+        while events:
+            effects: list[Effect] = []
+            committed = self._handle(events, effects)
+            if launch:
+                committed |= self._handle(self.sched.next_launches(self.clock()), effects)
+                launch = False
+            committed |= self._handle(self.backend.bind(effects), effects)
+            if committed and self.journal is not None:
+                reach("journal.before_commit")
+                try:
+                    began = time.monotonic()
+                    self.journal.commit()
+                    self.commits.observe(time.monotonic() - began)
+                except OSError as exc:
+                    if not self._waited_out(exc, self.journal.path):
+                        raise
+                    self.backend.roll_back()
+                    return False
+                reach("journal.after_commit")
+            batch, events, effects = events, [], _last_job_writes(effects)
+            degraded = False
+            for effect in sorted(effects, key=_launch_path_first):
+                point = f"effect.{_effect_name(effect)}"
+                reach(f"{point}.before")
+                try:
+                    events += self._carry_out(effect)
+                except OSError as exc:  # a view: repaired on recovery; the batch goes on
+                    if not self._waited_out(exc, exc.filename or self.views.layout.scheduler):
+                        raise
+                    degraded = True
+                reach(f"{point}.after")
+            degraded |= not self.settle()
+            if committed and self.after_commit is not None:
+                self.after_commit(batch, effects)
+            if degraded:
+                return True
+        return True
+
+    def settle(self) -> bool:
+        """Once the batch's commands are on their way (their GO is journaled and sent): the
+        backend's work kept off the launch path (``ExecutionBackend.settle``). False on a
+        full disk: kept for the recovery's try."""
+        try:
+            self.backend.settle()
+        except OSError as exc:
+            if not self._waited_out(exc, exc.filename or self.views.layout.attempts):
+                raise
+            return False
+        return True
+
+    def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
+        """Hand events to the core, journal (uncommitted) those that changed its state."""
+        journaled = False
+        for event in events:
+            before = self.sched.version
+            effects += self.sched.handle(event)
+            if self.sched.version != before:
+                if self.journal is not None:
+                    self.journal.append(to_record(event))
+                journaled = True
+        return journaled
+
+    def _carry_out(self, effect: Effect) -> list[Event]:
+        """Attempt effects go to the backend; every other effect is a file: a view."""
+        if isinstance(effect, ATTEMPT_EFFECTS):
+            return carry_out(self.backend, effect, self.sched.jobs, self.environment,
+                             self.evict_grace)
+        if self.views is not None:
+            if isinstance(effect, WriteGenerationFile) and self.watch_generation is not None:
+                self.watch_generation(effect.generation)
+            self.views.execute(effect, self.sched)
+        return []
+
+    def _waited_out(self, exc: OSError, path: str | PathLike[str]) -> bool:
+        return self.waited_out is not None and self.waited_out(exc, path)
+
+
+def _last_job_writes(effects: list[Effect]) -> list[Effect]:
+    """One job-file write per job and batch, the last (what the file must say), moved from
+    wherever the batch found it: an acceptance and its launch write one file, not three."""
+    first: dict[str, WriteJob] = {}
+    last: dict[str, WriteJob] = {}
+    for effect in effects:
+        if isinstance(effect, WriteJob):
+            first.setdefault(effect.job_id, effect)
+            last[effect.job_id] = effect
+    kept: list[Effect] = []
+    for effect in effects:
+        if not isinstance(effect, WriteJob):
+            kept.append(effect)
+        elif effect is last[effect.job_id]:
+            start = first[effect.job_id]
+            found = start.replaces if start.replaces is not None else start.directory
+            kept.append(replace(effect, replaces=found if found != effect.directory else None))
+    return kept
+
+
+def _launch_path_first(effect: Effect) -> int:
+    """Sort key: shims are told their attempt and GO before the batch's files are written
+    (replies, job files: nothing waits on them), so that commands start sooner. Signals
+    to running work stay ahead of launches: a victim's suspension is under way before
+    the GO of the job that takes its room, which waits for it (``ExecutionBackend.go``).
+    The sort is stable: a spawn still precedes its GO."""
+    if isinstance(effect, (SuspendAttempt, ResumeAttempt, EvictAttempt)):
+        return 0
+    return 1 if isinstance(effect, (SpawnAttempt, WriteGo)) else 2
+
+
+def _effect_name(effect: Effect) -> str:
+    """WriteJob, WriteReply, ...; generation files add their kind (WriteGenerationFile.lease)."""
+    name = type(effect).__name__
+    return f"{name}.{effect.kind}" if isinstance(effect, WriteGenerationFile) else name

@@ -1,0 +1,271 @@
+"""Housekeeping of the run directory: nothing stands there that the journal does not know.
+
+At start, after the replay, the derived files and attempt directories of records the
+journal lost are set aside (``set_aside_orphans``); while serving, ``jobs/*/`` is swept
+for junk between batches (``tidy_jobs``). What is set aside goes to a quarantine case
+with a note, never served or signalled. Like the views and the inboxes, a
+``Housekeeper`` takes data (the core's state, the views to rewrite a job file with)
+and does file work: it never feeds the core nor calls the loop.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .adapters import quarantine
+from .backends.local import procs
+from .adapters.fsio import TEMP_PATTERN, read_json, unlink, write_atomic
+from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .core.effects import WriteJob
+from .core.model import Job
+from .core.scheduler import Scheduler
+from .errors import JournalCorrupt
+from .views import Views, forged, read_bytes
+
+log = logging.getLogger("praxist_fs")
+
+ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
+DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
+DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
+
+
+class Housekeeper:
+    """One coordinator's housekeeping: its quarantine case and where each ``jobs/``
+    sweep stands. ``done_sweep``: seconds between two passes over jobs/done/."""
+
+    def __init__(self, layout: RunLayout, done_sweep: float = DONE_SWEEP_SECONDS) -> None:
+        self.layout = layout
+        self.done_sweep = done_sweep
+        self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
+        self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
+        self._next_done_sweep = 0.0
+        self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
+        self._done_since: int | None = None  # when the sweep before it began
+
+    def quarantine(self) -> quarantine.Case:
+        """This start's (or reconcile's) case, opened at the first thing it sets aside."""
+        if self.case is None:
+            self.case = quarantine.Case(self.layout, time.time())
+        return self.case
+
+    def keep(self, path: str | os.PathLike, data: bytes, why: str) -> None:
+        """Keep ``data``, found at ``path`` of the run, in the case (the file is rewritten)."""
+        self.quarantine().keep(os.path.relpath(path, self.layout.root), data, why)
+
+    def set_aside_orphans(self, sched: Scheduler, clean: bool) -> list[dict[str, Any]]:
+        """Nothing may stand that the journal does not know: a derived file of a request,
+        control, job, lease or attempt it has no record of proves a record it lost (a
+        damaged one dropped, a journal cut by hand). Replies, control replies, job files
+        and lease files are moved to quarantine and reported, not admitted again: the
+        request's env, file digest, lease and cost ceiling were only in the lost record,
+        and a resend of it is answered afresh, on the same job id. An attempt directory is
+        a lost launch (``_release_orphan``). ``jobs/*/`` gets the reconcile's sweep
+        (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk.
+        Runs after replay, before anything is journaled. Returns every quarantine case
+        (``quarantine.notes``), for status.json."""
+        layout = self.layout
+        attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
+                    for job in sched.queued()]
+        attempts += [layout.attempts / job_id / attempt for job_id in _names(layout.attempts)
+                     if job_id not in sched.jobs for attempt in _names(layout.attempts / job_id)]
+        attempts = [path for path in attempts if path.is_dir()]
+        for path in attempts:  # before anything is moved: a refusal leaves the run as it was
+            if (path / "GO").exists() or (path / "exit.json").exists():
+                raise JournalCorrupt(
+                    f"{path}: an attempt the journal has no record of was given GO (its "
+                    "command ran or runs); refusing to start: launching its job again could "
+                    "run it twice (OPERATIONS.md *Crash*)")
+        for path in attempts:
+            self._release_orphan(path)
+        for directory, known, what in (
+                (layout.replies, sched.replies, "reply"),
+                (layout.control_replies, sched.control_replies, "control reply")):
+            for name in _names(directory):
+                if name.endswith(".json") and name[:-5] not in known:
+                    self.quarantine().move(directory / name, _unknown(what, directory / name))
+        self.tidy_jobs(sched, None, JOB_DIRECTORIES, start=True, clean=clean)
+        for number, gen in sched.generations.items():  # a lease file shows its peer's latest
+            for name in _names(layout.leases(number)):
+                doc = read_json(layout.leases(number) / name)
+                if name.endswith(".json") and isinstance(doc, dict) and \
+                        doc.get("lease_id") not in gen.leases:
+                    self.quarantine().move(layout.leases(number) / name, (
+                        f"lease {doc.get('lease_id')} of generation {number} for peer "
+                        f"{name[:-5]} ({doc.get('state')}): the journal has no record of it; "
+                        "set aside: the peer waits for a lease again"))
+        problems = quarantine.notes(layout)
+        if earlier := len(problems) - (self.case is not None):
+            log.warning("%d earlier quarantine case(s) in %s await an operator (status.json "
+                        "coordinator.problems)", earlier, layout.quarantine)
+        return problems
+
+    def tidy_jobs(self, sched: Scheduler, views: Views | None, directories: tuple[str, ...],
+                  *, start: bool = False, clean: bool = True) -> bool:
+        """``jobs/<d>/`` holds one thing per job in that state: ``<job_id>.json`` (R-FS-6).
+        Everything else is set aside in quarantine with a note, never served or signalled:
+        so a listing of ``jobs/running/`` shows only jobs that run (issue 14). True if
+        anything was set aside while serving (the loop then reports the new case).
+
+        Runs between batches only (at start after replay, then from the reconcile), when
+        every job's own move is done, so a copy in the wrong directory is no move in
+        flight. At a start after a crash it may be the last coordinator's unfinished move,
+        and hidden temp files its unfinished writes: those are removed, as leftovers of
+        our own (``spool.sweep_stale`` takes the temp files). A file in its right place
+        that changed since the directory's last sweep and says other than the journal is
+        set aside too, then rewritten from it through ``views``; at start the views'
+        repair rewrites those. After the start, jobs/done/ (every job the run had) goes
+        by ``_tidy_done``."""
+        if not start:
+            self.case = None  # each reconcile that finds something opens its own case
+        moved = False
+        for directory in directories:
+            since = self._swept_ns.get(directory)
+            self._swept_ns[directory] = time.time_ns()
+            try:
+                with os.scandir(self.layout.jobs(directory)) as listing:
+                    entries = list(listing)
+            except FileNotFoundError:  # removed by hand: the next start makes it again
+                continue
+            moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
+                                          None if start else since)
+        if not start:
+            moved |= self._tidy_done(sched, views)
+        elif "done" in directories:  # the next pass over jobs/done/ comes a while later
+            self._next_done_sweep = time.monotonic() + self.done_sweep
+        return moved and not start
+
+    def _tidy_done(self, sched: Scheduler, views: Views | None) -> bool:
+        """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
+        each: 100,000 at once would hold the loop for half a second). An entry listed in
+        an earlier slice is judged on the state of now: between batches still."""
+        if self._done_listing is None:
+            if time.monotonic() < self._next_done_sweep:
+                return False
+            self._done_since = self._swept_ns.get("done")
+            self._swept_ns["done"] = time.time_ns()
+            try:
+                self._done_listing = os.scandir(self.layout.jobs("done"))
+            except FileNotFoundError:
+                self._next_done_sweep = time.monotonic() + self.done_sweep
+                return False
+        entries = list(itertools.islice(self._done_listing, DONE_SLICE))
+        if len(entries) < DONE_SLICE:
+            self._done_listing.close()
+            self._done_listing = None
+            self._next_done_sweep = time.monotonic() + self.done_sweep
+        return self._set_aside_junk(sched, views, "done", entries, False, True,
+                                    self._done_since)
+
+    def _set_aside_junk(self, sched: Scheduler, views: Views | None, directory: str,
+                        entries: list[os.DirEntry], start: bool, clean: bool,
+                        since_ns: int | None) -> bool:
+        """Set aside the junk among ``entries`` of ``jobs/<directory>/`` (``_junk`` says
+        which); a job's own file is rewritten from the journal. True if any was."""
+        moved = False
+        for entry in entries:
+            job = sched.jobs.get(entry.name[:-5]) if entry.name.endswith(".json") else None
+            why = _junk(sched, directory, entry, job, start, clean,
+                        None if since_ns is None else since_ns - MTIME_SLACK_NS)
+            if why is None:
+                continue
+            own = job is not None and job.state.directory == directory
+            found = read_bytes(entry.path) \
+                if own and entry.is_file(follow_symlinks=False) else None
+            try:
+                if found is not None:  # kept, then replaced in one rename: never missing
+                    self.keep(entry.path, found, why)
+                else:
+                    self.quarantine().move(Path(entry.path), why)
+            except FileNotFoundError:
+                continue  # gone meanwhile: nothing to set aside
+            moved = True
+            if own and not start:
+                views.execute(WriteJob(job_id=job.job_id, directory=directory,
+                                       document=sched.job_document(job)), sched)
+        return moved
+
+    def _release_orphan(self, attempt_dir: Path) -> None:
+        """An attempt directory the journal has no launch for, with no GO: GO is journaled
+        after the launch, so its command never started. ABORT it (a shim at the barrier,
+        or one still starting, leaves without starting it), wait for its shim to go, and
+        set the directory aside, so that the job's next launch (under the same attempt id)
+        cannot wake the old shim. Its shim: READY's identity, or any process given the
+        directory (one started for it that has not written READY yet)."""
+        write_atomic(attempt_dir / "ABORT", b"", durable=True)
+        deadline = time.monotonic() + ORPHAN_SHIM_WAIT_SECONDS
+        while True:
+            ready = read_json(attempt_dir / "READY")
+            shims = procs.with_argument(str(attempt_dir))
+            if isinstance(ready, dict) and procs.is_alive(
+                    ready.get("pid"), ready.get("start_time"), ready.get("boot_id")):
+                shims.append(ready["pid"])
+            if not shims:
+                break
+            if time.monotonic() > deadline:
+                raise JournalCorrupt(
+                    f"{attempt_dir}: the shim (pid {shims[0]}) of an attempt the journal has "
+                    "no record of did not leave after ABORT; refusing to start")
+            time.sleep(0.05)
+        self.quarantine().move(attempt_dir, (
+            "an attempt whose launch record was lost; its command never started (no GO): "
+            "aborted, and its job launches again"))
+
+
+def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job: Job | None,
+          start: bool, clean: bool, since_ns: int | None) -> str | None:
+    """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays."""
+    if job is not None and job.state.directory == directory and \
+            entry.is_file(follow_symlinks=False):  # the common case first: no syscall
+        try:
+            if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                return None  # untouched since the last sweep found it right
+        except FileNotFoundError:
+            return None
+        data = read_bytes(entry.path)
+        return None if data is None else forged(sched, job, data)  # None: it went
+    where = f"jobs/{directory}/"
+    kind = "symlink" if entry.is_symlink() else "directory" \
+        if entry.is_dir(follow_symlinks=False) else "file" \
+        if entry.is_file(follow_symlinks=False) else "special file"
+    if fnmatch.fnmatchcase(entry.name, TEMP_PATTERN) and kind == "file":
+        if start:
+            return None  # a crashed write of ours: removed by spool.sweep_stale
+        return (f"a hidden temporary file in {where} with no write in progress (the "
+                "coordinator, its only writer, finishes each before the next sweep)")
+    if job is None:
+        if kind == "file" and entry.name.endswith(".json"):
+            return _unknown("job file", Path(entry.path))
+        return f"a {kind} in {where}, which holds only <job_id>.json files of its jobs"
+    if job.state.directory != directory:
+        if start and not clean and kind == "file":
+            unlink(entry.path)  # a move the last coordinator began and did not finish
+            return None
+        return (f"a {kind} named for job {job.job_id}, which is {job.state.value}: its "
+                f"file is jobs/{job.state.directory}/{entry.name}; a stale or forged "
+                "copy, never served or signalled")
+    return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
+            "file rewritten from the journal")
+
+
+def _unknown(what: str, path: Path) -> str:
+    """The note for a derived file of a request, control or job the journal does not know."""
+    doc = read_json(path)
+    said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \
+        else None  # what a reply answered, where a job file stood
+    return (f"{what} {path.name[:-5]} ({said}): the journal has no record of it (its record "
+            "was lost, or the coordinator never wrote it); set aside, not served: a resend "
+            "of the request is answered afresh")
+
+
+def _names(directory: str | os.PathLike) -> list[str]:
+    try:
+        return os.listdir(directory)
+    except FileNotFoundError:
+        return []

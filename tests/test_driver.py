@@ -1,0 +1,92 @@
+"""The driver is the one interpreter of the core (DESIGN.md, *Where the house goes next*:
+"handle -> journal -> one commit -> effects, for the daemon and the simulator alike").
+
+With a journal, what it commits is the state: replaying the journal into a fresh core
+gives the live one, which is what a restart relies on. Without one (the simulator's),
+the same workload ends in the same state: the simulator runs what the daemon runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from praxist_fs.adapters.journal import Journal
+from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
+from praxist_fs.config import load_policy
+from praxist_fs.core.admission import upper_bound
+from praxist_fs.core.effects import SpawnAttempt
+from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen, from_record
+from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.request import Request
+from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.states import JobState
+from praxist_fs.driver import Driver
+
+FCFS = Path(__file__).resolve().parents[1] / "fixtures" / "policies" / "fcfs.yaml"
+GPUS = GpuSample(source="fake", devices=tuple(
+    GpuDevice(uuid=f"GPU-{i}", index=i, name="fake H200", memory_total_mib=143771.0,
+              memory_used_mib=0.0, utilization_pct=0.0) for i in range(2)))
+JOBS = 24  # more than two GPUs serve at once: most wait in the queue
+EXITS = (0, 0, 3, 75)  # 75 is retried, 3 fails
+
+
+def run_workload(journal: Journal | None) -> Scheduler:
+    """Submit JOBS GPU requests, one every 10 s, on a virtual host with 2 GPUs, and serve
+    them to the end the way the daemon's loop does: requests and exits go to the driver
+    with the scheduling pass inside their batch."""
+    policy = load_policy(str(FCFS))
+    policy = replace(policy, initial_concurrent_experiments=upper_bound(policy, None))
+    sched = Scheduler(policy)
+
+    def plan(launch: SpawnAttempt) -> Run:
+        """Exit 75 (an infrastructure failure) on a first attempt only: the retry ends 0."""
+        i = int(launch.metadata["request_id"][1:])
+        code = EXITS[i % len(EXITS)]
+        return Run(25.0 + 7 * (i % 5), exit_code=0 if code == 75 and
+                   launch.attempt_id != "a1" else code)
+
+    host = VirtualHost()
+    driver = Driver(sched, MemoryBackend(plan, host), journal=journal,
+                    clock=lambda: host.now)
+    driver.process([CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                                       boot_id="memory"),
+                    HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+                        source="simulated", cpu=0.0, memory=0.0, io=0.0))])
+    profile = next(name for name, p in policy.profiles.items()
+                   if p.uses_gpu and p.gpu_count == 1)
+    arrivals = [(10.0 * i, Request(request_id=f"r{i}", peer=f"p{i % 3}", tag=f"t{i}",
+                                   profile=profile, argv=("train", str(i)), eta_s=60.0))
+                for i in range(JOBS)]
+    while arrivals or driver.backend.next_timer() < math.inf:
+        now = min(arrivals[0][0] if arrivals else math.inf, driver.backend.next_timer())
+        assert driver.process(driver.backend.on_timer(now), launch=True)
+        while arrivals and arrivals[0][0] == now:
+            _, request = arrivals.pop(0)
+            assert driver.process([RequestSeen(
+                at=now, name=f"{request.request_id}.json", digest=request.request_id,
+                request_id=request.request_id, request=request)], launch=True)
+    return sched
+
+
+def test_what_the_driver_commits_replays_to_the_state_it_served(tmp_path):
+    journal = Journal(tmp_path / "journal.log")
+    live = run_workload(journal)
+    journal.close()
+    assert live.count(JobState.COMPLETED) + live.count(JobState.FAILED) == JOBS
+    assert live.count(JobState.FAILED) == JOBS // len(EXITS)  # exit 3; exit 75 retried
+    assert sum(len(job.attempts) for job in live.jobs.values()) == JOBS + JOBS // len(EXITS)
+
+    replayed = Scheduler()
+    for record in Journal(tmp_path / "journal.log").replay():
+        replayed.handle(from_record(json.loads(json.dumps(record))))
+    assert replayed.snapshot() == live.snapshot()
+
+
+def test_the_simulators_driver_without_a_journal_serves_the_same_history(tmp_path):
+    journal = Journal(tmp_path / "journal.log")
+    journaled = run_workload(journal)
+    journal.close()
+    assert run_workload(None).snapshot() == journaled.snapshot()
