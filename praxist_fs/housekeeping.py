@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .adapters import quarantine
-from .backends.local import procs
 from .adapters.fsio import TEMP_PATTERN, read_json, unlink, write_atomic
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .backends.local import procs
 from .core.effects import WriteJob
 from .core.model import Job
 from .core.scheduler import Scheduler
