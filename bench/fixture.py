@@ -160,13 +160,17 @@ def replay_in_process(run_dir: Path) -> dict:
 
 def compact_run(run_dir: Path) -> dict:
     """Compact a built run as the coordinator does: the replayed state as snapshot.jsonl,
-    then an empty journal (the clean-stop marker keeps vouching for the same seq)."""
+    with the watermark of its derived files (the clean-stop marker's time: all written
+    by then), then an empty journal (the clean-stop marker keeps vouching for the same
+    seq)."""
     layout = RunLayout.at(run_dir)
     journal = Journal(layout.journal)
     sched = Scheduler()
     for record in journal.replay():
         sched.handle(from_record(record))
-    data = b"".join(dump(sched, journal.seq))
+    with open(layout.clean_stop, "rb") as handle:
+        durable_ns = json.load(handle)["views_durable_ns"]
+    data = b"".join(dump(sched, journal.seq, views_durable_ns=durable_ns))
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)
     journal.compact()

@@ -62,11 +62,11 @@ from .core.model import Job
 from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.scheduler import Scheduler
-from .core.snapshot import SnapshotError, dump, load
+from .core.snapshot import SnapshotError, dump, read
 from .core.states import JobState
 from .errors import JournalCorrupt, NoRoomToStart
 from .inboxes import Inboxes
-from .views import Views, forged, read_bytes
+from .views import Unsettled, Views, forged, read_bytes
 
 log = logging.getLogger("praxist_fs")
 
@@ -106,6 +106,8 @@ class Coordinator:
         self._published: dict[str, list[dict[str, Any]]] = {}
         self._watched: set[int] = set()
         self.sched = Scheduler()
+        # (journal seq, views_durable_ns) of the snapshot restored, when it has a watermark
+        self._watermark: tuple[int, int] | None = None
         self.selector = selectors.DefaultSelector()
         self.backend: ExecutionBackend = (
             SlurmBackend(self.layout, self.selector, self._job, policy, lambda: self.sched.nodes)
@@ -182,14 +184,21 @@ class Coordinator:
         if self.journal.restored_newline:
             log.warning("journal: record %d was whole but for its newline: kept",
                         self.journal.restored_newline)
+        unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
         for record in self.journal.replay():
-            self.sched.handle(from_record(record))
+            unsettled.note(self.sched.handle(from_record(record)))
         views_durable_ns = self._take_clean_stop()
+        if views_durable_ns is not None or self._watermark is None:
+            unsettled = None  # a clean stop vouches for every file; no compaction, for none
+        else:  # a crash after a compaction: its watermark vouches for the rest
+            unsettled.jobs.update(job.job_id for job in (*self.sched.queued(),
+                                                         *self.sched.in_flight()))
         self._set_aside_orphans(clean=views_durable_ns is not None)
         self.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
-                     boot_id=procs.boot_id(), clean=views_durable_ns is not None),
+                     boot_id=procs.boot_id(), clean=views_durable_ns is not None,
+                     settled_seq=self._watermark[0] if unsettled is not None else None),
             AttemptTally.of(self.sched.jobs.values()), self.metrics_textfile_dir)
         self.inboxes = Inboxes(self.layout, self.vault)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -208,7 +217,10 @@ class Coordinator:
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
-        self._repair_views(views_durable_ns)
+        if unsettled is None:
+            self._repair_views(views_durable_ns)
+        else:
+            self._repair_views(self._watermark[1], unsettled)
         self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
@@ -643,14 +655,15 @@ class Coordinator:
     # -- derived files --------------------------------------------------------
 
     def _restore_snapshot(self) -> int:
-        """The scheduler as the last compaction left it, and the journal seq it covers."""
+        """The scheduler as the last compaction left it, and the journal seq it covers
+        (with the snapshot's watermark, if it has one, in ``_watermark``)."""
         try:
             handle = open(self.layout.snapshot, "rb")
         except FileNotFoundError:
             return 0
         with handle:
             try:
-                seq, self.sched = load(handle)
+                seq, durable_ns, self.sched = read(handle)
             except SnapshotError as exc:
                 raise JournalCorrupt(
                     f"{self.layout.snapshot}: {exc}; refusing to start. If journal.log still "
@@ -658,6 +671,7 @@ class Coordinator:
                 ) from None
         if not isinstance(seq, int) or seq < 0:
             raise JournalCorrupt(f"{self.layout.snapshot}: journal_seq {seq!r} is not a count")
+        self._watermark = None if durable_ns is None else (seq, durable_ns)
         return seq
 
     def _keep_damaged(self, seq: int, offset: int, data: bytes) -> bool:
@@ -867,9 +881,14 @@ class Coordinator:
     def _compact(self) -> None:
         """Write the state the journal has built as one durable snapshot, then empty the
         journal: a start then reads the snapshot and a short tail, not the whole history.
-        Runs between loop turns, when every handled event is committed."""
+        Runs between loop turns, when every handled event is committed and its effects
+        carried out (not degraded: every view was written): the job index is committed
+        and everything made durable, and the snapshot records when (its watermark), so a
+        start after a crash reads back only the files of what the tail changed."""
         self.journal.commit()
-        data = b"".join(dump(self.sched, self.journal.seq))
+        self.views.index.flush(self.journal.seq)
+        sync_all()
+        data = b"".join(dump(self.sched, self.journal.seq, views_durable_ns=time.time_ns()))
         reach("snapshot.before_write")
         write_atomic(self.layout.snapshot, data, durable=True, mode=0o600)
         reach("snapshot.after_write")
@@ -899,11 +918,12 @@ class Coordinator:
         durable_ns = marker.get("views_durable_ns")
         return durable_ns if isinstance(durable_ns, int) else None
 
-    def _repair_views(self, durable_ns: int | None) -> None:
+    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None) -> None:
         """The derived files made to agree with the journal (``Views.repair``); a forged
         job file found on the way goes to this start's quarantine case."""
         self.views.repair(self.sched, durable_ns, self.journal.seq, lambda path, data, why:
-                          self._quarantine().keep(_relative(self.layout, path), data, why))
+                          self._quarantine().keep(_relative(self.layout, path), data, why),
+                          unsettled)
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
         """status.json and metrics.prom at their cadence (``Views.status_due``), with what
