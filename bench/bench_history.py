@@ -6,7 +6,8 @@ coordinator served it again and was killed -9 (a crash: no ``clean_stop.json``, 
 journal tail), and the fixture's journal never compacted (replayed event by event).
 Each version measured builds its own sources (its own compaction).
 
-``bench_history.py [--levels 10000,100000] [--rounds 3] [--settle 2] [--json PATH]``
+``bench_history.py [--levels 10000,100000] [--rounds 3] [--settle 2] [--json PATH]
+[--fixtures DIR]`` (DIR keeps the built runs, so that versions compare on one)
 prints one line per level and way, and the medians; targets (issue 19): RSS <= 60 MB
 and every start <= 1 s at 100,000 finished jobs.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -56,19 +58,33 @@ def left_by(source: Path, label: str, crash: bool) -> Path:
     return scratch
 
 
-def measure_level(finished: int, rounds: int, settle: float) -> dict:
-    pristine, built = build_fixture(f"hist{finished}", finished)
-    (pristine / MARKER).unlink()  # never served: its uncompacted journal as a crash leaves it
+def measure_level(finished: int, rounds: int, settle: float, fixtures: Path | None,
+                  ways: tuple[str, ...] = WAYS) -> dict:
+    given = fixtures / str(finished) if fixtures is not None else None
+    if given is not None and given.exists():  # built before (by any version: the journal
+        pristine, built = given, {"finished_jobs": finished, "reused": str(given)}  # is one)
+    else:
+        pristine, built = build_fixture(f"hist{finished}", finished)
+        if given is not None:
+            given.parent.mkdir(parents=True, exist_ok=True)
+            pristine = Path(shutil.move(pristine, given))
     clean = left_by(pristine, f"hist{finished}clean", crash=False)
     crashed = left_by(clean, f"hist{finished}crashed", crash=True)
-    sources = {"clean": clean, "crashed": crashed, "uncompacted": pristine}
+    uncompacted = copy_fixture(pristine, f"hist{finished}uncompacted")
+    (uncompacted / MARKER).unlink()  # never served: the journal as a crash leaves it
+    sources = {"clean": clean, "crashed": crashed, "uncompacted": uncompacted}
+    if given is None:
+        discard(pristine)
     try:
-        starts: dict[str, list[dict]] = {way: [] for way in WAYS}
-        rss = []
+        starts: dict[str, list[dict]] = {way: [] for way in ways}
+        rss, empty = [], []
         for r in range(rounds):
+            empty.append(cold_start(None, "empty")["popen_to_probe_reply_s"])
+            print(f"  N={finished:,} round {r}: an empty run's start {empty[-1]:.3f} s (the "
+                  "floor on this machine now)", flush=True)
             rss.append(settled_rss(clean, settle))
             print(f"  N={finished:,} round {r}: settled RSS {rss[-1]} MB", flush=True)
-            for way in WAYS:
+            for way in ways:
                 scratch = copy_fixture(sources[way], f"{way}{r}")
                 try:
                     starts[way].append(cold_start(scratch, way))
@@ -81,10 +97,11 @@ def measure_level(finished: int, rounds: int, settle: float) -> dict:
     finally:
         for source in sources.values():
             discard(source)
-    return {"fixture": built, "rss_mb_settled": rss, "starts": starts,
+    return {"fixture": built, "rss_mb_settled": rss, "starts": starts, "empty_starts": empty,
             "median_rss_mb_settled": statistics.median(rss),
+            "median_empty_reply_s": statistics.median(empty),
             **{f"median_{way}_reply_s": statistics.median(
-                s["popen_to_probe_reply_s"] for s in starts[way]) for way in WAYS}}
+                s["popen_to_probe_reply_s"] for s in starts[way]) for way in ways}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,17 +110,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--settle", type=float, default=2.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--ways", default=",".join(WAYS),
+                        help="which starts to time (default: all three)")
+    parser.add_argument("--fixtures", type=Path,
+                        help="keep each level's built run in FIXTURES/<N> and reuse it")
     args = parser.parse_args(argv)
     results = {"machine": machine(), "levels": {}}
     for level in map(int, args.levels.split(",")):
         print(f"building a run with {level:,} finished jobs ...", flush=True)
-        results["levels"][str(level)] = measure_level(level, args.rounds, args.settle)
-    print(f"\n| finished | RSS settled | clean stop | crash | uncompacted | target |")
-    print("|---|---|---|---|---|---|")
+        results["levels"][str(level)] = measure_level(level, args.rounds, args.settle,
+                                                        args.fixtures,
+                                                        tuple(args.ways.split(",")))
+    print("\n| finished | RSS settled | clean stop | crash | uncompacted | empty run | target |")
+    print("|---|---|---|---|---|---|---|")
     for level, r in results["levels"].items():
-        print(f"| {int(level):,} | {r['median_rss_mb_settled']:.1f} MB "
-              f"| {r['median_clean_reply_s']:.3f} s | {r['median_crashed_reply_s']:.3f} s "
-              f"| {r['median_uncompacted_reply_s']:.3f} s | <= 60 MB, <= 1 s |")
+        cells = [f"{r[f'median_{way}_reply_s']:.3f} s" if f"median_{way}_reply_s" in r
+                 else "-" for way in WAYS]
+        print(f"| {int(level):,} | {r['median_rss_mb_settled']:.1f} MB | {' | '.join(cells)} "
+              f"| {r['median_empty_reply_s']:.3f} s | <= 60 MB, <= 1 s |")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
