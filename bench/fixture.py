@@ -131,7 +131,7 @@ def build_run(run_dir: Path, task: Path, *, finished: int = 0, queued: int = 0,
     t1 = time.monotonic()
     files = b.write_views()
     # As a clean stop leaves it: the views are all there (bench_all removes this marker to
-    # time the start after a crash, which reads every derived file back).
+    # time the start after a crash; without a snapshot, every derived file is read back).
     with open(b.layout.clean_stop, "w") as handle:
         json.dump({"journal_seq": b.journal.seq, "views_durable_ns": time.time_ns()}, handle)
     b.journal.close()
