@@ -297,8 +297,8 @@ def cold_start(scratch: Path | None, label: str, python_args: tuple[str, ...] = 
 def px_replay(events: int, rounds: int, profile_to: Path | None) -> dict:
     """Cold starts on copies of one run with ``events`` journaled events, as each way of
     stopping leaves it: compacted at a clean stop (snapshot, empty journal, derived files
-    vouched for); the same after a crash (every derived file read back); and a journal
-    never compacted, replayed event by event (a crash before the first compaction at
+    vouched for); the same after a crash (the snapshot's watermark vouches for them); and
+    a journal never compacted, replayed event by event (a crash before the first compaction at
     COMPACT_AFTER_RECORDS; ``events`` beyond that is more than a crash can leave)."""
     jobs = max(1, (events - 1) // 4)  # CoordinatorStarted + 4 events per finished job
     pristine, built = build_fixture("replay", jobs)
@@ -589,7 +589,7 @@ def build_rows(r: dict) -> list[dict]:
     rows.append(row(f"cold start to serving, {events:,} events, compacted at a clean stop",
                     rep["median_clean_probe_reply_s"], None, None, "<= 1 s",
                     rep["median_clean_probe_reply_s"] <= 1.0, "s"))
-    rows.append(row("  same, after a crash (every derived file read back)",
+    rows.append(row("  same, after a crash (the watermark vouches for the files)",
                     rep["median_crashed_probe_reply_s"], None, None, "", None, "s"))
     rows.append(row(f"  {events:,} events never compacted, replayed one by one",
                     rep["median_uncompacted_probe_reply_s"], None, None, "", None, "s"))

@@ -131,7 +131,7 @@ def build_run(run_dir: Path, task: Path, *, finished: int = 0, queued: int = 0,
     t1 = time.monotonic()
     files = b.write_views()
     # As a clean stop leaves it: the views are all there (bench_all removes this marker to
-    # time the start after a crash, which reads every derived file back).
+    # time the start after a crash; without a snapshot, every derived file is read back).
     with open(b.layout.clean_stop, "w") as handle:
         json.dump({"journal_seq": b.journal.seq, "views_durable_ns": time.time_ns()}, handle)
     b.journal.close()
@@ -160,13 +160,17 @@ def replay_in_process(run_dir: Path) -> dict:
 
 def compact_run(run_dir: Path) -> dict:
     """Compact a built run as the coordinator does: the replayed state as snapshot.jsonl,
-    then an empty journal (the clean-stop marker keeps vouching for the same seq)."""
+    with the watermark of its derived files (the clean-stop marker's time: all written
+    by then), then an empty journal (the clean-stop marker keeps vouching for the same
+    seq)."""
     layout = RunLayout.at(run_dir)
     journal = Journal(layout.journal)
     sched = Scheduler()
     for record in journal.replay():
         sched.handle(from_record(record))
-    data = b"".join(dump(sched, journal.seq))
+    with open(layout.clean_stop, "rb") as handle:
+        durable_ns = json.load(handle)["views_durable_ns"]
+    data = b"".join(dump(sched, journal.seq, views_durable_ns=durable_ns))
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)
     journal.compact()

@@ -14,25 +14,27 @@ import time
 
 from .adapters.crashpoints import reach
 from .adapters.fsio import fsync_dir, read_json, sync_all, unlink, write_atomic, write_json
+from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
 from .core.scheduler import Scheduler
-from .core.snapshot import SnapshotError, dump, load
+from .core.snapshot import SnapshotError, dump, read
 from .errors import JournalCorrupt
 
 log = logging.getLogger("praxist_fs")
 
 
-def restore(layout: RunLayout) -> tuple[int, Scheduler]:
-    """The scheduler as the last compaction left it, and the journal seq it covers (a
-    new scheduler at 0 when there is no snapshot)."""
+def restore(layout: RunLayout) -> tuple[int, int | None, Scheduler]:
+    """The scheduler as the last compaction left it, the journal seq it covers (a new
+    scheduler at 0 when there is no snapshot), and its watermark: when every derived
+    file up to that seq was durable (None from a snapshot written before watermarks)."""
     try:
         handle = open(layout.snapshot, "rb")
     except FileNotFoundError:
-        return 0, Scheduler()
+        return 0, None, Scheduler()
     with handle:
         try:
-            seq, sched = load(handle)
+            seq, views_durable_ns, sched = read(handle)
         except SnapshotError as exc:
             raise JournalCorrupt(
                 f"{layout.snapshot}: {exc}; refusing to start. If journal.log still "
@@ -40,15 +42,20 @@ def restore(layout: RunLayout) -> tuple[int, Scheduler]:
             ) from None
     if not isinstance(seq, int) or seq < 0:
         raise JournalCorrupt(f"{layout.snapshot}: journal_seq {seq!r} is not a count")
-    return seq, sched
+    return seq, views_durable_ns, sched
 
 
-def compact(layout: RunLayout, journal: Journal, sched: Scheduler) -> None:
+def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex) -> None:
     """Write the state the journal has built as one durable snapshot, then empty the
     journal: a start then reads the snapshot and a short tail, not the whole history.
-    Runs between loop turns, when every handled event is committed."""
+    Runs between loop turns, when every handled event is committed and its effects
+    carried out (not degraded: every view was written): the job index is committed and
+    everything made durable, and the snapshot records when (its watermark), so a start
+    after a crash reads back only the files of what the tail changed."""
     journal.commit()
-    data = b"".join(dump(sched, journal.seq))
+    index.flush(journal.seq)
+    sync_all()
+    data = b"".join(dump(sched, journal.seq, views_durable_ns=time.time_ns()))
     reach("snapshot.before_write")
     write_atomic(layout.snapshot, data, durable=True, mode=0o600)
     reach("snapshot.after_write")

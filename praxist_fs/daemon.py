@@ -62,7 +62,7 @@ from .driver import Driver
 from .errors import NoRoomToStart
 from .housekeeping import DONE_SWEEP_SECONDS, Housekeeper
 from .inboxes import Inboxes
-from .views import Views
+from .views import Unsettled, Views
 
 log = logging.getLogger("praxist_fs")
 
@@ -165,7 +165,7 @@ class Coordinator:
     def _start(self) -> None:
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
         runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
-        after, self.driver.sched = compaction.restore(self.layout)
+        after, watermark, self.driver.sched = compaction.restore(self.layout)
         self.journal = self.driver.journal = Journal(self.layout.journal, after=after,
                                                      keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
@@ -178,15 +178,22 @@ class Coordinator:
         if self.journal.restored_newline:
             log.warning("journal: record %d was whole but for its newline: kept",
                         self.journal.restored_newline)
+        unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
         for record in self.journal.replay():
-            self.sched.handle(from_record(record))
+            unsettled.note(self.sched.handle(from_record(record)))
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
+        if views_durable_ns is not None or watermark is None:
+            unsettled = None  # a clean stop vouches for every file; no compaction, for none
+        else:  # a crash after a compaction: its watermark vouches for the rest
+            unsettled.jobs.update(job.job_id for job in (*self.sched.queued(),
+                                                         *self.sched.in_flight()))
         self.problems = self.housekeeper.set_aside_orphans(
             self.sched, clean=views_durable_ns is not None)
         self.views = self.driver.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
-                     boot_id=procs.boot_id(), clean=views_durable_ns is not None),
+                     boot_id=procs.boot_id(), clean=views_durable_ns is not None,
+                     settled_seq=after if unsettled is not None else None),
             AttemptTally.of(self.sched.jobs.values()), self.metrics_textfile_dir)
         self.inboxes = Inboxes(self.layout, self.vault)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -205,7 +212,10 @@ class Coordinator:
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
-        self._repair_views(views_durable_ns)
+        if unsettled is None:
+            self._repair_views(views_durable_ns)
+        else:
+            self._repair_views(watermark, unsettled)
         self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
@@ -249,7 +259,7 @@ class Coordinator:
             if clean and self.degraded is None:  # else views are owed: the start repairs
                 try:
                     if self.journal.tail:
-                        compaction.compact(self.layout, self.journal, self.sched)
+                        compaction.compact(self.layout, self.journal, self.sched, self.views.index)
                     self.views.index.close(self.journal.seq)
                     compaction.mark_clean_stop(self.layout, self.journal.seq)
                 except OSError as exc:
@@ -310,7 +320,7 @@ class Coordinator:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             if self.journal.tail >= self.compact_after and self.degraded is None:
-                compaction.compact(self.layout, self.journal, self.sched)
+                compaction.compact(self.layout, self.journal, self.sched, self.views.index)
                 _return_memory()  # rendering the snapshot leaves as much garbage as the state
 
     def _quiet(self) -> bool:
@@ -357,8 +367,8 @@ class Coordinator:
         lost (requests stay in incoming/, shims keep their commands and exit statuses)."""
         path = exc.filename or self.layout.root
         return NoRoomToStart(
-            f"cannot start: {DISK_ERRORS[exc.errno]} on {_file_system(path)}: {path} ([Errno {exc.errno}] "
-            f"{exc.strerror}); nothing was consumed (requests wait in spool/incoming/, "
+            f"cannot start: {DISK_ERRORS[exc.errno]} on {_file_system(path)}: {path} "
+            f"([Errno {exc.errno}] {exc.strerror}); nothing was consumed (requests wait in spool/incoming/, "
             "running commands keep running and their shims hold their exit status); make "
             "room and start it again")
 
@@ -385,7 +395,7 @@ class Coordinator:
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
         is room."""
-        after, sched = compaction.restore(self.layout)
+        after, _, sched = compaction.restore(self.layout)
         for record in self.journal.durable(after):
             sched.handle(from_record(record))
         self.driver.sched = sched
@@ -580,10 +590,11 @@ class Coordinator:
             f"its checksum; dropped by --drop-damaged-record {seq}"))
         return True
 
-    def _repair_views(self, durable_ns: int | None) -> None:
+    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None) -> None:
         """The derived files made to agree with the journal (``Views.repair``); a forged
         job file found on the way goes to this start's quarantine case."""
-        self.views.repair(self.sched, durable_ns, self.journal.seq, self.housekeeper.keep)
+        self.views.repair(self.sched, durable_ns, self.journal.seq, self.housekeeper.keep,
+                          unsettled)
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
         """status.json and metrics.prom at their cadence (``Views.status_due``), with what

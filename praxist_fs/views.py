@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,25 @@ STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up t
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
 SetAside = Callable[[str, bytes, str], None]
+
+
+@dataclass(slots=True)
+class Unsettled:
+    """The derived files a crash may have left behind the journal, by what they are of:
+    the jobs (ids) and replies (request ids) that the records after the last compaction
+    wrote (``note``, with each replayed record's effects), and the jobs not ended (their
+    pending reasons are written with no record). The rest the compaction's watermark
+    vouches for (``Views.repair``)."""
+
+    jobs: set[str] = field(default_factory=set)
+    replies: set[str] = field(default_factory=set)
+
+    def note(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, WriteJob):
+                self.jobs.add(effect.job_id)
+            elif isinstance(effect, WriteReply):
+                self.replies.add(effect.request_id)
 
 
 class Views:
@@ -135,7 +155,7 @@ class Views:
     # -- repair at start ------------------------------------------------------
 
     def repair(self, sched: Scheduler, durable_ns: int | None, journal_seq: int,
-               set_aside: SetAside) -> None:
+               set_aside: SetAside, unsettled: Unsettled | None = None) -> None:
         """Job files and replies are derived: rewrite any that disagree with the journal.
 
         After a crash every file is read back and compared. After a clean stop the files
@@ -143,17 +163,24 @@ class Views:
         touched since is current, so a restart lists directories instead of reading (or
         even rendering) every file; a missing or since-modified one is compared and
         rewritten as usual, and a job file changed since that says other than the journal
-        is set aside first (no coordinator wrote it). Copies of a job in the wrong state
-        directory are gone: the coordinator's tidying ran first. The job index is rebuilt
-        from every job's document unless it could be kept."""
+        is set aside first (no coordinator wrote it). After a crash with ``unsettled``,
+        ``durable_ns`` is the last compaction's watermark: it vouches the same way for
+        every file but those of the jobs and requests ``unsettled`` names (what the
+        journal changed after that compaction, and the jobs not ended), which are
+        compared; a difference there is the crash's unfinished write, rewritten, not set
+        aside. Copies of a job in the wrong state directory are gone: the coordinator's
+        tidying ran first. The job index is rebuilt from every job's document unless it
+        could be kept; one kept but ``behind`` is given every job document compared."""
         listed = {d: _mtimes(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
         listed["replies"] = _mtimes(self.layout.replies)
 
         def current(directory: str, key: str) -> bool:  # there, and untouched since
             return durable_ns is not None and \
+                (unsettled is None or key not in (
+                    unsettled.replies if directory == "replies" else unsettled.jobs)) and \
                 listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
 
-        rebuild = not self.index.complete
+        rebuild, restage = not self.index.complete, self.index.behind
         indexed = []
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
@@ -162,11 +189,13 @@ class Views:
             if isinstance(effect, WriteJob):
                 if rebuild:
                     indexed.append((effect.document, data.decode()))
+                elif restage:
+                    self.index.stage(effect.document, data)
                 if current(effect.directory, effect.job_id):
                     continue
             path = self.path(effect)
             if (found := read_bytes(path)) != data:
-                if durable_ns is not None and found is not None and \
+                if durable_ns is not None and unsettled is None and found is not None and \
                         isinstance(effect, WriteJob) and \
                         (why := forged(sched, sched.jobs[effect.job_id], found)):
                     set_aside(path, found, why)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from praxist_fs.adapters import spool
-from praxist_fs.adapters.jobindex import JobIndex
+from praxist_fs.adapters.jobindex import JobIndex, JobQuery, list_jobs
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.vault import Vault
 from praxist_fs.core.effects import WriteJob, WriteReply
@@ -21,7 +21,7 @@ from praxist_fs.core.metrics import AttemptTally
 from praxist_fs.core.policy import Policy
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.inboxes import Inboxes
-from praxist_fs.views import Views
+from praxist_fs.views import Unsettled, Views
 
 
 def drop_request(layout: RunLayout, tag: str, env: dict[str, str] | None = None,
@@ -98,3 +98,54 @@ def test_the_repair_at_start_rewrites_the_very_files_execute_wrote(layout):
     reply.write_text("{damaged")
     views.repair(sched, None, 1, lambda path, data, why: pytest.fail(f"set aside {path}"))
     assert {path: path.read_bytes() for path in wrote} == wrote
+
+
+def test_after_a_crash_the_repair_reads_back_and_reindexes_only_what_the_tail_changed(layout):
+    """Issue 19: a start after a crash is proportional to what was not settled. The last
+    compaction's watermark vouches for the files written before it; the tail's files are
+    read back, and its jobs staged again into the job index the crash left behind."""
+    sched, vault = Scheduler(), Vault(layout)
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+
+    def accept(tag: str) -> list:
+        drop_request(layout, tag)
+        requests, _ = Inboxes(layout, vault).requests()
+        return [effect for event in requests for effect in sched.handle(event)]
+
+    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=1, boot_id="boot",
+                                          clean=False), AttemptTally.of(sched.jobs.values()))
+    views.repair(sched, None, 1, lambda path, data, why: pytest.fail(f"set aside {path}"))
+    settled = accept("settled")
+    for effect in settled:
+        views.execute(effect, sched)
+    views.index.flush(2)  # the compaction at seq 2: the index committed, then the sync
+    watermark = time.time_ns()
+    unsettled = Unsettled()
+    tail = accept("unsettled")  # seq 3: journaled, its files written, not yet indexed
+    unsettled.note(tail)
+    for effect in tail:
+        views.execute(effect, sched)
+    views.index.close()  # the crash: what was staged for the index is gone
+
+    def garble(effects: list) -> Path:  # a change only a read would find
+        [reply] = [Path(views.path(e)) for e in effects if isinstance(e, WriteReply)]
+        before = reply.stat()
+        reply.write_text("{garbled")
+        os.utime(reply, ns=(before.st_atime_ns, before.st_mtime_ns))
+        return reply
+
+    settled_reply, tail_reply = garble(settled), garble(tail)
+
+    index = JobIndex(layout.job_index, journal_seq=3, boot_id="boot", clean=False,
+                     settled_seq=2)
+    assert index.complete and index.behind
+    views = Views(layout, vault, index, AttemptTally.of(sched.jobs.values()))
+    views.repair(sched, watermark, 3, lambda path, data, why: pytest.fail(f"set aside {path}"),
+                 unsettled)
+    assert json.loads(tail_reply.read_text())["outcome"] == "accepted"  # read back
+    assert settled_reply.read_text() == "{garbled"  # vouched for: not read
+    views.index.flush(3)
+    listing = list_jobs(layout, JobQuery(), owner=sched.coordinator["since"])
+    assert listing.source == "index"
+    assert sorted(doc["tag"] for doc in listing.documents) == ["settled", "unsettled"]

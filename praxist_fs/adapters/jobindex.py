@@ -6,10 +6,13 @@ writes to a job file and commits what it staged whenever it rewrites
 status.json (at most every 0.2 s while jobs change, at least every 5 s; never
 ahead of a waiting request or exit), in one transaction that also records the
 journal seq the index then reflects: a commit costs 0.1-0.3 ms here, too much
-for every batch of a trivial job. At start the index is kept only when that
+for every batch of a trivial job. At start the index is kept when that
 seq is the journal's and the machine has not restarted since (or the last
-coordinator stopped cleanly, which syncs everything); otherwise it is rebuilt
-from the scheduler's jobs into a new file renamed over the old one.
+coordinator stopped cleanly, which syncs everything), or, after a crash on the
+same boot, when it reflects at least the seq of the last compaction (whose
+snapshot vouches for the files up to it): the jobs changed since are staged
+again; otherwise it is rebuilt from the scheduler's jobs into a new file
+renamed over the old one.
 
 SQLite in rollback-journal mode (TRUNCATE: the journal file stays, empty,
 between transactions instead of being created and removed each time, which
@@ -96,14 +99,19 @@ class JobIndex:
     raises: on an error it removes the file (readers then read the job files) and
     stops, until the next start rebuilds it."""
 
-    def __init__(self, path: Path, *, journal_seq: int, boot_id: str, clean: bool) -> None:
+    def __init__(self, path: Path, *, journal_seq: int, boot_id: str, clean: bool,
+                 settled_seq: int | None = None) -> None:
         """Open the index if it reflects ``journal_seq`` and survived since on this boot
-        (or a ``clean`` stop synced it); else ``complete`` is False: rebuild it."""
+        (or a ``clean`` stop synced it); else ``complete`` is False: rebuild it. On this
+        boot an index a little behind is kept too, when it reflects at least
+        ``settled_seq``: ``behind`` then says that the jobs the journal changed after that
+        seq must be staged again (``Views.repair`` does)."""
         self.path = path
         self.db: sqlite3.Connection | None = None
         self.staged: dict[str, tuple[dict[str, Any], str]] = {}
         self.meta: dict[str, Any] = {}  # to record with the next commit
         self.seq = journal_seq
+        self.behind = False
         try:
             db = self._connect("rw")  # an existing file only
         except sqlite3.Error:
@@ -112,9 +120,12 @@ class JobIndex:
             meta = _meta(db)
         except sqlite3.Error:
             meta = {}
-        if meta.get("schema") == SCHEMA and meta.get("journal_seq") == journal_seq and \
-                (clean or meta.get("boot_id") == boot_id):
+        found, same_boot = meta.get("journal_seq"), meta.get("boot_id") == boot_id
+        if meta.get("schema") == SCHEMA and found == journal_seq and (clean or same_boot):
             self.db = db
+        elif meta.get("schema") == SCHEMA and same_boot and settled_seq is not None and \
+                isinstance(found, int) and settled_seq <= found <= journal_seq:
+            self.db, self.behind = db, True
         else:
             db.close()
 
@@ -158,7 +169,7 @@ class JobIndex:
             return
         self.staged.clear()
         self.meta.clear()
-        self.seq = journal_seq
+        self.seq, self.behind = journal_seq, False
 
     def rebuild(self, documents: Iterable[tuple[dict[str, Any], str]], *, journal_seq: int,
                 boot_id: str, owner: float) -> None:
@@ -193,7 +204,7 @@ class JobIndex:
             return
         self.staged.clear()
         self.meta.clear()
-        self.seq = journal_seq
+        self.seq, self.behind = journal_seq, False
         log.info("job index rebuilt from the journal")
 
     def serve(self, *, boot_id: str, owner: float) -> None:

@@ -46,13 +46,20 @@ def capture(sched: Scheduler) -> dict[str, Any]:
             "replies": [_reply(reply) for reply in sched.replies.values()]}
 
 
-def dump(sched: Scheduler, journal_seq: int) -> Iterator[bytes]:
+def dump(sched: Scheduler, journal_seq: int,
+         views_durable_ns: int | None = None) -> Iterator[bytes]:
     """The snapshot file, a line at a time: a header (everything but the jobs and the
     replies, with their counts and the journal seq it covers), then one line per job and
     per reply. Read back line by line, a start never holds the whole document and the
-    scheduler at once (at 100,000 jobs that doubled the coordinator's memory)."""
+    scheduler at once (at 100,000 jobs that doubled the coordinator's memory).
+
+    ``views_durable_ns``: when the writer knew every derived file of the records up to
+    ``journal_seq`` written and durable (the watermark a start after a crash compares
+    against, ``read``); the header leaves it out when not given."""
     header = {**_header(sched), "journal_seq": journal_seq,
               "jobs": len(sched.jobs), "replies": len(sched.replies)}
+    if views_durable_ns is not None:
+        header["views_durable_ns"] = views_durable_ns
     yield _line(header)
     for job in sched.jobs.values():
         yield _line(_job(job))
@@ -62,6 +69,13 @@ def dump(sched: Scheduler, journal_seq: int) -> Iterator[bytes]:
 
 def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
     """(the journal seq it covers, the scheduler) from ``dump``'s lines."""
+    seq, _, sched = read(lines)
+    return seq, sched
+
+
+def read(lines: Iterable[bytes]) -> tuple[int, int | None, Scheduler]:
+    """(the journal seq it covers, its ``views_durable_ns`` or None, the scheduler) from
+    ``dump``'s lines; a snapshot written before the watermark has None."""
     lines = iter(lines)
     try:
         header = json.loads(next(lines, b"null"))
@@ -69,7 +83,8 @@ def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
                          "replies": _documents(lines, header["replies"])})
         if next(lines, None) is not None:
             raise SnapshotError("damaged snapshot: lines after the last reply")
-        return header["journal_seq"], sched
+        durable_ns = header.get("views_durable_ns")
+        return header["journal_seq"], durable_ns if isinstance(durable_ns, int) else None, sched
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SnapshotError):
             raise

@@ -87,6 +87,23 @@ def test_kept_at_start_only_at_the_journal_seq_on_the_same_boot_or_after_a_clean
     assert JobIndex(path, journal_seq=9, boot_id="boot-2", clean=True).complete
 
 
+def test_after_a_crash_on_the_same_boot_an_index_behind_is_kept_back_to_the_compaction(layout):
+    index = built(layout, job(1))
+    index.flush(9)  # its last commit before the crash, the journal went on to seq 12
+    index.close()
+    path = layout.job_index
+    assert not JobIndex(path, journal_seq=12, boot_id=BOOT, clean=False).complete
+    assert not JobIndex(path, journal_seq=12, boot_id=BOOT, clean=False,
+                        settled_seq=10).complete  # older than the last compaction
+    assert not JobIndex(path, journal_seq=12, boot_id="boot-2", clean=False,
+                        settled_seq=8).complete  # a reboot: its commits were never synced
+    kept = JobIndex(path, journal_seq=12, boot_id=BOOT, clean=False, settled_seq=8)
+    assert kept.complete and kept.behind  # the jobs changed after seq 8 are staged again
+    kept.stage(job(2), dumps(job(2)))
+    kept.flush(12)
+    assert not kept.behind and ids(layout) == ["2", "1"]
+
+
 @pytest.mark.parametrize("damage", ["missing", "garbage", "old schema"])
 def test_a_missing_damaged_or_foreign_file_is_not_kept_and_is_rebuilt(layout, damage):
     built(layout, job(1)).close()

@@ -15,7 +15,9 @@ import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.snapshot import FORMAT, SnapshotError, capture, dump, load, restore
+from praxist_fs.core.snapshot import (
+    FORMAT, SnapshotError, capture, dump, load, read, restore,
+)
 
 from .test_simulation import replay, run_seed
 
@@ -53,6 +55,13 @@ def test_the_snapshot_file_reads_back_line_by_line():
         load(iter(lines[:-1]))  # a reply short
     with pytest.raises(SnapshotError, match="lines after the last reply"):
         load(iter([*lines, lines[-1]]))
+
+
+def test_the_watermark_of_the_derived_files_reads_back_and_older_snapshots_lack_it():
+    sched = replay(run_seed(5, 200).journal)
+    seq, durable_ns, restored = read(dump(sched, 77, views_durable_ns=1_700_000_000_123))
+    assert (seq, durable_ns) == (77, 1_700_000_000_123) and _state(restored) == _state(sched)
+    assert read(dump(sched, 77))[1] is None  # as a snapshot of an older version reads
 
 
 def test_a_restored_scheduler_captures_to_the_same_document():

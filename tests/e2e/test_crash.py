@@ -133,6 +133,41 @@ def test_after_a_crash_every_derived_file_is_read_back(run):
     assert run.reply(rid)["outcome"] == "accepted"
 
 
+def test_after_a_crash_the_files_changed_since_the_last_compaction_are_read_back(run):
+    """A compaction (here a clean stop's) makes the derived files durable and records when
+    in its snapshot: a start after a crash reads back the files of what the journal
+    changed since, and of files touched since, but not the run's whole history."""
+    def garble(path: Path, keep_mtime: bool) -> None:
+        before = path.stat()
+        path.write_text("garbage")
+        if keep_mtime:  # only a read can find it
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    old_rid = run.submit(request("settled"))
+    old = run.reply(old_rid)["job_id"]
+    run.wait_state(old, "completed")
+    run.stop()
+    header = (run.sched / "journal" / "snapshot.jsonl").read_bytes().split(b"\n", 1)[0]
+    assert json.loads(header)["views_durable_ns"] <= read_json(
+        run.sched / "journal" / "clean_stop.json")["views_durable_ns"]
+    run.start()
+    new_rid = run.submit(request("unsettled"))
+    new = run.reply(new_rid)["job_id"]
+    run.wait_state(new, "completed")
+    run.kill()
+    replies, done = run.sched / "spool" / "replies", run.sched / "jobs" / "done"
+    garble(replies / f"{new_rid}.json", keep_mtime=True)  # its request came after: read
+    garble(done / f"{new}.json", keep_mtime=True)
+    garble(done / f"{old}.json", keep_mtime=False)  # touched since the compaction: read
+    garble(replies / f"{old_rid}.json", keep_mtime=True)  # vouched for: not read
+    run.start()
+    assert run.reply(new_rid)["outcome"] == "accepted"
+    assert run.job(new)["exit_code"] == 0 and run.job(old)["exit_code"] == 0
+    assert (replies / f"{old_rid}.json").read_text() == "garbage"
+    assert not (run.sched / "quarantine").exists() or not any(
+        (run.sched / "quarantine").iterdir())  # a crash's files are rewritten, not set aside
+
+
 def test_a_compacted_journal_restarts_from_its_snapshot(make_run):
     run = make_run()
     env = {"PRAXIST_COMPACT_AFTER": "3"}
