@@ -197,15 +197,16 @@ def candidates(plan: Plan, fits: list[DeviceLoad]) -> Iterator[tuple[str, ...]]:
                 yield tuple(members)
 
 
-def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()) -> int:
-    """How many devices would take one of ``demand``'s shares now. ``place`` fails when
-    that is under ``gpu_count`` (every plan takes its devices from those); counting
-    costs no ordering, and the count is the same for every demand of one shape."""
-    count = 0
+def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()) -> Counter[str]:
+    """The devices by what one of ``demand``'s shares finds on each now: "" where it fits,
+    else the limit that bit ("reserved" for ``avoid``). ``place`` fails when fewer than
+    ``gpu_count`` fit (every plan takes its devices from those), for the reason
+    ``unplaced`` gives; counting costs no ordering, and the counts are the same for every
+    demand of one shape."""
+    counts: Counter[str] = Counter()
     for load in loads:
-        if load.device.uuid not in avoid and load.fit(demand)[0] is not None:
-            count += 1
-    return count
+        counts["reserved" if load.device.uuid in avoid else load.fit(demand)[1]] += 1
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,23 +291,33 @@ def place(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = (),
             misses.append(limit)
         else:
             fits.append((headroom, load))
-    ordered = packing.order(demand, fits)
-    depth = max((len(load.device.topology) for load in ordered), default=0)
-    for plan in plans(demand.gpu_count, depth):
-        for uuids in candidates(plan, ordered):
-            return uuids, ""
-    if not loads:
-        return (), "gpu placement: no GPU devices in the inventory"
+    if len(fits) >= demand.gpu_count:  # else every plan fails: it takes its devices from fits
+        ordered = packing.order(demand, fits)
+        depth = max((len(load.device.topology) for load in ordered), default=0)
+        for plan in plans(demand.gpu_count, depth):
+            for uuids in candidates(plan, ordered):
+                return uuids, ""
+    limits = Counter(misses)
+    limits[""] = len(fits)
+    return (), unplaced(demand, len(loads), limits)
+
+
+def unplaced(demand: Demand, devices: int, limits: Counter[str]) -> str:
+    """Why ``demand`` has no placement on ``devices`` devices, which ``fitting`` counted
+    as ``limits`` (fewer than ``gpu_count`` of them fit)."""
+    fits, misses = limits[""], {limit for limit, count in limits.items() if limit and count > 0}
+    if not devices:
+        return "gpu placement: no GPU devices in the inventory"
     needed = f"{demand.gpu_count} devices" if demand.gpu_count > 1 else "a device"
     if demand.exclusive:
-        return (), f"gpu exclusive: no idle device ({len(fits)} of {demand.gpu_count} found)"
-    if misses and all(m == "memory" for m in misses):
-        return (), (f"gpu memory: no device with {demand.memory_mib / MIB_PER_GB:g} GiB "
-                    f"headroom" + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
-    if misses and all(m == "utilization" for m in misses):
-        return (), (f"gpu utilization: no device with {demand.utilization_pct:g}% free"
-                    + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
-    return (), f"gpu: {needed} with {demand.describe()} free is not available"
+        return f"gpu exclusive: no idle device ({fits} of {demand.gpu_count} found)"
+    if misses == {"memory"}:
+        return (f"gpu memory: no device with {demand.memory_mib / MIB_PER_GB:g} GiB "
+                f"headroom" + (f" ({fits} of {demand.gpu_count})" if fits else ""))
+    if misses == {"utilization"}:
+        return (f"gpu utilization: no device with {demand.utilization_pct:g}% free"
+                + (f" ({fits} of {demand.gpu_count})" if fits else ""))
+    return f"gpu: {needed} with {demand.describe()} free is not available"
 
 
 def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
