@@ -203,10 +203,8 @@ def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()
     ``gpu_count`` fit (every plan takes its devices from those), for the reason
     ``unplaced`` gives; counting costs no ordering, and the counts are the same for every
     demand of one shape."""
-    counts: Counter[str] = Counter()
-    for load in loads:
-        counts["reserved" if load.device.uuid in avoid else load.fit(demand)[1]] += 1
-    return counts
+    return Counter("reserved" if load.device.uuid in avoid else load.fit(demand)[1]
+                   for load in loads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,17 +362,21 @@ def by_uuid(envelopes: list[Envelope]) -> dict[str, list[Envelope]]:
 
 def holding(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
     """``load`` also holding ``mine`` (envelopes on its device)."""
-    return replace(
-        load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
-        declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
-        allocations=load.allocations + len(mine),
-        exclusive=load.exclusive + sum(1 for e in mine if e.exclusive))
+    return _changed(load, mine, 1)
 
 
 def releasing(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
     """``load`` without ``mine`` (envelopes on its device)."""
-    return replace(
-        load, declared_util=load.declared_util - sum(e.utilization_pct for e in mine),
-        declared_mem=load.declared_mem - sum(e.memory_mib for e in mine),
-        allocations=load.allocations - len(mine),
-        exclusive=load.exclusive - sum(1 for e in mine if e.exclusive))
+    return _changed(load, mine, -1)
+
+
+def _changed(load: DeviceLoad, mine: list[Envelope], sign: int) -> DeviceLoad:
+    """``load`` with ``mine`` added (``sign`` 1) or taken away (-1); built directly, not by
+    ``dataclasses.replace``: a pass and a reservation change a device per launch and end."""
+    return DeviceLoad(
+        device=load.device,
+        declared_util=load.declared_util + sign * sum(e.utilization_pct for e in mine),
+        declared_mem=load.declared_mem + sign * sum(e.memory_mib for e in mine),
+        external_util=load.external_util, external_mem=load.external_mem,
+        allocations=load.allocations + sign * len(mine),
+        exclusive=load.exclusive + sign * sum(1 for e in mine if e.exclusive))

@@ -702,7 +702,13 @@ class Scheduler(JobControlDesk):
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
-        if next(walk, False):
+        if ctx.openings is not None and not ctx.openings.open:
+            # no job could start: the whole walk would only say why each waits, so all of
+            # it is the rest, reading the queue as this pass's copy has it (arrivals
+            # enter the backlog before the rest is run)
+            ctx.openings = ctx.backlog = None
+            self._rest = walk
+        elif next(walk, False):
             self._rest = walk
         self.unused_slots = max(0, ctx.free)
         return launches
