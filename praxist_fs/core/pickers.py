@@ -619,6 +619,8 @@ class Pass:
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
     verdicts: dict[str, str | None] = field(default_factory=dict)  # profile -> once slots are full
+    # profile -> what its job needs to start once a slot is free (``Scheduler._could_start``)
+    needs: dict[str, Demand | bool] = field(default_factory=dict)
     # preemption (R-POL-3, core/preemption.py): the reasons it may lift (a full house, a
     # failed allocation), the jobs preempted or resumed in this pass, and the attempts
     # being evicted for requeue by the job they make room for (found once per pass)
