@@ -526,8 +526,10 @@ class Openings:
     reserves devices, a profile that fits only on them stays open while jobs of it that
     end before the reservation (``Reservation.avoid``) are left. Holds by queue rules or
     assessment are not counted: a held job may keep the walk going, never end it early.
-    The walk ends only after a job (``exhausted``), so a pass always handles its first:
-    its picker hears of it (``JobPicker.blocked``) even when nothing fits."""
+    The walk ends only after a job (``exhausted``), so a pass that may start something
+    handles its first: its picker hears of it (``JobPicker.blocked``, where backfill
+    reserves) before any later job starts. A pass where nothing could start from the
+    outset leaves the whole walk to the rest (``Scheduler._pass``)."""
 
     left: Counter[str]                                   # jobs not visited yet, by profile
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
