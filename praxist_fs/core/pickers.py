@@ -327,7 +327,7 @@ class LeastAttainedService(JobPicker):
     so waits behind fresh work instead of holding the queue's head."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        served = [job for job in scope.jobs if job.attempts]
+        served = ctx.served(scope.jobs)
         if not served:  # the common case: rank order is the order
             self.next = partial(next, ctx.skim(scope.jobs, type(self)), None)
             return
@@ -885,6 +885,13 @@ class Pass:
             return (0 if longest is None else eta_step(longest)), lacking
         steps = {step for _, _, step, _ in runs}
         return max(steps - {None}, default=0), None in steps
+
+    def served(self, jobs: list[Job]) -> list[Job]:
+        """Those of ``jobs`` that ran before, in no order: the backlog's when they are the
+        whole queue, so a pass does not look at thousands of jobs to find none."""
+        if jobs is self.queued and self.backlog is not None:
+            return self.backlog.served()
+        return [job for job in jobs if job.attempts]
 
     def runs(self, kind: str, jobs: list[Job]) -> dict[Hashable, list[Job]]:
         """``jobs`` (rank order) split by ``backlog.RUNS[kind]``, each run in rank order:
