@@ -146,6 +146,7 @@ class KeptLoads:
     @classmethod
     def of(cls, sample: GpuSample, others: tuple[Envelope, ...],
            holders: dict[str, Holding]) -> KeptLoads:
+        """Every device's load worked out afresh."""
         mine = by_uuid([e for _, envelopes in holders.values() for e in envelopes])
         theirs = by_uuid([e for e in others if not e.speculative])
         return cls(sample, others, holders, mine, theirs, [
