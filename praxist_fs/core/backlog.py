@@ -76,6 +76,8 @@ class Backlog:
                 self._etas.setdefault(job.profile, []).append((job.request.eta_s, job.order))
         for etas in self._etas.values():
             etas.sort()
+        # the queued jobs that ran before (``served``): no job gains an attempt in here
+        self._served = {job.job_id: job for job in self._jobs if job.attempts}
         self._runs: dict[str, dict[Hashable, list[Job]]] = {kind: {} for kind in RUNS}
         for kind, key in RUNS.items():
             for job in self._jobs:
@@ -96,6 +98,8 @@ class Backlog:
         self.by_class[job.request.work_class] += 1
         self.by_profile[job.profile] += 1
         insort(self._of_profile.setdefault(job.profile, []), job, key=_RANK)
+        if job.attempts:
+            self._served[job.job_id] = job
         if (eta := job.request.eta_s) is not None:
             insort(self._etas.setdefault(job.profile, []), (eta, job.order))
         for kind, key in RUNS.items():
@@ -110,6 +114,7 @@ class Backlog:
         _take(self.by_profile, job.profile)
         jobs = self._of_profile[job.profile]
         del jobs[bisect_left(jobs, job.rank, key=_RANK)]
+        self._served.pop(job.job_id, None)
         if (eta := job.request.eta_s) is not None:
             etas = self._etas[job.profile]
             del etas[bisect_left(etas, (eta, job.order))]
@@ -126,6 +131,10 @@ class Backlog:
     def jobs(self) -> list[Job]:
         """The queued jobs, oldest first: a copy, so the queue may change under it."""
         return self._jobs.copy()
+
+    def served(self) -> list[Job]:
+        """The queued jobs that ran before (retried or requeued), in no order."""
+        return list(self._served.values())
 
     def runs(self, kind: str) -> dict[Hashable, list[Job]]:
         """The queued jobs split by ``RUNS[kind]``, each run in rank order: a pass reads

@@ -32,7 +32,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,7 +45,7 @@ from .model import Job
 from .request import PRIORITY_RANGE
 from .placement import (
     Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, releasing,
-    with_envelopes,
+    unplaced, with_envelopes,
 )
 from .observations import Envelope
 from .policy import Policy, Profile
@@ -327,7 +327,7 @@ class LeastAttainedService(JobPicker):
     so waits behind fresh work instead of holding the queue's head."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        served = [job for job in scope.jobs if job.attempts]
+        served = ctx.served(scope.jobs)
         if not served:  # the common case: rank order is the order
             self.next = partial(next, ctx.skim(scope.jobs, type(self)), None)
             return
@@ -526,8 +526,10 @@ class Openings:
     reserves devices, a profile that fits only on them stays open while jobs of it that
     end before the reservation (``Reservation.avoid``) are left. Holds by queue rules or
     assessment are not counted: a held job may keep the walk going, never end it early.
-    The walk ends only after a job (``exhausted``), so a pass always handles its first:
-    its picker hears of it (``JobPicker.blocked``) even when nothing fits."""
+    The walk ends only after a job (``exhausted``), so a pass that may start something
+    handles its first: its picker hears of it (``JobPicker.blocked``, where backfill
+    reserves) before any later job starts. A pass where nothing could start from the
+    outset leaves the whole walk to the rest (``Scheduler._pass``)."""
 
     left: Counter[str]                                   # jobs not visited yet, by profile
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
@@ -619,6 +621,8 @@ class Pass:
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
     verdicts: dict[str, str | None] = field(default_factory=dict)  # profile -> once slots are full
+    # profile -> what its job needs to start once a slot is free (``Scheduler._could_start``)
+    needs: dict[str, Demand | bool] = field(default_factory=dict)
     # preemption (R-POL-3, core/preemption.py): the reasons it may lift (a full house, a
     # failed allocation), the jobs preempted or resumed in this pass, and the attempts
     # being evicted for requeue by the job they make room for (found once per pass)
@@ -636,7 +640,7 @@ class Pass:
     _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
-    _fitting: dict[tuple[Any, ...], tuple[Demand, int]] = field(default_factory=dict)
+    _fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = field(default_factory=dict)
     _fitting_on: list[DeviceLoad] | None = None  # the loads ``_fitting`` counted
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
@@ -666,8 +670,13 @@ class Pass:
         return [job for job in self.queued if job.request.work_class in classes] if classes else []
 
     def fitting(self, demand: Demand, avoid: tuple[str, ...] = ()) -> int:
+        """How many devices of ``loads`` take one of ``demand``'s shares now
+        (``placement.fitting``)."""
+        return self._limits(demand, avoid)[""]
+
+    def _limits(self, demand: Demand, avoid: tuple[str, ...]) -> Counter[str]:
         """``placement.fitting`` on ``loads``, counted once per demand shape until the
-        loads change."""
+        loads change (``_refit``)."""
         if self._fitting_on is not self.loads:
             self._fitting, self._fitting_on = {}, self.loads
         key = (demand.utilization_pct, demand.memory_mib, avoid)
@@ -681,11 +690,11 @@ class Pass:
         if self._fitting_on is not before:
             return
         changed = [(old, new) for old, new in zip(before, self.loads) if old is not new]
-        for key, (demand, count) in self._fitting.items():
+        for (_, _, avoid), (demand, limits) in self._fitting.items():
             for old, new in changed:
-                if old.device.uuid not in key[2]:
-                    count += (new.fit(demand)[0] is not None) - (old.fit(demand)[0] is not None)
-            self._fitting[key] = (demand, count)
+                if old.device.uuid not in avoid:
+                    limits[old.fit(demand)[1]] -= 1
+                    limits[new.fit(demand)[1]] += 1
         self._fitting_on = self.loads
 
     def skim(self, jobs: list[Job], picker: type[JobPicker]) -> Iterator[Job]:
@@ -776,17 +785,24 @@ class Pass:
         """Where in ``queued`` the first job ranked after ``rank`` whose demand is not
         known to fail is (``len(queued)`` when there is none). Each profile's jobs are
         read once a pass (``_cursors``): a demand once known to fail stays so."""
-        first = math.inf
+        first, reservation, unsatisfiable = math.inf, self.reservation, self.unsatisfiable
         for profile in self.openings.left:
-            if (profile, picker, False) in self.unsatisfiable and (
-                    self.reservation is None or (profile, picker, True) in self.unsatisfiable):
+            # ``_key`` by profile: a job keeps off the devices its share crowds when it
+            # outlasts the reservation's start; whether its demand failed so or unhindered
+            crowds = reservation is not None and bool(reservation.crowded(profile))
+            free = (profile, picker, False) not in unsatisfiable
+            kept = crowds and (profile, picker, True) not in unsatisfiable
+            if not (free or kept):
                 continue  # each of its jobs is known held
+            # the jobs wanted: every one (None), or those that do (True) or do not outlast it
+            outlasting = None if free and (kept or not crowds) else kept
             jobs, job = self._cursors.get((profile, picker)) or (
                 self.openings.younger(profile, rank), None)
             job = job or next(jobs, None)
-            while job is not None and job.rank < first:
-                if job.rank > rank and self._key(job, picker) not in self.unsatisfiable:
-                    first = job.rank
+            while job is not None and (job_rank := job.rank) < first:
+                if job_rank > rank and (outlasting is None
+                                        or reservation.outlasts(job) is outlasting):
+                    first = job_rank
                     break
                 job = next(jobs, None)
             self._cursors[(profile, picker)] = (jobs, job)
@@ -870,6 +886,13 @@ class Pass:
         steps = {step for _, _, step, _ in runs}
         return max(steps - {None}, default=0), None in steps
 
+    def served(self, jobs: list[Job]) -> list[Job]:
+        """Those of ``jobs`` that ran before, in no order: the backlog's when they are the
+        whole queue, so a pass does not look at thousands of jobs to find none."""
+        if jobs is self.queued and self.backlog is not None:
+            return self.backlog.served()
+        return [job for job in jobs if job.attempts]
+
     def runs(self, kind: str, jobs: list[Job]) -> dict[Hashable, list[Job]]:
         """``jobs`` (rank order) split by ``backlog.RUNS[kind]``, each run in rank order:
         the backlog's own runs when they are the whole queue, else split here."""
@@ -891,8 +914,13 @@ class Pass:
                                        else Counter(job.profile for job in self.queued))
         return self._packing
 
-    def allocate(self, demand: Demand, avoid: Collection[str] = ()) -> tuple[tuple[str, ...], str]:
-        """``placement.place`` on the pass's loads, in the task file's ``placement``."""
+    def allocate(self, demand: Demand, avoid: tuple[str, ...] = ()) -> tuple[tuple[str, ...], str]:
+        """``placement.place`` on the pass's loads, in the task file's ``placement``. A
+        demand that too few devices take fails from ``fitting``'s counts, which the pass
+        keeps anyway, without looking at every device again."""
+        limits = self._limits(demand, avoid)
+        if limits[""] < demand.gpu_count:
+            return (), unplaced(demand, len(self.loads), limits)
         return place(demand, self.loads, avoid, self.packing)
 
     def place(self, job: Job, gpus: tuple[str, ...]) -> None:

@@ -27,7 +27,7 @@ devices"; ``Plan.hosts`` is there for the multi-node split (1 x N, 2 x N/2, ...)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, replace
 
 from .observations import Envelope, GpuDevice, GpuSample
@@ -102,36 +102,86 @@ class DeviceLoad:
         return min((100.0 - util) / 100.0, (self.ceiling_mib - mem) / self.device.memory_total_mib), ""
 
 
-def device_loads(sample: GpuSample, held: list[Envelope],
-                 memo: dict[str, tuple[GpuDevice, list[Envelope], DeviceLoad]] | None = None
-                 ) -> list[DeviceLoad]:
+def device_loads(sample: GpuSample, held: list[Envelope]) -> list[DeviceLoad]:
     """Combine a sample with the envelopes held on each device (this run's and others').
 
     A praxist job's own processes are not external load, but whatever a job uses
-    beyond its declared envelope is: the device carries it all the same. ``memo``
-    (uuid -> the device, its envelopes and its load) keeps a device's load from one
-    call to the next while neither changed: a scheduling pass asks for them all."""
+    beyond its declared envelope is: the device carries it all the same."""
     by_device = by_uuid(held)
-    loads = []
-    for device in sample.devices:
-        mine = by_device.get(device.uuid, [])
-        if memo is not None and (known := memo.get(device.uuid)) is not None and \
-                known[0] is device and known[1] == mine:
-            loads.append(known[2])
-            continue
-        declared_util = declared_mem = exclusive = 0
-        for e in mine:
-            declared_util += e.utilization_pct
-            declared_mem += e.memory_mib
-            exclusive += e.exclusive
-        external_util, external_mem = _external(device, mine)
-        loads.append(DeviceLoad(
-            device=device, declared_util=declared_util, declared_mem=declared_mem,
-            external_util=external_util, external_mem=external_mem, allocations=len(mine),
-            exclusive=exclusive))
-        if memo is not None:
-            memo[device.uuid] = (device, mine, loads[-1])
-    return loads
+    return [load_on(device, by_device.get(device.uuid, [])) for device in sample.devices]
+
+
+def load_on(device: GpuDevice, mine: list[Envelope]) -> DeviceLoad:
+    """``device`` holding ``mine`` (its envelopes, summed in their order)."""
+    declared_util = declared_mem = exclusive = 0
+    for e in mine:
+        declared_util += e.utilization_pct
+        declared_mem += e.memory_mib
+        exclusive += e.exclusive
+    external_util, external_mem = _external(device, mine)
+    return DeviceLoad(device=device, declared_util=declared_util, declared_mem=declared_mem,
+                      external_util=external_util, external_mem=external_mem,
+                      allocations=len(mine), exclusive=exclusive)
+
+
+Holding = tuple[object, list[Envelope]]  # (what a holder holds them for: its attempt, envelopes)
+
+
+@dataclass(slots=True)
+class KeptLoads:
+    """``device_loads`` of ``sample`` with the envelopes of ``holders`` (in their order), then
+    ``others``, kept from call to call: when holders come and go (``update``), only their
+    devices are worked out again, not every device (a scheduling pass asks each time, and
+    between two passes a few jobs start or end). Each device sums its envelopes in the
+    order ``device_loads`` would, so the loads are the same to the last bit."""
+
+    sample: GpuSample
+    others: tuple[Envelope, ...]                 # as given, to know them again
+    holders: dict[str, Holding]
+    mine: dict[str, list[Envelope]]              # the holders' envelopes by device, in order
+    theirs: dict[str, list[Envelope]]            # the others' (non-speculative) by device
+    loads: list[DeviceLoad]
+    at: dict[str, int]                           # where each device's load is in ``loads``
+
+    @classmethod
+    def of(cls, sample: GpuSample, others: tuple[Envelope, ...],
+           holders: dict[str, Holding]) -> KeptLoads:
+        """Every device's load worked out afresh."""
+        mine = by_uuid([e for _, envelopes in holders.values() for e in envelopes])
+        theirs = by_uuid([e for e in others if not e.speculative])
+        return cls(sample, others, holders, mine, theirs, [
+            load_on(device, mine.get(device.uuid, []) + theirs.get(device.uuid, []))
+            for device in sample.devices],
+            {device.uuid: index for index, device in enumerate(sample.devices)})
+
+    def update(self, holders: Mapping[str, object], holding: Callable[[str], Holding]) -> bool:
+        """Follow ``holders`` now (holder -> what it holds for, in order): those gone give
+        up their devices, new ones take theirs. False, changing nothing, unless every
+        holder kept holds for the same as before and the new ones come after them all (as
+        jobs that started running since come after those still running)."""
+        kept = self.holders
+        gone = kept.keys() - holders.keys()
+        new = list(holders)[len(holders) - len(holders.keys() - kept.keys()):]
+        if any(kept.get(holder, (None,))[0] is not holders[holder] for holder in holders
+               if holder not in new) or not kept.keys().isdisjoint(new):
+            return False
+        changed = set()
+        for holder in gone:
+            for envelope in kept.pop(holder)[1]:
+                self.mine[envelope.uuid].remove(envelope)
+                changed.add(envelope.uuid)
+        for holder in new:
+            kept[holder] = held = holding(holder)
+            for envelope in held[1]:
+                self.mine.setdefault(envelope.uuid, []).append(envelope)
+                changed.add(envelope.uuid)
+        if changed:
+            self.loads = self.loads.copy()
+            for uuid in changed.intersection(self.at):
+                self.loads[self.at[uuid]] = load_on(
+                    self.loads[self.at[uuid]].device,
+                    self.mine.get(uuid, []) + self.theirs.get(uuid, []))
+        return True
 
 
 def _external(device: GpuDevice, mine: Collection[Envelope]) -> tuple[float, float]:
@@ -197,15 +247,14 @@ def candidates(plan: Plan, fits: list[DeviceLoad]) -> Iterator[tuple[str, ...]]:
                 yield tuple(members)
 
 
-def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()) -> int:
-    """How many devices would take one of ``demand``'s shares now. ``place`` fails when
-    that is under ``gpu_count`` (every plan takes its devices from those); counting
-    costs no ordering, and the count is the same for every demand of one shape."""
-    count = 0
-    for load in loads:
-        if load.device.uuid not in avoid and load.fit(demand)[0] is not None:
-            count += 1
-    return count
+def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()) -> Counter[str]:
+    """The devices by what one of ``demand``'s shares finds on each now: "" where it fits,
+    else the limit that bit ("reserved" for ``avoid``). ``place`` fails when fewer than
+    ``gpu_count`` fit (every plan takes its devices from those), for the reason
+    ``unplaced`` gives; counting costs no ordering, and the counts are the same for every
+    demand of one shape."""
+    return Counter("reserved" if load.device.uuid in avoid else load.fit(demand)[1]
+                   for load in loads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,23 +339,33 @@ def place(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = (),
             misses.append(limit)
         else:
             fits.append((headroom, load))
-    ordered = packing.order(demand, fits)
-    depth = max((len(load.device.topology) for load in ordered), default=0)
-    for plan in plans(demand.gpu_count, depth):
-        for uuids in candidates(plan, ordered):
-            return uuids, ""
-    if not loads:
-        return (), "gpu placement: no GPU devices in the inventory"
+    if len(fits) >= demand.gpu_count:  # else every plan fails: it takes its devices from fits
+        ordered = packing.order(demand, fits)
+        depth = max((len(load.device.topology) for load in ordered), default=0)
+        for plan in plans(demand.gpu_count, depth):
+            for uuids in candidates(plan, ordered):
+                return uuids, ""
+    limits = Counter(misses)
+    limits[""] = len(fits)
+    return (), unplaced(demand, len(loads), limits)
+
+
+def unplaced(demand: Demand, devices: int, limits: Counter[str]) -> str:
+    """Why ``demand`` has no placement on ``devices`` devices, which ``fitting`` counted
+    as ``limits`` (fewer than ``gpu_count`` of them fit)."""
+    fits, misses = limits[""], {limit for limit, count in limits.items() if limit and count > 0}
+    if not devices:
+        return "gpu placement: no GPU devices in the inventory"
     needed = f"{demand.gpu_count} devices" if demand.gpu_count > 1 else "a device"
     if demand.exclusive:
-        return (), f"gpu exclusive: no idle device ({len(fits)} of {demand.gpu_count} found)"
-    if misses and all(m == "memory" for m in misses):
-        return (), (f"gpu memory: no device with {demand.memory_mib / MIB_PER_GB:g} GiB "
-                    f"headroom" + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
-    if misses and all(m == "utilization" for m in misses):
-        return (), (f"gpu utilization: no device with {demand.utilization_pct:g}% free"
-                    + (f" ({len(fits)} of {demand.gpu_count})" if fits else ""))
-    return (), f"gpu: {needed} with {demand.describe()} free is not available"
+        return f"gpu exclusive: no idle device ({fits} of {demand.gpu_count} found)"
+    if misses == {"memory"}:
+        return (f"gpu memory: no device with {demand.memory_mib / MIB_PER_GB:g} GiB "
+                f"headroom" + (f" ({fits} of {demand.gpu_count})" if fits else ""))
+    if misses == {"utilization"}:
+        return (f"gpu utilization: no device with {demand.utilization_pct:g}% free"
+                + (f" ({fits} of {demand.gpu_count})" if fits else ""))
+    return f"gpu: {needed} with {demand.describe()} free is not available"
 
 
 def held_envelope(profile: Profile, uuid: str, owner: str) -> Envelope:
@@ -353,17 +412,21 @@ def by_uuid(envelopes: list[Envelope]) -> dict[str, list[Envelope]]:
 
 def holding(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
     """``load`` also holding ``mine`` (envelopes on its device)."""
-    return replace(
-        load, declared_util=load.declared_util + sum(e.utilization_pct for e in mine),
-        declared_mem=load.declared_mem + sum(e.memory_mib for e in mine),
-        allocations=load.allocations + len(mine),
-        exclusive=load.exclusive + sum(1 for e in mine if e.exclusive))
+    return _changed(load, mine, 1)
 
 
 def releasing(load: DeviceLoad, mine: list[Envelope]) -> DeviceLoad:
     """``load`` without ``mine`` (envelopes on its device)."""
-    return replace(
-        load, declared_util=load.declared_util - sum(e.utilization_pct for e in mine),
-        declared_mem=load.declared_mem - sum(e.memory_mib for e in mine),
-        allocations=load.allocations - len(mine),
-        exclusive=load.exclusive - sum(1 for e in mine if e.exclusive))
+    return _changed(load, mine, -1)
+
+
+def _changed(load: DeviceLoad, mine: list[Envelope], sign: int) -> DeviceLoad:
+    """``load`` with ``mine`` added (``sign`` 1) or taken away (-1); built directly, not by
+    ``dataclasses.replace``: a pass and a reservation change a device per launch and end."""
+    return DeviceLoad(
+        device=load.device,
+        declared_util=load.declared_util + sign * sum(e.utilization_pct for e in mine),
+        declared_mem=load.declared_mem + sign * sum(e.memory_mib for e in mine),
+        external_util=load.external_util, external_mem=load.external_mem,
+        allocations=load.allocations + sign * len(mine),
+        exclusive=load.exclusive + sign * sum(1 for e in mine if e.exclusive))

@@ -53,7 +53,7 @@ from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, Job, Reply
 from .observations import Envelope
 from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
-from .placement import Demand, DeviceLoad, device_loads
+from .placement import Demand, DeviceLoad, KeptLoads, device_loads
 from .policy import Policy
 from .queues import queue_of_class
 from .request import JOB_ACTIONS, Request
@@ -83,7 +83,8 @@ class Scheduler(JobControlDesk):
         self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
         self._dependents: dict[str, list[str]] = {}  # job id -> jobs that wait for it
         self._settled: dict[str, None] = {}  # scratch: jobs with dependents that changed state
-        self._loads_memo: dict[str, Any] = {}  # device_loads' from one pass to the next
+        # ``real_loads`` from one pass to the next: (the policy it was for, the loads)
+        self._kept_loads: tuple[Policy, KeptLoads] | None = None
         self._held_memo: dict[str, tuple[Any, ...]] = {}  # job id -> (attempt, profile, envelopes)
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
@@ -704,7 +705,13 @@ class Scheduler(JobControlDesk):
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
-        if next(walk, False):
+        if ctx.openings is not None and not ctx.openings.open:
+            # no job could start: the whole walk would only say why each waits, so all of
+            # it is the rest, reading the queue as this pass's copy has it (arrivals
+            # enter the backlog before the rest is run)
+            ctx.openings = ctx.backlog = None
+            self._rest = walk
+        elif next(walk, False):
             self._rest = walk
         self.unused_slots = max(0, ctx.free)
         return launches
@@ -738,16 +745,26 @@ class Scheduler(JobControlDesk):
         """Whether a job of profile ``name`` might start now, keeping off ``avoid``
         (``Openings``): ``_admit``'s checks, with placement's feasibility for its choice.
         False is certain; True only means the walk goes on."""
-        profile = self.policy.profiles.get(name)
-        if profile is not None and ctx.free > 0 and self.policy.on_cluster:
-            return True
-        if profile is None or ctx.free <= 0 or pressure_hold(
-                self.policy, profile, self.host.pressure if self.host else None):
+        if ctx.free <= 0:
             return False
-        if not profile.uses_gpu:
+        if (need := ctx.needs.get(name)) is None:
+            ctx.needs[name] = need = self._need(name)
+        if isinstance(need, bool):
+            return need
+        return ctx.loads is not None and ctx.fitting(need, avoid) >= need.gpu_count
+
+    def _need(self, name: str) -> Demand | bool:
+        """What a job of profile ``name`` needs to start once a slot is free: nothing more
+        (True), the impossible (False: no such profile, or its pressure domains are hot),
+        or devices that take its demand. The same all through a pass (``Pass.needs``)."""
+        profile = self.policy.profiles.get(name)
+        if profile is None:
+            return False
+        if self.policy.on_cluster:
             return True
-        demand = Demand.of(profile)
-        return ctx.loads is not None and ctx.fitting(demand, avoid) >= demand.gpu_count
+        if pressure_hold(self.policy, profile, self.host.pressure if self.host else None):
+            return False
+        return Demand.of(profile) if profile.uses_gpu else True
 
     def _serve(self, ctx: Pass, next_job: Callable[[], Job | None],
                launches: list[AttemptLaunched]) -> Iterator[bool]:
@@ -851,12 +868,30 @@ class Scheduler(JobControlDesk):
         return (), reason
 
     def real_loads(self) -> list[DeviceLoad] | None:
-        """Per-device load as placement sees it (real allocations; claims never block)."""
+        """Per-device load as placement sees it (real allocations; claims never block).
+
+        Kept from call to call (``KeptLoads``) while the sample, the others' envelopes
+        and the profiles are the same and no job is suspended: only the devices of jobs
+        that started or stopped running since are worked out again."""
         sample = self.host.gpus if self.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
-        real = [e for e in self.host.others if not e.speculative]
-        return device_loads(sample, [*self.held_envelopes(), *real], self._loads_memo)
+        others, kept = self.host.others, self._kept_loads
+        if self.count(JobState.SUSPENDED):  # what they keep holding is made anew each time
+            self._kept_loads = None
+            real = [e for e in others if not e.speculative]
+            return device_loads(sample, [*self.held_envelopes(), *real])
+        running = self._by_state[JobState.RUNNING]
+        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
+
+        def holding(job_id: str) -> tuple[Attempt, list[Envelope]]:
+            return running[job_id].attempts[-1], self._held(running[job_id])
+
+        if kept is None or kept[0] is not self.policy or kept[1].sample is not sample or \
+                kept[1].others is not others or not kept[1].update(holders, holding):
+            self._kept_loads = kept = (self.policy, KeptLoads.of(
+                sample, others, {job_id: holding(job_id) for job_id in running}))
+        return list(kept[1].loads)  # the caller's to change
 
     def held_envelopes(self) -> list[Envelope]:
         """The GPU envelopes this run's running jobs hold, through every phase of a job,
@@ -866,8 +901,7 @@ class Scheduler(JobControlDesk):
 
     def _held(self, job: Job) -> list[Envelope]:
         """``preemption.envelopes(job)``, made once per attempt (and profile), since every
-        pass reads them all: the same envelopes also let ``device_loads`` reuse a device's
-        load."""
+        pass may read them all."""
         attempt, profile = job.current, self.policy.profiles.get(job.profile)
         known = self._held_memo.get(job.job_id)
         if known is None or known[0] is not attempt or known[1] is not profile:

@@ -255,11 +255,13 @@ def test_higher_priority_queues_go_first_and_equal_ones_share_submit_order(recor
 
 def test_a_demand_that_failed_is_not_tried_again_in_the_pass(recorder, monkeypatch):
     """R-POL-4: 10,000 queued GPU jobs without an inventory cost one placement attempt per
-    demand, and the picker hears of the first blocked job of each demand only."""
+    demand (placing it, or counting the devices that take it), and the picker hears of
+    the first blocked job of each demand only (when the pass walks it: where nothing can
+    start, once the reasons are asked for)."""
     calls = []
-    real_place = pickers_module.place
-    monkeypatch.setattr(pickers_module, "place",
-                        lambda *args, **kw: calls.append(args) or real_place(*args, **kw))
+    for attempt in ("place", "fitting"):
+        monkeypatch.setattr(pickers_module, attempt, lambda *args, real=getattr(
+            pickers_module, attempt), **kw: calls.append(args) or real(*args, **kw))
     h = Harness(make_policy(job_picker="recorder"))
     h.handle(HostSampled(at=h.tick(), gpus=gpus(count=1, total=8192.0)))  # 10 GiB fits nowhere
     for i in range(10_000):
@@ -268,9 +270,9 @@ def test_a_demand_that_failed_is_not_tried_again_in_the_pass(recorder, monkeypat
         h.sched.handle(RequestSeen(at=h.now, name=f"r{i}.json", digest=str(i),
                                    request_id=f"r{i}", request=request))
     assert h.sched.next_launches(h.tick()) == []
+    assert len(set(h.sched.pending.values())) == 1
     assert len(calls) == 1
     assert [c for c in recorder.calls if c[0] == "blocked"] == [("blocked", "t9999")]
-    assert len(set(h.sched.pending.values())) == 1
 
 
 def test_max_running_holds_a_queue_and_says_so():
