@@ -773,23 +773,16 @@ def main(argv: list[str] | None = None) -> int:
 def _problems(results: dict) -> list[str]:
     problems = []
     c = results["comparisons"]
-    for run in c["latency"]["runs"]["praxist_fs"] + c["latency"]["runs"]["task_spooler"]:
-        problems += run["failures"][:3]
-    for run in c["throughput"]["runs"]["praxist_fs"]:
-        if run["done_states"].get("completed") != run["jobs"]:
-            problems.append(f"praxist throughput done states: {run['done_states']}")
-    for run in c["throughput"]["runs"]["task_spooler"]:
-        if run["exit_levels"].get("0") != run["jobs"]:
-            problems.append(f"tsp throughput exit levels: {run['exit_levels']}")
-    for run in c["shell_latency"]["runs"]["praxist_fs"] + \
-            c["shell_latency"]["runs"]["task_spooler"]:
-        problems += run["failures"][:3]
-    for run in c["throughput16"]["runs"]["praxist_fs"]:
-        if run["done_states"].get("completed") != run["jobs"]:
-            problems.append(f"praxist throughput at 16 done states: {run['done_states']}")
-    for run in c["throughput16"]["runs"]["task_spooler"]:
-        if run["exit_levels"].get("0") != run["jobs"]:
-            problems.append(f"tsp throughput at 16 exit levels: {run['exit_levels']}")
+    for name in ("latency", "shell_latency"):
+        for run in c[name]["runs"]["praxist_fs"] + c[name]["runs"]["task_spooler"]:
+            problems += run["failures"][:3]
+    for name in ("throughput", "throughput16"):
+        for run in c[name]["runs"]["praxist_fs"]:
+            if run["done_states"].get("completed") != run["jobs"]:
+                problems.append(f"praxist {name} done states: {run['done_states']}")
+        for run in c[name]["runs"]["task_spooler"]:
+            if run["exit_levels"].get("0") != run["jobs"]:
+                problems.append(f"tsp {name} exit levels: {run['exit_levels']}")
     for run in c["submit"]["runs"]["praxist_fs"]:
         if run["outcomes"].get("accepted") != run["requests"]:
             problems.append(f"praxist submit outcomes: {run['outcomes']}")
