@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
 import time
 
 import pytest
