@@ -144,7 +144,7 @@ class Driver:
             if committed and self.after_commit is not None:
                 self.after_commit(batch, effects)
             if degraded:
-                return True
+                break
         return True
 
     def settle(self) -> bool:
