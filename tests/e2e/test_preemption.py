@@ -355,6 +355,7 @@ def test_a_slow_sigtstp_handler_holds_up_only_the_job_it_makes_room_for(make_run
     low = run.reply(run.submit(request("stubborn", ["sh", "-c", "trap : TSTP; " +
                                                     counter_job(work)[2]])))["job_id"]
     leader = run.wait_attempt_field(low, "pid")
+    advances(work)  # its trap is set: a shim suspended before it spawned has no handler
     gate = tmp_path / "gate"
     holder = run.reply(run.submit(request(
         "holder", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"],
