@@ -8,12 +8,15 @@
 # slurmd per node, waits until both nodes are idle, and prints SLURM_CONF=<path> on
 # its last line.
 # The recipe, measured on Debian 12 / Slurm 22.05: docs/OPERATIONS.md, "Running on Slurm", "Testing".
-# Exit 77: Slurm cannot be had here (not root, no apt-get); the reason is on stderr.
+# Exit 77: Slurm cannot be had here (not root, no apt-get), or PRAXIST_NO_SLURM is set
+# (a developer sharing the machine with a suite that holds the one Slurm); the reason
+# is on stderr.
 set -eu
 dir=${PRAXIST_SLURM_DIR:-/tmp/praxist-slurm}
 conf=$dir/slurm.conf
 say() { echo "slurm setup: $*" >&2; }
 
+if [ -n "${PRAXIST_NO_SLURM:-}" ]; then say "PRAXIST_NO_SLURM is set (one real Slurm per machine)"; exit 77; fi
 if [ "$(id -u)" != 0 ]; then say "needs root (to install packages and start slurmd)"; exit 77; fi
 all_idle() { [ "$(SLURM_CONF=$conf timeout 15 sinfo -h -N -o '%N %T' 2>/dev/null | sort -u | tr '\n' ' ')" = "ci0 idle ci1 idle " ]; }
 if [ -f "$conf" ] && all_idle; then
