@@ -313,6 +313,8 @@ class Coordinator:
             if scan or now >= next_scan:
                 self._read_inboxes()
                 next_scan = now + (QUIET_SECONDS if quiet else RESCAN_SECONDS)
+                if (left := self.inboxes.grace_left) is not None:  # read again as it stands
+                    next_scan = min(next_scan, now + left)
             if now >= next_reconcile:
                 self._reconcile()
                 next_reconcile = now + (QUIET_SECONDS if quiet else RECONCILE_SECONDS)

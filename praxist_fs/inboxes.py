@@ -32,19 +32,26 @@ class Inboxes:
         # generation -> result files already read: a result counts once, and a late one
         # stays in results/ (quarantined by the core) without being read every scan
         self._results_seen: dict[int, set[str]] = {}
+        self.grace_left: float | None = None  # the last scan's spool.grace_left
 
     def requests(self) -> tuple[list[RequestSeen], bool]:
         """One batch of requests, in arrival order, and whether the batch was full (more
-        files are waiting)."""
+        files are waiting). Files left for their grace set ``grace_left``."""
         incoming = self.layout.incoming
         names = spool.pending(incoming)
+        events, left = [], []
         dir_fd = os.open(incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            events = [self._redacted(seen) for name in names
-                      if (seen := spool.read_request(incoming, dir_fd, name,
-                                                     time.time(), self.vault.digest)) is not None]
+            for name in names:
+                seen = spool.read_request(incoming, dir_fd, name, time.time(),
+                                          self.vault.digest)
+                if seen is None:
+                    left.append(name)  # gone, or within its grace
+                else:
+                    events.append(self._redacted(seen))
         finally:
             os.close(dir_fd)
+        self.grace_left = spool.grace_left(incoming, left, time.time())
         return events, len(names) >= spool.BATCH
 
     def _redacted(self, seen: RequestSeen) -> RequestSeen:

@@ -72,6 +72,19 @@ def _young(path: Path, now: float) -> bool:
         return False
 
 
+def grace_left(incoming: Path, names: list[str], now: float) -> float | None:
+    """Seconds until the first of ``names`` left within its grace is read again as it
+    stands (None when none is still there): a request written in place that never
+    parses is rejected then, not at the next slow scan of an idle coordinator."""
+    ends = []
+    for name in names:
+        try:
+            ends.append((incoming / name).stat(follow_symlinks=False).st_mtime + GRACE_SECONDS)
+        except FileNotFoundError:
+            continue
+    return max(0.0, min(ends) - now) if ends else None
+
+
 def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
     """Keep the offending file (a symlink stays a link, never followed) and say why.
 
