@@ -15,8 +15,10 @@ listing the directory, not by stat):
 - it runs the command of spec.json (0600, removed once read: it may hold secrets) in a
   process group of its own, with Slurm's CUDA_VISIBLE_DEVICES and SLURM_* variables;
 - it traps TERM, INT, HUP, USR1 and USR2 (scancel, a time limit, a ``--signal``) and
-  forwards TERM to the command's group, then records the exit in exit.json, fsynced,
-  in the local shim's format, and exits with the command's code.
+  forwards TERM to the command's group (one that came before the group was known, while
+  the command was being started or before, is forwarded as soon as it is), then records
+  the exit in exit.json, fsynced, in the local shim's format, and exits with the
+  command's code.
 
 Reading, running and recording are the local shim's own functions (backends/local/shim.py).
 """
@@ -37,6 +39,7 @@ EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 m
 # What Slurm tells the batch script that the command needs too (the GPUs it placed).
 FROM_SLURM = ("CUDA_VISIBLE_DEVICES",)
 _command_group = []  # the pid of the running command, which leads its process group
+_asked_to_end = []  # the signals trapped so far
 
 
 def main(argv=None):
@@ -83,7 +86,7 @@ def serve(attempt_dir, environ):
     spec["env"] = command_env(spec["env"], environ)
     status_fd = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)  # no coordinator pipe
     try:
-        result = shim.run(spec, status_fd, own_group=True, on_start=_command_group.append)
+        result = shim.run(spec, status_fd, own_group=True, on_start=_started)
     finally:
         posix.close(status_fd)
     for _ in shim.write_until_written(attempt_dir + "/exit.json", shim.to_json(result),
@@ -126,11 +129,24 @@ def command_env(env, environ):
 def forward_term(signum, frame):
     """Whatever Slurm sends (TERM on scancel or at the time limit, USR1/USR2 ahead of it),
     the command is asked to end with TERM; we stay to record its exit."""
+    _asked_to_end.append(signum)
     for group in _command_group:
-        try:
-            posix.kill(-group, _signal.SIGTERM)
-        except OSError:
-            pass  # the command's group is gone: its exit is being recorded
+        _terminate(group)
+
+
+def _started(group):
+    """The command runs: a signal trapped before its group was known (it may come while
+    the command is being started, or before GO) is forwarded now, not lost."""
+    _command_group.append(group)
+    if _asked_to_end:
+        _terminate(group)
+
+
+def _terminate(group):
+    try:
+        posix.kill(-group, _signal.SIGTERM)
+    except OSError:
+        pass  # the command's group is gone: its exit is being recorded
 
 
 def listing(directory):

@@ -115,6 +115,19 @@ def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
     assert read(attempt / "exit.json")["signal"] == signal.SIGTERM
 
 
+def test_a_signal_before_the_command_runs_is_forwarded_once_it_does(attempt):
+    """A scancel that comes before the command's group exists (at the barrier here; the
+    same holds while the command is being started) is not lost: the command gets TERM
+    as soon as it runs, and the exit is recorded."""
+    spec(attempt, "echo started; sleep 60")
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "READY").exists(), message="READY")
+    shim.send_signal(signal.SIGTERM)
+    (attempt / "GO").touch()
+    assert ended(shim) == 143
+    assert read(attempt / "exit.json")["signal"] == signal.SIGTERM
+
+
 def test_a_missing_spec_is_said_and_nothing_runs(attempt):
     """No spec (a coordinator that never wrote it): a message in slurm.out, no READY."""
     (attempt / "GO").touch()
