@@ -461,6 +461,7 @@ class SlurmBackend:
         self.swept = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
+        self._scancels = ThreadPoolExecutor(1, thread_name_prefix="praxist-scancel")
         # attempts being submitted: what to, the submission, and the nodes it excludes
         self.submitting: dict[AttemptKey, tuple[SpawnAttempt, Future, list[str]]] = {}
         self._polling: Future | None = None
@@ -591,7 +592,16 @@ class SlurmBackend:
         if tracked is not None and tracked.asked is None and (
                 tracked.state is None or tracked.state.state in PENDING_STATES):
             tracked.asked = "cancel"
-            self.client.cancel(tracked.slurm_id)
+            self._scancel(tracked.slurm_id)
+
+    def _scancel(self, slurm_id: str, signum: int | None = None) -> None:
+        """scancel (plain, or ``--signal``) off the loop, one at a time in the order asked
+        (TERM before KILL): a down slurmctld blocks a client command for about 9 s, and
+        what the job did about it is seen by the next squeue anyway."""
+        if signum is None:
+            self._scancels.submit(self.client.cancel, slurm_id)
+        else:
+            self._scancels.submit(self.client.signal, slurm_id, signum)
 
     # -- observing ------------------------------------------------------------------
 
@@ -887,7 +897,7 @@ class SlurmBackend:
             log.warning("attempt %s/%s: %s on node %s: cancelling Slurm job %s", *key,
                         tracked.no_ready, tracked.node, tracked.slurm_id)
             self.client.release(attempt_dir, go=False)  # a shim that starts late leaves
-            self.client.cancel(tracked.slurm_id)
+            self._scancel(tracked.slurm_id)
             self._next_poll = min(self._next_poll, now)
 
     def _kick(self, now: float) -> None:
@@ -943,7 +953,7 @@ class SlurmBackend:
             self.abort(key)  # its shim has not started: ABORT wins over GO, and it leaves
             return
         tracked.asked = "cancel"
-        self.client.signal(tracked.slurm_id, signal.SIGTERM)
+        self._scancel(tracked.slurm_id, signal.SIGTERM)
         tracked.kill_at = time.monotonic() + grace
 
     def terminate(self, keys: list[AttemptKey]) -> list[Event]:
@@ -990,7 +1000,7 @@ class SlurmBackend:
             if tracked.kill_at is not None and now >= tracked.kill_at:
                 log.warning("attempt %s/%s outlived its grace: KILL (Slurm job %s)", *key,
                             tracked.slurm_id)
-                self.client.signal(tracked.slurm_id, signal.SIGKILL)
+                self._scancel(tracked.slurm_id, signal.SIGKILL)
                 tracked.kill_at, tracked.killed_at = None, time.time()
         self._kick(now)
         return []
@@ -1000,6 +1010,7 @@ class SlurmBackend:
         if self._wake_read < 0:
             return  # closed already
         self._submitters.shutdown(wait=True)  # a submission under way is found by name later
+        self._scancels.shutdown(wait=True)  # what was asked is done
         self._pool.shutdown(wait=True, cancel_futures=True)
         self.selector.unregister(self._wake_read)
         os.close(self._wake_read)
