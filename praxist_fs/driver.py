@@ -115,6 +115,8 @@ class Driver:
             if launch:
                 committed |= self._handle(self.sched.next_launches(self.clock()), effects)
                 launch = False
+            if self.views is not None:  # a simulation writes no job files
+                effects += self.sched.reasons_of_written(effects)
             committed |= self._handle(self.backend.bind(effects), effects)
             if committed and self.journal is not None:
                 reach("journal.before_commit")

@@ -925,6 +925,21 @@ class Scheduler(JobControlDesk):
         return [self._write_job(self.jobs[j]) for j in sorted(dirty)
                 if self.jobs[j].state is JobState.QUEUED]
 
+    def reasons_of_written(self, effects: list[Effect]) -> list[Effect]:
+        """The job files ``effects`` writes for jobs that stay queued, again, saying why
+        each waits as the batch's pass found it (the rest of its walk run if it was kept):
+        an accepted job that finds no slot is written once, with its pending reason, not
+        a second time at the next status (``reason_updates``)."""
+        written = {e.job_id for e in effects
+                   if isinstance(e, WriteJob) and e.directory == "queued"}
+        if not written:
+            return []
+        self.refresh_reasons()
+        fresh = sorted(j for j in written & self._reason_dirty
+                       if self.jobs[j].state is JobState.QUEUED)
+        self._reason_dirty.difference_update(fresh)
+        return [self._write_job(self.jobs[j]) for j in fresh]
+
     # -- views ------------------------------------------------------------
 
     @property
