@@ -165,7 +165,8 @@ class Coordinator:
     def _start(self) -> None:
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
         runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
-        after, watermark, self.driver.sched = compaction.restore(self.layout)
+        restored = compaction.restore(self.layout)
+        after, watermark, self.driver.sched = restored[:3]
         self.journal = self.driver.journal = Journal(self.layout.journal, after=after,
                                                      keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
@@ -181,6 +182,7 @@ class Coordinator:
         unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
         for record in self.journal.replay():
             unsettled.note(self.sched.handle(from_record(record)))
+        tally = _tally(restored.tally, self.sched, unsettled.jobs)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
         if views_durable_ns is not None or watermark is None:
             unsettled = None  # a clean stop vouches for every file; no compaction, for none
@@ -194,7 +196,7 @@ class Coordinator:
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
-            AttemptTally.of(self.sched.jobs.values()), self.metrics_textfile_dir)
+            tally, self.metrics_textfile_dir)
         self.inboxes = Inboxes(self.layout, self.vault)
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
@@ -259,7 +261,8 @@ class Coordinator:
             if clean and self.degraded is None:  # else views are owed: the start repairs
                 try:
                     if self.journal.tail:
-                        compaction.compact(self.layout, self.journal, self.sched, self.views.index)
+                        compaction.compact(self.layout, self.journal, self.sched,
+                                           self.views.index, self.views.tally)
                     self.views.index.close(self.journal.seq)
                     compaction.mark_clean_stop(self.layout, self.journal.seq)
                 except OSError as exc:
@@ -322,7 +325,8 @@ class Coordinator:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             if self.journal.tail >= self.compact_after and self.degraded is None:
-                compaction.compact(self.layout, self.journal, self.sched, self.views.index)
+                compaction.compact(self.layout, self.journal, self.sched, self.views.index,
+                                   self.views.tally)
                 _return_memory()  # rendering the snapshot leaves as much garbage as the state
 
     def _quiet(self) -> bool:
@@ -397,11 +401,11 @@ class Coordinator:
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
         is room."""
-        after, _, sched = compaction.restore(self.layout)
-        for record in self.journal.durable(after):
-            sched.handle(from_record(record))
-        self.driver.sched = sched
-        self.views.tally = AttemptTally.of(self.sched.jobs.values())
+        restored, replayed = compaction.restore(self.layout), Unsettled()
+        for record in self.journal.durable(restored.journal_seq):
+            replayed.note(restored.sched.handle(from_record(record)))
+        self.driver.sched = restored.sched
+        self.views.tally = _tally(restored.tally, restored.sched, replayed.jobs)
         self.inboxes.forget_results()
 
     def _retry_degraded(self) -> None:
@@ -621,6 +625,22 @@ class Coordinator:
             if not self._disk_error(exc, self.layout.status):
                 raise
         self.views.status_written(self.sched, now)
+
+
+def _tally(saved: dict | None, sched: Scheduler, changed: set[str]) -> AttemptTally:
+    """The attempt tally as the snapshot saved it, brought up to date with the jobs the
+    journal's tail changed (``changed``); counted afresh from every job when the snapshot
+    has none (one written before tallies were saved)."""
+    if saved is not None:
+        try:
+            tally = AttemptTally.from_dict(saved)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("snapshot: its attempt tally is unreadable (%r): counted afresh", exc)
+        else:
+            for job_id in changed:
+                tally.update(sched.jobs.peek(job_id))
+            return tally
+    return AttemptTally.of(sched.jobs.values())
 
 
 def _return_memory() -> None:

@@ -23,7 +23,7 @@ from .adapters.fsio import TEMP_PATTERN, read_json, unlink, write_atomic
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .backends.local import procs
 from .core.effects import WriteJob
-from .core.model import Job
+from .core.states import JobState
 from .core.scheduler import Scheduler
 from .errors import JournalCorrupt
 from .views import Views, forged, read_bytes
@@ -170,12 +170,13 @@ class Housekeeper:
         which); a job's own file is rewritten from the journal. True if any was."""
         moved = False
         for entry in entries:
-            job = sched.jobs.get(entry.name[:-5]) if entry.name.endswith(".json") else None
-            why = _junk(sched, directory, entry, job, start, clean,
-                        None if since_ns is None else since_ns - MTIME_SLACK_NS)
+            job_id = entry.name[:-5] if entry.name.endswith(".json") else None
+            state = sched.state_of(job_id) if job_id is not None else None
+            why = _junk(sched, directory, entry, job_id if state else None, state, start,
+                        clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
             if why is None:
                 continue
-            own = job is not None and job.state.directory == directory
+            own = state is not None and state.directory == directory
             found = read_bytes(entry.path) \
                 if own and entry.is_file(follow_symlinks=False) else None
             try:
@@ -187,8 +188,9 @@ class Housekeeper:
                 continue  # gone meanwhile: nothing to set aside
             moved = True
             if own and not start:
-                views.execute(WriteJob(job_id=job.job_id, directory=directory,
-                                       document=sched.job_document(job)), sched)
+                views.execute(WriteJob(job_id=job_id, directory=directory,
+                                       document=sched.job_document(sched.jobs.peek(job_id))),
+                              sched)
         return moved
 
     def _release_orphan(self, attempt_dir: Path) -> None:
@@ -218,10 +220,13 @@ class Housekeeper:
             "aborted, and its job launches again"))
 
 
-def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job: Job | None,
-          start: bool, clean: bool, since_ns: int | None) -> str | None:
-    """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays."""
-    if job is not None and job.state.directory == directory and \
+def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job_id: str | None,
+          state: JobState | None, start: bool, clean: bool, since_ns: int | None
+          ) -> str | None:
+    """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays: ``job_id``
+    names the job it is of, in ``state`` (None: of no job). The job itself is built only
+    to compare a file changed since the last sweep (a finished one is on the shelf)."""
+    if state is not None and state.directory == directory and \
             entry.is_file(follow_symlinks=False):  # the common case first: no syscall
         try:
             if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
@@ -229,7 +234,7 @@ def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job: Job | None,
         except FileNotFoundError:
             return None
         data = read_bytes(entry.path)
-        return None if data is None else forged(sched, job, data)  # None: it went
+        return None if data is None else forged(sched, sched.jobs.peek(job_id), data)
     where = f"jobs/{directory}/"
     kind = "symlink" if entry.is_symlink() else "directory" \
         if entry.is_dir(follow_symlinks=False) else "file" \
@@ -239,18 +244,18 @@ def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job: Job | None,
             return None  # a crashed write of ours: removed by spool.sweep_stale
         return (f"a hidden temporary file in {where} with no write in progress (the "
                 "coordinator, its only writer, finishes each before the next sweep)")
-    if job is None:
+    if state is None:
         if kind == "file" and entry.name.endswith(".json"):
             return _unknown("job file", Path(entry.path))
         return f"a {kind} in {where}, which holds only <job_id>.json files of its jobs"
-    if job.state.directory != directory:
+    if state.directory != directory:
         if start and not clean and kind == "file":
             unlink(entry.path)  # a move the last coordinator began and did not finish
             return None
-        return (f"a {kind} named for job {job.job_id}, which is {job.state.value}: its "
-                f"file is jobs/{job.state.directory}/{entry.name}; a stale or forged "
+        return (f"a {kind} named for job {job_id}, which is {state.value}: its "
+                f"file is jobs/{state.directory}/{entry.name}; a stale or forged "
                 "copy, never served or signalled")
-    return (f"a {kind} where job {job.job_id}'s file belongs; set aside, and the "
+    return (f"a {kind} where job {job_id}'s file belongs; set aside, and the "
             "file rewritten from the journal")
 
 

@@ -122,9 +122,9 @@ class Views:
                 self.make_generation(effect.generation)
             write_json(path, effect.document, sync=False)
             if isinstance(effect, WriteReply):
-                job = sched.jobs.get(effect.document["job_id"] or "")
+                state = sched.state_of(effect.document["job_id"] or "")
                 if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
-                        (job is not None and job.state.terminal):
+                        (state is not None and state.terminal):
                     self.vault.scrub(effect.request_id)  # this request will never launch
         elif isinstance(effect, (RejectRequest, DisposeControl)) and effect.error is not None:
             rejected = self.layout.rejected if isinstance(effect, RejectRequest) \
@@ -139,7 +139,7 @@ class Views:
     def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
         data = dumps(effect.document)
         write_atomic(path, data, sync=False)
-        self.tally.update(sched.jobs[effect.job_id])  # every change to a job comes here
+        self.tally.update(sched.jobs.peek(effect.job_id))  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
             unlink(self._job_file(effect.replaces, effect.job_id))
@@ -197,7 +197,7 @@ class Views:
             if (found := read_bytes(path)) != data:
                 if durable_ns is not None and unsettled is None and found is not None and \
                         isinstance(effect, WriteJob) and \
-                        (why := forged(sched, sched.jobs[effect.job_id], found)):
+                        (why := forged(sched, sched.jobs.peek(effect.job_id), found)):
                     set_aside(path, found, why)
                 self.execute(effect, sched)
         since, boot_id = sched.coordinator["since"], sched.coordinator["boot_id"]

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .events import HostSampled
     from .model import Job
     from .policy import Policy
+    from .shelf import Shelf
 
 ASSESSMENT_HOLD = "generation {n} is in assessment: only mature top-ups start"
 DRAIN_GRACE_FACTOR = 2.0  # a job started just before the close needs about one run time
@@ -53,8 +54,9 @@ class GenerationBoard(Protocol):
     host: HostSampled | None
     version: int
     stopped: str | None
-    jobs: dict[str, Job]
+    jobs: Shelf[str, Job]
     generations: dict[int, Generation]
+    generation_jobs: dict[int, dict[str, str]]  # generation -> {job id: its peer}
     calibration: Calibration
     # soft: the idle registrations, the leases whose host claim is not yet removed, and
     # what the last host sample and pass found (the supply signal's inputs)
@@ -398,7 +400,7 @@ class GenerationDesk:
         """Without a named cohort: the peers the journal knows in this generation (their
         jobs, results and leases). Never the soft idle registrations: a decision taken
         with them would replay differently."""
-        return ({j.request.peer for j in self.board.jobs.values() if j.generation == gen.number}
+        return (set(self.board.generation_jobs.get(gen.number, {}).values())
                 | {peer for peer, _ in gen.results.values()}
                 | {lease.peer for lease in gen.leases.values()})
 
@@ -472,8 +474,8 @@ class GenerationDesk:
         whatever still runs keeps running (a close never kills an experiment)."""
         policy = self.board.policy
         low, high = policy.drain_grace_min_seconds, policy.drain_grace_max_seconds
-        times = sorted(a.active_seconds(a.ended_at) for job in self.board.jobs.values()
-                       if job.generation == gen.number
+        times = sorted(a.active_seconds(a.ended_at) for job in map(
+            self.board.jobs.peek, self.board.generation_jobs.get(gen.number, ()))
                        for a in job.attempts if a.outcome == "completed")
         if times:
             p90 = times[math.ceil(0.9 * len(times)) - 1]

@@ -87,8 +87,9 @@ class JobControlDesk:
             unknown = [ref for ref, job in found.items() if job is None]
             candidates = list({job.job_id: job for job in found.values() if job}.values())
         else:
-            unknown, candidates = [], [j for j in self.jobs.values() if not j.state.terminal
-                                       and (uid is None or not self._not_theirs(j, uid))]
+            unknown, candidates = [], [j for state, jobs in self._by_state.items()
+                                       if not state.terminal for j in jobs.values()
+                                       if uid is None or not self._not_theirs(j, uid)]
         states = set(control.states)
         chosen = [job for job in candidates
                   if (control.peer is None or job.request.peer == control.peer)

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
 from .budget import RUNNING
 from .model import Job
 from .policy import WORK_CLASSES
@@ -74,6 +76,27 @@ class AttemptTally:
         tally = cls()
         for job in jobs:
             tally.update(job)
+        return tally
+
+    def to_dict(self) -> dict[str, Any]:
+        """For the snapshot (``compaction.compact``): a start then counts only the jobs
+        the journal's tail changed, not the whole run's (``from_dict``)."""
+        return {"started": self.started, "retried": self.retried,
+                "outcomes": dict(self.outcomes),
+                "waits": {work_class: [h.counts, h.total, h.count]
+                          for work_class, h in self.waits.items()},
+                "seen": self._seen}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AttemptTally:
+        tally = cls()
+        tally.started, tally.retried = data["started"], data["retried"]
+        tally.outcomes.update(data["outcomes"])
+        for work_class, (counts, total, count) in data["waits"].items():
+            if work_class not in tally.waits or len(counts) != len(QUEUE_WAIT_BUCKETS):
+                raise ValueError(f"a tally of other queue waits ({work_class})")
+            tally.waits[work_class] = Histogram(QUEUE_WAIT_BUCKETS, list(counts), total, count)
+        tally._seen = dict(data["seen"])
         return tally
 
     def update(self, job: Job) -> None:

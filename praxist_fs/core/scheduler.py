@@ -62,6 +62,7 @@ from .states import (
     REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState,
     ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
 )
+from .shelf import Shelf
 from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -73,11 +74,14 @@ _RANK = attrgetter("rank")
 class Scheduler(JobControlDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
-        self.jobs: dict[str, Job] = {}
-        self.replies: dict[str, Reply] = {}
+        # a finished job and a reply change no more: each may wait in the last snapshot
+        self.jobs: Shelf[str, Job] = Shelf()
+        self.replies: Shelf[str, Reply] = Shelf()
         self.coordinator: dict[str, Any] | None = None
         self.version = 0
-        self._by_state: dict[JobState, dict[str, Job]] = {state: {} for state in JobState}
+        # the jobs in each state; a finished job's entry is its id alone (None), since
+        # its object may go back on the shelf
+        self._by_state: dict[JobState, dict[str, Job | None]] = {state: {} for state in JobState}
         self._backlog = Backlog()  # the queued jobs in order, with counts (``_queue``)
         self._backlog_of = self._by_state[JobState.QUEUED]
         self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
@@ -90,6 +94,9 @@ class Scheduler(JobControlDesk):
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
         self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
         self.generations: dict[int, Generation] = {}
+        # generation -> {job id: its peer}, of the jobs in it now: a generation's desk asks
+        # for its jobs without building every finished one (``_place_in_generation``)
+        self.generation_jobs: dict[int, dict[str, str]] = {}
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
         self.usage = Usage()                    # fair share's ledger, likewise
@@ -222,6 +229,7 @@ class Scheduler(JobControlDesk):
                       held={"by": request.peer, "at": ev.at} if request.hold else None,
                       uid=ev.uid, admission_deadline=self._admission_deadline(request, ev.at))
             self.jobs[job_id] = job
+            self._place_in_generation(job, generation)
             self.link_dependencies(job)
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
             self._by_state[job.state][job_id] = job
@@ -308,10 +316,19 @@ class Scheduler(JobControlDesk):
         self.link_dependencies(job)
         before = job.state
         self._transition(job, trigger)
-        job.generation = generation
+        self._place_in_generation(job, generation)
         job.round += 1
         job.reason = f"{why} (round {job.round})"
         return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost, before=before)]
+
+    def _place_in_generation(self, job: Job, generation: int | None) -> None:
+        """Set the generation ``job`` is in, and keep ``generation_jobs`` in step."""
+        if job.generation is not None and job.job_id in self.generation_jobs.get(
+                job.generation, {}):
+            del self.generation_jobs[job.generation][job.job_id]
+        job.generation = generation
+        if generation is not None:
+            self.generation_jobs.setdefault(generation, {})[job.job_id] = job.request.peer
 
     def _admission_deadline(self, request: Request, at: float) -> float | None:
         """When a job accepted at ``at`` expires unless it has started (R-SUB-4)."""
@@ -1035,6 +1052,10 @@ class Scheduler(JobControlDesk):
     def next_grants(self, at: float) -> list[LeaseGranted]:
         return self.generations_desk.next_grants(at)
 
+    def state_of(self, job_id: str) -> JobState | None:
+        """A job's state without building it (a finished one waits on the shelf)."""
+        return next((state for state, jobs in self._by_state.items() if job_id in jobs), None)
+
     def count(self, state: JobState) -> int:
         return len(self._by_state[state])
 
@@ -1044,10 +1065,12 @@ class Scheduler(JobControlDesk):
         ``current(directory, key)`` (a job's state directory and id, or ``"replies"`` and a
         request id) may say a file is known to be up to date: its document is not built."""
         current = current or (lambda directory, key: False)
-        effects: list[Effect] = [self._write_job(j) for j in self.jobs.values()
-                                 if not current(j.state.directory, j.job_id)]
-        effects += [WriteReply(request_id=r.request_id, document=r.to_dict())
-                    for r in self.replies.values() if not current("replies", r.request_id)]
+        effects: list[Effect] = [self._write_job(self.jobs.peek(job_id))
+                                 for state, jobs in self._by_state.items() for job_id in jobs
+                                 if not current(state.directory, job_id)]
+        effects += [WriteReply(request_id=request_id,
+                               document=self.replies.peek(request_id).to_dict())
+                    for request_id in self.replies if not current("replies", request_id)]
         effects += [WriteControlReply(request_id=rid, document=c["document"])
                     for rid, c in self.control_replies.items()]
         return effects + self.generations_desk.views()
@@ -1123,7 +1146,7 @@ class Scheduler(JobControlDesk):
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
         del self._by_state[job.state][job.job_id]
         job.state = new
-        self._by_state[new][job.job_id] = job
+        self._by_state[new][job.job_id] = None if new.terminal else job
 
     @property
     def coordinator_uid(self) -> int | None:

@@ -12,8 +12,8 @@ scheduler must go on deciding exactly as the original would.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 from .budget import Ledger
 from .calibration import Calibration
@@ -23,6 +23,7 @@ from .pickers import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import Scheduler
+from .shelf import place
 from .states import (
     AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState, ReplyOutcome,
     attempt_transition,
@@ -37,8 +38,18 @@ _PHASES = {phase.value: phase for phase in AttemptPhase}
 _OUTCOMES = {outcome.value: outcome for outcome in ReplyOutcome}
 
 
+_JOB_KEY, _REPLY_KEY = b'{"job_id":"', b'{"request_id":"'  # how ``_line`` begins each
+
+
 class SnapshotError(ValueError):
     """A snapshot this version cannot read (written by a newer one, or damaged)."""
+
+
+class Restored(NamedTuple):
+    journal_seq: int              # the journal seq the snapshot covers
+    views_durable_ns: int | None  # its watermark (None: written before watermarks)
+    sched: Scheduler
+    tally: dict[str, Any] | None  # the attempt tally it was written with (``dump``)
 
 
 def capture(sched: Scheduler) -> dict[str, Any]:
@@ -46,8 +57,8 @@ def capture(sched: Scheduler) -> dict[str, Any]:
             "replies": [_reply(reply) for reply in sched.replies.values()]}
 
 
-def dump(sched: Scheduler, journal_seq: int,
-         views_durable_ns: int | None = None) -> Iterator[bytes]:
+def dump(sched: Scheduler, journal_seq: int, views_durable_ns: int | None = None,
+         tally: dict[str, Any] | None = None) -> Iterator[bytes]:
     """The snapshot file, a line at a time: a header (everything but the jobs and the
     replies, with their counts and the journal seq it covers), then one line per job and
     per reply. Read back line by line, a start never holds the whole document and the
@@ -55,36 +66,61 @@ def dump(sched: Scheduler, journal_seq: int,
 
     ``views_durable_ns``: when the writer knew every derived file of the records up to
     ``journal_seq`` written and durable (the watermark a start after a crash compares
-    against, ``read``); the header leaves it out when not given."""
+    against, ``read``); the header leaves it out when not given, and ``tally`` (the
+    attempt tally of the same moment, ``AttemptTally.to_dict``) likewise. A job or reply
+    still on the scheduler's shelf is copied as its line, never built."""
     header = {**_header(sched), "journal_seq": journal_seq,
               "jobs": len(sched.jobs), "replies": len(sched.replies)}
     if views_durable_ns is not None:
         header["views_durable_ns"] = views_durable_ns
+    if tally is not None:
+        header["tally"] = tally
     yield _line(header)
-    for job in sched.jobs.values():
-        yield _line(_job(job))
-    for reply in sched.replies.values():
-        yield _line(_reply(reply))
+    yield from (sched.jobs.line(job_id) or _line(_job(sched.jobs[job_id]))
+                for job_id in sched.jobs)
+    yield from (sched.replies.line(request_id) or _line(_reply(sched.replies[request_id]))
+                for request_id in sched.replies)
+
+
+def shelve(sched: Scheduler, lines: Iterable[bytes], read_at: Callable[[int], bytes]) -> None:
+    """``lines`` (``dump``'s, of ``sched`` as it is) now lie in a file ``read_at`` reads
+    (a ``place`` in, a line out): its finished jobs and every reply wait there from now
+    on, not in memory (``Shelf``)."""
+    lines = iter(lines)
+    jobs, _, replies = _places(lines, next(lines))
+    sched.jobs.shelve(jobs, read_at, _built_job)
+    sched.replies.shelve(replies, read_at, _built_reply)
 
 
 def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
     """(the journal seq it covers, the scheduler) from ``dump``'s lines."""
-    seq, _, sched = read(lines)
-    return seq, sched
+    restored = read(lines)
+    return restored.journal_seq, restored.sched
 
 
-def read(lines: Iterable[bytes]) -> tuple[int, int | None, Scheduler]:
-    """(the journal seq it covers, its ``views_durable_ns`` or None, the scheduler) from
-    ``dump``'s lines; a snapshot written before the watermark has None."""
+def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) -> Restored:
+    """The scheduler ``dump``'s lines hold, and what the header says of them. With
+    ``read_at`` (the lines are a file's from its start, and ``read_at`` reads one back by
+    its ``place``), the finished jobs and the replies are shelved, not built: a start
+    then builds only the jobs not yet ended. A snapshot written before shelves is built
+    whole (its first compaction shelves it): it lacks the jobs with a preemption on
+    record and each generation's jobs, which a shelf would build every job to find."""
     lines = iter(lines)
     try:
-        header = json.loads(next(lines, b"null"))
-        sched = restore({**header, "jobs": _documents(lines, header["jobs"]),
-                         "replies": _documents(lines, header["replies"])})
+        first = next(lines, b"null")
+        header = json.loads(first)
+        if read_at is None or "generation_jobs" not in header:
+            sched = restore({**header, "jobs": _documents(lines, header["jobs"]),
+                             "replies": _documents(lines, header["replies"])})
+        else:
+            jobs, live, replies = _places(lines, first)
+            sched = restore({**header, "jobs": map(json.loads, live), "replies": []},
+                            (jobs, replies, read_at))
         if next(lines, None) is not None:
             raise SnapshotError("damaged snapshot: lines after the last reply")
-        durable_ns = header.get("views_durable_ns")
-        return header["journal_seq"], durable_ns if isinstance(durable_ns, int) else None, sched
+        durable_ns, tally = header.get("views_durable_ns"), header.get("tally")
+        return Restored(header["journal_seq"], durable_ns if isinstance(durable_ns, int)
+                        else None, sched, tally if isinstance(tally, dict) else None)
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, SnapshotError):
             raise
@@ -97,6 +133,41 @@ def _documents(lines: Iterator[bytes], count: int) -> Iterator[dict[str, Any]]:
         if line is None:
             raise SnapshotError("damaged snapshot: it ends early")
         yield json.loads(line)
+
+
+def _places(lines: Iterator[bytes], first: bytes) -> tuple[dict[str, int], list[bytes],
+                                                         dict[str, int]]:
+    """Of the lines after the header (``first``): ({finished job's id: its line's place},
+    the other jobs' lines, {request id: its reply's place})."""
+    header, offset = json.loads(first), len(first)
+    finished = {job_id: job_id for state, job_ids in header["by_state"].items()  # one string
+                if _STATES[state].terminal for job_id in job_ids}  # object per id, not two
+    jobs: dict[str, int] = {}
+    live: list[bytes] = []
+    replies: dict[str, int] = {}
+    for count, places, prefix, field in ((header["jobs"], jobs, _JOB_KEY, "job_id"),
+                                         (header["replies"], replies, _REPLY_KEY, "request_id")):
+        for _ in range(count):
+            line = next(lines, None)
+            if line is None or not line.endswith(b"\n"):
+                raise SnapshotError("damaged snapshot: it ends early")
+            key = _key(line, prefix, field)
+            if places is replies or key in finished:
+                places[finished.get(key, key)] = place(offset, len(line))
+            else:
+                live.append(line)
+            offset += len(line)
+    return jobs, live, replies
+
+
+def _key(line: bytes, prefix: bytes, field: str) -> str:
+    """A line's first field, read without parsing the line where no escape is in it."""
+    if line.startswith(prefix):
+        end = line.find(b'"', len(prefix))
+        raw = line[len(prefix):end]
+        if end > 0 and b"\\" not in raw:
+            return raw.decode()
+    return json.loads(line)[field]
 
 
 def _line(document: dict[str, Any]) -> bytes:
@@ -122,33 +193,49 @@ def _header(sched: Scheduler) -> dict[str, Any]:
         "queue_usage": sched.queue_usage.to_dict(),
         "budget": sched.ledger.to_dict(),
         "nodes": sched.nodes.to_dict(),
+        "preempted_jobs": list(sched.preempted_jobs),
+        "generation_jobs": {str(number): jobs for number, jobs in sched.generation_jobs.items()},
     }
 
 
-def restore(doc: dict[str, Any]) -> Scheduler:
+Shelved = tuple[dict[str, int], dict[str, int], Callable[[int], bytes]]
+
+
+def restore(doc: dict[str, Any], shelved: Shelved | None = None) -> Scheduler:
+    """The scheduler ``doc`` holds; ``shelved``: its finished jobs and replies that are
+    not in ``doc`` but on a shelf (their places, and how to read a place)."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise SnapshotError(f"snapshot format {found!r}; this version reads {FORMAT}")
     try:
-        return _restore(doc)
+        return _restore(doc, shelved)
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"damaged snapshot: {exc!r}") from None
 
 
-def _restore(doc: dict[str, Any]) -> Scheduler:
+def _restore(doc: dict[str, Any], shelved: Shelved | None = None) -> Scheduler:
     sched = Scheduler(Policy.from_dict(doc["policy"]))
     sched.coordinator = doc["coordinator"]
     sched.version = doc["version"]
     sched._next_order = doc["next_order"]
     sched.stopped = doc["stopped"]
-    sched.jobs = {data["job_id"]: _to_job(data) for data in doc["jobs"]}
+    for data in doc["jobs"]:
+        sched.jobs[data["job_id"]] = _to_job(data)
+    for data in doc["replies"]:
+        sched.replies[data["request_id"]] = _to_reply(data)
+    if shelved is not None:
+        jobs, replies, read_at = shelved
+        sched.jobs.shelve(jobs, read_at, _built_job)
+        sched.replies.shelve(replies, read_at, _built_reply)
     for state, job_ids in doc["by_state"].items():
-        sched._by_state[_STATES[state]] = {job_id: sched.jobs[job_id] for job_id in job_ids}
+        state = _STATES[state]  # a finished job's entry is its id alone (``_transition``)
+        sched._by_state[state] = dict.fromkeys(job_ids) if state.terminal else {
+            job_id: sched.jobs[job_id] for job_id in job_ids}
+    live = list(sched.jobs.live())
     if sum(map(len, sched._by_state.values())) != len(sched.jobs) or any(
-            job.job_id not in sched._by_state[job.state] for job in sched.jobs.values()):
+            job.job_id not in sched._by_state[job.state] for job in live) or any(
+            job_id not in sched.jobs for jobs in sched._by_state.values() for job_id in jobs):
         raise ValueError("jobs and their per-state index disagree")
-    sched.replies = {data["request_id"]: Reply(**{**data, "outcome": _OUTCOMES[data["outcome"]]})
-                     for data in doc["replies"]}
     sched.generations = {data["number"]: _to_generation(data) for data in doc["generations"]}
     sched.control_replies = doc["control_replies"]
     sched.calibration = Calibration(*doc["calibration"])
@@ -158,9 +245,20 @@ def _restore(doc: dict[str, Any]) -> Scheduler:
     sched.ledger = Ledger.from_dict(doc["budget"])
     if "nodes" in doc:  # snapshots before the node registry lack it
         sched.nodes = NodeRegistry.from_dict(doc["nodes"])
-    sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
-                            if any(attempt.preemptions for attempt in job.attempts)}
-    for job in sched.jobs.values():
+    if "preempted_jobs" in doc:
+        sched.preempted_jobs = dict.fromkeys(doc["preempted_jobs"])
+    else:  # snapshots before the shelf lack it: every job is read once
+        sched.preempted_jobs = {job.job_id: None for job in sched.jobs.values()
+                                if any(attempt.preemptions for attempt in job.attempts)}
+    if "generation_jobs" in doc:
+        sched.generation_jobs = {int(number): jobs
+                                 for number, jobs in doc["generation_jobs"].items()}
+    else:  # likewise
+        for job in sched.jobs.values():
+            if job.generation is not None:
+                sched.generation_jobs.setdefault(job.generation, {})[job.job_id] = \
+                    job.request.peer
+    for job in live:  # a finished job waits for nothing (its dependencies matter no more)
         sched.link_dependencies(job)
     return sched
 
@@ -185,6 +283,10 @@ def _to_job(data: dict[str, Any]) -> Job:
                held=data.get("held"), after=tuple(map(tuple, data.get("after", ()))),
                uid=data.get("uid"), admission_deadline=data.get("admission_deadline"),
                attempts=[_to_attempt(a) for a in data["attempts"]])
+
+
+def _built_job(line: bytes) -> Job:
+    return _to_job(json.loads(line))
 
 
 def _attempt(attempt: Attempt) -> dict[str, Any]:
@@ -215,6 +317,14 @@ def _reply(reply: Reply) -> dict[str, Any]:
             "state": reply.state, "reason": reply.reason, "digest": reply.digest,
             "field": reply.field, "problem": reply.problem, "lease": reply.lease,
             "estimate": reply.estimate, "uid": reply.uid}
+
+
+def _to_reply(data: dict[str, Any]) -> Reply:
+    return Reply(**{**data, "outcome": _OUTCOMES[data["outcome"]]})
+
+
+def _built_reply(line: bytes) -> Reply:
+    return _to_reply(json.loads(line))
 
 
 def _generation(gen: Generation) -> dict[str, Any]:

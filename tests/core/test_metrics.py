@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from praxist_fs.core.effects import WriteJob
@@ -74,3 +76,26 @@ def test_the_attempt_tally_kept_job_by_job_equals_a_count_of_the_whole_run():
     assert (whole.started, whole.retried) == (5, 1)
     assert whole.outcomes == {"completed": 2, "infra_retry": 1, "failed": 1}
     assert whole.waits["ordinary"].count == 5 and whole.waits["mature"].count == 0
+
+
+def test_a_tally_saved_with_a_snapshot_and_given_the_jobs_changed_since_counts_the_whole_run():
+    """A start counts only the jobs the journal's tail changed (a snapshot saves the rest)."""
+    h = Harness(make_policy(initial_concurrent_experiments=2, max_concurrent_experiments=2,
+                            infrastructure_retries=1))
+    kept, changed, saved = AttemptTally(), set(), None
+    for round_ in range(4):
+        h.handle(h.request_event({"peer": "p", "tag": f"t{round_}", "argv": ["true"]}))
+        for event in h.sched.next_launches(h.tick()):
+            h.handle(event)
+            h.spawn(event.job_id, event.attempt_id)
+            h.exit(event.job_id, event.attempt_id, 75 if round_ == 1 else 0)
+        for job in h.sched.jobs.values():
+            kept.update(job)
+            changed.add(job.job_id)
+        if round_ == 1:
+            saved, changed = json.loads(json.dumps(kept.to_dict())), set()
+    restarted = AttemptTally.from_dict(saved)
+    for job_id in changed:
+        restarted.update(h.sched.jobs[job_id])
+    assert tally_numbers(restarted) == tally_numbers(AttemptTally.of(h.sched.jobs.values()))
+    assert restarted.started > tally_numbers(AttemptTally.from_dict(saved))[0]

@@ -8,6 +8,7 @@ of the journal is replayed on top: the result must equal replaying everything.
 
 from __future__ import annotations
 
+import io
 import json
 import random
 
@@ -15,8 +16,9 @@ import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.shelf import offset_and_length
 from praxist_fs.core.snapshot import (
-    FORMAT, SnapshotError, capture, dump, load, read, restore,
+    FORMAT, SnapshotError, capture, dump, load, read, restore, shelve,
 )
 
 from .test_simulation import replay, run_seed
@@ -27,8 +29,12 @@ def _through_json(doc):
 
 
 def _state(sched: Scheduler) -> tuple:
-    """Everything a later decision can depend on, order of the running jobs included."""
-    return (sched.snapshot(), _through_json(capture(sched)),
+    """Everything a later decision can depend on, order of the running jobs included (the
+    order the jobs and replies are listed in is none: a shelved one is listed first)."""
+    doc = _through_json(capture(sched))
+    doc["jobs"].sort(key=lambda job: job["job_id"])
+    doc["replies"].sort(key=lambda reply: reply["request_id"])
+    return (sched.snapshot(), doc,
             [job.job_id for job in sched.running()], [job.job_id for job in sched.queued()])
 
 
@@ -57,9 +63,49 @@ def test_the_snapshot_file_reads_back_line_by_line():
         load(iter([*lines, lines[-1]]))
 
 
+def _file(data: bytes):
+    """A snapshot file held in memory: its lines, and its ``read_at``."""
+    def read_at(where: int) -> bytes:
+        offset, length = offset_and_length(where)
+        return data[offset:offset + length]
+    return io.BytesIO(data), read_at
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_a_start_builds_only_the_jobs_not_ended_and_decides_as_if_it_built_all(seed):
+    journal = run_seed(seed, 250).journal
+    whole = _state(replay(journal))
+    cut = len(journal) // 2
+    sched = replay(journal[:cut])
+    restored = read(*_file(b"".join(dump(sched, cut)))).sched
+    assert sorted(job.job_id for job in restored.jobs.live()) == sorted(
+        job.job_id for job in sched.jobs.values() if not job.state.terminal)
+    assert not list(restored.replies.live()) and _state(restored) == _state(sched)
+    for record in journal[cut:]:
+        restored.handle(from_record(_through_json(record)))
+    assert _state(restored) == whole
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_a_compaction_sends_the_finished_jobs_and_replies_to_its_snapshot(seed):
+    """As ``compaction.compact`` does: the scheduler goes on in place, lighter."""
+    journal = run_seed(seed, 250).journal
+    whole = _state(replay(journal))
+    sched = replay([])
+    for cut, record in enumerate(journal):
+        sched.handle(from_record(_through_json(record)))
+        if cut % 97 == 0:  # a shelf replaced by the next one, with jobs reopened between
+            data = b"".join(dump(sched, cut))
+            shelve(sched, *_file(data))
+            assert all(not job.state.terminal for job in sched.jobs.live())
+            assert not list(sched.replies.live())
+            assert sorted(b"".join(dump(sched, cut)).splitlines()) == sorted(data.splitlines())
+    assert _state(sched) == whole
+
+
 def test_the_watermark_of_the_derived_files_reads_back_and_older_snapshots_lack_it():
     sched = replay(run_seed(5, 200).journal)
-    seq, durable_ns, restored = read(dump(sched, 77, views_durable_ns=1_700_000_000_123))
+    seq, durable_ns, restored, _ = read(dump(sched, 77, views_durable_ns=1_700_000_000_123))
     assert (seq, durable_ns) == (77, 1_700_000_000_123) and _state(restored) == _state(sched)
     assert read(dump(sched, 77))[1] is None  # as a snapshot of an older version reads
 
@@ -108,3 +154,15 @@ def test_lease_counters_missing_from_an_older_snapshot_start_at_zero():
     for gen in restore(doc).generations.values():
         stats = gen.stats_document()
         assert (stats["declined_ignored"], stats["revoked_ignored"]) == (0, 0)
+
+
+@pytest.mark.parametrize("seed", (1, 3))
+def test_an_older_snapshot_without_the_shelf_indexes_restores_the_same_scheduler(seed):
+    """Snapshots before the shelf lack the jobs with a preemption on record and each
+    generation's jobs: read from the jobs themselves, they say the same."""
+    sched = replay(run_seed(seed, 300).journal)
+    doc = _through_json(capture(sched))
+    assert doc["generation_jobs"], "the seed should have put jobs in a generation"
+    older = {key: value for key, value in doc.items()
+             if key not in ("generation_jobs", "preempted_jobs")}
+    assert _state(restore(older)) == _state(sched)

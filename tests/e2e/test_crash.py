@@ -197,6 +197,31 @@ def test_a_compacted_journal_restarts_from_its_snapshot(make_run):
     assert all(run.job(job_id)["exit_code"] == 0 for job_id in jobs.values())
 
 
+def test_jobs_a_compaction_took_out_of_memory_are_still_answered_and_rerun(make_run):
+    """A compaction shelves the finished jobs and the replies in its snapshot (the same
+    coordinator, no restart): a resubmitted tag and a retry of a failed job are answered
+    as before, and the retried job runs again and is shelved again."""
+    run = make_run()
+    run.start({"PRAXIST_COMPACT_AFTER": "3"})
+    docs = {"shelf-ok": request("shelf-ok"), "shelf-fails": request("shelf-fails", ["false"])}
+    jobs = {tag: run.reply(run.submit(doc))["job_id"] for tag, doc in docs.items()}
+    run.wait_state(jobs["shelf-ok"], "completed")
+    run.wait_state(jobs["shelf-fails"], "failed")
+    snapshot = run.sched / "journal" / "snapshot.jsonl"
+    wait_for(lambda: snapshot.exists() and len(snapshot.read_bytes().splitlines()) >= 5,
+             message="a compaction after the exits")
+    again = run.reply(run.submit(request("shelf-ok")))
+    assert again["outcome"] == "duplicate" and again["job_id"] == jobs["shelf-ok"]
+    rerun = run.reply(run.submit({**docs["shelf-fails"], "retry_terminal": True}))
+    assert rerun["outcome"] == "retry_accepted" and rerun["job_id"] == jobs["shelf-fails"]
+    wait_for(lambda: len((run.job(jobs["shelf-fails"]) or {}).get("attempts", ())) == 2 and
+             run.job(jobs["shelf-fails"])["state"] == "failed", message="the retry's end")
+    wait_for(lambda: len(snapshot.read_bytes().splitlines()) >= 7,
+             message="a compaction after the retry")
+    last = run.reply(run.submit(docs["shelf-fails"]))
+    assert last["outcome"] == "terminal_duplicate" and last["job_id"] == jobs["shelf-fails"]
+
+
 def test_a_journal_whose_snapshot_is_gone_is_refused(make_run):
     run = make_run()
     run.start({"PRAXIST_COMPACT_AFTER": "2"})
