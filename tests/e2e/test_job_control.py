@@ -15,7 +15,7 @@ import psutil
 
 from praxist_fs.core.identity import job_id_for
 
-from .conftest import read_json, request, wait_for
+from .conftest import TASK, read_json, request, wait_for
 
 CLI = [sys.executable, "-m", "praxist_fs"]
 
@@ -183,7 +183,10 @@ def test_dependencies_survive_a_coordinator_restart(make_run, tmp_path):
 
 
 def test_launch_prints_the_pending_reason_and_two_interrupts_cancel(make_run, tmp_path):
-    run = make_run(slots=1)
+    # one slot for good: concurrency stepped up on calm samples (a slow box's interrupts
+    # take seconds) would start the job, which then completes instead of being cancelled
+    run = make_run(task_text=TASK.format(slots=1, retries=1).replace(
+        "max_concurrent_experiments: 8", "max_concurrent_experiments: 1"))
     run.start()
     run.submit(request("blocker", ["sleep", "60"]))
     with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
