@@ -636,7 +636,7 @@ class Pass:
     dropped: list[tuple[str, type[JobPicker], dict[Hashable, list[Job]], dict[Hashable, int],
                         list[tuple[Any, Hashable]]]] = field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
-    backlog: Backlog | None = None  # the queue as it is kept, of which ``queued`` is a copy
+    backlog: Backlog | None = None  # the queue as it is kept; ``queued`` is as it was (``lend``)
     _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
