@@ -374,14 +374,14 @@ class Multifactor(JobPicker):
             shape = policy.profiles.get(profile)
             gpus = shape.gpu_count if shape is not None and shape.uses_gpu else 0
             size[profile] = policy.multifactor_weight_size * (1.0 - min(1.0, gpus / devices))
-        base = {(work_class, peer, profile, priority):
-                size[profile] + share[peer] + w_priority * (priority - low) / (high - low)
-                for work_class, peer, profile, priority in runs}
         at = ctx.at
 
         def key(run: Hashable, job: Job, position: int) -> tuple[float, int]:
+            # summed here, not kept by run: a pass keys about one job per run
+            _, peer, profile, priority = run
             age = w_age * (at - job.submitted_at)
-            return -(base[run] + (age if age < cap else cap)), job.rank  # min(cap, age)
+            return -(size[profile] + share[peer] + w_priority * (priority - low) / (high - low)
+                     + (age if age < cap else cap)), job.rank  # min(cap, age)
 
         order = ctx.merge(scope.jobs, runs, key, type(self))
         self.next = partial(next, order, None)
@@ -636,7 +636,7 @@ class Pass:
     dropped: list[tuple[str, type[JobPicker], dict[Hashable, list[Job]], dict[Hashable, int],
                         list[tuple[Any, Hashable]]]] = field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
-    backlog: Backlog | None = None  # the queue as it is kept, of which ``queued`` is a copy
+    backlog: Backlog | None = None  # the queue as it is kept; ``queued`` is as it was (``lend``)
     _packing: Packing | None = None
     _running_usage: dict[str, float] | None = None
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
@@ -853,8 +853,10 @@ class Pass:
                 self._running_usage[job.request.peer] += \
                     len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
         of, at, running = self.ledger.of, self.at, self._running_usage
-        half_life = self.policy.fair_share_half_life_seconds
-        return {peer: of(peer, at, half_life) + running.get(peer, 0.0) for peer in peers}
+        half_life, charged = self.policy.fair_share_half_life_seconds, self.ledger.peers
+        # a peer never charged has nothing to decay: ``of`` would give 0.0
+        return {peer: (of(peer, at, half_life) if peer in charged else 0.0)
+                + running.get(peer, 0.0) for peer in peers}
 
     def project_usage(self, project: Project) -> float:
         """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""

@@ -700,7 +700,7 @@ class Scheduler(JobControlDesk):
         self._reasons_stale = False
         self._slot_limited = False
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
-        queued = queue.jobs()
+        queued = queue.lend()  # until the walk is done (``_finish_rest``, ``_drop_rest``)
         assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
                    loads=self.real_loads(), queued=queued, running=running,
@@ -730,6 +730,8 @@ class Scheduler(JobControlDesk):
             self._rest = walk
         elif next(walk, False):
             self._rest = walk
+        else:
+            queue.settle()
         self.unused_slots = max(0, ctx.free)
         return launches
 
@@ -750,6 +752,7 @@ class Scheduler(JobControlDesk):
         rest, self._rest = self._rest, None
         for _ in rest or ():
             pass
+        self._backlog.settle()
 
     def _drop_rest(self) -> None:
         """Forget the last pass's unfinished walk (its pickers are finished): a new pass
@@ -757,6 +760,7 @@ class Scheduler(JobControlDesk):
         rest, self._rest = self._rest, None
         if rest is not None:
             rest.close()
+        self._backlog.settle()
 
     def _could_start(self, ctx: Pass, name: str, avoid: tuple[str, ...]) -> bool:
         """Whether a job of profile ``name`` might start now, keeping off ``avoid``
