@@ -447,6 +447,7 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "preempt_policy": _Key(_picker("preempt")),
     "placement": _Key(_choice(*PLACEMENTS)),
     "shortest_first_aging": _Key(_number, _clamp(0, MAX_AGING)),
+    "shortest_first_by": _Key(_choice("run_time", "gpu_seconds")),
     "shortest_first_starvation_seconds": _Key(_positive_or_null, _unless_null(
         _clamp(MIN_STARVATION_S, MAX_STARVATION_S))),
     "multifactor_weight_age": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),

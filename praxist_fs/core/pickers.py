@@ -291,7 +291,8 @@ class Backfill(Fcfs):
 class ShortestExpectedFirst(JobPicker):
     """Shortest expected run time first (calibrated ETAs, R-SUP-7), with aging: a job's
     key is its expected run time (``eta_s`` x the calibration ratio) plus
-    ``shortest_first_aging`` x its submit time, least first, after each job's own
+    ``shortest_first_aging`` x its submit time (with ``shortest_first_by: gpu_seconds``,
+    the expected run time times the job's GPUs), least first, after each job's own
     priority. Waiting lowers a key at the same rate for every job, so the order holds
     from pass to pass, and nothing starves: a job is passed only by jobs submitted less
     than its expected run time / aging after it. A job without an ETA counts as the
@@ -313,15 +314,17 @@ class ShortestExpectedFirst(JobPicker):
         runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
         unknown, lacking = ctx.longest_eta_step(scope.jobs, runs)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
+        by = ctx.policy.shortest_first_by
+        width = _widths(ctx.policy.profiles) if by == "gpu_seconds" else {}
 
         def key(run: Hashable, job: Job, position: int) -> tuple[int, float, int]:
-            _, priority, step, _ = run  # priority, then by rank
+            _, priority, step, profile = run  # priority, then by rank
             return -priority, math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) \
-                * ratio + aging * job.submitted_at, job.order
+                * ratio * width.get(profile, 1) + aging * job.submitted_at, job.order
 
         # the keys do not change with time: the backlog keeps the runs' heads while
         # aging, calibration and (with jobs that gave no ETA) the longest ETA stay
-        token = (aging, ratio, unknown if lacking else None)
+        token = (aging, ratio, unknown if lacking else None, by)
         heads = ctx.heads("eta", scope.jobs, runs, token, key)
         # a starving job is visited first: the merge may not drop it later (``skimmed``)
         order = ctx.merge(scope.jobs, runs, key, type(self), heads, droppable=not self._starving)
@@ -334,6 +337,12 @@ class ShortestExpectedFirst(JobPicker):
     def blocked(self, job: Job) -> None:
         if job.job_id in self._starving and self._ctx.reservation is None:
             self._ctx.reserve(job)
+
+
+def _widths(profiles: Mapping[str, Profile]) -> dict[str, int]:
+    """The GPUs a job of each profile takes, where that is more than one."""
+    return {name: shape.gpu_count for name, shape in profiles.items()
+            if shape.uses_gpu and shape.gpu_count > 1}
 
 
 def starving(jobs: list[Job], at: float, policy: Policy) -> dict[str, Job]:

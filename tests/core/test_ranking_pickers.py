@@ -92,6 +92,18 @@ def test_aging_bounds_the_wait_of_a_long_job_under_a_stream_of_short_ones(aging,
         assert cluster.started[long] <= submitted + 1000.0 * 2 ** (1 / 16) + 20.0
 
 
+@pytest.mark.parametrize("by,order", [("run_time", ["wide-short", "narrow-long"]),
+                                      ("gpu_seconds", ["narrow-long", "wide-short"])])
+def test_gpu_seconds_weigh_a_job_by_its_width(by, order):
+    """By run time a 2-GPU job of 100 s goes before a 1-GPU job of 150 s; by GPU-seconds
+    it holds 200 of them against 150, and goes after."""
+    h = harness("shortest_expected_first", slots=2, gpus=3, shortest_first_aging=0.0,
+                shortest_first_by=by)
+    h.submit("wide-short", profile="g2", eta_s=100.0)
+    h.submit("narrow-long", profile="g1", eta_s=150.0)
+    assert launched(h) == order
+
+
 @pytest.mark.parametrize("starvation", [None, 600.0])
 def test_a_starving_wide_job_starts_within_its_bound_while_short_jobs_keep_arriving(starvation):
     """Aging alone cannot start an 8-GPU job while 1-GPU jobs keep arriving: once it
@@ -223,6 +235,11 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
         assert f"| `{key}` | `{getattr(Policy(), key):g}`" in doc \
             if key != "placement" else "| `placement` | `spread`" in doc
     assert "| `shortest_first_starvation_seconds` | `null`" in doc
+    assert "| `shortest_first_by` | `run_time`" in doc
+    task.write_text(base + "    shortest_first_by: gpus\n")
+    with pytest.raises(Exception, match=r"shortest_first_by: got 'gpus', expected one of "
+                                        r"run_time, gpu_seconds"):
+        load_policy(task)
 
 
 def test_the_backlog_keeps_its_runs_equal_to_the_queue_as_jobs_come_and_go():
