@@ -305,9 +305,9 @@ class ShortestExpectedFirst(JobPicker):
     Aging alone lets a wide job be passed for as long as short jobs keep arriving, and
     a wide job needs many devices free at once. With ``shortest_first_starvation_seconds``,
     a job that has waited that long is starving: the starving go first, in the same
-    order, after each job's own priority, and the first of them that cannot be placed gets an
-    EASY backfill reservation (``Pass.reserve``), so its wait is bounded while the
-    cost of reserving is paid only in the tail."""
+    order, after each job's own priority, and the first of them that cannot be placed
+    gets an EASY backfill reservation (``Pass.reserve``), so its wait is bounded while
+    the cost of reserving is paid only in the tail."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         self._ctx, self._starving = ctx, starving(scope.jobs, ctx.at, ctx.policy)
@@ -346,9 +346,9 @@ def _widths(profiles: Mapping[str, Profile]) -> dict[str, int]:
 
 
 def starving(jobs: list[Job], at: float, policy: Policy) -> dict[str, Job]:
-    """The jobs (rank order) that have waited ``shortest_first_starvation_seconds`` by
-    ``at``, by id, in rank order: the oldest of each priority, so each priority's are read
-    only up to its first job that is not starving (none when the key is unset)."""
+    """Those of ``jobs`` (rank order) that have waited ``shortest_first_starvation_seconds``
+    by ``at``, by id, in rank order; none when the key is unset. The oldest of each
+    priority come first, so its jobs are read only up to the first that is not starving."""
     bound = policy.shortest_first_starvation_seconds
     found: dict[str, Job] = {}
     position = 0
