@@ -101,6 +101,7 @@ _CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):(
 MAX_DRAIN_GRACE_S = 7 * 86400.0
 MAX_HOOK_TIMEOUT_S = 3600.0
 MAX_AGING = 1000.0               # shortest_first_aging: waiting worth 1000x run time at most
+MIN_STARVATION_S, MAX_STARVATION_S = 60.0, 365 * 86400.0  # shortest_first_starvation_seconds
 MAX_FACTOR_WEIGHT = 1e6          # multifactor_weight_*
 MIN_MAX_AGE_S, MAX_MAX_AGE_S = 60.0, 365 * 86400.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
@@ -221,7 +222,7 @@ def _positive_or_null(path: str, value: Any) -> float | None:
         return None
     number = _number(path, value)
     if number <= 0:
-        raise PolicyError(path, value, "a number > 0, or null (no timeout)")
+        raise PolicyError(path, value, "a number > 0, or null (none)")
     return number
 
 
@@ -446,6 +447,9 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "preempt_policy": _Key(_picker("preempt")),
     "placement": _Key(_choice(*PLACEMENTS)),
     "shortest_first_aging": _Key(_number, _clamp(0, MAX_AGING)),
+    "shortest_first_by": _Key(_choice("run_time", "gpu_seconds")),
+    "shortest_first_starvation_seconds": _Key(_positive_or_null, _unless_null(
+        _clamp(MIN_STARVATION_S, MAX_STARVATION_S))),
     "multifactor_weight_age": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_size": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_fair_share": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),

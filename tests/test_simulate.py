@@ -558,16 +558,17 @@ RECOMMENDED = ROOT / "fixtures" / "policies" / "recommended.yaml"
 
 
 def test_the_recommended_policy_is_the_one_docs_simulate_names():
-    """issue 18 item 4: fixtures/policies/recommended.yaml is shortest expected first with
-    aging and best_fit placement, with a cluster's cap, as docs/SIMULATE.md says."""
+    """issue 18 item 4: fixtures/policies/recommended.yaml is shortest expected first by
+    GPU-seconds with aging and best_fit placement, with a cluster's cap, as
+    docs/SIMULATE.md says."""
     policy = load_policy(RECOMMENDED)
-    assert (policy.job_picker, policy.shortest_first_aging, policy.placement) == (
-        "shortest_expected_first", 1, "best_fit")
+    assert (policy.job_picker, policy.shortest_first_aging, policy.shortest_first_by,
+            policy.placement) == ("shortest_expected_first", 1, "gpu_seconds", "best_fit")
     assert policy.max_concurrent_experiments == policy.initial_concurrent_experiments == 10_000
     doc = (ROOT / "docs" / "SIMULATE.md").read_text()
     choosing = doc[doc.index("## Choosing a policy"):]
     for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
-                 "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
+                 "`shortest_first_by: gpu_seconds`", "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
                  "bench/policy_table.py"):
         assert said in choosing
 

@@ -291,7 +291,8 @@ class Backfill(Fcfs):
 class ShortestExpectedFirst(JobPicker):
     """Shortest expected run time first (calibrated ETAs, R-SUP-7), with aging: a job's
     key is its expected run time (``eta_s`` x the calibration ratio) plus
-    ``shortest_first_aging`` x its submit time, least first, after each job's own
+    ``shortest_first_aging`` x its submit time (with ``shortest_first_by: gpu_seconds``,
+    the expected run time times the job's GPUs), least first, after each job's own
     priority. Waiting lowers a key at the same rate for every job, so the order holds
     from pass to pass, and nothing starves: a job is passed only by jobs submitted less
     than its expected run time / aging after it. A job without an ETA counts as the
@@ -299,24 +300,71 @@ class ShortestExpectedFirst(JobPicker):
 
     ETAs are compared to within an eighth of an octave (9 %, ``backlog.eta_step``): jobs
     alike in queue, priority and ETA keep their rank order, so the backlog keeps them in
-    runs (``Pass.runs``) that a pass merges lazily, reading only as far as it walks."""
+    runs (``Pass.runs``) that a pass merges lazily, reading only as far as it walks.
+
+    Aging alone lets a wide job be passed for as long as short jobs keep arriving, and
+    a wide job needs many devices free at once. With ``shortest_first_starvation_seconds``,
+    a job that has waited that long is starving: the starving go first, in the same
+    order, after each job's own priority, and the first of them that cannot be placed
+    gets an EASY backfill reservation (``Pass.reserve``), so its wait is bounded while
+    the cost of reserving is paid only in the tail."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
+        self._ctx, self._starving = ctx, starving(scope.jobs, ctx.at, ctx.policy)
         runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
         unknown, lacking = ctx.longest_eta_step(scope.jobs, runs)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
+        by = ctx.policy.shortest_first_by
+        width = _widths(ctx.policy.profiles) if by == "gpu_seconds" else {}
 
         def key(run: Hashable, job: Job, position: int) -> tuple[int, float, int]:
-            _, priority, step, _ = run  # priority, then by rank
+            _, priority, step, profile = run  # priority, then by rank
             return -priority, math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) \
-                * ratio + aging * job.submitted_at, job.order
+                * ratio * width.get(profile, 1) + aging * job.submitted_at, job.order
 
         # the keys do not change with time: the backlog keeps the runs' heads while
         # aging, calibration and (with jobs that gave no ETA) the longest ETA stay
-        token = (aging, ratio, unknown if lacking else None)
+        token = (aging, ratio, unknown if lacking else None, by)
         heads = ctx.heads("eta", scope.jobs, runs, token, key)
-        order = ctx.merge(scope.jobs, runs, key, type(self), heads)
+        # a starving job is visited first: the merge may not drop it later (``skimmed``)
+        order = ctx.merge(scope.jobs, runs, key, type(self), heads, droppable=not self._starving)
+        if self._starving:
+            first = sorted(self._starving.values(), key=lambda job: key(RUNS["eta"](job), job, 0))
+            rest = (job for job in order if job.job_id not in self._starving)
+            order = heapq.merge(first, rest, key=_starving_first(self._starving))
         self.next = partial(next, order, None)
+
+    def blocked(self, job: Job) -> None:
+        if job.job_id in self._starving and self._ctx.reservation is None:
+            self._ctx.reserve(job)
+
+
+def _widths(profiles: Mapping[str, Profile]) -> dict[str, int]:
+    """The GPUs a job of each profile takes, where that is more than one."""
+    return {name: shape.gpu_count for name, shape in profiles.items()
+            if shape.uses_gpu and shape.gpu_count > 1}
+
+
+def starving(jobs: list[Job], at: float, policy: Policy) -> dict[str, Job]:
+    """Those of ``jobs`` (rank order) that have waited ``shortest_first_starvation_seconds``
+    by ``at``, by id, in rank order; none when the key is unset. The oldest of each
+    priority come first, so its jobs are read only up to the first that is not starving."""
+    bound = policy.shortest_first_starvation_seconds
+    found: dict[str, Job] = {}
+    position = 0
+    while bound is not None and position < len(jobs):
+        job = jobs[position]
+        if job.submitted_at <= at - bound:
+            found[job.job_id] = job
+            position += 1
+        else:  # on to the next priority
+            position = bisect_left(jobs, ((job.rank >> 40) + 1) << 40, lo=position, key=_RANK)
+    return found
+
+
+def _starving_first(starving: dict[str, Job]) -> Callable[[Job], tuple[int, bool]]:
+    """The merge key putting each priority's starving jobs before its others."""
+    return lambda job: (job.rank >> 40, job.job_id not in starving)
 
 
 class LeastAttainedService(JobPicker):
@@ -730,19 +778,21 @@ class Pass:
                     yield job, reason
 
     def merge(self, jobs: list[Job], runs: dict[Hashable, list[Job]], key: RunKey,
-              picker: type[JobPicker], heads: Heads | None = None) -> Iterator[Job]:
+              picker: type[JobPicker], heads: Heads | None = None,
+              droppable: bool = True) -> Iterator[Job]:
         """``jobs``, split in ``runs`` of one profile each, in the order of ``key(the run's
         key, job, its place in the run)`` (which no two jobs share), read lazily: the runs
         of each profile are merged, and the profiles by their next jobs. ``heads`` are
         the runs' first jobs by profile (``heads_of``; ``Pass.heads`` keeps them from pass
         to pass where it may). When ``skims`` allows, a profile's jobs are dropped once
         its demand is known to fail (R-POL-4): they are held for that reason wherever
-        they stand. They go to ``dropped``; ``skimmed`` gives them back."""
+        they stand. They go to ``dropped``; ``skimmed`` gives them back. Not
+        ``droppable``: the picker yields some of them apart, so none is dropped."""
         top = [(heap[0][0], profile, heap)
                for profile, heap in (heads_of(runs, key) if heads is None else heads).items()]
         heapq.heapify(top)
         position: dict[Hashable, int] = {}
-        droppable, unsatisfiable = self.skims(jobs), self.unsatisfiable
+        droppable, unsatisfiable = droppable and self.skims(jobs), self.unsatisfiable
         while top:
             _, profile, heap = top[0]
             if droppable and self.openings is not None and self.reservation is None and \

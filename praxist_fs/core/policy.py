@@ -170,6 +170,10 @@ class Policy:
     placement: str = "spread"  # the order feasible GPUs are tried in (placement.Packing)
     # shortest_expected_first: seconds of expected run time one second of waiting is worth
     shortest_first_aging: float = 1.0
+    shortest_first_by: str = "run_time"  # or gpu_seconds: run time x GPUs
+    # shortest_expected_first: the wait after which a job goes first and, blocked, gets an
+    # EASY backfill reservation; None: never
+    shortest_first_starvation_seconds: float | None = None
     # multifactor (Slurm's multifactor priority): each factor in 0..1, times its weight
     multifactor_weight_age: float = 1000.0
     multifactor_weight_size: float = 1000.0
@@ -266,6 +270,8 @@ class Policy:
             "preempt_policy": self.preempt_policy,
             "placement": self.placement,
             "shortest_first_aging": self.shortest_first_aging,
+            "shortest_first_by": self.shortest_first_by,
+            "shortest_first_starvation_seconds": self.shortest_first_starvation_seconds,
             "multifactor_weight_age": self.multifactor_weight_age,
             "multifactor_weight_size": self.multifactor_weight_size,
             "multifactor_weight_fair_share": self.multifactor_weight_fair_share,

@@ -17,7 +17,7 @@ from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
 from praxist_fs.core.policy import Policy, Profile
 
 from .helpers import CPU, Harness
-from .test_backfill import Cluster
+from .test_backfill import Cluster, stream
 from .test_backfill import policy as backfill_policy
 
 CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
@@ -90,6 +90,53 @@ def test_aging_bounds_the_wait_of_a_long_job_under_a_stream_of_short_ones(aging,
         assert long not in cluster.started
     else:
         assert cluster.started[long] <= submitted + 1000.0 * 2 ** (1 / 16) + 20.0
+
+
+@pytest.mark.parametrize("by,order", [("run_time", ["wide-short", "narrow-long"]),
+                                      ("gpu_seconds", ["narrow-long", "wide-short"])])
+def test_gpu_seconds_weigh_a_job_by_its_width(by, order):
+    """By run time a 2-GPU job of 100 s goes before a 1-GPU job of 150 s; by GPU-seconds
+    it holds 200 of them against 150, and goes after."""
+    h = harness("shortest_expected_first", slots=2, gpus=3, shortest_first_aging=0.0,
+                shortest_first_by=by)
+    h.submit("wide-short", profile="g2", eta_s=100.0)
+    h.submit("narrow-long", profile="g1", eta_s=150.0)
+    assert launched(h) == order
+
+
+@pytest.mark.parametrize("starvation", [None, 600.0])
+def test_a_starving_wide_job_starts_within_its_bound_while_short_jobs_keep_arriving(starvation):
+    """Aging alone cannot start an 8-GPU job while 1-GPU jobs keep arriving: once it
+    leads it still does not fit, and each freed device goes to the next short job.
+    With shortest_first_starvation_seconds, after that wait it goes first and the
+    devices are reserved for it, so it starts once the jobs running then have ended
+    (300 s each); short jobs submitted after it still start before it meanwhile."""
+    cluster = Cluster(backfill_policy("shortest_expected_first", slots=16,
+                                      shortest_first_starvation_seconds=starvation))
+    cluster.submit("g1", eta=300.0)
+    cluster.schedule()
+    submitted = cluster.now
+    wide = cluster.submit("g8", eta=500.0)
+    stream(cluster, submitted + 3000.0, eta=300.0)
+    if starvation is None:
+        assert wide not in cluster.started
+    else:
+        assert submitted + starvation <= cluster.started[wide] <= submitted + starvation + 310.0
+        passed = [tag for tag in cluster.started if tag.startswith("g1")
+                  and cluster.started[wide] > cluster.started[tag] > submitted]
+        assert len(passed) >= 8
+
+
+@pytest.mark.parametrize("waited,first", [(3000.0, "new-short"), (3600.0, "old-long")])
+def test_a_job_leads_once_it_has_waited_the_starvation_bound(waited, first):
+    """Below the bound the order is plain shortest expected first (no aging here); a
+    job that has waited the bound goes before every job that has not."""
+    h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
+                shortest_first_starvation_seconds=3600.0)
+    h.submit("old-long", eta_s=5000.0)
+    h.now += waited
+    h.submit("new-short", eta_s=10.0)
+    assert launched(h) == [first]
 
 
 # -- least attained service ----------------------------------------------------------------
@@ -168,12 +215,18 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
     with pytest.raises(Exception, match=r"multifactor_weight_age: got 'lots', expected a "
                                         r"finite number"):
         load_policy(task)
+    task.write_text(base + "    shortest_first_starvation_seconds: 0\n")
+    with pytest.raises(Exception, match=r"shortest_first_starvation_seconds: got 0, expected "
+                                        r"a number > 0, or null"):
+        load_policy(task)
     task.write_text(base + "    shortest_first_aging: -1\n    multifactor_max_age_seconds: 1\n"
-                    "    job_picker: multifactor\n")
+                    "    shortest_first_starvation_seconds: 1\n    job_picker: multifactor\n")
     policy = load_policy(task)
-    assert (policy.shortest_first_aging, policy.multifactor_max_age_seconds) == (0.0, 60.0)
+    assert (policy.shortest_first_aging, policy.multifactor_max_age_seconds,
+            policy.shortest_first_starvation_seconds) == (0.0, 60.0, 60.0)
     assert [n.key_path.rsplit(".", 1)[1] for n in policy.normalizations] == [
-        "shortest_first_aging", "multifactor_max_age_seconds"]
+        "shortest_first_aging", "shortest_first_starvation_seconds",
+        "multifactor_max_age_seconds"]
     assert Policy.from_dict(policy.to_dict()) == policy
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
     for key in ("placement", "shortest_first_aging", "multifactor_weight_age",
@@ -181,6 +234,12 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
                 "multifactor_weight_priority", "multifactor_max_age_seconds"):
         assert f"| `{key}` | `{getattr(Policy(), key):g}`" in doc \
             if key != "placement" else "| `placement` | `spread`" in doc
+    assert "| `shortest_first_starvation_seconds` | `null`" in doc
+    assert "| `shortest_first_by` | `run_time`" in doc
+    task.write_text(base + "    shortest_first_by: gpus\n")
+    with pytest.raises(Exception, match=r"shortest_first_by: got 'gpus', expected one of "
+                                        r"run_time, gpu_seconds"):
+        load_policy(task)
 
 
 def test_the_backlog_keeps_its_runs_equal_to_the_queue_as_jobs_come_and_go():
