@@ -111,6 +111,27 @@ def cmd_launch(args: argparse.Namespace) -> int:
             return _launch_peer_local(args, layout, cmd)
         except legacy.Deferred:
             pass  # a coordinator took the run meanwhile: the request goes to it
+    with _ends_noted() as ends:
+        return _submit_and_follow(args, layout, cmd, ends)
+
+
+@contextlib.contextmanager
+def _ends_noted() -> Iterator[list[int]]:
+    """SIGTERM and SIGHUP from before the request is written until launch follows its job
+    (``_Watch``) are noted, not fatal: the command may already run by the time launch
+    reads the reply, and a launch killed then would leave it running, uncancelled."""
+    noted: list[int] = []
+    handlers = {signum: signal.signal(signum, lambda signum, _frame: noted.append(signum))
+                for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield noted
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[str],
+                       ends: list[int]) -> int:
     try:
         client.wait_for_coordinator(layout, args.wait_coordinator)
         request = {
@@ -145,7 +166,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         return EXIT_REJECTED
     if args.detach:
         print(job_id)
-        return 0
+        return 128 + ends[0] if ends else 0  # detached: the job is not launch's to cancel
     cost = reply.get("estimate")
     print(f"praxist-fs launch: {outcome}: job {job_id}"
           + (f" (estimated cost {cost['cost']:g})" if cost else ""), file=sys.stderr)
@@ -154,6 +175,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
         doc = client.job_document(layout, job_id) or {"attempts": []}
         earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
     watch = _Watch(layout, job_id, args.peer)
+    watch.signalled = ends[0] if ends else None  # its first tick cancels
     with watch.signals():
         final = client.follow(layout, job_id, sys.stdout.buffer,
                               select=lambda attempt: attempt["attempt_id"] not in earlier,

@@ -218,6 +218,32 @@ def test_launch_sigterm_cancels_a_running_job(run, tmp_path):
         assert doc["state"] == "cancelled" and doc["reason"].startswith("cancelled by cli")
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (SigCgt of /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:")).split()[1]
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def test_a_sigterm_before_the_reply_still_cancels_the_job(run, tmp_path):
+    """launch is told to end while it waits for the coordinator (here: none yet), before
+    it knows its job: the request still goes in, and once the job is known launch
+    cancels it and exits 128 + 15, instead of dying and leaving it to run."""
+    run.kill()
+    marker = tmp_path / "ran"
+    with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
+                           "--tag=early", "--wait-coordinator=60", "--", "sh", "-c",
+                           f"sleep 5; touch {marker}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        wait_for(lambda: catches(proc.pid, signal.SIGTERM), message="launch's handler")
+        proc.send_signal(signal.SIGTERM)
+        run.start()
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert "Traceback" not in proc.stderr.read()
+    doc = run.wait_state(job_id_for("early"), "cancelled")
+    assert doc["reason"].startswith("cancelled by cli") and not marker.exists()
+
+
 def test_status_and_launch_say_when_the_coordinator_or_run_is_gone(run):
     run.kill()
     status = cli(run, "status")
