@@ -83,8 +83,13 @@ class Rig(Protocol):
     backend: ExecutionBackend
     seen: Seen
 
-    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False) -> Any:
-        """What ``launch`` runs: exits ``exit_code`` after ``seconds`` of running."""
+    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False,
+                held: bool = False) -> Any:
+        """What ``launch`` runs: exits ``exit_code`` after ``seconds`` of running; a
+        ``held`` one counts those seconds only from ``release``."""
+
+    def release(self, job_id: str) -> None:
+        """Let ``job_id``'s held command go on to its end."""
 
     def launch(self, job_id: str, command: Any) -> SpawnAttempt:
         """The core's SpawnAttempt of the first attempt of ``job_id``, running ``command``."""
@@ -112,8 +117,13 @@ class MemoryRig:
         self.backend = MemoryBackend(lambda launch: self.plans[launch.job_id], self.host)
         self.seen = Seen()
 
-    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False) -> Run:
+    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False,
+                held: bool = False) -> Run:
+        """A virtual command waits for nothing: time passes only in ``settle``."""
         return Run(seconds, exit_code, KILL_EXIT if ignores_term else TERM_EXIT)
+
+    def release(self, job_id: str) -> None:
+        """Nothing to release: see ``command``."""
 
     def launch(self, job_id: str, command: Run) -> SpawnAttempt:
         self.plans[job_id] = command
@@ -170,16 +180,22 @@ class RealRig:
         if event.exited or not event.alive:
             attempt.phase = AttemptPhase.ENDED
 
-    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False) -> Any:
-        return exit_code, seconds, ignores_term
+    def command(self, exit_code: int, seconds: float, *, ignores_term: bool = False,
+                held: bool = False) -> Any:
+        return exit_code, seconds, ignores_term, held
+
+    def release(self, job_id: str) -> None:
+        (self.root / f"{job_id}.released").touch()
 
     def launch(self, job_id: str, command: Any) -> SpawnAttempt:
-        exit_code, seconds, ignores_term = command
-        marker = self.root / f"{job_id}.running"
-        program = ("import signal, sys, time\n"
+        exit_code, seconds, ignores_term, held = command
+        marker, gate = self.root / f"{job_id}.running", self.root / f"{job_id}.released"
+        program = ("import os, signal, sys, time\n"
                    + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_term else "")
-                   + f"open({str(marker)!r}, 'w').close()\ntime.sleep({seconds!r})\n"
-                   f"sys.exit({exit_code})\n")
+                   + f"open({str(marker)!r}, 'w').close()\n"
+                   + (f"while not os.path.exists({str(gate)!r}): time.sleep(0.01)\n"
+                      if held else "")
+                   + f"time.sleep({seconds!r})\nsys.exit({exit_code})\n")
         launch = SpawnAttempt(job_id=job_id, attempt_id="a1", argv=(sys.executable, "-c", program),
                               command=None, cwd=str(self.root), profile="cpu",
                               metadata={"job_id": job_id, "attempt_id": "a1"})

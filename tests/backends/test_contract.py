@@ -145,11 +145,12 @@ def test_a_new_backend_adopts_a_running_attempt_and_sees_its_true_exit(backend_f
     from the journal's handle, finds it alive, and reports the exit code the command
     itself had, once."""
     rig, _ = backend_factory()
-    key, job, attempt = running(rig, "j1", rig.command(3, 2.0))
+    key, job, attempt = running(rig, "j1", rig.command(3, 0.2, held=True))
     rig.backend.close()
     after = rig.restarted()
     after.seen.add(after.backend.adopt(job, attempt))
     assert after.seen.last[key].alive, "the running attempt was not found after the restart"
+    after.release("j1")
     after.settle(lambda: after.seen.ended(key), TIMEOUT)
     assert [(e.exit_code, e.signal) for e in after.seen.exits[key]] == [(3, None)]
 
