@@ -175,10 +175,13 @@ class Run:
 def make_run(tmp_path):
     runs: list[Run] = []
 
-    def make(slots: int = 2, retries: int = 1, name: str = "run", task_text: str | None = None
-             ) -> Run:
+    def make(slots: int = 2, retries: int = 1, name: str = "run", task_text: str | None = None,
+             max_slots: int = 8) -> Run:
+        """``max_slots`` below 8 pins concurrency: on calm samples it rises from ``slots``
+        to 8, and a job a test needs queued for a while could start."""
         task = tmp_path / f"{name}-task.yaml"
-        task.write_text(task_text or TASK.format(slots=slots, retries=retries))
+        task.write_text(task_text or TASK.format(slots=slots, retries=retries).replace(
+            "max_concurrent_experiments: 8", f"max_concurrent_experiments: {max_slots}"))
         run = Run(tmp_path / name, task)
         run.root.mkdir()
         # The layout exists before the first start so tests may drop files early.

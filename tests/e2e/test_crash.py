@@ -20,7 +20,7 @@ def starts(marker) -> list[str]:
 
 
 def test_kill_9_readopts_the_running_attempt_and_runs_the_queue_once(make_run, tmp_path):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     marker, gate = tmp_path / "starts", tmp_path / "gate"
     long_job = run.reply(run.submit(request(

@@ -92,7 +92,7 @@ def test_cancel_kills_after_the_grace_when_term_is_ignored(run):
 
 
 def test_a_shell_cancels_a_queued_job_with_printf_and_mv(make_run):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     run.submit(request("blocker", ["sleep", "30"]))
     rid = run.submit(request("waiting", ["true"]))
@@ -108,7 +108,7 @@ def test_a_shell_cancels_a_queued_job_with_printf_and_mv(make_run):
 
 
 def test_cancel_by_peer_alone_asks_for_yes(make_run):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     run.submit(request("blocker", ["sleep", "30"]))
     ids = [run.reply(run.submit(request(f"q{i}", ["true"])))["job_id"] for i in range(2)]
@@ -131,7 +131,7 @@ def test_cancel_of_a_finished_or_unknown_job(run):
 
 
 def test_hold_release_and_priority_from_the_cli(make_run, tmp_path):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     gate = tmp_path / "gate"
     blocker = run.reply(run.submit(request("blocker", ["sh", "-c", f"while [ ! -e {gate} ];"

@@ -22,7 +22,7 @@ def files_mentioning(root, secret: str, skip) -> list[str]:
 
 
 def test_secrets_are_hashed_everywhere_but_reach_the_command(make_run, tmp_path):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     gate, seen = tmp_path / "gate", tmp_path / "seen"
     blocker = run.reply(run.submit(request(

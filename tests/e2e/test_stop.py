@@ -46,7 +46,7 @@ def decoys(run, tmp_path):
 
 
 def test_stop_through_a_live_coordinator(make_run, tmp_path):
-    run = make_run(slots=1)
+    run = make_run(slots=1, max_slots=1)
     run.start()
     body = f"echo $$ > {tmp_path}/pid; sleep 60"
     running = run.reply(run.submit(request("long", ["sh", "-c", body])))["job_id"]
