@@ -66,22 +66,23 @@ def read_request(incoming: Path, dir_fd: int, name: str, now: float,
 
 
 def _young(path: Path, now: float) -> bool:
+    ends = _grace_ends(path)
+    return ends is not None and now < ends
+
+
+def _grace_ends(path: Path) -> float | None:
+    """When a file that does not parse stops being left for its writer (None: gone)."""
     try:
-        return now - path.stat(follow_symlinks=False).st_mtime < GRACE_SECONDS
+        return path.stat(follow_symlinks=False).st_mtime + GRACE_SECONDS
     except FileNotFoundError:
-        return False
+        return None
 
 
 def grace_left(incoming: Path, names: list[str], now: float) -> float | None:
     """Seconds until the first of ``names`` left within its grace is read again as it
     stands (None when none is still there): a request written in place that never
     parses is rejected then, not at the next slow scan of an idle coordinator."""
-    ends = []
-    for name in names:
-        try:
-            ends.append((incoming / name).stat(follow_symlinks=False).st_mtime + GRACE_SECONDS)
-        except FileNotFoundError:
-            continue
+    ends = [end for name in names if (end := _grace_ends(incoming / name)) is not None]
     return max(0.0, min(ends) - now) if ends else None
 
 
