@@ -111,6 +111,14 @@ class PreemptionDesk:
 
     def __init__(self, board: PreemptionBoard) -> None:
         self.board = board
+        self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
+
+    def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
+        """``preemptible_classes(queues)``, known by the tuple's identity: a pass asks at
+        every job that waits for a slot, and the cache's key would hash each queue."""
+        if self._preemptors[0] is not queues:
+            self._preemptors = (queues, preemptible_classes(queues))
+        return self._preemptors[1]
 
     # -- views ------------------------------------------------------------------
 
@@ -198,7 +206,7 @@ class PreemptionDesk:
         when suspending made the room now), or None when its queue preempts nothing or
         no victims would make room. When it must wait for victims to end, it is held here."""
         queue = ctx.by_class[job.request.work_class]
-        classes = preemptible_classes(ctx.queues).get(queue.name)
+        classes = self._preemptors_of(ctx.queues).get(queue.name)
         if not classes:
             return None
         if ctx.evicting is None:
