@@ -618,13 +618,14 @@ class Coordinator:
                    "degraded": self.degraded,
                    "quarantined": sum(len(case["items"]) for case in self.problems),
                    "gpu_inventory": self.inventory.source}
+        started = time.monotonic()
         try:
             self.views.write_status(self.sched, now, runtime, self.journal.seq,
                                     self.driver.commits, serving=state != "stopped")
         except OSError as exc:  # tried again at the usual cadence, not at every turn
             if not self._disk_error(exc, self.layout.status):
                 raise
-        self.views.status_written(self.sched, now)
+        self.views.status_written(self.sched, now, time.monotonic() - started)
 
 
 def _tally(saved: dict | None, sched: Scheduler, changed: set[str]) -> AttemptTally:

@@ -40,6 +40,7 @@ log = logging.getLogger("praxist_fs")
 
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
+STATUS_COST_SHARE = 0.05  # and at most this share of the loop's time goes to writing it
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
@@ -84,6 +85,7 @@ class Views:
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
         self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
+        self._status_gap = STATUS_MIN_GAP  # widened when status writes grow costly
 
     # -- the mapping ----------------------------------------------------------
 
@@ -210,9 +212,9 @@ class Views:
 
     def status_due(self, sched: Scheduler, now: float) -> bool:
         """Whether status.json is owed: it changed and was written over STATUS_MIN_GAP
-        ago, or it is STATUS_MAX_AGE old."""
+        ago (more where it costs: ``status_written``), or it is STATUS_MAX_AGE old."""
         changed = _status_stamp(sched) != self._status_version
-        return (changed and now - self._status_at >= STATUS_MIN_GAP) or \
+        return (changed and now - self._status_at >= self._status_gap) or \
             now - self._status_at >= STATUS_MAX_AGE
 
     def status_recent(self, now: float) -> bool:
@@ -222,16 +224,20 @@ class Views:
     def status_deadline(self, sched: Scheduler, now: float) -> float:
         """When (on ``now``'s clock, monotonic) status.json is next owed."""
         if _status_stamp(sched) != self._status_version:
-            return now + max(0.0, self._status_at + STATUS_MIN_GAP - time.time())
+            return now + max(0.0, self._status_at + self._status_gap - time.time())
         return now + STATUS_MAX_AGE
 
     def status_outdated(self) -> None:
         """Something status.json shows changed outside the core (problems, degraded)."""
         self._status_version = (-1, -1)
 
-    def status_written(self, sched: Scheduler, now: float) -> None:
-        """Tried at ``now``: a failure is tried again at the usual cadence, not every turn."""
+    def status_written(self, sched: Scheduler, now: float, took: float) -> None:
+        """Tried at ``now``: a failure is tried again at the usual cadence, not every turn.
+        A write that took ``took`` seconds (its pending reasons walk the whole queue: 0.1 s
+        at 10,000 jobs) is not owed again before ``took / STATUS_COST_SHARE``, so that a
+        long queue's status does not take the time its jobs' exits and launches need."""
         self._status_version, self._status_at = _status_stamp(sched), now
+        self._status_gap = min(STATUS_MAX_AGE, max(STATUS_MIN_GAP, took / STATUS_COST_SHARE))
 
     def write_status(self, sched: Scheduler, now: float, runtime: dict[str, Any],
                      journal_seq: int, commits: Histogram, serving: bool) -> None:

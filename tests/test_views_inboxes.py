@@ -21,6 +21,7 @@ from praxist_fs.core.metrics import AttemptTally
 from praxist_fs.core.policy import Policy
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.inboxes import Inboxes
+from praxist_fs import views as views_module
 from praxist_fs.views import Unsettled, Views
 
 
@@ -149,3 +150,27 @@ def test_after_a_crash_the_repair_reads_back_and_reindexes_only_what_the_tail_ch
     listing = list_jobs(layout, JobQuery(), owner=sched.coordinator["since"])
     assert listing.source == "index"
     assert sorted(doc["tag"] for doc in listing.documents) == ["settled", "unsettled"]
+
+
+def test_a_costly_status_write_is_owed_again_only_after_twenty_times_its_cost(layout):
+    """A status write walks every queued job for its pending reason (0.1 s at 10,000):
+    at the usual 0.2 s cadence a long queue's status would take half the loop from its
+    jobs' exits and launches. A write that took 0.05 s is owed again after 1 s, a cheap
+    one after the usual 0.2 s, and none waits past STATUS_MAX_AGE."""
+    sched = Scheduler()
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+    views = Views(layout, Vault(layout), JobIndex(layout.job_index, journal_seq=0,
+                                                  boot_id="boot", clean=False),
+                  AttemptTally.of(sched.jobs.values()))
+    now = time.time()
+
+    def owed_after(took: float) -> float:
+        views.status_written(sched, now, took)
+        views.status_outdated()  # what it shows changed at once
+        return views.status_deadline(sched, 0.0) + (time.time() - now)  # from ``now``
+
+    assert owed_after(0.05) == pytest.approx(1.0, abs=0.05)
+    assert not views.status_due(sched, now + 0.5) and views.status_due(sched, now + 1.0)
+    assert owed_after(0.001) == pytest.approx(views_module.STATUS_MIN_GAP, abs=0.05)
+    assert owed_after(10.0) == pytest.approx(views_module.STATUS_MAX_AGE, abs=0.05)
