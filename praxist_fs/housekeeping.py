@@ -172,8 +172,8 @@ class Housekeeper:
         for entry in entries:
             job_id = entry.name[:-5] if entry.name.endswith(".json") else None
             state = sched.state_of(job_id) if job_id is not None else None
-            why = _junk(sched, directory, entry, job_id if state else None, state, start,
-                        clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
+            why = _junk(sched, views, directory, entry, job_id if state else None, state,
+                        start, clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
             if why is None:
                 continue
             own = state is not None and state.directory == directory
@@ -220,19 +220,23 @@ class Housekeeper:
             "aborted, and its job launches again"))
 
 
-def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job_id: str | None,
-          state: JobState | None, start: bool, clean: bool, since_ns: int | None
-          ) -> str | None:
+def _junk(sched: Scheduler, views: Views | None, directory: str, entry: os.DirEntry,
+          job_id: str | None, state: JobState | None, start: bool, clean: bool,
+          since_ns: int | None) -> str | None:
     """Why ``entry`` of ``jobs/<directory>/`` is set aside, or None if it stays: ``job_id``
     names the job it is of, in ``state`` (None: of no job). The job itself is built only
-    to compare a file changed since the last sweep (a finished one is on the shelf)."""
+    to compare a file changed since the last sweep (a finished one is on the shelf) that
+    is not the one ``views`` wrote there."""
     if state is not None and state.directory == directory and \
             entry.is_file(follow_symlinks=False):  # the common case first: no syscall
         try:
-            if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
-                return None  # untouched since the last sweep found it right
+            found = entry.stat(follow_symlinks=False) if since_ns is not None else None
         except FileNotFoundError:
             return None
+        if found is None or found.st_mtime_ns < since_ns:
+            return None  # untouched since the last sweep found it right
+        if views is not None and views.wrote(entry.path, found):
+            return None  # as written, not since rewritten in place
         data = read_bytes(entry.path)
         return None if data is None else forged(sched, sched.jobs.peek(job_id), data)
     where = f"jobs/{directory}/"

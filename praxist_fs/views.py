@@ -41,6 +41,9 @@ log = logging.getLogger("praxist_fs")
 STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_COST_SHARE = 0.05  # and at most this share of the loop's time goes to writing it
+# Job files remembered as written (``Views.wrote``) until a sweep of jobs/ passes them;
+# past this many (sweeps held up: a full disk) they are forgotten and read back instead.
+WRITTEN_MEMORY = 100_000
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
@@ -86,6 +89,7 @@ class Views:
         self._status_version: tuple[int, int] = (-1, -1)
         self._status_at = 0.0
         self._status_gap = STATUS_MIN_GAP  # widened when status writes grow costly
+        self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
 
     # -- the mapping ----------------------------------------------------------
 
@@ -140,13 +144,27 @@ class Views:
 
     def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
         data = dumps(effect.document)
-        write_atomic(path, data, sync=False)
+        if len(self._written) >= WRITTEN_MEMORY:
+            self._written.clear()
+        self._written[path] = _made(write_atomic(path, data, sync=False, stat=True))
         self.tally.update(sched.jobs.peek(effect.job_id))  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
-            unlink(self._job_file(effect.replaces, effect.job_id))
+            replaced = self._job_file(effect.replaces, effect.job_id)
+            unlink(replaced)
+            self._written.pop(replaced, None)
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
+
+    def wrote(self, path: str, found: os.stat_result) -> bool:
+        """Whether ``found``, a job file a sweep of jobs/ lists as ``path``, is the very
+        file last written there and untouched since (inode, size, mtime): the sweep then
+        need not read it back to compare it with the journal. Asked once: by the next
+        sweep its mtime predates the last one, which vouches for it from then on. (A
+        write in its place of as many bytes, within the same tick of a coarse file clock
+        as ours, would pass: the sweep is for stray copies and hand edits, not a
+        writer that can race the coordinator as its own user.)"""
+        return self._written.pop(path, None) == _made(found)
 
     def make_generation(self, number: int) -> None:
         """A generation's directories are made durable once per coordinator process."""
@@ -274,6 +292,11 @@ class Views:
                 if error != self._metrics_error:
                     log.warning("metrics textfile not written: %s", error)
                 self._metrics_error = error
+
+
+def _made(written: os.stat_result) -> tuple[int, int, int]:
+    """What tells a file as written from one rewritten in its place (``Views.wrote``)."""
+    return written.st_ino, written.st_size, written.st_mtime_ns
 
 
 def metrics_file_name(run_dir: Path) -> str:

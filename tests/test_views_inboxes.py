@@ -22,6 +22,7 @@ from praxist_fs.core.policy import Policy
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.inboxes import Inboxes
 from praxist_fs import views as views_module
+from tests.e2e.conftest import wait_for
 from praxist_fs.views import Unsettled, Views
 
 
@@ -174,3 +175,39 @@ def test_a_costly_status_write_is_owed_again_only_after_twenty_times_its_cost(la
     assert not views.status_due(sched, now + 0.5) and views.status_due(sched, now + 1.0)
     assert owed_after(0.001) == pytest.approx(views_module.STATUS_MIN_GAP, abs=0.05)
     assert owed_after(10.0) == pytest.approx(views_module.STATUS_MAX_AGE, abs=0.05)
+
+
+def test_a_sweep_knows_a_job_file_as_written_and_not_one_rewritten_in_its_place(layout):
+    """The sweep of jobs/ reads back each file changed since its last pass to compare it
+    with the journal: for the coordinator's own writes (every job file, several times a
+    job) that was a read and a parse each. ``Views.wrote`` vouches for the very file it
+    wrote, listed as a sweep lists it, once; a file rewritten in its place is not."""
+    sched, vault = Scheduler(), Vault(layout)
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=0, boot_id="boot",
+                                          clean=False), AttemptTally.of(sched.jobs.values()))
+    for tag in ("kept", "forged"):
+        drop_request(layout, tag)
+    requests, _ = Inboxes(layout, vault).requests()
+    for effect in [effect for event in requests for effect in sched.handle(event)]:
+        views.execute(effect, sched)
+
+    def listed() -> dict[str, os.DirEntry]:
+        with os.scandir(layout.jobs("queued")) as listing:
+            return {entry.name: entry for entry in listing}
+
+    entries = listed()
+    assert len(entries) == 2
+    forged = next(Path(e.path) for e in entries.values()
+                  if json.loads(Path(e.path).read_bytes())["tag"] == "forged")
+    # in a later tick of the file clock (a coarse one lasts a few ms): a same-size write
+    # in place within the tick of the coordinator's own would pass for it
+    written_ns = forged.stat().st_mtime_ns
+    wait_for(lambda: time.time_ns() > written_ns + 50_000_000, message="a later tick")
+    forged.write_bytes(forged.read_bytes().replace(b'"forged"', b'"forgeD"'))  # same size
+    verdicts = {json.loads(Path(e.path).read_bytes())["tag"]: views.wrote(e.path, e.stat())
+                for e in listed().values()}
+    assert verdicts == {"kept": True, "forgeD": False}
+    kept = next(e for e in listed().values() if e.path != str(forged))
+    assert not views.wrote(kept.path, kept.stat())  # asked once: then its mtime vouches

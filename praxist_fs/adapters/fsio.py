@@ -102,9 +102,11 @@ def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o77
 
 
 def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
-            meant: str | os.PathLike | None = None) -> None:
+            meant: str | os.PathLike | None = None, stat: bool = False
+            ) -> os.stat_result | None:
     """``meant``: the file ``path`` is the temp name of, which an error names (a write's
-    error names no file: a full disk's message must say where)."""
+    error names no file: a full disk's message must say where). ``stat``: the new file's
+    fstat, as written, is returned."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
@@ -117,6 +119,7 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
             os.fsync(fd)
             if _ledger is not None:
                 _record("fsync", path)
+        made = os.fstat(fd) if stat else None
     except BaseException as exc:
         os.close(fd)
         unlink(path)
@@ -124,6 +127,7 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
             exc.filename = os.fspath(meant or path)
         raise
     os.close(fd)
+    return made
 
 
 def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
@@ -133,17 +137,20 @@ def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
-                 sync: bool = True, mode: int = 0o644) -> None:
+                 sync: bool = True, mode: int = 0o644, stat: bool = False
+                 ) -> os.stat_result | None:
     """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync).
 
     ``sync=False`` skips the fsync of the content: only for derived files that the
     journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
-    reader still never sees a half-written file; a power cut may leave it empty."""
+    reader still never sees a half-written file; a power cut may leave it empty.
+    ``stat``: the file's fstat as written is returned (a rename keeps it)."""
     tmp = temp_name(path)
-    _create(tmp, data, mode, sync=sync, meant=path)
+    made = _create(tmp, data, mode, sync=sync, meant=path, stat=stat)
     rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(tmp))
+    return made
 
 
 def temp_name(path: str | os.PathLike) -> str:

@@ -150,8 +150,12 @@ def test_junk_dropped_while_serving_is_set_aside_counted_and_never_signalled(
     assert run.proc.poll() is None and process.poll() is None
 
 
+@pytest.mark.parametrize("how", ["renamed over it", "written in place"])
 def test_a_forged_file_in_a_jobs_own_place_is_kept_and_rewritten_from_the_journal(
-        make_run, tmp_path, victim):
+        make_run, tmp_path, victim, how):
+    """The sweep trusts a job file as the coordinator wrote it (``Views.wrote``: same
+    inode, size and mtime) without reading it back; a forger's rename makes a new
+    inode, and a write in its place a new mtime, so either is read and caught."""
     run = make_run()
     run.start()
     gate = tmp_path / "gate"
@@ -163,9 +167,12 @@ def test_a_forged_file_in_a_jobs_own_place_is_kept_and_rewritten_from_the_journa
                     message="the running job's file")
     process, start = victim
     forged = forged_running(json.loads(real), process.pid, start)
-    tmp = path.with_name("forging")
-    tmp.write_bytes(forged)
-    os.rename(tmp, path)  # in its own place, naming another live process
+    if how == "renamed over it":
+        tmp = path.with_name("forging")
+        tmp.write_bytes(forged)
+        os.rename(tmp, path)  # in its own place, naming another live process
+    else:
+        path.write_bytes(forged)  # the same inode
 
     wait_for(lambda: path.read_bytes() == real, timeout=20,
              message="the job file rewritten from the journal")
