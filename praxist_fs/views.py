@@ -42,8 +42,9 @@ STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
 STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
 STATUS_COST_SHARE = 0.05  # and at most this share of the loop's time goes to writing it
 # Job files remembered as written (``Views.wrote``) until a sweep of jobs/ passes them;
-# past this many (sweeps held up: a full disk) they are forgotten and read back instead.
-WRITTEN_MEMORY = 100_000
+# past this many (a burst between two sweeps of jobs/done/, or sweeps held up by a full
+# disk) they are forgotten, and read back instead.
+WRITTEN_MEMORY = 20_000
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
