@@ -49,10 +49,11 @@ from .placement import (
 )
 from .observations import Envelope
 from .policy import Policy, Profile
-from .queues import Project, Queue, queue_of_class, window_hold
+from .queues import Project, Queue, window_hold
 
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
+_PEER = attrgetter("request.peer")
 _RANK = attrgetter("rank")
 
 
@@ -480,8 +481,18 @@ class Usage:
             self.peers[peer] = (value + _decay(gpu_seconds, as_of - at, half_life), as_of)
 
     def of(self, peer: str, at: float, half_life: float) -> float:
-        value, as_of = self.peers.get(peer, (0.0, at))
-        return _decay(value, max(0.0, at - as_of), half_life)
+        return self.of_each((peer,), at, half_life)[peer]
+
+    def of_each(self, peers: Iterable[str], at: float, half_life: float) -> dict[str, float]:
+        """``of`` of each of ``peers``, in one loop: a pass reads every queued peer's."""
+        charged, found = self.peers, {}
+        for peer in peers:
+            entry = charged.get(peer)
+            if entry is None:  # never charged: nothing to decay
+                found[peer] = 0.0
+            else:
+                found[peer] = _decay(entry[0], max(0.0, at - entry[1]), half_life)
+        return found
 
     def to_dict(self) -> dict[str, list[float]]:
         return {peer: list(entry) for peer, entry in sorted(self.peers.items())}
@@ -695,7 +706,7 @@ class Pass:
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
-        self.by_class = queue_of_class(self.queues)
+        self.by_class = self.policy.queue_of_class()
         self.ruled = frozenset(c for c, q in self.by_class.items()
                                if q.max_running is not None or q.leave_slots or q.windows)
         if self.classes is None:
@@ -705,9 +716,10 @@ class Pass:
         for job in self.queued if self.assessment_holds else ():
             if job.job_id in self.assessment_holds:  # it cannot start: no slot is kept for it
                 self.waiting[self.by_class[job.request.work_class].name] -= 1
-        for work_class in map(_WORK_CLASS, self.running):
-            self.running_in[self.by_class[work_class].name] += 1
-        self.running_of.update(job.request.peer for job in self.running)
+        # counted by work class and by peer in C: a pass may follow dozens of running jobs
+        for work_class, count in Counter(map(_WORK_CLASS, self.running)).items():
+            self.running_in[self.by_class[work_class].name] += count
+        self.running_of.update(map(_PEER, self.running))
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (each queue is in one project), in rank order;
@@ -897,16 +909,16 @@ class Pass:
 
     def usages(self, peers: Iterable[str]) -> dict[str, float]:
         """``usage`` of each of ``peers``, in one go (a pass orders every queued peer)."""
+        at = self.at
         if self._running_usage is None:
-            self._running_usage = Counter()
+            self._running_usage = running = {}
             for job in self.running:
-                self._running_usage[job.request.peer] += \
-                    len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
-        of, at, running = self.ledger.of, self.at, self._running_usage
-        half_life, charged = self.policy.fair_share_half_life_seconds, self.ledger.peers
-        # a peer never charged has nothing to decay: ``of`` would give 0.0
-        return {peer: (of(peer, at, half_life) if peer in charged else 0.0)
-                + running.get(peer, 0.0) for peer in peers}
+                attempt, peer = job.attempts[-1], job.request.peer  # ``Job.current``
+                running[peer] = running.get(peer, 0) + \
+                    len(attempt.gpus) * max(0.0, at - attempt.started_at)
+        running = self._running_usage
+        return {peer: used + running.get(peer, 0.0) for peer, used in self.ledger.of_each(
+            peers, at, self.policy.fair_share_half_life_seconds).items()}
 
     def project_usage(self, project: Project) -> float:
         """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""
