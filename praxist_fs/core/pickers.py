@@ -44,8 +44,8 @@ from .backlog import ETA_STEPS, RUNS, Backlog, Heads, RunKey, eta_step, heads_of
 from .model import Job
 from .request import PRIORITY_RANGE
 from .placement import (
-    Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, releasing,
-    unplaced, with_envelopes,
+    Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, refit,
+    releasing, unplaced, with_envelopes,
 )
 from .observations import Envelope
 from .policy import Policy, Profile
@@ -701,6 +701,10 @@ class Pass:
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
     _fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = field(default_factory=dict)
     _fitting_on: list[DeviceLoad] | None = None  # the loads ``_fitting`` counted
+    # ``_fitting`` of the loads the pass starts with, kept from pass to pass while they
+    # stay the same (``KeptLoads.fitting``); None: not kept
+    kept_fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] | None = None
+    _loads_at_start: list[DeviceLoad] | None = None
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
 
@@ -720,6 +724,7 @@ class Pass:
         for work_class, count in Counter(map(_WORK_CLASS, self.running)).items():
             self.running_in[self.by_class[work_class].name] += count
         self.running_of.update(map(_PEER, self.running))
+        self._loads_at_start = self.loads
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (each queue is in one project), in rank order;
@@ -736,12 +741,19 @@ class Pass:
 
     def _limits(self, demand: Demand, avoid: tuple[str, ...]) -> Counter[str]:
         """``placement.fitting`` on ``loads``, counted once per demand shape until the
-        loads change (``_refit``)."""
+        loads change (``_refit``); on the loads the pass started with, once until they
+        change between passes (``kept_fitting``)."""
         if self._fitting_on is not self.loads:
             self._fitting, self._fitting_on = {}, self.loads
         key = (demand.utilization_pct, demand.memory_mib, avoid)
         if key not in self._fitting:
-            self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
+            kept = self.kept_fitting  # without devices to avoid: a reservation's are its own
+            if kept is None or avoid or self.loads is not self._loads_at_start:
+                self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
+            else:
+                if key not in kept:
+                    kept[key] = (demand, fitting(demand, self.loads, avoid))
+                self._fitting[key] = (demand, Counter(kept[key][1]))  # the pass's to change
         return self._fitting[key][1]
 
     def _refit(self, before: list[DeviceLoad]) -> None:
@@ -749,12 +761,7 @@ class Pass:
         its own devices."""
         if self._fitting_on is not before:
             return
-        changed = [(old, new) for old, new in zip(before, self.loads) if old is not new]
-        for (_, _, avoid), (demand, limits) in self._fitting.items():
-            for old, new in changed:
-                if old.device.uuid not in avoid:
-                    limits[old.fit(demand)[1]] -= 1
-                    limits[new.fit(demand)[1]] += 1
+        refit(self._fitting, [(old, new) for old, new in zip(before, self.loads) if old is not new])
         self._fitting_on = self.loads
 
     def skim(self, jobs: list[Job], picker: type[JobPicker]) -> Iterator[Job]:
