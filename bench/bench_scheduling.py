@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_scheduling.py [--jobs 10000] [--rounds 20]
         [--pickers fcfs,fair_share,backfill,...] [--placement spread] [--budget-ms 5]
+        [--shortest-first-by gpu_seconds]
 
 Times ``Scheduler.next_launches`` in three situations, once per job picker (the
 global ``job_picker``, so every queue uses it): the first pass that fills the
@@ -40,7 +41,8 @@ PICKERS = ("fcfs,fair_share,backfill,shortest_expected_first,multifactor,"
            "least_attained_service")
 
 
-def build(jobs: int, picker: str = "fcfs", placement: str = "spread") -> Scheduler:
+def build(jobs: int, picker: str = "fcfs", placement: str = "spread",
+          shortest_first_by: str = "run_time") -> Scheduler:
     profiles = {
         "g45": Profile(name="g45", accelerator="gpu", gpu_count=1, gpu_memory_gb=20,
                        gpu_utilization_pct=45, pressure_domains=("cpu",)),
@@ -49,7 +51,7 @@ def build(jobs: int, picker: str = "fcfs", placement: str = "spread") -> Schedul
         "gx": Profile(name="gx", accelerator="gpu", gpu_count=1),
     }
     sched = Scheduler(Policy(profiles=profiles, default_profile="g45", job_picker=picker,
-                             placement=placement,
+                             placement=placement, shortest_first_by=shortest_first_by,
                              initial_concurrent_experiments=64, max_concurrent_experiments=64))
     names = list(profiles)
     for i in range(jobs):
@@ -80,11 +82,11 @@ def timed(fn) -> tuple[float, object]:
     return (time.perf_counter() - start) * 1000, result
 
 
-def measure(picker: str, jobs: int, rounds: int,
-            placement: str = "spread") -> dict[str, float | int]:
+def measure(picker: str, jobs: int, rounds: int, placement: str = "spread",
+            shortest_first_by: str = "run_time") -> dict[str, float | int]:
     fill, full, after_exit, reasons = [], [], [], []
     for _ in range(rounds):
-        sched = build(jobs, picker, placement)
+        sched = build(jobs, picker, placement, shortest_first_by)
         ms, launches = timed(lambda: sched.next_launches(2e6))
         fill.append(ms)
         loop = run_launches(sched, launches, 2e6)
@@ -111,12 +113,17 @@ def main() -> None:
     parser.add_argument("--pickers", default=PICKERS)
     parser.add_argument("--placement", default="spread",
                         help="the task file's placement (default %(default)s)")
+    parser.add_argument("--shortest-first-by", default="run_time",
+                        choices=("run_time", "gpu_seconds"),
+                        help="the task file's shortest_first_by (recommended.yaml: "
+                        "gpu_seconds; default %(default)s)")
     parser.add_argument("--budget-ms", type=float, default=5.0,
                         help="the most a pass may take (median; default %(default)s)")
     args = parser.parse_args()
     result = {"jobs": args.jobs, "devices": 8, "rounds": args.rounds,
-              "placement": args.placement,
-              "pickers": {picker: measure(picker, args.jobs, args.rounds, args.placement)
+              "placement": args.placement, "shortest_first_by": args.shortest_first_by,
+              "pickers": {picker: measure(picker, args.jobs, args.rounds, args.placement,
+                                          args.shortest_first_by)
                           for picker in args.pickers.split(",")}}
     result["over_budget"] = [f"{picker}.{name}" for picker, times in result["pickers"].items()
                              for name, ms in times.items()

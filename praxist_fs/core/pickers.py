@@ -44,15 +44,16 @@ from .backlog import ETA_STEPS, RUNS, Backlog, Heads, RunKey, eta_step, heads_of
 from .model import Job
 from .request import PRIORITY_RANGE
 from .placement import (
-    Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, releasing,
-    unplaced, with_envelopes,
+    Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, refit,
+    releasing, unplaced, with_envelopes,
 )
 from .observations import Envelope
 from .policy import Policy, Profile
-from .queues import Project, Queue, queue_of_class, window_hold
+from .queues import Project, Queue, window_hold
 
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
+_PEER = attrgetter("request.peer")
 _RANK = attrgetter("rank")
 
 
@@ -480,8 +481,18 @@ class Usage:
             self.peers[peer] = (value + _decay(gpu_seconds, as_of - at, half_life), as_of)
 
     def of(self, peer: str, at: float, half_life: float) -> float:
-        value, as_of = self.peers.get(peer, (0.0, at))
-        return _decay(value, max(0.0, at - as_of), half_life)
+        return self.of_each((peer,), at, half_life)[peer]
+
+    def of_each(self, peers: Iterable[str], at: float, half_life: float) -> dict[str, float]:
+        """``of`` of each of ``peers``, in one loop: a pass reads every queued peer's."""
+        charged, found = self.peers, {}
+        for peer in peers:
+            entry = charged.get(peer)
+            if entry is None:  # never charged: nothing to decay
+                found[peer] = 0.0
+            else:
+                found[peer] = _decay(entry[0], max(0.0, at - entry[1]), half_life)
+        return found
 
     def to_dict(self) -> dict[str, list[float]]:
         return {peer: list(entry) for peer, entry in sorted(self.peers.items())}
@@ -690,12 +701,16 @@ class Pass:
     _closed: dict[str, str | None] = field(default_factory=dict)  # queue -> window_hold
     _fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = field(default_factory=dict)
     _fitting_on: list[DeviceLoad] | None = None  # the loads ``_fitting`` counted
+    # ``_fitting`` of the loads the pass starts with, kept from pass to pass while they
+    # stay the same (``KeptLoads.fitting``); None: not kept
+    kept_fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] | None = None
+    _loads_at_start: list[DeviceLoad] | None = None
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
-        self.by_class = queue_of_class(self.queues)
+        self.by_class = self.policy.queue_of_class()
         self.ruled = frozenset(c for c, q in self.by_class.items()
                                if q.max_running is not None or q.leave_slots or q.windows)
         if self.classes is None:
@@ -705,9 +720,11 @@ class Pass:
         for job in self.queued if self.assessment_holds else ():
             if job.job_id in self.assessment_holds:  # it cannot start: no slot is kept for it
                 self.waiting[self.by_class[job.request.work_class].name] -= 1
-        for work_class in map(_WORK_CLASS, self.running):
-            self.running_in[self.by_class[work_class].name] += 1
-        self.running_of.update(job.request.peer for job in self.running)
+        # counted by work class and by peer in C: a pass may follow dozens of running jobs
+        for work_class, count in Counter(map(_WORK_CLASS, self.running)).items():
+            self.running_in[self.by_class[work_class].name] += count
+        self.running_of.update(map(_PEER, self.running))
+        self._loads_at_start = self.loads
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
         """The queued jobs of ``queues`` (each queue is in one project), in rank order;
@@ -724,12 +741,19 @@ class Pass:
 
     def _limits(self, demand: Demand, avoid: tuple[str, ...]) -> Counter[str]:
         """``placement.fitting`` on ``loads``, counted once per demand shape until the
-        loads change (``_refit``)."""
+        loads change (``_refit``); on the loads the pass started with, once until they
+        change between passes (``kept_fitting``)."""
         if self._fitting_on is not self.loads:
             self._fitting, self._fitting_on = {}, self.loads
         key = (demand.utilization_pct, demand.memory_mib, avoid)
         if key not in self._fitting:
-            self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
+            kept = self.kept_fitting  # without devices to avoid: a reservation's are its own
+            if kept is None or avoid or self.loads is not self._loads_at_start:
+                self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
+            else:
+                if key not in kept:
+                    kept[key] = (demand, fitting(demand, self.loads, avoid))
+                self._fitting[key] = (demand, Counter(kept[key][1]))  # the pass's to change
         return self._fitting[key][1]
 
     def _refit(self, before: list[DeviceLoad]) -> None:
@@ -737,12 +761,7 @@ class Pass:
         its own devices."""
         if self._fitting_on is not before:
             return
-        changed = [(old, new) for old, new in zip(before, self.loads) if old is not new]
-        for (_, _, avoid), (demand, limits) in self._fitting.items():
-            for old, new in changed:
-                if old.device.uuid not in avoid:
-                    limits[old.fit(demand)[1]] -= 1
-                    limits[new.fit(demand)[1]] += 1
+        refit(self._fitting, [(old, new) for old, new in zip(before, self.loads) if old is not new])
         self._fitting_on = self.loads
 
     def skim(self, jobs: list[Job], picker: type[JobPicker]) -> Iterator[Job]:
@@ -897,16 +916,16 @@ class Pass:
 
     def usages(self, peers: Iterable[str]) -> dict[str, float]:
         """``usage`` of each of ``peers``, in one go (a pass orders every queued peer)."""
+        at = self.at
         if self._running_usage is None:
-            self._running_usage = Counter()
+            self._running_usage = running = {}
             for job in self.running:
-                self._running_usage[job.request.peer] += \
-                    len(job.current.gpus) * max(0.0, self.at - job.current.started_at)
-        of, at, running = self.ledger.of, self.at, self._running_usage
-        half_life, charged = self.policy.fair_share_half_life_seconds, self.ledger.peers
-        # a peer never charged has nothing to decay: ``of`` would give 0.0
-        return {peer: (of(peer, at, half_life) if peer in charged else 0.0)
-                + running.get(peer, 0.0) for peer in peers}
+                attempt, peer = job.attempts[-1], job.request.peer  # ``Job.current``
+                running[peer] = running.get(peer, 0) + \
+                    len(attempt.gpus) * max(0.0, at - attempt.started_at)
+        running = self._running_usage
+        return {peer: used + running.get(peer, 0.0) for peer, used in self.ledger.of_each(
+            peers, at, self.policy.fair_share_half_life_seconds).items()}
 
     def project_usage(self, project: Project) -> float:
         """``slot_usage`` of ``project`` now (``ProjectFairShare``)."""

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .observations import Envelope, GpuDevice, GpuSample
 from .policy import Profile
@@ -142,6 +143,9 @@ class KeptLoads:
     theirs: dict[str, list[Envelope]]            # the others' (non-speculative) by device
     loads: list[DeviceLoad]
     at: dict[str, int]                           # where each device's load is in ``loads``
+    # ``fitting``'s counts on ``loads`` by (utilization, memory, devices avoided), as
+    # passes fill them (``Pass.kept_fitting``), carried over as devices change (``refit``)
+    fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, sample: GpuSample, others: tuple[Envelope, ...],
@@ -176,11 +180,16 @@ class KeptLoads:
                 self.mine.setdefault(envelope.uuid, []).append(envelope)
                 changed.add(envelope.uuid)
         if changed:
-            self.loads = self.loads.copy()
+            before, self.loads = self.loads, self.loads.copy()
             for uuid in changed.intersection(self.at):
                 self.loads[self.at[uuid]] = load_on(
                     self.loads[self.at[uuid]].device,
                     self.mine.get(uuid, []) + self.theirs.get(uuid, []))
+            # a new dict: a pass that began before keeps reading the counts of its loads
+            self.fitting = {key: (demand, Counter(limits))
+                            for key, (demand, limits) in self.fitting.items()}
+            refit(self.fitting, [(before[index], self.loads[index])
+                                 for index in map(self.at.get, changed.intersection(self.at))])
         return True
 
 
@@ -255,6 +264,18 @@ def fitting(demand: Demand, loads: list[DeviceLoad], avoid: Collection[str] = ()
     demand of one shape."""
     return Counter("reserved" if load.device.uuid in avoid else load.fit(demand)[1]
                    for load in loads)
+
+
+def refit(counts: dict[tuple[Any, ...], tuple[Demand, Counter[str]]],
+          changed: list[tuple[DeviceLoad, DeviceLoad]]) -> None:
+    """Carry ``fitting``'s ``counts`` (by utilization, memory and the devices avoided)
+    over a change of a few devices' loads, ``changed`` (before, after): only those are
+    counted again."""
+    for (_, _, avoid), (demand, limits) in counts.items():
+        for old, new in changed:
+            if old.device.uuid not in avoid:
+                limits[old.fit(demand)[1]] -= 1
+                limits[new.fit(demand)[1]] += 1
 
 
 @dataclass(frozen=True, slots=True)

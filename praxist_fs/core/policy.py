@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import Budget
-from .queues import Project, Queue, default_queues
+from .queues import Project, Queue, default_queues, queue_of_class
 
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
@@ -201,6 +201,9 @@ class Policy:
     # ``slurm`` mapping as the task file gave it (checked by backends/slurm.py)
     backend: str = "local"
     slurm: dict[str, Any] | None = None
+    # ``queue_set`` and ``queue_of_class``, made once: every scheduling pass reads them
+    _queue_set: tuple[Queue, ...] = field(init=False, repr=False, compare=False)
+    _queue_of_class: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
     @property
     def on_cluster(self) -> bool:
@@ -215,6 +218,10 @@ class Policy:
         return float((self.slurm or {}).get("node_cooldown_s", NODE_COOLDOWN_S))
 
     def __post_init__(self) -> None:
+        queues = self.queues if self.queues is not None else default_queues(
+            self.exploration_reserve)
+        object.__setattr__(self, "_queue_set", queues)
+        object.__setattr__(self, "_queue_of_class", queue_of_class(queues))
         if self.queues is not None:  # config.py says which key is wrong; this guards the core
             names = [q.name for q in self.queues]
             if len(set(names)) != len(names):
@@ -229,8 +236,11 @@ class Policy:
 
     def queue_set(self) -> tuple[Queue, ...]:
         """The queues in force: the configured ones, else the work classes (R-POL-1)."""
-        return self.queues if self.queues is not None else default_queues(
-            self.exploration_reserve)
+        return self._queue_set
+
+    def queue_of_class(self) -> dict[str, Queue]:
+        """Work class -> its queue in force (``queues.queue_of_class``); read-only."""
+        return self._queue_of_class
 
     def project_set(self) -> tuple[Project, ...]:
         """The projects in force: the configured ones, else ``default`` owning every queue."""

@@ -702,8 +702,11 @@ class Scheduler(JobControlDesk):
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
         queued = queue.lend()  # until the walk is done (``_finish_rest``, ``_drop_rest``)
         assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
+        loads = self.real_loads()
+        kept = self._kept_loads if loads is not None else None  # with ``fitting``'s counts
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
-                   loads=self.real_loads(), queued=queued, running=running,
+                   loads=loads, kept_fitting=kept[1].fitting if kept else None,
+                   queued=queued, running=running,
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
                    backlog=queue,
                    ledger=Usage(dict(self.usage.peers)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ import pytest
 from praxist_fs import config
 from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
 from praxist_fs.core.pickers import PICKERS, JobPicker
-from praxist_fs.core.policy import Policy
+from praxist_fs.core.policy import WORK_CLASSES, Policy
 from praxist_fs.core.queues import Project, Queue, Window, default_queues
 from praxist_fs.errors import PolicyError
 
@@ -47,6 +47,20 @@ def test_without_queues_the_work_classes_are_the_queues():
     assert (policy.project_picker, policy.queue_picker, policy.job_picker) == (
         "flat", "strict_priority", "fcfs")
     assert policy.fair_share_half_life_seconds == 3600.0
+
+
+def test_the_queues_in_force_follow_a_policy_made_from_another():
+    """The queues in force are made once per policy, since every pass reads them: a
+    policy replaced with another exploration reserve, or with queues of its own, must
+    schedule by its own queues, not by those made for the policy it came from."""
+    policy = load("exploration_reserve: 2")
+    wider = replace(policy, exploration_reserve=3)
+    assert wider.queue_set() == default_queues(3)
+    assert wider.queue_of_class()["scout"] == default_queues(3)[1]
+    assert wider.queue_of_class()["mature"].leave_slots == 3
+    assert policy.queue_of_class()["mature"].leave_slots == 2
+    one = Queue(name="all", work_classes=WORK_CLASSES)
+    assert replace(policy, queues=(one,)).queue_of_class() == dict.fromkeys(WORK_CLASSES, one)
 
 
 def test_the_fixture_loads_and_travels_through_the_journal():
