@@ -74,6 +74,7 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     journal.commit()
     index.flush(journal.seq)
     sync_all()
+    tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
     rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
                       tally=tally.to_dict())
     reach("snapshot.before_write")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import gc
 import logging
 import os
@@ -33,7 +34,7 @@ from . import compaction
 from .adapters import quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
-from .adapters.fsio import create, temp_name, unlink, write_json
+from .adapters.fsio import Listing, create, names_in, temp_name, unlink, write_json
 from .adapters.gpus import open_inventory
 from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
@@ -180,17 +181,21 @@ class Coordinator:
             log.warning("journal: record %d was whole but for its newline: kept",
                         self.journal.restored_newline)
         unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
+        tally = _tally(restored.tally, self.sched)
         for record in self.journal.replay():
-            unsettled.note(self.sched.handle(from_record(record)))
-        tally = _tally(restored.tally, self.sched, unsettled.jobs)
+            effects = self.sched.handle(from_record(record))
+            unsettled.note(effects)
+            _count(tally, self.sched, effects)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
         if views_durable_ns is not None or watermark is None:
             unsettled = None  # a clean stop vouches for every file; no compaction, for none
         else:  # a crash after a compaction: its watermark vouches for the rest
             unsettled.jobs.update(job.job_id for job in (*self.sched.queued(),
                                                          *self.sched.in_flight()))
+        listed = functools.cache(names_in)  # each big directory is listed once
         self.problems = self.housekeeper.set_aside_orphans(
-            self.sched, clean=views_durable_ns is not None)
+            self.sched, clean=views_durable_ns is not None,
+            settled_ns=views_durable_ns if unsettled is None else watermark, names=listed)
         self.views = self.driver.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
@@ -215,14 +220,14 @@ class Coordinator:
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
         if unsettled is None:
-            self._repair_views(views_durable_ns)
+            self._repair_views(views_durable_ns, names=listed)
         else:
-            self._repair_views(watermark, unsettled)
+            self._repair_views(watermark, unsettled, names=listed)
         self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
         own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
                *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
-        if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
+        if removed := spool.sweep_stale(self.layout.spool_tmp, own, now, listed):
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
             self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
@@ -401,11 +406,12 @@ class Coordinator:
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
         is room."""
-        restored, replayed = compaction.restore(self.layout), Unsettled()
+        restored = compaction.restore(self.layout)
+        tally = _tally(restored.tally, restored.sched)
         for record in self.journal.durable(restored.journal_seq):
-            replayed.note(restored.sched.handle(from_record(record)))
+            _count(tally, restored.sched, restored.sched.handle(from_record(record)))
         self.driver.sched = restored.sched
-        self.views.tally = _tally(restored.tally, restored.sched, replayed.jobs)
+        self.views.tally = tally
         self.inboxes.forget_results()
 
     def _retry_degraded(self) -> None:
@@ -596,11 +602,12 @@ class Coordinator:
             f"its checksum; dropped by --drop-damaged-record {seq}"))
         return True
 
-    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None) -> None:
+    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None,
+                      names: Listing = names_in) -> None:
         """The derived files made to agree with the journal (``Views.repair``); a forged
         job file found on the way goes to this start's quarantine case."""
         self.views.repair(self.sched, durable_ns, self.journal.seq, self.housekeeper.keep,
-                          unsettled)
+                          unsettled, names)
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
         """status.json and metrics.prom at their cadence (``Views.status_due``), with what
@@ -627,20 +634,27 @@ class Coordinator:
         self.views.status_written(self.sched, now)
 
 
-def _tally(saved: dict | None, sched: Scheduler, changed: set[str]) -> AttemptTally:
-    """The attempt tally as the snapshot saved it, brought up to date with the jobs the
-    journal's tail changed (``changed``); counted afresh from every job when the snapshot
-    has none (one written before tallies were saved)."""
+def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:
+    """The attempt tally as the snapshot saved it (of ``sched`` as restored, before the
+    journal's tail: ``_count`` brings it up to date); counted afresh from every job when
+    the snapshot has none (one written before tallies were saved)."""
     if saved is not None:
         try:
             tally = AttemptTally.from_dict(saved)
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("snapshot: its attempt tally is unreadable (%r): counted afresh", exc)
         else:
-            for job_id in changed:
-                tally.update(sched.jobs.peek(job_id))
+            if not tally.settled_through:  # saved by an older version: it forgot none
+                tally.forget_finished(sched.jobs.in_memory, sched._next_order)
             return tally
     return AttemptTally.of(sched.jobs.values())
+
+
+def _count(tally: AttemptTally, sched: Scheduler, effects: list[Effect]) -> None:
+    """A replayed record's changes to jobs, counted as the views count a written one."""
+    for effect in effects:
+        if isinstance(effect, WriteJob):
+            tally.update(sched.jobs.peek(effect.job_id))
 
 
 def _return_memory() -> None:

@@ -15,14 +15,17 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .adapters import quarantine
-from .adapters.fsio import TEMP_PATTERN, read_json, unlink, write_atomic
+from .adapters.fsio import (
+    TEMP_PATTERN, Listing, dumps, names_in, read_json, unlink, write_atomic,
+)
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .backends.local import procs
-from .core.effects import WriteJob
+from .core.effects import WriteJob, WriteReply
 from .core.states import JobState
 from .core.scheduler import Scheduler
 from .errors import JournalCorrupt
@@ -33,6 +36,7 @@ log = logging.getLogger("praxist_fs")
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
 DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
 
@@ -44,10 +48,12 @@ class Housekeeper:
         self.layout = layout
         self.done_sweep = done_sweep
         self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
-        self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
-        self._next_done_sweep = 0.0
-        self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
-        self._done_since: int | None = None  # when the sweep before it began
+        # jobs/ directory (or "replies") -> when its last sweep began
+        self._swept_ns: dict[str, int] = {}
+        # of jobs/done/ and spool/replies/ (the whole history), swept a slice at a time:
+        self._next_sweep = dict.fromkeys(HISTORY, 0.0)
+        self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
+        self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
 
     def quarantine(self) -> quarantine.Case:
         """This start's (or reconcile's) case, opened at the first thing it sets aside."""
@@ -59,7 +65,8 @@ class Housekeeper:
         """Keep ``data``, found at ``path`` of the run, in the case (the file is rewritten)."""
         self.quarantine().keep(os.path.relpath(path, self.layout.root), data, why)
 
-    def set_aside_orphans(self, sched: Scheduler, clean: bool) -> list[dict[str, Any]]:
+    def set_aside_orphans(self, sched: Scheduler, clean: bool, settled_ns: int | None = None,
+                          names: Listing = names_in) -> list[dict[str, Any]]:
         """Nothing may stand that the journal does not know: a derived file of a request,
         control, job, lease or attempt it has no record of proves a record it lost (a
         damaged one dropped, a journal cut by hand). Replies, control replies, job files
@@ -67,14 +74,19 @@ class Housekeeper:
         request's env, file digest, lease and cost ceiling were only in the lost record,
         and a resend of it is answered afresh, on the same job id. An attempt directory is
         a lost launch (``_release_orphan``). ``jobs/*/`` gets the reconcile's sweep
-        (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk.
-        Runs after replay, before anything is journaled. Returns every quarantine case
-        (``quarantine.notes``), for status.json."""
+        (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk;
+        with ``settled_ns`` (when the files of the shelved jobs were vouched for: the last
+        compaction's watermark, or a clean stop) jobs/done/ is left to the reconcile's
+        sliced sweep of what changed since, which begins at once. Runs after replay,
+        before anything is journaled. ``names``: a directory's listing (the start lists
+        each directory once). Returns every quarantine case (``quarantine.notes``), for
+        status.json."""
         layout = self.layout
         attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
                     for job in sched.queued()]
-        attempts += [layout.attempts / job_id / attempt for job_id in _names(layout.attempts)
-                     if job_id not in sched.jobs for attempt in _names(layout.attempts / job_id)]
+        attempts += [layout.attempts / job_id / attempt
+                     for job_id in _unknown(names(str(layout.attempts)), sched.jobs)
+                     for attempt in _names(layout.attempts / job_id)]
         attempts = [path for path in attempts if path.is_dir()]
         for path in attempts:  # before anything is moved: a refusal leaves the run as it was
             if (path / "GO").exists() or (path / "exit.json").exists():
@@ -87,10 +99,16 @@ class Housekeeper:
         for directory, known, what in (
                 (layout.replies, sched.replies, "reply"),
                 (layout.control_replies, sched.control_replies, "control reply")):
-            for name in _names(directory):
-                if name.endswith(".json") and name[:-5] not in known:
-                    self.quarantine().move(directory / name, _unknown(what, directory / name))
-        self.tidy_jobs(sched, None, JOB_DIRECTORIES, start=True, clean=clean)
+            for name in _unknown(names(str(directory)), map("{}.json".format, known)):
+                if name.endswith(".json"):
+                    path = directory / name
+                    self.quarantine().move(path, _unknown_file(what, path))
+        if settled_ns is None:
+            self.tidy_jobs(sched, None, JOB_DIRECTORIES, start=True, clean=clean)
+        else:
+            self.tidy_jobs(sched, None, ("queued", "running"), start=True, clean=clean)
+            self._swept_ns["done"] = settled_ns
+        self._swept_ns["replies"] = settled_ns or time.time_ns()  # the views' repair: since
         for number, gen in sched.generations.items():  # a lease file shows its peer's latest
             for name in _names(layout.leases(number)):
                 doc = read_json(layout.leases(number) / name)
@@ -136,32 +154,47 @@ class Housekeeper:
             moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
                                           None if start else since)
         if not start:
-            moved |= self._tidy_done(sched, views)
+            moved |= self._sweep_history(sched, views)
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later
-            self._next_done_sweep = time.monotonic() + self.done_sweep
+            self._next_sweep["done"] = time.monotonic() + self.done_sweep
         return moved and not start
 
-    def _tidy_done(self, sched: Scheduler, views: Views | None) -> bool:
-        """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
-        each: 100,000 at once would hold the loop for half a second). An entry listed in
-        an earlier slice is judged on the state of now: between batches still."""
-        if self._done_listing is None:
-            if time.monotonic() < self._next_done_sweep:
-                return False
-            self._done_since = self._swept_ns.get("done")
-            self._swept_ns["done"] = time.time_ns()
+    def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
+        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, DONE_SLICE entries
+        each a reconcile (a stat each: 100,000 at once would hold the loop for half a
+        second). A reply changed since the last sweep (or since the start vouched for
+        them all) that says other than the journal is rewritten. An entry listed in an
+        earlier slice is judged on the state of now: between batches still."""
+        moved = False
+        for directory in HISTORY:
+            entries = self._slice(directory)
+            since = self._since[directory]
+            if directory == "done":
+                moved |= self._set_aside_junk(sched, views, "done", entries, False, True, since)
+            elif since is not None:
+                _rewrite_changed_replies(sched, views, entries, since - MTIME_SLACK_NS)
+        return moved
+
+    def _slice(self, directory: str) -> list[os.DirEntry]:
+        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY); none
+        between two sweeps."""
+        if self._listing[directory] is None:
+            if time.monotonic() < self._next_sweep[directory]:
+                return []
+            self._since[directory] = self._swept_ns.get(directory)
+            self._swept_ns[directory] = time.time_ns()
             try:
-                self._done_listing = os.scandir(self.layout.jobs("done"))
+                self._listing[directory] = os.scandir(
+                    self.layout.replies if directory == "replies" else self.layout.jobs(directory))
             except FileNotFoundError:
-                self._next_done_sweep = time.monotonic() + self.done_sweep
-                return False
-        entries = list(itertools.islice(self._done_listing, DONE_SLICE))
+                self._next_sweep[directory] = time.monotonic() + self.done_sweep
+                return []
+        entries = list(itertools.islice(self._listing[directory], DONE_SLICE))
         if len(entries) < DONE_SLICE:
-            self._done_listing.close()
-            self._done_listing = None
-            self._next_done_sweep = time.monotonic() + self.done_sweep
-        return self._set_aside_junk(sched, views, "done", entries, False, True,
-                                    self._done_since)
+            self._listing[directory].close()
+            self._listing[directory] = None
+            self._next_sweep[directory] = time.monotonic() + self.done_sweep
+        return entries
 
     def _set_aside_junk(self, sched: Scheduler, views: Views | None, directory: str,
                         entries: list[os.DirEntry], start: bool, clean: bool,
@@ -246,7 +279,7 @@ def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job_id: str | No
                 "coordinator, its only writer, finishes each before the next sweep)")
     if state is None:
         if kind == "file" and entry.name.endswith(".json"):
-            return _unknown("job file", Path(entry.path))
+            return _unknown_file("job file", Path(entry.path))
         return f"a {kind} in {where}, which holds only <job_id>.json files of its jobs"
     if state.directory != directory:
         if start and not clean and kind == "file":
@@ -259,7 +292,31 @@ def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job_id: str | No
             "file rewritten from the journal")
 
 
-def _unknown(what: str, path: Path) -> str:
+def _rewrite_changed_replies(sched: Scheduler, views: Views, entries: list[os.DirEntry],
+                             since_ns: int) -> None:
+    """The replies among ``entries`` modified since ``since_ns`` that say other than the
+    journal, rewritten from it (a reply of no request it knows is the start's to set
+    aside; a hidden temp file is a write of ours, or the start's to remove)."""
+    for entry in entries:
+        if not entry.name.endswith(".json") or entry.name.startswith("."):
+            continue
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                continue
+        except FileNotFoundError:
+            continue
+        reply = sched.replies.peek(entry.name[:-5])
+        if reply is not None and read_bytes(entry.path) != dumps(document := reply.to_dict()):
+            views.execute(WriteReply(request_id=reply.request_id, document=document), sched)
+
+
+def _unknown(names: Iterable[str], known: Iterable[str]) -> set[str]:
+    """``names`` that ``known`` lacks: one pass over each (a lookup per name in a shelf
+    of 100,000 costs more than listing it)."""
+    return set(names).difference(known)
+
+
+def _unknown_file(what: str, path: Path) -> str:
     """The note for a derived file of a request, control or job the journal does not know."""
     doc = read_json(path)
     said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \

@@ -21,7 +21,7 @@ from typing import Any
 
 from .adapters import spool
 from .adapters.crashpoints import reach
-from .adapters.fsio import dumps, unlink, write_atomic, write_json
+from .adapters.fsio import Listing, dumps, names_in, unlink, write_atomic, write_json
 from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.taskreports import progress, task_report
@@ -146,6 +146,10 @@ class Views:
         if effect.directory == "done":  # terminal: its secrets are no longer needed
             self.vault.scrub(effect.document["request_id"])
 
+    def _directory(self, directory: str) -> str:
+        """A job state directory's path, or spool/replies/'s for ``"replies"``."""
+        return str(self.layout.replies) if directory == "replies" else self._job_dirs[directory]
+
     def make_generation(self, number: int) -> None:
         """A generation's directories are made durable once per coordinator process."""
         if number not in self._generations_made:
@@ -155,7 +159,8 @@ class Views:
     # -- repair at start ------------------------------------------------------
 
     def repair(self, sched: Scheduler, durable_ns: int | None, journal_seq: int,
-               set_aside: SetAside, unsettled: Unsettled | None = None) -> None:
+               set_aside: SetAside, unsettled: Unsettled | None = None,
+               names: Listing = names_in) -> None:
         """Job files and replies are derived: rewrite any that disagree with the journal.
 
         After a crash every file is read back and compared. After a clean stop the files
@@ -170,21 +175,42 @@ class Views:
         compared; a difference there is the crash's unfinished write, rewritten, not set
         aside. Copies of a job in the wrong state directory are gone: the coordinator's
         tidying ran first. The job index is rebuilt from every job's document unless it
-        could be kept; one kept but ``behind`` is given every job document compared."""
-        listed = {d: _mtimes(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
-        listed["replies"] = _mtimes(self.layout.replies)
+        could be kept; one kept but ``behind`` is given every job document compared.
+
+        With ``durable_ns`` the files of the jobs and replies on the shelf (all a compaction
+        took out of memory) are not even looked at, but for one missing from its
+        directory's listing: the compaction made them durable, and a change since is for
+        the reconcile's sweep to find (``Housekeeper``); a start reads the files of what
+        is in memory only. ``names``: a directory's listing (the start lists each
+        directory once)."""
+        rebuild, restage = not self.index.complete, self.index.behind
+        settled = durable_ns is not None and not rebuild  # the shelf's files vouched for
+        directories = ("done", "replies") if settled else (*JOB_DIRECTORIES, "replies")
+        listed = {d: names(self._directory(d)) if settled else _mtimes(self._directory(d))
+                  for d in directories}
+
+        def modified(directory: str, key: str) -> int:
+            if directory in listed and not settled:
+                return listed[directory].get(f"{key}.json", durable_ns + 1)
+            try:
+                return os.stat(os.path.join(self._directory(directory), f"{key}.json")
+                               ).st_mtime_ns
+            except FileNotFoundError:
+                return durable_ns + 1
 
         def current(directory: str, key: str) -> bool:  # there, and untouched since
             return durable_ns is not None and \
                 (unsettled is None or key not in (
                     unsettled.replies if directory == "replies" else unsettled.jobs)) and \
-                listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
+                modified(directory, key) <= durable_ns
 
-        rebuild, restage = not self.index.complete, self.index.behind
+        missing = None if not settled else tuple(  # their ids
+            {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(listed[d])}
+            for shelf, d in ((sched.jobs, "done"), (sched.replies, "replies")))
         indexed = []
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
-                not (rebuild and directory in JOB_DIRECTORIES)):
+                not (rebuild and directory in JOB_DIRECTORIES), missing):
             data = dumps(effect.document)
             if isinstance(effect, WriteJob):
                 if rebuild:

@@ -7,9 +7,11 @@ the next scan, in case a peer wrote it in place instead of renaming it in.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 from collections.abc import Callable
+from operator import methodcaller
 from pathlib import Path
 
 from ..core.events import RequestSeen
@@ -17,7 +19,9 @@ from ..core.request import (
     EXPLAINED_BYTES, MAX_REQUEST_BYTES, parse_request, request_id_from_filename,
 )
 from ..errors import BadRequest
-from .fsio import TEMP_PATTERN, read_spool_file, rename, unlink, write_json
+from .fsio import (
+    TEMP_PATTERN, Listing, names_in, read_spool_file, rename, unlink, write_json,
+)
 
 GRACE_SECONDS = 2.0
 BATCH = 512
@@ -104,13 +108,16 @@ def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
         pass
 
 
-def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int:
+def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float,
+                names: Listing = names_in) -> int:
     """Remove abandoned writes: peers' spool/tmp files older than 36 h, and our own
-    hidden temp files (a crash between write and rename leaves them). Returns a count."""
+    hidden temp files (a crash between write and rename leaves them). Returns a count.
+    ``names``: a directory's listing (the start lists each directory once)."""
     removed = 0
     for directory in own_directories:
-        for path in directory.glob(TEMP_PATTERN):
-            unlink(path)
+        hidden = filter(methodcaller("startswith", "."), names(str(directory)))
+        for name in fnmatch.filter(hidden, TEMP_PATTERN):
+            unlink(directory / name)
             removed += 1
     with os.scandir(spool_tmp) as it:
         for entry in it:
