@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import functools
 import gc
 import logging
 import os
@@ -34,13 +33,13 @@ from . import compaction
 from .adapters import quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
-from .adapters.fsio import Listing, create, names_in, temp_name, unlink, write_json
+from .adapters.fsio import create, temp_name, unlink, write_json
 from .adapters.gpus import open_inventory
 from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
-from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
@@ -87,6 +86,7 @@ class Coordinator:
         self.metrics_textfile_dir = metrics_textfile_dir  # for metrics.prom's copy
         self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
+        self.dropped_record = False  # it was taken: this start looks at every derived file
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
         self.policy = policy
         self.fake_gpus = fake_gpus
@@ -187,15 +187,15 @@ class Coordinator:
             unsettled.note(effects)
             _count(tally, self.sched, effects)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
-        if views_durable_ns is not None or watermark is None:
-            unsettled = None  # a clean stop vouches for every file; no compaction, for none
+        if views_durable_ns is not None or watermark is None or self.dropped_record:
+            unsettled = None  # a clean stop vouches for every file; no compaction (or a
+            # damaged record dropped: its files are orphans to set aside now), for none
         else:  # a crash after a compaction: its watermark vouches for the rest
             unsettled.jobs.update(job.job_id for job in (*self.sched.queued(),
                                                          *self.sched.in_flight()))
-        listed = functools.cache(names_in)  # each big directory is listed once
+        settled_ns = views_durable_ns if unsettled is None else watermark  # see repair
         self.problems = self.housekeeper.set_aside_orphans(
-            self.sched, clean=views_durable_ns is not None,
-            settled_ns=views_durable_ns if unsettled is None else watermark, names=listed)
+            self.sched, clean=views_durable_ns is not None, settled_ns=settled_ns)
         self.views = self.driver.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
@@ -219,15 +219,14 @@ class Coordinator:
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
-        if unsettled is None:
-            self._repair_views(views_durable_ns, names=listed)
-        else:
-            self._repair_views(watermark, unsettled, names=listed)
+        self._repair_views(settled_ns, unsettled)
         self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
-        own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
-               *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
-        if removed := spool.sweep_stale(self.layout.spool_tmp, own, now, listed):
+        own = [self.layout.rejected, self.layout.scheduler, self.layout.jobs("queued"),
+               self.layout.jobs("running")]
+        if settled_ns is None:  # else the history's are the sweep's (``Housekeeper``)
+            own += [self.layout.replies, self.layout.jobs("done")]
+        if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
             self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
@@ -600,14 +599,14 @@ class Coordinator:
         self.housekeeper.quarantine().keep(f"journal-seq-{seq}.bin", data, (
             f"journal record seq {seq} (from byte {offset}) was a complete line that failed "
             f"its checksum; dropped by --drop-damaged-record {seq}"))
+        self.dropped_record = True
         return True
 
-    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None,
-                      names: Listing = names_in) -> None:
+    def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None) -> None:
         """The derived files made to agree with the journal (``Views.repair``); a forged
         job file found on the way goes to this start's quarantine case."""
         self.views.repair(self.sched, durable_ns, self.journal.seq, self.housekeeper.keep,
-                          unsettled, names)
+                          unsettled)
 
     def _write_status(self, force: bool = False, state: str = "serving") -> None:
         """status.json and metrics.prom at their cadence (``Views.status_due``), with what

@@ -20,14 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from .adapters import quarantine
-from .adapters.fsio import (
-    TEMP_PATTERN, Listing, dumps, names_in, read_json, unlink, write_atomic,
-)
+from .adapters.fsio import TEMP_PATTERN, dumps, read_json, unlink, write_atomic
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .backends.local import procs
 from .core.effects import WriteJob, WriteReply
 from .core.states import JobState
-from .core.scheduler import Scheduler
+from .core.scheduler import FINISHED, Scheduler
 from .errors import JournalCorrupt
 from .views import Views, forged, read_bytes
 
@@ -54,6 +52,8 @@ class Housekeeper:
         self._next_sweep = dict.fromkeys(HISTORY, 0.0)
         self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
         self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
+        self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
+        self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
         """This start's (or reconcile's) case, opened at the first thing it sets aside."""
@@ -65,8 +65,8 @@ class Housekeeper:
         """Keep ``data``, found at ``path`` of the run, in the case (the file is rewritten)."""
         self.quarantine().keep(os.path.relpath(path, self.layout.root), data, why)
 
-    def set_aside_orphans(self, sched: Scheduler, clean: bool, settled_ns: int | None = None,
-                          names: Listing = names_in) -> list[dict[str, Any]]:
+    def set_aside_orphans(self, sched: Scheduler, clean: bool,
+                          settled_ns: int | None = None) -> list[dict[str, Any]]:
         """Nothing may stand that the journal does not know: a derived file of a request,
         control, job, lease or attempt it has no record of proves a record it lost (a
         damaged one dropped, a journal cut by hand). Replies, control replies, job files
@@ -74,18 +74,18 @@ class Housekeeper:
         request's env, file digest, lease and cost ceiling were only in the lost record,
         and a resend of it is answered afresh, on the same job id. An attempt directory is
         a lost launch (``_release_orphan``). ``jobs/*/`` gets the reconcile's sweep
-        (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk;
-        with ``settled_ns`` (when the files of the shelved jobs were vouched for: the last
-        compaction's watermark, or a clean stop) jobs/done/ is left to the reconcile's
-        sliced sweep of what changed since, which begins at once. Runs after replay,
-        before anything is journaled. ``names``: a directory's listing (the start lists
-        each directory once). Returns every quarantine case (``quarantine.notes``), for
+        (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk.
+        With ``settled_ns`` (when the files of the shelved jobs and replies were vouched
+        for: the last compaction's watermark, or a clean stop) jobs/done/ and
+        spool/replies/ (the run's history) are left to the reconcile's sliced sweep
+        (``_sweep_history``), which begins at once. Runs after replay, before anything
+        is journaled. Returns every quarantine case (``quarantine.notes``), for
         status.json."""
         layout = self.layout
         attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
                     for job in sched.queued()]
         attempts += [layout.attempts / job_id / attempt
-                     for job_id in _unknown(names(str(layout.attempts)), sched.jobs)
+                     for job_id in _unknown(_names(layout.attempts), sched.jobs)
                      for attempt in _names(layout.attempts / job_id)]
         attempts = [path for path in attempts if path.is_dir()]
         for path in attempts:  # before anything is moved: a refusal leaves the run as it was
@@ -97,9 +97,9 @@ class Housekeeper:
         for path in attempts:
             self._release_orphan(path)
         for directory, known, what in (
-                (layout.replies, sched.replies, "reply"),
+                *([(layout.replies, sched.replies, "reply")] if settled_ns is None else []),
                 (layout.control_replies, sched.control_replies, "control reply")):
-            for name in _unknown(names(str(directory)), map("{}.json".format, known)):
+            for name in _unknown(_names(directory), map("{}.json".format, known)):
                 if name.endswith(".json"):
                     path = directory / name
                     self.quarantine().move(path, _unknown_file(what, path))
@@ -152,7 +152,7 @@ class Housekeeper:
             except FileNotFoundError:  # removed by hand: the next start makes it again
                 continue
             moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
-                                          None if start else since)
+                                          None if start else since)[0]
         if not start:
             moved |= self._sweep_history(sched, views)
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later
@@ -162,54 +162,134 @@ class Housekeeper:
     def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
         """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, DONE_SLICE entries
         each a reconcile (a stat each: 100,000 at once would hold the loop for half a
-        second). A reply changed since the last sweep (or since the start vouched for
-        them all) that says other than the journal is rewritten. An entry listed in an
-        earlier slice is judged on the state of now: between batches still."""
+        second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
+        since the last sweep (or since the start vouched for them all) that says other
+        than the journal is rewritten, one of a request the journal does not know is set
+        aside, a temp file a crash left behind is removed; and a pass that found fewer
+        files than the journal accounts for writes the missing ones. An entry listed in
+        an earlier slice is judged on the state of now: between batches still."""
         moved = False
         for directory in HISTORY:
-            entries = self._slice(directory)
+            entries, ended = self._slice(directory)
             since = self._since[directory]
+            since = None if since is None else since - MTIME_SLACK_NS
             if directory == "done":
-                moved |= self._set_aside_junk(sched, views, "done", entries, False, True, since)
-            elif since is not None:
-                _rewrite_changed_replies(sched, views, entries, since - MTIME_SLACK_NS)
+                found, own = self._set_aside_junk(sched, views, "done", entries, False, True,
+                                                  self._since[directory])
+            else:
+                found, own = self._sweep_replies(sched, views, entries, since)
+            moved |= found
+            self._accounted[directory] += own
+            if ended:
+                self._write_missing(sched, views, directory)
         return moved
 
-    def _slice(self, directory: str) -> list[os.DirEntry]:
-        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY); none
-        between two sweeps."""
+    def _slice(self, directory: str) -> tuple[list[os.DirEntry], bool]:
+        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY), and
+        whether the pass ends with them; none between two passes."""
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
-                return []
+                return [], False
             self._since[directory] = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
+            self._accounted[directory] = 0
             try:
-                self._listing[directory] = os.scandir(
-                    self.layout.replies if directory == "replies" else self.layout.jobs(directory))
+                self._listing[directory] = os.scandir(self._history(directory))
             except FileNotFoundError:
                 self._next_sweep[directory] = time.monotonic() + self.done_sweep
-                return []
+                return [], False
         entries = list(itertools.islice(self._listing[directory], DONE_SLICE))
         if len(entries) < DONE_SLICE:
             self._listing[directory].close()
             self._listing[directory] = None
             self._next_sweep[directory] = time.monotonic() + self.done_sweep
-        return entries
+        return entries, self._listing[directory] is None
+
+    def _history(self, directory: str) -> Path:
+        return self.layout.replies if directory == "replies" else self.layout.jobs(directory)
+
+    def _sweep_replies(self, sched: Scheduler, views: Views, entries: list[os.DirEntry],
+                       since_ns: int | None) -> tuple[bool, int]:
+        """(whether a reply was set aside, how many are of requests the journal knows)."""
+        moved, known = False, 0
+        for entry in entries:
+            if self._crash_leftover(entry) or not entry.name.endswith(".json"):
+                continue
+            request_id = entry.name[:-5]
+            if request_id not in sched.replies:
+                try:
+                    self.quarantine().move(Path(entry.path),
+                                           _unknown_file("reply", Path(entry.path)))
+                except FileNotFoundError:
+                    continue
+                moved = True
+                continue
+            known += 1
+            try:
+                if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                    continue
+            except FileNotFoundError:
+                continue
+            document = sched.replies.peek(request_id).to_dict()
+            if read_bytes(entry.path) != dumps(document):
+                views.execute(WriteReply(request_id=request_id, document=document), sched)
+        return moved, known
+
+    def _crash_leftover(self, entry: os.DirEntry) -> bool:
+        """A temp file of ours written before this coordinator started: the unfinished
+        write of one that crashed, removed (the start leaves the history's to the sweep)."""
+        if not fnmatch.fnmatchcase(entry.name, TEMP_PATTERN):
+            return False
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime_ns >= self._started_ns or \
+                    not entry.is_file(follow_symlinks=False):
+                return False
+        except FileNotFoundError:
+            return True
+        unlink(entry.path)
+        return True
+
+    def _write_missing(self, sched: Scheduler, views: Views, directory: str) -> None:
+        """At the end of a pass over ``directory`` (one of HISTORY): when it found fewer
+        files than the journal accounts for (a file removed by hand since the last
+        compaction made it durable), list it again and write the missing ones."""
+        if directory == "done":
+            shelf, expected = sched.jobs, sum(sched.count(state) for state in FINISHED)
+            in_memory = [job.job_id for job in sched.jobs.live() if job.state.terminal]
+        else:
+            shelf, expected = sched.replies, len(sched.replies)
+            in_memory = [reply.request_id for reply in sched.replies.live()]
+        if self._accounted[directory] >= expected:
+            return
+        names = set(_names(self._history(directory)))
+        missing = {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(names)}
+        missing.update(key for key in in_memory if f"{key}.json" not in names)
+        for key in sorted(missing):
+            if directory == "done":
+                views.execute(WriteJob(job_id=key, directory="done",
+                                       document=sched.job_document(shelf.peek(key))), sched)
+            else:
+                views.execute(WriteReply(request_id=key, document=shelf.peek(key).to_dict()),
+                              sched)
 
     def _set_aside_junk(self, sched: Scheduler, views: Views | None, directory: str,
                         entries: list[os.DirEntry], start: bool, clean: bool,
-                        since_ns: int | None) -> bool:
+                        since_ns: int | None) -> tuple[bool, int]:
         """Set aside the junk among ``entries`` of ``jobs/<directory>/`` (``_junk`` says
-        which); a job's own file is rewritten from the journal. True if any was."""
-        moved = False
+        which); a job's own file is rewritten from the journal. (Whether any was, how
+        many of the entries are a job's own file.)"""
+        moved, own_files = False, 0
         for entry in entries:
+            if not start and self._crash_leftover(entry):
+                continue
             job_id = entry.name[:-5] if entry.name.endswith(".json") else None
             state = sched.state_of(job_id) if job_id is not None else None
+            own = state is not None and state.directory == directory
+            own_files += own and entry.is_file(follow_symlinks=False)
             why = _junk(sched, directory, entry, job_id if state else None, state, start,
                         clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
             if why is None:
                 continue
-            own = state is not None and state.directory == directory
             found = read_bytes(entry.path) \
                 if own and entry.is_file(follow_symlinks=False) else None
             try:
@@ -224,7 +304,7 @@ class Housekeeper:
                 views.execute(WriteJob(job_id=job_id, directory=directory,
                                        document=sched.job_document(sched.jobs.peek(job_id))),
                               sched)
-        return moved
+        return moved, own_files
 
     def _release_orphan(self, attempt_dir: Path) -> None:
         """An attempt directory the journal has no launch for, with no GO: GO is journaled
@@ -290,24 +370,6 @@ def _junk(sched: Scheduler, directory: str, entry: os.DirEntry, job_id: str | No
                 "copy, never served or signalled")
     return (f"a {kind} where job {job_id}'s file belongs; set aside, and the "
             "file rewritten from the journal")
-
-
-def _rewrite_changed_replies(sched: Scheduler, views: Views, entries: list[os.DirEntry],
-                             since_ns: int) -> None:
-    """The replies among ``entries`` modified since ``since_ns`` that say other than the
-    journal, rewritten from it (a reply of no request it knows is the start's to set
-    aside; a hidden temp file is a write of ours, or the start's to remove)."""
-    for entry in entries:
-        if not entry.name.endswith(".json") or entry.name.startswith("."):
-            continue
-        try:
-            if entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
-                continue
-        except FileNotFoundError:
-            continue
-        reply = sched.replies.peek(entry.name[:-5])
-        if reply is not None and read_bytes(entry.path) != dumps(document := reply.to_dict()):
-            views.execute(WriteReply(request_id=reply.request_id, document=document), sched)
 
 
 def _unknown(names: Iterable[str], known: Iterable[str]) -> set[str]:

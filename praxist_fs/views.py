@@ -21,7 +21,7 @@ from typing import Any
 
 from .adapters import spool
 from .adapters.crashpoints import reach
-from .adapters.fsio import Listing, dumps, names_in, unlink, write_atomic, write_json
+from .adapters.fsio import dumps, unlink, write_atomic, write_json
 from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.taskreports import progress, task_report
@@ -159,8 +159,7 @@ class Views:
     # -- repair at start ------------------------------------------------------
 
     def repair(self, sched: Scheduler, durable_ns: int | None, journal_seq: int,
-               set_aside: SetAside, unsettled: Unsettled | None = None,
-               names: Listing = names_in) -> None:
+               set_aside: SetAside, unsettled: Unsettled | None = None) -> None:
         """Job files and replies are derived: rewrite any that disagree with the journal.
 
         After a crash every file is read back and compared. After a clean stop the files
@@ -178,19 +177,17 @@ class Views:
         could be kept; one kept but ``behind`` is given every job document compared.
 
         With ``durable_ns`` the files of the jobs and replies on the shelf (all a compaction
-        took out of memory) are not even looked at, but for one missing from its
-        directory's listing: the compaction made them durable, and a change since is for
-        the reconcile's sweep to find (``Housekeeper``); a start reads the files of what
-        is in memory only. ``names``: a directory's listing (the start lists each
-        directory once)."""
+        took out of memory: the run's history) are not even listed: the compaction made
+        them durable, and one missing or changed since is for the reconcile's sliced
+        sweep to find (``Housekeeper``); a start looks at the files of what is in memory
+        only, one by one."""
         rebuild, restage = not self.index.complete, self.index.behind
         settled = durable_ns is not None and not rebuild  # the shelf's files vouched for
-        directories = ("done", "replies") if settled else (*JOB_DIRECTORIES, "replies")
-        listed = {d: names(self._directory(d)) if settled else _mtimes(self._directory(d))
-                  for d in directories}
+        listed = {} if settled else {d: _mtimes(self._directory(d))
+                                     for d in (*JOB_DIRECTORIES, "replies")}
 
         def modified(directory: str, key: str) -> int:
-            if directory in listed and not settled:
+            if not settled:
                 return listed[directory].get(f"{key}.json", durable_ns + 1)
             try:
                 return os.stat(os.path.join(self._directory(directory), f"{key}.json")
@@ -204,13 +201,11 @@ class Views:
                     unsettled.replies if directory == "replies" else unsettled.jobs)) and \
                 modified(directory, key) <= durable_ns
 
-        missing = None if not settled else tuple(  # their ids
-            {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(listed[d])}
-            for shelf, d in ((sched.jobs, "done"), (sched.replies, "replies")))
         indexed = []
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
-                not (rebuild and directory in JOB_DIRECTORIES), missing):
+                not (rebuild and directory in JOB_DIRECTORIES),
+                ((), ()) if settled else None):
             data = dumps(effect.document)
             if isinstance(effect, WriteJob):
                 if rebuild:

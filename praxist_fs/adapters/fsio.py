@@ -23,7 +23,7 @@ import itertools
 import json
 import os
 import stat
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import BadRequest
 
@@ -273,17 +273,6 @@ def read_spool_file(dir_fd: int, name: str, limit: int, explained: int = 0) -> O
         return owned
     finally:
         os.close(fd)
-
-
-Listing = Callable[[str], frozenset]  # a directory's path -> the names in it
-
-
-def names_in(directory: str) -> frozenset[str]:
-    """The names in a directory (none if it is missing): one listing, no stat."""
-    try:
-        return frozenset(os.listdir(directory))
-    except FileNotFoundError:
-        return frozenset()
 
 
 def unlink(path: str | os.PathLike) -> None:

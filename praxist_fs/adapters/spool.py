@@ -19,9 +19,7 @@ from ..core.request import (
     EXPLAINED_BYTES, MAX_REQUEST_BYTES, parse_request, request_id_from_filename,
 )
 from ..errors import BadRequest
-from .fsio import (
-    TEMP_PATTERN, Listing, names_in, read_spool_file, rename, unlink, write_json,
-)
+from .fsio import TEMP_PATTERN, read_spool_file, rename, unlink, write_json
 
 GRACE_SECONDS = 2.0
 BATCH = 512
@@ -108,14 +106,12 @@ def reject(incoming: Path, rejected: Path, name: str, error: dict) -> None:
         pass
 
 
-def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float,
-                names: Listing = names_in) -> int:
+def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int:
     """Remove abandoned writes: peers' spool/tmp files older than 36 h, and our own
-    hidden temp files (a crash between write and rename leaves them). Returns a count.
-    ``names``: a directory's listing (the start lists each directory once)."""
+    hidden temp files (a crash between write and rename leaves them). Returns a count."""
     removed = 0
     for directory in own_directories:
-        hidden = filter(methodcaller("startswith", "."), names(str(directory)))
+        hidden = filter(methodcaller("startswith", "."), os.listdir(directory))
         for name in fnmatch.filter(hidden, TEMP_PATTERN):
             unlink(directory / name)
             removed += 1
