@@ -20,7 +20,7 @@ from pathlib import Path
 
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.config import load_policy
-from praxist_fs.core.snapshot import dump
+from praxist_fs.core import snapshot
 from praxist_fs.report import end_of, load_run, render, write
 from praxist_fs.simulate import load_trace, replay
 
@@ -39,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         layout = RunLayout.at(Path(tmp) / "run")
         layout.journal_dir.mkdir(parents=True)
-        layout.snapshot.write_bytes(b"".join(dump(result.scheduler, 0)))
+        layout.snapshot.write_bytes(snapshot.render(result.scheduler, 0).data)
         began = time.perf_counter()
         sched, last = load_run(layout)
         loaded = time.perf_counter()

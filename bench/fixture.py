@@ -35,7 +35,7 @@ from praxist_fs.core.events import (
 )
 from praxist_fs.core.request import parse_request
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.snapshot import dump
+from praxist_fs.core.snapshot import render
 
 PEER = "bench"
 COMMIT_EVERY = 4096  # records per group commit while building
@@ -170,7 +170,7 @@ def compact_run(run_dir: Path) -> dict:
         sched.handle(from_record(record))
     with open(layout.clean_stop, "rb") as handle:
         durable_ns = json.load(handle)["views_durable_ns"]
-    data = b"".join(dump(sched, journal.seq, views_durable_ns=durable_ns))
+    data = render(sched, journal.seq, views_durable_ns=durable_ns).data
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)
     journal.compact()

@@ -9,7 +9,6 @@ was durable (``mark_clean_stop``), so the next start need not read them all back
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import time
@@ -23,7 +22,7 @@ from .adapters.layout import RunLayout
 from .core.scheduler import Scheduler
 from .core.metrics import AttemptTally
 from .core.shelf import offset_and_length
-from .core.snapshot import Restored, SnapshotError, dump, read, shelve
+from .core.snapshot import Restored, SnapshotError, read, render, shelve
 from .errors import JournalCorrupt
 
 log = logging.getLogger("praxist_fs")
@@ -75,10 +74,11 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     journal.commit()
     index.flush(journal.seq)
     sync_all()
-    data = b"".join(dump(sched, journal.seq, views_durable_ns=time.time_ns(),
-                         tally=tally.to_dict()))
+    tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
+    rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
+                      tally=tally.to_dict())
     reach("snapshot.before_write")
-    write_atomic(layout.snapshot, data, durable=True, mode=0o600)
+    write_atomic(layout.snapshot, rendered.data, durable=True, mode=0o600)
     reach("snapshot.after_write")
     journal.compact()
     reach("snapshot.after_truncate")
@@ -89,7 +89,7 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
         log.warning("%s: %s; finished jobs stay in memory until the next compaction",
                     layout.snapshot, exc)
         return
-    shelve(sched, io.BytesIO(data), _reader(handle))
+    shelve(sched, rendered, _reader(handle))
 
 
 def mark_clean_stop(layout: RunLayout, journal_seq: int) -> None:

@@ -39,7 +39,7 @@ from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
-from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
@@ -86,6 +86,7 @@ class Coordinator:
         self.metrics_textfile_dir = metrics_textfile_dir  # for metrics.prom's copy
         self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
+        self.dropped_record = False  # it was taken: this start looks at every derived file
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
         self.policy = policy
         self.fake_gpus = fake_gpus
@@ -180,17 +181,21 @@ class Coordinator:
             log.warning("journal: record %d was whole but for its newline: kept",
                         self.journal.restored_newline)
         unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
+        tally = _tally(restored.tally, self.sched)
         for record in self.journal.replay():
-            unsettled.note(self.sched.handle(from_record(record)))
-        tally = _tally(restored.tally, self.sched, unsettled.jobs)
+            effects = self.sched.handle(from_record(record))
+            unsettled.note(effects)
+            _count(tally, self.sched, effects)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
-        if views_durable_ns is not None or watermark is None:
-            unsettled = None  # a clean stop vouches for every file; no compaction, for none
+        if views_durable_ns is not None or watermark is None or self.dropped_record:
+            unsettled = None  # a clean stop vouches for every file; no compaction (or a
+            # damaged record dropped: its files are orphans to set aside now), for none
         else:  # a crash after a compaction: its watermark vouches for the rest
             unsettled.jobs.update(job.job_id for job in (*self.sched.queued(),
                                                          *self.sched.in_flight()))
+        settled_ns = views_durable_ns if unsettled is None else watermark  # see repair
         self.problems = self.housekeeper.set_aside_orphans(
-            self.sched, clean=views_durable_ns is not None)
+            self.sched, clean=views_durable_ns is not None, settled_ns=settled_ns)
         self.views = self.driver.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
@@ -214,14 +219,13 @@ class Coordinator:
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()
-        if unsettled is None:
-            self._repair_views(views_durable_ns)
-        else:
-            self._repair_views(watermark, unsettled)
+        self._repair_views(settled_ns, unsettled)
         self.problems = quarantine.notes(self.layout)  # the repair may have set some aside
         reach("start.after_repair")
-        own = [self.layout.replies, self.layout.rejected, self.layout.scheduler,
-               *(self.layout.jobs(d) for d in JOB_DIRECTORIES)]
+        own = [self.layout.rejected, self.layout.scheduler, self.layout.jobs("queued"),
+               self.layout.jobs("running")]
+        if settled_ns is None:  # else the history's are the sweep's (``Housekeeper``)
+            own += [self.layout.replies, self.layout.jobs("done")]
         if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
@@ -401,11 +405,12 @@ class Coordinator:
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
         is room."""
-        restored, replayed = compaction.restore(self.layout), Unsettled()
+        restored = compaction.restore(self.layout)
+        tally = _tally(restored.tally, restored.sched)
         for record in self.journal.durable(restored.journal_seq):
-            replayed.note(restored.sched.handle(from_record(record)))
+            _count(tally, restored.sched, restored.sched.handle(from_record(record)))
         self.driver.sched = restored.sched
-        self.views.tally = _tally(restored.tally, restored.sched, replayed.jobs)
+        self.views.tally = tally
         self.inboxes.forget_results()
 
     def _retry_degraded(self) -> None:
@@ -594,6 +599,7 @@ class Coordinator:
         self.housekeeper.quarantine().keep(f"journal-seq-{seq}.bin", data, (
             f"journal record seq {seq} (from byte {offset}) was a complete line that failed "
             f"its checksum; dropped by --drop-damaged-record {seq}"))
+        self.dropped_record = True
         return True
 
     def _repair_views(self, durable_ns: int | None, unsettled: Unsettled | None = None) -> None:
@@ -628,20 +634,27 @@ class Coordinator:
         self.views.status_written(self.sched, now, time.monotonic() - started)
 
 
-def _tally(saved: dict | None, sched: Scheduler, changed: set[str]) -> AttemptTally:
-    """The attempt tally as the snapshot saved it, brought up to date with the jobs the
-    journal's tail changed (``changed``); counted afresh from every job when the snapshot
-    has none (one written before tallies were saved)."""
+def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:
+    """The attempt tally as the snapshot saved it (of ``sched`` as restored, before the
+    journal's tail: ``_count`` brings it up to date); counted afresh from every job when
+    the snapshot has none (one written before tallies were saved)."""
     if saved is not None:
         try:
             tally = AttemptTally.from_dict(saved)
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("snapshot: its attempt tally is unreadable (%r): counted afresh", exc)
         else:
-            for job_id in changed:
-                tally.update(sched.jobs.peek(job_id))
+            if not tally.settled_through:  # saved by an older version: it forgot none
+                tally.forget_finished(sched.jobs.in_memory, sched._next_order)
             return tally
     return AttemptTally.of(sched.jobs.values())
+
+
+def _count(tally: AttemptTally, sched: Scheduler, effects: list[Effect]) -> None:
+    """A replayed record's changes to jobs, counted as the views count a written one."""
+    for effect in effects:
+        if isinstance(effect, WriteJob):
+            tally.update(sched.jobs.peek(effect.job_id))
 
 
 def _return_memory() -> None:

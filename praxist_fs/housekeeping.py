@@ -15,16 +15,17 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .adapters import quarantine
-from .adapters.fsio import TEMP_PATTERN, read_json, unlink, write_atomic
+from .adapters.fsio import TEMP_PATTERN, dumps, read_json, unlink, write_atomic
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .backends.local import procs
-from .core.effects import WriteJob
+from .core.effects import WriteJob, WriteReply
 from .core.states import JobState
-from .core.scheduler import Scheduler
+from .core.scheduler import FINISHED, Scheduler
 from .errors import JournalCorrupt
 from .views import Views, forged, read_bytes
 
@@ -33,6 +34,7 @@ log = logging.getLogger("praxist_fs")
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
 DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
 
@@ -44,10 +46,14 @@ class Housekeeper:
         self.layout = layout
         self.done_sweep = done_sweep
         self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
-        self._swept_ns: dict[str, int] = {}  # jobs/ directory -> when its last sweep began
-        self._next_done_sweep = 0.0
-        self._done_listing: Any = None  # the scandir of jobs/done/ a sweep is going through
-        self._done_since: int | None = None  # when the sweep before it began
+        # jobs/ directory (or "replies") -> when its last sweep began
+        self._swept_ns: dict[str, int] = {}
+        # of jobs/done/ and spool/replies/ (the whole history), swept a slice at a time:
+        self._next_sweep = dict.fromkeys(HISTORY, 0.0)
+        self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
+        self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
+        self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
+        self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
         """This start's (or reconcile's) case, opened at the first thing it sets aside."""
@@ -59,7 +65,8 @@ class Housekeeper:
         """Keep ``data``, found at ``path`` of the run, in the case (the file is rewritten)."""
         self.quarantine().keep(os.path.relpath(path, self.layout.root), data, why)
 
-    def set_aside_orphans(self, sched: Scheduler, clean: bool) -> list[dict[str, Any]]:
+    def set_aside_orphans(self, sched: Scheduler, clean: bool,
+                          settled_ns: int | None = None) -> list[dict[str, Any]]:
         """Nothing may stand that the journal does not know: a derived file of a request,
         control, job, lease or attempt it has no record of proves a record it lost (a
         damaged one dropped, a journal cut by hand). Replies, control replies, job files
@@ -68,13 +75,18 @@ class Housekeeper:
         and a resend of it is answered afresh, on the same job id. An attempt directory is
         a lost launch (``_release_orphan``). ``jobs/*/`` gets the reconcile's sweep
         (``tidy_jobs``), which sets aside the job files of unknown jobs among other junk.
-        Runs after replay, before anything is journaled. Returns every quarantine case
-        (``quarantine.notes``), for status.json."""
+        With ``settled_ns`` (when the files of the shelved jobs and replies were vouched
+        for: the last compaction's watermark, or a clean stop) jobs/done/ and
+        spool/replies/ (the run's history) are left to the reconcile's sliced sweep
+        (``_sweep_history``), which begins at once. Runs after replay, before anything
+        is journaled. Returns every quarantine case (``quarantine.notes``), for
+        status.json."""
         layout = self.layout
         attempts = [layout.attempt_dir(job.job_id, f"a{len(job.attempts) + 1}")
                     for job in sched.queued()]
-        attempts += [layout.attempts / job_id / attempt for job_id in _names(layout.attempts)
-                     if job_id not in sched.jobs for attempt in _names(layout.attempts / job_id)]
+        attempts += [layout.attempts / job_id / attempt
+                     for job_id in _unknown(_names(layout.attempts), sched.jobs)
+                     for attempt in _names(layout.attempts / job_id)]
         attempts = [path for path in attempts if path.is_dir()]
         for path in attempts:  # before anything is moved: a refusal leaves the run as it was
             if (path / "GO").exists() or (path / "exit.json").exists():
@@ -85,12 +97,18 @@ class Housekeeper:
         for path in attempts:
             self._release_orphan(path)
         for directory, known, what in (
-                (layout.replies, sched.replies, "reply"),
+                *([(layout.replies, sched.replies, "reply")] if settled_ns is None else []),
                 (layout.control_replies, sched.control_replies, "control reply")):
-            for name in _names(directory):
-                if name.endswith(".json") and name[:-5] not in known:
-                    self.quarantine().move(directory / name, _unknown(what, directory / name))
-        self.tidy_jobs(sched, None, JOB_DIRECTORIES, start=True, clean=clean)
+            for name in _unknown(_names(directory), map("{}.json".format, known)):
+                if name.endswith(".json"):
+                    path = directory / name
+                    self.quarantine().move(path, _unknown_file(what, path))
+        if settled_ns is None:
+            self.tidy_jobs(sched, None, JOB_DIRECTORIES, start=True, clean=clean)
+        else:
+            self.tidy_jobs(sched, None, ("queued", "running"), start=True, clean=clean)
+            self._swept_ns["done"] = settled_ns
+        self._swept_ns["replies"] = settled_ns or time.time_ns()  # the views' repair: since
         for number, gen in sched.generations.items():  # a lease file shows its peer's latest
             for name in _names(layout.leases(number)):
                 doc = read_json(layout.leases(number) / name)
@@ -134,49 +152,144 @@ class Housekeeper:
             except FileNotFoundError:  # removed by hand: the next start makes it again
                 continue
             moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
-                                          None if start else since)
+                                          None if start else since)[0]
         if not start:
-            moved |= self._tidy_done(sched, views)
+            moved |= self._sweep_history(sched, views)
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later
-            self._next_done_sweep = time.monotonic() + self.done_sweep
+            self._next_sweep["done"] = time.monotonic() + self.done_sweep
         return moved and not start
 
-    def _tidy_done(self, sched: Scheduler, views: Views | None) -> bool:
-        """jobs/done/, every ``done_sweep`` seconds, DONE_SLICE entries a reconcile (a stat
-        each: 100,000 at once would hold the loop for half a second). An entry listed in
+    def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
+        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, DONE_SLICE entries
+        each a reconcile (a stat each: 100,000 at once would hold the loop for half a
+        second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
+        since the last sweep (or since the start vouched for them all) that says other
+        than the journal is rewritten, one of a request the journal does not know is set
+        aside, a temp file a crash left behind is removed; and a pass that found fewer
+        files than the journal accounts for writes the missing ones. An entry listed in
         an earlier slice is judged on the state of now: between batches still."""
-        if self._done_listing is None:
-            if time.monotonic() < self._next_done_sweep:
-                return False
-            self._done_since = self._swept_ns.get("done")
-            self._swept_ns["done"] = time.time_ns()
+        moved = False
+        for directory in HISTORY:
+            entries, ended = self._slice(directory)
+            since = self._since[directory]
+            since = None if since is None else since - MTIME_SLACK_NS
+            if directory == "done":
+                found, own = self._set_aside_junk(sched, views, "done", entries, False, True,
+                                                  self._since[directory])
+            else:
+                found, own = self._sweep_replies(sched, views, entries, since)
+            moved |= found
+            self._accounted[directory] += own
+            if ended:
+                self._write_missing(sched, views, directory)
+        return moved
+
+    def _slice(self, directory: str) -> tuple[list[os.DirEntry], bool]:
+        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY), and
+        whether the pass ends with them; none between two passes."""
+        if self._listing[directory] is None:
+            if time.monotonic() < self._next_sweep[directory]:
+                return [], False
+            self._since[directory] = self._swept_ns.get(directory)
+            self._swept_ns[directory] = time.time_ns()
+            self._accounted[directory] = 0
             try:
-                self._done_listing = os.scandir(self.layout.jobs("done"))
+                self._listing[directory] = os.scandir(self._history(directory))
             except FileNotFoundError:
-                self._next_done_sweep = time.monotonic() + self.done_sweep
-                return False
-        entries = list(itertools.islice(self._done_listing, DONE_SLICE))
+                self._next_sweep[directory] = time.monotonic() + self.done_sweep
+                return [], False
+        entries = list(itertools.islice(self._listing[directory], DONE_SLICE))
         if len(entries) < DONE_SLICE:
-            self._done_listing.close()
-            self._done_listing = None
-            self._next_done_sweep = time.monotonic() + self.done_sweep
-        return self._set_aside_junk(sched, views, "done", entries, False, True,
-                                    self._done_since)
+            self._listing[directory].close()
+            self._listing[directory] = None
+            self._next_sweep[directory] = time.monotonic() + self.done_sweep
+        return entries, self._listing[directory] is None
+
+    def _history(self, directory: str) -> Path:
+        return self.layout.replies if directory == "replies" else self.layout.jobs(directory)
+
+    def _sweep_replies(self, sched: Scheduler, views: Views, entries: list[os.DirEntry],
+                       since_ns: int | None) -> tuple[bool, int]:
+        """(whether a reply was set aside, how many are of requests the journal knows)."""
+        moved, known = False, 0
+        for entry in entries:
+            if self._crash_leftover(entry) or not entry.name.endswith(".json"):
+                continue
+            request_id = entry.name[:-5]
+            if request_id not in sched.replies:
+                try:
+                    self.quarantine().move(Path(entry.path),
+                                           _unknown_file("reply", Path(entry.path)))
+                except FileNotFoundError:
+                    continue
+                moved = True
+                continue
+            known += 1
+            try:
+                if since_ns is None or entry.stat(follow_symlinks=False).st_mtime_ns < since_ns:
+                    continue
+            except FileNotFoundError:
+                continue
+            document = sched.replies.peek(request_id).to_dict()
+            if read_bytes(entry.path) != dumps(document):
+                views.execute(WriteReply(request_id=request_id, document=document), sched)
+        return moved, known
+
+    def _crash_leftover(self, entry: os.DirEntry) -> bool:
+        """A temp file of ours written before this coordinator started: the unfinished
+        write of one that crashed, removed (the start leaves the history's to the sweep)."""
+        if not fnmatch.fnmatchcase(entry.name, TEMP_PATTERN):
+            return False
+        try:
+            if entry.stat(follow_symlinks=False).st_mtime_ns >= self._started_ns or \
+                    not entry.is_file(follow_symlinks=False):
+                return False
+        except FileNotFoundError:
+            return True
+        unlink(entry.path)
+        return True
+
+    def _write_missing(self, sched: Scheduler, views: Views, directory: str) -> None:
+        """At the end of a pass over ``directory`` (one of HISTORY): when it found fewer
+        files than the journal accounts for (a file removed by hand since the last
+        compaction made it durable), list it again and write the missing ones."""
+        if directory == "done":
+            shelf, expected = sched.jobs, sum(sched.count(state) for state in FINISHED)
+            in_memory = [job.job_id for job in sched.jobs.live() if job.state.terminal]
+        else:
+            shelf, expected = sched.replies, len(sched.replies)
+            in_memory = [reply.request_id for reply in sched.replies.live()]
+        if self._accounted[directory] >= expected:
+            return
+        names = set(_names(self._history(directory)))
+        missing = {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(names)}
+        missing.update(key for key in in_memory if f"{key}.json" not in names)
+        for key in sorted(missing):
+            if directory == "done":
+                views.execute(WriteJob(job_id=key, directory="done",
+                                       document=sched.job_document(shelf.peek(key))), sched)
+            else:
+                views.execute(WriteReply(request_id=key, document=shelf.peek(key).to_dict()),
+                              sched)
 
     def _set_aside_junk(self, sched: Scheduler, views: Views | None, directory: str,
                         entries: list[os.DirEntry], start: bool, clean: bool,
-                        since_ns: int | None) -> bool:
+                        since_ns: int | None) -> tuple[bool, int]:
         """Set aside the junk among ``entries`` of ``jobs/<directory>/`` (``_junk`` says
-        which); a job's own file is rewritten from the journal. True if any was."""
-        moved = False
+        which); a job's own file is rewritten from the journal. (Whether any was, how
+        many of the entries are a job's own file.)"""
+        moved, own_files = False, 0
         for entry in entries:
+            if not start and self._crash_leftover(entry):
+                continue
             job_id = entry.name[:-5] if entry.name.endswith(".json") else None
             state = sched.state_of(job_id) if job_id is not None else None
+            own = state is not None and state.directory == directory
+            own_files += own and entry.is_file(follow_symlinks=False)
             why = _junk(sched, views, directory, entry, job_id if state else None, state,
                         start, clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
             if why is None:
                 continue
-            own = state is not None and state.directory == directory
             found = read_bytes(entry.path) \
                 if own and entry.is_file(follow_symlinks=False) else None
             try:
@@ -191,7 +304,7 @@ class Housekeeper:
                 views.execute(WriteJob(job_id=job_id, directory=directory,
                                        document=sched.job_document(sched.jobs.peek(job_id))),
                               sched)
-        return moved
+        return moved, own_files
 
     def _release_orphan(self, attempt_dir: Path) -> None:
         """An attempt directory the journal has no launch for, with no GO: GO is journaled
@@ -250,7 +363,7 @@ def _junk(sched: Scheduler, views: Views | None, directory: str, entry: os.DirEn
                 "coordinator, its only writer, finishes each before the next sweep)")
     if state is None:
         if kind == "file" and entry.name.endswith(".json"):
-            return _unknown("job file", Path(entry.path))
+            return _unknown_file("job file", Path(entry.path))
         return f"a {kind} in {where}, which holds only <job_id>.json files of its jobs"
     if state.directory != directory:
         if start and not clean and kind == "file":
@@ -263,7 +376,13 @@ def _junk(sched: Scheduler, views: Views | None, directory: str, entry: os.DirEn
             "file rewritten from the journal")
 
 
-def _unknown(what: str, path: Path) -> str:
+def _unknown(names: Iterable[str], known: Iterable[str]) -> set[str]:
+    """``names`` that ``known`` lacks: one pass over each (a lookup per name in a shelf
+    of 100,000 costs more than listing it)."""
+    return set(names).difference(known)
+
+
+def _unknown_file(what: str, path: Path) -> str:
     """The note for a derived file of a request, control or job the journal does not know."""
     doc = read_json(path)
     said = doc.get("outcome") or doc.get("state") if isinstance(doc, dict) \

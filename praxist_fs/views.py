@@ -167,6 +167,10 @@ class Views:
         writer that can race the coordinator as its own user.)"""
         return self._written.pop(path, None) == _made(found)
 
+    def _directory(self, directory: str) -> str:
+        """A job state directory's path, or spool/replies/'s for ``"replies"``."""
+        return str(self.layout.replies) if directory == "replies" else self._job_dirs[directory]
+
     def make_generation(self, number: int) -> None:
         """A generation's directories are made durable once per coordinator process."""
         if number not in self._generations_made:
@@ -191,21 +195,38 @@ class Views:
         compared; a difference there is the crash's unfinished write, rewritten, not set
         aside. Copies of a job in the wrong state directory are gone: the coordinator's
         tidying ran first. The job index is rebuilt from every job's document unless it
-        could be kept; one kept but ``behind`` is given every job document compared."""
-        listed = {d: _mtimes(self.layout.jobs(d)) for d in JOB_DIRECTORIES}
-        listed["replies"] = _mtimes(self.layout.replies)
+        could be kept; one kept but ``behind`` is given every job document compared.
+
+        With ``durable_ns`` the files of the jobs and replies on the shelf (all a compaction
+        took out of memory: the run's history) are not even listed: the compaction made
+        them durable, and one missing or changed since is for the reconcile's sliced
+        sweep to find (``Housekeeper``); a start looks at the files of what is in memory
+        only, one by one."""
+        rebuild, restage = not self.index.complete, self.index.behind
+        settled = durable_ns is not None and not rebuild  # the shelf's files vouched for
+        listed = {} if settled else {d: _mtimes(self._directory(d))
+                                     for d in (*JOB_DIRECTORIES, "replies")}
+
+        def modified(directory: str, key: str) -> int:
+            if not settled:
+                return listed[directory].get(f"{key}.json", durable_ns + 1)
+            try:
+                return os.stat(os.path.join(self._directory(directory), f"{key}.json")
+                               ).st_mtime_ns
+            except FileNotFoundError:
+                return durable_ns + 1
 
         def current(directory: str, key: str) -> bool:  # there, and untouched since
             return durable_ns is not None and \
                 (unsettled is None or key not in (
                     unsettled.replies if directory == "replies" else unsettled.jobs)) and \
-                listed[directory].get(f"{key}.json", durable_ns + 1) <= durable_ns
+                modified(directory, key) <= durable_ns
 
-        rebuild, restage = not self.index.complete, self.index.behind
         indexed = []
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
-                not (rebuild and directory in JOB_DIRECTORIES)):
+                not (rebuild and directory in JOB_DIRECTORIES),
+                ((), ()) if settled else None):
             data = dumps(effect.document)
             if isinstance(effect, WriteJob):
                 if rebuild:

@@ -7,9 +7,11 @@ the next scan, in case a peer wrote it in place instead of renaming it in.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import os
 from collections.abc import Callable
+from operator import methodcaller
 from pathlib import Path
 
 from ..core.events import RequestSeen
@@ -110,8 +112,9 @@ def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int
     hidden temp files (a crash between write and rename leaves them). Returns a count."""
     removed = 0
     for directory in own_directories:
-        for path in directory.glob(TEMP_PATTERN):
-            unlink(path)
+        hidden = filter(methodcaller("startswith", "."), os.listdir(directory))
+        for name in fnmatch.filter(hidden, TEMP_PATTERN):
+            unlink(directory / name)
             removed += 1
     with os.scandir(spool_tmp) as it:
         for entry in it:

@@ -61,15 +61,20 @@ class AttemptTally:
     write must not walk every job of the run: 100,000 of them take ~0.2 s. Idempotent:
     per job it remembers how many attempts it counted and whether the last had ended
     (a job's attempts only grow, and all but its last have ended), packed in one small
-    int. ``of`` counts a whole run, as at a start, after replay."""
+    int; but not of the jobs that had finished at the last compaction
+    (``forget_finished``: 100,000 entries cost megabytes): a job submitted by then
+    (``settled_through``, in submission order) that it does not know was counted whole,
+    and if it is not finished now it was reopened, so its rounds before are. ``of``
+    counts a whole run, as at a start, after replay."""
 
-    __slots__ = ("started", "retried", "outcomes", "waits", "_seen")
+    __slots__ = ("started", "retried", "outcomes", "waits", "_seen", "settled_through")
 
     def __init__(self) -> None:
         self.started = self.retried = 0
         self.outcomes: Counter[str] = Counter()
         self.waits = {work_class: Histogram(QUEUE_WAIT_BUCKETS) for work_class in WORK_CLASSES}
         self._seen: dict[str, int] = {}  # job id -> 2 x attempts counted + last one ended
+        self.settled_through = 0  # the jobs up to this order it does not know were counted
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> AttemptTally:
@@ -85,7 +90,7 @@ class AttemptTally:
                 "outcomes": dict(self.outcomes),
                 "waits": {work_class: [h.counts, h.total, h.count]
                           for work_class, h in self.waits.items()},
-                "seen": self._seen}
+                "seen": self._seen, "settled_through": self.settled_through}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AttemptTally:
@@ -97,11 +102,25 @@ class AttemptTally:
                 raise ValueError(f"a tally of other queue waits ({work_class})")
             tally.waits[work_class] = Histogram(QUEUE_WAIT_BUCKETS, list(counts), total, count)
         tally._seen = dict(data["seen"])
+        tally.settled_through = data.get("settled_through", 0)  # older tallies forgot none
         return tally
+
+    def forget_finished(self, in_memory: Callable[[str], Job | None], last_order: int) -> None:
+        """Forget the jobs finished now (``in_memory``: a job by id, None for one on the
+        shelf), every attempt of which was counted: the jobs submitted so far (up to
+        ``last_order``) are known without them."""
+        self._seen = {job_id: seen for job_id, seen in self._seen.items()
+                      if not seen & 1 or (job := in_memory(job_id)) is not None and
+                      not job.state.terminal}
+        self.settled_through = last_order
 
     def update(self, job: Job) -> None:
         attempts = job.attempts
-        seen = self._seen.get(job.job_id, 0)
+        seen = self._seen.get(job.job_id)
+        if seen is None:  # new, or forgotten finished: counted whole, reopened since if not
+            counted = 0 if job.order > self.settled_through else len(attempts) \
+                if job.state.terminal else sum(a.round < job.round for a in attempts)
+            seen = 2 * counted + 1
         counted, last_ended = seen >> 1, seen & 1
         if not attempts or counted == len(attempts) and (last_ended or
                                                          attempts[-1].outcome is None):

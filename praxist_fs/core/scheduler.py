@@ -19,7 +19,7 @@ import math
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import lru_cache, partial
 from operator import attrgetter
@@ -69,18 +69,21 @@ from .supply import Generation, Maturity
 # then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
 RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
+# the finished states, in the order a shelved job's mark names them (``Shelf.mark``)
+FINISHED = tuple(state for state in JobState if state.terminal)
 
 
 class Scheduler(JobControlDesk):
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         # a finished job and a reply change no more: each may wait in the last snapshot
-        self.jobs: Shelf[str, Job] = Shelf()
-        self.replies: Shelf[str, Reply] = Shelf()
+        # (a finished job's mark there: its state's place in FINISHED)
+        self.jobs: Shelf[Job] = Shelf(brought_back=self._brought_back)
+        self.replies: Shelf[Reply] = Shelf()
         self.coordinator: dict[str, Any] | None = None
         self.version = 0
-        # the jobs in each state; a finished job's entry is its id alone (None), since
-        # its object may go back on the shelf
+        # the jobs in memory in each state; a finished job's entry is its id alone (None),
+        # since its object may go back on the shelf (a shelved one is in none: ``state_of``)
         self._by_state: dict[JobState, dict[str, Job | None]] = {state: {} for state in JobState}
         self._backlog = Backlog()  # the queued jobs in order, with counts (``_queue``)
         self._backlog_of = self._by_state[JobState.QUEUED]
@@ -1061,23 +1064,41 @@ class Scheduler(JobControlDesk):
 
     def state_of(self, job_id: str) -> JobState | None:
         """A job's state without building it (a finished one waits on the shelf)."""
-        return next((state for state, jobs in self._by_state.items() if job_id in jobs), None)
+        if (job := self.jobs.in_memory(job_id)) is not None:
+            return job.state
+        mark = self.jobs.mark(job_id)
+        return None if mark is None else FINISHED[mark]
 
     def count(self, state: JobState) -> int:
-        return len(self._by_state[state])
+        shelved = self.jobs.marked(FINISHED.index(state)) if state.terminal else 0
+        return len(self._by_state[state]) + shelved
 
-    def derived_views(self, current: Callable[[str, str], bool] | None = None) -> list[Effect]:
+    def _brought_back(self, job_id: str, job: Job) -> None:
+        """A finished job off the shelf is in memory (the caller may change it)."""
+        self._by_state[job.state][job_id] = None
+
+    def derived_views(self, current: Callable[[str, str], bool] | None = None,
+                      shelved: tuple[Iterable[str], Iterable[str]] | None = None
+                      ) -> list[Effect]:
         """Every job file and reply the journal implies, for repair at start.
 
         ``current(directory, key)`` (a job's state directory and id, or ``"replies"`` and a
-        request id) may say a file is known to be up to date: its document is not built."""
+        request id) may say a file is known to be up to date: its document is not built.
+        ``shelved``: of the jobs and replies on the shelf, only these (their ids, and
+        request ids)."""
         current = current or (lambda directory, key: False)
+        if shelved is None:
+            jobs, replies = (job_id for job_id, _ in self.jobs.shelved()), self.replies
+        else:
+            jobs, replies = shelved[0], (*shelved[1], *(r.request_id for r in self.replies.live()))
         effects: list[Effect] = [self._write_job(self.jobs.peek(job_id))
-                                 for state, jobs in self._by_state.items() for job_id in jobs
-                                 if not current(state.directory, job_id)]
+                                 for state, in_memory in self._by_state.items()
+                                 for job_id in in_memory if not current(state.directory, job_id)]
+        effects += [self._write_job(self.jobs.peek(job_id)) for job_id in jobs
+                    if not current("done", job_id)]  # a finished job's directory
         effects += [WriteReply(request_id=request_id,
                                document=self.replies.peek(request_id).to_dict())
-                    for request_id in self.replies if not current("replies", request_id)]
+                    for request_id in replies if not current("replies", request_id)]
         effects += [WriteControlReply(request_id=rid, document=c["document"])
                     for rid, c in self.control_replies.items()]
         return effects + self.generations_desk.views()

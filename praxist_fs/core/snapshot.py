@@ -12,7 +12,9 @@ scheduler must go on deciding exactly as the original would.
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 from .budget import Ledger
@@ -22,20 +24,22 @@ from .nodes import NodeRegistry
 from .pickers import Usage
 from .policy import Policy
 from .request import Request
-from .scheduler import Scheduler
-from .shelf import place
+from .scheduler import FINISHED, Scheduler
+from .shelf import Shelved, encoded, place
 from .states import (
     AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState, ReplyOutcome,
     attempt_transition,
 )
 from .supply import STAT_KEYS, Generation, Lease
 
-FORMAT = 1  # a key added later must be optional in ``_restore``: older snapshots lack it
+FORMAT = 2  # a key added later must be optional in ``_restore``: older snapshots lack it
+READS = (1, 2)  # 1: every finished job's id in by_state, its line found by reading them all
 # each machine's states by value (JobState(value) is slow at 100k jobs): str enums compare
 # equal to their values, but a restored scheduler holds the very members replay would
 _STATES = {state.value: state for state in JobState}
 _PHASES = {phase.value: phase for phase in AttemptPhase}
 _OUTCOMES = {outcome.value: outcome for outcome in ReplyOutcome}
+_MARKS = {state: mark for mark, state in enumerate(FINISHED)}
 
 
 _JOB_KEY, _REPLY_KEY = b'{"job_id":"', b'{"request_id":"'  # how ``_line`` begins each
@@ -49,74 +53,125 @@ class Restored(NamedTuple):
     journal_seq: int              # the journal seq the snapshot covers
     views_durable_ns: int | None  # its watermark (None: written before watermarks)
     sched: Scheduler
-    tally: dict[str, Any] | None  # the attempt tally it was written with (``dump``)
+    tally: dict[str, Any] | None  # the attempt tally it was written with (``render``)
+
+
+class Rendered(NamedTuple):
+    """A snapshot file's bytes, and where its finished jobs' and replies' lines lie."""
+    data: bytes
+    jobs: Shelved
+    replies: Shelved
 
 
 def capture(sched: Scheduler) -> dict[str, Any]:
-    return {**_header(sched), "jobs": [_job(job) for job in sched.jobs.values()],
+    return {**_header(sched, everything=True),
+            "jobs": [_job(job) for job in sched.jobs.values()],
             "replies": [_reply(reply) for reply in sched.replies.values()]}
 
 
-def dump(sched: Scheduler, journal_seq: int, views_durable_ns: int | None = None,
-         tally: dict[str, Any] | None = None) -> Iterator[bytes]:
-    """The snapshot file, a line at a time: a header (everything but the jobs and the
-    replies, with their counts and the journal seq it covers), then one line per job and
-    per reply. Read back line by line, a start never holds the whole document and the
-    scheduler at once (at 100,000 jobs that doubled the coordinator's memory).
+def render(sched: Scheduler, journal_seq: int, views_durable_ns: int | None = None,
+           tally: dict[str, Any] | None = None) -> Rendered:
+    """The snapshot file: a header line (everything but the jobs and the replies, with the
+    journal seq it covers and the ``shelf``: the ids of the finished jobs and of the
+    replies, in ``encoded`` order, with the length of each one's line, and each finished
+    job's state), then a line per job not ended, per finished job and per reply, in that
+    order. A start reads the header and the jobs not ended, and finds any other line by
+    the header alone (``read``): it reads no line it is not asked for.
 
     ``views_durable_ns``: when the writer knew every derived file of the records up to
     ``journal_seq`` written and durable (the watermark a start after a crash compares
     against, ``read``); the header leaves it out when not given, and ``tally`` (the
     attempt tally of the same moment, ``AttemptTally.to_dict``) likewise. A job or reply
     still on the scheduler's shelf is copied as its line, never built."""
-    header = {**_header(sched), "journal_seq": journal_seq,
-              "jobs": len(sched.jobs), "replies": len(sched.replies)}
+    live = [_line(_job(job)) for job in sorted(
+        (job for job in sched.jobs.live() if not job.state.terminal),
+        key=lambda job: encoded(job.job_id))]
+    finished = list(sched.jobs.shelved_lines())
+    finished += [(job.job_id, _line(_job(job)), _MARKS[job.state])
+                 for job in sched.jobs.live() if job.state.terminal]
+    replies = list(sched.replies.shelved_lines())
+    replies += [(reply.request_id, _line(_reply(reply)), 0) for reply in sched.replies.live()]
+    finished.sort(key=_encoded_key)  # mostly in order already: the shelf's
+    replies.sort(key=_encoded_key)
+    header = {**_header(sched), "journal_seq": journal_seq, "live_jobs": len(live),
+              "shelf": {"finished": [state.value for state in FINISHED],
+                        "jobs": _shelf_section(finished), "replies": _shelf_section(replies)}}
     if views_durable_ns is not None:
         header["views_durable_ns"] = views_durable_ns
     if tally is not None:
         header["tally"] = tally
-    yield _line(header)
-    yield from (sched.jobs.line(job_id) or _line(_job(sched.jobs[job_id]))
-                for job_id in sched.jobs)
-    yield from (sched.replies.line(request_id) or _line(_reply(sched.replies[request_id]))
-                for request_id in sched.replies)
+    lines = [_line(header), *live]
+    at = sum(map(len, lines))
+    jobs, at = _index(finished, at)
+    replies_index, _ = _index(replies, at)
+    lines += [line for _, line, _ in finished]
+    lines += [line for _, line, _ in replies]
+    return Rendered(b"".join(lines), jobs, replies_index)
 
 
-def shelve(sched: Scheduler, lines: Iterable[bytes], read_at: Callable[[int], bytes]) -> None:
-    """``lines`` (``dump``'s, of ``sched`` as it is) now lie in a file ``read_at`` reads
-    (a ``place`` in, a line out): its finished jobs and every reply wait there from now
-    on, not in memory (``Shelf``)."""
-    lines = iter(lines)
-    jobs, _, replies = _places(lines, next(lines))
-    sched.jobs.shelve(jobs, read_at, _built_job)
-    sched.replies.shelve(replies, read_at, _built_reply)
+Entry = tuple[str, bytes, int]  # a finished job's or a reply's key, line and mark
+
+
+def _encoded_key(entry: Entry) -> bytes:
+    return encoded(entry[0])
+
+
+_DIGITS = bytes.maketrans(bytes(range(10)), b"0123456789")  # a mark as the header writes it
+
+
+def _shelf_section(entries: list[Entry]) -> dict[str, Any]:
+    return {"ids": [key for key, _, _ in entries],
+            "lengths": [len(line) for _, line, _ in entries],
+            "states": bytes(mark for _, _, mark in entries).translate(_DIGITS).decode()}
+
+
+def _index(entries: list[Entry], at: int) -> tuple[Shelved, int]:
+    """The index of lines laid one after the other from byte ``at``, and where they end."""
+    lengths = [len(line) for _, line, _ in entries]
+    offsets = list(accumulate(lengths, initial=at))
+    return Shelved([key for key, _, _ in entries], offsets[:-1], lengths,
+                   bytes(mark for _, _, mark in entries)), offsets[-1]
+
+
+def shelve(sched: Scheduler, rendered: Rendered, read_at: Callable[[int], bytes]) -> None:
+    """``rendered`` (of ``sched`` as it is) now lies in a file ``read_at`` reads (a
+    ``place`` in, a line out): its finished jobs and every reply wait there from now on,
+    not in memory (``Shelf``)."""
+    sched.jobs.shelve(rendered.jobs, read_at, _built_job)
+    sched.replies.shelve(rendered.replies, read_at, _built_reply)
+    for state in FINISHED:  # the finished jobs left in memory (none, as ``render`` writes)
+        sched._by_state[state] = {job_id: None for job_id in sched._by_state[state]
+                                  if sched.jobs.in_memory(job_id) is not None}
 
 
 def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
-    """(the journal seq it covers, the scheduler) from ``dump``'s lines."""
+    """(the journal seq it covers, the scheduler) from a snapshot file's lines."""
     restored = read(lines)
     return restored.journal_seq, restored.sched
 
 
 def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) -> Restored:
-    """The scheduler ``dump``'s lines hold, and what the header says of them. With
+    """The scheduler a snapshot file's lines hold, and what the header says of them. With
     ``read_at`` (the lines are a file's from its start, and ``read_at`` reads one back by
-    its ``place``), the finished jobs and the replies are shelved, not built: a start
-    then builds only the jobs not yet ended. A snapshot written before shelves is built
-    whole (its first compaction shelves it): it lacks the jobs with a preemption on
+    its ``place``), the finished jobs and the replies are shelved, not built, nor even
+    read: a start reads the header and the jobs not yet ended. A snapshot of format 1
+    says where those lines lie only by reading them all; one written before shelves is
+    built whole (its first compaction shelves it): it lacks the jobs with a preemption on
     record and each generation's jobs, which a shelf would build every job to find."""
     lines = iter(lines)
     try:
         first = next(lines, b"null")
         header = json.loads(first)
-        if read_at is None or "generation_jobs" not in header:
+        if isinstance(header, dict) and "shelf" in header:
+            sched = _read_shelf(header, len(first), lines, read_at)
+        elif read_at is None or "generation_jobs" not in header:
             sched = restore({**header, "jobs": _documents(lines, header["jobs"]),
                              "replies": _documents(lines, header["replies"])})
         else:
             jobs, live, replies = _places(lines, first)
             sched = restore({**header, "jobs": map(json.loads, live), "replies": []},
                             (jobs, replies, read_at))
-        if next(lines, None) is not None:
+        if read_at is None and next(lines, None) is not None:
             raise SnapshotError("damaged snapshot: lines after the last reply")
         durable_ns, tally = header.get("views_durable_ns"), header.get("tally")
         return Restored(header["journal_seq"], durable_ns if isinstance(durable_ns, int)
@@ -127,37 +182,74 @@ def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) 
         raise SnapshotError(f"damaged snapshot: {exc!r}") from None
 
 
-def _documents(lines: Iterator[bytes], count: int) -> Iterator[dict[str, Any]]:
+def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
+                read_at: Callable[[int], bytes] | None) -> Scheduler:
+    """The scheduler of a snapshot with a ``shelf`` (``render``); the lines after its
+    header are read only without ``read_at``."""
+    shelf, live = header["shelf"], []
+    for line in _lines(lines, header["live_jobs"]):
+        live.append(json.loads(line))
+        at += len(line)
+    marks = bytes.maketrans("".join(map(str, range(len(shelf["finished"])))).encode(),
+                            bytes(_MARKS[_STATES[state]] for state in shelf["finished"]))
+    sections = []
+    for section in (shelf["jobs"], shelf["replies"]):
+        ids, lengths, states = section["ids"], section["lengths"], section["states"]
+        if not len(ids) == len(lengths) == len(states):
+            raise SnapshotError("damaged snapshot: a shelf whose ids and lengths disagree")
+        offsets = array("Q", accumulate(lengths, initial=at))
+        at = offsets.pop()
+        sections.append((ids, offsets, lengths, states.encode().translate(marks)))
+    (job_ids, job_offsets, job_lengths, job_marks), (reply_ids, reply_offsets,
+                                                     reply_lengths, _) = sections
+    if read_at is None:  # built whole: every line read, in the order the header lists them
+        finished = [json.loads(line) for line in _lines(lines, len(job_ids))]
+        by_state = {state: list(ids) for state, ids in header["by_state"].items()}
+        for job_id, mark in zip(job_ids, job_marks):
+            by_state.setdefault(FINISHED[mark].value, []).append(job_id)
+        return restore({**header, "by_state": by_state, "jobs": live + finished,
+                        "replies": [json.loads(line) for line in _lines(lines, len(reply_ids))]})
+    if reply_ids or job_ids:  # a file cut short would fail a later lookup: refuse now
+        length = (reply_lengths or job_lengths)[-1]
+        line = read_at(place((reply_offsets or job_offsets)[-1], length))
+        if len(line) != length or not line.endswith(b"\n"):
+            raise SnapshotError("damaged snapshot: it ends early")
+    return restore({**header, "jobs": live, "replies": []}, (
+        Shelved(job_ids, job_offsets, job_lengths, job_marks),
+        Shelved(reply_ids, reply_offsets, reply_lengths), read_at))
+
+
+def _lines(lines: Iterator[bytes], count: int) -> Iterator[bytes]:
     for _ in range(count):
         line = next(lines, None)
-        if line is None:
+        if line is None or not line.endswith(b"\n"):
             raise SnapshotError("damaged snapshot: it ends early")
-        yield json.loads(line)
+        yield line
 
 
-def _places(lines: Iterator[bytes], first: bytes) -> tuple[dict[str, int], list[bytes],
-                                                         dict[str, int]]:
-    """Of the lines after the header (``first``): ({finished job's id: its line's place},
-    the other jobs' lines, {request id: its reply's place})."""
+def _documents(lines: Iterator[bytes], count: int) -> Iterator[dict[str, Any]]:
+    return map(json.loads, _lines(lines, count))
+
+
+def _places(lines: Iterator[bytes], first: bytes) -> tuple[Shelved, list[bytes], Shelved]:
+    """Of the lines after a format 1 header (``first``): (its finished jobs' index, the
+    other jobs' lines, its replies' index)."""
     header, offset = json.loads(first), len(first)
-    finished = {job_id: job_id for state, job_ids in header["by_state"].items()  # one string
-                if _STATES[state].terminal for job_id in job_ids}  # object per id, not two
-    jobs: dict[str, int] = {}
+    finished = {job_id: _MARKS[_STATES[state]] for state, job_ids in header["by_state"].items()
+                if _STATES[state].terminal for job_id in job_ids}
+    jobs: list[tuple[str, int, int]] = []
     live: list[bytes] = []
-    replies: dict[str, int] = {}
+    replies: list[tuple[str, int, int]] = []
     for count, places, prefix, field in ((header["jobs"], jobs, _JOB_KEY, "job_id"),
                                          (header["replies"], replies, _REPLY_KEY, "request_id")):
-        for _ in range(count):
-            line = next(lines, None)
-            if line is None or not line.endswith(b"\n"):
-                raise SnapshotError("damaged snapshot: it ends early")
+        for line in _lines(lines, count):
             key = _key(line, prefix, field)
             if places is replies or key in finished:
-                places[finished.get(key, key)] = place(offset, len(line))
+                places.append((key, place(offset, len(line)), finished.get(key, 0)))
             else:
                 live.append(line)
             offset += len(line)
-    return jobs, live, replies
+    return Shelved.of(jobs), live, Shelved.of(replies)
 
 
 def _key(line: bytes, prefix: bytes, field: str) -> str:
@@ -175,8 +267,15 @@ def _line(document: dict[str, Any]) -> bytes:
         "utf-8", "backslashreplace") + b"\n"
 
 
-def _header(sched: Scheduler) -> dict[str, Any]:
+def _header(sched: Scheduler, everything: bool = False) -> dict[str, Any]:
+    """All but the jobs and the replies. ``by_state`` lists the jobs not ended (a file's
+    shelf lists the finished ones), or with ``everything`` every job (``capture``)."""
     calibration = sched.calibration
+    by_state = {state.value: list(jobs) for state, jobs in sched._by_state.items()
+                if jobs and (everything or not state.terminal)}
+    if everything:
+        for job_id, mark in sched.jobs.shelved():
+            by_state.setdefault(FINISHED[mark].value, []).append(job_id)
     return {
         "format": FORMAT,
         "policy": sched.policy.to_dict(),
@@ -185,7 +284,7 @@ def _header(sched: Scheduler) -> dict[str, Any]:
         "next_order": sched._next_order,
         "stopped": sched.stopped,
         # each state's jobs in the order they entered it (running() is in that order)
-        "by_state": {state.value: list(jobs) for state, jobs in sched._by_state.items() if jobs},
+        "by_state": by_state,
         "generations": [_generation(gen) for gen in sched.generations.values()],
         "control_replies": sched.control_replies,
         "calibration": [calibration.count, calibration.total, calibration.total_sq],
@@ -198,22 +297,23 @@ def _header(sched: Scheduler) -> dict[str, Any]:
     }
 
 
-Shelved = tuple[dict[str, int], dict[str, int], Callable[[int], bytes]]
+OnShelf = tuple[Shelved, Shelved, Callable[[int], bytes]]
 
 
-def restore(doc: dict[str, Any], shelved: Shelved | None = None) -> Scheduler:
+def restore(doc: dict[str, Any], shelved: OnShelf | None = None) -> Scheduler:
     """The scheduler ``doc`` holds; ``shelved``: its finished jobs and replies that are
-    not in ``doc`` but on a shelf (their places, and how to read a place)."""
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    not in ``doc`` but on a shelf (their index, and how to read a place)."""
+    if not isinstance(doc, dict) or doc.get("format") not in READS:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise SnapshotError(f"snapshot format {found!r}; this version reads {FORMAT}")
+        raise SnapshotError(f"snapshot format {found!r}; this version reads "
+                            f"{', '.join(map(str, READS))}")
     try:
         return _restore(doc, shelved)
     except (KeyError, TypeError, ValueError) as exc:
         raise SnapshotError(f"damaged snapshot: {exc!r}") from None
 
 
-def _restore(doc: dict[str, Any], shelved: Shelved | None = None) -> Scheduler:
+def _restore(doc: dict[str, Any], shelved: OnShelf | None = None) -> Scheduler:
     sched = Scheduler(Policy.from_dict(doc["policy"]))
     sched.coordinator = doc["coordinator"]
     sched.version = doc["version"]
@@ -229,12 +329,16 @@ def _restore(doc: dict[str, Any], shelved: Shelved | None = None) -> Scheduler:
         sched.replies.shelve(replies, read_at, _built_reply)
     for state, job_ids in doc["by_state"].items():
         state = _STATES[state]  # a finished job's entry is its id alone (``_transition``)
-        sched._by_state[state] = dict.fromkeys(job_ids) if state.terminal else {
-            job_id: sched.jobs[job_id] for job_id in job_ids}
+        in_memory = {}  # a new dict: the queue's index is rebuilt from it (``_queue``)
+        for job_id in job_ids:  # a shelved one (format 1 lists them) is found by its mark
+            if (job := sched.jobs.in_memory(job_id)) is not None:
+                in_memory[job_id] = None if state.terminal else job
+            elif sched.state_of(job_id) is not state:
+                raise ValueError(f"jobs and their per-state index disagree on {job_id}")
+        sched._by_state[state] = in_memory
     live = list(sched.jobs.live())
-    if sum(map(len, sched._by_state.values())) != len(sched.jobs) or any(
-            job.job_id not in sched._by_state[job.state] for job in live) or any(
-            job_id not in sched.jobs for jobs in sched._by_state.values() for job_id in jobs):
+    if sum(map(len, sched._by_state.values())) != len(live) or any(
+            job.job_id not in sched._by_state[job.state] for job in live):
         raise ValueError("jobs and their per-state index disagree")
     sched.generations = {data["number"]: _to_generation(data) for data in doc["generations"]}
     sched.control_replies = doc["control_replies"]

@@ -16,7 +16,7 @@ import pytest
 
 from praxist_fs.core.events import ControlSeen, GenerationPhase, LeaseGranted, to_record
 from praxist_fs.core.request import ControlRequest
-from praxist_fs.core.snapshot import dump, load
+from praxist_fs.core.snapshot import load, render
 from praxist_fs.core.states import (
     ATTEMPT_TRANSITIONS, GENERATION_TRANSITIONS, LEASE_TRANSITIONS, REPLY_TRANSITIONS,
     TRANSITIONS, AttemptPhase, AttemptTrigger, GenerationStage, GenerationTrigger, JobState,
@@ -184,9 +184,9 @@ def test_a_snapshot_restores_the_members_and_dumps_the_same_bytes():
     assert phases == {AttemptPhase.ENDED, AttemptPhase.RUNNING, AttemptPhase.BARRIER}
     assert {lease.state for lease in sched.generations[1].leases.values()} == {
         LeaseState.CONSUMED, LeaseState.GRANTED}
-    lines = list(dump(sched, 42))
-    _, restored = load(lines)
-    assert list(dump(restored, 42)) == lines
+    data = render(sched, 42).data
+    _, restored = load(data.splitlines(keepends=True))
+    assert render(restored, 42).data == data
     assert restored.snapshot() == sched.snapshot()
     for job in restored.jobs.values():
         for attempt in job.attempts:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import io
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from praxist_fs.core.events import from_record
-from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.shelf import offset_and_length
+from praxist_fs.core.scheduler import FINISHED, Scheduler
+from praxist_fs.core.shelf import Shelved, encoded, offset_and_length
 from praxist_fs.core.snapshot import (
-    FORMAT, SnapshotError, capture, dump, load, read, restore, shelve,
+    READS, SnapshotError, capture, load, read, render, restore, shelve,
 )
 
 from .test_simulation import replay, run_seed
@@ -34,6 +35,8 @@ def _state(sched: Scheduler) -> tuple:
     doc = _through_json(capture(sched))
     doc["jobs"].sort(key=lambda job: job["job_id"])
     doc["replies"].sort(key=lambda reply: reply["request_id"])
+    for state in FINISHED:  # nor the order of the finished jobs (a shelf's is its ids')
+        doc["by_state"].get(state.value, []).sort()
     return (sched.snapshot(), doc,
             [job.job_id for job in sched.running()], [job.job_id for job in sched.queued()])
 
@@ -53,7 +56,7 @@ def test_a_snapshot_and_the_tail_replay_to_the_same_state(seed):
 
 def test_the_snapshot_file_reads_back_line_by_line():
     sched = replay(run_seed(4, 300).journal)
-    lines = b"".join(dump(sched, 1234)).splitlines(keepends=True)
+    lines = render(sched, 1234).data.splitlines(keepends=True)
     assert len(lines) == 1 + len(sched.jobs) + len(sched.replies)
     seq, restored = load(iter(lines))
     assert seq == 1234 and _state(restored) == _state(sched)
@@ -61,6 +64,10 @@ def test_the_snapshot_file_reads_back_line_by_line():
         load(iter(lines[:-1]))  # a reply short
     with pytest.raises(SnapshotError, match="lines after the last reply"):
         load(iter([*lines, lines[-1]]))
+
+
+def _lines(rendered):
+    return rendered.data.splitlines(keepends=True)
 
 
 def _file(data: bytes):
@@ -77,7 +84,7 @@ def test_a_start_builds_only_the_jobs_not_ended_and_decides_as_if_it_built_all(s
     whole = _state(replay(journal))
     cut = len(journal) // 2
     sched = replay(journal[:cut])
-    restored = read(*_file(b"".join(dump(sched, cut)))).sched
+    restored = read(*_file(render(sched, cut).data)).sched
     assert sorted(job.job_id for job in restored.jobs.live()) == sorted(
         job.job_id for job in sched.jobs.values() if not job.state.terminal)
     assert not list(restored.replies.live()) and _state(restored) == _state(sched)
@@ -95,19 +102,20 @@ def test_a_compaction_sends_the_finished_jobs_and_replies_to_its_snapshot(seed):
     for cut, record in enumerate(journal):
         sched.handle(from_record(_through_json(record)))
         if cut % 97 == 0:  # a shelf replaced by the next one, with jobs reopened between
-            data = b"".join(dump(sched, cut))
-            shelve(sched, *_file(data))
+            rendered = render(sched, cut)
+            shelve(sched, rendered, _file(rendered.data)[1])
             assert all(not job.state.terminal for job in sched.jobs.live())
             assert not list(sched.replies.live())
-            assert sorted(b"".join(dump(sched, cut)).splitlines()) == sorted(data.splitlines())
+            assert render(sched, cut).data == rendered.data  # copied off the shelf as it was
     assert _state(sched) == whole
 
 
 def test_the_watermark_of_the_derived_files_reads_back_and_older_snapshots_lack_it():
     sched = replay(run_seed(5, 200).journal)
-    seq, durable_ns, restored, _ = read(dump(sched, 77, views_durable_ns=1_700_000_000_123))
+    seq, durable_ns, restored, _ = read(_lines(render(sched, 77,
+                                                      views_durable_ns=1_700_000_000_123)))
     assert (seq, durable_ns) == (77, 1_700_000_000_123) and _state(restored) == _state(sched)
-    assert read(dump(sched, 77))[1] is None  # as a snapshot of an older version reads
+    assert read(_lines(render(sched, 77)))[1] is None  # as a snapshot of an older version reads
 
 
 def test_a_restored_scheduler_captures_to_the_same_document():
@@ -130,7 +138,8 @@ def test_an_attempt_past_go_in_an_older_snapshot_is_restored_running():
 
 def test_a_snapshot_from_a_newer_version_is_refused_by_name():
     doc = _through_json(capture(Scheduler()))
-    with pytest.raises(SnapshotError, match=f"format 99; this version reads {FORMAT}"):
+    with pytest.raises(SnapshotError, match="format 99; this version reads "
+                       + ", ".join(map(str, READS))):
         restore({**doc, "format": 99})
 
 
@@ -166,3 +175,39 @@ def test_an_older_snapshot_without_the_shelf_indexes_restores_the_same_scheduler
     older = {key: value for key, value in doc.items()
              if key not in ("generation_jobs", "preempted_jobs")}
     assert _state(restore(older)) == _state(sched)
+
+
+FORMAT_1 = Path(__file__).resolve().parents[2] / "fixtures" / "snapshots"
+
+
+@pytest.mark.parametrize("shelved", (True, False))
+def test_a_snapshot_written_before_the_shelf_index_restores_and_goes_on_deciding(shelved):
+    """format1-seed3.jsonl is what the version before format 2 wrote (commit 2cd64b5, a
+    replay of seed 3 cut half way, kept with the whole journal): read as a start reads it
+    (its finished jobs and replies shelved) or whole, then given the rest of the journal,
+    it is the scheduler that replayed every record."""
+    data = (FORMAT_1 / "format1-seed3.jsonl").read_bytes()
+    journal = [json.loads(line) for line in
+               (FORMAT_1 / "format1-seed3-journal.jsonl").read_text().splitlines()]
+    assert json.loads(data.split(b"\n", 1)[0])["format"] == 1
+    restored = read(*_file(data)) if shelved else read(data.splitlines(keepends=True))
+    cut = restored.journal_seq
+    assert _state(restored.sched) == _state(replay(journal[:cut]))
+    if shelved:
+        assert all(not job.state.terminal for job in restored.sched.jobs.live())
+    sched = restored.sched
+    for record in journal[cut:]:
+        sched.handle(from_record(_through_json(record)))
+    assert _state(sched) == _state(replay(journal))
+    rendered = render(sched, len(journal))  # and its next compaction writes format 2
+    assert _state(read(*_file(rendered.data)).sched) == _state(sched)
+
+
+def test_a_shelf_index_finds_each_key_with_its_place_and_mark_and_no_other():
+    keys = ["b", "a", "é-tag", "a-1", "z" * 70, ""]
+    index = Shelved.of((key, n << 32 | n, n % 3) for n, key in enumerate(keys))
+    assert index.keys() == sorted(keys, key=encoded)
+    for n, key in enumerate(keys):
+        position = index.find(key)
+        assert (index.place(position), index.mark(position)) == (n << 32 | n, n % 3)
+    assert [index.find(key) for key in ("c", "a-", "zz", "é")] == [-1] * 4

@@ -136,7 +136,9 @@ def test_after_a_crash_every_derived_file_is_read_back(run):
 def test_after_a_crash_the_files_changed_since_the_last_compaction_are_read_back(run):
     """A compaction (here a clean stop's) makes the derived files durable and records when
     in its snapshot: a start after a crash reads back the files of what the journal
-    changed since, and of files touched since, but not the run's whole history."""
+    changed since, but not the run's whole history (the finished jobs and replies the
+    snapshot holds): one of those missing or changed since is the sliced sweep's to find,
+    after the start (a changed job file is set aside, a missing one written)."""
     def garble(path: Path, keep_mtime: bool) -> None:
         before = path.stat()
         path.write_text("garbage")
@@ -145,7 +147,10 @@ def test_after_a_crash_the_files_changed_since_the_last_compaction_are_read_back
 
     old_rid = run.submit(request("settled"))
     old = run.reply(old_rid)["job_id"]
+    gone_rid = run.submit(request("settled-gone"))
+    gone = run.reply(gone_rid)["job_id"]
     run.wait_state(old, "completed")
+    run.wait_state(gone, "completed")
     run.stop()
     header = (run.sched / "journal" / "snapshot.jsonl").read_bytes().split(b"\n", 1)[0]
     assert json.loads(header)["views_durable_ns"] <= read_json(
@@ -158,14 +163,23 @@ def test_after_a_crash_the_files_changed_since_the_last_compaction_are_read_back
     replies, done = run.sched / "spool" / "replies", run.sched / "jobs" / "done"
     garble(replies / f"{new_rid}.json", keep_mtime=True)  # its request came after: read
     garble(done / f"{new}.json", keep_mtime=True)
-    garble(done / f"{old}.json", keep_mtime=False)  # touched since the compaction: read
+    garble(done / f"{old}.json", keep_mtime=False)  # touched since: the sweep's
     garble(replies / f"{old_rid}.json", keep_mtime=True)  # vouched for: not read
+    aged = (replies / f"{old_rid}.json").stat().st_mtime_ns - 60 * 10**9  # the sweep's
+    os.utime(replies / f"{old_rid}.json", ns=(aged, aged))  # margin for clocks: past it
+    (done / f"{gone}.json").unlink()
+    (replies / f"{gone_rid}.json").unlink()
     run.start()
     assert run.reply(new_rid)["outcome"] == "accepted"
-    assert run.job(new)["exit_code"] == 0 and run.job(old)["exit_code"] == 0
+    assert run.job(new)["exit_code"] == 0
+    assert run.reply(gone_rid)["job_id"] == gone
+    wait_for(lambda: (run.job(gone) or {}).get("exit_code") == 0 and
+             (run.job(old) or {}).get("exit_code") == 0,
+             message="the sweep writing the missing file and rewriting the changed one")
     assert (replies / f"{old_rid}.json").read_text() == "garbage"
-    assert not (run.sched / "quarantine").exists() or not any(
-        (run.sched / "quarantine").iterdir())  # a crash's files are rewritten, not set aside
+    kept = [path.relative_to(run.sched).parts[2:] for path in
+            (run.sched / "quarantine").rglob("*.json") if path.name == f"{old}.json"]
+    assert kept == [("resource_scheduler", "jobs", "done", f"{old}.json")], kept
 
 
 def test_a_compacted_journal_restarts_from_its_snapshot(make_run):

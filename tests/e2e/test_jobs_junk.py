@@ -203,11 +203,12 @@ def test_junk_left_while_no_coordinator_ran_is_set_aside_at_start(make_run, tmp_
     (run.sched / "jobs" / "done" / f"{finished}.json").write_bytes(forged)
     dropped[f"done/{finished}.json"] = forged
 
-    run.start()
-    status = wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid
-                      and s, message="status.json of the new coordinator")
-    assert set(set_aside(run)) == {f"resource_scheduler/jobs/{path}" for path in dropped}
-    assert status["coordinator"]["quarantined"] == len(dropped)
+    run.start()  # jobs/done/ (the run's history) by the sweep that begins with the start
+    expected = {f"resource_scheduler/jobs/{path}" for path in dropped}
+    wait_for(lambda: set(set_aside(run)) == expected, message="everything set aside")
+    wait_for(lambda: (s := run.status()) and s["coordinator"]["pid"] == run.proc.pid and
+             s["coordinator"]["quarantined"] == len(dropped),
+             message="status.json of the new coordinator counting them")
     assert listing(run, "queued") == [] and listing(run, "running") == []
     assert listing(run, "done") == [f"{finished}.json"]
     assert read_json(run.sched / "jobs" / "done" / f"{finished}.json") == done  # rewritten
