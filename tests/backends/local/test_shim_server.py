@@ -59,9 +59,7 @@ def test_a_forked_shim_leads_its_own_session_under_the_server(server):
     assert os.getpgid(pid) == os.getsid(pid) == pid != os.getsid(server.popen.pid)
     assert _ppid(pid) == server.popen.pid
     assert os.getpgid(server.popen.pid) == server.popen.pid != os.getpgid(0)
-    status = proc_status(pid)
-    assert not int(status["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits for its command
-    assert int(status["SigCgt"], 16) & 1 << (signal.SIGTERM - 1)  # and stays to record it
+    assert not int(proc_status(pid)["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits
     assert os.readlink(f"/proc/{pid}/cwd") == "/"
     # once it waits for its attempt (it reads /proc for its identity first): its stdio, a
     # /dev/null to return to between attempts, the attempt's three pipes, its pool socket
@@ -69,6 +67,9 @@ def test_a_forked_shim_leads_its_own_session_under_the_server(server):
                    ["/dev/null"] * 4 + ["pipe"] * 3 + ["socket"] and fds,
                    message=f"the warm shim's fds to settle: {fd_targets(pid)}")
     assert [fds[fd] for fd in (0, 1, 2)] == ["/dev/null"] * 3
+    # given its attempt's pipes, it stays to record its command's end
+    wait_for(lambda: int(proc_status(pid)["SigCgt"], 16) & 1 << (signal.SIGTERM - 1),
+             message="SIGTERM caught")
     # the server keeps no attempt's pipe: only its stdio and its socket
     assert sorted(kind(target) for target in fd_targets(server.popen.pid).values()) == \
         ["/dev/null"] * 3 + ["socket"]
