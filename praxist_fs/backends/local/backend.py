@@ -38,7 +38,7 @@ log = logging.getLogger("praxist_fs")
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
 FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
-WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
+WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
 IDLE_SUPERVISORS = 16     # supervisors kept warm at most once their attempt is over
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 

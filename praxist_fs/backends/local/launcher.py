@@ -1,10 +1,11 @@
 """Start an attempt's shim: attempt files, environment, new session, barrier pipes (R-RUN-1).
 
 The coordinator owns the final Popen. The shim gets two pipes: it reads GO
-from one and reports on the other, whose EOF also tells us it exited: ``R``
-(READY is written) and, when a full disk keeps exit.json from being written,
-``X`` with exit.json's document and a newline. Both pipes are only a fast
-path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
+from one and reports on the other: ``R`` (READY is written), when a full disk
+keeps exit.json from being written ``X`` with exit.json's document and a
+newline, ``D`` once the attempt is over and nothing of it runs, then EOF (the
+shim exited, or a supervisor went idle; without ``D``, it died). Both pipes are
+only a fast path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
 carry on where the pipes were lost.
 
 A shim may be started ahead of need (``prestart``), by Popen or, cheaper, by a

@@ -33,8 +33,8 @@ its pool socket as the three fds a ``--warm`` shim gets (control, GO, status),
 and it serves that attempt as a warm shim would; once the attempt is over
 (exit.json durable, or ABORT, or the barrier given up) and its process group
 holds only itself (it is the subreaper: it waited for every descendant), it
-closes the attempt's status pipe (that EOF tells the coordinator) and waits on
-its pool socket again, idle. An idle supervisor exits on SIGTERM, SIGINT or
+says ``D`` on the attempt's status pipe, closes it, and waits on its pool
+socket again, idle. An idle supervisor exits on SIGTERM, SIGINT or
 SIGHUP, and when the pool socket closes (the coordinator closed it, or is
 gone): so none outlives its coordinator by more than the attempt it serves.
 The server exits when the coordinator closes its end; its children carry on.
