@@ -1,11 +1,14 @@
-"""What a shim costs the launch path: started by Popen, or forked by the ShimServer.
+"""What a shim costs the launch path: started by Popen, forked by the ShimServer, or reused.
 
     .venv/bin/python bench/bench_shim.py [--prestarts 50] [--attempts 200] [--json FILE]
 
 Three measurements, each way (``popen``: ``launcher.prestart(layout)``, a fresh
 ``python -S`` per shim; ``server``: ``launcher.prestart(layout, server)``, a
-fork of the one server started beforehand; ``cold``, for reference in the
-last, a shim started for its attempt by ``launcher.spawn`` without a warm one):
+supervisor forked by the one server started beforehand, retired after one
+attempt, as a fork per attempt; ``supervisor``, in the last only: one supervisor
+serving every attempt, each handed to it by ``Supervisor.warm``, as the
+coordinator does; ``cold``, for reference in the last, a shim started for its
+attempt by ``launcher.spawn`` without a warm one):
 
 prestart        the ``prestart`` call alone, until it returns (median ms).
 prestart+READY  ``prestart``, then at once ``spawn`` of a trivial attempt (argv
@@ -14,8 +17,9 @@ prestart+READY  ``prestart``, then at once ``spawn`` of a trivial attempt (argv
                 only ready once its interpreter has started (median ms).
 attempts        N sequential trivial attempts end to end, each: prestart, spawn,
                 READY, GO (the file, as the coordinator writes it, and the pipe),
-                the status pipe's EOF (exit.json written and fsynced), wait and
-                close (total s, and median ms per attempt).
+                the status pipe's EOF (exit.json written and fsynced), wait (a
+                shim's exit; none for a supervisor, which serves on) and close
+                (total s, and median ms per attempt).
 
 Every attempt gets its own directory in a fresh temporary run directory; the
 shim's exit.json fsync is in every attempt, so the disk shows in the totals.
@@ -70,9 +74,13 @@ def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool) -> 
     """GO (and wait for the command's exit.json) or ABORT, as the coordinator writes them."""
     write_atomic(attempt_dir / ("GO" if go else "ABORT"), b"", sync=False)
     handle.release_barrier(b"G" if go else b"A")
-    if read_status(handle.status_fd) != b"":
-        raise SystemExit(f"{attempt_dir}: more than READY on the status pipe")
-    handle.popen.wait(timeout=READY_TIMEOUT_S)
+    said = b""
+    while chunk := read_status(handle.status_fd):
+        said += chunk
+    if said != b"D":
+        raise SystemExit(f"{attempt_dir}: {said!r} after READY on the status pipe, not D")
+    if not isinstance(handle.popen, launcher.Supervisor):
+        handle.popen.wait(timeout=READY_TIMEOUT_S)
     handle.close()
     if go and json.loads((attempt_dir / "exit.json").read_text())["exit_code"] != 0:
         raise SystemExit(f"{attempt_dir}: the command failed")
@@ -83,6 +91,9 @@ def prestarter(layout: RunLayout, way: str, server: launcher.ShimServer):
         return lambda: launcher.prestart(layout)
     if way == "server":
         return lambda: launcher.prestart(layout, server)
+    if way == "supervisor":
+        server.request()
+        return server.receive().warm
     return lambda: None
 
 
@@ -94,7 +105,7 @@ def measure(way: str, prestarts: int, attempts: int, root: Path) -> dict:
         server.prestart().dismiss()  # the server has started: its own start-up is not timed
         prestart = prestarter(layout, way, server)
         result = {}
-        if way != "cold":
+        if way in ("popen", "server"):
             calls, readies = [], []
             for number in range(prestarts):
                 began = time.perf_counter()
@@ -106,6 +117,8 @@ def measure(way: str, prestarts: int, attempts: int, root: Path) -> dict:
                 handle, attempt_dir = start_attempt(layout, number, prestart())
                 readies.append(time.perf_counter() - began)
                 finish_attempt(handle, attempt_dir, go=False)
+                if way == "server":
+                    handle.popen.close()
             result["prestart_ms"] = statistics.median(calls) * 1000
             result["prestart_ready_ms"] = statistics.median(readies) * 1000
         each = []
@@ -114,6 +127,8 @@ def measure(way: str, prestarts: int, attempts: int, root: Path) -> dict:
             start = time.perf_counter()
             handle, attempt_dir = start_attempt(layout, number, prestart())
             finish_attempt(handle, attempt_dir, go=True)
+            if way == "server":
+                handle.popen.close()  # one fork per attempt
             each.append(time.perf_counter() - start)
         result["attempts_s"] = time.perf_counter() - began
         result["attempt_ms"] = statistics.median(each) * 1000
@@ -131,13 +146,13 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-shim-"))
     try:
         results = {way: measure(way, args.prestarts, args.attempts, root)
-                   for way in ("popen", "server", "cold")}
+                   for way in ("popen", "server", "supervisor", "cold")}
     finally:
         shutil.rmtree(root)
-    print(f"{'':8} {'prestart ms':>12} {'+READY ms':>10} "
+    print(f"{'':10} {'prestart ms':>12} {'+READY ms':>10} "
           f"{f'{args.attempts} attempts s':>15} {'per attempt ms':>15}")
     for way, result in results.items():
-        print(f"{way:8} {result.get('prestart_ms', float('nan')):12.2f} "
+        print(f"{way:10} {result.get('prestart_ms', float('nan')):12.2f} "
               f"{result.get('prestart_ready_ms', float('nan')):10.2f} "
               f"{result['attempts_s']:15.2f} {result['attempt_ms']:15.2f}")
     print(f"medians over {args.prestarts} prestarts; {os.cpu_count()} CPUs")

@@ -1,7 +1,7 @@
 """The local backend: each attempt is a process group on this host, led by a shim (R-EXE-*).
 
-``backend``: the backend the loop drives; ``launcher``: starting shims (warm, forked
-by a shim server, or by Popen); ``shim``: the shim itself, standard library only;
+``backend``: the backend the loop drives; ``launcher``: starting shims (supervisors
+forked by a shim server, which serve attempt after attempt, or shims started by Popen); ``shim``: the shim itself, standard library only;
 ``fence``: terminating what a dead shim left running; ``procs``: process identity from
 /proc, which the lock, the stopper and the cli use too.
 

@@ -3,8 +3,9 @@
 A shim (local/shim.py) starts at the barrier, says READY on its status pipe (and
 in READY), runs the command once told GO (pipe first, then the GO file for a shim
 re-adopted after a restart), and records exit.json. Shims are started ahead of
-need (warm: forked by a shim server, or one prestarted), so a launch costs no
-interpreter start. What is watched: each shim's status pipe, the shim server's
+need (warm: supervisors forked by a shim server, or one prestarted), so a launch
+costs no interpreter start; a supervisor serves attempt after attempt, so most
+launches cost no fork either. What is watched: each shim's status pipe, the shim server's
 socket, and a pidfd for every shim re-adopted after a restart; what is timed (a
 cancel's grace, a suspension's SIGTSTP grace, the fence of a dead shim's
 processes) waits in ``on_timer``. Every method returns what it saw as events: the
@@ -37,7 +38,8 @@ log = logging.getLogger("praxist_fs")
 STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
 FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
-WARM_SHIMS = 2            # warm shims the shim server keeps forked: launches in one pass
+WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
+IDLE_SUPERVISORS = 16     # supervisors kept warm at most once their attempt is over
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 
 
@@ -60,10 +62,10 @@ class LocalBackend:
         self.disk_errors = disk_errors
         self.stop_grace = stop_grace  # a stop's TERM to KILL
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
-        self.server: launcher.ShimServer | None = None  # forks warm shims
+        self.server: launcher.ShimServer | None = None  # forks supervisors
         self._server_retry_at = 0.0
         self._server_fd = -1
-        self.warm: list[launcher.WarmShim] = []  # shims started ahead of need, oldest first
+        self.warm: list[launcher.WarmShim] = []  # shims ready ahead of need, latest last
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
@@ -106,7 +108,7 @@ class LocalBackend:
         request outstanding, its end closed: it exited."""
         if self.server.pending:
             try:
-                self.warm.append(self.server.receive())
+                self.warm.append(self.server.receive().warm())
             except OSError as exc:
                 log.warning("the shim server could not fork a shim: %s", exc)
         else:
@@ -142,22 +144,23 @@ class LocalBackend:
             if not isinstance(effect, SpawnAttempt):
                 continue
             while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
-                warm = self.warm.pop(0)
-                pid = warm.handle.popen.pid
-                started = procs.start_time(pid) if warm.handle.popen.poll() is None else None
+                warm = self.warm.pop()  # the latest idle: its pages are the likeliest hot
+                shim = warm.handle.popen
+                started = None if shim.poll() is not None else shim.start_time \
+                    if isinstance(shim, launcher.Supervisor) else procs.start_time(shim.pid)
                 if started is None:  # it died while it waited: try the next one
                     warm.dismiss()
                     continue
                 self.bound[key] = warm
                 events.append(AttemptObserved(
                     at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
-                    alive=True, pid=pid, pid_start=started, boot_id=procs.boot_id(),
+                    alive=True, pid=shim.pid, pid_start=started, boot_id=procs.boot_id(),
                     ready=True))
         return events
 
     def roll_back(self) -> None:
         """The batch that bound shims was never journaled: they are warm again."""
-        self.warm[:0] = self.bound.values()
+        self.warm += self.bound.values()
         self.bound.clear()
 
     # -- launching ------------------------------------------------------------
@@ -249,24 +252,46 @@ class LocalBackend:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and job.current.go:
                 return []
-        elif not said:  # EOF: the shim exited (exit.json, if any, is written)
+        elif not said:  # EOF: the shim is done with the attempt (exit.json, if any, is written)
             self.selector.unregister(handle.status_fd)
-            handle.popen.wait()
-            handle.close()
+            shim = handle.popen
+            idle = handle.over and isinstance(shim, launcher.Supervisor)
+            if not idle:
+                shim.wait()  # it exits, or died
+            events = self._observe_key(key, death=None if idle else handle.death())
             del self.handles[key]
-            return self._observe_key(key, death=handle.death())
+            handle.close()
+            if idle:
+                self._reuse(shim)
+            elif isinstance(shim, launcher.Supervisor):
+                shim.close()
+            return events
         return self._observe_key(key)
 
-    def _observe_key(self, key: AttemptKey, death: str = "supervisor died") -> list[Event]:
+    def _reuse(self, supervisor: launcher.Supervisor) -> None:
+        """A supervisor whose attempt is over is warm again, for the next launch, unless
+        IDLE_SUPERVISORS are already, or it is gone or retired (a stop): then it exits."""
+        if len(self.warm) >= IDLE_SUPERVISORS or not supervisor.reusable:
+            supervisor.close()
+            return
+        try:
+            self.warm.append(supervisor.warm())
+        except OSError:
+            supervisor.close()  # it died meanwhile
+
+    def _observe_key(self, key: AttemptKey, death: str | None = "supervisor died"
+                     ) -> list[Event]:
         """What an attempt's shim is up to; ``death``: how it ended, should it turn out to
-        have died without an exit record (then its processes are fenced first)."""
+        have died without an exit record (then its processes are fenced first); None for
+        a supervisor that said it is done with the attempt: nothing of it runs."""
         if key in self.fencing:
             return []  # its dead shim's processes are being terminated: told once they are gone
         job = self.lookup(key[0])
         if job is None or job.current is None or job.current.attempt_id != key[1]:
             return []
         observed = self.observe(job, job.current)
-        if not (observed.alive or observed.exited) and self._fence(key, death):
+        if not (observed.alive or observed.exited) and death is not None and \
+                self._fence(key, death):
             return []
         return [observed]
 
@@ -281,8 +306,8 @@ class LocalBackend:
         if pid is None and handle is not None:  # its pid's record failed (a full disk)
             pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
                 procs.boot_id()
-        alive = procs.is_alive(pid, started, boot) and (
-            handle is None or handle.popen.poll() is None)
+        alive = procs.is_alive(pid, started, boot) and (  # a supervisor outlives its attempt
+            handle is None or (not handle.over and handle.popen.poll() is None))
         exit_record = read_json(attempt_dir / "exit.json")
         if exit_record is None and handle is not None:
             # Told on its pipe while a full disk keeps exit.json out: it counts once the
@@ -408,6 +433,7 @@ class LocalBackend:
         that waited for a suspension, and stops nothing it terminates."""
         self.suspending.clear()
         self.held_go.clear()
+        self._retire_supervisors()  # each exits as its attempt ends: none outlives the stop
         shims = []
         for key in keys:
             if (shim := self._shim(key)) is not None:
@@ -469,11 +495,21 @@ class LocalBackend:
         if self.closed:
             return
         self.closed = True
-        for warm in self.warm:
-            warm.dismiss()
+        self._retire_supervisors()
         if self.server is not None:
             self.server.close()
         for handle in self.handles.values():
             handle.close()
+            if isinstance(handle.popen, launcher.Supervisor):
+                handle.popen.close()
         for fd in self.pidfds.values():
             os.close(fd)
+
+    def _retire_supervisors(self) -> None:
+        """Warm shims exit now, and every supervisor once its attempt is over."""
+        for warm in self.warm:
+            warm.dismiss()
+        self.warm.clear()
+        for handle in self.handles.values():
+            if isinstance(handle.popen, launcher.Supervisor):
+                handle.popen.retire()

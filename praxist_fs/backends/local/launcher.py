@@ -1,16 +1,19 @@
 """Start an attempt's shim: attempt files, environment, new session, barrier pipes (R-RUN-1).
 
 The coordinator owns the final Popen. The shim gets two pipes: it reads GO
-from one and reports on the other, whose EOF also tells us it exited: ``R``
-(READY is written) and, when a full disk keeps exit.json from being written,
-``X`` with exit.json's document and a newline. Both pipes are only a fast
-path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
+from one and reports on the other: ``R`` (READY is written), when a full disk
+keeps exit.json from being written ``X`` with exit.json's document and a
+newline, ``D`` once the attempt is over and nothing of it runs, then EOF (the
+shim exited, or a supervisor went idle; without ``D``, it died). Both pipes are
+only a fast path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
 carry on where the pipes were lost.
 
 A shim may be started ahead of need (``prestart``), by Popen or, cheaper, by a
-``ShimServer``: one shim process started once, which forks warm shims on request,
-so that no interpreter starts per attempt. Its children are not ours, so their
-handles watch them through a pidfd (``ForkedShim``) instead of a Popen.
+``ShimServer``: one shim process started once, which forks supervisors on request,
+so that no interpreter starts per attempt. A ``Supervisor`` serves attempt after
+attempt: each is handed its pipes on the supervisor's pool socket (``Supervisor.warm``),
+so that neither a fork nor an exit is on any attempt's path. Supervisors are not our
+children, so we watch them through a pidfd instead of a Popen.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from praxist_fs.adapters.fsio import create, fsync_dir, makedirs, unlink, write_json
 from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.backends.local import procs
 from praxist_fs.core.effects import SpawnAttempt
 
 SHIM = Path(__file__).with_name("shim.py")
@@ -47,19 +51,25 @@ SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main(
 BARRIER_TIMEOUT_S = 600
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
-FORK_REQUEST = b"F"
+FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
+NEXT_ATTEMPT = b"N"  # to a supervisor: these are your next attempt's pipes
 
 
-class ForkedShim:
-    """What ShimHandle needs of a Popen, for a shim the server forked: it is not our
-    child, so we watch it through a pidfd, and its exit status went to the server
-    (the kernel reaps the server's children). ``poll`` and ``wait`` return 0 once it
-    exited, whatever its status: exit.json, not the shim's status, is the attempt's
-    record, and the shim itself exits 0 unless it crashed."""
+class Supervisor:
+    """What ShimHandle needs of a Popen, for a supervisor the server forked: it is not our
+    child, so we watch it through a pidfd, and its exit status goes to the server (the
+    kernel reaps the server's children). ``poll`` and ``wait`` return 0 once it exited,
+    whatever its status (exit.json, not the supervisor's status, is the attempt's
+    record), or once it is ``close``d: no longer ours to watch.
 
-    def __init__(self, pid: int) -> None:
+    Its pool socket brings it each attempt's pipes (``warm``); closing it (``retire``)
+    tells it to exit once the attempt it serves, if any, is over."""
+
+    def __init__(self, pid: int, pool: socket.socket) -> None:
         self.pid = pid
+        self.pool = pool
         self.pidfd = os.pidfd_open(pid)
+        self.start_time = procs.start_time(pid)  # once: the pidfd pins the process
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -67,10 +77,12 @@ class ForkedShim:
 
     def wait(self, timeout: float | None = None) -> int:
         if self._wait(timeout) is None:
-            raise subprocess.TimeoutExpired(f"shim {self.pid}", timeout)
+            raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout)
         return self.returncode
 
     def _wait(self, timeout: float | None) -> int | None:
+        if self.pidfd == -1:
+            self.returncode = 0  # closed: no longer watched, it leaves by itself
         if self.returncode is None:
             poller = select.poll()
             poller.register(self.pidfd, select.POLLIN)  # readable once it exited
@@ -85,27 +97,64 @@ class ForkedShim:
             except ProcessLookupError:
                 pass  # it exited already
 
+    @property
+    def reusable(self) -> bool:
+        """Whether it can take another attempt: not retired, and running."""
+        return self.pool.fileno() != -1 and self.poll() is None
+
+    def warm(self) -> WarmShim:
+        """Make it a warm shim again: hand it the pipes of its next attempt (control, GO
+        and status) on its pool socket. Raises OSError if it is gone (or retired)."""
+        control_read, control_write = os.pipe()
+        go_read, go_write = os.pipe()
+        status_read, status_write = os.pipe()
+        theirs = (control_read, go_read, status_write)
+        try:
+            socket.send_fds(self.pool, [NEXT_ATTEMPT], theirs, socket.MSG_NOSIGNAL)
+        except OSError:
+            for fd in (control_write, go_write, status_read):
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        os.set_blocking(status_read, False)
+        return WarmShim(handle=ShimHandle(popen=self, go_fd=go_write, status_fd=status_read),
+                        control_fd=control_write)
+
+    def retire(self) -> None:
+        """Close its pool socket: it exits once its attempt, if any, is over."""
+        self.pool.close()
+
     def close(self) -> None:
-        os.close(self.pidfd)
+        """Retire it and stop watching it."""
+        self.retire()
+        if self.pidfd != -1:
+            os.close(self.pidfd)
+            self.pidfd = -1
 
 
 @dataclass
 class ShimHandle:
     """A shim we started ourselves (re-adopted shims have no handle, only a pidfd)."""
 
-    popen: subprocess.Popen | ForkedShim
+    popen: subprocess.Popen | Supervisor
     go_fd: int | None
     status_fd: int
     # the exit the shim told on its status pipe, as exit.json would hold it, when a full
     # disk kept it from writing that file; and the start of a message still coming
     exit_record: dict | None = None
+    # it said ``D``: done with the attempt, of which nothing runs any more (then EOF)
+    over: bool = False
     _heard: bytes = b""
 
     def read_status(self) -> bytes | None:
         """What the shim said on its status pipe since the last call, a letter for each
         message: ``R`` (READY is written), ``X`` (the command ended, exit.json is not
-        written yet, and ``exit_record`` now holds it). b"" at EOF: the shim exited.
-        None when nothing whole has come."""
+        written yet, and ``exit_record`` now holds it). ``D`` (the attempt is over and
+        nothing of it runs) is not returned but sets ``over``. b"" at EOF: the shim is
+        done with the attempt (a supervisor that said ``D`` is idle, any other shim
+        exited). None when nothing whole has come."""
         try:
             data = os.read(self.status_fd, 4096)
         except BlockingIOError:
@@ -122,7 +171,11 @@ class ShimHandle:
                 self.exit_record = json.loads(record)
             else:
                 rest = heard[1:]
-            said, heard = said + word, rest
+            if word == b"D":
+                self.over = True  # news with the EOF that follows it
+            else:
+                said += word
+            heard = rest
         self._heard = heard
         return said or None
 
@@ -138,7 +191,7 @@ class ShimHandle:
 
     def death(self) -> str:
         """How the exited shim ended, for an attempt it left without an exit record: the
-        signal or exit code where we are its parent (Popen); a forked shim's status went to
+        signal or exit code where we are its parent (Popen); a supervisor's status went to
         the shim server."""
         code = self.popen.returncode
         if isinstance(self.popen, subprocess.Popen) and code:
@@ -146,10 +199,9 @@ class ShimHandle:
         return "supervisor died"
 
     def close(self) -> None:
+        """Our ends of the attempt's pipes; a supervisor lives on (``Supervisor.retire``)."""
         self.release_barrier(b"")
         os.close(self.status_fd)
-        if isinstance(self.popen, ForkedShim):
-            self.popen.close()
 
 
 def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, str]:
@@ -228,38 +280,45 @@ class WarmShim:
         finally:
             os.close(self.control_fd)
         self.handle.popen.wait()
-        self.handle.close()
+        self._let_go()
         return None
 
     def dismiss(self) -> None:
-        """Closing its control pipe tells it no attempt is coming: it exits."""
+        """Closing its control pipe (and a supervisor's pool socket) tells it no attempt is
+        coming: it exits."""
         os.close(self.control_fd)
+        if isinstance(self.handle.popen, Supervisor):
+            self.handle.popen.retire()
         try:
             self.handle.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.handle.popen.kill()
             self.handle.popen.wait()
+        self._let_go()
+
+    def _let_go(self) -> None:
         self.handle.close()
+        if isinstance(self.handle.popen, Supervisor):
+            self.handle.popen.close()
 
 
 class ShimServer:
-    """A fork server: one shim (``--server``) started once, that forks warm shims on
+    """A fork server: one shim (``--server``) started once, that forks supervisors on
     request, each in a session of its own. A fork costs a fraction of a millisecond
-    where a new interpreter costs several, on every attempt.
+    where a new interpreter costs several, and a supervisor serves many attempts.
 
-    Requests go over a SOCK_SEQPACKET socketpair: one byte carrying the three fds of a
-    ``--warm`` shim (control, GO and status; the server closes its copies right after
-    the fork), answered in order by the child's pid or minus an errno. A coordinator
-    need not wait for the answer (``request``, then ``receive`` once the socket is
-    readable): a fork and its child's setsid take about a millisecond. Its
-    output goes to /dev/null, which its children keep until they know their attempt's
-    shim.log. Closing our end tells it to exit; its children stay."""
+    Requests go over a SOCK_SEQPACKET socketpair: one byte carrying the supervisor's end
+    of its pool socket (the server closes its copy right after the fork), answered in
+    order by the child's pid or minus an errno. A coordinator need not wait for the
+    answer (``request``, then ``receive`` once the socket is readable): a fork and its
+    child's setsid take about a millisecond. Its output goes to /dev/null, which its
+    children keep while idle. Closing our end tells it to exit; its children stay."""
 
     def __init__(self, popen: subprocess.Popen, sock: socket.socket) -> None:
         self.popen = popen
         self.sock = sock
-        # our ends (control, GO, status) of each request not yet answered, oldest first
-        self.pending: deque[tuple[int, int, int]] = deque()
+        # our end of the pool socket of each request not yet answered, oldest first
+        self.pending: deque[socket.socket] = deque()
 
     @classmethod
     def start(cls, layout: RunLayout) -> ShimServer:
@@ -287,40 +346,36 @@ class ShimServer:
         return self.sock.fileno() != -1 and self.popen.poll() is None
 
     def prestart(self) -> WarmShim:
-        """A warm shim forked by the server, already leading its own session; raises
-        OSError if the server is gone or refuses. (Any warm shim will do: with requests
-        outstanding this is the oldest one's.)"""
+        """A warm shim: a supervisor forked by the server, already leading its own session,
+        given its first attempt's pipes; raises OSError if the server is gone or refuses.
+        (Any will do: with requests outstanding this is the oldest one's.)"""
         self.request()
-        return self.receive()
+        return self.receive().warm()
 
     def request(self) -> None:
-        """Ask for a warm shim without waiting for it: the server's reply makes the socket
+        """Ask for a supervisor without waiting for it: the server's reply makes the socket
         readable, and ``receive`` then hands it out. Raises OSError if the server is gone."""
-        control_read, control_write = os.pipe()
-        go_read, go_write = os.pipe()
-        status_read, status_write = os.pipe()
-        theirs = (control_read, go_read, status_write)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             if self.sock.fileno() == -1:
                 raise BrokenPipeError(errno.EPIPE, "the shim server was closed")
             try:
-                socket.send_fds(self.sock, [FORK_REQUEST], theirs, socket.MSG_NOSIGNAL)
+                socket.send_fds(self.sock, [FORK_REQUEST], [theirs.fileno()],
+                                socket.MSG_NOSIGNAL)
             except OSError:
                 self._broken()
                 raise
         except OSError:
-            for fd in (control_write, go_write, status_read):
-                os.close(fd)
+            ours.close()
             raise
         finally:
-            for fd in theirs:
-                os.close(fd)
-        self.pending.append((control_write, go_write, status_read))
+            theirs.close()
+        self.pending.append(ours)
 
-    def receive(self) -> WarmShim:
-        """The warm shim of the oldest outstanding request, waiting for its reply if need
+    def receive(self) -> Supervisor:
+        """The supervisor of the oldest outstanding request, waiting for its reply if need
         be; raises OSError if the server refused it (a failed fork) or is gone."""
-        control_write, go_write, status_read = self.pending.popleft()
+        pool = self.pending.popleft()
         try:
             try:
                 reply = self.sock.recv(32)
@@ -332,29 +387,25 @@ class ShimServer:
             pid = int(reply)
             if pid < 0:
                 raise OSError(-pid, f"the shim server could not fork: {os.strerror(-pid)}")
-            # It waits on its control pipe, whose write end we hold: short of a kill and
+            # It waits on its pool socket, whose other end we hold: short of a kill and
             # the pid's reuse in between, the pid is still its own when we open the pidfd.
-            shim = ForkedShim(pid)
+            return Supervisor(pid, pool)
         except OSError:
-            for fd in (control_write, go_write, status_read):
-                os.close(fd)
+            pool.close()
             raise
-        os.set_blocking(status_read, False)
-        return WarmShim(handle=ShimHandle(popen=shim, go_fd=go_write, status_fd=status_read),
-                        control_fd=control_write)
 
     def _broken(self) -> None:
         """Out of step (a reply lost or late would answer the wrong request): no more
-        requests, and the outstanding ones are dropped (their shims exit with our ends)."""
+        requests, and the outstanding ones are dropped (their supervisors exit with our
+        ends)."""
         self.sock.close()
         while self.pending:
-            for fd in self.pending.popleft():
-                os.close(fd)
+            self.pending.popleft().close()
 
     def close(self, timeout: float = 5) -> None:
         """Tell it to exit (closing our end) and wait; killed if it does not. Only the
-        server is ever signalled: its children are attempts' shims, or warm ones that
-        exit when their control pipe closes."""
+        server is ever signalled: its children are supervisors, which exit once their
+        pool socket closes and they are idle."""
         self._broken()
         try:
             self.popen.wait(timeout=timeout)

@@ -24,13 +24,20 @@ orphaned descendants, so the attempt counts as running until its whole tree
 is gone.
 
 As ``--server ATTEMPTS_DIR SOCK_FD`` it is a fork server, started once by the
-coordinator: each request on SOCK_FD (a SOCK_SEQPACKET socket) carries the
-three fds a ``--warm`` shim gets, and the server forks a child that becomes
-that warm shim in a session of its own, and replies with its pid once the
-child leads that session (pid, process group and session id are one). A fork of
-this small process costs a fraction of a millisecond, an interpreter's start-up
-several. The server exits when the coordinator closes its end; its children,
-the shims of running attempts or warm ones, carry on.
+coordinator: each request on SOCK_FD (a SOCK_SEQPACKET socket) carries one fd,
+the supervisor's end of a SOCK_SEQPACKET socketpair (its *pool socket*), and the
+server forks a child that becomes a supervisor in a session of its own, and
+replies with its pid once the child leads that session (pid, process group and
+session id are one). A supervisor serves attempt after attempt: each arrives on
+its pool socket as the three fds a ``--warm`` shim gets (control, GO, status),
+and it serves that attempt as a warm shim would; once the attempt is over
+(exit.json durable, or ABORT, or the barrier given up) and its process group
+holds only itself (it is the subreaper: it waited for every descendant), it
+says ``D`` on the attempt's status pipe, closes it, and waits on its pool
+socket again, idle. An idle supervisor exits on SIGTERM, SIGINT or
+SIGHUP, and when the pool socket closes (the coordinator closed it, or is
+gone): so none outlives its coordinator by more than the attempt it serves.
+The server exits when the coordinator closes its end; its children carry on.
 
 Start-up time is on every job's submit-to-start path, so this file imports only
 modules built into the interpreter (``posix``, ``_signal``, ``errno``, ``time``,
@@ -57,7 +64,8 @@ DEFAULT_PATH = "/bin:/usr/bin"  # os.defpath: what subprocess searches when env 
 CAUGHT = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
 # Python ignores these at start-up; an ignored disposition survives exec.
 RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
-REQUEST_FDS = 3  # a fork server's request: the control, GO and status fds of a --warm shim
+REQUEST_FDS = 1  # a fork server's request: the pool socket of the supervisor to fork
+ATTEMPT_FDS = 3  # an attempt on a pool socket: the control, GO and status fds of a --warm shim
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
 # Errors of a full disk or quota, or a failing disk: READY and exit.json are written again
 # until they are written, since the shim holds what they say in its memory alone.
@@ -446,7 +454,10 @@ def main():
         return serve_forks(sys.argv[2], int(sys.argv[3]))
     catch_signals()
     if sys.argv[1] == "--warm":
-        return serve_warm(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+        become_subreaper()
+        serve_warm(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
+                   own_identity())
+        return 0
     return serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
 
 
@@ -457,7 +468,7 @@ def catch_signals():
 
 
 def serve_forks(attempts, sock_fd):
-    """The fork server: one warm shim forked per request, until the coordinator closes
+    """The fork server: one supervisor forked per request, until the coordinator closes
     its end. The reply is the child's pid, or minus an errno (the fork failed, or the
     request was not one byte carrying exactly REQUEST_FDS fds)."""
     import _socket  # an extension module: the server pays for it once, its children never
@@ -466,18 +477,12 @@ def serve_forks(attempts, sock_fd):
     prctl = bind_prctl()  # _ctypes loaded and prctl bound once, inherited by every child
     gc.freeze()  # a child's collections then skip our objects: their pages stay shared
     sock = _socket.socket(fileno=sock_fd)
-    space = _socket.CMSG_SPACE(INT_SIZE * (REQUEST_FDS + 1))  # one more shows too many
-    truncated = _socket.MSG_TRUNC | _socket.MSG_CTRUNC
     while True:
-        data, ancillary, flags, _ = sock.recvmsg(1, space, _socket.MSG_CMSG_CLOEXEC)
-        if not data and not ancillary:
+        data, fds, well_formed = receive_fds(sock, REQUEST_FDS)
+        if not data and not fds:
             return 0  # EOF: the coordinator closed its end or is gone
-        fds = received_fds(ancillary)
-        if len(data) == 1 and len(fds) == REQUEST_FDS and not flags & truncated:
-            reply = fork_warm_shim(attempts, sock, fds, prctl)
-        else:
-            reply = -errno.EINVAL
-        for fd in fds:  # at once: each pipe's EOF must mean that its shim closed it
+        reply = fork_supervisor(attempts, sock, fds[0], prctl) if well_formed else -errno.EINVAL
+        for fd in fds:  # at once: the pool socket's EOF must mean that its supervisor left
             posix.close(fd)
         try:
             sock.send(b"%d" % reply)
@@ -485,21 +490,28 @@ def serve_forks(attempts, sock_fd):
             pass  # the coordinator is gone: the next recvmsg reads EOF
 
 
-def received_fds(ancillary):
-    """Every fd a request brought, well-formed or not: the server closes them all."""
+def receive_fds(sock, count):
+    """(data, every fd the message brought, whether it was one byte carrying exactly
+    ``count`` fds); (b"", [], False) at EOF. The caller closes the fds, well-formed or
+    not."""
     import _socket
 
+    space = _socket.CMSG_SPACE(INT_SIZE * (count + 1))  # one more shows too many
+    data, ancillary, flags, _ = sock.recvmsg(1, space, _socket.MSG_CMSG_CLOEXEC)
     fds = []
-    for level, kind, data in ancillary:
+    for level, kind, payload in ancillary:
         if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
-            fds += memoryview(data[:len(data) - len(data) % INT_SIZE]).cast("i")
-    return fds
+            fds += memoryview(payload[:len(payload) - len(payload) % INT_SIZE]).cast("i")
+    truncated = flags & (_socket.MSG_TRUNC | _socket.MSG_CTRUNC)
+    return data, fds, len(data) == 1 and len(fds) == count and not truncated
 
 
-def fork_warm_shim(attempts, sock, fds, prctl):
-    """The pid of a child that is now a warm shim with ``fds``, or minus the errno of
+def fork_supervisor(attempts, sock, pool_fd, prctl):
+    """The pid of a child that is now a supervisor on ``pool_fd``, or minus the errno of
     what failed. As with Popen's start_new_session, the pid is not handed out before
     the child leads its own session: the coordinator may journal it as a group leader."""
+    import _socket
+
     try:
         settled_read, settled_write = posix.pipe2(posix.O_CLOEXEC)
     except OSError as exc:
@@ -514,11 +526,10 @@ def fork_warm_shim(attempts, sock, fds, prctl):
             sock.close()
             posix.close(settled_read)
             posix.setsid()  # a session and process group of our own
-            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # we wait for our command
-            catch_signals()
+            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)  # we wait for our commands
             posix.close(settled_write)  # the server may now hand out our pid
             # cwd / and output to /dev/null are the server's own, as a warm shim's would be
-            code = serve_warm(attempts, *fds, prctl=prctl)
+            code = supervise(attempts, _socket.socket(fileno=pool_fd), prctl)
         except BaseException:
             sys.excepthook(*sys.exc_info())  # into shim.log once the attempt is known
         finally:
@@ -529,15 +540,42 @@ def fork_warm_shim(attempts, sock, fds, prctl):
     return pid
 
 
-def serve_warm(attempts, control_fd, go_fd, status_fd, prctl=None):
-    """A warm shim: the subreaper already, and the rest of its start-up done, while it
-    waits for its attempt, so that none of it is on the launch path."""
+def supervise(attempts, pool, prctl):
+    """A supervisor: the subreaper, its identity worked out, once for all its attempts;
+    then each attempt the pool socket brings, served as a warm shim serves one. Between
+    attempts it is idle: its cwd /, its output /dev/null, and SIGTERM, SIGINT and SIGHUP
+    end it. It returns (exits) when the pool socket closes, or brings something else."""
     become_subreaper(prctl)
     identity = own_identity()
+    null = posix.dup(1)  # /dev/null, as the server's output: ours again between attempts
+    while True:
+        _, fds, well_formed = receive_fds(pool, ATTEMPT_FDS)
+        if not well_formed:
+            for fd in fds:
+                posix.close(fd)
+            return 0
+        catch_signals()
+        if not serve_warm(attempts, *fds, identity=identity):
+            return 0  # told no attempt (dismissed), or one outside the run's attempts
+        for signum in CAUGHT:  # idle: nothing of an attempt is left to record
+            _signal.signal(signum, _signal.SIG_DFL)
+        posix.chdir("/")
+        posix.dup2(null, 1)
+        posix.dup2(null, 2)
+
+
+def serve_warm(attempts, control_fd, go_fd, status_fd, identity):
+    """A warm shim: the subreaper already, and the rest of its start-up done (its
+    ``identity`` worked out), while it waits for its attempt, so that none of it is on
+    the launch path. Every fd it is given is closed when it returns; it returns whether
+    it was told an attempt."""
     attempt_dir, spec = wait_for_attempt(attempts, control_fd)
-    if attempt_dir is None:
-        return 0  # the coordinator went away before it needed us
-    return serve(attempt_dir, go_fd, status_fd, identity, spec)
+    if attempt_dir is None:  # the coordinator went away before it needed us
+        posix.close(go_fd)
+        posix.close(status_fd)
+        return False
+    serve(attempt_dir, go_fd, status_fd, identity, spec)
+    return True
 
 
 def wait_for_attempt(attempts, control_fd):
@@ -568,15 +606,29 @@ def own_identity():
 def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
     """Run the attempt in ``attempt_dir``. ``identity``: a warm shim's, worked out while
     it waited, as the subreaper already; ``spec``: its spec as the control pipe brought
-    it (marshal), else it is read from spec.marshal."""
+    it (marshal), else it is read from spec.marshal. Both pipes are closed when it
+    returns, the status pipe after ``D``: the attempt is over, exit.json (if it ran) is
+    written, and nothing of it runs. A supervisor lives on; without ``D`` before the
+    EOF, the shim died."""
+    try:
+        serve_attempt(attempt_dir, go_fd, status_fd, identity, spec)
+        tell(status_fd, b"D")  # over, and nothing of it runs (we waited for every descendant)
+    finally:
+        posix.close(status_fd)
+    return 0
+
+
+def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
+    """serve's attempt; every way it returns (an error ends the shim) closes ``go_fd``."""
     spec_path = attempt_dir + "/spec.marshal"
     if exists(attempt_dir + "/ABORT"):
+        posix.close(go_fd)
         if spec is None:
             try:
                 posix.unlink(spec_path)  # it may hold raw secrets
             except OSError:
                 pass
-        return 0
+        return
     if spec is None:
         spec = read_small(spec_path)
         posix.unlink(spec_path)  # it may hold raw secrets
@@ -584,7 +636,8 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
     ready = dict(identity or own_identity(), at=time.time())
     for _ in write_until_written(attempt_dir + "/READY", to_json(ready), durable=False):
         if exists(attempt_dir + "/ABORT"):
-            return 0  # nothing ran: a cancel or a stop need not wait for disk space
+            posix.close(go_fd)
+            return  # nothing ran: a cancel or a stop need not wait for disk space
     word = given_go(go_fd)
     if word is None:  # else the coordinator decided GO already: READY news nobody
         tell(status_fd, b"R")
@@ -592,16 +645,14 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
-    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):
-        return 0
+    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
+        return
     result = to_json(run(spec, status_fd))
     # Until exit.json is durable the exit exists only here: no giving up, whatever it
     # takes (a later coordinator reads nothing else, and cannot tell us it journaled it).
     for failures in write_until_written(attempt_dir + "/exit.json", result, durable=True):
         if failures == 1:  # a coordinator still connected journals it, and acts on it
             tell(status_fd, b"X" + result + b"\n")
-    posix.close(status_fd)  # EOF tells a live coordinator that exit.json is there
-    return 0
 
 
 if __name__ == "__main__":

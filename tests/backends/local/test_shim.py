@@ -7,7 +7,9 @@ import json
 import marshal
 import os
 import pwd
+import select
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -37,8 +39,16 @@ def shim_for(request, layout):
 def _prestarter(request, layout):
     if request.param == "cold":
         return lambda: None
-    server = request.getfixturevalue("server") if request.param == "server" else None
-    return lambda: launcher.prestart(layout, server)
+    if request.param == "popen":
+        return lambda: launcher.prestart(layout)
+    server, supervisors = request.getfixturevalue("server"), []
+    request.addfinalizer(lambda: [supervisor.close() for supervisor in supervisors])
+
+    def prestart():
+        warm = launcher.prestart(layout, server)
+        supervisors.append(warm.handle.popen)
+        return warm
+    return prestart
 
 
 def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
@@ -58,7 +68,7 @@ def test_command_waits_for_go_then_exit_is_recorded(layout, tmp_path, shim_for):
     assert not marker.exists() and not (attempt_dir / "exit.json").exists()
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     record = read_json(attempt_dir / "exit.json")
     assert record["exit_code"] == 5 and record["signal"] is None and marker.exists()
     handle.close()
@@ -69,7 +79,7 @@ def test_abort_exits_without_running_the_command(layout, tmp_path):
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "ABORT", b"")
     handle.release_barrier(b"A")
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     assert not marker.exists() and not (attempt_dir / "exit.json").exists()
     handle.close()
 
@@ -80,7 +90,8 @@ def test_barrier_survives_the_coordinator_going_away(layout, tmp_path):
     handle.release_barrier(b"")  # the pipe closes as if the coordinator died
     assert handle.popen.poll() is None and not marker.exists()
     write_atomic(attempt_dir / "GO", b"")  # the next coordinator resumes the barrier
-    assert handle.popen.wait(timeout=15) == 0 and marker.exists()
+    finish(handle)
+    assert marker.exists()
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
     handle.close()
 
@@ -93,7 +104,7 @@ def test_environment_carries_identity_and_gpu_binding(layout, tmp_path):
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    handle.popen.wait(timeout=15)
+    finish(handle)
     env = json.loads(dump.read_text())
     assert env["SEED"] == "3"
     assert env["PRAXIST_EXPERIMENT_ID"] == "job-1" and env["PRAXIST_EXPERIMENT_ATTEMPT_ID"] == "a1"
@@ -112,7 +123,7 @@ def test_command_runs_in_a_new_session_under_the_shim(layout, tmp_path):
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    handle.popen.wait(timeout=15)
+    finish(handle)
     sid, pgid = map(int, out.read_text().split())
     assert sid == pgid == handle.popen.pid != os.getsid(0)
     handle.close()
@@ -128,7 +139,7 @@ def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path, prestart):
     assert ready["pid"] == handle.popen.pid and not marker.exists()
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 4 and marker.exists()
     sid, pgid = map(int, out.read_text().split())
     assert sid == pgid == handle.popen.pid != os.getsid(0)  # its own session, as a cold one
@@ -191,8 +202,7 @@ def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_
     warm = prestart()
     warm.handle.release_barrier(b"G")  # journaled with the attempt: sent before it is known
     handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 3", warm=warm)
-    assert handle.popen.wait(timeout=15) == 0
-    assert os.read(handle.status_fd, 64) == b""  # no "R": only the EOF of its exit
+    assert finish(handle) == b""  # no "R": only the end of its attempt
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 3 and marker.exists()
     assert read_json(attempt_dir / "READY")["pid"] == handle.popen.pid  # READY all the same
     handle.close()
@@ -226,9 +236,8 @@ def test_an_exit_the_full_disk_keeps_out_is_told_then_written_when_room_returns(
     assert temporary(attempt_dir) == []  # its failed try cleaned up after itself
 
     attempts_disk.free()
-    assert handle.popen.wait(timeout=15) == 0
+    assert finish(handle) == b""  # nothing more was said
     assert read_json(attempt_dir / "exit.json") == handle.exit_record
-    assert handle.read_status() == b""  # EOF: nothing more was said
     assert temporary(attempt_dir) == []
     assert "exit.json written at try " in (attempt_dir / "shim.log").read_text()
     handle.close()
@@ -270,12 +279,12 @@ def test_a_shim_that_cannot_write_ready_runs_nothing_until_room_or_abort(
     assert handle.popen.poll() is None and not marker.exists()
     if then == "room":
         attempts_disk.free()
-        assert handle.popen.wait(timeout=15) == 0
+        finish(handle)
         assert read_json(attempt_dir / "exit.json")["exit_code"] == 0 and marker.exists()
     else:
         write_atomic(attempt_dir / "ABORT", b"")
         handle.release_barrier(b"A")
-        assert handle.popen.wait(timeout=15) == 0
+        finish(handle)
         assert not marker.exists() and not (attempt_dir / "READY").exists()
     assert temporary(attempt_dir) == []
     handle.close()
@@ -286,7 +295,7 @@ def test_orphaned_shim_gives_up_without_running_the_command(layout, tmp_path, mo
     handle, attempt_dir, marker = spawn(layout, tmp_path)
     wait_for(lambda: (attempt_dir / "READY").exists())
     handle.release_barrier(b"")  # the coordinator is gone and none comes back
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     assert not marker.exists() and not (attempt_dir / "exit.json").exists()
     handle.close()
 
@@ -299,12 +308,36 @@ def spawn_argv(layout, argv, cwd, env=None, warm=None, uid=None):
     return handle, layout.attempt_dir("job-1", "a1")
 
 
+def finish(handle, timeout=15.0):
+    """What the shim said on its status pipe (``D`` aside) until the EOF that ends its
+    attempt: a shim started for it has exited then; a supervisor said ``D`` (nothing of
+    the attempt runs) and lives on, idle, alone in its process group."""
+    said, deadline = b"", time.monotonic() + timeout
+    while (word := handle.read_status()) != b"":
+        said += word or b""
+        left = deadline - time.monotonic()
+        assert left > 0, f"the shim did not finish its attempt in {timeout}s (said {said!r})"
+        select.select([handle.status_fd], [], [], left)
+    if isinstance(handle.popen, launcher.Supervisor):
+        assert handle.over and handle.popen.poll() is None
+        assert _group(handle.popen.pid) == [handle.popen.pid]
+        assert not [pid for pid in _pids() if _ppid(pid) == handle.popen.pid]  # reaped all
+    else:
+        assert handle.popen.wait(timeout=timeout) == 0
+    return said
+
+
+def _group(pgid):
+    """The live members of a process group."""
+    return [pid for pid in _pids() if (fields := _stat_fields(pid)) and
+            fields[1][0] != b"Z" and int(fields[1][2]) == pgid]
+
+
 def go_and_wait(handle, attempt_dir):
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    assert handle.popen.wait(timeout=15) == 0
-    assert os.read(handle.status_fd, 64) == b"R" and os.read(handle.status_fd, 64) == b""
+    assert finish(handle) == b"R"
     record = read_json(attempt_dir / "exit.json")
     handle.close()
     assert set(record) == {"exit_code", "signal", "started_at", "ended_at", "error"}
@@ -360,7 +393,7 @@ def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_p
     wait_for(lambda: any(_ppid(pid) == handle.popen.pid and _comm(pid) == "sleep"
                          for pid in _pids()))
     os.killpg(handle.popen.pid, signal.SIGTERM)
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     record = read_json(attempt_dir / "exit.json")
     assert record["exit_code"] == 143 and record["signal"] == signal.SIGTERM
     handle.close()
@@ -440,7 +473,7 @@ def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path, shim_
     orphan = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
     wait_for(lambda: _ppid(orphan) == handle.popen.pid, message="the orphan reparented")
     assert not (attempt_dir / "exit.json").exists() and handle.popen.poll() is None
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     assert _ppid(orphan) is None  # reaped before exit.json was written
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
     handle.close()
@@ -453,7 +486,7 @@ def test_a_dead_shim_tells_its_signal_only_to_its_parent(layout, tmp_path, shim_
     wait_for(lambda: (attempt_dir / "READY").exists())
     os.kill(handle.popen.pid, signal.SIGKILL)
     handle.popen.wait(timeout=15)
-    forked = isinstance(handle.popen, launcher.ForkedShim)
+    forked = isinstance(handle.popen, launcher.Supervisor)
     assert handle.death() == ("supervisor died" if forked else "supervisor died: signal 9")
     handle.close()
 
@@ -477,7 +510,7 @@ def test_the_spec_is_private_and_never_left_behind(layout, tmp_path, monkeypatch
     # ABORT found at start: the shim exits without READY, and still removes the spec
     write_atomic(attempt_dir / "ABORT", b"")
     handle, _, marker = spawn(layout, tmp_path)
-    assert handle.popen.wait(timeout=15) == 0
+    finish(handle)
     assert not (attempt_dir / "READY").exists() and not marker.exists()
     assert not (attempt_dir / "spec.marshal").exists()
     handle.close()

@@ -1,5 +1,6 @@
-"""The fork server: warm shims forked on request, each leading a session of its own, whose
-pipes and lives are their own and outlast the server."""
+"""The fork server: supervisors forked on request, each leading a session of its own, whose
+pipes and lives are their own and outlast the server; and a supervisor serving attempt
+after attempt, alone in its process group between them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.backends.local import launcher
-from tests.backends.local.test_shim import _ppid, go_and_wait, spawn
+from praxist_fs.core.effects import SpawnAttempt
+from tests.backends.local.test_shim import _group, _ppid, finish, go_and_wait, spawn
 from tests.e2e.conftest import read_json, wait_for
 
 
@@ -57,15 +59,17 @@ def test_a_forked_shim_leads_its_own_session_under_the_server(server):
     assert os.getpgid(pid) == os.getsid(pid) == pid != os.getsid(server.popen.pid)
     assert _ppid(pid) == server.popen.pid
     assert os.getpgid(server.popen.pid) == server.popen.pid != os.getpgid(0)
-    status = proc_status(pid)
-    assert not int(status["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits for its command
-    assert int(status["SigCgt"], 16) & 1 << (signal.SIGTERM - 1)  # and stays to record it
+    assert not int(proc_status(pid)["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits
     assert os.readlink(f"/proc/{pid}/cwd") == "/"
-    # once it waits for its attempt (it reads /proc for its identity first)
-    fds = wait_for(lambda: (fds := fd_targets(pid)) and
-                   sorted(map(kind, fds.values())) == ["/dev/null"] * 3 + ["pipe"] * 3 and fds,
+    # once it waits for its attempt (it reads /proc for its identity first): its stdio, a
+    # /dev/null to return to between attempts, the attempt's three pipes, its pool socket
+    fds = wait_for(lambda: (fds := fd_targets(pid)) and sorted(map(kind, fds.values())) ==
+                   ["/dev/null"] * 4 + ["pipe"] * 3 + ["socket"] and fds,
                    message=f"the warm shim's fds to settle: {fd_targets(pid)}")
     assert [fds[fd] for fd in (0, 1, 2)] == ["/dev/null"] * 3
+    # given its attempt's pipes, it stays to record its command's end
+    wait_for(lambda: int(proc_status(pid)["SigCgt"], 16) & 1 << (signal.SIGTERM - 1),
+             message="SIGTERM caught")
     # the server keeps no attempt's pipe: only its stdio and its socket
     assert sorted(kind(target) for target in fd_targets(server.popen.pid).values()) == \
         ["/dev/null"] * 3 + ["socket"]
@@ -84,11 +88,12 @@ def test_a_forked_shim_runs_an_attempt_and_its_eof_is_its_own(layout, tmp_path, 
     assert ready["pid"] == handle.popen.pid and not marker.exists()
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    assert read_to_eof(handle.status_fd) == b"R"  # while the server and its other child live
+    assert read_to_eof(handle.status_fd) == b"RD"  # while the server and its other child live
     assert server.alive and other.handle.popen.poll() is None
-    assert handle.popen.wait(timeout=15) == 0
+    assert handle.popen.poll() is None  # idle: it serves the next attempt
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 6 and marker.exists()
     handle.close()
+    handle.popen.close()
     other.dismiss()
 
 
@@ -108,10 +113,10 @@ def test_closing_the_server_leaves_a_running_attempt_to_finish(layout, tmp_path,
     gate = wait_for(lambda: _open_for_writing(fifo), message="the command reading the gate")
     os.write(gate, b"go\n")
     os.close(gate)
-    assert read_to_eof(handle.status_fd) == b"R"
-    assert handle.popen.wait(timeout=15) == 0
+    assert read_to_eof(handle.status_fd) == b"RD"
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 7
     handle.close()
+    handle.popen.close()
 
 
 def _open_for_writing(fifo):
@@ -126,7 +131,7 @@ def _open_for_writing(fifo):
 def test_the_server_survives_bad_requests_and_dead_children(layout, tmp_path, server):
     pipes = [os.pipe() for _ in range(4)]
     ends = [write for _, write in pipes]
-    bad = [(b"F", []), (b"F", ends[:1]), (b"F", ends), (b"FF", ends[:3])]
+    bad = [(b"F", []), (b"F", ends[:2]), (b"F", ends), (b"FF", ends[:1])]
     for message, fds in bad:
         socket.send_fds(server.sock, [message], fds)
         assert server.sock.recv(32) == b"%d" % -errno.EINVAL
@@ -142,6 +147,7 @@ def test_the_server_survives_bad_requests_and_dead_children(layout, tmp_path, se
     handle, attempt_dir, marker = spawn(layout, tmp_path, warm=server.prestart())
     assert go_and_wait(handle, attempt_dir)["exit_code"] == 0 and marker.exists()
     assert server.alive
+    handle.popen.close()
 
 
 def test_a_refusal_is_an_oserror_and_leaves_nothing_open(layout):
@@ -203,7 +209,7 @@ def test_requests_need_not_wait_and_are_answered_in_order(layout, server):
     assert len(server.pending) == 3
     ready, _, _ = select.select([server.sock], [], [], 15)  # a reply makes it readable
     assert ready
-    shims = [server.receive() for _ in range(3)]
+    shims = [server.receive().warm() for _ in range(3)]
     assert len({shim.handle.popen.pid for shim in shims}) == 3 and not server.pending
     assert all(shim.handle.popen.poll() is None for shim in shims)
     for shim in shims:
@@ -226,5 +232,76 @@ def test_a_server_killed_with_requests_outstanding_leaves_nothing_open(layout, s
             break
     assert not server.alive and not server.pending
     for shim in received:
-        shim.dismiss()
+        shim.close()
     assert fd_targets().items() <= before.items()  # nothing new open (the socket may be shut)
+
+
+def forked(server):
+    server.request()
+    return server.receive()
+
+
+def attempt(layout, tmp_path, job_id, body, warm):
+    """Hand ``warm`` the attempt ``job_id``/a1 running ``sh -c body`` in ``tmp_path``."""
+    effect = SpawnAttempt(job_id=job_id, attempt_id="a1", argv=None, command=body,
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    return handle, layout.attempt_dir(job_id, "a1")
+
+
+def test_a_supervisor_serves_attempt_after_attempt_and_is_alone_between_them(
+        layout, tmp_path, server):
+    supervisor = forked(server)
+    orphan = tmp_path / "orphan"
+    first, first_dir = attempt(layout, tmp_path, "job-1", f"sleep 1 & echo $! > {orphan}; "
+                               "setsid sleep 1 & exit 3", supervisor.warm())
+    assert go_and_wait(first, first_dir)["exit_code"] == 3  # finish(): its group is it alone
+    assert not os.path.exists(f"/proc/{int(orphan.read_text())}")  # waited for, not left
+    # idle: nothing of the attempt is held open, its output and cwd are its own again
+    wait_for(lambda: os.readlink(f"/proc/{supervisor.pid}/cwd") == "/",
+             message="the supervisor idle")
+    assert [os.readlink(f"/proc/{supervisor.pid}/fd/{fd}") for fd in (1, 2)] == \
+        ["/dev/null"] * 2
+    second, second_dir = attempt(layout, tmp_path, "job-2", "exit 4", supervisor.warm())
+    assert go_and_wait(second, second_dir)["exit_code"] == 4
+    ready = [read_json(d / "READY") for d in (first_dir, second_dir)]
+    assert ready[0]["pid"] == ready[1]["pid"] == supervisor.pid
+    assert ready[0]["start_time"] == ready[1]["start_time"]  # one process, no fork between
+    supervisor.retire()  # idle: it exits at once
+    assert supervisor.wait(timeout=15) == 0
+    supervisor.close()
+
+
+def test_a_group_sigterm_ends_the_command_not_the_supervisor_but_ends_an_idle_one(
+        layout, tmp_path, server):
+    supervisor = forked(server)
+    handle, attempt_dir = attempt(layout, tmp_path, "job-1", "exec sleep 30", supervisor.warm())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    write_atomic(attempt_dir / "GO", b"")
+    handle.release_barrier(b"G")
+    wait_for(lambda: len(_group(supervisor.pid)) == 2, message="the command in its group")
+    os.killpg(supervisor.pid, signal.SIGTERM)
+    finish(handle)  # it recorded the command's end, and is idle
+    assert read_json(attempt_dir / "exit.json")["signal"] == signal.SIGTERM
+    handle.close()
+    os.killpg(supervisor.pid, signal.SIGTERM)  # idle: it has nothing to record
+    assert supervisor.wait(timeout=15) == 0
+    supervisor.close()
+
+
+def test_a_retired_supervisor_finishes_its_attempt_then_exits(layout, tmp_path, server):
+    supervisor = forked(server)
+    gate = tmp_path / "gate"
+    handle, attempt_dir = attempt(layout, tmp_path, "job-1",
+                                  f"until [ -e {gate} ]; do sleep 0.05; done; exit 5",
+                                  supervisor.warm())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    handle.release_barrier(b"G")
+    supervisor.retire()  # as a coordinator that leaves, or stops the run
+    assert supervisor.poll() is None  # it still serves
+    gate.touch()
+    assert supervisor.wait(timeout=15) == 0  # then exits
+    supervisor.close()
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 5
+    handle.close()
