@@ -37,6 +37,17 @@ def finished_on_one_slot(run) -> tuple[str, int]:
     raise AssertionError("no job was served by a supervisor")
 
 
+def orphaning_on_a_reused_supervisor(run, tmp_path) -> tuple[str, int, int]:
+    """A job whose command leaves a setsid'd sleep, run by a supervisor that served a job
+    before it: its id, the supervisor's pid and the sleep's."""
+    _, supervisor = finished_on_one_slot(run)
+    job_id = run.reply(run.submit(request("orphaning", orphaning(tmp_path))))["job_id"]
+    assert ready_pid(run, job_id) == supervisor
+    escaped = int(wait_for(lambda: (path := tmp_path / "escaped").exists()
+                           and path.read_text().strip(), message="the setsid'd sleep"))
+    return job_id, supervisor, escaped
+
+
 def test_a_reused_supervisor_is_not_taken_for_its_last_attempt_after_a_restart(
         make_run, tmp_path):
     run = make_run(slots=1)
@@ -81,11 +92,7 @@ def test_an_idle_supervisor_killed_loses_nothing(make_run):
 def test_a_reused_supervisor_killed_mid_attempt_is_fenced(make_run, tmp_path):
     run = make_run(slots=1, retries=1)
     run.start()
-    _, supervisor = finished_on_one_slot(run)
-    job_id = run.reply(run.submit(request("orphaning", orphaning(tmp_path))))["job_id"]
-    assert ready_pid(run, job_id) == supervisor
-    escaped = int(wait_for(lambda: (path := tmp_path / "escaped").exists()
-                           and path.read_text().strip(), message="the setsid'd sleep"))
+    job_id, supervisor, escaped = orphaning_on_a_reused_supervisor(run, tmp_path)
     wait_for(lambda: os.getsid(escaped) == escaped, message="the sleep's own session")
     os.kill(supervisor, signal.SIGKILL)
     doc = run.wait_state(job_id, *ENDED)
@@ -96,11 +103,7 @@ def test_a_reused_supervisor_killed_mid_attempt_is_fenced(make_run, tmp_path):
 def test_stop_ends_a_reused_supervisors_attempt_and_leaves_no_process(make_run, tmp_path):
     run = make_run(slots=1)
     run.start()
-    _, supervisor = finished_on_one_slot(run)
-    job_id = run.reply(run.submit(request("orphaning", orphaning(tmp_path))))["job_id"]
-    assert ready_pid(run, job_id) == supervisor
-    escaped = int(wait_for(lambda: (path := tmp_path / "escaped").exists()
-                           and path.read_text().strip(), message="the setsid'd sleep"))
+    job_id, supervisor, escaped = orphaning_on_a_reused_supervisor(run, tmp_path)
     stopped = subprocess.run([sys.executable, "-m", "praxist_fs", "stop", str(run.root)],
                              capture_output=True, text=True, timeout=60,
                              env={**os.environ,
