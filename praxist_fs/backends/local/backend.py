@@ -65,7 +65,8 @@ class LocalBackend:
         self.server: launcher.ShimServer | None = None  # forks supervisors
         self._server_retry_at = 0.0
         self._server_fd = -1
-        self.warm: list[launcher.WarmShim] = []  # shims ready ahead of need, latest last
+        # shims ready ahead of need: fresh forks first, then idle supervisors, latest last
+        self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
         self.pidfds: dict[AttemptKey, int] = {}
@@ -108,7 +109,7 @@ class LocalBackend:
         request outstanding, its end closed: it exited."""
         if self.server.pending:
             try:
-                self.warm.append(self.server.receive().warm())
+                self.warm.insert(0, self.server.receive().warm())  # below the idle ones
             except OSError as exc:
                 log.warning("the shim server could not fork a shim: %s", exc)
         else:
