@@ -580,7 +580,11 @@ class SlurmBackend:
         self.spawned.clear()
 
     def go(self, key: AttemptKey) -> None:
-        self.client.release(self.layout.attempt_dir(*key), go=True)
+        """GO, unless ABORT released the barrier first: it stays released, and a GO file
+        beside READY would read as a command that ran (``observe``)."""
+        attempt_dir = self.layout.attempt_dir(*key)
+        if not (attempt_dir / "ABORT").exists():
+            self.client.release(attempt_dir, go=True)
 
     def abort(self, key: AttemptKey) -> None:
         """ABORT in the attempt directory (a job that starts later reads it and leaves);
