@@ -152,7 +152,11 @@ def test_a_full_disk_degrades_the_coordinator_which_resumes_once_there_is_room(
     wait_for(lambda: failed_probes() > after_gate, timeout=20, message="a retry after the exits")
     probes.close()
     incoming = run.sched / "spool" / "incoming"
-    assert {name: (incoming / name).read_text() for name in os.listdir(incoming)} == late
+    # The requests wait in incoming/. The coordinator frees some room itself (it removes
+    # a job index it cannot write), which a retry may find and use for one of them: it is
+    # journaled, never dropped (each is answered and run once, below).
+    waiting = {name: (incoming / name).read_text() for name in os.listdir(incoming)}
+    assert waiting and waiting.items() <= late.items()
     assert run.proc.poll() is None and run.proc.pid == coordinator
 
     filler = disk.filler.stat().st_size  # some room, less than a retry asks for
