@@ -63,16 +63,18 @@ def main() -> int:
         time.sleep(1.1)  # past the sweeps' mtime slack: the fixture's files are not news
 
         def done_sweep(since: int | None = None) -> dict:
-            """One whole pass over jobs/done/, slice by slice as the reconciles take it."""
-            keeper._next_done_sweep = 0.0
-            if since is not None:
-                keeper._swept_ns["done"] = since
+            """One whole pass over the history (jobs/done/ and spool/replies/), slice by
+            slice as the reconciles take it."""
+            for directory in ("done", "replies"):
+                keeper._next_sweep[directory] = 0.0
+                if since is not None:
+                    keeper._swept_ns[directory] = since
             slices = []
             while True:
                 t0 = time.perf_counter()
-                keeper._tidy_done(sched, None)
+                keeper._sweep_history(sched, None)
                 slices.append(time.perf_counter() - t0)
-                if keeper._done_listing is None:
+                if keeper._listing["done"] is None and keeper._listing["replies"] is None:
                     break
             return {"slices": len(slices), "total_s": round(sum(slices), 4),
                     "slowest_slice_s": round(max(slices), 4)}

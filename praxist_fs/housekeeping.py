@@ -139,7 +139,7 @@ class Housekeeper:
         that changed since the directory's last sweep and says other than the journal is
         set aside too, then rewritten from it through ``views``; at start the views'
         repair rewrites those. After the start, jobs/done/ (every job the run had) goes
-        by ``_tidy_done``."""
+        by ``_sweep_history``, with spool/replies/."""
         if not start:
             self.case = None  # each reconcile that finds something opens its own case
         moved = False
