@@ -1,0 +1,70 @@
+"""The benchmarks still run: each imports and parses its flags, and the ones that reach
+into the coordinator's internals (fixture building, the history sweep, the shim
+server, a scheduling pass) run once at a tiny size and print what they promise.
+
+They are not part of `make test`'s measurements; this only catches a benchmark that a
+change of the code it drives has broken (a renamed method once went unnoticed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHES = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+
+
+def bench(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PRAXIST_HOST_REGISTRY": str(tmp_path / "hosts")}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", BENCHES)
+def test_every_benchmark_imports_and_parses_its_flags(name, tmp_path):
+    done = bench(f"bench/{name}", "--help", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout
+
+
+def test_a_fixture_run_replays_to_its_own_counts(tmp_path):
+    done = bench("bench/fixture.py", str(tmp_path / "run"), "fixtures/tasks/example.yaml",
+                 "--finished", "40", "--queued", "3", "--replay", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    built = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (built["finished_jobs"], built["queued_jobs"]) == (40, 3)
+    assert built["in_process_replay"]["events"] == built["journal_events"]
+    assert built["journal_events"] >= 4 * 40 + 3  # four events a finished job, one a queued
+
+
+def test_the_history_sweep_bench_sweeps_a_small_run(tmp_path):
+    done = bench("bench/bench_tidy.py", "--finished", "60", "--queued", "5", "--runs", "1",
+                 tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    assert numbers["done_sweep"]["slices"] >= 1
+    assert numbers["set_aside_anything"] is False
+
+
+def test_the_scheduling_pass_bench_times_every_picker(tmp_path):
+    done = bench("bench/bench_scheduling.py", "--jobs", "200", "--rounds", "1",
+                 "--budget-ms", "1000", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    timed = [name for name, passes in numbers["pickers"].items()
+             if passes["launched_first_pass"] > 0]
+    assert {"fcfs", "backfill", "fair_share", "multifactor"} <= set(timed)
+
+
+def test_the_shim_bench_runs_attempts_on_every_path(tmp_path):
+    done = bench("bench/bench_shim.py", "--prestarts", "1", "--attempts", "3",
+                 tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert {"server", "supervisor", "cold"} <= {line.split()[0] for line in
+                                                 done.stdout.splitlines() if line.strip()}
