@@ -594,7 +594,8 @@ class Openings:
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
     ending_by: Callable[[str, float], int]  # queued jobs of a profile with eta_s <= a limit
     younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after a rank
-    open: set[str] = field(default_factory=set)
+    open: set[str] = field(default_factory=set)    # profiles known to open
+    unsure: set[str] = field(default_factory=set)  # profiles left not asked since ``update``
     reservation: Reservation | None = None
     short: Counter[str] = field(default_factory=Counter)  # left jobs that end before it
     seen: list[Job] = field(default_factory=list)         # visited before the reservation
@@ -610,13 +611,24 @@ class Openings:
                                   for profile, count in self.left.items() if count})
             self.short.subtract(job.profile for job in self.seen if self._ends_first(job))
             self.seen = []
-        self.open = {profile for profile, count in self.left.items()
-                     if count and self._opens(profile)}
+        self.open = set()
+        self.unsure = {profile for profile, count in self.left.items() if count}
+
+    def any_open(self) -> bool:
+        """Whether a job still to visit could start. The profiles are asked only until
+        one opens: after a launch one mostly does at once, and what a profile answers
+        stays the same until the next ``update`` (but for ``short``, which ``visit``
+        follows), so asking later answers as asking then."""
+        open, unsure = self.open, self.unsure
+        while not open and unsure:
+            if self._opens(profile := unsure.pop()):
+                open.add(profile)
+        return bool(open)
 
     @property
     def exhausted(self) -> bool:
         """No job still to visit could start, and the pass has handled one."""
-        return not self.open and self.visited > 0
+        return self.visited > 0 and not self.any_open()
 
     def visit(self, job: Job) -> None:
         profile = job.profile
@@ -630,11 +642,13 @@ class Openings:
                 self.open.discard(profile)
         if not self.left[profile]:
             self.open.discard(profile)
+            self.unsure.discard(profile)
 
     def drop(self, profile: str) -> None:
         """The jobs of ``profile`` left are known held without a visit (``Pass.merge``)."""
         self.left[profile] = 0
         self.open.discard(profile)
+        self.unsure.discard(profile)
 
     def _ends_first(self, job: Job) -> bool:
         return not self.reservation.avoid(job)

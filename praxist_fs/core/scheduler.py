@@ -728,7 +728,7 @@ class Scheduler(JobControlDesk):
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
-        if ctx.openings is not None and not ctx.openings.open:
+        if ctx.openings is not None and not ctx.openings.any_open():
             # no job could start: the whole walk would only say why each waits, so all of
             # it is the rest, reading the queue as this pass's copy has it (arrivals
             # enter the backlog before the rest is run)
