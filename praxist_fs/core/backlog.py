@@ -16,14 +16,13 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from itertools import groupby, islice, repeat
-from operator import attrgetter, itemgetter
+from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from .model import Job
 
 _RANK = attrgetter("rank")  # priority, then arrival (``Job.rank``)
-_PROFILE = attrgetter("profile")
 ETA_STEPS = 8  # ETAs are told apart by an eighth of an octave (``eta_step``)
 
 
@@ -52,13 +51,16 @@ Heads = dict[str, list[tuple[Any, Hashable]]]
 
 def heads_of(runs: dict[Hashable, list[Job]], key: RunKey) -> Heads:
     """Per profile, a heap of the first job of each of its ``runs`` by ``key``."""
-    firsts = [run[0] for run in runs.values()]
-    # grouped by a sort on the profile alone: comparing whole keys costs more
-    entries = sorted(zip(map(_PROFILE, firsts), map(key, runs, firsts, repeat(0)), runs),
-                     key=itemgetter(0))
     heads: Heads = {}
-    for profile, group in groupby(entries, key=itemgetter(0)):
-        heads[profile] = heap = [(head, of) for _, head, of in group]
+    # grouped as they come (the ranking pickers key every run each pass): a sort on the
+    # profile cost a third more
+    for of, run in runs.items():
+        job = run[0]
+        if (heap := heads.get(job.profile)) is None:
+            heads[job.profile] = [(key(of, job, 0), of)]
+        else:
+            heap.append((key(of, job, 0), of))
+    for heap in heads.values():
         heapq.heapify(heap)
     return heads
 
