@@ -594,6 +594,8 @@ class Openings:
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
     ending_by: Callable[[str, float], int]  # queued jobs of a profile with eta_s <= a limit
     younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after a rank
+    # a profile's first queued job after a rank that declares an eta_s of at most a limit
+    ending_after: Callable[[str, int, float], Job | None]
     open: set[str] = field(default_factory=set)    # profiles known to open
     unsure: set[str] = field(default_factory=set)  # profiles left not asked since ``update``
     reservation: Reservation | None = None
@@ -721,6 +723,9 @@ class Pass:
     _loads_at_start: list[DeviceLoad] | None = None
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
+    # ``_wanted_after``: by (profile, picker), the first job after the rank last asked that
+    # ends before the reservation, or None
+    _shorts: dict[tuple[str, type[JobPicker]], Job | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
@@ -879,6 +884,14 @@ class Pass:
                 continue  # each of its jobs is known held
             # the jobs wanted: every one (None), or those that do (True) or do not outlast it
             outlasting = None if free and (kept or not crowds) else kept
+            if outlasting is False:  # its short jobs alone: found apart, as they may be few
+                known = self._shorts.get((profile, picker), False)
+                if known is False or known is not None and known.rank <= rank:
+                    known = self._shorts[(profile, picker)] = self.openings.ending_after(
+                        profile, rank, reservation.eta_limit)
+                if known is not None and known.rank < first:
+                    first = known.rank
+                continue
             jobs, job = self._cursors.get((profile, picker)) or (
                 self.openings.younger(profile, rank), None)
             job = job or next(jobs, None)

@@ -726,7 +726,7 @@ class Scheduler(JobControlDesk):
             # assessment holds read the live calibration; preemption and resumption start
             # work that placement alone does not foresee: those passes walk every job
             ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
-                                    queue.ending_by, queue.younger)
+                                    queue.ending_by, queue.younger, queue.ending_after)
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
