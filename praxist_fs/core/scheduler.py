@@ -74,8 +74,11 @@ FINISHED = tuple(state for state in JobState if state.terminal)
 
 
 class Scheduler(JobControlDesk):
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, job_files: bool = True) -> None:
         self.policy = policy or Policy()
+        # whether a WriteJob carries what the job's file says; a simulation writes no job
+        # files, and made 60,000 documents for a Philly replay only to drop them
+        self.job_files = job_files
         # a finished job and a reply change no more: each may wait in the last snapshot
         # (a finished job's mark there: its state's place in FINISHED)
         self.jobs: Shelf[Job] = Shelf(brought_back=self._brought_back)
@@ -1215,7 +1218,7 @@ class Scheduler(JobControlDesk):
     def _write_job(self, job: Job) -> WriteJob:
         moved_from = self._moved_from.pop(job.job_id, None)
         return WriteJob(job_id=job.job_id, directory=job.state.directory,
-                        document=self.job_document(job),
+                        document=self.job_document(job) if self.job_files else {},
                         replaces=moved_from if moved_from != job.state.directory else None)
 
     def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
