@@ -597,15 +597,21 @@ class Openings:
     # a profile's first queued job after a rank that declares an eta_s of at most a limit
     ending_after: Callable[[str, int, float], Job | None]
     open: set[str] = field(default_factory=set)    # profiles known to open
-    unsure: set[str] = field(default_factory=set)  # profiles left not asked since ``update``
+    unsure: set[str] = field(init=False)           # profiles left not asked since ``update``
     reservation: Reservation | None = None
     short: Counter[str] = field(default_factory=Counter)  # left jobs that end before it
     seen: list[Job] = field(default_factory=list)         # visited before the reservation
     visited: int = 0
     _can: dict[tuple[str, bool], bool] = field(default_factory=dict)  # until loads change
 
+    def __post_init__(self) -> None:
+        self.unsure = {profile for profile, count in self.left.items() if count}
+
     def update(self, reservation: Reservation | None) -> None:
-        """After a launch (loads and slots changed) or a reservation: what is open now."""
+        """After a launch (loads and slots changed) or a reservation: what is open now.
+        A pass only takes room away (a launch takes a slot and devices, a reservation
+        keeps jobs off some, backfill onto them crowds them more), so a profile found
+        closed stays closed: only those open or not asked yet are asked again."""
         self._can.clear()
         if reservation is not None and self.reservation is None:
             self.reservation = reservation  # the pass's own: backfill onto it shows here
@@ -613,8 +619,8 @@ class Openings:
                                   for profile, count in self.left.items() if count})
             self.short.subtract(job.profile for job in self.seen if self._ends_first(job))
             self.seen = []
+        self.unsure |= self.open
         self.open = set()
-        self.unsure = {profile for profile, count in self.left.items() if count}
 
     def any_open(self) -> bool:
         """Whether a job still to visit could start. The profiles are asked only until
