@@ -729,9 +729,10 @@ class Pass:
     _loads_at_start: list[DeviceLoad] | None = None
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
-    # ``_wanted_after``: by (profile, picker), the first job after the rank last asked that
-    # ends before the reservation, or None
-    _shorts: dict[tuple[str, type[JobPicker]], Job | None] = field(default_factory=dict)
+    # ``_wanted_after``: by (profile, picker), the rank last asked and the first job after
+    # it that ends before the reservation, or None
+    _shorts: dict[tuple[str, type[JobPicker]], tuple[int, Job | None]] = \
+        field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
@@ -891,12 +892,12 @@ class Pass:
             # the jobs wanted: every one (None), or those that do (True) or do not outlast it
             outlasting = None if free and (kept or not crowds) else kept
             if outlasting is False:  # its short jobs alone: found apart, as they may be few
-                known = self._shorts.get((profile, picker), False)
-                if known is False or known is not None and known.rank <= rank:
-                    known = self._shorts[(profile, picker)] = self.openings.ending_after(
-                        profile, rank, reservation.eta_limit)
-                if known is not None and known.rank < first:
-                    first = known.rank
+                asked, found = self._shorts.get((profile, picker), (math.inf, None))
+                if asked > rank or found is not None and found.rank <= rank:
+                    asked, found = self._shorts[(profile, picker)] = (
+                        rank, self.openings.ending_after(profile, rank, reservation.eta_limit))
+                if found is not None and found.rank < first:
+                    first = found.rank
                 continue
             jobs, job = self._cursors.get((profile, picker)) or (
                 self.openings.younger(profile, rank), None)
