@@ -16,14 +16,13 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from itertools import groupby, islice, repeat
-from operator import attrgetter, itemgetter
+from itertools import compress, count, islice
+from operator import attrgetter
 from typing import Any
 
 from .model import Job
 
 _RANK = attrgetter("rank")  # priority, then arrival (``Job.rank``)
-_PROFILE = attrgetter("profile")
 ETA_STEPS = 8  # ETAs are told apart by an eighth of an octave (``eta_step``)
 
 
@@ -52,13 +51,16 @@ Heads = dict[str, list[tuple[Any, Hashable]]]
 
 def heads_of(runs: dict[Hashable, list[Job]], key: RunKey) -> Heads:
     """Per profile, a heap of the first job of each of its ``runs`` by ``key``."""
-    firsts = [run[0] for run in runs.values()]
-    # grouped by a sort on the profile alone: comparing whole keys costs more
-    entries = sorted(zip(map(_PROFILE, firsts), map(key, runs, firsts, repeat(0)), runs),
-                     key=itemgetter(0))
     heads: Heads = {}
-    for profile, group in groupby(entries, key=itemgetter(0)):
-        heads[profile] = heap = [(head, of) for _, head, of in group]
+    # grouped as they come (the ranking pickers key every run each pass): a sort on the
+    # profile cost a third more
+    for of, run in runs.items():
+        job = run[0]
+        if (heap := heads.get(job.profile)) is None:
+            heads[job.profile] = [(key(of, job, 0), of)]
+        else:
+            heap.append((key(of, job, 0), of))
+    for heap in heads.values():
         heapq.heapify(heap)
     return heads
 
@@ -69,9 +71,12 @@ class Backlog:
         self.by_class: Counter[str] = Counter(job.request.work_class for job in self._jobs)
         self.by_profile: Counter[str] = Counter(job.profile for job in self._jobs)
         self._of_profile: dict[str, list[Job]] = {}          # profile -> its jobs, by order
+        # profile -> the ETA each of its jobs declares (inf: none), beside ``_of_profile``
+        self._eta_of: dict[str, list[float]] = {}
         self._etas: dict[str, list[tuple[float, int]]] = {}  # profile -> sorted (eta_s, order)
         for job in self._jobs:
             self._of_profile.setdefault(job.profile, []).append(job)
+            self._eta_of.setdefault(job.profile, []).append(_eta(job))
             if job.request.eta_s is not None:
                 self._etas.setdefault(job.profile, []).append((job.request.eta_s, job.order))
         for etas in self._etas.values():
@@ -100,7 +105,10 @@ class Backlog:
         self._change(True, job)
         self.by_class[job.request.work_class] += 1
         self.by_profile[job.profile] += 1
-        insort(self._of_profile.setdefault(job.profile, []), job, key=_RANK)
+        jobs = self._of_profile.setdefault(job.profile, [])
+        at = bisect_right(jobs, job.rank, key=_RANK)
+        jobs.insert(at, job)
+        self._eta_of.setdefault(job.profile, []).insert(at, _eta(job))
         if job.attempts:
             self._served[job.job_id] = job
         if (eta := job.request.eta_s) is not None:
@@ -116,7 +124,8 @@ class Backlog:
         _take(self.by_class, job.request.work_class)
         _take(self.by_profile, job.profile)
         jobs = self._of_profile[job.profile]
-        del jobs[bisect_left(jobs, job.rank, key=_RANK)]
+        at = bisect_left(jobs, job.rank, key=_RANK)
+        del jobs[at], self._eta_of[job.profile][at]
         self._served.pop(job.job_id, None)
         if (eta := job.request.eta_s) is not None:
             etas = self._etas[job.profile]
@@ -220,6 +229,22 @@ class Backlog:
     def ending_by(self, profile: str, eta_s: float) -> int:
         """How many queued jobs of ``profile`` declare an ETA of at most ``eta_s``."""
         return bisect_right(self._etas.get(profile, ()), (eta_s, math.inf))
+
+    def ending_after(self, profile: str, rank: int, eta_s: float) -> Job | None:
+        """The first queued job of ``profile`` ranked after ``rank`` that declares an ETA of
+        at most ``eta_s``, or None. The ETAs are compared in C: under a backfill
+        reservation a profile's short jobs may lie thousands of jobs apart."""
+        jobs, etas = self._of_profile.get(profile, []), self._eta_of.get(profile, [])
+        start = bisect_right(jobs, rank, key=_RANK)
+        found = next(compress(count(start), map(float(eta_s).__ge__, islice(etas, start, None))),
+                     None)
+        return None if found is None else jobs[found]
+
+
+def _eta(job: Job) -> float:
+    """The ETA ``job`` declares; inf when none (it never ends: ``Reservation.outlasts``)."""
+    eta = job.request.eta_s
+    return math.inf if eta is None else eta
 
 
 def _changed(jobs: list[Job], waiting: list[tuple[bool, Job]]) -> list[Job]:

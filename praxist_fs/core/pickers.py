@@ -594,15 +594,24 @@ class Openings:
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
     ending_by: Callable[[str, float], int]  # queued jobs of a profile with eta_s <= a limit
     younger: Callable[[str, int], Iterator[Job]]  # a profile's queued jobs after a rank
-    open: set[str] = field(default_factory=set)
+    # a profile's first queued job after a rank that declares an eta_s of at most a limit
+    ending_after: Callable[[str, int, float], Job | None]
+    open: set[str] = field(default_factory=set)    # profiles known to open
+    unsure: set[str] = field(init=False)           # profiles left not asked since ``update``
     reservation: Reservation | None = None
     short: Counter[str] = field(default_factory=Counter)  # left jobs that end before it
     seen: list[Job] = field(default_factory=list)         # visited before the reservation
     visited: int = 0
     _can: dict[tuple[str, bool], bool] = field(default_factory=dict)  # until loads change
 
+    def __post_init__(self) -> None:
+        self.unsure = {profile for profile, count in self.left.items() if count}
+
     def update(self, reservation: Reservation | None) -> None:
-        """After a launch (loads and slots changed) or a reservation: what is open now."""
+        """After a launch (loads and slots changed) or a reservation: what is open now.
+        A pass only takes room away (a launch takes a slot and devices, a reservation
+        keeps jobs off some, backfill onto them crowds them more), so a profile found
+        closed stays closed: only those open or not asked yet are asked again."""
         self._can.clear()
         if reservation is not None and self.reservation is None:
             self.reservation = reservation  # the pass's own: backfill onto it shows here
@@ -610,13 +619,24 @@ class Openings:
                                   for profile, count in self.left.items() if count})
             self.short.subtract(job.profile for job in self.seen if self._ends_first(job))
             self.seen = []
-        self.open = {profile for profile, count in self.left.items()
-                     if count and self._opens(profile)}
+        self.unsure |= self.open
+        self.open = set()
+
+    def any_open(self) -> bool:
+        """Whether a job still to visit could start. The profiles are asked only until
+        one opens: after a launch one mostly does at once, and what a profile answers
+        stays the same until the next ``update`` (but for ``short``, which ``visit``
+        follows), so asking later answers as asking then."""
+        open, unsure = self.open, self.unsure
+        while not open and unsure:
+            if self._opens(profile := unsure.pop()):
+                open.add(profile)
+        return bool(open)
 
     @property
     def exhausted(self) -> bool:
         """No job still to visit could start, and the pass has handled one."""
-        return not self.open and self.visited > 0
+        return self.visited > 0 and not self.any_open()
 
     def visit(self, job: Job) -> None:
         profile = job.profile
@@ -630,11 +650,13 @@ class Openings:
                 self.open.discard(profile)
         if not self.left[profile]:
             self.open.discard(profile)
+            self.unsure.discard(profile)
 
     def drop(self, profile: str) -> None:
         """The jobs of ``profile`` left are known held without a visit (``Pass.merge``)."""
         self.left[profile] = 0
         self.open.discard(profile)
+        self.unsure.discard(profile)
 
     def _ends_first(self, job: Job) -> bool:
         return not self.reservation.avoid(job)
@@ -707,6 +729,10 @@ class Pass:
     _loads_at_start: list[DeviceLoad] | None = None
     _cursors: dict[tuple[str, type[JobPicker]], tuple[Iterator[Job], Job | None]] = \
         field(default_factory=dict)  # ``_wanted_after``: (the rest, the next unread job)
+    # ``_wanted_after``: by (profile, picker), the rank last asked and the first job after
+    # it that ends before the reservation, or None
+    _shorts: dict[tuple[str, type[JobPicker]], tuple[int, Job | None]] = \
+        field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
@@ -865,6 +891,14 @@ class Pass:
                 continue  # each of its jobs is known held
             # the jobs wanted: every one (None), or those that do (True) or do not outlast it
             outlasting = None if free and (kept or not crowds) else kept
+            if outlasting is False:  # its short jobs alone: found apart, as they may be few
+                asked, found = self._shorts.get((profile, picker), (math.inf, None))
+                if asked > rank or found is not None and found.rank <= rank:
+                    asked, found = self._shorts[(profile, picker)] = (
+                        rank, self.openings.ending_after(profile, rank, reservation.eta_limit))
+                if found is not None and found.rank < first:
+                    first = found.rank
+                continue
             jobs, job = self._cursors.get((profile, picker)) or (
                 self.openings.younger(profile, rank), None)
             job = job or next(jobs, None)

@@ -74,8 +74,11 @@ FINISHED = tuple(state for state in JobState if state.terminal)
 
 
 class Scheduler(JobControlDesk):
-    def __init__(self, policy: Policy | None = None) -> None:
+    def __init__(self, policy: Policy | None = None, job_files: bool = True) -> None:
         self.policy = policy or Policy()
+        # whether a WriteJob carries what the job's file says; a simulation writes no job
+        # files, and made 60,000 documents for a Philly replay only to drop them
+        self.job_files = job_files
         # a finished job and a reply change no more: each may wait in the last snapshot
         # (a finished job's mark there: its state's place in FINISHED)
         self.jobs: Shelf[Job] = Shelf(brought_back=self._brought_back)
@@ -90,8 +93,10 @@ class Scheduler(JobControlDesk):
         self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
         self._dependents: dict[str, list[str]] = {}  # job id -> jobs that wait for it
         self._settled: dict[str, None] = {}  # scratch: jobs with dependents that changed state
-        # ``real_loads`` from one pass to the next: (the policy it was for, the loads)
-        self._kept_loads: tuple[Policy, KeptLoads] | None = None
+        # ``real_loads`` from one pass to the next: (the policy it was for, the loads, the
+        # running jobs it followed and ``_running_moves`` then)
+        self._kept_loads: tuple[Policy, KeptLoads, dict[str, Job | None], int] | None = None
+        self._running_moves = 0  # jobs that started or stopped running (``_transition``)
         self._held_memo: dict[str, tuple[Any, ...]] = {}  # job id -> (attempt, profile, envelopes)
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
@@ -724,11 +729,11 @@ class Scheduler(JobControlDesk):
             # assessment holds read the live calibration; preemption and resumption start
             # work that placement alone does not foresee: those passes walk every job
             ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
-                                    queue.ending_by, queue.younger)
+                                    queue.ending_by, queue.younger, queue.ending_after)
             ctx.openings.update(None)
         launches: list[AttemptLaunched] = []
         walk = self._walk(ctx, launches)
-        if ctx.openings is not None and not ctx.openings.open:
+        if ctx.openings is not None and not ctx.openings.any_open():
             # no job could start: the whole walk would only say why each waits, so all of
             # it is the rest, reading the queue as this pass's copy has it (arrivals
             # enter the backlog before the rest is run)
@@ -899,7 +904,8 @@ class Scheduler(JobControlDesk):
 
         Kept from call to call (``KeptLoads``) while the sample, the others' envelopes
         and the profiles are the same and no job is suspended: only the devices of jobs
-        that started or stopped running since are worked out again."""
+        that started or stopped running since are worked out again, and when none did
+        (an arrival while the devices are busy) the running jobs are not looked at."""
         sample = self.host.gpus if self.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
@@ -909,15 +915,20 @@ class Scheduler(JobControlDesk):
             real = [e for e in others if not e.speculative]
             return device_loads(sample, [*self.held_envelopes(), *real])
         running = self._by_state[JobState.RUNNING]
-        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
 
         def holding(job_id: str) -> tuple[Attempt, list[Envelope]]:
             return running[job_id].attempts[-1], self._held(running[job_id])
 
         if kept is None or kept[0] is not self.policy or kept[1].sample is not sample or \
-                kept[1].others is not others or not kept[1].update(holders, holding):
-            self._kept_loads = kept = (self.policy, KeptLoads.of(
+                kept[1].others is not others:
+            kept = None
+        elif kept[2] is running and kept[3] == self._running_moves:
+            return list(kept[1].loads)  # no job started or stopped running since
+        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
+        if kept is None or not kept[1].update(holders, holding):
+            kept = (self.policy, KeptLoads.of(
                 sample, others, {job_id: holding(job_id) for job_id in running}))
+        self._kept_loads = (*kept[:2], running, self._running_moves)
         return list(kept[1].loads)  # the caller's to change
 
     def held_envelopes(self) -> list[Envelope]:
@@ -1168,6 +1179,8 @@ class Scheduler(JobControlDesk):
             self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
         if job.state is JobState.RUNNING:
             self._held_memo.pop(job.job_id, None)
+        if JobState.RUNNING in (job.state, new):
+            self._running_moves += 1
         if new.directory != job.state.directory:
             self._moved_from.setdefault(job.job_id, job.state.directory)
         if new is JobState.QUEUED:
@@ -1205,7 +1218,7 @@ class Scheduler(JobControlDesk):
     def _write_job(self, job: Job) -> WriteJob:
         moved_from = self._moved_from.pop(job.job_id, None)
         return WriteJob(job_id=job.job_id, directory=job.state.directory,
-                        document=self.job_document(job),
+                        document=self.job_document(job) if self.job_files else {},
                         replaces=moved_from if moved_from != job.state.directory else None)
 
     def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,

@@ -113,3 +113,36 @@ def test_a_job_without_an_eta_moves_back_when_a_longer_one_comes():
     h.exit(job_id, "a1", 1)  # failed: the calibration holds still, so the heads are kept
     h.submit("longest", eta_s=86400.0)
     assert launched(h) == ["long"]
+
+
+def test_the_next_short_job_of_a_profile_is_the_first_a_walk_in_rank_order_finds():
+    """``Backlog.ending_after`` (backfill's skim under a reservation) finds a profile's
+    next job that ends by a limit from the ETAs kept beside its jobs; as jobs come, go
+    and change priority, it must be the job a walk of the profile's jobs in rank order
+    finds first, or a pass would skip other jobs than before."""
+    rng = random.Random(5)
+    h = harness("fcfs", slots=4)
+    answers = set()
+    for round_ in range(6):
+        for i in range(40):
+            h.submit(f"s{round_}-{i}", peer="a", priority=rng.choice((0, 0, 5)),
+                     **({"eta_s": rng.choice((10.0, 600.0, 3600.0, 86400.0))}
+                        if rng.random() < 0.8 else {}))
+        queue = h.sched._queue()
+        for job in rng.sample(queue.jobs(), 5):  # as ``update`` changes a priority
+            queue.remove(job)
+            job.priority = rng.choice((0, 3, 7))
+            queue.add(job)
+        for job_id, attempt_id in h.launch_all():
+            h.go(job_id, attempt_id)
+            h.exit(job_id, attempt_id, 0)
+        jobs = queue.jobs()
+        for profile in {job.profile for job in jobs}:
+            for limit in (5.0, 10.0, 700.0, 1e9):
+                for rank in [0, *(job.rank for job in rng.sample(jobs, 10))]:
+                    walked = next((job for job in queue.younger(profile, rank)
+                                   if job.request.eta_s is not None
+                                   and job.request.eta_s <= limit), None)
+                    assert queue.ending_after(profile, rank, limit) is walked
+                    answers.add(walked is None)
+    assert answers == {True, False}  # jobs found, and none
