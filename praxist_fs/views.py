@@ -282,16 +282,14 @@ class Views:
 
     def _indexed(self, sched: Scheduler, job_id: str, state: str,
                  durable_ns: int) -> tuple[dict[str, Any], str]:
+        text = _untouched_text(self._job_file("done", job_id), durable_ns)
         try:
-            with open(self._job_file("done", job_id), "rb") as handle:
-                if os.fstat(handle.fileno()).st_mtime_ns <= durable_ns:
-                    text = handle.read().decode()
-                    document = json.loads(text)
-                    if isinstance(document, dict) and document.get("job_id") == job_id and \
-                            document.get("state") == state:
-                        return document, text
-        except (OSError, ValueError):
-            pass
+            document = json.loads(text) if text else None
+        except ValueError:
+            document = None
+        if isinstance(document, dict) and document.get("job_id") == job_id and \
+                document.get("state") == state:
+            return document, text
         document = sched.job_document(sched.jobs.peek(job_id))
         return document, dumps(document).decode()
 
@@ -391,6 +389,24 @@ def forged(sched: Scheduler, job: Job, data: bytes) -> str | None:
             f"{said.get('state') if isinstance(said, dict) else None}, not "
             f"{job.state.value}): these bytes are kept here, and the file rewritten "
             "from the journal")
+
+
+def _untouched_text(path: str, durable_ns: int) -> str | None:
+    """A file's text when it is there and untouched since ``durable_ns``, else None: an
+    open, a stat and a read, no more (a reader object would double the cost)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if found.st_mtime_ns > durable_ns:
+            return None
+        return os.read(fd, found.st_size).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_bytes(path: str | os.PathLike) -> bytes | None:

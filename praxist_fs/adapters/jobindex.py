@@ -204,6 +204,8 @@ class JobIndex:
             db.execute("PRAGMA synchronous=OFF")
             db.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
             db.executescript(_TABLES)
+            for statement in _INDEXES:  # before the rows: no long step at the end
+                db.execute(statement)
             _set_meta(db, schema=SCHEMA, boot_id=boot_id, owner=owner)
         except (sqlite3.Error, OSError) as exc:
             self._abandon(exc)
@@ -221,14 +223,12 @@ class JobIndex:
 
     def finish(self, journal_seq: int) -> None:
         """The rebuilt index reflects ``journal_seq`` once what was staged since it began
-        is in: index its columns and rename it over the (removed) old one."""
+        is in: rename it into place (the old one was removed)."""
         if (db := self._building) is None:
             return
         try:
             db.execute("BEGIN")
             db.executemany(_UPSERT, [_columns(doc, text) for doc, text in self.staged.values()])
-            for statement in _INDEXES:  # faster after the rows than before
-                db.execute(statement)
             _set_meta(db, **self.meta, journal_seq=journal_seq)
             db.execute("COMMIT")
             db.close()
