@@ -261,36 +261,43 @@ class Views:
         return self._history_indexed is not None and self.index.rebuilding
 
     def index_history(self, sched: Scheduler, journal_seq: int) -> None:
-        """The next INDEX_SLICE finished jobs on the shelf into the job index being
+        """The next INDEX_SLICE finished jobs of the shelf into the job index being
         rebuilt, between batches; after the last, the index is complete (``finish``).
         A job's row is its file in jobs/done/ as read, when the start's ``durable_ns``
         vouches for it (there, untouched since, and of that job and state: a read and a
-        parse, ~30 us), else its document from the shelf (~150 us). The jobs that left
-        the shelf meanwhile were staged when their files were written."""
+        parse, ~30 us), else its document from the shelf (~150 us), or from memory for
+        one a lookup brought back. A job changed meanwhile was staged when its file was
+        written, and goes in last."""
         if not self.indexing:
             return
         after, durable_ns = self._history_indexed
-        found = sched.jobs.shelved_after(after, INDEX_SLICE)
-        self.index.add(self._indexed(sched, job_id, FINISHED[mark].value, durable_ns)
-                       for job_id, mark in found)
+        found = sched.jobs.keys_after(after, INDEX_SLICE)
+        self.index.add(filter(None, (self._indexed(sched, job_id, durable_ns)
+                                     for job_id in found)))
         reach("index.after_slice")
         if len(found) < INDEX_SLICE:
             self._history_indexed = None
             self.index.finish(journal_seq)
         else:
-            self._history_indexed = (found[-1][0], durable_ns)
+            self._history_indexed = (found[-1], durable_ns)
 
-    def _indexed(self, sched: Scheduler, job_id: str, state: str,
-                 durable_ns: int) -> tuple[dict[str, Any], str]:
-        text = _untouched_text(self._job_file("done", job_id), durable_ns)
-        try:
-            document = json.loads(text) if text else None
-        except ValueError:
-            document = None
-        if isinstance(document, dict) and document.get("job_id") == job_id and \
-                document.get("state") == state:
-            return document, text
-        document = sched.job_document(sched.jobs.peek(job_id))
+    def _indexed(self, sched: Scheduler, job_id: str,
+                 durable_ns: int) -> tuple[dict[str, Any], str] | None:
+        """A history job's row: from memory if a lookup brought it back (unchanged, or
+        staged too), from its file if vouched for, else from the shelf; None if gone."""
+        if (job := sched.jobs.in_memory(job_id)) is None:
+            if (mark := sched.jobs.mark(job_id)) is None:
+                return None
+            text = _untouched_text(self._job_file("done", job_id), durable_ns)
+            try:
+                document = json.loads(text) if text else None
+            except ValueError:
+                document = None
+            if isinstance(document, dict) and document.get("job_id") == job_id and \
+                    document.get("state") == FINISHED[mark].value:
+                return document, text
+            job = sched.jobs.peek(job_id)
+        document = sched.job_document(job)
         return document, dumps(document).decode()
 
     # -- status.json and metrics.prom -----------------------------------------

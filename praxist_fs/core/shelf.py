@@ -196,17 +196,16 @@ class Shelf(MutableMapping[str, V], Generic[V]):
                     yield keys[position], lines[at:at + length], marks[position]
                 at += length
 
-    def shelved_after(self, key: str | None, most: int) -> list[tuple[str, int]]:
-        """(key, mark) of up to ``most`` entries still shelved whose keys follow ``key``
-        (None: from the first), in key order: a walk in slices that a new snapshot
-        between two of them does not restart (what it shelves anew was live before)."""
-        index, gone = self._index, self._gone
+    def keys_after(self, key: str | None, most: int) -> list[str]:
+        """Up to ``most`` keys of the last snapshot's entries, shelved still or brought
+        back (not deleted), that follow ``key`` (None: from the first), in key order: a
+        walk in slices that a new snapshot between two of them does not restart (what it
+        shelves anew was in memory when the walk began, or came back since)."""
+        index = self._index
         position = 0 if key is None else bisect.bisect_right(index, encoded(key), 0, len(index))
         found = []
         while position < len(index) and len(found) < most:
-            name = index[position].decode("utf-8", "surrogatepass")
-            if name not in gone:
-                found.append((name, index.mark(position)))
+            found.append(index[position].decode("utf-8", "surrogatepass"))
             position += 1
         return found
 

@@ -93,3 +93,26 @@ def test_a_start_serves_before_its_history_is_indexed_and_a_kill_mid_rebuild_is_
     later = run.reply(run.submit(request("later-2", profile="gpu_work")))["job_id"]
     wait_for(lambda: later in (indexed(run) or {}), message="a job after the rebuild, indexed")
     run.stop()
+
+
+def test_jobs_that_change_and_compactions_during_the_rebuild_end_up_indexed_as_their_files(
+        make_run):
+    """Jobs submitted, run and finished while the history is indexed, finished jobs of
+    the history looked up again (a resubmission brings one back into memory, unchanged),
+    the journal compacted after every record meanwhile (the walk goes on over each new
+    shelf): the whole index is the job files."""
+    run = history(make_run)
+    ids = [run.submit(request(f"new-{n}")) for n in range(3)]
+    again = [f"h-done-{n:06d}" for n in (HISTORY - 3, 5)]  # after and before the first slice
+    ids += [run.submit({**request(tag, ["/bin/true"], profile="cpu_light"), "peer": "bench",
+                        "cwd": str(run.root.parent), "env": {"PATH": "/usr/local/bin:/usr/bin:/bin"}})
+            for tag in again]
+    run.start(env={"PRAXIST_COMPACT_AFTER": "1"})
+    replies = [run.reply(request_id) for request_id in ids]
+    assert [reply["outcome"] for reply in replies[3:]] == ["duplicate", "duplicate"], replies
+    for reply in replies[:3]:
+        run.wait_state(reply["job_id"], "completed", timeout=60)
+    found = wait_for(lambda: indexed(run), timeout=60, message="the rebuilt index")
+    assert found == job_files(run)
+    assert len(found) == HISTORY + 3
+    run.stop()
