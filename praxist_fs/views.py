@@ -271,23 +271,25 @@ class Views:
         if not self.indexing:
             return
         after, durable_ns = self._history_indexed
-        found = sched.jobs.keys_after(after, INDEX_SLICE)
-        self.index.add(filter(None, (self._indexed(sched, job_id, durable_ns)
-                                     for job_id in found)))
+        found = sched.jobs.entries_after(after, INDEX_SLICE)
+        self.index.add(filter(None, (self._indexed(sched, job_id, mark, durable_ns)
+                                     for job_id, mark in found)))
         reach("index.after_slice")
         if len(found) < INDEX_SLICE:
             self._history_indexed = None
             self.index.finish(journal_seq)
         else:
-            self._history_indexed = (found[-1], durable_ns)
+            self._history_indexed = (found[-1][0], durable_ns)
 
-    def _indexed(self, sched: Scheduler, job_id: str,
+    def _indexed(self, sched: Scheduler, job_id: str, mark: int | None,
                  durable_ns: int) -> tuple[dict[str, Any], str] | None:
-        """A history job's row: from memory if a lookup brought it back (unchanged, or
-        staged too), from its file if vouched for, else from the shelf; None if gone."""
-        if (job := sched.jobs.in_memory(job_id)) is None:
-            if (mark := sched.jobs.mark(job_id)) is None:
+        """A history job's row: from its file if vouched for, else from the shelf; from
+        memory if a lookup brought it back (unchanged, or staged too); None if gone."""
+        if mark is None:
+            job = sched.jobs.in_memory(job_id)
+            if job is None:
                 return None
+        else:
             text = _untouched_text(self._job_file("done", job_id), durable_ns)
             try:
                 document = json.loads(text) if text else None

@@ -214,26 +214,27 @@ def test_a_shelf_index_finds_each_key_with_its_place_and_mark_and_no_other():
 
 
 def test_a_walk_of_the_shelf_in_slices_sees_each_entry_not_deleted_once():
-    """``Shelf.keys_after``, as the job index's rebuild walks the run's history: an entry
-    brought back is still seen, a deleted one is not, and a new snapshot between two
+    """``Shelf.entries_after``, as the job index's rebuild walks the run's history: an
+    entry brought back or deleted is seen without a mark, and a new snapshot between two
     slices does not restart the walk (what it shelves anew was in memory when the walk
     began, or was seen)."""
     keys = [f"job-{n:03d}" for n in range(10)] + ["é-tag"]
     shelf = Shelf()
     shelf.shelve(Shelved.of((key, n, n % 3) for n, key in enumerate(keys)),
                  lambda where: b"", lambda line: line)
-    seen = shelf.keys_after(None, 4)
-    assert seen == keys[:4]
-    shelf["job-005"] = b"changed"  # still walked: no longer shelved, but there
+    seen = shelf.entries_after(None, 4)
+    assert seen == [(key, n % 3) for n, key in enumerate(keys[:4])]
+    shelf["job-005"] = b"changed"  # no longer shelved, but there
     del shelf["job-006"]
     shelf["job-100"] = b"finished meanwhile"
-    seen += shelf.keys_after(seen[-1], 2)
+    seen += shelf.entries_after(seen[-1][0], 3)
+    assert seen[4:] == [("job-004", 1), ("job-005", None), ("job-006", None)]
     # a compaction: every entry but the deleted one, and the one finished meanwhile
     now = ["job-000", "job-005", "job-007", "job-008", "job-009", "job-100", "é-tag"]
     shelf.shelve(Shelved.of((key, n, 1) for n, key in enumerate(now)),
                  lambda where: b"", lambda line: line)
-    while found := shelf.keys_after(seen[-1], 2):
+    while found := shelf.entries_after(seen[-1][0], 2):
         seen += found
-    assert seen == [*keys[:4], "job-004", "job-005", "job-007", "job-008", "job-009",
-                    "job-100", "é-tag"]
-    assert shelf.keys_after("é-tag", 2) == []
+    assert seen[7:] == [("job-007", 1), ("job-008", 1), ("job-009", 1), ("job-100", 1),
+                        ("é-tag", 1)]
+    assert shelf.entries_after("é-tag", 2) == []
