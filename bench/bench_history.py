@@ -26,9 +26,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bench_all import MB, build_fixture, cold_start, copy_fixture  # noqa: E402
-from bench_coordinator import Coordinator, discard, machine  # noqa: E402
+from bench_coordinator import Coordinator, discard, machine, wait_until  # noqa: E402
 
 MARKER = Path("run/resource_scheduler/journal/clean_stop.json")
+INDEX = Path("run/resource_scheduler/index/jobs.sqlite")
 WAYS = ("clean", "crashed", "uncompacted")
 
 
@@ -48,10 +49,13 @@ def settled_rss(source: Path, settle: float) -> float:
 def left_by(source: Path, label: str, crash: bool) -> Path:
     """A copy of ``source`` as a coordinator that served it leaves it: stopped cleanly
     (SIGTERM: compacted, job index kept, ``clean_stop.json``), or killed (-9) once
-    serving, which leaves its start's records in the journal and no clean-stop marker."""
+    serving, which leaves its start's records in the journal and no clean-stop marker.
+    Either once its job index is whole (the fixture has none: it is built while the
+    coordinator serves, and a stop before it is done leaves none)."""
     scratch = copy_fixture(source, label)
     co = Coordinator(label, concurrency=1, scratch=scratch, keep=True, start_timeout=900)
     with co:
+        wait_until((scratch / INDEX).exists, 900, 0.01, "the job index")
         if crash:
             co.proc.kill()
             co.returncode = co.proc.wait()

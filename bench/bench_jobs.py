@@ -62,9 +62,11 @@ def time_command(command: list[str], runs: int) -> dict:
 
 
 def build_index(run_dir: Path, task: Path) -> float:
-    """Start a coordinator (which rebuilds the index), wait until it serves, stop it
-    cleanly: the seconds from Popen to serving."""
+    """Start a coordinator (which rebuilds the index), wait until it serves and its index
+    is whole (rebuilt while it serves), stop it cleanly: the seconds from Popen to
+    serving."""
     endpoint = run_dir / "resource_scheduler" / "endpoint.json"
+    index = run_dir / "resource_scheduler" / "index" / "jobs.sqlite"
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "praxist_fs", "serve", "--run-dir",
                              str(run_dir), "--config", str(task)],
@@ -76,6 +78,10 @@ def build_index(run_dir: Path, task: Path) -> float:
             raise RuntimeError("the coordinator did not start")
         time.sleep(0.02)
     serving = time.perf_counter() - started
+    while not index.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the coordinator built no job index")
+        time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     if proc.wait(timeout=120) != 0:
         raise RuntimeError(f"the coordinator exited {proc.returncode}")

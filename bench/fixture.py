@@ -33,6 +33,7 @@ from praxist_fs.core.effects import WriteJob, WriteReply
 from praxist_fs.core.events import (
     AttemptLaunched, AttemptObserved, CoordinatorStarted, RequestSeen, from_record, to_record,
 )
+from praxist_fs.core.metrics import AttemptTally
 from praxist_fs.core.request import parse_request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import render
@@ -160,7 +161,7 @@ def replay_in_process(run_dir: Path) -> dict:
 
 def compact_run(run_dir: Path) -> dict:
     """Compact a built run as the coordinator does: the replayed state as snapshot.jsonl,
-    with the watermark of its derived files (the clean-stop marker's time: all written
+    with its attempt tally and the watermark of its derived files (the clean-stop marker's time: all written
     by then), then an empty journal (the clean-stop marker keeps vouching for the same
     seq)."""
     layout = RunLayout.at(run_dir)
@@ -170,7 +171,9 @@ def compact_run(run_dir: Path) -> dict:
         sched.handle(from_record(record))
     with open(layout.clean_stop, "rb") as handle:
         durable_ns = json.load(handle)["views_durable_ns"]
-    data = render(sched, journal.seq, views_durable_ns=durable_ns).data
+    tally = AttemptTally.of(sched.jobs.values())  # as compaction.compact saves it
+    tally.forget_finished(sched.jobs.in_memory, sched._next_order)
+    data = render(sched, journal.seq, views_durable_ns=durable_ns, tally=tally.to_dict()).data
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)
     journal.compact()

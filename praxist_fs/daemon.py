@@ -307,7 +307,8 @@ class Coordinator:
             deadline = min(next_scan, next_reconcile, next_sample,
                            self.views.status_deadline(self.sched, now),
                            self.backend.next_timer(),
-                           self._retry_at if self.degraded else float("inf"))
+                           self._retry_at if self.degraded else float("inf"),
+                           now if self.views.indexing else float("inf"))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, token = key.data
@@ -328,6 +329,7 @@ class Coordinator:
             if now >= next_sample:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
+            self.views.index_history(self.sched, self.journal.seq)  # a slice, if rebuilding
             if self.journal.tail >= self.compact_after and self.degraded is None:
                 compaction.compact(self.layout, self.journal, self.sched, self.views.index,
                                    self.views.tally)

@@ -32,7 +32,7 @@ from .core.effects import (
 )
 from .core.metrics import AttemptTally, Histogram, render_metrics
 from .core.model import Job
-from .core.scheduler import Scheduler
+from .core.scheduler import FINISHED, Scheduler
 from .core.states import JobState
 from .core.status import render_status
 
@@ -46,6 +46,7 @@ STATUS_COST_SHARE = 0.05  # and at most this share of the loop's time goes to wr
 # disk) they are forgotten, and read back instead.
 WRITTEN_MEMORY = 20_000
 STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
+INDEX_SLICE = 1_000       # finished jobs put into a job index being rebuilt a loop turn (~30 ms)
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
 SetAside = Callable[[str, bytes, str], None]
@@ -91,6 +92,9 @@ class Views:
         self._status_at = 0.0
         self._status_gap = STATUS_MIN_GAP  # widened when status writes grow costly
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
+        # the job index's rebuild from the shelf: the last job id indexed, and the time
+        # up to which the files of jobs/done/ are vouched for (``index_history``)
+        self._history_indexed: tuple[str | None, int] | None = None
 
     # -- the mapping ----------------------------------------------------------
 
@@ -194,8 +198,10 @@ class Views:
         journal changed after that compaction, and the jobs not ended), which are
         compared; a difference there is the crash's unfinished write, rewritten, not set
         aside. Copies of a job in the wrong state directory are gone: the coordinator's
-        tidying ran first. The job index is rebuilt from every job's document unless it
-        could be kept; one kept but ``behind`` is given every job document compared.
+        tidying ran first. The job index is rebuilt unless it could be kept: from every
+        job's document, or with ``durable_ns`` from those in memory here and the shelf's
+        a slice at a time while serving (``index_history``); one kept but ``behind`` is
+        given every job document compared.
 
         With ``durable_ns`` the files of the jobs and replies on the shelf (all a compaction
         took out of memory: the run's history) are not even listed: the compaction made
@@ -203,7 +209,7 @@ class Views:
         sweep to find (``Housekeeper``); a start looks at the files of what is in memory
         only, one by one."""
         rebuild, restage = not self.index.complete, self.index.behind
-        settled = durable_ns is not None and not rebuild  # the shelf's files vouched for
+        settled = durable_ns is not None  # the shelf's files vouched for
         listed = {} if settled else {d: _mtimes(self._directory(d))
                                      for d in (*JOB_DIRECTORIES, "replies")}
 
@@ -222,16 +228,16 @@ class Views:
                     unsettled.replies if directory == "replies" else unsettled.jobs)) and \
                 modified(directory, key) <= durable_ns
 
-        indexed = []
+        since, boot_id = sched.coordinator["since"], sched.coordinator["boot_id"]
+        if rebuild:
+            self.index.begin_rebuild(boot_id=boot_id, owner=since)
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
                 not (rebuild and directory in JOB_DIRECTORIES),
                 ((), ()) if settled else None):
             data = dumps(effect.document)
             if isinstance(effect, WriteJob):
-                if rebuild:
-                    indexed.append((effect.document, data.decode()))
-                elif restage:
+                if rebuild or restage:
                     self.index.stage(effect.document, data)
                 if current(effect.directory, effect.job_id):
                     continue
@@ -242,11 +248,59 @@ class Views:
                         (why := forged(sched, sched.jobs.peek(effect.job_id), found)):
                     set_aside(path, found, why)
                 self.execute(effect, sched)
-        since, boot_id = sched.coordinator["since"], sched.coordinator["boot_id"]
-        if rebuild:
-            self.index.rebuild(indexed, journal_seq=journal_seq, boot_id=boot_id, owner=since)
-        else:
+        if not rebuild:
             self.index.serve(boot_id=boot_id, owner=since)
+        elif settled:  # the shelf's jobs are indexed a slice at a time while serving
+            self._history_indexed = (None, durable_ns)
+        else:  # every job's document was staged
+            self.index.finish(journal_seq)
+
+    @property
+    def indexing(self) -> bool:
+        """The job index is being rebuilt: ``index_history`` has slices left to do."""
+        return self._history_indexed is not None and self.index.rebuilding
+
+    def index_history(self, sched: Scheduler, journal_seq: int) -> None:
+        """The next INDEX_SLICE finished jobs of the shelf into the job index being
+        rebuilt, between batches; after the last, the index is complete (``finish``).
+        A job's row is its file in jobs/done/ as read, when the start's ``durable_ns``
+        vouches for it (there, untouched since, and of that job and state: a read and a
+        parse, ~30 us), else its document from the shelf (~150 us), or from memory for
+        one a lookup brought back. A job changed meanwhile was staged when its file was
+        written, and goes in last."""
+        if not self.indexing:
+            return
+        after, durable_ns = self._history_indexed
+        found = sched.jobs.entries_after(after, INDEX_SLICE)
+        self.index.add(filter(None, (self._indexed(sched, job_id, mark, durable_ns)
+                                     for job_id, mark in found)))
+        reach("index.after_slice")
+        if len(found) < INDEX_SLICE:
+            self._history_indexed = None
+            self.index.finish(journal_seq)
+        else:
+            self._history_indexed = (found[-1][0], durable_ns)
+
+    def _indexed(self, sched: Scheduler, job_id: str, mark: int | None,
+                 durable_ns: int) -> tuple[dict[str, Any], str] | None:
+        """A history job's row: from its file if vouched for, else from the shelf; from
+        memory if a lookup brought it back (unchanged, or staged too); None if gone."""
+        if mark is None:
+            job = sched.jobs.in_memory(job_id)
+            if job is None:
+                return None
+        else:
+            text = _untouched_text(self._job_file("done", job_id), durable_ns)
+            try:
+                document = json.loads(text) if text else None
+            except ValueError:
+                document = None
+            if isinstance(document, dict) and document.get("job_id") == job_id and \
+                    document.get("state") == FINISHED[mark].value:
+                return document, text
+            job = sched.jobs.peek(job_id)
+        document = sched.job_document(job)
+        return document, dumps(document).decode()
 
     # -- status.json and metrics.prom -----------------------------------------
 
@@ -344,6 +398,24 @@ def forged(sched: Scheduler, job: Job, data: bytes) -> str | None:
             f"{said.get('state') if isinstance(said, dict) else None}, not "
             f"{job.state.value}): these bytes are kept here, and the file rewritten "
             "from the journal")
+
+
+def _untouched_text(path: str, durable_ns: int) -> str | None:
+    """A file's text when it is there and untouched since ``durable_ns``, else None: an
+    open, a stat and a read, no more (a reader object would double the cost)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        found = os.fstat(fd)
+        if found.st_mtime_ns > durable_ns:
+            return None
+        return os.read(fd, found.st_size).decode()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_bytes(path: str | os.PathLike) -> bytes | None:

@@ -11,8 +11,12 @@ seq is the journal's and the machine has not restarted since (or the last
 coordinator stopped cleanly, which syncs everything), or, after a crash on the
 same boot, when it reflects at least the seq of the last compaction (whose
 snapshot vouches for the files up to it): the jobs changed since are staged
-again; otherwise it is rebuilt from the scheduler's jobs into a new file
-renamed over the old one.
+again; otherwise it is rebuilt into a new file renamed into place when whole,
+the old one removed first. The rebuild goes on while the coordinator serves
+(100,000 finished jobs take seconds): the jobs in memory at once, the run's
+history a slice at a time between batches (``Views.index_history``), what
+changed meanwhile last; until it is whole there is no index, and readers read
+the job files.
 
 SQLite in rollback-journal mode (TRUNCATE: the journal file stays, empty,
 between transactions instead of being created and removed each time, which
@@ -112,6 +116,8 @@ class JobIndex:
         self.meta: dict[str, Any] = {}  # to record with the next commit
         self.seq = journal_seq
         self.behind = False
+        self._building: sqlite3.Connection | None = None  # the rebuild's, in ``_tmp``
+        self._tmp = path
         try:
             db = self._connect("rw")  # an existing file only
         except sqlite3.Error:
@@ -143,8 +149,9 @@ class JobIndex:
 
     def stage(self, document: dict[str, Any], data: bytes) -> None:
         """A job file was written with ``data`` (its JSON): index it at the next commit.
-        Not while the index awaits its rebuild (which takes every job) or was given up."""
-        if self.db is not None:
+        While it is rebuilt, until ``finish``; not while it awaits its rebuild or was
+        given up."""
+        if self.db is not None or self._building is not None:
             self.staged[document["job_id"]] = (document, data.decode())
 
     def flush(self, journal_seq: int) -> None:
@@ -171,41 +178,70 @@ class JobIndex:
         self.meta.clear()
         self.seq, self.behind = journal_seq, False
 
-    def rebuild(self, documents: Iterable[tuple[dict[str, Any], str]], *, journal_seq: int,
-                boot_id: str, owner: float) -> None:
-        """Write every job's (document, JSON) into a new file and rename it over the old
-        one: a reader sees the old index or the new one, never a half-built one."""
+    @property
+    def rebuilding(self) -> bool:
+        return self._building is not None
+
+    def begin_rebuild(self, *, boot_id: str, owner: float) -> None:
+        """Start a new index in a temp file, filled while the coordinator serves (``add``,
+        a slice at a time) and renamed into place by ``finish``. The old file goes first:
+        until the new one is in place readers read the job files, and a crash meanwhile
+        leaves no index to trust (the next start rebuilds; its temp file is removed then).
+        Whatever is staged meanwhile goes in last (``finish``): it is newer than any
+        document ``add`` was given for the same job."""
         self.close()
         tmp = Path(temp_name(self.path))
         try:
             for stale in self.path.parent.glob(TEMP_PATTERN):  # a crashed rebuild's
                 if stale.name.startswith(f".{self.path.name}."):
                     stale.unlink()
-            db = sqlite3.connect(tmp, isolation_level=None)
-            try:
-                db.execute("PRAGMA journal_mode=OFF")  # a crash leaves a temp file only
-                db.executescript(_TABLES)
-                db.execute("BEGIN")
-                db.executemany(_UPSERT, (_columns(doc, text) for doc, text in documents))
-                for statement in _INDEXES:  # faster after the rows than before
-                    db.execute(statement)
-                _set_meta(db, schema=SCHEMA, journal_seq=journal_seq, boot_id=boot_id,
-                          owner=owner)
-                db.execute("COMMIT")
-            finally:
-                db.close()
+            self.path.unlink(missing_ok=True)
             # a hot journal left beside the old file would be rolled back into the new one
             Path(f"{self.path}-journal").unlink(missing_ok=True)
-            os.rename(tmp, self.path)
+            db = sqlite3.connect(tmp, isolation_level=None)
+            self._building, self._tmp = db, tmp
+            db.execute("PRAGMA journal_mode=OFF")  # a crash leaves a temp file only
+            db.execute("PRAGMA synchronous=OFF")
+            db.execute(f"PRAGMA cache_size=-{WRITER_CACHE_KIB}")
+            db.executescript(_TABLES)
+            for statement in _INDEXES:  # before the rows: no long step at the end
+                db.execute(statement)
+            _set_meta(db, schema=SCHEMA, boot_id=boot_id, owner=owner)
+        except (sqlite3.Error, OSError) as exc:
+            self._abandon(exc)
+
+    def add(self, documents: Iterable[tuple[dict[str, Any], str]]) -> None:
+        """Put (document, JSON) pairs into the index being rebuilt: one transaction."""
+        if self._building is None:
+            return
+        try:
+            self._building.execute("BEGIN")
+            self._building.executemany(_UPSERT, (_columns(doc, text) for doc, text in documents))
+            self._building.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._abandon(exc)
+
+    def finish(self, journal_seq: int) -> None:
+        """The rebuilt index reflects ``journal_seq`` once what was staged since it began
+        is in: rename it into place (the old one was removed)."""
+        if (db := self._building) is None:
+            return
+        try:
+            db.execute("BEGIN")
+            db.executemany(_UPSERT, [_columns(doc, text) for doc, text in self.staged.values()])
+            _set_meta(db, **self.meta, journal_seq=journal_seq)
+            db.execute("COMMIT")
+            db.close()
+            self._building = None
+            os.rename(self._tmp, self.path)
             self.db = self._connect("rw")
         except (sqlite3.Error, OSError) as exc:
-            tmp.unlink(missing_ok=True)
             self._abandon(exc)
             return
         self.staged.clear()
         self.meta.clear()
         self.seq, self.behind = journal_seq, False
-        log.info("job index rebuilt from the journal")
+        log.info("job index rebuilt")
 
     def serve(self, *, boot_id: str, owner: float) -> None:
         """This coordinator keeps the index current from now on: recorded with the next
@@ -213,9 +249,14 @@ class JobIndex:
         self.meta.update(boot_id=boot_id, owner=owner)
 
     def close(self, journal_seq: int | None = None) -> None:
-        """With ``journal_seq`` (a clean stop), commit what is staged first."""
+        """With ``journal_seq`` (a clean stop), commit what is staged first. A rebuild
+        not finished is dropped: no index is left (the next start rebuilds it)."""
         if journal_seq is not None:
             self.flush(journal_seq)
+        if self._building is not None:  # a rebuild not finished: the next start's to do
+            self._building.close()
+            self._building = None
+            self._tmp.unlink(missing_ok=True)
         if self.db is not None:
             self.db.close()
             self.db = None

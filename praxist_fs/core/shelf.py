@@ -196,6 +196,21 @@ class Shelf(MutableMapping[str, V], Generic[V]):
                     yield keys[position], lines[at:at + length], marks[position]
                 at += length
 
+    def entries_after(self, key: str | None, most: int) -> list[tuple[str, int | None]]:
+        """Up to ``most`` (key, mark) of the last snapshot's entries that follow ``key``
+        (None: from the first), in key order; the mark None for one no longer shelved
+        (brought back or deleted since). A walk in slices that a new snapshot between two
+        of them does not restart: what it shelves anew was in memory when the walk
+        began, or came back since."""
+        index, gone = self._index, self._gone
+        position = 0 if key is None else bisect.bisect_right(index, encoded(key), 0, len(index))
+        found: list[tuple[str, int | None]] = []
+        while position < len(index) and len(found) < most:
+            name = index[position].decode("utf-8", "surrogatepass")
+            found.append((name, None if name in gone else index.mark(position)))
+            position += 1
+        return found
+
     def mark(self, key: str) -> int | None:
         """A shelved entry's mark (None: live, or not here)."""
         position = -1 if key in self._live else self._position(key)

@@ -31,10 +31,16 @@ def pairs(*documents: dict) -> list[tuple[dict, str]]:
     return [(doc, dumps(doc).decode()) for doc in documents]
 
 
-def built(layout, *documents: dict, seq: int = 5) -> JobIndex:
-    index = JobIndex(layout.job_index, journal_seq=seq, boot_id=BOOT, clean=False)
-    index.rebuild(pairs(*documents), journal_seq=seq, boot_id=BOOT, owner=OWNER)
+def rebuilt(index: JobIndex, *documents: dict, seq: int = 5) -> JobIndex:
+    index.begin_rebuild(boot_id=BOOT, owner=OWNER)
+    index.add(pairs(*documents))
+    index.finish(seq)
     return index
+
+
+def built(layout, *documents: dict, seq: int = 5) -> JobIndex:
+    return rebuilt(JobIndex(layout.job_index, journal_seq=seq, boot_id=BOOT, clean=False),
+                   *documents, seq=seq)
 
 
 def ids(layout, owner=OWNER, **query) -> list[str]:
@@ -118,7 +124,7 @@ def test_a_missing_damaged_or_foreign_file_is_not_kept_and_is_rebuilt(layout, da
         db.close()
     index = JobIndex(path, journal_seq=5, boot_id=BOOT, clean=True)
     assert not index.complete
-    index.rebuild(pairs(job(1), job(2)), journal_seq=5, boot_id=BOOT, owner=OWNER)
+    rebuilt(index, job(1), job(2))
     assert index.complete and ids(layout) == ["2", "1"]
 
 
@@ -170,3 +176,46 @@ def test_the_job_files_count_a_job_caught_in_two_directories_once_as_the_later(l
     assert listing.source == "job files"
     assert [(d["job_id"], d["state"]) for d in listing.documents] == [
         ("tag-1-00000001", "completed")]
+
+
+def test_a_rebuild_in_slices_shows_no_index_until_it_is_whole_and_staged_documents_win(layout):
+    built(layout, job(1, "running")).close()
+    write_job_file(layout, job(1, "completed"), "done")
+    write_job_file(layout, job(2, "completed"), "done")
+    index = JobIndex(layout.job_index, journal_seq=7, boot_id="boot-2", clean=False)
+    assert not index.complete  # a reboot
+    index.begin_rebuild(boot_id="boot-2", owner=OWNER + 1)
+    assert index.rebuilding and not layout.job_index.exists()  # readers read the files
+    index.add(pairs(job(1, "completed"), job(2, "completed")))
+    later = job(2, "failed")  # a job changed while the rebuild went on ...
+    index.stage(later, dumps(later))
+    index.add(pairs(job(3, "completed")))
+    index.flush(8)  # ... is not committed anywhere before the rebuild is whole
+    listing = list_jobs(layout, JobQuery(), OWNER + 1)
+    assert listing.source == "job files" and listing.note is None
+    index.finish(8)
+    assert index.complete and not index.rebuilding and not index.staged
+    assert [(d["job_id"][4], d["state"]) for d in list_jobs(
+        layout, JobQuery(), OWNER + 1).documents] == [("3", "completed"), ("2", "failed"),
+                                                      ("1", "completed")]
+    index.close()
+    assert JobIndex(layout.job_index, journal_seq=8, boot_id="boot-2", clean=False).complete
+
+
+def test_a_rebuild_dropped_by_a_stop_or_a_crash_leaves_no_index_and_no_temp_file(layout):
+    built(layout, job(1)).close()
+    index = JobIndex(layout.job_index, journal_seq=9, boot_id=BOOT, clean=False)
+    index.begin_rebuild(boot_id=BOOT, owner=OWNER)
+    index.add(pairs(job(1), job(2)))
+    index.close(9)  # a clean stop mid-rebuild
+    assert sorted(p.name for p in layout.job_index.parent.iterdir()) == []
+    crashed = JobIndex(layout.job_index, journal_seq=9, boot_id=BOOT, clean=True)
+    crashed.begin_rebuild(boot_id=BOOT, owner=OWNER)
+    crashed.add(pairs(job(1)))  # then kill -9: a temp file is all there is
+    leftover = [p.name for p in layout.job_index.parent.iterdir()]
+    assert len(leftover) == 1 and leftover[0].startswith(".jobs.sqlite.")
+    again = JobIndex(layout.job_index, journal_seq=10, boot_id=BOOT, clean=True)
+    assert not again.complete
+    rebuilt(again, job(1), job(2), seq=10)
+    assert sorted(p.name for p in layout.job_index.parent.iterdir()) == ["jobs.sqlite"]
+    assert ids(layout) == ["2", "1"]

@@ -17,7 +17,7 @@ import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import FINISHED, Scheduler
-from praxist_fs.core.shelf import Shelved, encoded, offset_and_length
+from praxist_fs.core.shelf import Shelf, Shelved, encoded, offset_and_length
 from praxist_fs.core.snapshot import (
     READS, SnapshotError, capture, load, read, render, restore, shelve,
 )
@@ -211,3 +211,30 @@ def test_a_shelf_index_finds_each_key_with_its_place_and_mark_and_no_other():
         position = index.find(key)
         assert (index.place(position), index.mark(position)) == (n << 32 | n, n % 3)
     assert [index.find(key) for key in ("c", "a-", "zz", "é")] == [-1] * 4
+
+
+def test_a_walk_of_the_shelf_in_slices_sees_each_entry_not_deleted_once():
+    """``Shelf.entries_after``, as the job index's rebuild walks the run's history: an
+    entry brought back or deleted is seen without a mark, and a new snapshot between two
+    slices does not restart the walk (what it shelves anew was in memory when the walk
+    began, or was seen)."""
+    keys = [f"job-{n:03d}" for n in range(10)] + ["é-tag"]
+    shelf = Shelf()
+    shelf.shelve(Shelved.of((key, n, n % 3) for n, key in enumerate(keys)),
+                 lambda where: b"", lambda line: line)
+    seen = shelf.entries_after(None, 4)
+    assert seen == [(key, n % 3) for n, key in enumerate(keys[:4])]
+    shelf["job-005"] = b"changed"  # no longer shelved, but there
+    del shelf["job-006"]
+    shelf["job-100"] = b"finished meanwhile"
+    seen += shelf.entries_after(seen[-1][0], 3)
+    assert seen[4:] == [("job-004", 1), ("job-005", None), ("job-006", None)]
+    # a compaction: every entry but the deleted one, and the one finished meanwhile
+    now = ["job-000", "job-005", "job-007", "job-008", "job-009", "job-100", "é-tag"]
+    shelf.shelve(Shelved.of((key, n, 1) for n, key in enumerate(now)),
+                 lambda where: b"", lambda line: line)
+    while found := shelf.entries_after(seen[-1][0], 2):
+        seen += found
+    assert seen[7:] == [("job-007", 1), ("job-008", 1), ("job-009", 1), ("job-100", 1),
+                        ("é-tag", 1)]
+    assert shelf.entries_after("é-tag", 2) == []

@@ -114,10 +114,12 @@ def test_the_index_is_rebuilt_at_start_when_missing_stale_or_damaged(run):
             index.write_bytes(b"\0not sqlite" * 4096)
         else:
             index.unlink()
-        run.start()  # serving once its views are repaired: the index among them
-        listing = listed(run)
+        run.start()  # serving: the history's part of the index is rebuilt meanwhile
+        listing = listed(run)  # from the job files until the index is whole
         assert [row["tag"] for row in listing["jobs"]] == all_three, damage
-        assert listing["source"] == "index", damage
+        listing = wait_for(lambda: (found := listed(run))["source"] == "index" and found,
+                           message="the rebuilt index")
+        assert [row["tag"] for row in listing["jobs"]] == all_three, damage
         run.stop()
     run.start()
     last = accepted(run, request("crash-4"))
