@@ -9,7 +9,7 @@ import signal
 
 import psutil
 
-from .conftest import read_json, request, wait_for
+from .conftest import held_start, read_json, request, wait_for
 
 
 def shim_server(run) -> psutil.Process:
@@ -133,6 +133,13 @@ def test_the_first_jobs_after_a_start_run_on_forked_supervisors(make_run):
         waiting = run.submit(request(f"waiting-{start}"))
 
 
+def forked_at_start(run) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The shim server of a coordinator still starting, and the two supervisors it forked."""
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two supervisors forked")
+    return server, server.children()
+
+
 def attempt_processes(run) -> list[psutil.Process]:
     """The run's shim server and supervisors (forks of it) and shims: their command line
     names the run's attempts directory."""
@@ -145,17 +152,8 @@ def attempt_processes(run) -> list[psutil.Process]:
 def test_a_coordinator_killed_during_its_start_leaves_no_server_or_supervisor(
         make_run, tmp_path):
     run = make_run()
-    # A PSI file that is a FIFO holds the start in its first sample: after the server
-    # started and forked, before endpoint.json.
-    held = tmp_path / "held-pressure"
-    held.mkdir()
-    os.mkfifo(held / "cpu")
-    for domain in ("memory", "io"):
-        (held / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-    run.start_raw({"PRAXIST_PSI_ROOT": str(held)})
-    server = shim_server(run)
-    wait_for(lambda: len(server.children()) >= 2, message="two supervisors forked")
-    supervisors = server.children()
+    run.start_raw(held_start(tmp_path)[0])
+    server, supervisors = forked_at_start(run)
     assert not (run.sched / "endpoint.json").exists()  # still starting
     run.kill()
     for process in (server, *supervisors):
