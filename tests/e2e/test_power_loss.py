@@ -37,7 +37,7 @@ from .test_crash_matrix import (
 DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
 
 # Points reached only later in the basic scenario: retries, exits and their job moves.
-LATE = ["journal.after_commit:9", "effect.WriteJob.after:9", "effect.WriteReply.after:5",
+LATE = ["journal.after_commit:7", "effect.WriteJob.after:9", "effect.WriteReply.after:5",
         "effect.ConsumeRequest.after:4", "effect.WriteGo.after:4"]
 # What each basic job's attempts exit with when nothing is lost (one exits 75 once).
 EXIT_CODES = {"a": [0], "b": [75, 0], "c": [3], "d": [0]}
