@@ -168,7 +168,7 @@ class Scheduler(JobControlDesk):
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
         """Soft: controller step, admissible profiles, the idle-capacity streak."""
-        slot_limited = self._slot_limited_now()  # the controller's: does work wait only for a slot?
+        slot_limited = self._slot_limited_now()  # does work wait only for a slot?
         self.host = ev
         self.samples_seen += 1
         self.controller.observe(self.policy, ev.pressure, ev.capacity, slot_limited)
@@ -697,7 +697,7 @@ class Scheduler(JobControlDesk):
         rest starts nothing, so that slot stays free). What is left of the rest stays for
         when reasons are asked for; it reads the host as its pass began
         (``Pass.pressure``), not this sample. At 10,000 queued jobs a whole rest is some
-        10 ms, at every sample."""
+        15 ms, at every sample."""
         if self._reasons_stale and not self.stopped:
             self._pass(self._last_at)
         if not self._slot_limited and self._rest is not None and self._rest_at_capacity:
