@@ -2,8 +2,9 @@
 in as events from the inboxes (``inboxes.py``); the files the journal implies go out
 through the views (``views.py``); neither feeds the core nor calls the loop.
 
-lock -> replay the journal -> record this start -> repair derived files ->
-re-adopt live attempts -> start the observer -> scan the spool -> loop.
+lock -> warm shims on their way -> replay the journal -> record this start -> repair
+derived files -> re-adopt live attempts -> start the observer -> scan the spool ->
+return the start's memory -> endpoint.json -> loop.
 The loop waits on one selector (wake-up pipe rung by watchdog and signals,
 shim status pipes, pidfds of re-adopted shims, the shim server's answers, or a
 timeout), turns what it sees into events, and for every batch:
@@ -164,6 +165,14 @@ class Coordinator:
         return 0
 
     def _start(self) -> None:
+        """Replay, repair, re-adopt, then serve. The backend gets ready for launches first
+        (the shim server's interpreter starts and forks its first supervisors while the
+        journal replays), so that the first job after a start finds a shim waiting as
+        later ones do. Not before the run's lock (``run``): a coordinator that loses the
+        run to another starts nothing. Nor does it need the replay: new supervisors are
+        this coordinator's own, never taken for the attempts it re-adopts (PROTOCOL.md
+        section 6, *Supervisors*); a run found stopped keeps none (``prepare``)."""
+        self.backend.prepare(stopped=self.layout.stop_sentinel.exists())
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
         runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
         restored = compaction.restore(self.layout)
@@ -238,9 +247,13 @@ class Coordinator:
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
         self._write_status(force=True)
-        self.endpoint = write_endpoint(self.layout, since=now)
         self._start_observer()
-        self._read_inboxes()
+        self._read_inboxes()  # what waited for this start is answered before the collection
+        _return_memory()
+        self.backend.prepare(stopped=bool(self.sched.stopped))  # the forks answered meanwhile
+        # Last: once it exists, a request is served as fast as any later one. A peer that
+        # waits for it to submit finds no start-up work in its request's way.
+        write_endpoint(self.layout, since=now)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_requested = True
@@ -278,7 +291,6 @@ class Coordinator:
     # -- the loop -----------------------------------------------------------
 
     def _loop(self) -> None:
-        _return_memory()  # once serving: the requests found at start are answered first
         next_scan = time.monotonic() + RESCAN_SECONDS
         next_reconcile = time.monotonic() + RECONCILE_SECONDS
         next_sample = time.monotonic() + SAMPLE_SECONDS

@@ -47,7 +47,7 @@ from .placement import (
     Demand, DeviceLoad, Packing, by_uuid, envelopes_of, fitting, holding, place, refit,
     releasing, unplaced, with_envelopes,
 )
-from .observations import Envelope
+from .observations import Envelope, GpuSample, PressureSample
 from .policy import Policy, Profile
 from .queues import Project, Queue, window_hold
 
@@ -712,6 +712,12 @@ class Pass:
     evicting: dict[str, list[Job]] | None = None
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
+    # The host as the pass began (pressure, the GPU sample): what its rest reads however
+    # late it runs, so that a new sample need not finish it first. ``resting``: the walk
+    # went on as the rest (``Scheduler._pass``).
+    pressure: PressureSample | None = None
+    gpus: GpuSample | None = None
+    resting: bool = False
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
     # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs)
     dropped: list[tuple[str, type[JobPicker], dict[Hashable, list[Job]], dict[Hashable, int],

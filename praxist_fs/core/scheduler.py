@@ -119,6 +119,7 @@ class Scheduler(JobControlDesk):
         self.controller = ConcurrencyController.start(self.policy)
         self._pending: dict[str, str] = {}     # job id -> why it waits (``pending``)
         self._rest: Iterator[bool] | None = None  # the last pass's walk, if it stopped early
+        self._rest_at_capacity = False         # every slot was taken as that rest began
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
         self._slot_limited = False             # last pass held work only for a free slot
         self._last_pass: tuple[int, int] | None = None
@@ -172,10 +173,10 @@ class Scheduler(JobControlDesk):
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
         """Soft: controller step, admissible profiles, the idle-capacity streak."""
-        self.refresh_reasons()  # the controller needs to know if work waits only for a slot
+        slot_limited = self._slot_limited_now()  # does work wait only for a slot?
         self.host = ev
         self.samples_seen += 1
-        self.controller.observe(self.policy, ev.pressure, ev.capacity, self._slot_limited)
+        self.controller.observe(self.policy, ev.pressure, ev.capacity, slot_limited)
         self.admissible = self.generations_desk.admissible_profiles()
         spare = self.unused_slots - self.outstanding_leases() > 0
         self.idle_streak = self.idle_streak + 1 if spare and self.admissible else 0
@@ -694,6 +695,24 @@ class Scheduler(JobControlDesk):
             self._pass(self._last_at)
         self._finish_rest()
 
+    def _slot_limited_now(self) -> bool:
+        """Whether the last pass held work only for a free slot, with no more of its rest
+        run than it takes to know: the flag only rises along the walk, the rest says when
+        it rose (``_serve``), and it cannot rise in a rest that began with a slot free (a
+        rest starts nothing, so that slot stays free). What is left of the rest stays for
+        when reasons are asked for; it reads the host as its pass began
+        (``Pass.pressure``), not this sample. At 10,000 queued jobs a whole rest is some
+        15 ms, at every sample."""
+        if self._reasons_stale and not self.stopped:
+            self._pass(self._last_at)
+        if not self._slot_limited and self._rest is not None and self._rest_at_capacity:
+            for _ in self._rest:
+                if self._slot_limited:
+                    break
+            else:
+                self._finish_rest()
+        return self._slot_limited
+
     def _pass(self, at: float) -> list[AttemptLaunched]:
         """The scheduling loop (R-POL-1): project -> queue tier -> job -> allocation.
 
@@ -713,6 +732,8 @@ class Scheduler(JobControlDesk):
         loads = self.real_loads()
         kept = self._kept_loads if loads is not None else None  # with ``fitting``'s counts
         ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
+                   pressure=self.host.pressure if self.host else None,
+                   gpus=self.host.gpus if self.host else None,
                    loads=loads, kept_fitting=kept[1].fitting if kept else None,
                    queued=queued, running=running,
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
@@ -738,9 +759,10 @@ class Scheduler(JobControlDesk):
             # it is the rest, reading the queue as this pass's copy has it (arrivals
             # enter the backlog before the rest is run)
             ctx.openings = ctx.backlog = None
-            self._rest = walk
+            ctx.resting = True
+            self._rest, self._rest_at_capacity = walk, ctx.free <= 0
         elif next(walk, False):
-            self._rest = walk
+            self._rest, self._rest_at_capacity = walk, ctx.free <= 0
         else:
             queue.settle()
         self.unused_slots = max(0, ctx.free)
@@ -780,12 +802,12 @@ class Scheduler(JobControlDesk):
         if ctx.free <= 0:
             return False
         if (need := ctx.needs.get(name)) is None:
-            ctx.needs[name] = need = self._need(name)
+            ctx.needs[name] = need = self._need(ctx, name)
         if isinstance(need, bool):
             return need
         return ctx.loads is not None and ctx.fitting(need, avoid) >= need.gpu_count
 
-    def _need(self, name: str) -> Demand | bool:
+    def _need(self, ctx: Pass, name: str) -> Demand | bool:
         """What a job of profile ``name`` needs to start once a slot is free: nothing more
         (True), the impossible (False: no such profile, or its pressure domains are hot),
         or devices that take its demand. The same all through a pass (``Pass.needs``)."""
@@ -794,7 +816,7 @@ class Scheduler(JobControlDesk):
             return False
         if self.policy.on_cluster:
             return True
-        if pressure_hold(self.policy, profile, self.host.pressure if self.host else None):
+        if pressure_hold(self.policy, profile, ctx.pressure):
             return False
         return Demand.of(profile) if profile.uses_gpu else True
 
@@ -807,11 +829,13 @@ class Scheduler(JobControlDesk):
         linear in the queue. The key holds the job picker too, so that each picker
         learns (``JobPicker.blocked``) of the first job of each demand it could not place.
         Yields True, once, when no job still to visit could start (``Pass.openings``):
-        the caller may put off the rest, which only holds jobs."""
+        the caller may put off the rest, which only holds jobs. The rest yields False,
+        once, when a job it holds waits only for a slot (``_slot_limited_now``)."""
         pending = self._pending
         while True:
             if (openings := ctx.openings) is not None and openings.exhausted:
                 ctx.openings = openings = None
+                ctx.resting = True
                 yield True
             if (job := next_job()) is None:
                 return
@@ -823,6 +847,7 @@ class Scheduler(JobControlDesk):
                 reason = ctx.assessment_holds.get(job.job_id)
             if reason is None and work_class in ctx.ruled:
                 reason = ctx.queue_hold(ctx.by_class[work_class])
+            limited = self._slot_limited
             if reason is None and ctx.free <= 0:
                 reason = self._slot_verdict(ctx, job)
             if reason is None:
@@ -844,6 +869,8 @@ class Scheduler(JobControlDesk):
                 continue
             if pending.get(job.job_id) != reason:
                 self._hold(job, reason)
+            if ctx.resting and self._slot_limited and not limited:
+                yield False  # the rest's news: this job waits only for a slot
 
     def _slot_verdict(self, ctx: Pass, job: Job) -> str:
         """Why a job waits once every slot is taken: what would hold it anyway, else the
@@ -872,13 +899,12 @@ class Scheduler(JobControlDesk):
             reason = f"profile {job.profile!r} is no longer defined by the task file"
         elif self.policy.on_cluster:
             return (), None  # the cluster places it (its GPUs, its node): Slurm's queue waits
-        elif held := pressure_hold(self.policy, profile,
-                                   self.host.pressure if self.host else None):
+        elif held := pressure_hold(self.policy, profile, ctx.pressure):
             reason = held
         elif not profile.uses_gpu:
             return (), None
         elif ctx.loads is None:
-            error = self.host.gpus.error if self.host and self.host.gpus else "not sampled yet"
+            error = ctx.gpus.error if ctx.gpus else "not sampled yet"
             reason = (f"gpu placement: no GPU inventory ({error}); "
                       "GPU work is never run on the CPU")
         else:

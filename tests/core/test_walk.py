@@ -152,3 +152,88 @@ def test_backfill_explains_every_job_its_fast_walk_skimmed(monkeypatch):
     reservation the pass had then; its demand failed either way. Now every skimmed job
     has a reason, and the same reasons and launches as the whole walk."""
     same_as_the_whole_walk(monkeypatch, busy_trace(1, eta_seed=None), load_policy(BACKFILL))
+
+
+def sampled_run(monkeypatch: pytest.MonkeyPatch, seed: int, whole: bool) -> dict[str, Any]:
+    """CPU and GPU jobs (some held while CPU pressure is high) on 2 to 6 slots, a host
+    sample every 20 s whose pressure wanders from calm to hot, a pass at each instant.
+    ``whole``: every sample finishes the last pass's rest first, as it did before a
+    sample read only as much of it as it takes to know whether work waits for a slot.
+    Recorded: each pass's launches, the controller and idle streak after each sample,
+    and, after two samples in three that come alone, the queued jobs' reasons read as a
+    status write reads them (which runs the rest the sample left, against the host its
+    pass had)."""
+    if whole:
+        monkeypatch.setattr(Scheduler, "_slot_limited_now",
+                            lambda self: (self.refresh_reasons(), self._slot_limited)[1])
+    rng = random.Random(seed)
+    cpu = Profile(name="cpu", accelerator="cpu", pressure_domains=("cpu",))
+    loose = Profile(name="loose", accelerator="cpu")
+    trace = busy_trace(seed, jobs=300)
+    for i, arrival in enumerate(trace):
+        if i % 3:
+            profile = cpu if i % 3 == 1 else loose
+            trace[i] = replace(arrival, profile=profile,
+                               request=replace(arrival.request, profile=profile.name))
+    policy = load_policy(FCFS)
+    profiles = {**policy.profiles, cpu.name: cpu, loose.name: loose,
+                **{a.profile.name: a.profile for a in trace}}
+    policy = replace(policy, profiles=profiles, initial_concurrent_experiments=2,
+                     min_concurrent_experiments=2, max_concurrent_experiments=6)
+    sched = Scheduler(policy)
+    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                                    boot_id="memory"))
+    runs = {a.request.request_id: Run(a.duration_s) for a in trace}
+    loop = VirtualLoop(sched, MemoryBackend(lambda launch: runs[launch.metadata["request_id"]]))
+    arrivals, record, samples, kept = deque(trace), {"passes": [], "samples": []}, 0, 0
+    next_sample = 0.0
+    while arrivals or loop.next_end() < math.inf:
+        now = min(arrivals[0].at if arrivals else math.inf, loop.next_end(), next_sample)
+        # nothing but the sample at this instant: every queued job's reason is the last
+        # pass's (any other event may requeue a job that no pass has seen since)
+        alone = not loop.advance(now) and not (arrivals and arrivals[0].at == now)
+        if now == next_sample:
+            pressure = rng.choice([0.0, 5.0, 30.0, 95.0])
+            sched.handle(HostSampled(at=now, gpus=GPUS, pressure=PressureSample(
+                source="simulated", cpu=pressure, memory=0.0, io=0.0)))
+            samples += 1
+            kept += sched._rest is not None
+            controller = sched.controller
+            record["samples"].append((now, controller.target, controller.calm,
+                                      controller.last_move, sched.idle_streak,
+                                      reasons(sched) if alone and samples % 3 else None))
+            next_sample += 20.0
+        while arrivals and arrivals[0].at == now:
+            request = arrivals.popleft().request
+            loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
+                                    digest=request.request_id,
+                                    request_id=request.request_id, request=request))
+        events = sched.next_launches(now)
+        record["passes"].append((now, events))
+        for event in events:
+            loop.handle(event)
+    monkeypatch.undo()
+    assert sched.count(JobState.COMPLETED) == len(trace), "the workload did not run to its end"
+    record["kept"] = kept
+    return record
+
+
+def reasons(sched: Scheduler) -> dict[str, str | None]:
+    """Why each queued job waits, brought up to date as status.json's writer asks."""
+    sched.refresh_reasons()
+    return {job.job_id: sched.pending.get(job.job_id) for job in sched.queued()}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_sample_reads_of_the_rest_only_what_it_needs_and_changes_no_decision(
+        monkeypatch, seed):
+    fast = sampled_run(monkeypatch, seed, whole=False)
+    whole = sampled_run(monkeypatch, seed, whole=True)
+    assert fast["kept"], "no sample left a rest unread: nothing was compared"
+    assert fast["passes"] == whole["passes"]
+    assert len(fast["samples"]) == len(whole["samples"])
+    for mine, theirs in zip(fast["samples"], whole["samples"]):
+        assert mine == theirs, f"the sample at {mine[0]} differs"
+    moves = {move for *_, move, _, _ in fast["samples"]}
+    assert any(move.startswith("raised") for move in moves), moves  # slot-limited counted
+    assert any(move.startswith("lowered") for move in moves), moves

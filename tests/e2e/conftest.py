@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -40,6 +41,22 @@ def wait_for(predicate, timeout=15.0, interval=0.02, message="condition"):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+CALM_PSI = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+
+def held_start(tmp_path: Path) -> tuple[dict[str, str], Callable[[], None]]:
+    """An environment in which a coordinator's start waits in its first host sample (its
+    PSI ``cpu`` file is a FIFO), after the shim server started and forked its first
+    supervisors, before the spool is read and endpoint.json written; and what lets that
+    sample, the only one, go on (later ones would wait again)."""
+    root = tmp_path / "held-pressure"
+    root.mkdir()
+    os.mkfifo(root / "cpu")
+    for domain in ("memory", "io"):
+        (root / domain).write_text(CALM_PSI)
+    return {"PRAXIST_PSI_ROOT": str(root)}, lambda: (root / "cpu").write_text(CALM_PSI)
 
 
 def read_json(path: Path):
@@ -82,7 +99,7 @@ class Run:
         calm = self.root.parent / f"calm-pressure-{self.root.name}"
         calm.mkdir(exist_ok=True)
         for domain in ("cpu", "memory", "io"):
-            (calm / domain).write_text("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+            (calm / domain).write_text(CALM_PSI)
         env = {"PRAXIST_PSI_ROOT": str(calm),
                "PRAXIST_HOST_REGISTRY": str(self.root.parent / "host-registry"), **(env or {})}
         log = open(self.root.parent / f"coordinator-{self.root.name}.log", "ab")

@@ -11,9 +11,9 @@ import json
 import subprocess
 import sys
 
-from .conftest import read_json, request, wait_for
+from .conftest import held_start, read_json, request, wait_for
 from .test_crash import counting, starts
-from .test_launch_path import CPU_ONLY
+from .test_launch_path import CPU_ONLY, forked_at_start, gone
 
 
 
@@ -93,9 +93,15 @@ def test_a_lost_launch_record_never_runs_the_command_twice(make_run, tmp_path):
     job_id = f"{tag}-{hashlib.sha256(tag.encode()).hexdigest()[:8]}"
     run.submit(request(tag, counting(marker, f"while [ ! -e {gate} ]; do sleep 0.05; done")))
     # Read at start, the request is accepted and launched in one batch, on a shim started
-    # for it; the coordinator dies once that shim runs, before its pid is journaled: the
-    # launch is the last record, and the shim waits at the barrier for a GO.
-    run.start_raw({"PRAXIST_CRASH_AT": "effect.SpawnAttempt.after"})
+    # for it (the supervisors forked for the start are killed first); the coordinator dies
+    # once that shim runs, before its pid is journaled: the launch is the last record, and
+    # the shim waits at the barrier for a GO.
+    held, go_on = held_start(tmp_path)
+    run.start_raw({**held, "PRAXIST_CRASH_AT": "effect.SpawnAttempt.after"})
+    for supervisor in forked_at_start(run)[1]:
+        supervisor.kill()
+        wait_for(lambda: gone(supervisor), message="the supervisor killed")
+    go_on()
     assert run.proc.wait(timeout=15) == 86
     attempt = run.sched / "attempts" / job_id / "a1"
     wait_for(lambda: read_json(attempt / "READY"), message="the shim at the barrier")

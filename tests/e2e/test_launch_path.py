@@ -9,7 +9,7 @@ import signal
 
 import psutil
 
-from .conftest import read_json, request, wait_for
+from .conftest import held_start, read_json, request, wait_for
 
 
 def shim_server(run) -> psutil.Process:
@@ -103,4 +103,62 @@ def test_a_clean_stop_ends_the_server_and_leaves_running_attempts_running(run, t
     assert psutil.pid_exists(shim)
     run.start()
     gate.touch()
+    assert run.wait_state(job_id, "completed")["exit_code"] == 0
+
+
+def served_by(run, job_id: str, server: psutil.Process) -> bool:
+    """Whether the job's attempt ran on a supervisor that ``server`` forked: a shim the
+    coordinator started itself is its child, and gone once its attempt is over."""
+    shim = read_json(run.sched / "attempts" / job_id / "a1" / "READY")["pid"]
+    try:
+        return psutil.Process(shim).ppid() == server.pid
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_the_first_jobs_after_a_start_run_on_forked_supervisors(make_run):
+    # the server starts with the coordinator, before the replay; a launch that finds no
+    # shim warm waits for the fork on its way instead of starting a shim of its own
+    run = make_run()
+    waiting = run.submit(request("waiting"))  # read by the start itself
+    for start in range(2):  # a fresh run, then a restart
+        run.start()
+        right_after = run.submit(request(f"right-after-{start}"))
+        server = shim_server(run)
+        for rid in (waiting, right_after):
+            job_id = run.reply(rid)["job_id"]
+            assert run.wait_state(job_id, "completed")["exit_code"] == 0
+            assert served_by(run, job_id, server), f"{rid} ran on a shim of its own"
+        assert run.stop(signal.SIGTERM) == 0
+        waiting = run.submit(request(f"waiting-{start}"))
+
+
+def forked_at_start(run) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The shim server of a coordinator still starting, and the two supervisors it forked."""
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two supervisors forked")
+    return server, server.children()
+
+
+def attempt_processes(run) -> list[psutil.Process]:
+    """The run's shim server and supervisors (forks of it) and shims: their command line
+    names the run's attempts directory."""
+    attempts = str(run.sched / "attempts")
+    return [proc for proc in psutil.process_iter(["cmdline", "status"])
+            if attempts in (proc.info["cmdline"] or [])
+            and proc.info["status"] != psutil.STATUS_ZOMBIE]
+
+
+def test_a_coordinator_killed_during_its_start_leaves_no_server_or_supervisor(
+        make_run, tmp_path):
+    run = make_run()
+    run.start_raw(held_start(tmp_path)[0])
+    server, supervisors = forked_at_start(run)
+    assert not (run.sched / "endpoint.json").exists()  # still starting
+    run.kill()
+    for process in (server, *supervisors):
+        wait_for(lambda: gone(process), message=f"{process.pid} to exit with the coordinator")
+    assert attempt_processes(run) == []
+    run.start()  # and the run starts as usual
+    job_id = run.reply(run.submit(request("after")))["job_id"]
     assert run.wait_state(job_id, "completed")["exit_code"] == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 import selectors
 import signal
 import time
@@ -41,6 +42,10 @@ FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left ru
 WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
 IDLE_SUPERVISORS = 16     # supervisors kept warm at most once their attempt is over
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
+# How long a launch that finds no shim warm waits for a fork already asked for: a running
+# server answers within a millisecond, one just started once its interpreter is up, the
+# very start-up a shim of the launch's own would cost (on a loaded host, some 100 ms).
+FORK_WAIT_SECONDS = 0.25
 
 
 class LocalBackend:
@@ -65,6 +70,7 @@ class LocalBackend:
         self.server: launcher.ShimServer | None = None  # forks supervisors
         self._server_retry_at = 0.0
         self._server_fd = -1
+        self._server_slow = False  # a wait for its fork ran out: not waited for till it answers
         # shims ready ahead of need: fresh forks first, then idle supervisors, latest last
         self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
@@ -85,15 +91,20 @@ class LocalBackend:
     # -- ahead of the launches ------------------------------------------------
 
     def prepare(self, stopped: bool) -> None:
-        """Keep shims started ahead of need (not for a stopped run): WARM_SHIMS forked by
-        the shim server, so that a pass may launch that many at once; without a server
-        one, started once no attempt waits for its GO, so that its interpreter's start-up
-        overlaps commands, not launches."""
+        """Keep shims started ahead of need: WARM_SHIMS forked by the shim server, so that
+        a pass may launch that many at once; without a server one, started once no
+        attempt waits for its GO, so that its interpreter's start-up overlaps commands,
+        not launches. A stopped run launches nothing: it keeps no shim, and no server."""
         if stopped:
+            self._retire_supervisors()
+            if self.server is not None:
+                self._close_server()
             return
         if (self.server is None or not self.server.alive) and \
                 time.monotonic() >= self._server_retry_at:
             self._start_server()
+        while self.server is not None and self.server.pending and self._answered(0):
+            self._on_server()  # forks answered already: warm before the next select
         try:
             if self.server is not None and self.server.alive:
                 while len(self.warm) + len(self.server.pending) < WARM_SHIMS:
@@ -114,16 +125,45 @@ class LocalBackend:
                 log.warning("the shim server could not fork a shim: %s", exc)
         else:
             self.server.close()
+        self._server_slow = False
         if not self.server.alive:
             self.selector.unregister(self._server_fd)
+
+    def _await_fork(self) -> None:
+        """A launch found no shim warm while a fork is on its way (the first launches after
+        a start, whose server started with the coordinator; or a burst that took every
+        warm shim): wait for it, up to FORK_WAIT_SECONDS, rather than start a shim, whose
+        interpreter costs more than the fork's wait. A server that let such a wait run
+        out is not waited for again until it answers."""
+        if self.server is None or not self.server.pending or self._server_slow:
+            return
+        if self._answered(FORK_WAIT_SECONDS):
+            self._on_server()
+        else:
+            self._server_slow = True
+            log.warning("the shim server did not fork a shim within %s s; starting one",
+                        FORK_WAIT_SECONDS)
+
+    def _answered(self, timeout: float) -> bool:
+        """Whether the shim server's socket holds an answer (or its EOF), waiting up to
+        ``timeout`` seconds for one."""
+        poller = select.poll()
+        poller.register(self._server_fd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
+
+    def _close_server(self) -> None:
+        """Close the shim server (its supervisors live on, each on its pool socket)."""
+        if self._server_fd in self.selector.get_map():
+            self.selector.unregister(self._server_fd)
+        self.server.close()
+        self.server = None
+        self._server_slow = False
 
     def _start_server(self) -> None:
         """(Re)start the shim server, at most once a SERVER_RETRY_SECONDS after a start
         that failed or a server that died; meanwhile warm shims are started one by one."""
         if self.server is not None:
-            if self._server_fd in self.selector.get_map():
-                self.selector.unregister(self._server_fd)
-            self.server.close()
+            self._close_server()
             log.warning("the shim server exited; starting a new one")
         self._server_retry_at = time.monotonic() + SERVER_RETRY_SECONDS
         try:
@@ -144,6 +184,8 @@ class LocalBackend:
         for effect in effects:
             if not isinstance(effect, SpawnAttempt):
                 continue
+            if not self.warm:
+                self._await_fork()
             while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
                 warm = self.warm.pop()  # the latest idle: its pages are the likeliest hot
                 shim = warm.handle.popen
