@@ -23,6 +23,24 @@ def sorted_heads(heads: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {profile: sorted(heap) for profile, heap in heads.items()}
 
 
+def churn(h: Any, rng: random.Random, name: str, count: int, peers: tuple[str, ...],
+          etas: tuple[float, ...]) -> Any:
+    """One round of a queue's life: ``count`` jobs come (most with an ETA), five change
+    priority as ``update`` does it, and what can start runs and ends; the queue after."""
+    for i in range(count):
+        h.submit(f"{name}-{i}", peer=rng.choice(peers), priority=rng.choice((0, 0, 5)),
+                 **({"eta_s": rng.choice(etas)} if rng.random() < 0.8 else {}))
+    queue = h.sched._queue()
+    for job in rng.sample(queue.jobs(), 5):
+        queue.remove(job)
+        job.priority = rng.choice((0, 3, 7))
+        queue.add(job)
+    for job_id, attempt_id in h.launch_all():
+        h.go(job_id, attempt_id)
+        h.exit(job_id, attempt_id, 0)
+    return queue
+
+
 def test_heads_kept_by_the_backlog_equal_heads_made_afresh_as_jobs_come_and_go():
     """Jobs enter, start, leave and change priority between two reads of the kept
     heads (a run's first job changes, runs appear and empty); each read must equal the
@@ -34,19 +52,7 @@ def test_heads_kept_by_the_backlog_equal_heads_made_afresh_as_jobs_come_and_go()
         return (job.submitted_at % 7, job.order, position)
 
     for round_ in range(8):
-        for i in range(30):
-            h.submit(f"j{round_}-{i}", peer=rng.choice(("a", "b", "c")),
-                     priority=rng.choice((0, 0, 5)),
-                     **({"eta_s": rng.choice((10.0, 11.0, 600.0, 86400.0))}
-                        if rng.random() < 0.8 else {}))
-        queue = h.sched._queue()
-        for job in rng.sample(queue.jobs(), 5):  # as ``update`` changes a priority
-            queue.remove(job)
-            job.priority = rng.choice((0, 3, 7))
-            queue.add(job)
-        for job_id, attempt_id in h.launch_all():
-            h.go(job_id, attempt_id)
-            h.exit(job_id, attempt_id, 0)
+        queue = churn(h, rng, f"j{round_}", 30, ("a", "b", "c"), (10.0, 11.0, 600.0, 86400.0))
         for kind in RUNS:
             kept = queue.heads(kind, "token", key)
             assert sorted_heads(kept) == sorted_heads(heads_of(queue.runs(kind), key))
@@ -124,18 +130,7 @@ def test_the_next_short_job_of_a_profile_is_the_first_a_walk_in_rank_order_finds
     h = harness("fcfs", slots=4)
     answers = set()
     for round_ in range(6):
-        for i in range(40):
-            h.submit(f"s{round_}-{i}", peer="a", priority=rng.choice((0, 0, 5)),
-                     **({"eta_s": rng.choice((10.0, 600.0, 3600.0, 86400.0))}
-                        if rng.random() < 0.8 else {}))
-        queue = h.sched._queue()
-        for job in rng.sample(queue.jobs(), 5):  # as ``update`` changes a priority
-            queue.remove(job)
-            job.priority = rng.choice((0, 3, 7))
-            queue.add(job)
-        for job_id, attempt_id in h.launch_all():
-            h.go(job_id, attempt_id)
-            h.exit(job_id, attempt_id, 0)
+        queue = churn(h, rng, f"s{round_}", 40, ("a",), (10.0, 600.0, 3600.0, 86400.0))
         jobs = queue.jobs()
         for profile in {job.profile for job in jobs}:
             for limit in (5.0, 10.0, 700.0, 1e9):
