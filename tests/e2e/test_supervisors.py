@@ -116,7 +116,8 @@ def test_stop_ends_a_reused_supervisors_attempt_and_leaves_no_process(make_run, 
 
 
 # The launch path of the third job: the second's supervisor serves it (the first job's
-# too, unless the first came before any supervisor was forked).
+# too: the start forks supervisors before it serves, so only a failed server leaves the
+# first job a shim of its own).
 LAUNCH_POINTS = ["effect.SpawnAttempt.before:3", "effect.SpawnAttempt.after:3",
                  "effect.WriteGo.before:3", "effect.WriteGo.after:3"]
 
