@@ -169,7 +169,7 @@ def sampled_run(monkeypatch: pytest.MonkeyPatch, seed: int, whole: bool) -> dict
     rng = random.Random(seed)
     cpu = Profile(name="cpu", accelerator="cpu", pressure_domains=("cpu",))
     loose = Profile(name="loose", accelerator="cpu")
-    trace = busy_trace(seed, jobs=300)
+    trace = busy_trace(seed, jobs=120)
     for i, arrival in enumerate(trace):
         if i % 3:
             profile = cpu if i % 3 == 1 else loose
