@@ -193,7 +193,7 @@ def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | No
 
     While it lives (no exit.json yet):
     - PENDING, CONFIGURING (and requeue states) -> ``launching``, reason = Slurm's
-      pending reason (%r), e.g. "Resources";
+      pending reason (%r), e.g. "Resources", or the state while Slurm gives none ("None");
     - RUNNING (COMPLETING, SUSPENDED, ...) -> ``running`` once READY exists
       (``ready``), else ``launching``;
     - a state this table does not know -> ``running`` (never taken for success).
@@ -217,7 +217,8 @@ def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | No
     ended = state is None or state in ENDED_STATES | INFRASTRUCTURE_STATES | {"CANCELLED"}
     if code is None and not ended:
         if state in PENDING_STATES:
-            return "launching", f"waiting in Slurm: {reason or state}"
+            # Slurm says "None" while no scheduling cycle has given the job a reason yet
+            return "launching", f"waiting in Slurm: {state if reason in ('', 'None') else reason}"
         if state in RUNNING_STATES:
             return ("running", f"Slurm {state}") if ready else (
                 "launching", "started in Slurm, waiting for READY")

@@ -214,10 +214,17 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
     slurm_id = doc["attempts"][-1]["handle"]["job_id"]
     assert doc["state"] == "running"  # admitted by praxist_fs; Slurm decides when
     assert f"(Slurm job {slurm_id})" in doc["reason"]
-    shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
-                            str(run.root)], capture_output=True, text=True, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert f"s{slurm_id}" in shown.stdout and "waiting in Slurm: Resources" in shown.stdout
+
+    def status() -> str:
+        shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
+                                str(run.root)], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        return shown.stdout
+
+    # Slurm's reason may read "None" for a moment between its scheduling cycles
+    shown = wait_for(lambda: (out := status()) and "waiting in Slurm: Resources" in out and out,
+                     timeout=SLURM_S, message="status showing Slurm's pending reason")
+    assert f"s{slurm_id}" in shown
     release.touch()
     assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
 

@@ -109,6 +109,7 @@ def running(state, reason="None"):
 
 @pytest.mark.parametrize("state, exit_json, asked, expected", [
     (running("PENDING", "Resources"), None, None, ("launching", "waiting in Slurm: Resources")),
+    (running("PENDING"), None, None, ("launching", "waiting in Slurm: PENDING")),  # no reason yet
     (running("RUNNING"), None, None, ("running", "Slurm RUNNING")),
     (running("COMPLETED"), {"exit_code": 0}, None, ("exited", "exit 0")),
     (running("FAILED"), {"exit_code": 3}, None, ("exited", "exit 3")),
