@@ -9,6 +9,7 @@
 - ``OwnerBusy``: another live coordinator owns the run.
 - ``NoProcfs``: this host shows no procfs, so no process identity (Linux only).
 - ``NoRoomToStart``: the run's disk is full (or over quota, or failing) as a coordinator starts.
+- ``UnsafeLayout``: a directory of the run (or above it) could be swapped by another uid.
 """
 
 from __future__ import annotations
@@ -59,3 +60,13 @@ class NoProcfs(PraxistError):
 
 class NoRoomToStart(PraxistError):
     """A start that cannot write its files: refused with the cause, not a traceback."""
+
+
+class UnsafeLayout(PraxistError):
+    """A directory the coordinator would write into (or one above the run directory) is
+    not safe from other uids (R-SEC-4): ``path`` and what is wrong with it, and the fix."""
+
+    def __init__(self, path: str, problem: str, fix: str = "") -> None:
+        super().__init__(f"{path}: {problem}" + (f"; {fix}" if fix else ""))
+        self.path = path
+        self.problem = problem

@@ -19,6 +19,7 @@ describe what the name held before (``{"kind": "absent" | "file" |
 from __future__ import annotations
 
 import base64
+import errno
 import itertools
 import json
 import os
@@ -70,7 +71,7 @@ def _describe(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fsync(fd)
         if _ledger is not None:
@@ -99,6 +100,18 @@ def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o77
             _record("mkdir", directory)
         if durable:
             fsync_dir(os.path.dirname(directory))
+
+
+def make_dir_at(dir_fd: int, name: str, path: str, mode: int) -> bool:
+    """mkdir ``name`` in the directory open as ``dir_fd`` (``path``: its absolute path, for
+    the ledger). False when the name was taken already, by whatever: the caller looks."""
+    try:
+        os.mkdir(name, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        return False
+    if _ledger is not None:
+        _record("mkdir", path)
+    return True
 
 
 def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
@@ -173,12 +186,34 @@ def rename(src: str | os.PathLike, dst: str | os.PathLike) -> None:
 
 
 def open_append(path: str | os.PathLike, *, mode: int = 0o600) -> int:
-    """A descriptor for appending to ``path`` (created if missing), read-write."""
+    """A descriptor for appending to ``path`` (created if missing), read-write; never
+    through a link, and only to a regular file of our own (R-SEC-4)."""
     old = _describe(path) if _ledger is not None else None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, mode)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a regular file of this uid's: not written through",
+                      os.fspath(path))
     if _ledger is not None:
         _append_paths[fd] = os.path.abspath(path)
         _record("open_append", path, old=old, mode=mode)
+    return fd
+
+
+def open_log(path: str | os.PathLike) -> int:
+    """A descriptor for appending to a log of ours (created if missing): never through a
+    link, never a FIFO or a file another uid owns or has linked (R-SEC-4), which would
+    have this process write where someone else chose. OSError otherwise."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC, 0o644)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        raise OSError(errno.EPERM, "not a regular file of this uid's with one link: not "
+                      "written through", os.fspath(path))
+    os.set_blocking(fd, True)  # O_NONBLOCK was for the open alone (a FIFO's)
     return fd
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .fsio import open_log
+
 log = logging.getLogger("praxist_fs")
 
 POLL_SECONDS = 0.05   # how often the worker looks at running hooks
@@ -84,7 +86,7 @@ class HookRunner:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryFile() as stdin, \
-                    open(self.directory / f"{call.name}.log", "ab") as output:
+                    open(open_log(self.directory / f"{call.name}.log"), "ab") as output:
                 stdin.write(json.dumps(call.document, indent=2).encode() + b"\n")
                 stdin.seek(0)
                 proc = subprocess.Popen(call.argv, stdin=stdin, stdout=output, stderr=output,
@@ -120,7 +122,8 @@ class HookRunner:
     def _note(self, call: HookCall, what: str) -> None:
         """The coordinator's word on how the hook ended, after its own output."""
         try:
-            with open(self.directory / f"{call.name}.log", "a", encoding="utf-8") as output:
+            with open(open_log(self.directory / f"{call.name}.log"), "a",
+                      encoding="utf-8") as output:
                 output.write(f"praxist-fs: hook {' '.join(call.argv)!r} {what}\n")
         except OSError:
             pass

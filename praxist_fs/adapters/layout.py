@@ -8,16 +8,24 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from . import ownership
 from .crashpoints import reach
 from .fsio import fsync_dir, makedirs
 
 JOB_DIRECTORIES = ("queued", "running", "done")
 
-# R-SEC-2: who may write where, for peers that run under other uids of the run's group (the
-# run directory's group; with its setgid bit every directory below inherits it).
-PEER_WRITABLE = 0o3770  # setgid + sticky: the group adds files; only a file's owner removes it
+# R-SEC-2, R-SEC-4: who may write where, for peers that run under other uids of the run's
+# group (the run directory's group; with its setgid bit every directory below inherits it).
+# Every directory is the coordinator's own (adapters/ownership.py).
+DROPBOX = 0o3730        # setgid + sticky, group -wx: a peer adds files and reaches its own by
+                        # name, but cannot list the others' (Postfix's maildrop) nor remove them
+PEER_WRITABLE = 0o3770  # setgid + sticky, group rwx: shared inboxes, listed by design
 SHARED = 0o2750         # the group reads; only the coordinator writes
+SEALED = 0o2710         # the group reaches its own files by name; only the coordinator lists
 PRIVATE = 0o700         # the coordinator alone: the journal, the snapshot, raw secrets
+# made when first needed (a start that sets nothing aside makes no quarantine/), and
+# checked like the others wherever they are
+MADE_WHEN_NEEDED = frozenset({"resource_scheduler/quarantine"})
 
 
 @dataclass(frozen=True)
@@ -188,56 +196,63 @@ class RunLayout:
     def create_generation(self, number: int) -> None:
         """Durable: peers' results and idle registrations must not vanish with them. Every
         directory is fsynced into its parent even when it was there already: one made by a
-        coordinator killed before that fsync, or by a peer, could still vanish."""
-        supply = self.generation(number) / "resource_supply"
-        modes = {self.generation(number): SHARED, supply: SHARED,
-                 self.results(number): PEER_WRITABLE, self.idle(number): PEER_WRITABLE,
-                 self.leases(number): SHARED, self.generation(number) / "peers": SHARED}
-        for path, mode in modes.items():
-            makedirs(path)
-            set_mode(path, mode)
-        reach("generation.before_fsync")
-        for parent in sorted({path.parent for path in modes}):
-            fsync_dir(parent)
+        coordinator killed before that fsync, or by a peer, could still vanish. Made and
+        checked as the start's are (``create``): one another uid made is refused."""
+        generation = f"gen_{number}"
+        self._secure({generation: SHARED, f"{generation}/resource_supply": SHARED,
+                      f"{generation}/results": PEER_WRITABLE,
+                      f"{generation}/resource_supply/idle": PEER_WRITABLE,
+                      f"{generation}/resource_supply/leases": SHARED,
+                      f"{generation}/peers": SHARED}, "generation.before_fsync")
 
     def create_protected_pids(self) -> None:
         """Legacy peer-local launches, under any uid of the group, record themselves here."""
         makedirs(self.protected_pids, durable=True)
-        set_mode(self.protected_pids, PEER_WRITABLE)
+        try:
+            if stat.S_IMODE(os.stat(self.protected_pids).st_mode) != PEER_WRITABLE:
+                os.chmod(self.protected_pids, PEER_WRITABLE)
+        except PermissionError:
+            pass  # another uid of the group made it: its owner keeps its mode
 
-    def modes(self) -> dict[Path, int]:
-        """The run's directories and the mode each is kept at (docs/OPERATIONS.md)."""
+    def tree(self) -> dict[str, int]:
+        """The run's directories, relative to the run directory, each parent before its
+        children, with the mode each is kept at (docs/OPERATIONS.md)."""
         return {
-            self.scheduler: SHARED, self.journal_dir: PRIVATE, self.spool: SHARED,
-            self.spool_tmp: PEER_WRITABLE, self.incoming: PEER_WRITABLE,
-            self.replies: SHARED, self.rejected: SHARED,
-            self.control: PEER_WRITABLE, self.control / "tmp": PEER_WRITABLE,
-            self.control_replies: SHARED, self.control_rejected: SHARED,
-            self.attempts: SHARED, self.logs.parent: SHARED, self.logs: SHARED,
-            self.scheduler / "jobs": SHARED, **{self.jobs(d): SHARED for d in JOB_DIRECTORIES},
-            self.index_dir: SHARED,
+            "resource_scheduler": SHARED, "resource_scheduler/journal": PRIVATE,
+            "resource_scheduler/private": PRIVATE, "resource_scheduler/quarantine": PRIVATE,
+            "resource_scheduler/index": SHARED,
+            "resource_scheduler/spool": SHARED, "resource_scheduler/spool/tmp": DROPBOX,
+            "resource_scheduler/spool/incoming": DROPBOX,
+            "resource_scheduler/spool/replies": SHARED,
+            "resource_scheduler/spool/rejected": SEALED,
+            "resource_scheduler/control": DROPBOX, "resource_scheduler/control/tmp": DROPBOX,
+            "resource_scheduler/control/replies": SHARED,
+            "resource_scheduler/control/rejected": SEALED,
+            "resource_scheduler/attempts": SHARED, "resource_scheduler/jobs": SHARED,
+            **{f"resource_scheduler/jobs/{d}": SHARED for d in JOB_DIRECTORIES},
+            "logs": SHARED, "logs/experiments": SHARED, "logs/hooks": SHARED,
         }
 
     def create(self) -> None:
-        """Make the run's directories at their modes and fsync every one of them into its
-        parent, at every start: the journal and GO files are fsynced into them, and a
-        coordinator killed between a mkdir and its fsync leaves one a power cut could
-        still take."""
-        modes = self.modes()
-        for path in modes:
-            makedirs(path)
-        for path, mode in modes.items():
-            set_mode(path, mode)
-        parents = {parent for path in modes for parent in path.parents
-                   if parent == self.root or self.root in parent.parents}
+        """Make the run's directories at their modes, each checked to be the coordinator's
+        own (adapters/ownership.py: ``UnsafeLayout`` refuses the start), and fsync every one
+        of them into its parent, at every start: the journal and GO files are fsynced into
+        them, and a coordinator killed between a mkdir and its fsync leaves one a power cut
+        could still take."""
+        ownership.check_ancestors(str(self.root), os.geteuid())
+        if not os.path.lexists(self.root):
+            makedirs(self.root, durable=True, mode=0o755)
+        self._secure(self.tree())
+
+    def layout_problems(self, uid: int) -> list[str]:
+        """What would keep a coordinator of ``uid`` from starting on this run now (status)."""
+        return ownership.layout_problems(str(self.root), self.tree(), uid)
+
+    def _secure(self, tree: dict[str, int], crash_point: str | None = None) -> None:
+        ownership.secure_tree(str(self.root), tree, os.geteuid(), MADE_WHEN_NEEDED)
+        if crash_point:
+            reach(crash_point)
+        parents = {self.root / relative.rpartition("/")[0] for relative in tree
+                   if relative not in MADE_WHEN_NEEDED}
         for parent in sorted(parents):
             fsync_dir(parent)
-
-
-def set_mode(path: Path, mode: int) -> None:
-    """Keep a directory at ``mode``; one that another uid made is left to its owner."""
-    try:
-        if stat.S_IMODE(os.stat(path).st_mode) != mode:
-            os.chmod(path, mode)
-    except PermissionError:
-        pass

@@ -8,10 +8,11 @@ import os
 import sys
 
 from ..config import load_policy
-from ..errors import JournalCorrupt, NoRoomToStart, OwnerBusy, PolicyError
+from ..errors import JournalCorrupt, NoRoomToStart, OwnerBusy, PolicyError, UnsafeLayout
 
 
 EXIT_NO_ROOM = 74  # EX_IOERR: the run's disk is full, over quota or failing as it starts
+EXIT_UNSAFE = 78   # EX_CONFIG: a directory of the run could be swapped by another uid (R-SEC-4)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -65,6 +66,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except NoRoomToStart as exc:
         print(f"praxist-fs serve: {exc}", file=sys.stderr)
         return EXIT_NO_ROOM
+    except UnsafeLayout as exc:
+        print(f"praxist-fs serve: refusing an unsafe run directory: {exc}", file=sys.stderr)
+        return EXIT_UNSAFE
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -87,9 +87,20 @@ class Run:
         """Start a coordinator and wait until it serves (its endpoint.json names it)."""
         self.start_raw(env, user)
         pid = self.proc.pid
-        wait_for(lambda: (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid,
-                 message="endpoint.json of the new coordinator")
+
+        def serving() -> bool:
+            if self.proc.poll() is not None:  # it will never serve: say why at once
+                raise AssertionError(f"the coordinator exited {self.proc.returncode}: "
+                                     + self.log_text()[-2000:])
+            return (read_json(self.sched / "endpoint.json") or {}).get("pid") == pid
+
+        wait_for(serving, message="endpoint.json of the new coordinator")
         return self.proc
+
+    def log_text(self) -> str:
+        """What the coordinators of this run printed (stdout and stderr)."""
+        path = self.root.parent / f"coordinator-{self.root.name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
 
     def start_raw(self, env: dict[str, str] | None = None, user: int | None = None
                   ) -> subprocess.Popen:

@@ -19,8 +19,11 @@ from pathlib import Path
 import pytest
 
 from .conftest import TASK, Run, read_json, request, wait_for
+from . import peers
+from .peers import NOBODY, Peer, as_peer as run_as
 
-PEER_UID = PEER_GID = 65534  # nobody:nogroup
+PEER_UID = PEER_GID = NOBODY  # nobody:nogroup
+NOBODY_PEER = Peer(PEER_UID, PEER_GID, "nobody")
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching uid needs root")
 
@@ -61,46 +64,16 @@ def peer_attempts(sched: Path, doc: dict) -> dict:
     return outcome
 
 
-def as_peer(function, *args) -> dict:
-    """Run ``function`` in a forked child that dropped to nobody:nogroup; its JSON result."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        code = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(PEER_GID)
-            os.setuid(PEER_UID)
-            os.write(write_end, json.dumps(function(*args)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as handle:
-        data = handle.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0 and data, "the peer child failed"
-    return json.loads(data)
+def as_peer(function, *args):
+    """``function(*args)`` run by nobody:nogroup (tests/e2e/peers.py)."""
+    return run_as(NOBODY_PEER, function, *args)
 
 
 @pytest.fixture
 def shared_run():
-    """A run directory nobody:nogroup can reach: pytest's own tmp dir is 0700 root."""
-    base = Path(tempfile.mkdtemp(prefix="praxist-perm-"))
-    base.chmod(0o755)
-    root = base / "run"
-    root.mkdir()
-    os.chown(root, 0, PEER_GID)
-    root.chmod(0o2770)  # the documented set-up: the peers' group, setgid
-    task = base / "task.yaml"
-    task.write_text(TASK.format(slots=1, retries=1))
-    run = Run(root, task)
-    yield run
-    if run.proc is not None and run.proc.poll() is None:
-        run.stop()
-    run.kill_attempt_groups()
-    shutil.rmtree(base, ignore_errors=True)
+    """The documented set-up for the peers' group (nogroup here), coordinator as root."""
+    with peers.shared_run(PEER_GID, TASK.format(slots=1, retries=1), "praxist-perm-") as run:
+        yield run
 
 
 def test_a_peer_of_another_uid_submits_but_cannot_write_scheduler_state(shared_run):
@@ -128,11 +101,13 @@ def test_the_documented_modes(shared_run):
     def mode(relative: str) -> int:
         return stat.S_IMODE((run.sched / relative).stat().st_mode)
 
-    for peer_writable in ("spool/tmp", "spool/incoming", "control", "control/tmp"):
-        assert mode(peer_writable) == 0o3770, peer_writable  # group rwx, setgid, sticky
-    for readable in ("", "spool", "spool/replies", "spool/rejected", "jobs/queued",
-                     "jobs/done", "attempts", "control/replies"):
+    for dropbox in ("spool/tmp", "spool/incoming", "control", "control/tmp"):
+        assert mode(dropbox) == 0o3730, dropbox  # group -wx (not listable), setgid, sticky
+    for readable in ("", "spool", "spool/replies", "jobs/queued", "jobs/done", "attempts",
+                     "control/replies", "../logs", "../logs/experiments"):
         assert mode(readable) == 0o2750, readable
+    for sealed in ("spool/rejected", "control/rejected"):
+        assert mode(sealed) == 0o2710, sealed  # group --x: its own files by name only
     for private in ("journal", "private"):
         assert mode(private) == 0o700, private
     for relative, mode in (("gen_1", 0o2750), ("gen_1/results", 0o3770),

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from praxist_fs.adapters.fsio import create, fsync_dir, makedirs, unlink, write_json
+from praxist_fs.adapters.fsio import create, fsync_dir, makedirs, open_log, unlink, write_json
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.local import procs
 from praxist_fs.core.effects import SpawnAttempt
@@ -49,6 +49,9 @@ SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main(
     SHIM.parent)
 # How long a shim whose coordinator vanished waits for the next one to give GO.
 BARRIER_TIMEOUT_S = 600
+# An attempt's and a log's directory: writable by us alone whatever our umask, so that
+# no peer of the run's group can swap them under a shim (R-SEC-4)
+OWN_DIRECTORY = 0o755
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
@@ -426,7 +429,7 @@ def prestart(layout: RunLayout, server: ShimServer | None = None) -> WarmShim:
         return server.prestart()
     control_read, control_write = os.pipe()
     try:
-        handle = _start_shim(["--warm", str(layout.attempts), str(control_read)], os.devnull,
+        handle = _start_shim(["--warm", str(layout.attempts), str(control_read)], None,
                              "/", keep=(control_read,))
     except OSError:
         os.close(control_write)
@@ -436,13 +439,14 @@ def prestart(layout: RunLayout, server: ShimServer | None = None) -> WarmShim:
     return WarmShim(handle=handle, control_fd=control_write)
 
 
-def _start_shim(leading: list[str], log: str | os.PathLike, cwd: str | os.PathLike,
+def _start_shim(leading: list[str], log: str | os.PathLike | None, cwd: str | os.PathLike,
                 keep: tuple[int, ...] = ()) -> ShimHandle:
-    """A shim in a new session (its own process group) with its GO and status pipes."""
+    """A shim in a new session (its own process group) with its GO and status pipes; its
+    output goes to ``log`` (None: nowhere, until it knows its attempt)."""
     go_read, go_write = os.pipe()
     status_read, status_write = os.pipe()
     try:
-        with open(log, "ab") as shim_log:
+        with open(os.devnull if log is None else open_log(log), "ab") as shim_log:
             popen = subprocess.Popen(
                 [sys.executable, *PYTHON_FLAGS, "-c", SHIM_BOOTSTRAP, *leading,
                  str(go_read), str(status_write)],
@@ -470,9 +474,9 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     the shim: through a warm shim's control pipe when it fits, else into spec.marshal
     (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
-    makedirs(attempt_dir)
+    makedirs(attempt_dir, mode=OWN_DIRECTORY)
     log = layout.log(effect.job_id, effect.attempt_id)
-    makedirs(log.parent)
+    makedirs(log.parent, mode=OWN_DIRECTORY)
     spec = marshal.dumps({
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),

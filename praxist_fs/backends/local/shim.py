@@ -126,7 +126,7 @@ def exists(path):
 
 
 def read_small(path):
-    return read_all(posix.open(path, posix.O_RDONLY | posix.O_CLOEXEC))
+    return read_all(posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC))
 
 
 def read_all(fd):
@@ -344,8 +344,7 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
     Its dispositions are reset and its signal mask restored before the exec: no signal
     reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
     change to the command's cwd first: the shim uses absolute paths only."""
-    log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC,
-                     0o644)
+    log = open_log(log_path, user)
     try:
         if user is not None:
             return start_as(user, argv, env, cwd, log, status_fd, own_group)
@@ -363,6 +362,46 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
             **group))
     finally:
         posix.close(log)
+
+
+def open_log(log_path, user=None):
+    """The command's log, for appending: never through a symlink, and only a regular file
+    with one link that we own (or, once handed over, ``user`` owns), else CouldNotStart:
+    the attempt is refused and says why, nothing is written (R-SEC-4). For a command run
+    as another uid the log becomes that uid's file: whatever its command prints is that
+    uid's to have written, never a file of ours (root's) holding a peer's bytes, which
+    could pass for ours wherever a file's owner is its author (the spool). Its directory
+    stays ours, so the peer can neither rename nor replace it."""
+    try:
+        log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                         | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO no one reads
+            raise CouldNotStart(exc.errno, "the log %s is %s: refusing to write through it"
+                                % (log_path, "a symbolic link" if exc.errno == errno.ELOOP
+                                   else "not a regular file")) from None
+        raise
+    owners = (posix.geteuid(),) if user is None else (posix.geteuid(), user[0])
+    info = posix.fstat(log)
+    problem = None
+    if (info.st_mode & 0o170000) != 0o100000:
+        problem = "is not a regular file"
+    elif info.st_nlink != 1:
+        problem = "has %d hard links" % info.st_nlink
+    elif info.st_uid not in owners:
+        problem = "is owned by uid %d" % info.st_uid
+    if problem is None and user is not None and info.st_uid != user[0] and \
+            posix.geteuid() == 0:  # else the switch to the user fails next, and says so
+        try:
+            posix.fchown(log, user[0], -1)
+        except OSError as exc:
+            problem = "cannot be given to uid %d (%s)" % (user[0], exc)
+    if problem is not None:
+        posix.close(log)
+        raise CouldNotStart(0, "the log %s %s: refusing to write through it" % (log_path,
+                                                                                problem))
+    posix.set_blocking(log, True)  # O_NONBLOCK was for the open alone (a FIFO's)
+    return log
 
 
 def each_candidate(executable, env, launch):
@@ -590,8 +629,8 @@ def wait_for_attempt(attempts, control_fd):
     if not newline or not attempt_dir.startswith(attempts + "/"):
         return None, None
     posix.chdir(attempt_dir)
-    log = posix.open(attempt_dir + "/shim.log",
-                     posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC, 0o644)
+    log = posix.open(attempt_dir + "/shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                     | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644)
     posix.dup2(log, 1)
     posix.dup2(log, 2)
     posix.close(log)

@@ -1,0 +1,120 @@
+"""R-SEC-4 (adapters/ownership.py): a run's directories are the coordinator's own, found
+without following links, and a start refuses any another uid could swap."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+import pytest
+
+from praxist_fs.adapters.ownership import check_ancestors, layout_problems, secure_tree
+from praxist_fs.errors import UnsafeLayout
+
+OTHER = 65534  # nobody: any uid but ours
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another uid's files need root")
+TREE = {"state": 0o2750, "state/inbox": 0o3730, "state/private": 0o700}
+
+
+@pytest.fixture
+def run(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir(mode=0o755)
+    return root
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_the_tree_is_made_at_its_modes_and_kept_there(run):
+    secure_tree(str(run), TREE, os.geteuid())
+    assert {relative: mode(run / relative) for relative in TREE} == TREE
+    (run / "state" / "inbox").chmod(0o3777)  # loosened by hand: the next start mends it
+    secure_tree(str(run), TREE, os.geteuid())
+    assert mode(run / "state" / "inbox") == 0o3730
+
+
+def test_a_state_directory_that_is_a_link_is_refused_and_its_target_untouched(run, tmp_path):
+    target = tmp_path / "closed"
+    target.mkdir(mode=0o700)
+    os.symlink(target, run / "state")
+    with pytest.raises(UnsafeLayout) as caught:
+        secure_tree(str(run), TREE, os.geteuid())
+    assert str(caught.value).startswith(f"{run / 'state'}: is a symbolic link")
+    assert mode(target) == 0o700 and not os.listdir(target)
+
+
+def test_a_state_directory_that_is_a_file_is_refused(run):
+    (run / "state").write_text("")
+    with pytest.raises(UnsafeLayout, match="is not a directory"):
+        secure_tree(str(run), TREE, os.geteuid())
+
+
+@needs_root
+def test_another_uids_state_directory_is_refused_and_left_as_it_is(run):
+    (run / "state").mkdir()
+    (run / "state").chmod(0o777)
+    os.chown(run / "state", OTHER, OTHER)
+    with pytest.raises(UnsafeLayout, match=f"is owned by uid {OTHER}, not by uid 0"):
+        secure_tree(str(run), TREE, os.geteuid())
+    assert mode(run / "state") == 0o777 and not os.listdir(run / "state")
+
+
+@pytest.mark.parametrize(("run_mode", "refused"), [
+    (0o2770, "its group (mode 2770)"), (0o0757, "everyone (mode 0757)"),
+    (0o3770, None), (0o2750, None)])  # sticky, or not writable by others: fine
+def test_the_run_directory_must_be_writable_by_no_one_else_unless_sticky(
+        run, run_mode, refused):
+    run.chmod(run_mode)
+    if refused is None:
+        secure_tree(str(run), TREE, os.geteuid())
+        return
+    with pytest.raises(UnsafeLayout, match=re.escape(f"is writable by {refused}")) as caught:
+        secure_tree(str(run), TREE, os.geteuid())
+    assert f"chmod {run_mode & ~0o022:04o} it" in str(caught.value)
+    assert not (run / "state").exists()
+
+
+def test_a_loose_ancestor_is_refused_a_sticky_one_is_fine(tmp_path):
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    root = parent / "run"
+    parent.chmod(0o777)
+    with pytest.raises(UnsafeLayout, match=f"{parent}: is writable by everyone"):
+        check_ancestors(str(root), os.geteuid())
+    parent.chmod(0o1777)  # as /tmp
+    check_ancestors(str(root), os.geteuid())
+
+
+def test_a_link_on_the_way_counts_the_directory_that_holds_it(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.symlink(real, loose / "link")
+    check_ancestors(str(loose / "link" / "run"), os.geteuid())
+    loose.chmod(0o777)  # anyone could point the link elsewhere
+    with pytest.raises(UnsafeLayout, match=f"{loose}: is writable by everyone"):
+        check_ancestors(str(loose / "link" / "run"), os.geteuid())
+
+
+@needs_root
+def test_an_ancestor_of_another_uid_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER, OTHER)
+    with pytest.raises(UnsafeLayout, match=f"is owned by uid {OTHER}, who could rename"):
+        check_ancestors(str(theirs / "run"), os.geteuid())
+
+
+def test_status_lists_the_problems_and_changes_nothing(run):
+    secure_tree(str(run), TREE, os.geteuid())
+    assert layout_problems(str(run), TREE, os.geteuid()) == []
+    run.chmod(0o2770)
+    (run / "state" / "inbox").chmod(0o3777)  # sticky: allowed, though not its mode
+    (run / "state" / "private").chmod(0o777)
+    problems = layout_problems(str(run), TREE, os.geteuid())
+    assert [p.split(": ", 1)[0] for p in problems] == [str(run), str(run / "state/private")]
+    assert mode(run) == 0o2770 and mode(run / "state" / "private") == 0o777
