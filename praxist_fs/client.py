@@ -9,6 +9,7 @@ and finding or following a job submits nothing.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
@@ -18,6 +19,7 @@ from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .backends.local import procs
+from .core import tenancy, trust
 from .core.identity import job_id_for
 from .core.request import MAX_REQUEST_BYTES, NAME_RE, oversize_problem
 
@@ -41,13 +43,46 @@ class TooLarge(Exception):
     """A request the coordinator would refuse for its size: it is not submitted."""
 
 
+class NotYours(Exception):
+    """The reply under our request id answers another uid's request (R-SEC-5): that uid
+    used the id first, and the coordinator set ours aside in spool/rejected/."""
+
+
 def submission_env(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items()
             if k not in VOLATILE_ENV and not k.startswith(("PRAXIST_EXPERIMENT", "PRAXIST_ASSIGNED"))}
 
 
 def new_request_id(peer: str) -> str:
-    return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}"
+    """Unique, and with 48 random bits no other uid can guess it to take it first."""
+    return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}-{secrets.token_hex(6)}"
+
+
+def coordinator_uid(layout: RunLayout) -> int:
+    """The uid the run's coordinator runs as: the run directory's owner, which a
+    coordinator serves only when it is its own (adapters/ownership.py)."""
+    return os.stat(layout.root).st_uid
+
+
+def request_mode(layout: RunLayout) -> int:
+    """The mode a request file is written with: readable by its owner alone where the
+    coordinator can read it so (it is root, or ourselves); by the run's group too for an
+    unprivileged coordinator of another uid (trusted_uids), which is in that group. The
+    spool is not listable by the group and the name unguessable, so no other peer reads
+    a request's environment either way (R-SEC-5)."""
+    return 0o600 if coordinator_uid(layout) in (trust.ROOT, os.geteuid()) else 0o640
+
+
+def check_ours(reply: dict[str, Any], request_id: str, what: str) -> dict[str, Any]:
+    """``reply``, once it is sure to answer this uid's request: raises ``NotYours`` when
+    another uid's request holds the id (its file was there first)."""
+    uid = reply.get("uid")
+    if uid is not None and uid != os.geteuid():
+        raise NotYours(
+            f"the reply to {what} {request_id} answers a request of uid {uid}, not yours "
+            f"(uid {os.geteuid()}): another uid used that request id first, and yours was "
+            "set aside in spool/rejected/ (use the request ids the CLI makes)")
+    return reply
 
 
 def wait_for_coordinator(layout: RunLayout, timeout: float) -> dict[str, Any]:
@@ -101,7 +136,7 @@ def submit(layout: RunLayout, request: dict[str, Any]) -> None:
     data = dumps(request)
     if len(data) > MAX_REQUEST_BYTES:
         raise TooLarge(f"the request is {oversize_problem(data)}")
-    write_atomic(layout.spool_tmp / name, data)
+    write_atomic(layout.spool_tmp / name, data, mode=request_mode(layout))
     os.rename(layout.spool_tmp / name, layout.incoming / name)
 
 
@@ -113,8 +148,7 @@ def send_control(layout: RunLayout, request: dict[str, Any], timeout: float,
     taken it yet, and the message says which. ``what`` names the request for it."""
     name = f"{request['request_id']}.json"
     tmp = layout.control / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    write_atomic(tmp / name, dumps(request))
+    write_atomic(tmp / name, dumps(request), mode=request_mode(layout))
     os.rename(tmp / name, layout.control / name)
     reply_path = layout.control_replies / name
     deadline_at = time.monotonic() + timeout
@@ -122,7 +156,7 @@ def send_control(layout: RunLayout, request: dict[str, Any], timeout: float,
     while True:
         reply = read_json(reply_path)
         if isinstance(reply, dict):
-            return reply
+            return check_ours(reply, request["request_id"], "control request")
         remaining = deadline_at - time.monotonic()
         if remaining <= 0:
             break
@@ -149,7 +183,7 @@ def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float)
     while True:
         reply = read_json(path)
         if isinstance(reply, dict):
-            return reply
+            return check_ours(reply, request_id, "request")
         if live_endpoint(layout) is None:
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > coordinator_grace:
@@ -170,14 +204,22 @@ def job_document(layout: RunLayout, job_id: str) -> dict[str, Any] | None:
     return None
 
 
-def find_job(layout: RunLayout, job_or_tag: str) -> tuple[str, dict[str, Any]] | None:
-    """The job named by its id or by its tag (whose id is derived from it), with its job
-    file; None when neither names an accepted job."""
-    for job_id in dict.fromkeys((job_or_tag, job_id_for(job_or_tag))):
-        if NAME_RE.fullmatch(job_id):  # a path-safe name: never a path out of jobs/
-            doc = job_document(layout, job_id)
-            if doc is not None:
-                return job_id, doc
+def find_job(layout: RunLayout, job_or_tag: str, uid: int | None = None
+             ) -> tuple[str, dict[str, Any]] | None:
+    """The job named by its id, or by a tag of ``uid``'s (default: ours): each uid's tags
+    name its own jobs (core/tenancy.py), so another uid's equal tag is never found. With
+    its job file; None when neither names an accepted job."""
+    if NAME_RE.fullmatch(job_or_tag) and \
+            (doc := job_document(layout, job_or_tag)) is not None:  # never a path out of jobs/
+        return job_or_tag, doc
+    uid = os.geteuid() if uid is None else uid
+    coordinator = coordinator_uid(layout)
+    for job_id in dict.fromkeys((job_id_for(job_or_tag, tenancy.namespace(uid, coordinator)),
+                                 job_id_for(job_or_tag))):  # ... or from before that
+        if NAME_RE.fullmatch(job_id) and (doc := job_document(layout, job_id)) is not None \
+                and doc.get("tag") == job_or_tag and \
+                trust.owner(doc.get("uid"), coordinator) == trust.owner(uid, coordinator):
+            return job_id, doc
     return None
 
 

@@ -52,7 +52,7 @@ from praxist_fs.core.policy import (
 from praxist_fs.core.queues import (
     DAY_MINUTES, DAYS, PREEMPT_MODES, Project, Queue, Window, default_queues,
 )
-from praxist_fs.core.request import MAX_ADMISSION_TIMEOUT_S
+from praxist_fs.core.request import MAX_ADMISSION_TIMEOUT_S, MAX_REQUEST_BYTES
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
@@ -100,6 +100,8 @@ MAX_PROJECT_SHARE = 1e6
 _CLOCK_RANGE = re.compile(r"([01][0-9]|2[0-4]):([0-5][0-9])-([01][0-9]|2[0-4]):([0-5][0-9])")
 MAX_DRAIN_GRACE_S = 7 * 86400.0
 MAX_HOOK_TIMEOUT_S = 3600.0
+MAX_SPOOL_QUOTA_REQUESTS = 10_000_000  # a uid's requests waiting in the spool (R-SEC-5)
+MAX_SPOOL_QUOTA_BYTES = 1 << 40        # ... and their bytes: a TiB
 MAX_AGING = 1000.0               # shortest_first_aging: waiting worth 1000x run time at most
 MIN_STARVATION_S, MAX_STARVATION_S = 60.0, 365 * 86400.0  # shortest_first_starvation_seconds
 MAX_FACTOR_WEIGHT = 1e6          # multifactor_weight_*
@@ -458,6 +460,8 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "windows_utc_offset_minutes": _Key(_int, _clamp(MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN)),
     "trusted_uids": _Key(_uids),
     "operators": _Key(_uids),
+    "spool_quota_requests": _Key(_int, _clamp(1, MAX_SPOOL_QUOTA_REQUESTS)),
+    "spool_quota_bytes": _Key(_int, _clamp(MAX_REQUEST_BYTES, MAX_SPOOL_QUOTA_BYTES)),
     "backend": _Key(_choice("local", "slurm")),
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",

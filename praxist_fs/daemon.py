@@ -211,7 +211,8 @@ class Coordinator:
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
             tally, self.metrics_textfile_dir)
-        self.inboxes = Inboxes(self.layout, self.vault)
+        self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
+                                                         self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):

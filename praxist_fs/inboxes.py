@@ -26,9 +26,11 @@ log = logging.getLogger("praxist_fs")
 
 
 class Inboxes:
-    def __init__(self, layout: RunLayout, vault: Vault) -> None:
+    def __init__(self, layout: RunLayout, vault: Vault,
+                 quota: tuple[int, int] | None = None) -> None:
         self.layout = layout
         self.vault = vault
+        self.quota = quota  # (files, bytes) of one uid in the spool (core/tenancy.py)
         # generation -> result files already read: a result counts once, and a late one
         # stays in results/ (quarantined by the core) without being read every scan
         self._results_seen: dict[int, set[str]] = {}
@@ -38,21 +40,21 @@ class Inboxes:
         """One batch of requests, in arrival order, and whether the batch was full (more
         files are waiting). Files left for their grace set ``grace_left``."""
         incoming = self.layout.incoming
-        names = spool.pending(incoming)
+        found = spool.pending(incoming, quota=self.quota)
         events, left = [], []
         dir_fd = os.open(incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for name in names:
-                seen = spool.read_request(incoming, dir_fd, name, time.time(),
-                                          self.vault.digest)
+            for waiting in found:
+                seen = spool.read_request(incoming, dir_fd, waiting.name, time.time(),
+                                          self.vault.digest, (waiting.position, waiting.bytes))
                 if seen is None:
-                    left.append(name)  # gone, or within its grace
+                    left.append(waiting.name)  # gone, or within its grace
                 else:
                     events.append(self._redacted(seen))
         finally:
             os.close(dir_fd)
         self.grace_left = spool.grace_left(incoming, left, time.time())
-        return events, len(names) >= spool.BATCH
+        return events, len(found) >= spool.BATCH
 
     def _redacted(self, seen: RequestSeen) -> RequestSeen:
         """Credential-shaped env values never reach the core, the journal or any view."""
@@ -63,7 +65,8 @@ class Inboxes:
     def controls(self) -> list[ControlSeen]:
         """Every control file, parsed, or with the field it got wrong and why."""
         events = []
-        for name, data, error in spool.read_inbox(self.layout.control):
+        names = [waiting.name for waiting in spool.pending(self.layout.control)]
+        for name, data, error in spool.read_inbox(self.layout.control, names=names):
             digest = hashlib.sha256(data or str(error).encode()).hexdigest()
             request_id = request_id_from_filename(name)
             if error is None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import itertools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from operator import methodcaller
 from pathlib import Path
 
@@ -26,24 +28,70 @@ BATCH = 512
 STALE_TMP_SECONDS = 36 * 3600  # Maildir's rule for abandoned writes in tmp/
 
 
-def pending(incoming: Path) -> list[str]:
-    """Request names in arrival order (mtime, then name), at most one batch."""
-    entries = []
-    with os.scandir(incoming) as it:
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request file waiting in the spool, as a listing finds it: its owner (the lstat's;
+    the fstat of the read decides), and where it stands among that owner's files in
+    arrival order: ``position`` (1 for the oldest) and ``bytes`` (its size and the older
+    ones', each counted up to the most a request may be: a larger one is refused for its
+    size, unread), which the core holds against the owner's quota (core/tenancy.py)."""
+
+    name: str
+    uid: int
+    position: int
+    bytes: int
+
+
+def pending(inbox: Path, batch: int = BATCH, quota: tuple[int, int] | None = None
+            ) -> list[Waiting]:
+    """What to read of ``inbox`` now: at most ``batch`` files, fairly between their owners
+    (R-SEC-5), then at most ``batch`` more that are over ``quota`` = (files, bytes) of one
+    owner, so that they are answered (rejected, by the core) without waiting their turn:
+    the spool a flood fills stays bounded.
+
+    Fair: each owner's files in the order they arrived, the owners in turn (one file of
+    each, then a second of each, ...), the owner of the oldest file first. So one uid's
+    flood, however large, delays another uid's request by one turn of the loop.
+
+    Arrival is the file's ctime (then its name): the kernel sets it when the file is
+    renamed in, and its owner can move it later (touch, chmod) but never back, as it can
+    the mtime; so no peer jumps ahead of files that came before its own."""
+    by_owner: dict[int, list[tuple[int, str, int]]] = {}
+    with os.scandir(inbox) as it:
         for entry in it:
             if entry.name.startswith(".") or not entry.name.endswith(".json"):
                 continue
             try:
-                entries.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+                info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue
-    entries.sort()
-    return [name for _, name in entries[:BATCH]]
+            by_owner.setdefault(info.st_uid, []).append(  # one too large is read no further
+                (info.st_ctime_ns, entry.name, min(info.st_size, MAX_REQUEST_BYTES)))
+    turns: list[tuple[tuple[int, str], list[Waiting]]] = []  # (first arrival, within quota)
+    over: list[Waiting] = []
+    for uid, files in by_owner.items():
+        files.sort()
+        within, used = [], 0
+        for position, (_, name, size) in enumerate(files, 1):
+            used += size
+            waiting = Waiting(name, uid, position, used)
+            if quota is not None and (position > quota[0] or used > quota[1]):
+                over.append(waiting)
+            else:
+                within.append(waiting)
+        if within:
+            turns.append((files[0][:2], within))
+    turns.sort(key=lambda turn: turn[0])
+    fair = [waiting for turn in itertools.zip_longest(*(queue for _, queue in turns))
+            for waiting in turn if waiting is not None]
+    return fair[:batch] + over[:batch]
 
 
 def read_request(incoming: Path, dir_fd: int, name: str, now: float,
-                 digest_of: Callable[[bytes], str]) -> RequestSeen | None:
-    """The fact of one request file, or None if it vanished or is still within its grace."""
+                 digest_of: Callable[[bytes], str],
+                 position: tuple[int, int] | None = None) -> RequestSeen | None:
+    """The fact of one request file, or None if it vanished or is still within its grace.
+    ``position``: where the listing found it among its owner's (``Waiting``)."""
     try:
         data = read_spool_file(dir_fd, name, MAX_REQUEST_BYTES, EXPLAINED_BYTES)
     except FileNotFoundError:
@@ -62,9 +110,10 @@ def read_request(incoming: Path, dir_fd: int, name: str, now: float,
             return None
         return RequestSeen(at=now, name=name, digest=digest,
                            request_id=request_id_from_filename(name),
-                           error_field=exc.field, error_problem=exc.problem, uid=data.uid)
+                           error_field=exc.field, error_problem=exc.problem, uid=data.uid,
+                           spool_position=position)
     return RequestSeen(at=now, name=name, digest=digest, request_id=request.request_id,
-                       request=request, uid=data.uid)
+                       request=request, uid=data.uid, spool_position=position)
 
 
 def _young(path: Path, now: float) -> bool:
@@ -128,16 +177,18 @@ def sweep_stale(spool_tmp: Path, own_directories: list[Path], now: float) -> int
     return removed
 
 
-def read_inbox(directory: Path, skip: set[str] = frozenset()
-                ) -> list[tuple[str, bytes | None, BadRequest | None]]:
-    """The peer-written .json files of ``directory``: (name, bytes, None) or (name, None, why)."""
+def read_inbox(directory: Path, skip: set[str] = frozenset(),
+               names: list[str] | None = None
+               ) -> list[tuple[str, bytes | None, BadRequest | None]]:
+    """The peer-written .json files of ``directory`` (or those of ``names``, in their
+    order: ``pending``'s): (name, bytes, None) or (name, None, why)."""
     found = []
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return found
     try:
-        for name in sorted(os.listdir(fd)):
+        for name in sorted(os.listdir(fd)) if names is None else names:
             if name.startswith(".") or not name.endswith(".json") or name in skip:
                 continue
             try:

@@ -12,3 +12,11 @@ def add_run_dir(parser: argparse.ArgumentParser) -> None:
     """``--run-dir``, as every command that works on one run takes it."""
     parser.add_argument("--run-dir", default=os.environ.get("PRAXIST_RUN_DIR"),
                         help="the run directory (default $PRAXIST_RUN_DIR)")
+
+
+def add_owner(parser: argparse.ArgumentParser) -> None:
+    """``--uid``: whose tags a command's names are (R-SEC-5: each uid's tags name its own
+    jobs). Reading another uid's job needs only the run's group; acting on it, an
+    operator."""
+    parser.add_argument("--uid", type=int, metavar="UID",
+                        help="the tags named are this uid's (default: your own)")

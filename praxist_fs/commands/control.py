@@ -17,7 +17,7 @@ from typing import Any
 from .. import client
 from ..adapters.layout import RunLayout
 from ..core.request import PRIORITY_RANGE, SELECTABLE_STATES
-from . import NO_RUN_DIR, add_run_dir
+from . import NO_RUN_DIR, add_owner, add_run_dir
 from .render import format_control_reply, format_json
 
 EXIT_REFUSED = 2          # invalid input, unknown job, or a selection that needs --yes
@@ -75,6 +75,7 @@ def _selection(parser: argparse.ArgumentParser, action: str) -> None:
     parser.add_argument("--by", default=default_by(),
                         help="who asks, for the job's record (default $PRAXIST_PEER_ID, "
                         "else $USER)")
+    add_owner(parser)
     parser.add_argument("--yes", action="store_true",
                         help=f"{action} every job --peer/--state select, when more than one")
     _answer_options(parser)
@@ -107,7 +108,7 @@ def cmd_control(args: argparse.Namespace) -> int:
     request = job_request(args.action, args.jobs, args.by, peer=args.peer, states=states,
                           reason=getattr(args, "reason", None),
                           grace=getattr(args, "grace", None),
-                          priority=getattr(args, "priority", None))
+                          priority=getattr(args, "priority", None), owner=args.uid)
     return _send(args, layout, request, command)
 
 
@@ -155,6 +156,9 @@ def _send(args: argparse.Namespace, layout: RunLayout, request: dict[str, Any],
     except TimeoutError as exc:
         print(f"{command}: {exc}", file=sys.stderr)
         return EXIT_NO_REPLY
+    except client.NotYours as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     if args.json:
         print(format_json(reply))
     else:

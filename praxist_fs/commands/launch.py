@@ -150,7 +150,7 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
-    except client.TooLarge as exc:
+    except (client.TooLarge, client.NotYours) as exc:
         print(f"praxist-fs launch: rejected: {exc}", file=sys.stderr)
         return EXIT_REJECTED
     except KeyboardInterrupt:  # before an answer: the request may still be taken
@@ -282,7 +282,7 @@ class _Watch:
                    "reason": f"praxist-fs launch got {name}"}
         try:
             reply = client.send_control(self.layout, request, 30.0, "the cancel")
-        except TimeoutError as exc:
+        except (TimeoutError, client.NotYours) as exc:
             print(f"praxist-fs launch: {exc}", file=sys.stderr, flush=True)
             return
         if reply["outcome"] != "ok":

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from .. import client
 from ..adapters.layout import RunLayout
-from . import NO_RUN_DIR, add_run_dir
+from . import NO_RUN_DIR, add_owner, add_run_dir
 from .render import attempt_header
 
 EXIT_UNKNOWN_JOB = 2
@@ -35,6 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                       help="follow new output and new attempts until the job has ended")
     logs.add_argument("--attempt", default="all", type=_attempt, metavar="aN|all",
                       help="only this attempt (default: all of them)")
+    add_owner(logs)
     add_run_dir(logs)
     logs.set_defaults(func=cmd_logs)
 
@@ -45,13 +46,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "timeout; 2 if a JOB names no accepted job.")
     wait.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or tags")
     wait.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long")
+    add_owner(wait)
     add_run_dir(wait)
     wait.set_defaults(func=cmd_wait)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
     layout = _layout(args, "logs")
-    found = layout and _find(layout, [args.job], "logs")
+    found = layout and _find(layout, [args.job], "logs", args.uid)
     if not found:
         return EXIT_UNKNOWN_JOB
     (job_id, doc), = found
@@ -83,7 +85,7 @@ def write_logs(layout: RunLayout, job_id: str, out: BinaryIO, attempt: str = "al
 
 def cmd_wait(args: argparse.Namespace) -> int:
     layout = _layout(args, "wait")
-    found = layout and _find(layout, args.jobs, "wait")
+    found = layout and _find(layout, args.jobs, "wait", args.uid)
     if not found:
         return EXIT_UNKNOWN_JOB
     ended, pending = client.wait_for_jobs(layout, [job_id for job_id, _ in found],
@@ -106,14 +108,17 @@ def _layout(args: argparse.Namespace, command: str) -> RunLayout | None:
     return RunLayout.at(args.run_dir)
 
 
-def _find(layout: RunLayout, names: list[str], command: str) -> list[tuple[str, dict]] | None:
-    """Every named job, or None after saying which names no accepted job."""
-    found = {name: client.find_job(layout, name) for name in names}
+def _find(layout: RunLayout, names: list[str], command: str, uid: int | None
+          ) -> list[tuple[str, dict]] | None:
+    """Every named job (tags: ``uid``'s, default ours), or None after saying which names
+    no accepted job."""
+    found = {name: client.find_job(layout, name, uid) for name in names}
     unknown = [name for name, job in found.items() if job is None]
     if unknown:
+        whose = "yours" if uid is None else f"uid {uid}'s"
         print(f"praxist-fs {command}: no job with id or tag {', '.join(map(repr, unknown))} "
-              f"in {layout.root} (a request is a job once its reply says accepted)",
-              file=sys.stderr)
+              f"(tags: {whose}) in {layout.root} (a request is a job once its reply says "
+              "accepted)", file=sys.stderr)
         return None
     return list(found.values())
 

@@ -31,11 +31,31 @@ def cmd_status(args: argparse.Namespace) -> int:
     if doc is None and not local:
         print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)
         return 1
+    unsafe = layout_problems(layout, doc)
     if args.json:
         print(format_json({**(doc or {}), "coordinator_alive": live_endpoint(layout) is not None,
-                           "peer_local_launches": local}))
+                           "peer_local_launches": local, "unsafe_layout": unsafe}))
     else:
         alive = live_endpoint(layout) is not None
-        print("\n\n".join(([format_status(doc, alive)] if doc else [])
+        print("\n\n".join(([format_unsafe(unsafe)] if unsafe else [])
+                          + ([format_status(doc, alive)] if doc else [])
                           + ([format_peer_local(local)] if local else [])))
     return 0
+
+
+def layout_problems(layout: RunLayout, doc: dict | None) -> list[str]:
+    """What would keep the run's coordinator from starting on it now (R-SEC-4): another
+    uid could swap a directory of it. Read-only: only a start mends or refuses."""
+    uid = ((doc or {}).get("coordinator") or {}).get("uid")
+    if uid is None:
+        try:
+            uid = client.coordinator_uid(layout)
+        except OSError:
+            return []
+    return layout.layout_problems(uid)
+
+
+def format_unsafe(problems: list[str]) -> str:
+    return "\n".join(["UNSAFE: another uid could swap a directory of this run; the next "
+                      "start refuses it (docs/OPERATIONS.md, Peers under other uids):",
+                      *(f"  {problem}" for problem in problems)])

@@ -72,7 +72,7 @@ def cmd_generation(args: argparse.Namespace) -> int:
                                    cohort=getattr(args, "cohort", ()),
                                    deadline=getattr(args, "deadline", None),
                                    timeout=args.timeout, wait_coordinator=args.wait_coordinator)
-    except SupplyError as exc:
+    except (SupplyError, client.NotYours) as exc:
         return _fail(command, exc, EXIT_ERROR)
     except client.NoCoordinator as exc:
         return _fail(command, exc, EXIT_NO_COORDINATOR)

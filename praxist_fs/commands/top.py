@@ -273,7 +273,7 @@ class Top:
         try:
             reply = client.send_control(self.layout, request, CANCEL_TIMEOUT,
                                         f"cancel ({request['request_id']})")
-        except TimeoutError as exc:
+        except (TimeoutError, client.NotYours) as exc:
             self.message = str(exc)
         else:
             self.message = " | ".join(format_control_reply(reply).splitlines())

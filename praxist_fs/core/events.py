@@ -51,6 +51,9 @@ class RequestSeen(Event):
     error_field: str | None = None
     error_problem: str | None = None
     uid: int | None = None  # the file's owner (R-SEC-3); None in older journals
+    # (n, bytes): the file was the n-th oldest of its owner's waiting in the spool, which
+    # with the older ones came to ``bytes`` (R-SEC-5, the spool quota); None in older ones
+    spool_position: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
@@ -339,7 +342,7 @@ def from_record(record: dict[str, Any]) -> Event:
         values["request"] = Request.from_dict(values["request"])
     if values.get("control") is not None:
         values["control"] = ControlRequest.from_dict(values["control"])
-    for key in ("gpus", "profiles"):
+    for key in ("gpus", "profiles", "spool_position"):
         if isinstance(values.get(key), list):
             values[key] = tuple(values[key])
     return cls(**values)

@@ -1,7 +1,7 @@
 """Semantic identity: the tag names the science, the fingerprint the request.
 
-The job id is derived from the tag alone (never random), so every submission
-of one experiment lands on one job. The fingerprint covers what changes the
+The job id is derived from the tag (never random), within the uid that submits
+it (core/tenancy.py), so every submission of one experiment lands on one job. The fingerprint covers what changes the
 computation (command, resolved profile, cwd, env) and tells an identical
 retransmission from a changed request (R-SUB-2); ``differences`` names, for the
 peer whose request conflicts, which of those parts changed.
@@ -17,9 +17,13 @@ from .request import Request
 NAMES_SHOWN = 8  # env keys listed per kind of change; a conflict reply stays short
 
 
-def job_id_for(tag: str) -> str:
-    """A readable, path-safe job id: a tag prefix plus a short hash of the whole tag."""
-    digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
+def job_id_for(tag: str, uid: int | None = None) -> str:
+    """A readable, path-safe job id: a tag prefix plus a short hash of the whole tag, and
+    of the uid whose tag it is unless that is the coordinator's own (``uid`` None: core/
+    tenancy.py's namespace). '/' never occurs in a tag, so no tag alone hashes as one of
+    another uid's."""
+    key = tag if uid is None else f"{uid}/{tag}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"{tag[:64]}-{digest}"
 
 

@@ -22,10 +22,11 @@ run again (``retry_terminal``) or the job is cancelled.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .effects import CancelAttempt, Effect
 from .events import AttemptObserved, ControlSeen
+from . import tenancy
 from .identity import job_id_for
 from .request import ControlRequest, Request
 from .states import JobState, Trigger
@@ -47,19 +48,22 @@ class JobControlDesk:
         naming another's job rejects the request; a selection without names is narrowed
         to its own."""
         control = ev.control
-        chosen, unknown = self._select(control, None if operator else ev.uid)
+        tags_of = control.owner if control.owner is not None else ev.uid
+        chosen, unknown = self._select(control, tags_of, narrow=not operator or
+                                       control.owner is not None)
         if unknown:
             return self._control_reply(ev, "rejected", (
                 f"jobs: {unknown[0]!r} names no job of this run (expected a job id or a "
-                "tag); nothing was changed"), None)
-        if not operator and (others := [problem for job in map(self.find_job, control.jobs)
+                f"tag{self._whose_tags(tags_of)}); nothing was changed"), None)
+        found = [self.find_job(ref, tags_of) for ref in control.jobs]
+        if not operator and (others := [problem for job in found
                                         if (problem := self._not_theirs(job, ev.uid))]):
             return self._control_reply(ev, "rejected", (
                 f"jobs: {others[0]}; only operators (root, the coordinator's uid, the "
                 "task's operators) act on others' jobs; nothing was changed"), None)
         act = {"cancel": self._cancel, "hold": self._hold_job, "release": self._release_job,
                "update": self._update_job}[control.action]
-        by = control.by or "operator"
+        by = self._asker(control.by, ev.uid)
         effects: list[Effect] = []
         results = []
         for job in chosen:
@@ -72,24 +76,41 @@ class JobControlDesk:
                    if results else f"{control.action}: no job matches the selection")
         return effects + self._control_reply(ev, "ok", summary, None, jobs=results)
 
-    def find_job(self: Scheduler, ref: str) -> Job | None:
-        """The job a reference names: a job id, else a tag."""
-        return self.jobs.get(ref) or self.jobs.get(job_id_for(ref))
+    def find_job(self: Scheduler, ref: str, uid: int | None = None) -> Job | None:
+        """The job a reference names: a job id, else a tag of ``uid``'s (``tagged``)."""
+        return self.jobs.get(ref) or self.tagged(ref, uid)
 
-    def _select(self: Scheduler, control: ControlRequest, uid: int | None
+    def tagged(self: Scheduler, tag: str, uid: int | None) -> Job | None:
+        """``uid``'s job of ``tag`` (core/tenancy.py): in its namespace, or, accepted before
+        each uid had its own, under the tag alone and its own."""
+        namespace = tenancy.namespace(uid, self.coordinator_uid)
+        job = self.jobs.get(job_id_for(tag, namespace))
+        if job is None and namespace is not None:
+            older = self.jobs.get(job_id_for(tag))
+            if older is not None and older.request.tag == tag and \
+                    not self._not_theirs(older, uid):
+                return older
+        return job
+
+    def _whose_tags(self: Scheduler, uid: int | None) -> str:
+        """", uid N's" where tags were looked up in another uid's namespace than ours."""
+        theirs = tenancy.namespace(uid, self.coordinator_uid)
+        return "" if theirs is None else f" of uid {theirs}"
+
+    def _select(self: Scheduler, control: ControlRequest, uid: int | None, narrow: bool
                 ) -> tuple[list[Job], list[str]]:
         """(the jobs the control selects, in submit order; the references that name none).
-        Named jobs are narrowed by ``peer`` and ``states``; without names, ``peer`` and
-        ``states`` choose among the jobs not yet ended, of ``uid`` only unless it is None
-        (an operator's)."""
+        Names are job ids or ``uid``'s tags; named jobs are narrowed by ``peer`` and
+        ``states``; without names, ``peer`` and ``states`` choose among the jobs not yet
+        ended, of ``uid`` only when ``narrow`` (a peer's, or an operator naming a uid)."""
         if control.jobs:
-            found = {ref: self.find_job(ref) for ref in control.jobs}
+            found = {ref: self.find_job(ref, uid) for ref in control.jobs}
             unknown = [ref for ref, job in found.items() if job is None]
             candidates = list({job.job_id: job for job in found.values() if job}.values())
         else:
             unknown, candidates = [], [j for state, jobs in self._by_state.items()
                                        if not state.terminal for j in jobs.values()
-                                       if uid is None or not self._not_theirs(j, uid)]
+                                       if not narrow or not self._not_theirs(j, uid)]
         states = set(control.states)
         chosen = [job for job in candidates
                   if (control.peer is None or job.request.peer == control.peer)
@@ -97,11 +118,21 @@ class JobControlDesk:
                        or ("held" in states and job.held is not None))]
         return sorted(chosen, key=lambda job: job.order), unknown
 
-    def _cancel(self: Scheduler, job: Job, control: ControlRequest, by: str,
+    def _asker(self: Scheduler, label: str | None, uid: int | None) -> dict[str, Any]:
+        """Who asked for a job action, as the job's record keeps it: the request's ``by``
+        label (default "operator"), with the uid that owns its file where that is not
+        ours, and that uid itself: a label never replaces it (R-SEC-5)."""
+        asker: dict[str, Any] = {"by": tenancy.peer_label(uid, label or "operator",
+                                                          self.coordinator_uid)}
+        if uid is not None:
+            asker["uid"] = uid
+        return asker
+
+    def _cancel(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                 at: float) -> Outcome:
         if job.state.terminal:
             return "unchanged", f"already {job.state.value}", []
-        why = _cancelled_by(by, control.reason)
+        why = _cancelled_by(by["by"], control.reason)
         if job.state is JobState.QUEUED:
             job.held = None
             self._transition(job, Trigger.CANCEL)
@@ -112,23 +143,23 @@ class JobControlDesk:
         if attempt.cancel is not None:
             return "unchanged", job.reason, []
         grace = self.policy.cancel_grace_seconds if control.grace is None else control.grace
-        attempt.cancel = {"at": at, "by": by, "reason": control.reason, "grace": grace}
+        attempt.cancel = {"at": at, **by, "reason": control.reason, "grace": grace}
         job.reason = f"{why}: attempt {attempt.attempt_id} is being terminated " \
                      f"(TERM, then KILL after {grace:g}s)"
         self.version += 1
         return "cancelling", job.reason, [self._write_job(job), _terminate(job)]
 
-    def _hold_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+    def _hold_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                   at: float) -> Outcome:
         if job.state is not JobState.QUEUED:
             return "unchanged", f"{job.state.value}: only queued jobs can be held", []
         if job.held is not None:
             return "unchanged", f"already held by {job.held['by']}", []
-        self._requeue_in_place(job, lambda: setattr(job, "held", {"by": by, "at": at}))
+        self._requeue_in_place(job, lambda: setattr(job, "held", {**by, "at": at}))
         self.version += 1
         return "held", self._pending[job.job_id], [self._write_job(job)]
 
-    def _release_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+    def _release_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                      at: float) -> Outcome:
         if job.state is not JobState.QUEUED or job.held is None:
             return "unchanged", f"{job.state.value} and not held", []
@@ -136,7 +167,7 @@ class JobControlDesk:
         self.version += 1
         return "released", self._pending.get(job.job_id, "queued"), [self._write_job(job)]
 
-    def _update_job(self: Scheduler, job: Job, control: ControlRequest, by: str,
+    def _update_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                     at: float) -> Outcome:
         if job.state is not JobState.QUEUED:
             return "unchanged", f"{job.state.value}: only queued jobs can be updated", []
@@ -167,14 +198,14 @@ class JobControlDesk:
 
     # -- dependencies ------------------------------------------------------------------
 
-    def resolve_after(self: Scheduler, request: Request, job_id: str
+    def resolve_after(self: Scheduler, request: Request, job_id: str, uid: int | None
                       ) -> tuple[tuple[tuple[str, str], ...], str | None]:
         """The request's ``after`` as (job id, kind) pairs, or the problem that rejects it:
         an unknown job, the job itself, a cycle, or (when an unmeetable dependency cancels)
-        one that can no longer be met."""
+        one that can no longer be met. Tags are ``uid``'s, the requester's."""
         resolved = []
         for ref, when in request.after:
-            dep = self.find_job(ref)
+            dep = self.find_job(ref, uid)
             if dep is None:
                 return (), f"{ref!r} names no job of this run (expected a job id or a tag)"
             if dep.job_id == job_id:

@@ -40,6 +40,7 @@ from itertools import groupby, islice
 from operator import attrgetter
 from typing import Any, ClassVar
 
+from . import tenancy
 from .backlog import ETA_STEPS, RUNS, Backlog, Heads, RunKey, eta_step, heads_of
 from .model import Job
 from .request import PRIORITY_RANGE
@@ -53,7 +54,9 @@ from .queues import Project, Queue, window_hold
 
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
-_PEER = attrgetter("request.peer")
+def peer_of(job: Job) -> tuple[int | None, str]:
+    """Whom a job counts against for ``max_concurrent_per_peer``: its name within its uid."""
+    return tenancy.peer_key(job.uid, job.request.peer)
 _RANK = attrgetter("rank")
 
 
@@ -688,6 +691,7 @@ class Pass:
     running: list[Job]
     ledger: Usage
     ratio: float                      # calibrated wall time / eta_s (median)
+    coordinator_uid: int | None = None  # whose peers reasons name without a uid
     assessing: bool = False           # a generation is in assessment (its holds apply)
     assessment_holds: dict[str, str] = field(default_factory=dict)  # job id -> why, this pass
     queue_ledger: Usage = field(default_factory=Usage)  # slot-seconds by queue (projects)
@@ -697,7 +701,8 @@ class Pass:
     picker_of: dict[str, JobPicker] = field(default_factory=dict)  # work class -> picker
     waiting: Counter[str] = field(default_factory=Counter)     # queued, by queue
     running_in: Counter[str] = field(default_factory=Counter)  # running, by queue
-    running_of: Counter[str] = field(default_factory=Counter)  # running, by peer (R-SUB-5)
+    # running, by peer within its uid (R-SUB-5, R-SEC-5: ``peer_of``)
+    running_of: Counter[tuple[int | None, str]] = field(default_factory=Counter)
     launched: list[tuple[Job, tuple[str, ...]]] = field(default_factory=list)
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
@@ -755,7 +760,7 @@ class Pass:
         # counted by work class and by peer in C: a pass may follow dozens of running jobs
         for work_class, count in Counter(map(_WORK_CLASS, self.running)).items():
             self.running_in[self.by_class[work_class].name] += count
-        self.running_of.update(map(_PEER, self.running))
+        self.running_of.update(map(peer_of, self.running))
         self._loads_at_start = self.loads
 
     def jobs(self, queues: list[Queue]) -> list[Job]:
@@ -944,10 +949,11 @@ class Pass:
     def peer_hold(self, job: Job) -> str | None:
         """Why ``job``'s peer may start nothing more now (R-SUB-5), or None. Holding it
         costs the job nothing: no attempt, no failure record; other peers' work goes on."""
-        cap, peer = self.policy.max_concurrent_per_peer, job.request.peer
+        cap, peer = self.policy.max_concurrent_per_peer, peer_of(job)
         if cap is None or self.running_of[peer] < cap:
             return None
-        return f"peer {peer}: {self.running_of[peer]} of max_concurrent_per_peer {cap} running"
+        return (f"peer {tenancy.peer_label(job.uid, job.request.peer, self.coordinator_uid)}: "
+                f"{self.running_of[peer]} of max_concurrent_per_peer {cap} running")
 
     def usage(self, peer: str) -> float:
         """Decayed GPU-seconds of ``peer``'s ended attempts plus its running ones so far
@@ -1040,7 +1046,7 @@ class Pass:
         self.free -= 1
         self.waiting[queue.name] -= 1
         self.running_in[queue.name] += 1
-        self.running_of[job.request.peer] += 1
+        self.running_of[peer_of(job)] += 1
         self.launched.append((job, gpus))
         if gpus:
             before, held = self.loads, envelopes_of(

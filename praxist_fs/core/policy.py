@@ -196,6 +196,10 @@ class Policy:
     # itself; and uids that may act on any job, on generations and on the run
     trusted_uids: tuple[int, ...] = ()
     operators: tuple[int, ...] = ()
+    # R-SEC-5 (core/tenancy.py): a uid's requests waiting in the spool, by count and by
+    # bytes; beyond either a request is rejected (field ``quota``)
+    spool_quota_requests: int = 10_000
+    spool_quota_bytes: int = 128 * 1024 * 1024
     normalizations: tuple[Normalization, ...] = ()
     # R-DIST-1: where attempts run: "local" (this host) or "slurm" (a cluster); the
     # ``slurm`` mapping as the task file gave it (checked by backends/slurm.py)
@@ -298,6 +302,8 @@ class Policy:
             "hooks": self.hooks.to_dict(),
             "trusted_uids": list(self.trusted_uids),
             "operators": list(self.operators),
+            "spool_quota_requests": self.spool_quota_requests,
+            "spool_quota_bytes": self.spool_quota_bytes,
             "normalizations": [n.to_dict() for n in self.normalizations],
             "backend": self.backend,
             "slurm": self.slurm,

@@ -69,7 +69,7 @@ from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
-from .pickers import VictimScope, each
+from .pickers import VictimScope, peer_of, each
 from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
     without_envelopes
 from .queues import Queue
@@ -280,7 +280,7 @@ class PreemptionDesk:
             for victim in victims:
                 ctx.free += 1
                 ctx.running_in[ctx.by_class[victim.request.work_class].name] -= 1
-                ctx.running_of[victim.request.peer] -= 1
+                ctx.running_of[peer_of(victim)] -= 1
             if demand:
                 ctx.loads = self._room(ctx.loads, victims, "suspend")
             ctx.place(job, gpus)
@@ -322,7 +322,7 @@ class PreemptionDesk:
                 continue
             ctx.free -= 1
             ctx.running_in[ctx.by_class[job.request.work_class].name] += 1
-            ctx.running_of[job.request.peer] += 1
+            ctx.running_of[peer_of(job)] += 1
             ctx.taken.add(job.job_id)
             if ctx.loads is not None and job.current.gpus:
                 held = self.envelopes(job)

@@ -376,7 +376,8 @@ CONTROL_ACTIONS = ("generation_open", "generation_assess", "generation_close", "
                    "cancel", "hold", "release", "update", "budget_raise")
 JOB_ACTIONS = ("cancel", "hold", "release", "update")  # R-CTL-1, R-CTL-5: on selected jobs
 CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline",
-                  "jobs", "peer", "states", "reason", "grace", "priority", "by", *LIMITS)
+                  "jobs", "peer", "states", "reason", "grace", "priority", "by", "owner",
+                  *LIMITS)
 SELECTABLE_STATES = ("queued", "held", "running", "suspended")  # "held": queued and held
 MAX_SELECTED = 4096
 MAX_GRACE_SECONDS = 3600.0
@@ -399,7 +400,10 @@ class ControlRequest:
     reason: str | None = None       # why, for the job's record
     grace: float | None = None      # cancel: seconds between TERM and KILL
     priority: int | None = None     # update: the new priority
-    by: str | None = None           # who asks: "held by", "cancelled by"
+    by: str | None = None           # a label for who asks: "held by", "cancelled by"; the
+                                    # uid that asked is the file's owner, recorded beside it
+    owner: int | None = None        # whose tags ``jobs`` and ``peer`` mean (an operator's
+                                    # choice; default: the file owner's, R-SEC-5)
     gpu_hours: float | None = None  # budget_raise: the new ceilings (seed 003), raise-only
     cost: float | None = None
 
@@ -408,8 +412,8 @@ class ControlRequest:
                 "generation": self.generation, "cohort": list(self.cohort),
                 "deadline": self.deadline, "jobs": list(self.jobs), "peer": self.peer,
                 "states": list(self.states), "reason": self.reason, "grace": self.grace,
-                "priority": self.priority, "by": self.by, "gpu_hours": self.gpu_hours,
-                "cost": self.cost}
+                "priority": self.priority, "by": self.by, "owner": self.owner,
+                "gpu_hours": self.gpu_hours, "cost": self.cost}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ControlRequest:
@@ -483,6 +487,10 @@ def _job_selection(action: str, raw: dict[str, Any]) -> dict[str, Any]:
         _priority("priority", priority)
     elif priority is not None:
         raise BadRequest("priority", f"only update takes a priority, not {action}")
+    owner = raw.get("owner")
+    if owner is not None and (type(owner) is not int or owner < 0):
+        raise BadRequest("owner", f"{owner!r}; expected a uid (an integer >= 0) whose tags "
+                         "'jobs' names")
     grace = raw.get("grace")
     if grace is not None and (type(grace) not in (int, float)
                               or not 0 <= grace <= MAX_GRACE_SECONDS):
@@ -491,7 +499,7 @@ def _job_selection(action: str, raw: dict[str, Any]) -> dict[str, Any]:
             "peer": peer, "states": tuple(dict.fromkeys(states)),
             "reason": _optional(raw, "reason", partial(_string, limit=1024)),
             "grace": None if grace is None else float(grace), "priority": priority,
-            "by": _optional(raw, "by", _name)}
+            "by": _optional(raw, "by", _name), "owner": owner}
 
 
 def _deadline(value: Any) -> float:

@@ -26,7 +26,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
-from . import trust
+from . import tenancy, trust
 from .admission import ConcurrencyController, pressure_hold, upper_bound
 from .backlog import Backlog
 from .effects import (
@@ -191,12 +191,19 @@ class Scheduler(JobControlDesk):
     def _on_request(self, ev: RequestSeen) -> list[Effect]:
         prior = self.replies.get(ev.request_id) if ev.request_id else None
         if prior is not None:
+            if theirs := tenancy.foreign_id(prior.uid, ev.uid, self.coordinator_uid):
+                return [RejectRequest(name=ev.name, error=_error(  # their reply stays
+                    ev.request_id, "request_id", theirs))]
             if prior.digest == ev.digest:  # a retransmission: answer again, change nothing
                 return self._answer(ev.name, prior)
             return [RejectRequest(name=ev.name, error=_error(
                 ev.request_id, "request_id",
                 f"already used by a different request (answered {prior.outcome}); "
                 "use a unique request_id or file name"))]
+        if ev.request_id is not None and (over := tenancy.over_quota(
+                ev.spool_position, self.policy.spool_quota_requests,
+                self.policy.spool_quota_bytes, trust.owner(ev.uid, self.coordinator_uid))):
+            return self._reply(ev, ReplyOutcome.REJECTED, None, "quota", over)
         if ev.request is None:
             if ev.request_id is None:
                 return [RejectRequest(name=ev.name, error=_error(
@@ -211,9 +218,10 @@ class Scheduler(JobControlDesk):
             return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                                f"unknown profile {profile!r}; the task defines "
                                + ", ".join(sorted(self.policy.profiles)))
-        job_id = job_id_for(request.tag)
+        job = self.tagged(request.tag, ev.uid)
+        job_id = job.job_id if job else job_id_for(
+            request.tag, tenancy.namespace(ev.uid, self.coordinator_uid))
         digest = fingerprint(request, profile)
-        job = self.jobs.get(job_id)
         if job is not None and (problem := self._not_theirs(job, ev.uid)):
             return self._reply(ev, ReplyOutcome.REJECTED, None, "tag", problem)
         if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
@@ -226,7 +234,7 @@ class Scheduler(JobControlDesk):
         if job is None:
             if closed:
                 return self._reply(ev, ReplyOutcome.REJECTED, None, "generation", closed)
-            after, problem = self.resolve_after(request, job_id)
+            after, problem = self.resolve_after(request, job_id, ev.uid)
             if problem:
                 return self._reply(ev, ReplyOutcome.REJECTED, None, "after", problem)
             cost, refused = self._ceiling(ev, None, profile)
@@ -235,7 +243,7 @@ class Scheduler(JobControlDesk):
             job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
                       submitted_at=ev.at, order=self._take_order(), generation=generation,
                       priority=request.priority, after=after,
-                      held={"by": request.peer, "at": ev.at} if request.hold else None,
+                      held=self._asked(request.peer, ev) if request.hold else None,
                       uid=ev.uid, admission_deadline=self._admission_deadline(request, ev.at))
             self.jobs[job_id] = job
             self._place_in_generation(job, generation)
@@ -268,6 +276,9 @@ class Scheduler(JobControlDesk):
         """An operator's or a peer's control request: to the desk of its action."""
         prior = self.control_replies.get(ev.request_id) if ev.request_id else None
         if prior is not None:
+            if theirs := tenancy.foreign_id(prior["document"].get("uid"), ev.uid,
+                                            self.coordinator_uid, "control request"):
+                return [DisposeControl(name=ev.name, error=_problem("request_id", theirs))]
             if prior["digest"] == ev.digest:
                 return _control_answer(ev.name, prior["document"])
             return [DisposeControl(name=ev.name, error=_problem(
@@ -301,6 +312,8 @@ class Scheduler(JobControlDesk):
         document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
                     "generation": self.generation_status(gen, soft=False) if gen else None,
                     **more}
+        if ev.uid is not None:  # who asked, as the kernel says (R-SEC-5)
+            document["uid"] = ev.uid
         self.control_replies[ev.request_id] = {"digest": ev.digest, "document": document}
         self.version += 1
         return _control_answer(ev.name, document)
@@ -312,7 +325,7 @@ class Scheduler(JobControlDesk):
         if closed:
             return self._reply(ev, ReplyOutcome.REJECTED, job, "generation", closed)
         request = ev.request
-        after, problem = self.resolve_after(request, job.job_id)
+        after, problem = self.resolve_after(request, job.job_id, ev.uid)
         if problem:
             return self._reply(ev, ReplyOutcome.REJECTED, job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
@@ -320,7 +333,7 @@ class Scheduler(JobControlDesk):
             return refused
         job.request, job.profile, job.fingerprint = request, profile, digest  # queued as such
         job.priority, job.after = request.priority, after
-        job.held = {"by": request.peer, "at": ev.at} if request.hold else None
+        job.held = self._asked(request.peer, ev) if request.hold else None
         job.admission_deadline = self._admission_deadline(request, ev.at)
         self.link_dependencies(job)
         before = job.state
@@ -741,6 +754,7 @@ class Scheduler(JobControlDesk):
                    ledger=Usage(dict(self.usage.peers)),
                    queue_ledger=Usage(dict(self.queue_usage.peers)),
                    ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
+                   coordinator_uid=self.coordinator_uid,
                    assessment_holds={job.job_id: reason for job in queued
                                      if (reason := self.generations_desk.assessment_hold(
                                          job, at))}
@@ -1219,6 +1233,10 @@ class Scheduler(JobControlDesk):
     def coordinator_uid(self) -> int | None:
         """The uid the coordinator runs as (R-SEC-3); None before one said (older journals)."""
         return self.coordinator.get("uid") if self.coordinator else None
+
+    def _asked(self, peer: str, ev: RequestSeen) -> dict[str, Any]:
+        """A hold its own request asked for: the job's record of who asked (``_asker``)."""
+        return {**self._asker(peer, ev.uid), "at": ev.at}
 
     def _not_theirs(self, job: Job, uid: int | None) -> str | None:
         """Why a file of ``uid`` may not name ``job`` (a job belongs to the uid that

@@ -377,10 +377,14 @@ def under_root(operators: tuple[int, ...] = ()) -> Harness:
 def test_a_peer_cannot_act_on_another_uids_job():
     h = under_root()
     theirs = h.submit("theirs", uid=1001)["job_id"]
-    reply = control(h, "cancel", uid=1002, jobs=["theirs"])
+    reply = control(h, "cancel", uid=1002, jobs=[theirs])
     assert reply["outcome"] == "rejected"
     assert f"job {theirs} ('theirs') belongs to uid 1001" in reply["reason"]
     assert "this file is owned by uid 1002" in reply["reason"]
+    by_tag = control(h, "cancel", uid=1002, jobs=["theirs"])  # a tag is 1002's own tag
+    assert by_tag["outcome"] == "rejected"
+    assert by_tag["reason"].startswith("jobs: 'theirs' names no job of this run (expected a "
+                                       "job id or a tag of uid 1002)")
     assert h.sched.jobs[theirs].state.value == "queued"
 
 

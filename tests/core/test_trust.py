@@ -7,6 +7,7 @@ import json
 
 from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import CoordinatorStarted, from_record, to_record
+from praxist_fs.core.identity import job_id_for
 from praxist_fs.core.snapshot import capture, restore
 
 from .helpers import Harness, make_policy
@@ -69,14 +70,19 @@ def test_a_job_root_accepted_keeps_its_uid_under_a_later_unprivileged_coordinato
     assert spawned(h).uid == 1001
 
 
-def test_a_tag_belongs_to_the_uid_that_submitted_it():
+def test_a_tag_is_each_uids_own():
+    """R-SEC-5: a job's identity is (uid, tag): another uid's equal tag is another job,
+    so neither uid can squat the other's tag; the coordinator's own keeps its ids."""
     h = coordinator(0)
-    job_id = h.submit("exp", uid=1001)["job_id"]
-    reply = h.submit("exp", uid=1002)  # the same request, from another uid
-    assert reply["outcome"] == "rejected" and reply["field"] == "tag"
-    assert reply["problem"] == (f"job {job_id} ('exp') belongs to uid 1001; this file is "
-                                "owned by uid 1002, and a job is its submitter's alone")
+    first = h.submit("exp", uid=1001)["job_id"]
+    second = h.submit("exp", uid=1002)  # the same request, from another uid
+    assert second["outcome"] == "accepted" and second["job_id"] != first
+    assert h.job(second["job_id"])["uid"] == 1002 and h.job(first)["uid"] == 1001
+    assert h.submit("exp", uid=1001)["job_id"] == first
     assert h.submit("exp", uid=1001)["outcome"] == "duplicate"
+    assert h.submit("exp", uid=1002)["job_id"] == second["job_id"]
+    roots = h.submit("exp", uid=0)["job_id"]
+    assert roots == job_id_for("exp") and roots not in (first, second["job_id"])
 
 
 def test_records_without_a_uid_count_as_the_coordinators():
