@@ -40,7 +40,7 @@ class Inboxes:
         """One batch of requests, in arrival order, and whether the batch was full (more
         files are waiting). Files left for their grace set ``grace_left``."""
         incoming = self.layout.incoming
-        found = spool.pending(incoming, quota=self.quota)
+        found, more = spool.pending(incoming, quota=self.quota)
         events, left = [], []
         dir_fd = os.open(incoming, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -54,7 +54,7 @@ class Inboxes:
         finally:
             os.close(dir_fd)
         self.grace_left = spool.grace_left(incoming, left, time.time())
-        return events, len(found) >= spool.BATCH
+        return events, more
 
     def _redacted(self, seen: RequestSeen) -> RequestSeen:
         """Credential-shaped env values never reach the core, the journal or any view."""
@@ -65,7 +65,7 @@ class Inboxes:
     def controls(self) -> list[ControlSeen]:
         """Every control file, parsed, or with the field it got wrong and why."""
         events = []
-        names = [waiting.name for waiting in spool.pending(self.layout.control)]
+        names = [waiting.name for waiting in spool.pending(self.layout.control)[0]]
         for name, data, error in spool.read_inbox(self.layout.control, names=names):
             digest = hashlib.sha256(data or str(error).encode()).hexdigest()
             request_id = request_id_from_filename(name)

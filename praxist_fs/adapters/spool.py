@@ -7,6 +7,7 @@ the next scan, in case a peer wrote it in place instead of renaming it in.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import hashlib
 import itertools
@@ -25,6 +26,10 @@ from .fsio import TEMP_PATTERN, read_spool_file, rename, unlink, write_json
 
 GRACE_SECONDS = 2.0
 BATCH = 512
+# A batch's replies are written once it is journaled: while several uids' files (or files
+# over a quota) wait, a batch is this short, so that one uid's flood holds another's
+# request for a few milliseconds of work, not for hundreds of requests' worth
+SHARED_BATCH = 64
 STALE_TMP_SECONDS = 36 * 3600  # Maildir's rule for abandoned writes in tmp/
 
 
@@ -43,11 +48,11 @@ class Waiting:
 
 
 def pending(inbox: Path, batch: int = BATCH, quota: tuple[int, int] | None = None
-            ) -> list[Waiting]:
-    """What to read of ``inbox`` now: at most ``batch`` files, fairly between their owners
-    (R-SEC-5), then at most ``batch`` more that are over ``quota`` = (files, bytes) of one
-    owner, so that they are answered (rejected, by the core) without waiting their turn:
-    the spool a flood fills stays bounded.
+            ) -> tuple[list[Waiting], bool]:
+    """What to read of ``inbox`` now: at most ``batch`` files (``SHARED_BATCH`` while
+    several owners' wait), fairly between their owners (R-SEC-5), then as many more that
+    are over ``quota`` = (files, bytes) of one owner, so that they are answered (rejected,
+    by the core) without waiting their turn: the spool a flood fills stays bounded.
 
     Fair: each owner's files in the order they arrived, the owners in turn (one file of
     each, then a second of each, ...), the owner of the oldest file first. So one uid's
@@ -55,7 +60,9 @@ def pending(inbox: Path, batch: int = BATCH, quota: tuple[int, int] | None = Non
 
     Arrival is the file's ctime (then its name): the kernel sets it when the file is
     renamed in, and its owner can move it later (touch, chmod) but never back, as it can
-    the mtime; so no peer jumps ahead of files that came before its own."""
+    the mtime; so no peer jumps ahead of files that came before its own.
+
+    Returns the files to read, and whether more were left waiting."""
     by_owner: dict[int, list[tuple[int, str, int]]] = {}
     with os.scandir(inbox) as it:
         for entry in it:
@@ -67,24 +74,27 @@ def pending(inbox: Path, batch: int = BATCH, quota: tuple[int, int] | None = Non
                 continue
             by_owner.setdefault(info.st_uid, []).append(  # one too large is read no further
                 (info.st_ctime_ns, entry.name, min(info.st_size, MAX_REQUEST_BYTES)))
-    turns: list[tuple[tuple[int, str], list[Waiting]]] = []  # (first arrival, within quota)
-    over: list[Waiting] = []
+    owners = []  # (first arrival, uid, files in order, their bytes so far, how many within)
     for uid, files in by_owner.items():
         files.sort()
-        within, used = [], 0
-        for position, (_, name, size) in enumerate(files, 1):
-            used += size
-            waiting = Waiting(name, uid, position, used)
-            if quota is not None and (position > quota[0] or used > quota[1]):
-                over.append(waiting)
-            else:
-                within.append(waiting)
-        if within:
-            turns.append((files[0][:2], within))
-    turns.sort(key=lambda turn: turn[0])
-    fair = [waiting for turn in itertools.zip_longest(*(queue for _, queue in turns))
-            for waiting in turn if waiting is not None]
-    return fair[:batch] + over[:batch]
+        used = list(itertools.accumulate(size for _, _, size in files))
+        within = len(files) if quota is None else \
+            min(quota[0], bisect.bisect_right(used, quota[1]))
+        owners.append((files[0][:2], uid, files, used, within))
+    owners.sort()
+    waiting_within = sum(within for *_, within in owners)
+    waiting_over = sum(len(files) - within for _, _, files, _, within in owners)
+    if len(owners) > 1 or waiting_over:  # others wait: a short turn, so theirs comes soon
+        batch = min(batch, SHARED_BATCH)
+    fair, turn = [], 0  # (uid, files, used, index), one of each owner's a turn
+    while len(fair) < batch and (left := [o for o in owners if o[4] > turn]):
+        fair += [(uid, files, used, turn) for _, uid, files, used, _ in left][:batch - len(fair)]
+        turn += 1
+    over = [(uid, files, used, index) for _, uid, files, used, within in owners
+            for index in range(within, min(len(files), within + batch))][:batch]
+    chosen = [Waiting(files[index][1], uid, index + 1, used[index])
+              for uid, files, used, index in fair + over]
+    return chosen, waiting_within > len(fair) or waiting_over > len(over)
 
 
 def read_request(incoming: Path, dir_fd: int, name: str, now: float,

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from praxist_fs.adapters.spool import pending, read_request
+from praxist_fs.adapters.spool import SHARED_BATCH, pending, read_request
 from praxist_fs.core.request import MAX_REQUEST_BYTES
 
 
@@ -62,10 +62,20 @@ def test_the_uids_take_turns_so_a_flood_delays_another_uid_by_one_turn(tmp_path)
         drop(tmp_path, f"flood-{i:02}.json", 1001)
     drop(tmp_path, "mine.json", 1002)
     drop(tmp_path, "flood-late.json", 1001)
-    chosen = pending(tmp_path, batch=4)
-    assert [(w.name, w.uid, w.position) for w in chosen] == [
+    chosen, more = pending(tmp_path, batch=4)
+    assert more and [(w.name, w.uid, w.position) for w in chosen] == [
         ("flood-00.json", 1001, 1), ("mine.json", 1002, 1),
         ("flood-01.json", 1001, 2), ("flood-02.json", 1001, 3)]
+
+
+@needs_root
+def test_while_several_uids_wait_a_batch_is_short(tmp_path):
+    for i in range(SHARED_BATCH + 10):
+        drop(tmp_path, f"a-{i:03}.json", 1001)
+    assert len(pending(tmp_path)[0]) == SHARED_BATCH + 10  # one uid: the whole batch
+    drop(tmp_path, "b.json", 1002)
+    chosen, more = pending(tmp_path)
+    assert more and len(chosen) == SHARED_BATCH and chosen[1].name == "b.json"
 
 
 @needs_root
@@ -73,7 +83,8 @@ def test_a_back_dated_mtime_does_not_jump_the_queue(tmp_path):
     drop(tmp_path, "first.json", 1001)
     drop(tmp_path, "second.json", 1001, mtime=1.0)  # "written" in 1970
     drop(tmp_path, "another.json", 1002, mtime=1.0)
-    assert [w.name for w in pending(tmp_path)] == ["first.json", "another.json", "second.json"]
+    assert [w.name for w in pending(tmp_path)[0]] == [
+        "first.json", "another.json", "second.json"]
 
 
 @needs_root
@@ -81,9 +92,10 @@ def test_files_over_a_uids_quota_are_chosen_at_once_with_their_position(tmp_path
     for i in range(6):
         drop(tmp_path, f"a-{i}.json", 1001, size=100)
     drop(tmp_path, "b.json", 1002, size=100)
-    chosen = pending(tmp_path, batch=2, quota=(4, 1000))
+    chosen, more = pending(tmp_path, batch=2, quota=(4, 1000))
     assert [(w.name, w.position, w.bytes) for w in chosen] == [
         ("a-0.json", 1, 100), ("b.json", 1, 100),  # the fair turn: within the quota
         ("a-4.json", 5, 500), ("a-5.json", 6, 600)]  # over it: for the core to reject now
-    assert [w.name for w in pending(tmp_path, quota=(10, 250))][-4:] == [
+    assert more  # a-1 .. a-3 wait for the next turn
+    assert [w.name for w in pending(tmp_path, quota=(10, 250))[0]][-4:] == [
         "a-2.json", "a-3.json", "a-4.json", "a-5.json"]  # over its bytes
