@@ -102,6 +102,17 @@ def makedirs(path: str | os.PathLike, *, durable: bool = False, mode: int = 0o77
             fsync_dir(os.path.dirname(directory))
 
 
+def make_dir(path: str, mode: int) -> bool:
+    """mkdir ``path``; False when the name was taken already, by whatever: the caller looks."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return False
+    if _ledger is not None:
+        _record("mkdir", path)
+    return True
+
+
 def make_dir_at(dir_fd: int, name: str, path: str, mode: int) -> bool:
     """mkdir ``name`` in the directory open as ``dir_fd`` (``path``: its absolute path, for
     the ledger). False when the name was taken already, by whatever: the caller looks."""

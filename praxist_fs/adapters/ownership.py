@@ -32,7 +32,7 @@ import stat
 from collections.abc import Mapping
 
 from ..errors import UnsafeLayout
-from .fsio import make_dir_at
+from .fsio import make_dir, make_dir_at
 
 ROOT = 0
 WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
@@ -174,6 +174,20 @@ def _unusable(path: str, exc: OSError, found: os.stat_result) -> UnsafeLayout | 
                             else "give the directory it points to instead, or move the "
                             "link aside")
     return exc
+
+
+def own_directories(base: str, *names: str, mode: int = 0o755) -> str:
+    """``base/names...`` (``base`` one of the run's checked directories), each component
+    made or found a real directory of ours, never through a link: an attempt's or a log's
+    directory, on every launch. Raises ``UnsafeLayout`` for one that is not; returns the
+    path."""
+    path = base
+    for name in names:
+        path = os.path.join(path, name)
+        make_dir(path, mode)
+        if problem := state_directory_problem(os.lstat(path), os.geteuid()):
+            raise UnsafeLayout(path, problem)
+    return path
 
 
 def layout_problems(root: str, tree: Mapping[str, int], uid: int) -> list[str]:

@@ -9,7 +9,9 @@ import stat
 
 import pytest
 
-from praxist_fs.adapters.ownership import check_ancestors, layout_problems, secure_tree
+from praxist_fs.adapters.ownership import (
+    check_ancestors, layout_problems, own_directories, secure_tree,
+)
 from praxist_fs.errors import UnsafeLayout
 
 OTHER = 65534  # nobody: any uid but ours
@@ -118,3 +120,14 @@ def test_status_lists_the_problems_and_changes_nothing(run):
     problems = layout_problems(str(run), TREE, os.geteuid())
     assert [p.split(": ", 1)[0] for p in problems] == [str(run), str(run / "state/private")]
     assert mode(run) == 0o2770 and mode(run / "state" / "private") == 0o777
+
+
+def test_an_attempts_directories_are_made_ours_and_never_through_a_link(run, tmp_path):
+    made = own_directories(str(run), "job", "a1")
+    assert made == str(run / "job" / "a1") and mode(made) == 0o755
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, run / "planted")
+    with pytest.raises(UnsafeLayout, match="planted: is a symbolic link"):
+        own_directories(str(run), "planted", "a1")
+    assert not os.listdir(elsewhere)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -184,20 +185,26 @@ def test_serve_refuses_a_state_directory_it_does_not_own(shared, peers, swap):
     assert stat.S_IMODE(closed.stat().st_mode) == 0o700  # never chmodded through a link
 
 
-def test_a_log_planted_as_a_link_or_a_fifo_is_refused_not_written_through(shared):
+def test_a_log_or_attempt_planted_as_a_link_or_a_fifo_is_refused_not_written_through(shared):
     shared.start()
-    target = shared.root.parent / "target"
+    target, elsewhere = shared.root.parent / "target", shared.root.parent / "elsewhere"
     target.write_text("untouched\n")
-    for tag, plant in (("linked", lambda path: os.symlink(target, path)),
-                       ("piped", os.mkfifo)):
-        directory = shared.root / "logs" / "experiments" / job_id_for(tag)
-        directory.mkdir()
-        plant(directory / "a1.log")  # as only the coordinator's uid still could
+    elsewhere.mkdir()
+    logs, attempts = shared.root / "logs" / "experiments", shared.sched / "attempts"
+    plants = {  # as only the coordinator's uid still could: what a start would refuse
+        "linked": (lambda job: (logs / job).mkdir() or os.symlink(target, logs / job / "a1.log"),
+                   "the log .* is a symbolic link: refusing to write through it"),
+        "piped": (lambda job: (logs / job).mkdir() or os.mkfifo(logs / job / "a1.log"),
+                  "the log .* is not a regular file: refusing to write through it"),
+        "attempt": (lambda job: os.symlink(elsewhere, attempts / job),
+                    "refused to start it: .*: is a symbolic link"),
+    }
+    for tag, (plant, said) in plants.items():
+        plant(job_id_for(tag))
         reply = shared.reply(shared.submit(request(tag, ["echo", "written"])))
         job = shared.wait_state(reply["job_id"], "failed", timeout=30)
-        assert job["exit_code"] == 126, job
-        assert "refusing to write through it" in job["attempts"][0]["error"], job
-    assert target.read_text() == "untouched\n"
+        assert job["exit_code"] == 126 and re.search(said, job["attempts"][0]["error"]), job
+    assert target.read_text() == "untouched\n" and not os.listdir(elsewhere)
 
 
 # -- R-SEC-5: each uid's requests, ids, tags and caps --------------------------------------

@@ -33,6 +33,7 @@ from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, AttemptPhase, Job
+from praxist_fs.errors import UnsafeLayout
 
 log = logging.getLogger("praxist_fs")
 
@@ -216,6 +217,12 @@ class LocalBackend:
         bound = self.bound.pop(key, None)
         try:
             handle = launcher.spawn(self.layout, effect, environment(), bound)
+        except UnsafeLayout as exc:  # nothing written through it, nothing started
+            if bound is not None:
+                bound.dismiss()
+            return [AttemptObserved(at=time.time(), job_id=effect.job_id,
+                                    attempt_id=effect.attempt_id, alive=False, exited=True,
+                                    exit_code=126, error=f"refused to start it: {exc}")]
         except OSError as exc:
             if bound is None and exc.errno in self.disk_errors:
                 raise  # nothing started, nothing said: released once there is room

@@ -34,8 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from praxist_fs.adapters.fsio import create, fsync_dir, makedirs, open_log, unlink, write_json
+from praxist_fs.adapters.fsio import create, fsync_dir, open_log, unlink, write_json
 from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.adapters.ownership import own_directories
 from praxist_fs.backends.local import procs
 from praxist_fs.core.effects import SpawnAttempt
 
@@ -49,9 +50,6 @@ SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main(
     SHIM.parent)
 # How long a shim whose coordinator vanished waits for the next one to give GO.
 BARRIER_TIMEOUT_S = 600
-# An attempt's and a log's directory: writable by us alone whatever our umask, so that
-# no peer of the run's group can swap them under a shim (R-SEC-4)
-OWN_DIRECTORY = 0o755
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
@@ -474,9 +472,9 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     the shim: through a warm shim's control pipe when it fits, else into spec.marshal
     (0600), which the shim removes once it has read it."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
-    makedirs(attempt_dir, mode=OWN_DIRECTORY)
+    own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
     log = layout.log(effect.job_id, effect.attempt_id)
-    makedirs(log.parent, mode=OWN_DIRECTORY)
+    own_directories(str(layout.logs), effect.job_id)
     spec = marshal.dumps({
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
