@@ -32,7 +32,8 @@ WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many job
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
 VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
                 "TERM_SESSION_ID", "SSH_AUTH_SOCK", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
-                "XDG_SESSION_ID", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+                "XDG_SESSION_ID", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES",
+                "TMUX", "TMUX_PANE", "STY", "WINDOW"}  # terminal multiplexers' own
 
 
 class NoCoordinator(Exception):

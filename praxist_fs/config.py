@@ -460,6 +460,7 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "windows_utc_offset_minutes": _Key(_int, _clamp(MIN_UTC_OFFSET_MIN, MAX_UTC_OFFSET_MIN)),
     "trusted_uids": _Key(_uids),
     "operators": _Key(_uids),
+    "same_tag_different_request": _Key(_choice("share", "reject")),
     "spool_quota_requests": _Key(_int, _clamp(1, MAX_SPOOL_QUOTA_REQUESTS)),
     "spool_quota_bytes": _Key(_int, _clamp(MAX_REQUEST_BYTES, MAX_SPOOL_QUOTA_BYTES)),
     "backend": _Key(_choice("local", "slurm")),

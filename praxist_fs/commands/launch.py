@@ -167,9 +167,11 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     if args.detach:
         print(job_id)
         return 128 + ends[0] if ends else 0  # detached: the job is not launch's to cancel
-    cost = reply.get("estimate")
+    cost, differs = reply.get("estimate"), reply.get("differs")
     print(f"praxist-fs launch: {outcome}: job {job_id}"
-          + (f" (estimated cost {cost['cost']:g})" if cost else ""), file=sys.stderr)
+          + (f" (estimated cost {cost['cost']:g})" if cost else "")
+          + (f" (shared: its tag names it; this launch differs in {', '.join(differs)})"
+             if differs else ""), file=sys.stderr)
     earlier = set()
     if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
         doc = client.job_document(layout, job_id) or {"attempts": []}

@@ -1,10 +1,14 @@
 """Semantic identity: the tag names the science, the fingerprint the request.
 
-The job id is derived from the tag (never random), within the uid that submits
-it (core/tenancy.py), so every submission of one experiment lands on one job. The fingerprint covers what changes the
-computation (command, resolved profile, cwd, env) and tells an identical
-retransmission from a changed request (R-SUB-2); ``differences`` names, for the
-peer whose request conflicts, which of those parts changed.
+The job id is derived from the tag (never random), within the uid that submits it
+(core/tenancy.py), so every submission of one experiment lands on one job: the tag
+identifies the science, not execution syntax (seed 000), and a repeated submission
+shares its job whatever its cwd, environment or spelling (R-SUB-7). The fingerprint
+covers what the command runs with (command, resolved profile, cwd, env): it tells an
+identical retransmission from a changed request (R-SUB-2); ``differing`` names what
+changed, for the reply; a changed request with ``retry_terminal``, or any changed
+request where the task asks for it (``same_tag_different_request: reject``), is
+rejected with ``differences``.
 """
 
 from __future__ import annotations
@@ -42,28 +46,40 @@ def fingerprint(request: Request, profile: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def differing(job: Request, job_profile: str, request: Request, profile: str
+              ) -> tuple[str, ...]:
+    """What a request changes of the job its tag names, for its reply's ``differs``:
+    ``argv``, ``command``, ``profile``, ``cwd``, and ``env:NAME`` for each variable it
+    adds, removes or changes. Names only, never values: a value may be a secret
+    (compared as the keyed hash that stands for it in both requests)."""
+    parts = tuple(name for name, differs in (
+        ("argv", job.argv != request.argv), ("command", job.command != request.command),
+        ("profile", job_profile != profile), ("cwd", job.cwd != request.cwd)) if differs)
+    added, removed, changed = _env_changes(job.env, request.env)
+    return parts + tuple(f"env:{name}" for name in sorted(added | removed | changed))
+
+
 def differences(job: Request, job_profile: str, request: Request, profile: str) -> str:
     """What a request changes of the job its tag names, as in "command, cwd and env (this
     request adds SEED)": the command, the profile, the cwd and the env keys it adds,
-    removes or changes. Key names only, never values: a value may be a secret (compared
-    as the keyed hash that stands for it in both requests)."""
-    found = []
-    if (job.argv, job.command) != (request.argv, request.command):
-        found.append("command")
-    if job_profile != profile:
-        found.append("profile")
-    if job.cwd != request.cwd:
-        found.append("cwd")
-    changes = [f"{verb} {_names(keys)}" for verb, keys in (
-        ("adds", request.env.keys() - job.env.keys()),
-        ("removes", job.env.keys() - request.env.keys()),
-        ("changes", {k for k in job.env.keys() & request.env.keys()
-                     if job.env[k] != request.env[k]})) if keys]
+    removes or changes, for the message that rejects it."""
+    parts = differing(job, job_profile, request, profile)
+    found = [part for part in ("command", "profile", "cwd")
+             if part in parts or (part == "command" and "argv" in parts)]
+    changes = [f"{verb} {_names(keys)}" for verb, keys in zip(
+        ("adds", "removes", "changes"), _env_changes(job.env, request.env)) if keys]
     if changes:
         found.append(f"env (this request {'; '.join(changes)})")
     if not found:  # only a fingerprint kept by another version can differ then
         return "fingerprint"
     return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+
+
+def _env_changes(job_env: dict[str, str], env: dict[str, str]
+                 ) -> tuple[set[str], set[str], set[str]]:
+    """The variables ``env`` adds to, removes from and changes of ``job_env``."""
+    return (env.keys() - job_env.keys(), job_env.keys() - env.keys(),
+            {k for k in job_env.keys() & env.keys() if job_env[k] != env[k]})
 
 
 def _names(keys: set[str]) -> str:

@@ -182,6 +182,8 @@ class Reply:
     lease: dict[str, str] | None = None  # what the submission did to the lease it carried
     estimate: dict[str, Any] | None = None  # the cost estimate a max_cost was checked against
     uid: int | None = None  # the owner of the request file (R-SEC-3)
+    # a duplicate that shares a job its tag names though it differs: what differs (R-SUB-7)
+    differs: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         doc = {
@@ -201,4 +203,6 @@ class Reply:
             doc["estimate"] = self.estimate
         if self.uid is not None:
             doc["uid"] = self.uid
+        if self.differs:
+            doc["differs"] = list(self.differs)
         return doc

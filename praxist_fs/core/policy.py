@@ -198,6 +198,9 @@ class Policy:
     operators: tuple[int, ...] = ()
     # R-SEC-5 (core/tenancy.py): a uid's requests waiting in the spool, by count and by
     # bytes; beyond either a request is rejected (field ``quota``)
+    # R-SUB-7: a changed request whose tag names a queued, running or completed job shares
+    # it ("share", seed 000: the tag is the identity) or is rejected ("reject")
+    same_tag_different_request: str = "share"
     spool_quota_requests: int = 10_000
     spool_quota_bytes: int = 128 * 1024 * 1024
     normalizations: tuple[Normalization, ...] = ()
@@ -302,6 +305,7 @@ class Policy:
             "hooks": self.hooks.to_dict(),
             "trusted_uids": list(self.trusted_uids),
             "operators": list(self.operators),
+            "same_tag_different_request": self.same_tag_different_request,
             "spool_quota_requests": self.spool_quota_requests,
             "spool_quota_bytes": self.spool_quota_bytes,
             "normalizations": [n.to_dict() for n in self.normalizations],
@@ -330,4 +334,7 @@ class Policy:
             values["hooks"] = Hooks.from_dict(data["hooks"])
         for key in ("trusted_uids", "operators"):
             values[key] = tuple(data.get(key, ()))
+        # journaled before the key existed: such a run rejected changed requests, and a
+        # replay decides as it did
+        values.setdefault("same_tag_different_request", "reject")
         return cls(**values)

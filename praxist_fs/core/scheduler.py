@@ -48,7 +48,7 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
-from .identity import differences, fingerprint, job_id_for
+from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, Job, Reply
 from .observations import Envelope
@@ -259,6 +259,11 @@ class Scheduler(JobControlDesk):
             if digest == job.fingerprint:
                 return self._reply(ev, ReplyOutcome.DUPLICATE, job,
                                    reason=f"same request as job {job_id}")
+            if not request.retry_terminal and self.policy.same_tag_different_request == "share":
+                differs = differing(job.request, job.profile, request, profile)
+                return self._reply(ev, ReplyOutcome.DUPLICATE, job, differs=differs, reason=(
+                    f"same tag as job {job_id}, which this request shares (the tag is the "
+                    f"experiment's identity); it differs in {', '.join(differs)}"))
             changed = differences(job.request, job.profile, request, profile)
             problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
                        f"with a different {changed}")
@@ -1268,7 +1273,7 @@ class Scheduler(JobControlDesk):
     def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
                field: str | None = None, problem: str | None = None,
                reason: str | None = None, estimate: dict[str, Any] | None = None,
-               before: JobState | None = None) -> list[Effect]:
+               before: JobState | None = None, differs: tuple[str, ...] = ()) -> list[Effect]:
         """Answer ``ev``: ``before`` is the state of the job a request queued (None: it
         created it); any other outcome leaves the job as it was (``reply_transition``)."""
         state = job.state if job else None
@@ -1297,7 +1302,7 @@ class Scheduler(JobControlDesk):
                       job_id=job.job_id if job else None,
                       state=job.state.value if job else None,
                       reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease,
-                      estimate=estimate, uid=ev.uid)
+                      estimate=estimate, uid=ev.uid, differs=differs)
         self.replies[reply.request_id] = reply
         self.version += 1
         return touched + self._answer(ev.name, reply)

@@ -420,11 +420,13 @@ def _reply(reply: Reply) -> dict[str, Any]:
     return {"request_id": reply.request_id, "outcome": reply.outcome, "job_id": reply.job_id,
             "state": reply.state, "reason": reply.reason, "digest": reply.digest,
             "field": reply.field, "problem": reply.problem, "lease": reply.lease,
-            "estimate": reply.estimate, "uid": reply.uid}
+            "estimate": reply.estimate, "uid": reply.uid,
+            **({"differs": reply.differs} if reply.differs else {})}
 
 
 def _to_reply(data: dict[str, Any]) -> Reply:
-    return Reply(**{**data, "outcome": _OUTCOMES[data["outcome"]]})
+    return Reply(**{**data, "outcome": _OUTCOMES[data["outcome"]],
+                    "differs": tuple(data.get("differs", ()))})
 
 
 def _built_reply(line: bytes) -> Reply:

@@ -172,7 +172,8 @@ def _busy_run() -> Harness:
     h.launch_all()
     h.spawn(barrier, "a1")
     assert h.submit("running")["outcome"] == "duplicate"
-    assert h.submit("running", argv=("other",))["outcome"] == "rejected"
+    assert h.submit("running", argv=("other",))["differs"] == ["argv"]  # shared, with why
+    assert h.submit("running", argv=("third",), retry_terminal=True)["outcome"] == "rejected"
     _control(h, "generation_assess", generation=1)
     return h
 

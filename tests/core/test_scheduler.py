@@ -238,11 +238,40 @@ def test_same_fingerprint_is_a_duplicate(state, variant):
     assert len(h.sched.jobs) == 1
 
 
+# what a shared job's duplicate reply says differed, for each change (R-SUB-7)
+CHANGE_DIFFERS = {
+    "argv": ["argv"], "command": ["argv", "command"], "env": ["env:SEED"],
+    "env added": ["env:EXTRA"], "cwd": ["cwd"], "profile": ["profile"],
+}
+STRICT = {"same_tag_different_request": "reject"}  # the task key that restores rejection
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_changed_request_on_a_live_job_shares_it_and_says_what_differs(state, change):
+    """Seed 000: "The tag identifies science, not execution syntax ... Repeated
+    submissions with the same identity share one queued, running, or completed job"."""
+    h = Harness()
+    job_id = bring_to(h, state, **BASE_SUBMIT)
+    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    reply = h.submit("exp-1", **{**BASE_SUBMIT, **CHANGES[change]})
+    check_reply(reply, "duplicate", job_id, state)
+    assert reply["differs"] == CHANGE_DIFFERS[change]
+    assert reply["reason"] == (f"same tag as job {job_id}, which this request shares (the tag "
+                               "is the experiment's identity); it differs in "
+                               + ", ".join(CHANGE_DIFFERS[change]))
+    assert effects_of(h.last_effects, ConsumeRequest)
+    assert h.sched.jobs[job_id].to_dict() == before  # it keeps the request it was made by
+
+
 @pytest.mark.parametrize("state", LIVE_STATES)
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("flag", [False, True])
-def test_changed_request_on_a_live_job_is_rejected_as_a_tag_conflict(state, change, flag):
-    h = Harness()
+def test_changed_request_on_a_live_job_is_rejected_with_the_flag_or_the_strict_key(
+        state, change, flag):
+    """Seed 000: "a changed request with the flag is rejected in those states"; and the
+    task key restores strict rejection of every changed request."""
+    h = Harness() if flag else Harness(make_policy(**STRICT))
     job_id = bring_to(h, state, **BASE_SUBMIT)
     before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
     fields = {**BASE_SUBMIT, **CHANGES[change]}
@@ -264,7 +293,7 @@ def test_a_conflict_names_every_change_and_env_keys_but_never_a_value():
     """Env values arrive as the daemon redacted them: a secret as its keyed hash, so a
     changed secret is a changed key, named without its value (R-SEC-2)."""
     key = b"run-key"
-    h = Harness()
+    h = Harness(make_policy(**STRICT))
     job_id = h.submit("exp-1", env={"API_TOKEN": placeholder(key, "old-secret"),
                                     "KEEP": "1", "GONE": "old-value"})["job_id"]
     many = {f"V{i:02d}": "v" for i in range(10)}
@@ -763,3 +792,18 @@ def test_launch_event_is_the_only_way_to_start_work():
     events = h.sched.next_launches(h.tick())
     assert events == [AttemptLaunched(at=h.now, job_id=job_id, attempt_id="a1")]
     assert h.sched.version == version and h.sched.snapshot() == before
+
+
+def test_a_journal_from_before_tags_were_shared_replays_its_rejections():
+    """A run journaled before ``same_tag_different_request`` rejected changed requests:
+    its replay must decide as it did, so its policy, which lacks the key, is strict."""
+    older = make_policy().to_dict()
+    del older["same_tag_different_request"]
+    h = Harness()
+    h.handle(CoordinatorStarted(at=h.tick(), policy=older, pid=1, host="h", boot_id="b"))
+    job_id = h.submit("exp-1", **BASE_SUBMIT)["job_id"]
+    reply = h.submit("exp-1", **{**BASE_SUBMIT, **CHANGES["cwd"]})
+    assert reply["outcome"] == "rejected" and job_id in reply["problem"]
+    h.handle(CoordinatorStarted(at=h.tick(), policy=make_policy().to_dict(), pid=2,
+                                host="h", boot_id="b"))  # a start of this version: shared
+    assert h.submit("exp-1", **{**BASE_SUBMIT, **CHANGES["cwd"]})["differs"] == ["cwd"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .conftest import request, wait_for
+from .conftest import TASK, request, wait_for
 
 
 def test_accepted_request_runs_and_records_its_history(run, tmp_path):
@@ -37,7 +37,27 @@ def test_same_tag_same_request_is_a_duplicate_and_runs_once(run, tmp_path):
     assert marker.read_text() == "x\n"
 
 
-def test_same_tag_with_a_changed_request_is_a_conflict(run):
+def test_same_tag_with_a_changed_request_shares_the_job_and_says_what_differs(run, tmp_path):
+    """R-SUB-7, seed 000: the tag is the identity; a changed request shares the job."""
+    marker = tmp_path / "starts"
+    first = run.reply(run.submit(request("conf", ["sh", "-c", f"echo x >> {marker}; sleep 5"])))
+    for changed, differs in ((request("conf", ["sh", "-c", "sleep 6"]), ["argv"]),
+                             (request("conf", ["sleep", "5"], env={"LR": "0.1"}),
+                              ["argv", "env:LR"]),
+                             (request("conf", ["sleep", "5"], profile="other_cpu"),
+                              ["argv", "profile"])):
+        reply = run.reply(run.submit(changed))
+        assert reply["outcome"] == "duplicate" and reply["job_id"] == first["job_id"], changed
+        assert reply["differs"] == differs
+    run.wait_state(first["job_id"], "running")
+    assert marker.read_text() == "x\n"
+
+
+def test_same_tag_with_a_changed_request_is_a_conflict_with_the_flag_or_the_strict_key(
+        make_run):
+    run = make_run(task_text=TASK.format(slots=2, retries=1)
+                   + "    same_tag_different_request: reject\n")
+    run.start()
     first = run.reply(run.submit(request("conf", ["sleep", "5"])))
     for changed, named in ((request("conf", ["sleep", "6"]), "command"),
                            (request("conf", ["sleep", "5"], env={"LR": "0.1"}),

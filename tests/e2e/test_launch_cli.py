@@ -55,6 +55,32 @@ def test_detach_prints_the_job_id_and_returns(run, tmp_path):
     run.wait_state(job_id, "completed")
 
 
+def test_the_same_experiment_from_another_shell_and_workspace_shares_its_job(run, tmp_path):
+    """R-SUB-7, seed 000: "The tag identifies science, not execution syntax": a second
+    launch of the experiment from another tmux pane and workspace, under another
+    PRAXIST_PEER_ID, with a logging flag added, follows the job the first one made."""
+    gate, marker = tmp_path / "gate", tmp_path / "starts"
+    first_dir, second_dir = tmp_path / "ws1", tmp_path / "ws2"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    body = f"echo x >> {marker}; while [ ! -e {gate} ]; do sleep 0.05; done; echo trained"
+    base = {**os.environ, "PATH": os.environ["PATH"]}
+    first = launch(run, "--tag=shared-exp", "--detach", "--", "sh", "-c", body,
+                   cwd=first_dir, env={**base, "PRAXIST_PEER_ID": "pane-1", "TMUX_PANE": "%1"})
+    job_id = first.stdout.strip()
+    run.wait_state(job_id, "running")
+    second = subprocess.Popen(
+        [*LAUNCH, f"--run-dir={run.root}", "--tag=shared-exp", "--", "sh", "-c", body,
+         "--verbose"], cwd=second_dir, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env={**base, "PRAXIST_PEER_ID": "pane-2", "TMUX_PANE": "%2"})
+    gate.touch()
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0 and out == "trained\n", err
+    assert (f"praxist-fs launch: duplicate: job {job_id} (shared: its tag names it; this "
+            "launch differs in argv, cwd, env:PRAXIST_PEER_ID)") in err.splitlines()
+    assert marker.read_text() == "x\n"  # one job, run once
+
+
 def test_rejected_launch_exits_nonzero_with_the_reason(run):
     result = launch(run, "--tag=bad/tag", "--", "true")
     assert result.returncode == 2 and "tag" in result.stderr

@@ -58,5 +58,5 @@ def test_same_secret_still_deduplicates(run):
     second = run.reply(run.submit(request("dedup-secret", ["true"], env=env)))
     assert second["outcome"] == "duplicate" and second["job_id"] == first["job_id"]
     changed = run.reply(run.submit(request("dedup-secret", ["true"], env={"API_KEY": "other"})))
-    assert changed["outcome"] == "rejected"
-    assert changed["reason"].endswith("with a different env (this request changes API_KEY)")
+    assert changed["outcome"] == "duplicate" and changed["differs"] == ["env:API_KEY"]
+    assert "other" not in changed["reason"]  # a changed secret is named, never shown
