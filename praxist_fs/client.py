@@ -8,6 +8,7 @@ and finding or following a job submits nothing.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import secrets
 import time
@@ -28,6 +29,7 @@ EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
 EXIT_EXPIRED = 75  # EX_TEMPFAIL: no attempt ran before its admission timeout; submit again
 POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
 WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
+INDEX_LAG_S = 5.0  # a job file this much older than the job index's last write is in it
 # Shell bookkeeping that differs between two shells running the same experiment;
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
 VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
@@ -42,6 +44,11 @@ class NoCoordinator(Exception):
 
 class TooLarge(Exception):
     """A request the coordinator would refuse for its size: it is not submitted."""
+
+
+class SetAside(Exception):
+    """The coordinator refused a request it could not answer with a reply (its file had
+    no usable request id, say): it is in spool/rejected/, and ``args[0]`` says why."""
 
 
 class NotYours(Exception):
@@ -178,13 +185,18 @@ def send_control(layout: RunLayout, request: dict[str, Any], timeout: float,
 
 
 def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float) -> dict[str, Any]:
-    """Poll for the reply; give up only when no coordinator has been alive for the grace."""
+    """Poll for the reply; give up only when no coordinator has been alive for the grace.
+    Raises ``SetAside`` when the request was refused without one, ``NotYours`` when the
+    reply there answers another uid's request."""
     path = layout.reply(request_id)
+    set_aside = layout.rejected / f"{request_id}.json.error.json"
     delay, lost_since = 0.002, None
     while True:
         reply = read_json(path)
         if isinstance(reply, dict):
             return check_ours(reply, request_id, "request")
+        if isinstance(error := read_json(set_aside), dict):
+            raise SetAside(f"{error.get('reason')} (the request was set aside in {set_aside})")
         if live_endpoint(layout) is None:
             lost_since = lost_since or time.monotonic()
             if time.monotonic() - lost_since > coordinator_grace:
@@ -222,6 +234,40 @@ def find_job(layout: RunLayout, job_or_tag: str, uid: int | None = None
                 trust.owner(doc.get("uid"), coordinator) == trust.owner(uid, coordinator):
             return job_id, doc
     return None
+
+
+def selected_jobs(layout: RunLayout, tag_glob: str | None, active: bool,
+                  uid: int | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The jobs of ``uid`` (default ours) whose tag matches ``tag_glob``, and/or, with
+    ``active``, that have not ended: (job id, job file), oldest first."""
+    from .adapters.jobindex import JobQuery, list_jobs  # sqlite3: only where it is needed
+
+    uid = os.geteuid() if uid is None else uid
+    coordinator = coordinator_uid(layout)
+    states = ("queued", "running", "suspended") if active else ()
+    owner = (status_document(layout) or {}).get("coordinator", {}).get("since")
+    listing = list_jobs(layout, JobQuery(states=states, tag_glob=tag_glob), owner)
+    found = {doc["job_id"]: doc for doc in reversed(listing.documents)}
+    # the index is written at status.json's cadence: what changed since is in the files
+    since = _mtime(layout.job_index) - INDEX_LAG_S
+    for directory in ("queued", "running", *(() if active else ("done",))):
+        with os.scandir(layout.jobs(directory)) as entries:
+            for entry in entries:
+                if entry.name.endswith(".json") and not entry.name.startswith(".") and (
+                        directory != "done" or _mtime(entry.path) >= since):
+                    doc = read_json(entry.path)
+                    if isinstance(doc, dict) and (tag_glob is None or fnmatch.fnmatchcase(
+                            doc.get("tag", ""), tag_glob)):
+                        found[doc["job_id"]] = doc
+    return [(job_id, doc) for job_id, doc in found.items()
+            if trust.owner(doc.get("uid"), coordinator) == trust.owner(uid, coordinator)]
+
+
+def _mtime(path: str | os.PathLike) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
 
 
 def exit_status(document: dict[str, Any]) -> int:

@@ -240,6 +240,10 @@ class Coordinator:
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
             self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
+        if self.sched.stopped:  # a start that changes nothing must say so
+            log.warning("the run %s is stopped (%s): serving it frozen: it answers requests "
+                        "but admits and launches nothing, for good; continue in a new run "
+                        "directory", self.layout.root, self.sched.stopped)
         for job in self.sched.in_flight():
             self._process(self.backend.adopt(job, job.current))
         reach("start.after_adopt")

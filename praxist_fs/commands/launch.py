@@ -15,6 +15,7 @@ from typing import Any
 from .. import client, legacy
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
+from ..core.admission import reason_kind
 from ..core.policy import WORK_CLASSES
 from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
@@ -67,6 +68,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         "task's admission_timeout_seconds, else none)")
     launch.add_argument("--detach", action="store_true",
                         help="print the job id once accepted and exit 0")
+    launch.add_argument("--cancel-shared", action="store_true",
+                        help="let Ctrl-C (twice), TERM and HUP cancel a job this launch shares "
+                        "but did not create (its reply said duplicate); without it they "
+                        "only end this launch, and the job goes on for whoever made it")
     launch.add_argument("--wait-coordinator", type=float, default=10.0, metavar="SECONDS",
                         help="how long to wait for a live coordinator (default 10)")
     launch.add_argument("--config", default=os.environ.get("PRAXIST_TASK_CONFIG"),
@@ -88,6 +93,10 @@ def cmd_launch(args: argparse.Namespace) -> int:
         print(f"praxist-fs launch: needs {', '.join(missing) or 'a command after --'}",
               file=sys.stderr)
         return 2
+    if not NAME_RE.fullmatch(args.peer):  # it names the request too: refuse it unwritten
+        print(f"praxist-fs launch: --peer (or $PRAXIST_PEER_ID) {args.peer!r}: expected "
+              f"{NAME_EXPECTED}", file=sys.stderr)
+        return EXIT_REJECTED
     layout = RunLayout.at(args.run_dir)
     try:
         if client.enclosing_attempt(layout, dict(os.environ)) is not None:
@@ -150,7 +159,7 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)
         return EXIT_NO_COORDINATOR
-    except (client.TooLarge, client.NotYours) as exc:
+    except (client.TooLarge, client.NotYours, client.SetAside) as exc:
         print(f"praxist-fs launch: rejected: {exc}", file=sys.stderr)
         return EXIT_REJECTED
     except KeyboardInterrupt:  # before an answer: the request may still be taken
@@ -176,12 +185,16 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
         doc = client.job_document(layout, job_id) or {"attempts": []}
         earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
-    watch = _Watch(layout, job_id, args.peer)
+    watch = _Watch(layout, job_id, args.peer,
+                   owns=outcome not in ("duplicate",) or args.cancel_shared)
     watch.signalled = ends[0] if ends else None  # its first tick cancels
-    with watch.signals():
-        final = client.follow(layout, job_id, sys.stdout.buffer,
-                              select=lambda attempt: attempt["attempt_id"] not in earlier,
-                              announce=_announce_retry, tick=watch.tick)
+    try:
+        with watch.signals():
+            final = client.follow(layout, job_id, sys.stdout.buffer,
+                                  select=lambda attempt: attempt["attempt_id"] not in earlier,
+                                  announce=_announce_retry, tick=watch.tick)
+    except Detached as left:
+        return 128 + left.args[0]
     if watch.cancelled_by is not None:
         print(f"praxist-fs launch: job {job_id} {final['state']}: {final['reason']}",
               file=sys.stderr)
@@ -221,17 +234,24 @@ def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[st
         return EXIT_NO_COORDINATOR
 
 
+class Detached(Exception):
+    """A launch that shares a job it did not create leaves on a signal: ``args[0]``."""
+
+
 class _Watch:
     """What ``launch`` does while it follows its job, like srun: says why the job waits
-    (after PENDING_AFTER seconds, then whenever the reason changes), and turns signals
-    into a cancel: SIGTERM or SIGHUP at once, SIGINT when a second one comes within
-    INTERRUPT_WINDOW (the first prints the job's state). The handlers only take note;
+    (after PENDING_AFTER seconds, then whenever the reason changes in kind, not only in
+    its numbers), and turns signals into a cancel: SIGTERM or SIGHUP at once, SIGINT when
+    a second one comes within INTERRUPT_WINDOW (the first prints the job's state). A
+    launch that shares a job it did not create leaves it to go on instead (``Detached``),
+    unless ``--cancel-shared``. The handlers only take note;
     ``tick``, called from the follow loop, acts, so no signal ever ends in a traceback."""
 
-    def __init__(self, layout: RunLayout, job_id: str, peer: str) -> None:
+    def __init__(self, layout: RunLayout, job_id: str, peer: str, owns: bool = True) -> None:
         self.layout, self.job_id, self.peer = layout, job_id, peer
+        self.owns = owns  # it made the job (or may cancel a shared one: --cancel-shared)
         self.since = time.monotonic()
-        self.said: str | None = None
+        self.said: str | None = None  # the kind of pending reason last said (reason_kind)
         self.look_at = self.since + PENDING_AFTER  # when the pending reason is read next
         self.interrupts: list[float] = []
         self.noted = 0                        # interrupts already answered
@@ -261,17 +281,24 @@ class _Watch:
         if doc is None:
             return
         if self.signalled is not None and self.cancelled_by is None:
+            if not self.owns:
+                print(f"praxist-fs launch: {signal.Signals(self.signalled).name}: leaving job "
+                      f"{self.job_id} ({doc['state']}) to go on: this launch shares it but "
+                      "did not create it (--cancel-shared cancels it)", file=sys.stderr,
+                      flush=True)
+                raise Detached(self.signalled)
             self._cancel(doc)
         elif len(self.interrupts) > self.noted and self.cancelled_by is None:
             self.noted = len(self.interrupts)
             print(f"praxist-fs launch: job {self.job_id} is {doc['state']} ({doc['reason']});"
-                  f" interrupt again within {INTERRUPT_WINDOW:g} s to cancel it",
+                  f" interrupt again within {INTERRUPT_WINDOW:g} s to "
+                  + ("cancel it" if self.owns else "leave it (shared: it goes on)"),
                   file=sys.stderr, flush=True)
         elif doc["state"] == "queued" and time.monotonic() >= self.look_at:
             self.look_at = time.monotonic() + PENDING_LOOK  # status.json: not every tick
             reason = client.pending_reason(self.layout, doc)
-            if reason != self.said:
-                self.said = reason
+            if reason_kind(reason) != self.said:  # not each time only its numbers move
+                self.said = reason_kind(reason)
                 print(f"praxist-fs launch: queued: {reason}", file=sys.stderr, flush=True)
 
     def _cancel(self, doc: dict[str, Any]) -> None:

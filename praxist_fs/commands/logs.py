@@ -41,10 +41,16 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     wait = sub.add_parser(
         "wait", help="wait until jobs have ended: exit 0 only if all completed",
-        description="Block until every JOB has ended. Exit 0 if all completed; 1 if any "
-        "ended otherwise (each is named on stderr with its state and reason); 124 on "
-        "timeout; 2 if a JOB names no accepted job.")
-    wait.add_argument("jobs", nargs="+", metavar="JOB", help="job ids or tags")
+        description="Block until every JOB has ended (and every job --tag or --all "
+        "selects). Exit 0 if all completed; 1 if any ended otherwise (each is named on "
+        "stderr with its state and reason); 124 on timeout; 2 if a JOB names no accepted "
+        "job, or the selection none.")
+    wait.add_argument("jobs", nargs="*", metavar="JOB", help="job ids or tags")
+    wait.add_argument("--tag", metavar="GLOB", help="also every job of yours (or --uid's) "
+                      "whose tag matches GLOB (* ? [abc]), as accepted by now")
+    wait.add_argument("--all", action="store_true", help="also every job of yours (or "
+                      "--uid's) not ended yet (none: exit 0 at once); with --tag, those of "
+                      "its jobs")
     wait.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this long")
     add_owner(wait)
     add_run_dir(wait)
@@ -85,9 +91,23 @@ def write_logs(layout: RunLayout, job_id: str, out: BinaryIO, attempt: str = "al
 
 def cmd_wait(args: argparse.Namespace) -> int:
     layout = _layout(args, "wait")
-    found = layout and _find(layout, args.jobs, "wait", args.uid)
-    if not found:
+    if layout is None:
         return EXIT_UNKNOWN_JOB
+    if not (args.jobs or args.tag or args.all):
+        print("praxist-fs wait: name jobs (ids or tags), or select them with --tag GLOB or "
+              "--all", file=sys.stderr)
+        return EXIT_UNKNOWN_JOB
+    found = _find(layout, args.jobs, "wait", args.uid) if args.jobs else []
+    if found is None:
+        return EXIT_UNKNOWN_JOB
+    if args.tag or args.all:
+        selected = client.selected_jobs(layout, args.tag, args.all, args.uid)
+        if not selected and args.tag:
+            whose = "yours" if args.uid is None else f"uid {args.uid}"
+            print(f"praxist-fs wait: no job of {whose} has a tag matching {args.tag!r}"
+                  + (" and has not ended" if args.all else ""), file=sys.stderr)
+            return EXIT_UNKNOWN_JOB
+        found += selected  # --all alone: none left running is all ended
     ended, pending = client.wait_for_jobs(layout, [job_id for job_id, _ in found],
                                           args.timeout)
     if pending:
@@ -102,6 +122,7 @@ def cmd_wait(args: argparse.Namespace) -> int:
 
 
 def _layout(args: argparse.Namespace, command: str) -> RunLayout | None:
+    """The run directory named, or None after saying it is needed."""
     if not args.run_dir:
         print(f"praxist-fs {command}: {NO_RUN_DIR}", file=sys.stderr)
         return None

@@ -18,6 +18,7 @@ from .render import format_json, format_stop_listing
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    args.runs = [*args.runs, *args.run_dirs]
     if bool(args.all) == bool(args.runs):
         print("praxist-fs stop: name the runs to stop, or give --all (not both)",
               file=sys.stderr)
@@ -51,6 +52,9 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     stop = sub.add_parser("stop", help="freeze runs and terminate their work (fenced)")
     stop.add_argument("runs", nargs="*", metavar="RUN", help="run directories")
+    stop.add_argument("--run-dir", action="append", default=[], dest="run_dirs",
+                      metavar="RUN", help="a run directory, as the other commands name it "
+                      "(repeatable; $PRAXIST_RUN_DIR is not read: name what you stop)")
     stop.add_argument("--all", action="store_true",
                       help="every run of this host's run registry (lists them first)")
     stop.add_argument("--yes", action="store_true",

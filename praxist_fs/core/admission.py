@@ -12,8 +12,10 @@ initial_concurrent_experiments.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .observations import HostCapacity, PressureSample
 from .policy import Policy, Profile
@@ -66,8 +68,26 @@ def hot_domains(policy: Policy, pressure: PressureSample | None,
     for domain in policy.pressure_thresholds if domains is None else domains:
         value, threshold = pressure.get(domain), policy.pressure_thresholds.get(domain)
         if value is not None and threshold is not None and value > threshold.high:
-            hot.append(f"{domain} pressure {value:.0f}% > {threshold.high:.0f}%")
+            hot.append(f"{domain} pressure {_above(value, threshold.high)}")
     return hot
+
+
+def _above(value: float, threshold: float) -> str:
+    """'87% > 80%', with the decimals that tell the two apart ('80.4% > 80%', never
+    '80% > 80%')."""
+    for digits in (0, 1):
+        if float(shown := f"{value:.{digits}f}") > threshold:
+            break
+    else:
+        shown = f"{value:.2f}"
+    return f"{shown}% > {threshold:g}%"
+
+
+@lru_cache(maxsize=1024)
+def reason_kind(reason: str) -> str:
+    """A reason without its live numbers ('cpu pressure #% > #%'): a reason that only
+    changed its numbers is the same reason to a person reading it."""
+    return re.sub(r"\d+(\.\d+)?", "#", reason)
 
 
 def is_calm(policy: Policy, pressure: PressureSample | None) -> bool:

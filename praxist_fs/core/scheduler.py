@@ -16,18 +16,17 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from functools import lru_cache, partial
+from functools import partial
 from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
 from . import tenancy, trust
-from .admission import ConcurrencyController, pressure_hold, upper_bound
+from .admission import ConcurrencyController, pressure_hold, reason_kind, upper_bound
 from .backlog import Backlog
 from .effects import (
     AbortAttempt, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
@@ -918,14 +917,14 @@ class Scheduler(JobControlDesk):
             reason = f"profile {job.profile!r} is no longer defined by the task file"
         elif self.policy.on_cluster:
             return (), None  # the cluster places it (its GPUs, its node): Slurm's queue waits
+        elif profile.uses_gpu and ctx.loads is None:  # first: no pressure would lift it
+            error = ctx.gpus.error if ctx.gpus else "not sampled yet"
+            reason = (f"gpu placement: no GPU inventory ({error}); "
+                      "GPU work is never run on the CPU")
         elif held := pressure_hold(self.policy, profile, ctx.pressure):
             reason = held
         elif not profile.uses_gpu:
             return (), None
-        elif ctx.loads is None:
-            error = ctx.gpus.error if ctx.gpus else "not sampled yet"
-            reason = (f"gpu placement: no GPU inventory ({error}); "
-                      "GPU work is never run on the CPU")
         else:
             gpus, reason = ctx.allocate(Demand.of(profile), avoid)
             if not reason:
@@ -995,7 +994,7 @@ class Scheduler(JobControlDesk):
     def _hold(self, job: Job, reason: str) -> None:
         before = self._pending.get(job.job_id, "")
         if before != reason:
-            if _reason_kind(before) != _reason_kind(reason):
+            if reason_kind(before) != reason_kind(reason):
                 self._reason_dirty.add(job.job_id)
             self._pending[job.job_id] = reason
 
@@ -1395,9 +1394,3 @@ def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
 def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
     return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
 
-
-
-@lru_cache(maxsize=1024)
-def _reason_kind(reason: str) -> str:
-    """A reason without its live numbers: 'cpu pressure #% > #%'."""
-    return re.sub(r"\d+(\.\d+)?", "#", reason)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from praxist_fs.core.admission import ConcurrencyController, pressure_hold, upper_bound
+from praxist_fs.core.admission import (
+    ConcurrencyController, pressure_hold, reason_kind, upper_bound,
+)
+from praxist_fs.core.events import HostSampled
 from praxist_fs.core.observations import HostCapacity, PressureSample
 from praxist_fs.core.policy import Policy, Profile
+
+from .helpers import Harness, make_policy
 
 CALM = PressureSample(source="psi", cpu=1.0, memory=0.0, io=0.0)
 HOT_CPU = PressureSample(source="psi", cpu=87.0, memory=0.0, io=0.0)
@@ -58,3 +63,28 @@ def test_declared_domains_hold_a_profile_and_undeclared_ones_do_not():
     assert pressure_hold(policy, io_bound, HOT_CPU) is None
     assert pressure_hold(policy, cpu_bound, None) is None  # unobserved is not a hold
     assert pressure_hold(policy, cpu_bound, PressureSample(source="psutil")) is None
+
+
+def test_a_pressure_reason_never_reads_80_percent_over_80_percent():
+    """Issue 29: "80% > 80%" was printed for 80.4% over a threshold of 80%."""
+    policy = Policy()
+    profile = Profile(name="a", accelerator="cpu", pressure_domains=("cpu",))
+    for value, said in ((87.0, "87% > 80%"), (80.4, "80.4% > 80%"), (80.04, "80.04% > 80%")):
+        sample = PressureSample(source="psi", cpu=value, memory=0.0, io=0.0)
+        assert pressure_hold(policy, profile, sample) == f"cpu pressure {said}"
+
+
+def test_a_gpu_job_on_a_host_without_gpus_says_so_before_any_pressure():
+    """Issue 29: a GPU job showed "cpu pressure" while the real blocker was "no GPU"."""
+    h = Harness(make_policy(profiles={"gpu": Profile(name="gpu", accelerator="gpu",
+                                                       pressure_domains=("cpu",))},
+                            default_profile="gpu"))
+    h.handle(HostSampled(at=h.tick(), pressure=HOT_CPU))  # hot, and no GPU inventory
+    job_id = h.submit("exp")["job_id"]
+    assert h.launch_all() == []
+    assert h.sched.pending[job_id].startswith("gpu placement: no GPU inventory")
+
+
+def test_a_reason_whose_numbers_alone_changed_is_the_same_kind():
+    assert reason_kind("cpu pressure 87% > 80%") == reason_kind("cpu pressure 90.5% > 80%")
+    assert reason_kind("cpu pressure 87% > 80%") != reason_kind("io pressure 87% > 80%")

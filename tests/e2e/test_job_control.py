@@ -221,6 +221,42 @@ def test_launch_sigterm_cancels_a_running_job(run, tmp_path):
         assert doc["state"] == "cancelled" and doc["reason"].startswith("cancelled by cli")
 
 
+def test_a_launch_that_shares_a_job_leaves_it_on_a_signal_unless_cancel_shared(run, tmp_path):
+    """Issue 29: a launch answered duplicate cancelled the existing job on a double
+    Ctrl-C, though an earlier detached submission made it and others may wait on it."""
+    marker = tmp_path / "started"
+    argv = ["sh", "-c", f"touch {marker}; sleep 60"]
+    made = subprocess.run([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
+                           "--tag=shared", "--detach", "--", *argv],
+                          capture_output=True, text=True, timeout=30)
+    job_id = made.stdout.strip()
+    wait_for(marker.exists, message="the command running")
+    for signum, flags, ends in ((signal.SIGTERM, [], "running"),
+                                (signal.SIGINT, [], "running"),
+                                (signal.SIGTERM, ["--cancel-shared"], "cancelled")):
+        with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
+                               "--tag=shared", *flags, "--", *argv], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) as proc:
+            lines: list[str] = []
+            wait_for(lambda: _read_until(proc, lines, f"duplicate: job {job_id}"),
+                     message="the shared job's reply")
+            if signum == signal.SIGINT:  # the first one says what a second would do
+                proc.send_signal(signum)
+                wait_for(lambda: _read_until(proc, lines, "interrupt again"),
+                         message="the first answer")
+            proc.send_signal(signum)
+            assert proc.wait(timeout=30) == 128 + signum
+            said = "".join(lines) + proc.stderr.read()
+        assert "Traceback" not in said
+        if ends == "running":
+            if signum == signal.SIGINT:
+                assert "to leave it (shared: it goes on)" in said
+            assert f"leaving job {job_id} (running) to go on" in said
+            assert run.job(job_id)["state"] == "running"
+        else:
+            assert run.wait_state(job_id, "cancelled")["state"] == "cancelled"
+
+
 def catches(pid: int, signum: int) -> bool:
     """Whether the process has a handler for ``signum`` (SigCgt of /proc/<pid>/status)."""
     with open(f"/proc/{pid}/status") as status:

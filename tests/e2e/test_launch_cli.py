@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from praxist_fs import client
+from praxist_fs.adapters.layout import RunLayout
+
 from .conftest import read_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,6 +82,27 @@ def test_the_same_experiment_from_another_shell_and_workspace_shares_its_job(run
     assert (f"praxist-fs launch: duplicate: job {job_id} (shared: its tag names it; this "
             "launch differs in argv, cwd, env:PRAXIST_PEER_ID)") in err.splitlines()
     assert marker.read_text() == "x\n"  # one job, run once
+
+
+@pytest.mark.parametrize("peer", ["--peer=bad peer", "--peer=../x"])
+def test_a_peer_name_outside_the_alphabet_is_refused_before_anything_is_written(run, peer):
+    """Issue 29: 'launch --peer "bad peer"' hung for ever: the request id made from the
+    peer was refused, and no reply was ever written."""
+    result = subprocess.run([*LAUNCH, f"--run-dir={run.root}", peer, "--tag=t", "--",
+                             "true"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert "expected 1-128 characters from A-Z a-z 0-9" in result.stderr
+    spool = run.sched / "spool"
+    assert not os.listdir(spool / "incoming") and not os.listdir(spool / "tmp")
+
+
+def test_a_request_refused_without_a_reply_ends_the_wait_with_why(run):
+    """A request the coordinator sets aside without a reply (no usable request id, for
+    one) ends the client's wait with the reason, instead of waiting for ever."""
+    layout = RunLayout.at(run.root)
+    run.drop_raw("bad id.json", b'{"peer": "p", "tag": "t", "argv": ["true"]}')
+    with pytest.raises(client.SetAside, match="is not a safe id"):
+        client.wait_for_reply(layout, "bad id", 10)
 
 
 def test_rejected_launch_exits_nonzero_with_the_reason(run):

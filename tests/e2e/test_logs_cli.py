@@ -133,6 +133,26 @@ def test_wait_blocks_until_all_ended_and_says_which_did_not_complete(run, tmp_pa
     assert result.stderr == f"praxist-fs wait: job {failed} failed: exit code 9\n"
 
 
+def test_wait_takes_a_tag_glob_or_every_job_not_ended(run, tmp_path):
+    """Issue 29: 'wait' needed explicit ids; a sweep is waited on by its tags."""
+    gate = tmp_path / "gate"
+    gated = ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"]
+    sweep = [accepted(run, request(f"sweep-{i}", gated)) for i in range(3)]
+    other = accepted(run, request("other", ["sh", "-c", "exit 3"]))
+    run.wait_state(other, "failed")
+    for selection in (["--tag", "sweep-*"], ["--all"]):  # 'other' has ended: not --all's
+        assert cli(run, "wait", *selection, "--timeout", "0.5").returncode == 124, selection
+    waiter = popen(run, "wait", "--tag", "sweep-*")
+    gate.touch()
+    out, err = finish(waiter)
+    assert waiter.returncode == 0, err
+    assert cli(run, "wait", "--all").returncode == 0  # nothing left running
+    assert all(run.job(job_id)["state"] == "completed" for job_id in sweep)
+    assert cli(run, "wait", "--tag", "sweep-*", "other").returncode == 1  # other failed
+    nothing = cli(run, "wait", "--tag", "nope-*")
+    assert nothing.returncode == 2 and "has a tag matching 'nope-*'" in nothing.stderr
+
+
 def test_launch_marks_a_retry_on_stderr_and_keeps_stdout_the_commands(run, tmp_path):
     result = subprocess.run([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
                              "--tag=launch-retry", "--", *retried_once(tmp_path)],

@@ -86,6 +86,18 @@ def test_stop_fences_the_run_of_a_dead_coordinator(make_run, tmp_path):
     assert run.wait_state(job_id, "cancelled")["state"] == "cancelled"
     late = run.reply(run.submit(request("after-stop")))
     assert late["outcome"] == "rejected" and "stopped" in late["reason"]
+    assert (f"the run {run.root} is stopped (stopped by praxist-fs stop): serving it frozen"
+            in run.log_text())  # a start that admits nothing says so
+
+
+def test_stop_takes_run_dir_as_every_other_command_does(make_run):
+    run = make_run(slots=1)
+    run.start()
+    result = subprocess.run([*STOP, f"--run-dir={run.root}"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stopped_run_ids"] == [str(run.root)]
+    assert run.proc.wait(timeout=30) == 0
 
 
 def test_a_run_that_cannot_be_fenced_is_reported_and_left_alone(make_run, tmp_path):
