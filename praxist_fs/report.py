@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -26,6 +27,7 @@ from .adapters.fsio import write_atomic
 from .adapters.history import read_run
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
+from .client import status_document
 from .core.budget import Spend, attempt_spend, verdict
 from .core.model import Attempt, Job
 from .core.queues import queue_of_class
@@ -38,6 +40,7 @@ from .simulate import percentile
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
 PLOT_W, LABEL_W, LANE_H, AXIS_H = 1000, 190, 34, 22
+MIN_SHARE = 0.15  # the least height of a bar (of a lane's): a 5 % job is seen, not a hairline
 # Queue delay histogram bins (upper bounds, seconds): where a delay lands at a glance.
 DELAY_BINS = ((1, "<1 s"), (10, "<10 s"), (60, "<1 min"), (600, "<10 min"), (3600, "<1 h"),
               (6 * 3600, "<6 h"), (math.inf, "≥6 h"))
@@ -48,6 +51,31 @@ VIRTUAL_CLOCK = 1e9     # times below this are a simulation's seconds, not the e
 
 class ReportError(PraxistError):
     """A run directory the report cannot be built from (no journal, unreadable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A lane of the timeline: a GPU as the host's inventory named it."""
+
+    uuid: str
+    index: int | None = None  # None: not in the inventory (a UUID only attempts name)
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.uuid if self.index is None else f"GPU {self.index} {self.name}".strip()
+
+
+def devices_of(status: dict | None, sched: Scheduler | None = None) -> list[Device]:
+    """The host's GPUs, from a coordinator's status.json (``gpus.devices``) or, for a
+    replay, from the scheduler's last host sample: every lane the timeline draws, idle
+    ones too."""
+    listed = ((status or {}).get("gpus") or {}).get("devices") or []
+    if not listed and sched is not None and sched.host is not None and sched.host.gpus:
+        listed = [{"uuid": d.uuid, "index": d.index, "name": d.name}
+                  for d in sched.host.gpus.devices]
+    return [Device(d["uuid"], d.get("index"), d.get("name") or "") for d in listed
+            if isinstance(d, dict) and isinstance(d.get("uuid"), str)]
 
 
 @dataclass(slots=True)  # not frozen: one is built per bar, and frozen ones build slower
@@ -87,7 +115,8 @@ def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
     live = live_endpoint(layout) is not None
     title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
     until = time.time() if live else end_of(sched, last)
-    return render(sched, title=title, until=until, colour_by=colour_by), len(sched.jobs)
+    return render(sched, title=title, until=until, colour_by=colour_by,
+                  devices=devices_of(status_document(layout))), len(sched.jobs)
 
 
 def end_of(sched: Scheduler, last_record: float | None) -> float:
@@ -99,9 +128,11 @@ def end_of(sched: Scheduler, last_record: float | None) -> float:
     return max([*times, *([last_record] if last_record is not None else [])], default=0.0)
 
 
-def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer") -> str:
+def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer",
+           devices: list[Device] = ()) -> str:
     """The report's HTML; open attempts are drawn up to ``until``, the timeline's bars
-    coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue)."""
+    coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue), one
+    lane for each of ``devices`` (idle ones too) and for any other GPU an attempt used."""
     jobs = sorted(sched.jobs.values(), key=lambda job: job.order)
     stints = _stints(sched, jobs, until)
     start = min((job.submitted_at for job in jobs), default=until)
@@ -119,7 +150,7 @@ def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer
         ("GPU timeline", "One lane per device, one bar per attempt on it; attempts sharing "
          f"a device are stacked by their declared utilisation, coloured by {colour_by}. "
          "Hover a bar for its job.",
-         _timeline(stints, span, colours, key)),
+         _timeline(stints, span, colours, key, devices)),
         ("Queue length", "Jobs waiting to start (queued, retries included) over time.",
          _queue_chart(jobs, span)),
         ("Queue delay by work class", "Submission to first start, per job that started.",
@@ -165,34 +196,47 @@ def _stints(sched: Scheduler, jobs: list[Job], until: float) -> list[Stint]:
 
 
 def _timeline(stints: list[Stint], span: tuple[float, float], colours: dict[str, int],
-              key: Callable[[Job], str]) -> str:
-    if not stints:
+              key: Callable[[Job], str], devices: list[Device]) -> str:
+    if not stints and not devices:
         return '<p class="empty">No attempt ran on a GPU.</p>'
     lanes: dict[str, list[Stint]] = defaultdict(list)
     for stint in stints:
         lanes[stint.uuid].append(stint)
-    height = len(lanes) * LANE_H + AXIS_H
+    known = {device.uuid: device for device in devices}
+    order = sorted([*devices, *(Device(uuid) for uuid in lanes if uuid not in known)],
+                   key=_lane_order)
+    height = len(order) * LANE_H + AXIS_H
     scale = PLOT_W / (span[1] - span[0])
     parts = [f'<svg class="timeline" width="{LABEL_W + PLOT_W}" height="{height}" '
-             f'viewBox="0 0 {LABEL_W + PLOT_W} {height}">', _axis(span, len(lanes) * LANE_H)]
+             f'viewBox="0 0 {LABEL_W + PLOT_W} {height}">', _axis(span, len(order) * LANE_H)]
     # an attempt is one group (its hover text once), with a rectangle on each of its devices;
     # attempt ids are unique within their job only
     bars: dict[tuple[str, str], tuple[Stint, list[str]]] = {}
-    for row, uuid in enumerate(sorted(lanes)):
-        top = row * LANE_H
-        parts.append(f'<text x="4" y="{top + LANE_H / 2 + 4:.0f}" class="lane">{_e(uuid)}</text>'
+    for row, device in enumerate(order):
+        top, uuid = row * LANE_H, device.uuid
+        parts.append(f'<text x="4" y="{top + LANE_H / 2 + 4:.0f}" class="lane">'
+                     f'<title>{_e(uuid)}</title>{_e(device.label)}</text>'
                      f'<rect x="{LABEL_W}" y="{top}" width="{PLOT_W}" height="{LANE_H - 2}" '
                      'class="lanebg"/>')
-        for stint, offset in _stack(lanes[uuid]):
+        for stint, offset in _stack(lanes.get(uuid, [])):
             x = LABEL_W + (stint.start - span[0]) * scale
             width = max((stint.end - stint.start) * scale, 1.0)
             bars.setdefault((stint.job.job_id, stint.attempt.attempt_id), (stint, []))[1].append(
                 f'<rect x="{x:.1f}" y="{top + offset * (LANE_H - 2):.1f}" width="{width:.1f}" '
-                f'height="{stint.share * (LANE_H - 2):.1f}"/>')
+                f'height="{max(stint.share, MIN_SHARE) * (LANE_H - 2):.1f}"/>')
     parts += [f'<g class="bar p{colours[key(stint.job)]}" data-job="{_e(job_id)}" '
               f'data-attempt="{_e(attempt_id)}"><title>{_e(_hover(stint))}</title>'
               f'{"".join(rects)}</g>' for (job_id, attempt_id), (stint, rects) in bars.items()]
     return "".join(parts) + "</svg>" + _legend(colours)
+
+
+def _lane_order(device: Device) -> tuple:
+    """The inventory's devices by index, then UUIDs alone in natural order (GPU-2 before
+    GPU-10, as people count)."""
+    if device.index is not None:
+        return (0, device.index, "")
+    return (1, 0, [int(part) if part.isdigit() else part
+                   for part in re.split(r"(\d+)", device.uuid)])
 
 
 def _stack(stints: list[Stint]) -> Iterable[tuple[Stint, float]]:

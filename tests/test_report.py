@@ -9,7 +9,7 @@ import pytest
 
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
-from praxist_fs.report import render
+from praxist_fs.report import MIN_SHARE, Device, _lane_order, devices_of, render
 from praxist_fs.simulate import load_trace, replay
 
 HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
@@ -95,3 +95,27 @@ def test_queue_length_follows_arrivals_and_starts(tmp_path):
     assert [n for i, n in enumerate(levels) if i == 0 or n != levels[i - 1]] == [1, 2, 1, 0]
     xs = [float(point.split(",")[0]) for point in points]
     assert xs[levels.index(2)] == pytest.approx(190 + 1000 * 5 / 30, abs=0.1)  # at t=5
+
+
+def test_lanes_are_the_hosts_gpus_in_index_order_idle_ones_too_and_small_jobs_visible(
+        tmp_path):
+    """Issue 29: lanes sorted as strings (GPU-0, -1, -10, -100 ...), UUIDs only, no lane
+    for an idle GPU, and a 5 %-utilisation job a hairline."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + "\na,0,10,1,alice,5,10\n")
+    result = replay(load_trace(trace), gpus=12, policy=load_policy(None), keep_scheduler=True)
+    devices = devices_of(None, result.scheduler)
+    assert len(devices) == 12  # the replay's inventory: every lane, busy or not
+    text = render(result.scheduler, title="t", until=20.0, devices=devices)
+    lanes = re.findall(r'class="lane"><title>([^<]+)</title>([^<]*)</text>', text)
+    by_index = sorted(devices, key=lambda device: device.index)
+    assert [uuid for uuid, _ in lanes] == [device.uuid for device in by_index]
+    assert [label for _, label in lanes] == [f"GPU {d.index} {d.name}".strip() for d in by_index]
+    [(_, _, height)] = bars(text)["a"]
+    assert height == pytest.approx(MIN_SHARE * LANE)  # 5 % drawn at the least height
+
+
+def test_lanes_without_an_inventory_sort_as_people_count():
+    names = ["GPU-10", "GPU-2", "GPU-100", "GPU-1"]
+    assert sorted((Device(n) for n in names), key=_lane_order) == [
+        Device(n) for n in ("GPU-1", "GPU-2", "GPU-10", "GPU-100")]

@@ -16,7 +16,7 @@ from ..config import load_policy
 from ..core.snapshot import SnapshotError
 from ..errors import PolicyError
 from .jobs import _since
-from ..report import end_of, render, write
+from ..report import devices_of, end_of, render, write
 from ..simulate import (
     H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
     load_trace, replay, trace_from_history, write_jobs_csv,
@@ -152,7 +152,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             size = write(path, render(sched, until=end_of(sched, None), title=(
                 f"praxist-fs simulate: {args.trace or '--from-run ' + args.from_run} on "
                 f"{args.gpus} GPUs, policy "
-                f"{result.policy}, {result.placement} placement")))
+                f"{result.policy}, {result.placement} placement"),
+                devices=devices_of(None, sched)))
             print(f"praxist-fs simulate: report written to {path} ({size / 1e6:.2f} MB)",
                   file=sys.stderr)
     return 0

@@ -87,6 +87,15 @@ def documented(name: str, marker: str = "tested") -> str:
     return block.text
 
 
+def test_every_doc_whose_blocks_run_praxist_fs_from_path_says_how_to_put_it_there():
+    """Issue 29: blocks ran only because the tests put .venv/bin on PATH; no doc said so."""
+    bare = re.compile(r"(^|[\s;(|&])praxist-fs\s")
+    for path in DOCS:
+        text = path.read_text()
+        if any(b.marker == "tested" and bare.search(b.text) for b in blocks(path)):
+            assert '.venv/bin:$PATH' in text, f"{path.name} runs praxist-fs from PATH"
+
+
 def test_every_shell_block_is_run_by_a_test_or_marked_illustrative():
     every = [b for path in DOCS for b in blocks(path)]
     unmarked = [b.where() for b in every if b.language in SHELL_LANGUAGES and b.marker is None]
@@ -129,7 +138,8 @@ class Shell:
         (tmp_path / "tmp").mkdir()
         self.env = {name: value for name, value in os.environ.items()
                     if not name.startswith("PRAXIST_")}
-        # bare `praxist-fs` in docs/ is the installed console script next to this python
+        # bare `praxist-fs` in docs/ is the clone's console script: the docs tell readers
+        # to put .venv/bin first on PATH (OPERATIONS.md's opening), as is done here
         self.env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
                         PRAXIST_HOST_REGISTRY=str(tmp_path / "host-registry"),
                         PRAXIST_PSI_ROOT=str(psi), TMPDIR=str(tmp_path / "tmp"))
