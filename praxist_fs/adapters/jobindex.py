@@ -51,6 +51,7 @@ from .layout import JOB_DIRECTORIES, RunLayout
 log = logging.getLogger("praxist_fs")
 
 SCHEMA = 1
+HELD = "held"  # not a state of its own: a queued job with a hold (R-CTL-5), as jobs --state
 ACTIVE_STATES = tuple(s.value for s in JobState if not s.terminal)  # always "since" any time
 WRITER_CACHE_KIB = 512  # a commit touches a few pages: keep the coordinator's RSS small
 READER_TIMEOUT_S = 2.0  # a commit holds its lock for a fraction of a millisecond
@@ -286,9 +287,13 @@ class JobQuery:
 
     def where(self) -> tuple[str, list[Any]]:
         clauses, params = [], []
-        if self.states:
-            clauses.append(f"state IN ({', '.join('?' * len(self.states))})")
-            params += self.states
+        states = [state for state in self.states if state != HELD]
+        if states or HELD in self.states:  # held: queued, with a hold on record
+            chosen = ([f"state IN ({', '.join('?' * len(states))})"] if states else []) + (
+                ["(state = 'queued' AND json_extract(document, '$.hold') IS NOT NULL)"]
+                if HELD in self.states else [])
+            clauses.append(f"({' OR '.join(chosen)})")
+            params += states
         if self.peer is not None:
             clauses.append("peer = ?")
             params.append(self.peer)

@@ -31,7 +31,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "files only: works without a coordinator and under any uid that can read the run.")
     add_run_dir(jobs)
     jobs.add_argument("--state", type=_states, default=(), metavar="S[,S...]",
-                      help=f"only these states ({', '.join(s.value for s in JobState)})")
+                      help=f"only these states ({', '.join(s.value for s in JobState)}; "
+                      "held: the queued jobs that are held)")
     jobs.add_argument("--peer", help="only this peer's jobs")
     jobs.add_argument("--tag", metavar="GLOB",
                       help="only tags matching GLOB (case-sensitive; * ? [abc] [^abc])")
@@ -74,7 +75,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _states(text: str) -> tuple[str, ...]:
-    known = {s.value for s in JobState}
+    known = {s.value for s in JobState} | {"held"}
     states = tuple(dict.fromkeys(s.strip() for s in text.split(",") if s.strip()))
     unknown = [s for s in states if s not in known]
     if unknown or not states:

@@ -36,6 +36,21 @@ def accepted(run, doc: dict) -> str:
     return reply["job_id"]
 
 
+def test_jobs_lists_the_held_jobs(run):
+    """Issue 29: 'jobs --state held' was refused; held is a queued job with a hold."""
+    held = accepted(run, request("held-1", ["true"], hold=True))
+    free = accepted(run, request("free-2", ["sh", "-c", "sleep 30"]))
+    run.wait_state(free, "running")
+    wait_for(lambda: states(run) == {"held-1": "queued", "free-2": "running"},
+             message="the index to show both jobs")
+    assert [row["job_id"] for row in listed(run, "--state", "held")["jobs"]] == [held]
+    assert list(states(run, "--state", "held,running")) == ["free-2", "held-1"]
+    run.stop()
+    (run.sched / "index" / "jobs.sqlite").unlink()  # the job files, read instead
+    without = listed(run, "--state", "held")
+    assert without["source"] == "job files" and [r["job_id"] for r in without["jobs"]] == [held]
+
+
 def test_jobs_lists_every_state_newest_first_and_filters(make_run, tmp_path):
     # one slot for good: a controller that steps concurrency up on a slow box would
     # start wait-4, which must stay queued while the listing is read
