@@ -15,9 +15,10 @@ every generation's directories:
 - the run directory belongs to the coordinator's uid, is not a symlink, and is writable
   by no one else unless sticky (then each entry the coordinator uses is checked here);
 - each state directory is made or found relative to its parent's descriptor with
-  ``O_NOFOLLOW``, must be a real directory the coordinator's uid owns, and is kept at
-  its mode through that descriptor (``fchmod``): never a chmod through a path, never a
-  directory of someone else's.
+  ``O_NOFOLLOW``, must be a real directory the coordinator's uid owns that no one else
+  could write into (unless sticky), and is kept at its mode through that descriptor
+  (``fchmod``): never a chmod through a path, never a directory of someone else's, and
+  never one that was open to others, whatever they may have left in it.
 
 Anything else refuses the start (``UnsafeLayout``, with the path and the fix). Once the
 whole chain is checked, a path below the run directory names the same directory for as
@@ -159,10 +160,11 @@ def _own_directory(parent_fd: int, name: str, path: str, mode: int, uid: int) ->
     except OSError as exc:
         raise _unusable(path, exc, os.lstat(name, dir_fd=parent_fd)) from None
     info = os.fstat(fd)
-    if info.st_uid != uid:
+    if problem := state_directory_problem(info, uid):
         os.close(fd)
-        raise UnsafeLayout(path, state_directory_problem(info, uid),
-                           "move it aside (another uid made it) and start again")
+        raise UnsafeLayout(path, problem, "move it aside (another uid made it) and start "
+                           "again" if info.st_uid != uid else "another uid may have put "
+                           "anything in it: look, then chmod go-w it and start again")
     return fd
 
 

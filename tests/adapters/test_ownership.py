@@ -48,6 +48,15 @@ def test_a_state_directory_that_is_a_link_is_refused_and_its_target_untouched(ru
     assert mode(target) == 0o700 and not os.listdir(target)
 
 
+def test_a_state_directory_left_open_to_others_is_refused_not_quietly_closed(run):
+    secure_tree(str(run), TREE, os.geteuid())
+    (run / "state" / "private").chmod(0o777)  # anyone could have planted anything there
+    with pytest.raises(UnsafeLayout, match=re.escape(
+            "private: is writable by everyone (mode 0777) and not sticky; another uid may")):
+        secure_tree(str(run), TREE, os.geteuid())
+    assert mode(run / "state" / "private") == 0o777
+
+
 def test_a_state_directory_that_is_a_file_is_refused(run):
     (run / "state").write_text("")
     with pytest.raises(UnsafeLayout, match="is not a directory"):
