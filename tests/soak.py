@@ -111,7 +111,8 @@ def basic_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]
     from tests.e2e import test_crash_matrix as matrix
     from tests.invariants import check_run
 
-    matrix.test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp, point)
+    env = matrix.COMPACT_OFTEN if point in matrix.COMPACTION else {}
+    matrix.test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp, point, env)
     return check_run(make_run.runs[-1].root, starts=tmp / "starts")
 
 
@@ -191,12 +192,12 @@ def fault_test_case(make_run, tmp: Path, node: str, rng: random.Random) -> list[
 
 
 def draw_case(seed: int, index: int):
-    from tests.e2e.test_crash_matrix import BASIC, GENERATION
+    from tests.e2e.test_crash_matrix import BASIC, COMPACTION, GENERATION
 
     rng = random.Random(f"{seed}:{index}")
     kind = rng.choices(["basic", "generation", "random", "power", "fault"], [4, 2, 3, 3, 1])[0]
     if kind == "basic":
-        return kind, rng.choice(BASIC), basic_case, rng
+        return kind, rng.choice(BASIC + COMPACTION), basic_case, rng
     if kind == "generation":
         return kind, rng.choice(GENERATION), generation_case, rng
     if kind == "power":
