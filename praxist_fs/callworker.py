@@ -14,8 +14,8 @@ comes along, after the worker's own, so what it could import, this can.
 
 The exit code says how the call went: 0 returned, 1 raised (its traceback is in the
 attempt's log), or the code of a ``SystemExit`` it raised (``sys.exit(75)`` asks for
-an infrastructure retry). Standard library only: a job starts no faster than this
-module imports.
+an infrastructure retry). It imports nothing of praxist_fs but its atomic writes
+(adapters/fsio.py): a job starts no faster than this module imports.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import traceback
 import types
 from pathlib import Path
 from typing import Any
+
+from .adapters.fsio import write_atomic
 
 MODULE = "praxist_fs.callworker"
 PICKLE_PROTOCOL = 5
@@ -62,15 +64,11 @@ def result_path(results: Path, job_id: str, attempt_id: str) -> Path:
 
 
 def write_whole(path: Path, data: bytes) -> None:
-    """Write ``data`` under a temporary name beside ``path`` and rename it into place,
-    so no reader ever sees part of it; the directories are made as needed, ours only."""
+    """Write ``data`` to ``path`` as every writer of ours does (a temporary name beside
+    it, then a rename: no reader sees part of it), readable by its owner alone; the
+    directories are made as needed, ours only."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, data, mode=0o600)
 
 
 def load_call(path: Path) -> tuple[str, Any, tuple, dict]:
