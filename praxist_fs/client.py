@@ -66,6 +66,48 @@ def new_request_id(peer: str) -> str:
     return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}-{secrets.token_hex(6)}"
 
 
+def job_submission(peer: str, tag: str, *, argv: list[str] | None = None,
+                   command: str | None = None, cwd: str | None = None,
+                   env: dict[str, str] | None = None, profile: str | None = None,
+                   work_class: str | None = None, eta_s: float | None = None,
+                   retry_terminal: bool = False, lease: str | None = None,
+                   max_cost: float | None = None, priority: int | None = None,
+                   hold: bool = False, admission_timeout_s: float | None = None,
+                   generation: int | None = None, after: Iterable[str | dict] = (),
+                   request_id: str | None = None) -> dict[str, Any]:
+    """The request a peer drops into the spool (PROTOCOL.md section 3), under a new
+    request id unless one is given; fields left unset are left out, so the task's
+    defaults apply. ``after``: job ids or tags, or ``{"job", "when"}`` objects.
+    ``praxist-fs launch`` and the Python API (praxist_fs/api.py) both build it here."""
+    request = {
+        "request_id": request_id or new_request_id(peer), "peer": peer, "tag": tag,
+        "profile": profile, "work_class": work_class, "eta_s": eta_s, "argv": argv,
+        "command": command, "cwd": cwd, "env": env, "retry_terminal": retry_terminal,
+        "lease": lease, "max_cost": max_cost, "priority": priority, "hold": hold or None,
+        "admission_timeout_s": admission_timeout_s, "generation": generation,
+        "after": list(after) or None,
+    }
+    return {k: v for k, v in request.items() if v is not None}
+
+
+def default_by() -> str:
+    """Who asks, for a job's record, when a control request names no one."""
+    return os.environ.get("PRAXIST_PEER_ID") or os.environ.get("USER") or "operator"
+
+
+def control_request(action: str, jobs: list[str], by: str, **selection: Any) -> dict[str, Any]:
+    """The job-control request (PROTOCOL.md section 13, *Job control*) that ``praxist-fs
+    cancel|hold|release|update``, ``top`` and the Python API drop; unset fields are left
+    out."""
+    request = {"request_id": new_request_id(by), "action": action, "jobs": jobs, "by": by,
+               **selection}
+    return without_unset(request)
+
+
+def without_unset(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in request.items() if v not in (None, [])}
+
+
 def coordinator_uid(layout: RunLayout) -> int:
     """The uid the run's coordinator runs as: the run directory's owner, which a
     coordinator serves only when it is its own (adapters/ownership.py)."""
@@ -184,17 +226,22 @@ def send_control(layout: RunLayout, request: dict[str, Any], timeout: float,
            f"the coordinator took the request: its reply will appear in {reply_path}"))
 
 
+def read_reply(layout: RunLayout, request_id: str) -> dict[str, Any] | None:
+    """The reply to our request ``request_id`` once it is there (``NotYours`` when it
+    answers another uid's request), else None."""
+    reply = read_json(layout.reply(request_id))
+    return check_ours(reply, request_id, "request") if isinstance(reply, dict) else None
+
+
 def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float) -> dict[str, Any]:
     """Poll for the reply; give up only when no coordinator has been alive for the grace.
     Raises ``SetAside`` when the request was refused without one, ``NotYours`` when the
     reply there answers another uid's request."""
-    path = layout.reply(request_id)
     set_aside = layout.rejected / f"{request_id}.json.error.json"
     delay, lost_since = 0.002, None
     while True:
-        reply = read_json(path)
-        if isinstance(reply, dict):
-            return check_ours(reply, request_id, "request")
+        if (reply := read_reply(layout, request_id)) is not None:
+            return reply
         if isinstance(error := read_json(set_aside), dict):
             raise SetAside(f"{error.get('reason')} (the request was set aside in {set_aside})")
         if live_endpoint(layout) is None:

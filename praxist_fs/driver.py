@@ -193,8 +193,9 @@ class Driver:
 
 
 def _last_job_writes(effects: list[Effect]) -> list[Effect]:
-    """One job-file write per job and batch, the last (what the file must say), moved from
-    wherever the batch found it: an acceptance and its launch write one file, not three."""
+    """One job-file write per job and batch, the last (what the file must say), in the
+    place of the first: an acceptance and its launch write one file, not three, and it is
+    there before the reply that says the job was accepted (a peer reads it next)."""
     first: dict[str, WriteJob] = {}
     last: dict[str, WriteJob] = {}
     for effect in effects:
@@ -205,10 +206,10 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
     for effect in effects:
         if not isinstance(effect, WriteJob):
             kept.append(effect)
-        elif effect is last[effect.job_id]:
-            start = first[effect.job_id]
-            found = start.replaces if start.replaces is not None else start.directory
-            kept.append(replace(effect, replaces=found if found != effect.directory else None))
+        elif effect is first[effect.job_id]:
+            final = last[effect.job_id]
+            found = effect.replaces if effect.replaces is not None else effect.directory
+            kept.append(replace(final, replaces=found if found != final.directory else None))
     return kept
 
 

@@ -10,7 +10,6 @@ before it signals anything.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -72,7 +71,7 @@ def _selection(parser: argparse.ArgumentParser, action: str) -> None:
     parser.add_argument("--state", action="append", default=[], metavar="STATE",
                         help="only jobs in this state: " + ", ".join(SELECTABLE_STATES)
                         + " (repeat, or separate with commas)")
-    parser.add_argument("--by", default=default_by(),
+    parser.add_argument("--by", default=client.default_by(),
                         help="who asks, for the job's record (default $PRAXIST_PEER_ID, "
                         "else $USER)")
     add_owner(parser)
@@ -105,28 +104,11 @@ def cmd_control(args: argparse.Namespace) -> int:
                   + ", ".join(selected[:5]) + (", ..." if len(selected) > 5 else "")
                   + f"); add --yes to {args.action} them all", file=sys.stderr)
             return EXIT_REFUSED
-    request = job_request(args.action, args.jobs, args.by, peer=args.peer, states=states,
-                          reason=getattr(args, "reason", None),
-                          grace=getattr(args, "grace", None),
-                          priority=getattr(args, "priority", None), owner=args.uid)
+    request = client.control_request(args.action, args.jobs, args.by, peer=args.peer,
+                                     states=states, reason=getattr(args, "reason", None),
+                                     grace=getattr(args, "grace", None),
+                                     priority=getattr(args, "priority", None), owner=args.uid)
     return _send(args, layout, request, command)
-
-
-def default_by() -> str:
-    """Who asks, for the job's record, when ``--by`` is not given."""
-    return os.environ.get("PRAXIST_PEER_ID") or os.environ.get("USER") or "operator"
-
-
-def job_request(action: str, jobs: list[str], by: str, **selection: Any) -> dict[str, Any]:
-    """The control request ``praxist-fs ACTION`` drops (PROTOCOL.md, *Job control*); unset
-    fields are left out. ``praxist-fs top`` cancels through it too."""
-    request = {"request_id": client.new_request_id(by), "action": action, "jobs": jobs,
-               "by": by, **selection}
-    return _without_unset(request)
-
-
-def _without_unset(request: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if v not in (None, [])}
 
 
 def cmd_raise_budget(args: argparse.Namespace) -> int:
@@ -137,7 +119,7 @@ def cmd_raise_budget(args: argparse.Namespace) -> int:
     if args.cost is None and args.gpu_hours is None:
         print(f"{command}: give the new ceiling: --cost and/or --gpu-hours", file=sys.stderr)
         return EXIT_REFUSED
-    request = _without_unset({"request_id": client.new_request_id("budget"),
+    request = client.without_unset({"request_id": client.new_request_id("budget"),
                               "action": args.action, "cost": args.cost,
                               "gpu_hours": args.gpu_hours})
     return _send(args, RunLayout.at(args.run_dir), request, command)

@@ -143,18 +143,16 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
                        ends: list[int]) -> int:
     try:
         client.wait_for_coordinator(layout, args.wait_coordinator)
-        request = {
-            "request_id": client.new_request_id(args.peer), "peer": args.peer, "tag": args.tag,
-            "profile": args.profile, "work_class": args.work_class, "eta_s": args.eta,
-            "argv": cmd, "cwd": os.getcwd(), "env": client.submission_env(dict(os.environ)),
-            "retry_terminal": args.retry_terminal, "lease": args.lease,
-            "max_cost": args.max_cost, "priority": args.priority, "hold": args.hold or None,
-            "admission_timeout_s": args.admission_timeout,
-            "after": [{"job": ref, "when": when} for when, refs in (
+        request = client.job_submission(
+            args.peer, args.tag, argv=cmd, cwd=os.getcwd(),
+            env=client.submission_env(dict(os.environ)), profile=args.profile,
+            work_class=args.work_class, eta_s=args.eta, retry_terminal=args.retry_terminal,
+            lease=args.lease, max_cost=args.max_cost, priority=args.priority, hold=args.hold,
+            admission_timeout_s=args.admission_timeout,
+            after=[{"job": ref, "when": when} for when, refs in (
                 ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
-                for ref in refs] or None,
-        }
-        client.submit(layout, {k: v for k, v in request.items() if v is not None})
+                for ref in refs])
+        client.submit(layout, request)
         reply = client.wait_for_reply(layout, request["request_id"], args.wait_coordinator)
     except client.NoCoordinator as exc:
         print(f"praxist-fs launch: {exc}", file=sys.stderr)

@@ -28,7 +28,6 @@ from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
 from ..adapters.watcher import needs_polling, start_observer
 from . import NO_RUN_DIR, add_run_dir
-from .control import default_by, job_request
 from .logs import write_logs
 from .render import TOP_JOB_HEADER, format_control_reply, top_jobs, top_summary
 
@@ -269,7 +268,8 @@ class Top:
             return
         self.message = f"cancelling {job_id} ..."
         self.draw()
-        request = job_request("cancel", [job_id], default_by(), reason="in praxist-fs top")
+        request = client.control_request("cancel", [job_id], client.default_by(),
+                                         reason="in praxist-fs top")
         try:
             reply = client.send_control(self.layout, request, CANCEL_TIMEOUT,
                                         f"cancel ({request['request_id']})")

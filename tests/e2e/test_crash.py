@@ -297,3 +297,18 @@ def test_abandoned_temporary_files_are_swept_at_start(make_run):
     fresh.write_text("{")
     run.start()
     assert not ours.exists() and not old.exists() and fresh.exists()
+
+
+def test_a_reply_names_a_job_whose_file_is_there(make_run):
+    """The coordinator dies right after writing a reply: the job that reply says was
+    accepted has its job file already, though the same batch wrote it twice (accepted,
+    then its pending reason), so a peer that reads the job right after the reply (``wait``
+    after ``launch --detach``, the Python client) never misses a job just accepted."""
+    run = make_run()
+    run.start_raw(env={"PRAXIST_CRASH_AT": "effect.WriteReply.after:2"})
+    first = run.reply(run.submit(request("held", ["true"], hold=True)))
+    request_id = run.submit(request("waiting", ["true"], after=[first["job_id"]]))
+    assert run.proc.wait(timeout=30) == 86  # PRAXIST_CRASH_AT's exit
+    reply = read_json(run.sched / "spool" / "replies" / f"{request_id}.json")
+    assert reply["outcome"] == "accepted"
+    assert run.job_dirs(reply["job_id"]), "the reply was written before its job file"

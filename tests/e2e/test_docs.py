@@ -1,5 +1,5 @@
-"""Every shell block of README.md and docs/*.md runs verbatim here, or says why it cannot;
-and the documented state diagram is current.
+"""Every shell and Python block of README.md and docs/*.md runs verbatim here, or says why
+it cannot; and the documented state diagram is current.
 
 The line right before a block's opening fence marks it (an HTML comment, invisible once
 rendered):
@@ -7,7 +7,8 @@ rendered):
     <!-- tested: NAME -->        a test below runs the block's text unchanged, by NAME
     <!-- illustrative: WHY -->   it is not run (a GPU, a foreground server, PyPI, a synopsis)
 
-A block is run from the repository root by ``bash -euo pipefail``, with its output in files
+A shell block is run from the repository root by ``bash -euo pipefail``, a Python block as a
+script by the virtual environment's Python (as ``python3 FILE`` would), with its output in files
 (a block may leave a coordinator serving in the background) and only its own variables
 (``RUN``, ``GPURUN``) set from outside. Its coordinators get a temporary host registry and
 calm PSI files like every coordinator of the tests, and are stopped afterwards.
@@ -35,6 +36,7 @@ PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLE_TASK = ROOT / "fixtures" / "tasks" / "example.yaml"
 SHELL_LANGUAGES = {"sh", "bash", "shell", "console", "zsh", "shell-session"}
+PYTHON_LANGUAGES = {"python", "py", "python3", "pycon"}
 FENCE = re.compile(r"^( *)(`{3,}|~{3,})\s*([\w+-]*)")
 MARKER = re.compile(r"^<!-- (tested|illustrative|output): (\S.*?) -->$")
 # Every block marked tested, by the test that runs it.
@@ -45,6 +47,7 @@ TESTED = {
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
     "ops-generation-status", "ops-invariants", "ops-report",  # OPERATIONS
     "simulate-livelock",  # SIMULATE
+    "python-client", "python-sweep",  # PYTHON
 }
 
 
@@ -96,10 +99,11 @@ def test_every_doc_whose_blocks_run_praxist_fs_from_path_says_how_to_put_it_ther
             assert '.venv/bin:$PATH' in text, f"{path.name} runs praxist-fs from PATH"
 
 
-def test_every_shell_block_is_run_by_a_test_or_marked_illustrative():
+def test_every_shell_and_python_block_is_run_by_a_test_or_marked_illustrative():
     every = [b for path in DOCS for b in blocks(path)]
-    unmarked = [b.where() for b in every if b.language in SHELL_LANGUAGES and b.marker is None]
-    assert not unmarked, ("each shell block needs '<!-- tested: NAME -->' (and a test in "
+    unmarked = [b.where() for b in every
+                if b.language in SHELL_LANGUAGES | PYTHON_LANGUAGES and b.marker is None]
+    assert not unmarked, ("each shell or Python block needs '<!-- tested: NAME -->' (and a test in "
                           "tests/e2e/test_docs.py) or '<!-- illustrative: WHY -->' on the line "
                           f"before its fence: {unmarked}")
     tested = [b.name for b in every if b.marker == "tested"]
@@ -163,6 +167,16 @@ class Shell:
                                   cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL,
                                   stdout=stdout, stderr=stderr, timeout=timeout).returncode
         return subprocess.CompletedProcess(names, code, out.read_text(), err.read_text())
+
+    def python(self, name: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the named Python block as a script file of its own, from the repository
+        root, with this interpreter (the virtual environment's). Its cache (an executor's
+        default folder) is in the test's directory."""
+        script = self.tmp / f"{name}.py"
+        script.write_text(documented(name))
+        return subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=timeout,
+                              env={**self.env, "XDG_CACHE_HOME": str(self.tmp / "cache")})
 
     def close(self) -> None:
         for root in self.runs:
@@ -384,6 +398,49 @@ def test_the_livelock_trace_replays_as_documented(shell):
         return [re.sub(r" +[0-9.]+s$", "", line) for line in text.splitlines()]
 
     assert rows(replayed.stdout) == rows(documented("simulate-livelock", "output"))
+
+
+@pytest.fixture
+def served(make_run, shell):
+    """A live coordinator whose run the blocks know as ``RUN``."""
+    run = make_run()
+    run.start()
+    shell.env["RUN"] = str(run.root)
+    return run
+
+
+def test_python_client_example_runs_verbatim(served, shell):
+    """R-API-1: docs/PYTHON.md's client example, against a live coordinator, prints what
+    the document shows."""
+    result = shell.python("python-client")
+    assert (result.returncode, result.stdout) == (0, documented("python-client", "output")), \
+        result.stdout + result.stderr
+    assert served.job(job_id("eval.seed1"))["after"] == [{"job": job_id("train.seed1"),
+                                                          "when": "ok"}]
+    assert served.job(job_id("sleeper"))["state"] == "cancelled"
+
+
+def test_python_sweep_example_runs_verbatim_and_again_without_rerunning(served, shell):
+    """R-API-1: docs/PYTHON.md's executor sweep prints what the document shows; run again,
+    its calls are the same four jobs, each run once."""
+    def ended() -> dict[str, dict]:
+        return {path.stem: read_json(path)
+                for path in (served.sched / "jobs" / "done").glob("*.json")}
+
+    first = shell.python("python-sweep")
+    assert (first.returncode, first.stdout) == (0, documented("python-sweep", "output")), \
+        first.stdout + first.stderr
+    jobs = ended()
+    assert sorted(doc["state"] for doc in jobs.values()) == ["completed"] * 3 + ["failed"]
+    assert all(len(doc["attempts"]) == 1 for doc in jobs.values())
+    failed = next(doc for doc in jobs.values() if doc["state"] == "failed")
+    log = served.root / "logs" / "experiments" / failed["job_id"] / "a1.log"
+    assert "ValueError: diverged: lr 3.0 is too large" in log.read_text()  # the traceback
+
+    second = shell.python("python-sweep")
+    assert (second.returncode, second.stdout) == (0, first.stdout), second.stderr
+    assert ended().keys() == jobs.keys()
+    assert all(len(doc["attempts"]) == 1 for doc in ended().values())  # nothing ran again
 
 
 def test_state_diagram_in_protocol_matches_the_transition_table():
