@@ -272,7 +272,7 @@ def test_a_sigterm_before_the_reply_still_cancels_the_job(run, tmp_path):
     marker = tmp_path / "ran"
     with subprocess.Popen([*CLI, "launch", f"--run-dir={run.root}", "--peer=cli",
                            "--tag=early", "--wait-coordinator=60", "--", "sh", "-c",
-                           f"sleep 5; touch {marker}"],
+                           f"sleep 600; touch {marker}"],  # only the cancel ends it
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         wait_for(lambda: catches(proc.pid, signal.SIGTERM), message="launch's handler")
         proc.send_signal(signal.SIGTERM)
