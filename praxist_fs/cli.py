@@ -1,20 +1,30 @@
 """Command line: parse, call, print. Each command group is a module of ``commands/``
-(or of the subsystem it drives) with its own ``add_parsers``; no scheduling logic here."""
+(or of the subsystem it drives) with its own ``add_parsers``; no scheduling logic here.
+
+Only the module of the verb given is imported (``VERBS``): each pulls in what its
+command needs, and a CLI call should start in a blink, not pay every command's imports
+(R-PERF-3). The whole parser is built only for ``--help`` and mistakes, to list them all."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from .backends.local import procs
-from .commands import (control, jobs, launch, logs, report, run, simulate, status, stop,
-                       supply, top)
 from .errors import NoProcfs
 
 # Commands that read only files, so they work where procfs is missing; every other one
 # identifies processes (a live coordinator, attempts, what to stop) and refuses there.
 WITHOUT_PROCESSES = {"jobs", "logs", "simulate"}
 EXIT_NO_PROCFS = 72  # EX_OSFILE: a system file this command needs is missing
+# Each verb's module under commands/, in the order ``praxist-fs --help`` lists them;
+# profile and bind parse their own flags (``main``).
+VERBS = {"serve": "run", "demo": "run", "launch": "launch", "status": "status",
+         "top": "top", "jobs": "jobs", "logs": "logs", "wait": "logs", "cancel": "control",
+         "hold": "control", "release": "control", "update": "control",
+         "raise-budget": "control", "profile": None, "bind": None, "generation": "supply",
+         "lease": "supply", "stop": "stop", "simulate": "simulate", "report": "report"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bind"]:
         from .binding import main_bind
         return main_bind(argv[1:])
-    parser = _parser()
+    parser = _parser(argv[0] if argv and VERBS.get(argv[0]) else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
@@ -43,26 +53,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``verb``'s module alone, or of every command (None)."""
     parser = argparse.ArgumentParser(
         prog="praxist-fs", description="A filesystem-mailbox experiment scheduler: submit, "
         "watch and control the experiments of a run.")
     sub = parser.add_subparsers(dest="command")
-    run.add_parsers(sub)
-    launch.add_parsers(sub)
-    status.add_parsers(sub)
-    top.add_parsers(sub)
-    jobs.add_parsers(sub)
-    logs.add_parsers(sub)
-    control.add_parsers(sub)
-    sub.add_parser("profile", add_help=False,
-                   help="observe an unchanged command and propose a resource profile: "
-                   "profile [--interval S] [--repeat N] [--out FILE] -- CMD")
-    sub.add_parser("bind", add_help=False,
-                   help="run CMD with the attempt's GPU mask verified or restored: bind -- CMD")
-
-    supply.add_parsers(sub)
-    stop.add_parsers(sub)
-    simulate.add_parsers(sub)
-    report.add_parsers(sub)
+    modules = [VERBS[verb]] if verb is not None else list(dict.fromkeys(VERBS.values()))
+    for module in modules:
+        if module is None:
+            continue
+        importlib.import_module(f".commands.{module}", __package__).add_parsers(sub)
+        if module == "control" and verb is None:  # where --help has always listed them
+            sub.add_parser("profile", add_help=False,
+                           help="observe an unchanged command and propose a resource "
+                           "profile: profile [--interval S] [--repeat N] [--out FILE] -- CMD")
+            sub.add_parser("bind", add_help=False, help="run CMD with the attempt's GPU mask "
+                           "verified or restored: bind -- CMD")
     return parser
