@@ -68,3 +68,9 @@ def test_the_shim_bench_runs_attempts_on_every_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert {"server", "supervisor", "cold"} <= {line.split()[0] for line in
                                                  done.stdout.splitlines() if line.strip()}
+
+
+def test_the_burst_bench_answers_a_small_burst(tmp_path):
+    done = bench("bench/bench_burst.py", "--count", "30", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("a burst of 30 invalid requests answered in ")
