@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm import run_tag
+from praxist_fs.backends.slurm_client import run_tag
 from tests.e2e.conftest import make_run, read_json, wait_for  # noqa: F401 (fixture)
 
 SLURM_S = 90  # a job's life on an idle single-node Slurm takes about a second; CI is slow

@@ -12,16 +12,16 @@ import subprocess
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENDED_STATES,
     INFRASTRUCTURE_STATES,
     FinalExit,
     SlurmClient,
     SlurmRefused,
     outcome,
-    parse_slurm_config,
     write_spec,
 )
+from praxist_fs.backends.slurm_config import parse_slurm_config
 from tests.e2e.conftest import wait_for
 
 CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}

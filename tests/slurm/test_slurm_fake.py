@@ -12,16 +12,15 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENTRY,
     FinalExit,
     SlurmClient,
-    SlurmConfig,
     SlurmRefused,
     SlurmState,
     SlurmUnavailable,
-    parse_slurm_config,
 )
+from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from tests.conftest import UNAVAILABLE
 from tests.slurm.conftest import HERE
 

@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENTRY,
     FinalExit,
-    SlurmConfig,
     SlurmState,
     job_name,
     outcome,
     parse_sacct,
-    parse_slurm_config,
     parse_squeue,
     sbatch_argv,
 )
+from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from praxist_fs.errors import PolicyError
 
 GPU = {"name": "gpu_work", "accelerator": "gpu", "gpu_count": 1, "gpu_memory_gb": None,
@@ -190,7 +189,7 @@ def test_config_errors_name_the_field(raw, key_path, expected):
 
 
 def test_entry_script_runs_the_slurm_shim_of_this_checkout(tmp_path):
-    from praxist_fs.backends.slurm import PACKAGE_ROOT, entry_script
+    from praxist_fs.backends.slurm_client import PACKAGE_ROOT, entry_script
 
     script = entry_script("/opt/py/bin/python3").decode()
     assert script.startswith("#!/bin/sh\n")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm import ENTRY, entry_script, write_spec
+from praxist_fs.backends.slurm_client import ENTRY, entry_script, write_spec
 from tests.e2e.conftest import wait_for
 
 SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
