@@ -17,7 +17,7 @@ import os
 import selectors
 import signal
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
@@ -33,6 +33,7 @@ from praxist_fs.backends.slurm_client import (
     SlurmUnavailable, outcome, run_tag, slurm_safe, write_spec,
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
@@ -101,6 +102,7 @@ class SlurmBackend:
         self.partition = self.config.partition or "default"  # as the node registry knows it
         self.probe_states: dict[str, SlurmState | None] = {}  # a probe's id -> its last state
         self.swept = False
+        self.cluster_recorded = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
         self._scancels = ThreadPoolExecutor(1, thread_name_prefix="praxist-scancel")
@@ -134,6 +136,9 @@ class SlurmBackend:
             return [self._could_not_start(key, (
                 f"backend slurm runs every command as the coordinator's user (uid "
                 f"{os.geteuid()}); a job of uid {effect.uid} is not run for it"))]
+        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm_stop.py)
+            record_cluster(self.layout, self.config)
+            self.cluster_recorded = True
         attempt_dir = self.layout.attempt_dir(*key)
         log_path = self.layout.log(*key)
         makedirs(attempt_dir)
@@ -603,37 +608,48 @@ class SlurmBackend:
         tracked.kill_at = time.monotonic() + grace
 
     def terminate(self, keys: list[AttemptKey]) -> list[Event]:
-        """Stop the run: ABORT for those at the barrier, scancel for all (Slurm sends TERM,
-        then KILL after its KillWait), and wait until Slurm has ended them."""
-        ids = []
+        """Stop the run: ABORT for those not started, scancel for every Slurm job of the run
+        (those of ``keys``, a submission under way once sbatch answered, and any other
+        found by name; Slurm sends TERM, then KILL after its KillWait), and wait until
+        Slurm has ended them."""
+        events = self._submissions_answered()
+        known = []
         for key in keys:  # a stop a crashed coordinator left is carried out before adoption
             if (job := self.lookup(key[0])) is not None and job.current is not None:
                 self._known(key, job.current)
             self.abort(key)
             if (tracked := self.tracked.get(key)) is not None:
                 tracked.asked = "stop"
-                ids.append(tracked.slurm_id)
-        for slurm_id in ids:
-            self.client.cancel(slurm_id)
-        deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while ids and time.monotonic() < deadline:
-            try:
-                states = self.client.poll(ids)
-            except SlurmUnavailable:
-                break
-            if all(state.state not in PENDING_STATES | RUNNING_STATES
-                   for state in states.values()):
-                self._take(ids, states, {slurm_id: self.client.final_exit(slurm_id)
-                                         for slurm_id in ids})
-                break
-            self._take(ids, states, {})
-            time.sleep(0.2)
-        events: list[Event] = []
+                known.append(tracked.slurm_id)
+        try:
+            ids, states = self.client.end_run(known, time.monotonic() + STOP_WAIT_SECONDS)
+        except SlurmUnavailable as exc:  # the named jobs are cancelled by the next start's
+            log.warning("stop: squeue did not answer (%s); the run's Slurm jobs are "
+                        "cancelled as they are found", exc)
+            ids, states = known, None
+            for slurm_id in known:
+                self.client.cancel(slurm_id)
+        if strays := sorted(set(ids) - set(known), key=int):
+            log.warning("stop: Slurm jobs %s of this run, unknown to the journal: cancelled",
+                        ", ".join(strays))
+        if states is not None:
+            ended = [slurm_id for slurm_id in known if slurm_id not in states
+                     or states[slurm_id].state not in PENDING_STATES | RUNNING_STATES]
+            self._take(known, states, {slurm_id: self.client.final_exit(slurm_id)
+                                       for slurm_id in ended})
         for key in keys:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and job.current.attempt_id == key[1]:
                 events += self._told(key, self.observe(job, job.current))
         return events
+
+    def _submissions_answered(self) -> list[Event]:
+        """Wait (as long as one Slurm command may take) for the submissions under way, so a
+        stop cancels their jobs by id: what ``on_ready`` would have reported of them."""
+        futures = [future for _, future, _ in self.submitting.values()]
+        if futures:
+            wait(futures, timeout=self.config.command_timeout_s)
+        return self._submitted()
 
     def next_timer(self) -> float:
         kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]

@@ -16,6 +16,7 @@ import re
 import shlex
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -241,11 +242,13 @@ class Completed:
 Runner = Callable[[list[str], float], Completed]
 
 
-def run_command(argv: list[str], timeout: float) -> Completed:
-    """``argv`` with the coordinator's environment (SLURM_CONF, PATH), never raising."""
+def run_command(argv: list[str], timeout: float,
+                env: dict[str, str] | None = None) -> Completed:
+    """``argv`` with the coordinator's environment (SLURM_CONF, PATH), or ``env``, never
+    raising."""
     try:
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=timeout, check=False)
+                              timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         return Completed(None, "", f"{argv[0]}: no answer in {timeout:g} s (slurmctld down?)")
     except OSError as exc:
@@ -372,6 +375,36 @@ class SlurmClient:
     def cancel(self, slurm_id: str) -> bool:
         """End the job (pending or running); False if scancel failed."""
         return self._run(["scancel", slurm_id]).returncode == 0
+
+    def end_run(self, known: list[str], deadline: float,
+                sleep: Callable[[float], None] = time.sleep
+                ) -> tuple[list[str], dict[str, SlurmState] | None]:
+        """A stop's end of the run in Slurm: scancel the jobs ``known`` (the ids the journal
+        names) and every other job of the run still pending or running (found by name: a
+        submission the journal never recorded), then wait until Slurm has ended them all
+        or ``deadline`` (monotonic) has passed. The ids cancelled, and Slurm's last answer
+        about them (an id missing from it is unknown to Slurm; None if squeue never
+        answered). SlurmUnavailable if squeue did not answer the search by
+        name: then nothing is known of the jobs the journal does not name."""
+        active = PENDING_STATES | RUNNING_STATES
+        ids = list(dict.fromkeys([*known, *(
+            slurm_id for slurm_id, state in self.jobs_of_run().items()
+            if state.state in active)]))
+        for slurm_id in ids:
+            self.cancel(slurm_id)
+        answer: dict[str, SlurmState] | None = None
+        while ids:
+            try:
+                answer = self.poll(ids)
+            except SlurmUnavailable:
+                pass  # asked again until the deadline
+            if answer is not None and all(state.state not in active
+                                          for state in answer.values()):
+                break
+            if time.monotonic() >= deadline:
+                break
+            sleep(0.2)
+        return ids, answer
 
     def exclude(self, slurm_id: str, nodes: list[str]) -> bool:
         """Make a pending job's ``--exclude`` ``nodes`` (none: it may go anywhere again);

@@ -182,11 +182,15 @@ def test_a_crash_between_sbatch_and_the_journal(slurm_run):
 
 
 def test_stop_cancels_the_runs_slurm_jobs(slurm_run, tmp_path):
-    """``praxist-fs stop`` ends the run's Slurm jobs, running and pending alike."""
+    """``praxist-fs stop`` ends the run's Slurm jobs, running and pending alike, and one
+    of the run that the journal has no record of (found by its name)."""
     run = slurm_run
     run.start()
     job_id = submit(run, "long", until_file(tmp_path / "never"))
     ready(run, job_id)
+    stray = subprocess.run(["sbatch", "--parsable", "-J", f"px-{run_tag(run.root)}-stray-a1",
+                            "-o", "/dev/null", "--mem=16M", "--wrap", "sleep 300"],
+                           capture_output=True, text=True, timeout=30, check=True).stdout.strip()
     done = subprocess.run([sys.executable, "-m", "praxist_fs", "stop", str(run.root)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -195,7 +199,48 @@ def test_stop_cancels_the_runs_slurm_jobs(slurm_run, tmp_path):
     doc = read_json(run.sched / "jobs" / "done" / f"{job_id}.json")
     assert doc["state"] == "cancelled"
     assert all(state not in ("PENDING", "RUNNING") for state in slurm_jobs(run).values())
+    assert slurm_jobs(run)[stray] == "CANCELLED"
     assert json.loads((run.sched / "status.json").read_text())["coordinator"]
+
+
+def active(run) -> dict[str, str]:
+    return {i: s for i, s in slurm_jobs(run).items() if s in ("PENDING", "RUNNING")}
+
+
+def test_a_stop_without_a_coordinator_leaves_nothing_in_slurm(slurm_run, tmp_path):
+    """``kill -9`` of the coordinator while two jobs run in Slurm and a third waits there
+    (Resources: both GPUs are held), GO given to all three; then ``praxist-fs stop``: it
+    writes ABORT for the attempt not started and scancels every job of the run, so the
+    waiting command never runs, squeue has nothing of the run left, and STOP says what was
+    done. The next coordinator journals that and records all three as cancelled."""
+    run = slurm_run
+    run.start()
+    release, ran = tmp_path / "release", tmp_path / "ran"
+    holders = [submit(run, f"hold{n}", until_file(release), profile="gpu1") for n in (1, 2)]
+    for job_id in holders:
+        ready(run, job_id)
+    waiting = submit(run, "waiting", f"touch {ran}", profile="gpu1")
+    wait_for(lambda: "waiting in Slurm: Resources" in run.job(waiting)["reason"],
+             timeout=SLURM_S, message="the third job waiting in Slurm")
+    slurm_id = run.job(waiting)["attempts"][-1]["handle"]["job_id"]
+    run.kill()
+    done = subprocess.run([sys.executable, "-m", "praxist_fs", "stop", "--grace", "2",
+                           str(run.root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert active(run) == {}
+    release.touch()  # what still ran would finish now
+    said = json.loads(done.stdout)["slurm"][str(run.root)]
+    assert said["aborted"] == [f"{waiting}/a1"]
+    assert said["cancelled"][slurm_id] == "CANCELLED" and len(said["cancelled"]) == 3
+    assert read_json(run.sched / "STOP")["slurm"] == said
+    assert (run.sched / "attempts" / waiting / "a1" / "ABORT").exists()
+    run.start()
+    for job_id in (*holders, waiting):
+        doc = run.wait_state(job_id, "cancelled", timeout=SLURM_S)
+        assert "stopped by praxist-fs stop without a coordinator: ABORT for 1 attempt(s) " \
+               "not started, scancel of 3 Slurm job(s)" in doc["reason"]
+    assert not ran.exists() and not (run.sched / "attempts" / waiting / "a1" / "READY").exists()
+    assert active(run) == {}
 
 
 def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm_run,
