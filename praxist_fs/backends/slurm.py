@@ -281,8 +281,8 @@ class SlurmBackend:
                     RUNNING_STATES:
                 return AttemptObserved(alive=True, note=f"attempt {key[1]}: {tracked.no_ready}"
                                        f"; cancelling Slurm job {tracked.slurm_id}", **base)
-            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                   error=f"{tracked.no_ready}{where}", **base)
+            return AttemptObserved(alive=False, exited=code is not None, exit_code=code,
+                                   infrastructure=f"{tracked.no_ready}{where}", **base)
         if isinstance(code, int) and not isinstance(code, bool):
             # A failure is read with Slurm's end of the job: TERM from a node going down
             # (NODE_FAIL) or from an outside scancel also leaves an exit.json (143)
@@ -291,10 +291,11 @@ class SlurmBackend:
                 self._next_poll = min(self._next_poll, time.monotonic())
                 return AttemptObserved(alive=True, **base)
             verdict, reason = outcome(tracked.state, exit_record, tracked.asked)
-            if verdict == "infrastructure":
-                return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                       error=f"{reason}{where} (the command exited {code})",
-                                       **base)
+            if verdict == "infrastructure":  # the command's own exit, and why it ended
+                return AttemptObserved(alive=False, exited=True, exit_code=code,
+                                       signal=exit_record.get("signal"),
+                                       ended_at=exit_record.get("ended_at"),
+                                       infrastructure=f"{reason}{where}", **base)
             return AttemptObserved(
                 alive=False, exited=True, exit_code=code, signal=exit_record.get("signal"),
                 ended_at=exit_record.get("ended_at"),
@@ -309,9 +310,10 @@ class SlurmBackend:
         if verdict == "running":
             return AttemptObserved(alive=True, note=f"attempt {key[1]} running{where} (Slurm "
                                    f"job {tracked.slurm_id})", **base)
-        if verdict == "infrastructure":
-            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                   error=f"{reason}{where}", **base)
+        if verdict == "infrastructure":  # its command left no exit: none is known
+            return AttemptObserved(alive=False, infrastructure=f"{reason}{where}", **base)
+        if verdict == "cancelled" and tracked.asked is None:  # scancel before it started
+            return AttemptObserved(alive=False, cancelled=reason, **base)
         if base["go"] and not tracked.final_asked:
             # it ran and left no exit.json (its shim was killed): Slurm's completion
             # record is asked once before its end is told
@@ -343,14 +345,17 @@ class SlurmBackend:
         it; an end before the command ran (cancelled, released, lost) says nothing."""
         tracked = self.tracked.get(key)
         node = (seen.handle or {}).get("node")
-        if not seen.exited or tracked is None or tracked.node_told or not node or (
+        ended = seen.exited or seen.infrastructure is not None
+        if not ended or tracked is None or tracked.node_told or not node or (
                 tracked.state is not None and tracked.state.state == "PREEMPTED"):
             return [seen]  # Slurm preempting us for others is not the node's failure
         tracked.node_told = True
         try:
             told = NodeOutcome(at=seen.at, node=node, partition=self.partition,
-                               infrastructure=seen.exit_code == INFRA_EXIT_CODE,
-                               reason=seen.error or f"exit {seen.exit_code}")
+                               infrastructure=seen.infrastructure is not None
+                               or seen.exit_code == INFRA_EXIT_CODE,
+                               reason=seen.infrastructure or seen.error
+                               or f"exit {seen.exit_code}")
         except ValueError as exc:  # a name Slurm could not mean as one node: not counted
             log.warning("attempt %s/%s: node %r not counted: %s", *key, node, exc)
             return [seen]

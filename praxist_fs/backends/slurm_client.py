@@ -179,7 +179,9 @@ def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | No
     - exit.json says 0 -> ``exited`` (it finished before any cancel or failure);
     - praxist_fs asked: ``cancelled`` ("cancel", "stop") or ``preempted`` ("preempt"),
       whether Slurm says CANCELLED (scancel) or FAILED (TERM forwarded, exit 143);
-    - CANCELLED -> ``failed`` "cancelled outside praxist_fs";
+    - CANCELLED -> ``cancelled`` "cancelled in Slurm while pending" if its shim never
+      wrote READY (``ready`` False: the command never ran), else ``failed`` "cancelled
+      outside praxist_fs";
     - NODE_FAIL, BOOT_FAIL, PREEMPTED (by Slurm) -> ``infrastructure`` (retried like
       exit 75, counted against the node);
     - COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY (DEADLINE, ...) -> ``exited`` with
@@ -208,7 +210,8 @@ def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | No
     if asked == "preempt":
         return "preempted", "preempted (Slurm job ended)"
     if state == "CANCELLED":
-        return "failed", "cancelled outside praxist_fs"
+        return ("failed", "cancelled outside praxist_fs") if ready or code is not None else (
+            "cancelled", "cancelled in Slurm while pending")
     if state in INFRASTRUCTURE_STATES:
         return "infrastructure", f"Slurm {state}"
     if code is not None:

@@ -10,10 +10,14 @@ listing the directory, not by stat):
 - it refuses to run twice: Slurm restarts a batch script from the top under the same
   job id (a requeue despite ``--no-requeue``, or a node that came back), and READY, or
   ``SLURM_RESTART_COUNT`` > 0, says it has run before;
-- it writes READY: host, Slurm job id, the GPUs Slurm gave it, pid and start time;
+- it writes READY: host, Slurm job id, the GPUs Slurm gave it (``gpus``, comma-separated
+  as PRAXIST_ASSIGNED_GPU_UUIDS: by UUID where the node's NVML resolves Slurm's
+  ordinals, else the ordinals), pid and start time;
 - it waits for GO or ABORT (the coordinator journals the Slurm job id with GO first);
 - it runs the command of spec.json (0600, removed once read: it may hold secrets) in a
-  process group of its own, with Slurm's CUDA_VISIBLE_DEVICES and SLURM_* variables;
+  process group of its own, with Slurm's SLURM_* variables and those GPUs bound as the
+  local backend binds its own: PRAXIST_ASSIGNED_GPU_UUIDS, CUDA_VISIBLE_DEVICES and
+  NVIDIA_VISIBLE_DEVICES all name them (``praxist-fs bind`` checks exactly that);
 - it traps TERM, INT, HUP, USR1 and USR2 (scancel, a time limit, a ``--signal``) and
   forwards TERM to the command's group (one that came before the group was known, while
   the command was being started or before, is forwarded as soon as it is), then records
@@ -36,8 +40,9 @@ SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2)
 EX_NOINPUT = 66  # no spec to run
 EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 means elsewhere
-# What Slurm tells the batch script that the command needs too (the GPUs it placed).
-FROM_SLURM = ("CUDA_VISIBLE_DEVICES",)
+# The variables that name an attempt's GPUs (binding.py), for a CPU job the empty string.
+GPU_VARIABLES = ("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+NVML = "libnvidia-ml.so.1"
 _command_group = []  # the pid of the running command, which leads its process group
 _asked_to_end = []  # the signals trapped so far
 
@@ -71,10 +76,12 @@ def serve(attempt_dir, environ):
         return EX_NOINPUT
     finally:
         remove(spec_path)
+    gpus = slurm_gpus(environ)
     ready = dict(shim.own_identity(), at=time.time(), host=posix.uname().nodename,
                  slurm_job_id=environ.get("SLURM_JOB_ID"),
                  slurm_node=environ.get("SLURMD_NODENAME"),
-                 cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"))
+                 cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
+                 gpus=",".join(gpus))
     # durable: on a shared filesystem READY's absence is the coordinator's proof that the
     # command never ran (its GO is given as soon as sbatch answers)
     for _ in shim.write_until_written(attempt_dir + "/READY", shim.to_json(ready),
@@ -83,7 +90,7 @@ def serve(attempt_dir, environ):
             return 0
     if not wait_for_go(attempt_dir, spec["barrier_timeout_s"]):
         return 0  # nothing ran: the coordinator releases the attempt unconsumed
-    spec["env"] = command_env(spec["env"], environ)
+    spec["env"] = command_env(spec["env"], environ, gpus)
     status_fd = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)  # no coordinator pipe
     try:
         result = shim.run(spec, status_fd, own_group=True, on_start=_started)
@@ -117,13 +124,53 @@ def parse_json(text):
     return document
 
 
-def command_env(env, environ):
-    """The submitted environment, with Slurm's GPU placement and SLURM_* variables."""
+def command_env(env, environ, gpus):
+    """The submitted environment, with Slurm's SLURM_* variables and the GPUs Slurm
+    placed (``gpus``) bound as the local backend binds its own; a job Slurm gave no GPU
+    keeps the submitted binding, the empty string: forced CPU."""
     env = dict(env)
     for name, value in environ.items():
-        if name in FROM_SLURM or name.startswith("SLURM_"):
+        if name.startswith("SLURM_"):
             env[name] = value
+    if gpus:
+        env.update(dict.fromkeys(GPU_VARIABLES, ",".join(gpus)))
     return env
+
+
+def slurm_gpus(environ, uuids_of=None):
+    """The GPUs Slurm gave the job (its CUDA_VISIBLE_DEVICES), as the command is to name
+    them: the devices' UUIDs where the node's NVML resolves Slurm's ordinals (by NVML's
+    device index, which is how Slurm's ``AutoDetect=nvml`` numbers them), else as Slurm
+    gave them; [] without any. ``uuids_of``: ordinals -> UUIDs or None (NVML's, here)."""
+    given = [part.strip() for part in (environ.get("CUDA_VISIBLE_DEVICES") or "").split(",")
+             if part.strip()]
+    if not given or not all(part.isdigit() for part in given):
+        return given  # none, or named already (UUIDs, MIG devices)
+    return (uuids_of or nvml_uuids)([int(part) for part in given]) or given
+
+
+def nvml_uuids(ordinals):
+    """The UUIDs of NVML's devices ``ordinals``, or None where NVML cannot say (no driver,
+    a device it does not know): through ctypes, since the shim runs without site packages."""
+    try:
+        import ctypes
+        nvml = ctypes.CDLL(NVML)
+    except (ImportError, OSError):
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        uuids = []
+        for ordinal in ordinals:
+            device, text = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+            if nvml.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(ordinal),
+                                                   ctypes.byref(device)) != 0 or \
+                    nvml.nvmlDeviceGetUUID(device, text, ctypes.c_uint(96)) != 0:
+                return None
+            uuids.append(text.value.decode("ascii", "replace"))
+        return uuids
+    finally:
+        nvml.nvmlShutdown()
 
 
 def forward_term(signum, frame):

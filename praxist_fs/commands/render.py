@@ -228,9 +228,14 @@ def jobs_json(rows: list[dict], matched: int, source: str) -> str:
 
 def describe_end(attempt: dict) -> str:
     """How an attempt ended, in a few words: ``exit 75``, ``killed by signal 9``, ``released``,
-    or ``running`` while it has not."""
+    ``Slurm NODE_FAIL on node ci0, exit 143`` (an infrastructure failure, then the command's
+    own end), or ``running`` while it has not."""
     if attempt.get("ended_at") is None:
         return "running"
+    if attempt.get("infrastructure"):
+        own = dict(attempt, infrastructure=None)
+        return attempt["infrastructure"] + (
+            f", {describe_end(own)}" if attempt.get("exit_code") is not None else "")
     if attempt.get("signal"):
         return f"killed by signal {attempt['signal']}"
     if attempt.get("exit_code") is not None:

@@ -416,8 +416,11 @@ class Scheduler(JobControlDesk):
                 not (ev.exited and ev.exit_code == 0):
             # R-POL-3: an end but a success requeues
             return self.preemption.requeue(job, attempt, ev)
-        if ev.exited:
+        if ev.exited or ev.infrastructure is not None:
             return self._end(job, attempt, ev)
+        if ev.cancelled is not None:
+            attempt.outcome = "cancelled"
+            return self._settle(job, attempt, ev.at, Trigger.CANCEL, ev.cancelled)
         if ev.fenced:
             return self._fenced(job, attempt, ev)
         if not ev.alive:
@@ -498,9 +501,13 @@ class Scheduler(JobControlDesk):
                    if a.round == job.round and a.outcome in ("infra_retry", "lost"))
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
+        """Its command exited, or its infrastructure failed under it (``infrastructure``:
+        retried as an exit 75 is, whatever the command's own exit, which is kept)."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
-        attempt.error = ev.error
+        attempt.error, attempt.infrastructure = ev.error, ev.infrastructure
         code = ev.exit_code
+        if ev.infrastructure is not None:
+            return self._infrastructure_failure(job, attempt, ev)
         if code == 0:
             attempt.outcome = "completed"
             if job.request.eta_s is not None:
@@ -525,6 +532,21 @@ class Scheduler(JobControlDesk):
         attempt.outcome = "failed"
         return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_FAIL, reason)
 
+    def _infrastructure_failure(self, job: Job, attempt: Attempt,
+                                ev: AttemptObserved) -> list[Effect]:
+        """Retried like an exit 75 while infrastructure retries are left, else failed."""
+        what = f"infrastructure failure: {ev.infrastructure}" + (
+            "" if ev.exit_code is None else f" (the command exited {ev.exit_code})")
+        at = ev.ended_at or ev.at
+        used = self._infra_retries_used(job)
+        if used < self.policy.infrastructure_retries:
+            attempt.outcome = "infra_retry"
+            return self._settle(job, attempt, at, Trigger.EXIT_RETRY, (
+                f"{what}: retry {used + 1} of {self.policy.infrastructure_retries} queued"))
+        attempt.outcome = "failed"
+        return self._settle(job, attempt, at, Trigger.EXIT_FAIL, (
+            f"{what} with no retries left ({self.policy.infrastructure_retries} used)"))
+
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
                 reason: str) -> list[Effect]:
         ended = self._attempt_step(job, attempt, AttemptTrigger.END)
@@ -536,7 +558,8 @@ class Scheduler(JobControlDesk):
             self.usage.charge(job.request.peer, spent.gpu_seconds, at, half_life)
         queue = queue_of_class(self.policy.queue_set())[job.request.work_class]
         self.queue_usage.charge(queue.name, attempt.active_seconds(at), at, half_life)
-        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code), spent)
+        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code, attempt.infrastructure),
+                           spent)
         job.reason = sys.intern(reason)  # "exit code 0", for most of a run's finished jobs
         if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
             self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen

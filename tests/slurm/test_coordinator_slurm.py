@@ -78,13 +78,14 @@ def ready(run, job_id: str, attempt: str = "a1") -> dict:
 def test_exit_codes_retries_and_gpus_through_slurm(slurm_run, tmp_path):
     """Exit 0 completes, exit 3 fails, exit 75 is retried once (a new Slurm job), a
     command killed by signal 9 fails with 137; two GPU jobs at once get distinct devices
-    from Slurm; each job's file names its Slurm job id and node, and each attempt was one
-    Slurm job."""
+    from Slurm, bound as a local attempt's are (``praxist-fs bind`` agrees); each job's
+    file names its Slurm job id and node, and each attempt was one Slurm job."""
     run = slurm_run
     run.start()
     release = tmp_path / "release"
-    gpu_jobs = [submit(run, f"gpu{n}", f"echo $CUDA_VISIBLE_DEVICES; {until_file(release)}",
-                       profile="gpu1") for n in (1, 2)]
+    bound = 'echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$PRAXIST_ASSIGNED_GPU_UUIDS"'
+    gpu_jobs = [submit(run, f"gpu{n}", f"{sys.executable} -m praxist_fs bind -- sh -c "
+                       f"'{bound}' && {until_file(release)}", profile="gpu1") for n in (1, 2)]
     codes = {code: submit(run, f"exit{code}", command) for code, command in (
         (0, "exit 0"), (3, "exit 3"), (75, "exit 75"), (137, "kill -9 $$"))}
     devices = {ready(run, job_id)["cuda_visible_devices"] for job_id in gpu_jobs}
@@ -107,7 +108,7 @@ def test_exit_codes_retries_and_gpus_through_slurm(slurm_run, tmp_path):
         attempts = len(done[code]["attempts"])
         assert len(slurm_jobs(run, job_id)) == attempts, (code, slurm_jobs(run, job_id))
     log = run.root / "logs" / "experiments" / gpu_jobs[0] / "a1.log"
-    assert log.read_text().splitlines()[0] in ("0", "1")
+    assert log.read_text().splitlines()[0] in ("0|0|0", "1|1|1")  # bind agreed with them
 
 
 def test_a_request_slurm_refuses_fails_with_sbatchs_message(slurm_run):
@@ -246,7 +247,8 @@ def test_a_stop_without_a_coordinator_leaves_nothing_in_slurm(slurm_run, tmp_pat
 def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm_run,
                                                                            tmp_path):
     """Two GPU jobs hold the node's two GPUs; a third waits in Slurm: its job file says
-    why in Slurm's words, and ``praxist-fs status`` lists each by Slurm job id."""
+    why in Slurm's words, and ``praxist-fs status`` lists each by Slurm job id. A fourth,
+    scancel-ed from outside while it waits, ends cancelled, not failed."""
     run = slurm_run
     run.start()
     release = tmp_path / "release"
@@ -270,6 +272,16 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
     shown = wait_for(lambda: (out := status()) and "waiting in Slurm: Resources" in out and out,
                      timeout=SLURM_S, message="status showing Slurm's pending reason")
     assert f"s{slurm_id}" in shown
+    # somebody scancels a job still pending in Slurm: its command never ran, so the job is
+    # cancelled (not failed), with no exit code
+    doomed = submit(run, "doomed", "exit 0", profile="gpu1")
+    doomed_id = wait_for(lambda: (run.job(doomed)["attempts"][-1].get("handle") or {})
+                         .get("job_id"), timeout=SLURM_S, message="the Slurm job id")
+    subprocess.run(["scancel", doomed_id], check=True, timeout=30)
+    doc = run.wait_state(doomed, "cancelled", "failed", timeout=SLURM_S)
+    assert (doc["state"], doc["reason"], doc["exit_code"]) == (
+        "cancelled", "cancelled in Slurm while pending", None)
+    assert doc["attempts"][0]["exit_code"] is None and len(doc["attempts"]) == 1
     release.touch()
     assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
 
@@ -282,7 +294,8 @@ def set_node(state: str, check: bool = True, node: str = "ci0") -> None:
 
 def test_a_node_failure_is_retried_and_counted_against_the_node(slurm_run, tmp_path):
     """R-BUD-2: the node goes down under a running attempt (Slurm: NODE_FAIL). The
-    attempt is an infrastructure failure, retried once the node is back, and the node's
+    attempt is an infrastructure failure, retried once the node is back, which keeps the
+    command's own exit (143: Slurm's TERM) apart from why it ended; and the node's
     failures are counted; twice in a row would take it offline, but ci0 is the last node
     of its partition, so it stays in rotation as ``suspect`` and status says why."""
     run = slurm_run
@@ -299,7 +312,8 @@ def test_a_node_failure_is_retried_and_counted_against_the_node(slurm_run, tmp_p
         ready(run, job_id, "a3")
         doc = run.job(job_id)
         assert [a["outcome"] for a in doc["attempts"][:2]] == ["infra_retry", "infra_retry"]
-        assert "NODE_FAIL on node ci0" in doc["attempts"][0]["error"]
+        first = doc["attempts"][0]
+        assert (first["exit_code"], first["infrastructure"]) == (143, "Slurm NODE_FAIL on node ci0")
         node = wait_for(lambda: (n := run.status()["nodes"]) and n[0]["consecutive_failures"]
                         == 2 and n[0], timeout=SLURM_S, message="the node's failures")
         assert (node["node"], node["state"]) == ("ci0", "suspect")
@@ -394,7 +408,8 @@ def test_a_node_failing_twice_goes_offline_and_a_probe_brings_it_back(slurm_run,
         doc = run.wait_state(job_id, "completed", timeout=SLURM_S)
         assert [a["outcome"] for a in doc["attempts"]] == ["infra_retry", "infra_retry",
                                                            "completed"]
-        assert all(f"NODE_FAIL on node {node}" in a["error"] for a in doc["attempts"][:2])
+        assert all(a["infrastructure"] == f"Slurm NODE_FAIL on node {node}"
+                   for a in doc["attempts"][:2])
         assert doc["attempts"][2]["handle"]["job_id"] == retry["job_id"]
         assert len(slurm_jobs(run, job_id)) == 3
         probes = subprocess.run(["squeue", "-h", "--states=all", "-o", "%j|%N|%T"],

@@ -139,6 +139,15 @@ def test_state_mapping(state, exit_json, asked, expected):
     assert outcome(state, exit_json, asked) == expected
 
 
+def test_a_scancel_before_ready_is_a_cancel_not_a_failure():
+    """Issue 28: a job scancel-ed while pending in Slurm (its shim never wrote READY, so
+    its command never ran) is cancelled, not failed; once READY exists, failed."""
+    assert outcome(running("CANCELLED"), None, None, ready=False) == (
+        "cancelled", "cancelled in Slurm while pending")
+    assert outcome(running("CANCELLED"), None, None, ready=True) == (
+        "failed", "cancelled outside praxist_fs")
+
+
 def test_running_without_ready_is_still_launching():
     assert outcome(running("RUNNING"), None, None, ready=False) == (
         "launching", "started in Slurm, waiting for READY")
@@ -195,3 +204,17 @@ def test_entry_script_runs_the_slurm_shim_of_this_checkout(tmp_path):
     assert script.startswith("#!/bin/sh\n")
     assert "exec /opt/py/bin/python3 -S -c " in script
     assert str(PACKAGE_ROOT) in script and (Path(PACKAGE_ROOT) / "praxist_fs").is_dir()
+
+
+def test_an_attempt_ended_by_its_node_reads_so_in_logs_and_launch():
+    """``logs``' header and ``launch``'s retry line say why an attempt ended by a failure
+    of its node, then the command's own end, not an exit 75 it never had."""
+    from praxist_fs.commands.render import describe_end
+    base = {"ended_at": 2.0, "signal": None, "outcome": "infra_retry"}
+    assert describe_end({**base, "exit_code": 143, "signal": 15,
+                         "infrastructure": "Slurm NODE_FAIL on node ci0"}) == \
+        "Slurm NODE_FAIL on node ci0, killed by signal 15"
+    assert describe_end({**base, "exit_code": None,
+                         "infrastructure": "Slurm NODE_FAIL on node ci0"}) == \
+        "Slurm NODE_FAIL on node ci0"
+    assert describe_end({**base, "exit_code": 3}) == "exit 3"

@@ -67,6 +67,45 @@ def test_ready_then_go_runs_the_command_with_slurms_gpus(attempt):
     assert (attempt / "out.log").read_text() == "gpus=1 job=77\n"
 
 
+@pytest.mark.parametrize("slurm_gave, bound", [("1", "1"), ("0,1", "0,1"), (None, "")])
+def test_the_command_gets_slurms_gpus_bound_as_praxist_fs_binds_its_own(attempt, slurm_gave,
+                                                                        bound):
+    """Issue 28: ``praxist-fs bind`` works in a Slurm GPU job: the three variables a local
+    attempt gets name the GPUs Slurm gave (here, without NVML, Slurm's ordinals); a job
+    Slurm gave none keeps the submitted empty binding (forced CPU), and bind agrees."""
+    write_spec(attempt, {
+        "argv": [sys.executable, "-m", "praxist_fs", "bind", "--", "sh", "-c",
+                 'echo "$PRAXIST_ASSIGNED_GPU_UUIDS|$CUDA_VISIBLE_DEVICES|'
+                 '$NVIDIA_VISIBLE_DEVICES"'],
+        "command": None, "cwd": str(attempt.parent), "log": str(attempt / "out.log"),
+        "env": {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(sys.path),
+                **dict.fromkeys(("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES",
+                                 "NVIDIA_VISIBLE_DEVICES"), "")},
+        "barrier_timeout_s": 30.0})
+    (attempt / "GO").touch()
+    shim = start(attempt, CUDA_VISIBLE_DEVICES=slurm_gave) if slurm_gave else \
+        subprocess.Popen(["/bin/sh", str(attempt / ENTRY), str(attempt)],
+                         env={"PATH": os.defpath, "SLURM_JOB_ID": "77"},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert ended(shim) == 0, (attempt / "out.log").read_text()
+    assert (attempt / "out.log").read_text() == f"{bound}|{bound}|{bound}\n"
+    assert read(attempt / "READY")["gpus"] == bound
+
+
+def test_slurms_ordinals_become_uuids_where_nvml_knows_them():
+    """What NVML on the node says of Slurm's ordinals; as given where it cannot say, and
+    names Slurm gave already (UUIDs, MIG devices) kept."""
+    from praxist_fs.backends.slurm_shim import slurm_gpus
+    uuids = {0: "GPU-aaaa", 1: "GPU-bbbb"}
+
+    def nvml(ordinals):
+        return [uuids[o] for o in ordinals] if all(o in uuids for o in ordinals) else None
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "1,0"}, nvml) == ["GPU-bbbb", "GPU-aaaa"]
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "2"}, nvml) == ["2"]
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "GPU-cccc"}, nvml) == ["GPU-cccc"]
+    assert slurm_gpus({}, nvml) == [] and slurm_gpus({"CUDA_VISIBLE_DEVICES": ""}, nvml) == []
+
+
 @pytest.mark.parametrize("why", ["READY", "restart"])
 def test_it_refuses_to_run_twice(attempt, why):
     """A batch script Slurm starts again (a requeue, a node back) must not run the
