@@ -149,18 +149,22 @@ class SlurmBackend:
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
         exclude = self.nodes().excluded()
+        job = self.lookup(effect.job_id)
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), exclude)
+                                         effect.metadata.get("eta_s"), exclude,
+                                         job.request.slurm if job is not None else None)
         self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []
 
     def _submit(self, attempt_dir: Path, key: AttemptKey, profile: dict[str, Any],
-                eta_s: float | None, exclude: list[str]) -> tuple[str, str]:
+                eta_s: float | None, exclude: list[str],
+                requested: dict[str, Any] | None) -> tuple[str, str]:
         """On a submitter thread: ("submitted", Slurm job id), ("refused", sbatch's
         message) or ("lost", why: sbatch did not answer and no job has its name)."""
         try:
-            return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude)
+            return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude,
+                                                   requested)
         except SlurmRefused as exc:
             unlink(attempt_dir / SPEC)
             return "refused", f"Slurm refused it: {exc}"

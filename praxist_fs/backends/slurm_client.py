@@ -10,6 +10,7 @@ The backend that drives it is slurm.py; docs/OPERATIONS.md, *Running on Slurm*.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from praxist_fs.adapters.fsio import makedirs, write_atomic, write_json
-from praxist_fs.backends.slurm_config import SlurmConfig
+from praxist_fs.backends.slurm_config import SLURM_PATH, SlurmConfig
 from praxist_fs.errors import PraxistError
 
+log = logging.getLogger("praxist_fs")
 ENTRY = "slurm-entry.sh"  # the batch script, in the attempt directory
 SPEC = "spec.json"  # what slurm_shim runs (0600): the local spec's keys, as JSON
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory praxist_fs is in
@@ -93,24 +95,46 @@ def time_limit(config: SlurmConfig, eta_seconds: float | None) -> int | None:
     return config.time_limit_minutes
 
 
+def job_options(config: SlurmConfig, profile: str | None,
+                requested: dict[str, Any] | None) -> dict[str, Any]:
+    """An attempt's per-job options (core/slurm_options.py's keys, R-DIST-2): its
+    request's own over its profile's defaults (``resources.<profile>``) over the run-wide
+    keys; ``options`` are the profile's then the request's (sbatch takes the last)."""
+    resources = config.for_profile(profile)
+    merged: dict[str, Any] = {"partition": config.partition, "account": config.account,
+                              "qos": config.qos, "warning_seconds": config.warning_seconds,
+                              "mem_mb": resources.mem_mb}
+    for layer in (resources.job, requested or {}):
+        merged.update({key: value for key, value in layer.items() if key != "options"})
+    merged["options"] = [*resources.job.get("options", ()),
+                         *(requested or {}).get("options", ())]
+    return {key: value for key, value in merged.items() if value is not None}
+
+
 def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
                 profile: dict[str, Any], eta_seconds: float | None,
-                exclude: list[str]) -> list[str]:
+                exclude: list[str], requested: dict[str, Any] | None = None) -> list[str]:
     """The one sbatch command of an attempt. ``profile``: Profile.to_dict() plus its
-    ``name``. ``--no-requeue``: a requeued batch script would run the command twice."""
+    ``name``; ``requested``: the request's own Slurm options. ``--no-requeue``: a
+    requeued batch script would run the command twice. A time limit comes with a warning
+    signal to the batch shell (the shim, which passes it on to the command) the job's
+    ``warning_seconds`` before it."""
     resources = config.for_profile(profile.get("name"))
+    job = job_options(config, profile.get("name"), requested)
     argv = ["sbatch", "--parsable", "--no-requeue", "-J", name, "--comment", comment,
             "-D", str(attempt_dir), "-o", str(attempt_dir / "slurm.out"), "--open-mode=append",
             *gpu_request(profile, config.gpu_shards),
-            "-c", str(resources.cpus), f"--mem={resources.mem_mb}M"]
-    minutes = time_limit(config, eta_seconds)
+            "-c", str(resources.cpus), f"--mem={job['mem_mb']}M"]
+    minutes = job.get("time_limit_minutes") or time_limit(config, eta_seconds)
     if minutes is not None:
         argv += ["-t", str(minutes)]
-    for option, value in (("-p", config.partition), ("-A", config.account),
-                          ("--qos", config.qos)):
-        if value is not None:
-            argv += [option, value]
-    argv += config.extra_args
+        if job["warning_seconds"]:
+            argv.append(f"--signal=B:{config.warning_signal}@{job['warning_seconds']}")
+    for option, key in (("-p", "partition"), ("-A", "account"), ("--qos", "qos"),
+                        ("--constraint", "constraint")):
+        if key in job:
+            argv += [option, job[key]]
+    argv += [*config.extra_args, *job["options"]]
     if exclude:
         argv.append("--exclude=" + ",".join(sorted(set(exclude))))
     return [*argv, str(attempt_dir / ENTRY), str(attempt_dir)]
@@ -290,8 +314,10 @@ class SlurmClient:
         return job_name(self.run_dir, job_id, attempt_id)
 
     def submit(self, attempt_dir: Path, job_id: str, attempt_id: str, profile: dict[str, Any],
-               eta_seconds: float | None, exclude: list[str]) -> str:
-        """Submit the attempt (its spec.json written already); its Slurm job id. Raises
+               eta_seconds: float | None, exclude: list[str],
+               requested: dict[str, Any] | None = None) -> str:
+        """Submit the attempt (its spec.json written already), with the request's own Slurm
+        options (``requested``); its Slurm job id. Raises
         SlurmRefused with sbatch's message, or SlurmUnavailable when sbatch did not answer
         (the job may exist: find() it by name before submitting again)."""
         attempt_dir = Path(os.path.abspath(attempt_dir))
@@ -300,7 +326,7 @@ class SlurmClient:
         comment = f"praxist:{run_tag(self.run_dir)}:{job_id}:{attempt_id}"
         return self._job_id(self._run(sbatch_argv(
             self.config, self.job_name(job_id, attempt_id), comment, attempt_dir, profile,
-            eta_seconds, exclude)))
+            eta_seconds, exclude, requested)))
 
     def probe(self, node: str, name: str) -> str:
         """A tiny job pinned to ``node`` (R-BUD-2's probe): it runs ``true`` once the node
@@ -409,8 +435,54 @@ class SlurmClient:
             sleep(0.2)
         return ids, answer
 
+    def test_only(self, partition: str | None, account: str | None,
+                  qos: str | None) -> str | None:
+        """Slurm's own words if it would refuse a job in ``partition`` under ``account`` and
+        ``qos`` (``sbatch --test-only``: nothing is submitted), None if it would take one.
+        SlurmUnavailable when sbatch did not answer, or could not reach slurmctld."""
+        argv = ["sbatch", "--test-only", "-c", "1", "--mem=1M", "-o", "/dev/null"]
+        for option, value in (("-p", partition), ("-A", account), ("--qos", qos)):
+            if value is not None:
+                argv += [option, value]
+        done = self._run([*argv, "--wrap", "true"])
+        if done.returncode is None or "Unable to contact slurm controller" in done.stderr:
+            raise SlurmUnavailable(done.stderr.strip())
+        return None if done.returncode == 0 else (
+            done.stderr.strip() or f"sbatch --test-only exited {done.returncode}")
+
     def exclude(self, slurm_id: str, nodes: list[str]) -> bool:
         """Make a pending job's ``--exclude`` ``nodes`` (none: it may go anywhere again);
         False if scontrol failed (the job may have started meanwhile)."""
         return self._run(["scontrol", "update", f"jobid={slurm_id}",
                           "ExcNodeList=" + ",".join(nodes)]).returncode == 0
+
+
+def refused_placements(config: SlurmConfig, run_dir: Path,
+                       runner: Runner = run_command) -> list[str]:
+    """What Slurm says of the task file's partition, account and QOS, run-wide and as each
+    profile's defaults set them (``sbatch --test-only`` once per combination), at serve's
+    start: one line per refusal, naming the key and giving Slurm's own words, so that a
+    wrong partition is refused there, not at every job's sbatch. A Slurm that does not
+    answer refuses nothing (it may come back): that is logged."""
+    client = SlurmClient(config, run_dir, runner)
+    asked, refusals = set(), []
+    placements = [(SLURM_PATH, {})] + [(f"{SLURM_PATH}.resources.{name}", resources.job)
+                                      for name, resources in sorted(config.resources.items())]
+    for path, job in placements:
+        combination = tuple(job.get(key, getattr(config, key))
+                            for key in ("partition", "account", "qos"))
+        if combination in asked:
+            continue
+        asked.add(combination)
+        try:
+            refused = client.test_only(*combination)
+        except SlurmUnavailable as exc:
+            log.warning("Slurm did not answer sbatch --test-only (%s); the task's partition "
+                        "and account are checked at each job's sbatch", exc)
+            return []
+        if refused is not None:
+            named = ", ".join(f"{key} {value}" for key, value in zip(
+                ("partition", "account", "qos"), combination) if value is not None)
+            refusals.append(f"{path}: Slurm refuses {named or 'its defaults'}: "
+                            + " ".join(line.strip() for line in refused.splitlines()))
+    return refusals

@@ -18,11 +18,12 @@ listing the directory, not by stat):
   process group of its own, with Slurm's SLURM_* variables and those GPUs bound as the
   local backend binds its own: PRAXIST_ASSIGNED_GPU_UUIDS, CUDA_VISIBLE_DEVICES and
   NVIDIA_VISIBLE_DEVICES all name them (``praxist-fs bind`` checks exactly that);
-- it traps TERM, INT, HUP, USR1 and USR2 (scancel, a time limit, a ``--signal``) and
-  forwards TERM to the command's group (one that came before the group was known, while
-  the command was being started or before, is forwarded as soon as it is), then records
-  the exit in exit.json, fsynced, in the local shim's format, and exits with the
-  command's code.
+- it traps TERM, INT and HUP (scancel, the time limit) and forwards TERM to the
+  command's group (one that came before the group was known, while the command was
+  being started or before, is forwarded as soon as it is); USR1 and USR2 (the warning
+  ``--signal=B:USR2@90`` before a time limit, a ``scancel --signal``) reach the
+  command's group as they are, so that it may checkpoint; then it records the exit in
+  exit.json, fsynced, in the local shim's format, and exits with the command's code.
 
 Reading, running and recording are the local shim's own functions (backends/local/shim.py).
 """
@@ -37,7 +38,8 @@ import time
 from praxist_fs.backends.local import shim
 
 SPEC = "spec.json"
-TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGUSR1, _signal.SIGUSR2)
+TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)  # the command is to end
+PASSED_ON = (_signal.SIGUSR1, _signal.SIGUSR2)  # a warning: the command decides
 EX_NOINPUT = 66  # no spec to run
 EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 means elsewhere
 # The variables that name an attempt's GPUs (binding.py), for a CPU job the empty string.
@@ -45,6 +47,7 @@ GPU_VARIABLES = ("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES", "NVIDIA_V
 NVML = "libnvidia-ml.so.1"
 _command_group = []  # the pid of the running command, which leads its process group
 _asked_to_end = []  # the signals trapped so far
+_warnings = []  # the warnings passed on (or to pass on once the command runs)
 
 
 def main(argv=None):
@@ -64,6 +67,8 @@ def serve(attempt_dir, environ):
         return EX_TEMPFAIL
     for signum in TRAPPED:
         _signal.signal(signum, forward_term)
+    for signum in PASSED_ON:
+        _signal.signal(signum, pass_on)
     spec_path = attempt_dir + "/" + SPEC
     if "ABORT" in listing(attempt_dir):
         remove(spec_path)
@@ -174,24 +179,39 @@ def nvml_uuids(ordinals):
 
 
 def forward_term(signum, frame):
-    """Whatever Slurm sends (TERM on scancel or at the time limit, USR1/USR2 ahead of it),
-    the command is asked to end with TERM; we stay to record its exit."""
+    """TERM on scancel or at the time limit (or INT, HUP): the command is asked to end
+    with TERM; we stay to record its exit."""
     _asked_to_end.append(signum)
     for group in _command_group:
         _terminate(group)
+
+
+def pass_on(signum, frame):
+    """USR1 or USR2, a warning (Slurm's ``--signal`` before the time limit): to the
+    command's group as it is; one that comes before the command runs is passed on as
+    soon as it does."""
+    _warnings.append(signum)
+    for group in _command_group:
+        _send(group, signum)
 
 
 def _started(group):
     """The command runs: a signal trapped before its group was known (it may come while
     the command is being started, or before GO) is forwarded now, not lost."""
     _command_group.append(group)
+    for signum in _warnings:
+        _send(group, signum)
     if _asked_to_end:
-        _terminate(group)
+        _send(group, _signal.SIGTERM)
 
 
 def _terminate(group):
+    _send(group, _signal.SIGTERM)
+
+
+def _send(group, signum):
     try:
-        posix.kill(-group, _signal.SIGTERM)
+        posix.kill(-group, signum)
     except OSError:
         pass  # the command's group is gone: its exit is being recorded
 

@@ -18,7 +18,7 @@ from ..adapters.lock import live_endpoint
 from ..core.policy import WORK_CLASSES
 from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
-from . import add_run_dir
+from . import add_run_dir, slurm_flags
 from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
@@ -76,6 +76,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
                         metavar="DIR", help="where a peer-local launch registers the run "
                         "for stop --all (default as for serve)")
+    slurm_flags.add_arguments(launch)
     launch.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     launch.set_defaults(func=cmd_launch)
 
@@ -141,6 +142,7 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
             "retry_terminal": args.retry_terminal, "lease": args.lease,
             "max_cost": args.max_cost, "priority": args.priority, "hold": args.hold or None,
             "admission_timeout_s": args.admission_timeout,
+            "slurm": slurm_flags.request_field(args),
             "after": [{"job": ref, "when": when} for when, refs in (
                 ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
                 for ref in refs] or None,
@@ -202,7 +204,9 @@ def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     bad = [flag for flag, value in (("--peer", args.peer), ("--tag", args.tag))
            if not NAME_RE.fullmatch(value)]
     needs = [flag for flag, given in (("--detach", args.detach),
-                                      ("--max-cost", args.max_cost is not None)) if given]
+                                      ("--max-cost", args.max_cost is not None),
+                                      ("a Slurm option", slurm_flags.request_field(args)))
+             if given]
     if bad or needs:
         print("praxist-fs launch: " + (f"{', '.join(bad)}: expected {NAME_EXPECTED}" if bad
               else f"{needs[0]} needs a coordinator (the task is not 'mode: central')"),

@@ -155,6 +155,7 @@ class Job:
             "after": [{"job": job, "when": when} for job, when in self.after],
             "admission_deadline": self.admission_deadline,
             "barrier_releases": self.barrier_releases,
+            **({"slurm": req.slurm} if req.slurm is not None else {}),
         }
 
     @property

@@ -63,6 +63,7 @@ from .states import (
     ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
 )
 from .shelf import Shelf
+from .slurm_options import refusal as slurm_refusal
 from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -211,6 +212,8 @@ class Scheduler(JobControlDesk):
             return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                                f"unknown profile {profile!r}; the task defines "
                                + ", ".join(sorted(self.policy.profiles)))
+        if request.slurm is not None and (refused := slurm_refusal(request.slurm, self.policy)):
+            return self._reply(ev, ReplyOutcome.REJECTED, None, *refused)
         job_id = job_id_for(request.tag)
         digest = fingerprint(request, profile)
         job = self.jobs.get(job_id)
@@ -506,23 +509,23 @@ class Scheduler(JobControlDesk):
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
         attempt.error, attempt.infrastructure = ev.error, ev.infrastructure
         code = ev.exit_code
-        if ev.infrastructure is not None:
-            return self._infrastructure_failure(job, attempt, ev)
-        if code == 0:
+        if code == 0 and ev.infrastructure is None:
             attempt.outcome = "completed"
             if job.request.eta_s is not None:
                 self.calibration.observe(attempt.active_seconds(ev.ended_at or ev.at),
                                          job.request.eta_s)
             return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
-        if code == INFRA_EXIT_CODE:
+        if code == INFRA_EXIT_CODE or ev.infrastructure is not None:
+            what = "exit code 75 (infrastructure)" if ev.infrastructure is None else (
+                f"infrastructure failure: {ev.infrastructure}"
+                + ("" if code is None else f" (the command exited {code})"))
             used = self._infra_retries_used(job)
             if used < self.policy.infrastructure_retries:
                 attempt.outcome = "infra_retry"
                 return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_RETRY,
-                                    f"exit code 75 (infrastructure): retry {used + 1} of "
+                                    f"{what}: retry {used + 1} of "
                                     f"{self.policy.infrastructure_retries} queued")
-            reason = (f"exit code 75 (infrastructure) with no retries left "
-                      f"({self.policy.infrastructure_retries} used)")
+            reason = f"{what} with no retries left ({self.policy.infrastructure_retries} used)"
         elif ev.signal:
             reason = f"killed by signal {ev.signal} (exit code {code})"
         else:
@@ -531,21 +534,6 @@ class Scheduler(JobControlDesk):
             reason += f": {ev.error}"
         attempt.outcome = "failed"
         return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_FAIL, reason)
-
-    def _infrastructure_failure(self, job: Job, attempt: Attempt,
-                                ev: AttemptObserved) -> list[Effect]:
-        """Retried like an exit 75 while infrastructure retries are left, else failed."""
-        what = f"infrastructure failure: {ev.infrastructure}" + (
-            "" if ev.exit_code is None else f" (the command exited {ev.exit_code})")
-        at = ev.ended_at or ev.at
-        used = self._infra_retries_used(job)
-        if used < self.policy.infrastructure_retries:
-            attempt.outcome = "infra_retry"
-            return self._settle(job, attempt, at, Trigger.EXIT_RETRY, (
-                f"{what}: retry {used + 1} of {self.policy.infrastructure_retries} queued"))
-        attempt.outcome = "failed"
-        return self._settle(job, attempt, at, Trigger.EXIT_FAIL, (
-            f"{what} with no retries left ({self.policy.infrastructure_retries} used)"))
 
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
                 reason: str) -> list[Effect]:

@@ -286,6 +286,50 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
     assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
 
 
+def scontrol_job(slurm_id: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", slurm_id], capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    return dict(word.split("=", 1) for word in out.split() if "=" in word)
+
+
+def test_per_job_options_reach_slurm_and_the_warning_reaches_the_command(slurm_run,
+                                                                         tmp_path):
+    """R-DIST-2: a request's time limit, partition, account, constraint, memory and an
+    sbatch option the task file allows are what Slurm holds for its job; the time limit
+    comes with a warning signal (USR2, ``warning_seconds`` before it) that reaches the
+    command, which checkpoints and exits 0 before the limit: completed. (Slurm looks at
+    its jobs' time every 30 s or so: this waits up to that long.)"""
+    run = slurm_run
+    run.task.write_text(TASK + "      allowed_options: [--nice]\n")
+    run.start()
+    warned = tmp_path / "warned"
+    job_id = submit(run, "limited", f"trap 'touch {warned}; exit 0' USR2; sleep 300 & wait",
+                    slurm={"time_limit_minutes": 1, "partition": "main", "account": "lab",
+                           "constraint": "fast", "mem_mb": 300, "warning_seconds": 60,
+                           "options": ["--nice=7"]})
+    slurm_id = wait_for(lambda: (run.job(job_id)["attempts"][-1].get("handle") or {})
+                        .get("job_id"), timeout=SLURM_S, message="the Slurm job id")
+    held = scontrol_job(slurm_id)
+    assert {key: held[key] for key in ("TimeLimit", "Partition", "Account", "Features",
+                                       "MinMemoryNode", "Nice")} == {
+        "TimeLimit": "00:01:00", "Partition": "main", "Account": "lab", "Features": "fast",
+        "MinMemoryNode": "300M", "Nice": "7"}
+    doc = run.wait_state(job_id, "completed", "failed", timeout=SLURM_S)
+    assert (doc["state"], doc["exit_code"]) == ("completed", 0) and warned.exists()
+
+
+def test_serve_refuses_a_partition_slurm_does_not_have(slurm_run):
+    """R-DIST-2: a wrong partition is refused when the coordinator starts, in Slurm's own
+    words (``sbatch --test-only``), not at every job's sbatch."""
+    run = slurm_run
+    run.task.write_text(TASK + "      partition: nosuch\n")
+    done = subprocess.run(run.serve_command(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert ("invalid task file: compute_budget.resource_scheduler.slurm: Slurm refuses "
+            "partition nosuch: sbatch: error: invalid partition specified: nosuch") \
+        in done.stderr
+
+
 def set_node(state: str, check: bool = True, node: str = "ci0") -> None:
     subprocess.run(["scontrol", "update", f"nodename={node}", f"state={state}",
                     *(["reason=praxist_fs test"] if state == "down" else [])],

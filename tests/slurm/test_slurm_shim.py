@@ -140,10 +140,25 @@ def test_no_go_in_time_runs_nothing(attempt):
     assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
+def test_a_warning_signal_reaches_the_command_as_it_is(attempt):
+    """R-DIST-2: Slurm's warning before the time limit (``--signal=B:USR2@90``) reaches
+    the batch script; the shim passes USR2 on to the command's group, which may
+    checkpoint and exit as it likes (here 0), and the shim records that exit."""
+    spec(attempt, "trap 'echo warned; exit 0' USR2; echo started; sleep 60 & wait")
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "out.log").exists()
+             and (attempt / "out.log").read_text() == "started\n", message="the command")
+    shim.send_signal(signal.SIGUSR2)
+    assert ended(shim) == 0
+    assert (attempt / "out.log").read_text() == "started\nwarned\n"
+    assert read(attempt / "exit.json")["exit_code"] == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
-    """Slurm's scancel, time limit or ``--signal`` reach the batch script: the shim
-    forwards TERM to the command's own process group and records its exit (143)."""
+    """Slurm's scancel or time limit reach the batch script: the shim forwards TERM to
+    the command's own process group and records its exit (143)."""
     spec(attempt, "echo started; sleep 60")
     (attempt / "GO").touch()
     shim = start(attempt)
