@@ -177,7 +177,8 @@ class SlurmBackend:
                 found = self.client.find(self.client.job_name(*key))
             except SlurmUnavailable:
                 found = None
-            return ("submitted", found) if found else ("lost", f"sbatch did not answer: {exc}")
+            return ("submitted", found[0]) if found else (
+                "lost", f"sbatch did not answer: {exc}")
 
     def _submitted(self) -> list[Event]:
         """The submissions that came back: each attempt's handle, or why it did not start
@@ -385,16 +386,16 @@ class SlurmBackend:
     def _find(self, key: AttemptKey) -> list[Event]:
         name = self.client.job_name(*key)
         try:
-            slurm_id = self.client.find(name)
+            found = self.client.find_attempt(*key)
         except SlurmUnavailable as exc:
             log.warning("attempt %s/%s: cannot ask Slurm for job %s yet (%s)", *key, name, exc)
             self.unresolved.add(key)
             return []
         self.unresolved.discard(key)
-        if slurm_id is None:
+        if found is None:
             return [AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1],
                                     alive=False, error=f"no Slurm job named {name}")]
-        return [self._track(key, slurm_id, name)]
+        return [self._track(key, *found)]
 
     def _poll_now(self) -> None:
         """One squeue, waited for: at start, before the loop serves."""
@@ -463,9 +464,10 @@ class SlurmBackend:
 
     def _probe_job(self, node: str) -> str | None:
         try:
-            return self.client.find(self._probe_name(node))
+            found = self.client.find(self._probe_name(node))
         except SlurmUnavailable:
             return None
+        return found[0] if found else None
 
     def _submit_probe(self, node: str) -> bool:
         try:

@@ -64,9 +64,28 @@ def slurm_safe(text: str) -> str:
 
 
 def job_name(run_dir: Path, job_id: str, attempt_id: str) -> str:
-    """``px-<run8>-<job>-<attempt>``: the same attempt always gets the same name, which is
-    how a job is found again after a crash between sbatch and the journal."""
+    """``<job>-<attempt>-px<run8>``: the same attempt always gets the same name, which is
+    how a job is found again after a crash between sbatch and the journal; it starts
+    with the job id, which starts with the tag, so that plain ``squeue`` (8 characters
+    of name) shows what a person submitted, and it ends with the run's mark."""
+    return f"{slurm_safe(job_id)}-{slurm_safe(attempt_id)}{run_suffix(run_dir)}"
+
+
+def run_suffix(run_dir: Path) -> str:
+    """How every job name of the run ends."""
+    return f"-px{run_tag(run_dir)}"
+
+
+def legacy_job_name(run_dir: Path, job_id: str, attempt_id: str) -> str:
+    """``px-<run8>-<job>-<attempt>``: the name versions before issue 28 gave, still
+    looked for (a job submitted before an upgrade is the run's all the same)."""
     return f"px-{run_tag(run_dir)}-{slurm_safe(job_id)}-{slurm_safe(attempt_id)}"
+
+
+def of_run(run_dir: Path, name: str) -> bool:
+    """Whether ``name`` is one of the run's job names (either spelling); a node's probe,
+    ``pxprobe-<run8>-<node>``, is not."""
+    return name.endswith(run_suffix(run_dir)) or name.startswith(f"px-{run_tag(run_dir)}-")
 
 
 def gpu_request(profile: dict[str, Any], gpu_shards: int) -> list[str]:
@@ -348,26 +367,31 @@ class SlurmClient:
             raise SlurmUnavailable(f"sbatch printed no job id: {done.stdout.strip()!r}")
         return slurm_id
 
-    def find(self, name: str) -> str | None:
-        """The Slurm job id of the job named ``name`` (the newest, should there be more),
-        or None: how a crash between sbatch and the journal is resolved. By name, never by
-        id alone: Slurm reuses ids once its state is wiped."""
-        done = self._run(["squeue", "--me", "--states=all", "-h", "-n", name,
+    def find(self, *names: str) -> tuple[str, str] | None:
+        """The Slurm job id and name of the job named one of ``names`` (the newest, should
+        there be more), or None: how a crash between sbatch and the journal is resolved.
+        By name, never by id alone: Slurm reuses ids once its state is wiped."""
+        done = self._run(["squeue", "--me", "--states=all", "-h", "-n", ",".join(names),
                           "-o", "%i|%j|%T"])
         if done.returncode != 0:
             raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
-        ids = [state.job_id for state in parse_squeue(done.stdout).values() if state.name == name]
-        return max(ids, key=int) if ids else None
+        found = [(state.job_id, state.name) for state in parse_squeue(done.stdout).values()
+                 if state.name in names]
+        return max(found, key=lambda each: int(each[0])) if found else None
+
+    def find_attempt(self, job_id: str, attempt_id: str) -> tuple[str, str] | None:
+        """The attempt's Slurm job id and name (``find``), under either spelling."""
+        return self.find(self.job_name(job_id, attempt_id),
+                         legacy_job_name(self.run_dir, job_id, attempt_id))
 
     def jobs_of_run(self) -> dict[str, SlurmState]:
-        """Every job of this run Slurm still knows (named ``px-<run8>-``), by id: what a
-        stop sweeps after its cancels, and what a restart holds against its journal."""
+        """Every job of this run Slurm still knows (``of_run``), by id: what a stop sweeps
+        after its cancels, and what a restart holds against its journal."""
         done = self._run(["squeue", "--me", "--states=all", "-h", "-o", "%i|%j|%T|%r|%N"])
         if done.returncode != 0:
             raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
-        prefix = f"px-{run_tag(self.run_dir)}-"
         return {job: state for job, state in parse_squeue(done.stdout).items()
-                if state.name.startswith(prefix)}
+                if of_run(self.run_dir, state.name)}
 
     def poll(self, ids: list[str]) -> dict[str, SlurmState]:
         """Slurm's view of ``ids`` in one squeue; an id missing from the answer is unknown

@@ -6,7 +6,7 @@ otherwise start on a node nobody watches:
 - ABORT in every attempt directory whose command has not started (no READY, or READY
   without GO): a shim that starts later reads it and leaves without running anything;
 - scancel of every Slurm job of the run, those the job files name and any other
-  found by name (``px-<run8>-``: a submission the journal never recorded), then a
+  found by name (``<job>-<attempt>-px<run8>``: a submission the journal never recorded), then a
   wait, up to the stop's timeout, until Slurm has ended them all.
 
 The coordinator writes ``resource_scheduler/slurm.json`` before its first sbatch,

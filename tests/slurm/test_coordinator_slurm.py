@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm_client import run_tag
+from praxist_fs.backends.slurm_client import of_run, run_tag
 from tests.e2e.conftest import make_run, read_json, wait_for  # noqa: F401 (fixture)
 
 SLURM_S = 90  # a job's life on an idle single-node Slurm takes about a second; CI is slow
@@ -50,11 +50,10 @@ def slurm_run(real_slurm, make_run):
 
 def slurm_jobs(run, job_id: str = "") -> dict[str, str]:
     """This run's Slurm jobs (of one job, if given) that Slurm knows: id -> state."""
-    prefix = f"px-{run_tag(run.root)}-{job_id}"
     out = subprocess.run(["squeue", "-h", "--states=all", "-o", "%i|%j|%T"],
                          capture_output=True, text=True, timeout=30, check=True).stdout
     return {i: state for i, name, state in (line.split("|") for line in out.splitlines())
-            if name.startswith(prefix)}
+            if of_run(run.root, name) and name.startswith(job_id)}
 
 
 def submit(run, tag: str, command: str, **fields) -> str:

@@ -31,11 +31,12 @@ CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
 
 def test_job_name_is_deterministic_slurm_safe_and_per_run(tmp_path):
     """R-DIST-1: the same attempt always gets the same name (found again after a crash
-    between sbatch and the journal); two runs never share one."""
+    between sbatch and the journal); two runs never share one. Issue 28: it starts with
+    the job id (the tag's start), what plain squeue's 8 characters of name show."""
     run = tmp_path / "run"
     name = job_name(run, "job 1|x", "a1")
     run8 = hashlib.sha256(str(run).encode()).hexdigest()[:8]
-    assert name == f"px-{run8}-job_1_x-a1"
+    assert name == f"job_1_x-a1-px{run8}"
     assert job_name(run, "job 1|x", "a1") == name
     assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
     assert job_name(tmp_path / "other", "job 1|x", "a1") != name
