@@ -211,12 +211,18 @@ class SlurmBackend:
                                ready=True, handle=self._handle(key),
                                note=f"submitted to Slurm as job {slurm_id}")
 
-    def _handle(self, key: AttemptKey, node: str | None = None) -> dict[str, Any]:
+    def _handle(self, key: AttemptKey, node: str | None = None,
+                ready: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The attempt's Slurm job; once it runs, ``node``; once its shim wrote READY, when
+        that was (``started_at``: its command's start) and the GPUs Slurm gave it."""
         tracked = self.tracked[key]
         handle = {"backend": "slurm", "cluster": self.cluster, "job_id": tracked.slurm_id,
                   "job_name": tracked.name}
         if node:
             handle["node"] = node
+        if ready is not None:
+            handle["started_at"] = ready.get("at")
+            handle["gpus"] = [gpu for gpu in str(ready.get("gpus") or "").split(",") if gpu]
         return handle
 
     def _could_not_start(self, key: AttemptKey, error: str) -> AttemptObserved:
@@ -278,7 +284,7 @@ class SlurmBackend:
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
                                                    else "") or (ready or {}).get("host") \
             or tracked.node
-        base["handle"] = self._handle(key, node or None)
+        base["handle"] = self._handle(key, node or None, ready)
         code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
         where = f" on node {node}" if node else ""
         if tracked.no_ready is not None and code != 0:

@@ -275,6 +275,10 @@ class _Watch:
             if reason != self.said:
                 self.said = reason
                 print(f"praxist-fs launch: queued: {reason}", file=sys.stderr, flush=True)
+        elif doc["state"] == "running" and "(Slurm job " in doc["reason"] and \
+                doc["reason"] != self.said:  # why Slurm holds it, where it runs: as srun
+            self.said = doc["reason"]
+            print(f"praxist-fs launch: {doc['reason']}", file=sys.stderr, flush=True)
 
     def _cancel(self, doc: dict[str, Any]) -> None:
         self.cancelled_by = self.signalled

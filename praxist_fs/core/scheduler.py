@@ -407,6 +407,8 @@ class Scheduler(JobControlDesk):
         attempt = _find(job, ev.attempt_id) if job else None
         if attempt is None or attempt.phase == AttemptPhase.ENDED:
             return []  # a late sighting of an attempt already settled
+        if not ev.alive and ev.handle is not None and attempt.handle is not None:
+            attempt.handle = ev.handle  # where it ran and since when: its end's last word
         if self.stopped and not (ev.exited and ev.exit_code == 0) and (ev.exited or not ev.alive):
             attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
             attempt.outcome = "cancelled"

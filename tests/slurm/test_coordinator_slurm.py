@@ -9,12 +9,14 @@ Slurm jobs by their deterministic names, so "never submitted twice" is Slurm's w
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from praxist_fs.backends.slurm_client import of_run, run_tag
+from praxist_fs.core.identity import job_id_for
 from tests.e2e.conftest import make_run, read_json, wait_for  # noqa: F401 (fixture)
 
 SLURM_S = 90  # a job's life on an idle single-node Slurm takes about a second; CI is slow
@@ -125,7 +127,8 @@ def test_a_request_slurm_refuses_fails_with_sbatchs_message(slurm_run):
 
 def test_cancel_and_an_outside_scancel(slurm_run, tmp_path):
     """``praxist-fs cancel`` ends a running Slurm job as cancelled; a ``scancel`` from
-    outside praxist_fs fails the job and says so; neither is submitted again."""
+    outside praxist_fs fails the job and says so; neither is submitted again; and
+    ``praxist-fs logs`` shows what Slurm wrote of it under a header of its own."""
     run = slurm_run
     run.start()
     ours = submit(run, "ours", until_file(tmp_path / "never"))
@@ -142,6 +145,12 @@ def test_cancel_and_an_outside_scancel(slurm_run, tmp_path):
     assert "cancelled outside praxist_fs" in failed["reason"]
     for job_id in (ours, theirs):
         assert len(slurm_jobs(run, job_id)) == 1
+    # praxist-fs logs shows Slurm's own output too, where Slurm says what it did
+    shown = cli(run, "logs", theirs)
+    assert shown.startswith("==> attempt a1 (started ")
+    header = (f"==> attempt a1: Slurm's output (job {slurm_id}, {run.sched}/attempts/{theirs}"
+              "/a1/slurm.out) <==\n")
+    assert header in shown and f"JOB {slurm_id} ON ci0 CANCELLED AT" in shown.split(header)[1]
 
 
 def test_kill_9_then_restart_adopts_every_job_and_submits_none_twice(slurm_run, tmp_path):
@@ -243,36 +252,44 @@ def test_a_stop_without_a_coordinator_leaves_nothing_in_slurm(slurm_run, tmp_pat
     assert active(run) == {}
 
 
-def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm_run,
-                                                                           tmp_path):
-    """Two GPU jobs hold the node's two GPUs; a third waits in Slurm: its job file says
-    why in Slurm's words, and ``praxist-fs status`` lists each by Slurm job id. A fourth,
-    scancel-ed from outside while it waits, ends cancelled, not failed."""
+def cli(run, *args: str) -> str:
+    shown = subprocess.run([sys.executable, "-m", "praxist_fs", *args, "--run-dir",
+                            str(run.root)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_what_a_slurm_user_sees_of_jobs_that_wait_in_slurm(slurm_run, tmp_path):
+    """Two GPU jobs hold the node's two GPUs; a third, launched with ``praxist-fs
+    launch``, waits in Slurm: launch says why in Slurm's words, once per change, then
+    where it runs; its job file says why; ``status`` counts it apart from the running
+    ones and shows the GPUs Slurm gave the others; ``jobs`` has Slurm's job id and node,
+    and WALL from the command's start. A fourth, scancel-ed from outside while it waits,
+    ends cancelled, not failed, with no exit code and no wall time (issue 28)."""
     run = slurm_run
     run.start()
     release = tmp_path / "release"
     holders = [submit(run, f"hold{n}", until_file(release), profile="gpu1") for n in (1, 2)]
     for job_id in holders:
         ready(run, job_id)
-    waiting = submit(run, "waiting", "exit 0", profile="gpu1")
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "praxist_fs", "launch", "--run-dir", str(run.root), "--peer",
+         "tester", "--tag", "waiting", "--profile", "gpu1", "--", "true"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    waiting = job_id_for("waiting")
     doc = wait_for(lambda: (d := run.job(waiting)) and "waiting in Slurm: Resources"
                    in d["reason"] and d, timeout=SLURM_S, message="Slurm's pending reason")
     slurm_id = doc["attempts"][-1]["handle"]["job_id"]
     assert doc["state"] == "running"  # admitted by praxist_fs; Slurm decides when
     assert f"(Slurm job {slurm_id})" in doc["reason"]
-
-    def status() -> str:
-        shown = subprocess.run([sys.executable, "-m", "praxist_fs", "status", "--run-dir",
-                                str(run.root)], capture_output=True, text=True, timeout=60)
-        assert shown.returncode == 0, shown.stderr
-        return shown.stdout
-
     # Slurm's reason may read "None" for a moment between its scheduling cycles
-    shown = wait_for(lambda: (out := status()) and "waiting in Slurm: Resources" in out and out,
-                     timeout=SLURM_S, message="status showing Slurm's pending reason")
+    shown = wait_for(lambda: (out := cli(run, "status")) and "waiting in Slurm: Resources"
+                     in out and out, timeout=SLURM_S, message="status showing the reason")
     assert f"s{slurm_id}" in shown
-    # somebody scancels a job still pending in Slurm: its command never ran, so the job is
-    # cancelled (not failed), with no exit code
+    assert "running 3 (1 of them pending in Slurm)" in shown
+    holder_lines = [line for line in shown.splitlines() if line.startswith("hold")]
+    assert sorted(line.split()[5] for line in holder_lines) == ["0", "1"]  # GPUS: Slurm's
+    # somebody scancels a job still pending in Slurm: its command never ran
     doomed = submit(run, "doomed", "exit 0", profile="gpu1")
     doomed_id = wait_for(lambda: (run.job(doomed)["attempts"][-1].get("handle") or {})
                          .get("job_id"), timeout=SLURM_S, message="the Slurm job id")
@@ -282,7 +299,24 @@ def test_status_and_job_files_show_the_slurm_job_its_node_and_why_it_waits(slurm
         "cancelled", "cancelled in Slurm while pending", None)
     assert doc["attempts"][0]["exit_code"] is None and len(doc["attempts"]) == 1
     release.touch()
-    assert run.wait_state(waiting, "completed", timeout=SLURM_S)["exit_code"] == 0
+    _, said = launch.communicate(timeout=SLURM_S)
+    assert launch.returncode == 0, said
+    told = [line.removeprefix("praxist-fs launch: ") for line in said.splitlines()
+            if "(Slurm job " in line]
+    assert f"attempt a1: waiting in Slurm: Resources (Slurm job {slurm_id})" in told
+    assert all(a != b for a, b in zip(told, told[1:]))  # once per change
+    rows = {row["job_id"]: row for row in json.loads(cli(run, "jobs", "--json"))["jobs"]}
+    assert (rows[doomed]["slurm_job_id"], rows[doomed]["wall_s"]) == (doomed_id, None)
+    assert (rows[waiting]["slurm_job_id"], rows[waiting]["node"]) == (slurm_id, "ci0"), json.dumps(rows[waiting]["attempts"][0]["handle"])
+    assert "started_at" in rows[waiting]["attempts"][0]["handle"], rows[waiting]
+    queued_for = rows[waiting]["attempts"][0]["handle"]["started_at"] - \
+        rows[waiting]["attempts"][0]["started_at"]
+    assert queued_for > 0 and rows[waiting]["wall_s"] < rows[waiting]["ended_at"] - \
+        rows[waiting]["attempts"][0]["started_at"]  # Slurm's queue is not run time
+    table = cli(run, "jobs").splitlines()
+    assert table[0].split()[-4:] == ["WALL", "SLURM", "NODE", "REASON"]
+    [line] = [line for line in table if line.startswith("doomed")]
+    assert re.search(rf" - +{doomed_id} +- +cancelled in Slurm while pending$", line), line
 
 
 def scontrol_job(slurm_id: str) -> dict[str, str]:

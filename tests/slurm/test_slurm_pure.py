@@ -219,3 +219,27 @@ def test_an_attempt_ended_by_its_node_reads_so_in_logs_and_launch():
                          "infrastructure": "Slurm NODE_FAIL on node ci0"}) == \
         "Slurm NODE_FAIL on node ci0"
     assert describe_end({**base, "exit_code": 3}) == "exit 3"
+
+
+def slurm_attempt(launched_at, ended_at, **handle):
+    return {"attempt_id": "a1", "started_at": launched_at, "ended_at": ended_at,
+            "handle": {"backend": "slurm", "job_id": "431", **handle}}
+
+
+def test_jobs_count_wall_from_the_commands_start_and_show_slurms_id_and_node():
+    """Issue 28: WALL on Slurm runs from the command's start (READY), not from the launch
+    decision (Slurm's queue is not run time); an attempt cancelled while it waited in
+    Slurm has none; ``jobs`` gains SLURM and NODE columns when a job ran there."""
+    from praxist_fs.commands.render import format_jobs, job_row
+    ran = job_row({"job_id": "j1", "state": "completed", "attempts": [slurm_attempt(
+        100.0, 160.0, node="ci0", started_at=150.0)]}, now=200.0)
+    assert (ran["wall_s"], ran["slurm_job_id"], ran["node"]) == (10.0, "431", "ci0")
+    waited = job_row({"job_id": "j2", "state": "cancelled",
+                      "attempts": [slurm_attempt(100.0, 130.0)]}, now=200.0)
+    assert (waited["wall_s"], waited["node"]) == (None, None)
+    local = job_row({"job_id": "j3", "state": "completed", "attempts": [
+        {"attempt_id": "a1", "started_at": 100.0, "ended_at": 104.0}]}, now=200.0)
+    assert (local["wall_s"], local["slurm_job_id"]) == (4.0, None)
+    header = format_jobs([ran, waited], 2, 200.0).splitlines()[0].split()
+    assert header[-4:] == ["WALL", "SLURM", "NODE", "REASON"]
+    assert "SLURM" not in format_jobs([local], 1, 200.0)  # a local run's table is as it was

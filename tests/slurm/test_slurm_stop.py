@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from praxist_fs.adapters.fsio import dumps, read_json, write_atomic
+from praxist_fs.adapters.fsio import dumps, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.slurm_client import SlurmClient, run_tag
 from praxist_fs.backends.slurm_config import parse_slurm_config
