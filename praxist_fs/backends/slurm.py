@@ -33,6 +33,7 @@ from praxist_fs.backends.slurm_client import (
     SlurmUnavailable, outcome, run_tag, slurm_safe, write_spec,
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm_doorbell import open_doorbell
 from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
@@ -113,6 +114,9 @@ class SlurmBackend:
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector = selector
         selector.register(self._wake_read, selectors.EVENT_READ, ("backend", ("poll",)))
+        self.doorbell = open_doorbell(self.config.notify_host)  # READY, exit.json: at once
+        if self.doorbell is not None:
+            selector.register(self.doorbell, selectors.EVENT_READ, ("backend", ("rung",)))
 
     # -- launching ------------------------------------------------------------------
 
@@ -146,7 +150,8 @@ class SlurmBackend:
         write_spec(attempt_dir, {
             "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
-            "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
+            "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S,
+            "notify": self.doorbell.address if self.doorbell is not None else None})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
         exclude = self.nodes().excluded()
         job = self.lookup(effect.job_id)
@@ -278,7 +283,13 @@ class SlurmBackend:
         # the command may have run only if the shim wrote READY (durably) and then found GO
         base = dict(at=time.time(), job_id=key[0], attempt_id=key[1], ready=ready is not None,
                     go=ready is not None and (attempt_dir / "GO").exists())
-        if tracked is None:  # never submitted, or its submission is under way or being found
+        if tracked is None:  # never submitted, its submission under way or being found, or
+            # settled and forgotten (its end, read now by someone else, is its exit.json's)
+            code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
+            if isinstance(code, int) and not isinstance(code, bool):
+                return AttemptObserved(alive=False, exited=True, exit_code=code,
+                                       signal=exit_record.get("signal"),
+                                       ended_at=exit_record.get("ended_at"), **base)
             return AttemptObserved(alive=key in self.unresolved or key in self.submitting,
                                    **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
@@ -497,7 +508,10 @@ class SlurmBackend:
 
     def on_ready(self, token: Any) -> list[Event]:
         """A submitter or the poll thread answered: the handles of submitted attempts, and
-        Slurm's states, with an observation of each attempt they concern."""
+        Slurm's states, with an observation of each attempt they concern. Or a shim rang
+        the doorbell: its attempt is looked at now."""
+        if token == ("rung",):
+            return self._rung()
         try:
             while os.read(self._wake_read, 4096):
                 pass
@@ -525,6 +539,18 @@ class SlurmBackend:
             else:
                 del self.tracked[key]  # settled: Slurm's word on it is no longer needed
         return events + self._probe(time.time())
+
+    def _rung(self) -> list[Event]:
+        """The attempts whose shims rang (READY or exit.json written), observed from their
+        files now; a ring for an attempt not tracked here is ignored (a hint, not a fact).
+        An end that needs Slurm's word (an exit but 0) brings the next squeue forward."""
+        events: list[Event] = []
+        for key in sorted(self.doorbell.rung()):
+            job = self.lookup(key[0])
+            if key in self.tracked and job is not None and job.current is not None and \
+                    job.current.attempt_id == key[1] and job.current.phase != "ended":
+                events += self._told(key, self.observe(job, job.current))
+        return events
 
     def _take(self, asked: list[str], states: dict[str, SlurmState],
               finals: dict[str, FinalExit | None]) -> None:
@@ -695,3 +721,6 @@ class SlurmBackend:
         os.close(self._wake_read)
         os.close(self._wake_write)
         self._wake_read = self._wake_write = -1
+        if self.doorbell is not None:
+            self.selector.unregister(self.doorbell)
+            self.doorbell.close()

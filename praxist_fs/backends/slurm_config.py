@@ -64,6 +64,9 @@ class SlurmConfig:
     node_cooldown_s: float = NODE_COOLDOWN_S
     # R-BUD-2: longest wait from Slurm running the job on a node to the shim's READY
     launch_timeout_s: float = 300.0
+    # where the shims ring the coordinator's doorbell (slurm_doorbell.py): its host name's
+    # address, unless this names another (a name or address the nodes can reach)
+    notify_host: str | None = None
 
     def for_profile(self, name: str | None) -> ProfileResources:
         return self.resources.get(name or "", self.default_resources)
@@ -138,6 +141,15 @@ def _allowed_options(path: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+
+
+def _host(path: str, value: Any) -> str:
+    if not isinstance(value, str) or not _HOST.fullmatch(value):
+        raise PolicyError(path, value, "a host name or an IP address the nodes can reach")
+    return value
+
+
 def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise PolicyError(path, value, "one of " + ", ".join(choices))
@@ -172,6 +184,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "python": _python,
     "node_cooldown_s": lambda p, v: _number(p, v, 0.0, 86400.0),
     "launch_timeout_s": lambda p, v: _number(p, v, 1.0, 86400.0),
+    "notify_host": _host,
 }
 
 

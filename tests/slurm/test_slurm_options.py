@@ -139,6 +139,7 @@ compute_budget:
     ("{resources: {cpu: {partition: 'a b'}}}", "slurm.resources.cpu.partition",
      "a name matching"),
     ("{resources: {cpu: {time: 5}}}", "slurm.resources.cpu.time", "only the keys cpus"),
+    ("{notify_host: 'head node'}", "slurm.notify_host", "a host name or an IP address"),
 ])
 def test_the_task_files_slurm_keys_are_checked_by_name(slurm, key, expected):
     with pytest.raises(PolicyError) as caught:
