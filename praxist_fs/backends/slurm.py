@@ -30,7 +30,7 @@ from praxist_fs.backends.base import AttemptKey, Capabilities
 from praxist_fs.backends.local.launcher import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.slurm_client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
-    SlurmUnavailable, outcome, run_tag, slurm_safe, write_spec,
+    SlurmUnavailable, job_options, outcome, run_tag, slurm_safe, tasks, write_spec,
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.backends.slurm_doorbell import open_doorbell
@@ -147,17 +147,18 @@ class SlurmBackend:
         log_path = self.layout.log(*key)
         makedirs(attempt_dir)
         makedirs(log_path.parent)
+        job = self.lookup(effect.job_id)
+        requested = job.request.slurm if job is not None else None
         write_spec(attempt_dir, {
             "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S,
-            "notify": self.doorbell.address if self.doorbell is not None else None})
+            "notify": self.doorbell.address if self.doorbell is not None else None,
+            "tasks": tasks(job_options(self.config, effect.profile, requested))})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
         exclude = self.nodes().excluded()
-        job = self.lookup(effect.job_id)
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), exclude,
-                                         job.request.slurm if job is not None else None)
+                                         effect.metadata.get("eta_s"), exclude, requested)
         self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []

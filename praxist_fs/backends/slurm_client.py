@@ -142,7 +142,8 @@ def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
     job = job_options(config, profile.get("name"), requested)
     argv = ["sbatch", "--parsable", "--no-requeue", "-J", name, "--comment", comment,
             "-D", str(attempt_dir), "-o", str(attempt_dir / "slurm.out"), "--open-mode=append",
-            *gpu_request(profile, config.gpu_shards),
+            *(gpu_request(profile, config.gpu_shards) if tasks(job) is None else
+              process_request(job, profile)),
             "-c", str(resources.cpus), f"--mem={job['mem_mb']}M"]
     minutes = job.get("time_limit_minutes") or time_limit(config, eta_seconds)
     if minutes is not None:
@@ -157,6 +158,25 @@ def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
     if exclude:
         argv.append("--exclude=" + ",".join(sorted(set(exclude))))
     return [*argv, str(attempt_dir / ENTRY), str(attempt_dir)]
+
+
+def tasks(job: dict[str, Any]) -> dict[str, int] | None:
+    """R-DIST-3: how a job of several processes is laid out (``nodes``, ``tasks_per_node``),
+    or None for the one process of an ordinary attempt."""
+    if not {"nodes", "tasks_per_node", "gpus_per_node"} & job.keys():
+        return None
+    return {"nodes": job.get("nodes", 1), "tasks_per_node": job.get("tasks_per_node", 1)}
+
+
+def process_request(job: dict[str, Any], profile: dict[str, Any]) -> list[str]:
+    """The allocation of a job of several processes: ``--nodes``, ``--ntasks-per-node``,
+    and ``--gpus-per-node`` (the job's own, else its profile's ``gpu_count`` on each
+    node); Slurm starts the batch script on the first node, the shim the tasks."""
+    layout = tasks(job)
+    argv = [f"--nodes={layout['nodes']}", f"--ntasks-per-node={layout['tasks_per_node']}"]
+    per_node = job.get("gpus_per_node", int(profile.get("gpu_count") or 0)
+                       if profile.get("accelerator") == "gpu" else 0)
+    return argv + ([f"--gpus-per-node={per_node}"] if per_node else [])
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ OWNED_OPTIONS = ("-J", "--job-name", "--comment", "-D", "--chdir", "-o", "--outp
                  "--mem", "-t", "--time", "-p", "--partition", "-A", "--account", "--qos",
                  "-q", "--array", "-a", "--wrap")
 # what a job may set by its own key (core/slurm_options.py), or what would contradict one
-KEYED_OPTIONS = ("--constraint", "-C", "--signal", "--mem-per-cpu", "--mem-per-gpu")
+KEYED_OPTIONS = ("--constraint", "-C", "--signal", "--mem-per-cpu", "--mem-per-gpu",
+                 "--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--gpus-per-node")
 # the signals a job's command may be warned with before its time limit (Slurm's --signal)
 WARNING_SIGNALS = ("USR1", "USR2", "URG", "HUP", "INT", "TERM")
 

@@ -15,7 +15,9 @@ listing the directory, not by stat):
   ordinals, else the ordinals), pid and start time;
 - it waits for GO or ABORT (the coordinator journals the Slurm job id with GO first);
 - it runs the command of spec.json (0600, removed once read: it may hold secrets) in a
-  process group of its own, with Slurm's SLURM_* variables and those GPUs bound as the
+  process group of its own (a job of several processes, spec.json's ``tasks``: once per
+  task, through ``srun``, with the rendezvous variables torchrun sets, and the exit
+  code of the first task that failed), with Slurm's SLURM_* variables and those GPUs bound as the
   local backend binds its own: PRAXIST_ASSIGNED_GPU_UUIDS, CUDA_VISIBLE_DEVICES and
   NVIDIA_VISIBLE_DEVICES all name them (``praxist-fs bind`` checks exactly that);
 - it traps TERM, INT and HUP (scancel, the time limit) and forwards TERM to the
@@ -97,11 +99,15 @@ def serve(attempt_dir, environ):
     if not wait_for_go(attempt_dir, spec["barrier_timeout_s"]):
         return 0  # nothing ran: the coordinator releases the attempt unconsumed
     spec["env"] = command_env(spec["env"], environ, gpus)
+    if spec.get("tasks"):  # several processes (R-DIST-3): srun starts one per task
+        spec = across_tasks(spec, attempt_dir, environ)
     status_fd = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)  # no coordinator pipe
     try:
         result = shim.run(spec, status_fd, own_group=True, on_start=_started)
     finally:
         posix.close(status_fd)
+    if spec.get("tasks"):
+        result = first_failure(result, attempt_dir)
     for _ in shim.write_until_written(attempt_dir + "/exit.json", shim.to_json(result),
                                       durable=True):
         pass  # the exit exists only here until written: no giving up
@@ -129,6 +135,56 @@ def parse_json(text):
     if text[end:].strip():
         raise ValueError("extra data after the JSON document")
     return document
+
+
+# Each task of a job of several processes: the rendezvous variables torchrun and
+# torch.distributed read, from Slurm's own per task; its GPUs bound as the shim binds a
+# one-process job's; then the command, and its exit with the time it came, for
+# first_failure. $1: the attempt directory; the rest: the command.
+TASK_WRAPPER = (
+    'dir=$1; shift; '
+    'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID" '
+    'WORLD_SIZE="$SLURM_NTASKS" LOCAL_WORLD_SIZE="${SLURM_NTASKS_PER_NODE%%(*}" '
+    'PRAXIST_ASSIGNED_GPU_UUIDS="${CUDA_VISIBLE_DEVICES-}" '
+    'NVIDIA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES-}"; '
+    '"$@"; code=$?; '
+    'printf "%s %s\\n" "$code" "$(date +%s%N)" > "$dir/rank-$RANK.exit"; exit $code')
+MASTER_PORT_FIRST, MASTER_PORT_COUNT = 20000, 20000  # of which the job id picks one
+
+
+def across_tasks(spec, attempt_dir, environ):
+    """The spec that runs the command once per task of the allocation (srun, which
+    inherits the allocation's layout and forwards our signals to every task; a task that
+    fails ends the others, ``--kill-on-bad-exit``), with MASTER_ADDR (this, the first
+    node) and MASTER_PORT (from the job id, so two jobs on one node differ)."""
+    command = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
+    job_id = environ.get("SLURM_JOB_ID", "0")
+    port = MASTER_PORT_FIRST + (int(job_id) if job_id.isdigit() else 0) % MASTER_PORT_COUNT
+    env = dict(spec["env"], MASTER_ADDR=posix.uname().nodename, MASTER_PORT=str(port))
+    return dict(spec, env=env, command=None, argv=[
+        "srun", "--kill-on-bad-exit=1", "--export=ALL", "/bin/sh", "-c", TASK_WRAPPER,
+        "praxist-task", attempt_dir, *command])
+
+
+def first_failure(result, attempt_dir):
+    """The exit of a job of several processes: that of the first task that failed (by
+    the time each wrapper recorded, then by rank), or 0 when every one exited 0; srun's
+    own where no task said (none could start, or all were killed). ``rank`` names it."""
+    ended = []
+    for name in listing(attempt_dir):
+        if name.startswith("rank-") and name.endswith(".exit") and name[5:-5].isdigit():
+            try:
+                with open(attempt_dir + "/" + name) as handle:
+                    code, at = handle.read().split()
+                ended.append((int(at), int(name[5:-5]), int(code)))
+            except (OSError, ValueError):
+                continue
+    failed = sorted(each for each in ended if each[2] != 0)
+    if failed:
+        _, rank, code = failed[0]
+        return dict(result, exit_code=code, rank=rank,
+                    signal=result["signal"] if code == result["exit_code"] else None)
+    return result
 
 
 def command_env(env, environ, gpus):

@@ -30,6 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--warning-seconds", type=int, metavar="SECONDS",
                        help="send the task file's warning signal (default USR2) this long "
                        "before the time limit, to checkpoint; 0: none (default: the task's)")
+    slurm.add_argument("--nodes", type=int, metavar="N", help="a job of several processes: "
+                       "one allocation of N nodes, the command run once per task (R-DIST-3)")
+    slurm.add_argument("--ntasks-per-node", type=int, metavar="T",
+                       help="tasks (command processes) per node (default 1)")
+    slurm.add_argument("--gpus-per-node", type=int, metavar="G",
+                       help="GPUs per node (default: the profile's gpu_count)")
     slurm.add_argument("--sbatch-option", action="append", default=[], metavar="--NAME[=VALUE]",
                        help="another sbatch option the task file allows "
                        "(slurm.allowed_options); repeatable; write it --sbatch-option=--NAME")
@@ -40,7 +46,8 @@ def request_field(args: argparse.Namespace) -> dict[str, Any] | None:
     given = {"time_limit_minutes": args.time, "partition": args.partition,
              "account": args.account, "qos": args.qos, "constraint": args.constraint,
              "mem_mb": args.mem, "warning_seconds": args.warning_seconds,
-             "options": args.sbatch_option or None}
+             "options": args.sbatch_option or None, "nodes": args.nodes,
+             "tasks_per_node": args.ntasks_per_node, "gpus_per_node": args.gpus_per_node}
     given = {key: value for key, value in given.items() if value is not None}
     return given or None
 

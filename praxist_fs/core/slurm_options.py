@@ -5,9 +5,11 @@ as the rest of what a peer writes: an unknown key or a bad value names its path.
 ``time_limit_minutes`` (``-t``), ``partition`` (``-p``), ``account`` (``-A``), ``qos``
 (``--qos``), ``constraint`` (``--constraint``), ``mem_mb`` (``--mem``),
 ``warning_seconds`` (how long before the time limit the job's command gets the task
-file's warning signal; 0: none) and ``options``: further sbatch options, each
+file's warning signal; 0: none), ``options``: further sbatch options, each
 ``--name`` or ``--name=value``, whose names the task file must allow
-(``slurm.allowed_options``). Pure: the Slurm backend turns them into sbatch's
+(``slurm.allowed_options``), and for a job of several processes (R-DIST-3) ``nodes``
+(``--nodes``), ``tasks_per_node`` (``--ntasks-per-node``: the command runs once per
+task) and ``gpus_per_node`` (``--gpus-per-node``). Pure: the Slurm backend turns them into sbatch's
 arguments (backends/slurm_client.py), the core only checks a request against the task.
 """
 
@@ -20,7 +22,9 @@ if TYPE_CHECKING:
     from .policy import Policy
 
 JOB_KEYS = ("time_limit_minutes", "partition", "account", "qos", "constraint", "mem_mb",
-            "warning_seconds", "options")
+            "warning_seconds", "options", "nodes", "tasks_per_node", "gpus_per_node")
+MAX_NODES = 4096
+MAX_TASKS_PER_NODE = 1024
 MAX_TIME_LIMIT_MINUTES = 525600  # a year
 MAX_MEM_MB = 2**31
 MAX_WARNING_SECONDS = 86400
@@ -120,4 +124,7 @@ _CHECKS = {
     "mem_mb": lambda p, v: _integer(p, v, 1, MAX_MEM_MB),
     "warning_seconds": lambda p, v: _integer(p, v, 0, MAX_WARNING_SECONDS),
     "options": _options,
+    "nodes": lambda p, v: _integer(p, v, 1, MAX_NODES),
+    "tasks_per_node": lambda p, v: _integer(p, v, 1, MAX_TASKS_PER_NODE),
+    "gpus_per_node": lambda p, v: _integer(p, v, 0, 64),
 }

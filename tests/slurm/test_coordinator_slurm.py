@@ -9,6 +9,7 @@ Slurm jobs by their deterministic names, so "never submitted twice" is Slurm's w
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -497,3 +498,39 @@ def test_a_node_failing_twice_goes_offline_and_a_probe_brings_it_back(slurm_run,
         set_node("resume", check=False, node=node)
         (tmp_path / "release-holder").touch()
     assert run.wait_state(holder, "completed", timeout=SLURM_S)["exit_code"] == 0
+
+
+def test_a_two_node_job_runs_once_per_node_with_the_rendezvous_variables(slurm_run, tmp_path):
+    """R-DIST-3 on partition pair (ci0 and ci1): a request with ``nodes: 2`` is one
+    allocation whose command runs once per node, each with the variables torchrun and
+    torch.distributed read (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK,
+    NODE_RANK); the job's exit code is the first failing rank's (rank 1 exits 3, which
+    ends rank 0 by a signal: srun alone would say 137); a cancel ends every rank."""
+    run = slurm_run
+    run.start()
+    pair = {"nodes": 2, "partition": "pair"}
+    said = ('echo "$RANK $WORLD_SIZE $LOCAL_RANK $NODE_RANK $MASTER_ADDR $MASTER_PORT '
+            f'$SLURMD_NODENAME" > {tmp_path}/$SLURM_JOB_ID-$RANK')
+    ok = submit(run, "pair-ok", said, slurm=pair)
+    failing = submit(run, "pair-fails", f'{said}; [ "$RANK" = 1 ] && exit 3; exec sleep 60',
+                     slurm=pair)
+    doomed = submit(run, "pair-cancel", f"echo $$ > {tmp_path}/pid-$RANK; exec sleep 300",
+                    slurm=pair)
+    done = run.wait_state(ok, "completed", "failed", timeout=SLURM_S)
+    assert done["state"] == "completed", done["reason"]
+    slurm_id = done["attempts"][0]["handle"]["job_id"]
+    ranks = sorted((tmp_path / f"{slurm_id}-{rank}").read_text().split() for rank in (0, 1))
+    assert [r[:4] for r in ranks] == [["0", "2", "0", "0"], ["1", "2", "0", "1"]]
+    assert {r[4] for r in ranks} == {os.uname().nodename}  # the first node's host
+    assert len({r[5] for r in ranks}) == 1 and {r[6] for r in ranks} == {"ci0", "ci1"}
+    failed = run.wait_state(failing, "completed", "failed", timeout=SLURM_S)
+    assert (failed["state"], failed["exit_code"]) == ("failed", 3), failed["reason"]
+    pids = [wait_for(lambda rank=rank: (p := tmp_path / f"pid-{rank}").exists()
+                     and p.read_text().strip(), timeout=SLURM_S, message=f"rank {rank}")
+            for rank in (0, 1)]
+    subprocess.run([sys.executable, "-m", "praxist_fs", "cancel", "--run-dir",
+                    str(run.root), "--grace", "5", doomed], check=True, timeout=60,
+                   capture_output=True)
+    assert run.wait_state(doomed, "cancelled", timeout=SLURM_S)["state"] == "cancelled"
+    assert wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in pids),
+                    timeout=SLURM_S, message="every rank's process gone")

@@ -210,3 +210,17 @@ def test_launch_passes_its_slurm_flags(fake_cluster, make_run, tmp_path):
     assert refused.returncode == 2
     assert ("rejected: slurm.options[0]: --exclusive is not allowed by the task file "
             "(slurm.allowed_options: --nice)") in refused.stderr
+
+
+def test_a_job_of_several_processes_is_one_allocation_of_its_nodes_and_tasks():
+    """R-DIST-3: ``nodes``, ``tasks_per_node``, ``gpus_per_node`` (else the profile's GPUs
+    on each node) instead of the one process's ``--gpus``."""
+    gpu = {"name": "cpu", "accelerator": "gpu", "gpu_count": 4}
+    shown = pairs(argv_of({}, {"nodes": 2, "tasks_per_node": 4}, profile=gpu))
+    assert (shown["--nodes"], shown["--ntasks-per-node"], shown["--gpus-per-node"]) == (
+        "2", "4", "4")
+    assert "--gpus" not in shown
+    assert pairs(argv_of({}, {"nodes": 2, "gpus_per_node": 8}, profile=gpu))[
+        "--gpus-per-node"] == "8"
+    assert "--gpus-per-node" not in pairs(argv_of({}, {"nodes": 3}))  # CPU work
+    assert "--nodes" not in pairs(argv_of({}, {"partition": "p"}))  # one process

@@ -222,3 +222,41 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
         "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
         "praxist_fs.backends.local", "praxist_fs.backends.local.shim"}
     assert "psutil" not in modules
+
+
+def test_a_job_of_several_processes_exits_with_its_first_failure(tmp_path):
+    """R-DIST-3: each task's wrapper records its exit and when; the job's exit is that of
+    the first task that failed (by time, then rank), not srun's highest; 0 when all
+    exited 0; srun's own where no task said."""
+    from praxist_fs.backends.slurm_shim import first_failure
+    srun = {"exit_code": 137, "signal": None, "started_at": 1.0, "ended_at": 2.0,
+            "error": None}
+    for rank, (code, at) in enumerate([(137, 300), (3, 200), (5, 250)]):
+        (tmp_path / f"rank-{rank}.exit").write_text(f"{code} {at}\n")
+    assert first_failure(srun, str(tmp_path)) == dict(srun, exit_code=3, rank=1)
+    for rank in range(3):
+        (tmp_path / f"rank-{rank}.exit").write_text(f"0 {rank}\n")
+    assert first_failure(dict(srun, exit_code=0), str(tmp_path))["exit_code"] == 0
+    assert first_failure(srun, str(tmp_path / "nothing")) == srun
+
+
+def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
+    """R-DIST-3: srun starts the command once per task, behind a wrapper that sets RANK,
+    LOCAL_RANK, NODE_RANK, WORLD_SIZE from Slurm's own; MASTER_ADDR is the first node
+    (where the batch script runs), MASTER_PORT follows from the job id."""
+    from praxist_fs.backends.slurm_shim import TASK_WRAPPER, across_tasks
+    spec = {"argv": ["python", "train.py"], "command": None, "env": {"A": "1"}}
+    spread = across_tasks(spec, str(tmp_path), {"SLURM_JOB_ID": "431"})
+    assert spread["argv"][:6] == ["srun", "--kill-on-bad-exit=1", "--export=ALL", "/bin/sh",
+                                  "-c", TASK_WRAPPER]
+    assert spread["argv"][6:] == ["praxist-task", str(tmp_path), "python", "train.py"]
+    assert spread["env"] == {"A": "1", "MASTER_ADDR": os.uname().nodename,
+                             "MASTER_PORT": "20431"}
+    env = {"PATH": os.defpath, "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2(x2)", "CUDA_VISIBLE_DEVICES": "1"}
+    shown = subprocess.run(["/bin/sh", "-c", TASK_WRAPPER, "praxist-task", str(tmp_path),
+                            "sh", "-c", 'echo "$RANK $LOCAL_RANK $NODE_RANK $WORLD_SIZE '
+                            '$LOCAL_WORLD_SIZE $PRAXIST_ASSIGNED_GPU_UUIDS"; exit 4'],
+                           env=env, capture_output=True, text=True, timeout=30)
+    assert (shown.returncode, shown.stdout) == (4, "3 1 1 4 2 1\n")
+    assert (tmp_path / "rank-3.exit").read_text().split()[0] == "4"
