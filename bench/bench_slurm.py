@@ -244,21 +244,21 @@ def main() -> int:
     finally:
         if started_slurm:
             subprocess.run([str(ROOT / "tests/slurm/teardown.sh")], check=False)
-    print(f"{'':34}{'praxist_fs':>12}{'sbatch':>12}{'ratio':>8}")
+    print(f"{'':44}{'praxist_fs':>12}{'sbatch':>12}{'ratio':>8}")
     if lat is not None:
         for label, pick in (("submit-to-start p50 (ms)", statistics.median),
                             ("submit-to-start max (ms)", max)):
             ours, theirs = pick(lat["praxist_fs"]) * 1e3, pick(lat["sbatch"]) * 1e3
-            print(f"{label:34}{ours:12.0f}{theirs:12.0f}{ours / theirs:7.2f}x")
+            print(f"{label:44}{ours:12.0f}{theirs:12.0f}{ours / theirs:7.2f}x")
         ours, theirs = statistics.median(tput["praxist_fs"]), statistics.median(tput["sbatch"])
-        print(f"{f'{args.jobs} jobs at once, p50 (s)':34}{ours:12.2f}{theirs:12.2f}"
+        print(f"{f'{args.jobs} jobs at once, p50 (s)':44}{ours:12.2f}{theirs:12.2f}"
               f"{ours / theirs:7.2f}x")
     if alt is not None:
         for key, label in (("makespan", "makespan (s)"), ("start", "submit-to-start p50 (s)"),
                            ("seen", "submit-to-end-seen p50 (s)")):
             ours = statistics.median(alt["praxist_fs"][key])
             theirs = statistics.median(alt["sbatch"][key])
-            print(f"{f'{args.alternating} alternating: {label}':34}{ours:12.2f}{theirs:12.2f}"
+            print(f"{f'{args.alternating} alternating: {label}':44}{ours:12.2f}{theirs:12.2f}"
                   f"{ours / theirs:7.2f}x")
     return 0
 
