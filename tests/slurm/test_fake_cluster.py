@@ -18,15 +18,19 @@ from tests.backends.conftest import RealRig
 TIMEOUT_S = 30.0
 
 
-@pytest.fixture
-def rig(fake_cluster, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_SLURM_MIN_JOB_AGE", "0")  # an ended job is gone at once
+def slurm_rig(root, poll_pending_s: float, poll_running_s: float) -> RealRig:
     policy = Policy(backend="slurm", max_concurrent_experiments=2, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
-                           "poll_pending_s": 0.2, "poll_running_s": 1.0})
-    rig = RealRig(tmp_path / "run", lambda rig: SlurmBackend(
+                           "poll_pending_s": poll_pending_s, "poll_running_s": poll_running_s})
+    return RealRig(root, lambda rig: SlurmBackend(
         rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+
+
+@pytest.fixture
+def rig(fake_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_SLURM_MIN_JOB_AGE", "0")  # an ended job is gone at once
+    rig = slurm_rig(tmp_path / "run", 0.2, 1.0)
     yield rig
     rig.close()
 
@@ -55,12 +59,7 @@ def test_a_shim_rings_the_doorbell_once_ready_and_once_ended(fake_cluster, tmp_p
     loop (the backend's doorbell becomes readable), and the backend's answer to it is
     the attempt's end. Polls are an hour apart here, and nothing but the doorbell is
     served."""
-    policy = Policy(backend="slurm", max_concurrent_experiments=2, default_profile="cpu",
-                    profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
-                    slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
-                           "poll_pending_s": 60, "poll_running_s": 600})
-    rig = RealRig(tmp_path / "run", lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+    rig = slurm_rig(tmp_path / "run", 60, 600)
     try:
         launch = rig.launch("j1", rig.command(0, 0.0))
         rig.seen.add(rig.backend.start(launch, lambda: {"PATH": "/usr/bin:/bin"}))
