@@ -74,6 +74,19 @@ class Tracked:
     exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
 
 
+def _warned(exit_record: dict[str, Any]) -> str | None:
+    """What a failure after the time limit's warning says (the shim's ``warned``): a
+    command that does not handle the signal dies of it, before Slurm's TIMEOUT."""
+    warned = exit_record.get("warned")
+    if not isinstance(warned, int) or isinstance(warned, bool):
+        return None
+    try:
+        name = signal.Signals(warned).name
+    except ValueError:
+        name = f"signal {warned}"
+    return f"it ended after Slurm's warning before its time limit ({name})"
+
+
 class SlurmBackend:
     """Attempts as Slurm jobs behind the execution-backend seam (backends/base.py).
 
@@ -322,7 +335,8 @@ class SlurmBackend:
             return AttemptObserved(
                 alive=False, exited=True, exit_code=code, signal=exit_record.get("signal"),
                 ended_at=exit_record.get("ended_at"),
-                error=exit_record.get("error") or (reason if verdict == "failed" else None),
+                error=exit_record.get("error") or (reason if verdict == "failed" else None)
+                or (_warned(exit_record) if code else None),
                 failure=task_report(attempt_dir / "failure.json"), **base)
         if not tracked.polled:
             return AttemptObserved(alive=True, **base)

@@ -108,6 +108,8 @@ def serve(attempt_dir, environ):
         posix.close(status_fd)
     if spec.get("tasks"):
         result = first_failure(result, attempt_dir)
+    if _warnings:  # the time limit's warning came: a failure may be its doing
+        result = dict(result, warned=_warnings[-1])
     for _ in shim.write_until_written(attempt_dir + "/exit.json", shim.to_json(result),
                                       durable=True):
         pass  # the exit exists only here until written: no giving up

@@ -155,6 +155,24 @@ def test_a_warning_signal_reaches_the_command_as_it_is(attempt):
     assert read(attempt / "exit.json")["exit_code"] == 0
 
 
+def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attempt):
+    """A command without a USR2 handler dies of the warning (exit 140), as under srun;
+    exit.json says the warning came (``warned``), which the backend adds to the reason:
+    a failure before the time limit is not taken for the command's own."""
+    from praxist_fs.backends.slurm import _warned
+    spec(attempt, "echo started; sleep 60")
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "out.log").exists()
+             and (attempt / "out.log").read_text() == "started\n", message="the command")
+    shim.send_signal(signal.SIGUSR2)
+    assert ended(shim) == 140
+    record = read(attempt / "exit.json")
+    assert (record["exit_code"], record["warned"]) == (140, signal.SIGUSR2)
+    assert _warned(record) == "it ended after Slurm's warning before its time limit (SIGUSR2)"
+    assert _warned({"exit_code": 3}) is None
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
     """Slurm's scancel or time limit reach the batch script: the shim forwards TERM to
