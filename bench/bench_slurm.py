@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A coordinator with ``backend: slurm`` side by side with plain ``sbatch`` of the same
-command, on the same Slurm (issue 16, item 6).
+command, on the same Slurm (issue 16, item 6; issue 28, item 6).
 
-    .venv/bin/python bench/bench_slurm.py [--n 10] [--jobs 12]
+    .venv/bin/python bench/bench_slurm.py [--n 10] [--jobs 12] [--alternating 30]
 
 Needs a running Slurm: ``SLURM_CONF`` set, else tests/slurm/setup.sh is run (root) and
 tests/slurm/teardown.sh after. Both sides run ``/bin/sh -c 'date +%s%N > FILE'`` with one
@@ -18,6 +18,16 @@ CPU and 256 MB, so "start" is the timestamp date writes.
               command's timestamp; ``--rounds`` rounds, the first side alternating,
               the median reported (Slurm starts jobs in scheduler passes about a
               second apart, so one round mostly measures where in a pass it began).
+
+  alternating ``--alternating`` jobs per side, one at a time, the sides taking turns
+              (praxist_fs, sbatch, praxist_fs, ...), each on an idle cluster: per side
+              the makespan (its jobs' submit-to-end-seen added up, as a chain that
+              submits each job once the last was seen ended), and the p50 of
+              submit-to-start and of submit-to-end-seen. "End seen" is when a user
+              learns the job ended: praxist_fs's job file in jobs/done/, plain
+              sbatch's job out of squeue's running states (the bench's own poller,
+              every 20 ms for both). ``--rounds`` rounds, the first side alternating;
+              each figure is the median over the rounds.
 
 One job per side runs first, unmeasured: the first job after slurmctld starts waits
 for the node's first scheduling pass.
@@ -37,7 +47,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from praxist_fs.backends.slurm import SlurmClient, parse_slurm_config  # noqa: E402
+from praxist_fs.backends.slurm_client import SlurmClient  # noqa: E402
+from praxist_fs.backends.slurm_config import parse_slurm_config  # noqa: E402
+from praxist_fs.core.identity import job_id_for  # noqa: E402
 
 RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 TASK = """\
@@ -159,11 +171,56 @@ def throughput(sides: Sides, jobs: int, rounds: int) -> dict[str, list[float]]:
     return results
 
 
+SEEN_EVERY = 0.02  # the bench's poller: the job file in done/, or one squeue for sbatch's
+
+
+def alternating(sides: Sides, jobs: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Per side, per round: makespan (its jobs' submit-to-end-seen added up: each one is
+    submitted once the last was seen ended), submit-to-start p50, submit-to-end-seen p50."""
+    figures = {side: {"makespan": [], "start": [], "seen": []}
+               for side in ("praxist_fs", "sbatch")}
+    done_dir = sides.run / "resource_scheduler" / "jobs" / "done"
+    for round_ in range(rounds):
+        order = ("praxist_fs", "sbatch") if round_ % 2 == 0 else ("sbatch", "praxist_fs")
+        starts: dict[str, list[float]] = {side: [] for side in order}
+        seen: dict[str, list[float]] = {side: [] for side in order}
+        for index in range(jobs):
+            for side in order:
+                stamp = sides.base / f"alt-{side}-{round_}-{index}"
+                began = time.time()
+                if side == "praxist_fs":
+                    done = done_dir / f"{job_id_for(sides.praxist(stamp)[:-1])}.json"
+                    ended = done.exists
+                else:
+                    slurm_id = sides.plain(stamp)
+
+                    def ended(slurm_id=slurm_id):
+                        state = sides.backend.poll([slurm_id]).get(slurm_id)
+                        return state is None or state.state not in RUNNING
+                deadline = time.monotonic() + 120
+                while not ended():
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"{side} job {index} not seen ended in 120 s")
+                    time.sleep(SEEN_EVERY)
+                seen[side].append(time.time() - began)
+                starts[side].append(read_stamp(stamp) - began)
+                sides.settle(["all-of-the-run-"] if side == "praxist_fs" else [slurm_id])
+        for side in order:
+            figures[side]["makespan"].append(sum(seen[side]))
+            figures[side]["start"].append(statistics.median(starts[side]))
+            figures[side]["seen"].append(statistics.median(seen[side]))
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10, help="sequential jobs per side")
     parser.add_argument("--jobs", type=int, default=12, help="jobs at once per side")
     parser.add_argument("--rounds", type=int, default=4, help="throughput rounds per side")
+    parser.add_argument("--alternating", type=int, default=30, metavar="JOBS",
+                        help="jobs per side in the one-at-a-time comparison (0: skip it)")
+    parser.add_argument("--only-alternating", action="store_true",
+                        help="skip the latency and throughput parts")
     args = parser.parse_args()
     started_slurm = "SLURM_CONF" not in os.environ
     if started_slurm:
@@ -177,21 +234,32 @@ def main() -> int:
             sides = Sides(Path(base))
             try:
                 warm_up(sides)
-                lat = latency(sides, args.n)
-                tput = throughput(sides, args.jobs, args.rounds)
+                lat = None if args.only_alternating else latency(sides, args.n)
+                tput = None if args.only_alternating else throughput(sides, args.jobs,
+                                                                     args.rounds)
+                alt = alternating(sides, args.alternating, args.rounds) \
+                    if args.alternating else None
             finally:
                 sides.close()
     finally:
         if started_slurm:
             subprocess.run([str(ROOT / "tests/slurm/teardown.sh")], check=False)
-    print(f"{'':28}{'praxist_fs':>12}{'sbatch':>12}{'overhead':>10}")
-    for label, pick in (("submit-to-start p50 (ms)", statistics.median),
-                        ("submit-to-start max (ms)", max)):
-        ours, theirs = pick(lat["praxist_fs"]) * 1e3, pick(lat["sbatch"]) * 1e3
-        print(f"{label:28}{ours:12.0f}{theirs:12.0f}{(ours / theirs - 1) * 100:9.1f}%")
-    ours, theirs = statistics.median(tput["praxist_fs"]), statistics.median(tput["sbatch"])
-    print(f"{f'{args.jobs} jobs at once, p50 (s)':28}{ours:12.2f}{theirs:12.2f}"
-          f"{(ours / theirs - 1) * 100:9.1f}%")
+    print(f"{'':44}{'praxist_fs':>12}{'sbatch':>12}{'ratio':>8}")
+    if lat is not None:
+        for label, pick in (("submit-to-start p50 (ms)", statistics.median),
+                            ("submit-to-start max (ms)", max)):
+            ours, theirs = pick(lat["praxist_fs"]) * 1e3, pick(lat["sbatch"]) * 1e3
+            print(f"{label:44}{ours:12.0f}{theirs:12.0f}{ours / theirs:7.2f}x")
+        ours, theirs = statistics.median(tput["praxist_fs"]), statistics.median(tput["sbatch"])
+        print(f"{f'{args.jobs} jobs at once, p50 (s)':44}{ours:12.2f}{theirs:12.2f}"
+              f"{ours / theirs:7.2f}x")
+    if alt is not None:
+        for key, label in (("makespan", "makespan (s)"), ("start", "submit-to-start p50 (s)"),
+                           ("seen", "submit-to-end-seen p50 (s)")):
+            ours = statistics.median(alt["praxist_fs"][key])
+            theirs = statistics.median(alt["sbatch"][key])
+            print(f"{f'{args.alternating} alternating: {label}':44}{ours:12.2f}{theirs:12.2f}"
+                  f"{ours / theirs:7.2f}x")
     return 0
 
 

@@ -74,10 +74,12 @@ def job_submission(peer: str, tag: str, *, argv: list[str] | None = None,
                    max_cost: float | None = None, priority: int | None = None,
                    hold: bool = False, admission_timeout_s: float | None = None,
                    generation: int | None = None, after: Iterable[str | dict] = (),
+                   slurm: dict[str, Any] | None = None,
                    request_id: str | None = None) -> dict[str, Any]:
     """The request a peer drops into the spool (PROTOCOL.md section 3), under a new
     request id unless one is given; fields left unset are left out, so the task's
-    defaults apply. ``after``: job ids or tags, or ``{"job", "when"}`` objects.
+    defaults apply. ``after``: job ids or tags, or ``{"job", "when"}`` objects;
+    ``slurm``: the per-job Slurm options (PROTOCOL.md section 3).
     ``praxist-fs launch`` and the Python API (praxist_fs/api.py) both build it here."""
     request = {
         "request_id": request_id or new_request_id(peer), "peer": peer, "tag": tag,
@@ -85,7 +87,7 @@ def job_submission(peer: str, tag: str, *, argv: list[str] | None = None,
         "command": command, "cwd": cwd, "env": env, "retry_terminal": retry_terminal,
         "lease": lease, "max_cost": max_cost, "priority": priority, "hold": hold or None,
         "admission_timeout_s": admission_timeout_s, "generation": generation,
-        "after": list(after) or None,
+        "after": list(after) or None, "slurm": slurm,
     }
     return {k: v for k, v in request.items() if v is not None}
 

@@ -858,7 +858,7 @@ def policy_from_mapping(task: Any) -> Policy:
 
 def _cluster(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] | None,
              profiles: tuple[str, ...]) -> dict[str, Any] | None:
-    """The ``slurm`` mapping, checked (backends/slurm.py), and what a cluster backend
+    """The ``slurm`` mapping, checked (backends/slurm_config.py), and what a cluster backend
     cannot do refused by name: suspend-style preemption (Slurm jobs are not stopped by
     praxist_fs: requeue) and ``max_concurrent_experiments: auto`` (sized from this host)."""
     path = _join(SCHEDULER_PATH, "slurm")

@@ -63,6 +63,7 @@ from .driver import Driver
 from .errors import NoRoomToStart
 from .housekeeping import DONE_SWEEP_SECONDS, Housekeeper
 from .inboxes import Inboxes
+from .stopper import fenced_reason
 from .views import Unsettled, Views
 
 log = logging.getLogger("praxist_fs")
@@ -239,7 +240,7 @@ class Coordinator:
         if removed := spool.sweep_stale(self.layout.spool_tmp, own, now):
             log.info("removed %d abandoned temporary files", removed)
         if self.layout.stop_sentinel.exists() and not self.sched.stopped:
-            self._process([RunStopRequested(at=now, reason="stopped by praxist-fs stop")])
+            self._process([RunStopRequested(at=now, reason=fenced_reason(self.layout))])
         if self.sched.stopped:  # a start that changes nothing must say so
             log.warning("the run %s is stopped (%s): serving it frozen: it answers requests "
                         "but admits and launches nothing, for good; continue in a new run "

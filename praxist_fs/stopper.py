@@ -7,7 +7,9 @@ exits). Without one, the command fences the run itself: it takes the run's
 owner lock so no coordinator can start (and no legacy peer-local launch can
 begin), writes the STOP sentinel that every later coordinator honours, and
 terminates the attempts' process groups and the groups its protected-PID
-manifests list. A run that can be neither stopped through its coordinator nor
+manifests list; a run a Slurm-backend coordinator served also gets ABORT for every
+attempt not yet started and scancel for every Slurm job of the run
+(backends/slurm_stop.py), recorded in the STOP sentinel. A run that can be neither stopped through its coordinator nor
 fenced, or whose manifests list live processes that cannot be verified as its
 own, is reported in ``failed_run_ids``. ``--all`` stops every run of the host's
 run registry that way, then sweeps once more for escaped descendants, unless a
@@ -27,6 +29,7 @@ from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
 from .backends.local import fence
+from .backends.slurm_stop import end_run_in_slurm
 from .errors import OwnerBusy
 
 OWNER_WAIT = 2.0  # a legacy launch holds the owner lock for milliseconds
@@ -34,11 +37,12 @@ FAILURES = (OwnerBusy, RuntimeError, TimeoutError, OSError)
 
 
 def stop_runs(run_dirs: list[str], grace: float = 10.0, timeout: float = 60.0) -> dict[str, Any]:
-    stopped, failed, reasons = [], [], {}
+    stopped, failed, reasons, slurm = [], [], {}, {}
     for run_dir in run_dirs:
         layout = RunLayout.at(run_dir)
         try:
-            _stop(layout, grace, timeout)
+            if (ended := _stop(layout, grace, timeout)) is not None:
+                slurm[str(layout.root)] = ended
             survivors = fence.terminate_scopes([_scope(layout)], grace=0.5, deadline=timeout)
             if survivors:
                 raise RuntimeError(f"processes still alive: {survivors[layout.root]}")
@@ -46,7 +50,8 @@ def stop_runs(run_dirs: list[str], grace: float = 10.0, timeout: float = 60.0) -
         except FAILURES as exc:
             failed.append(str(layout.root))
             reasons[str(layout.root)] = str(exc)
-    return {"stopped_run_ids": stopped, "failed_run_ids": failed, "reasons": reasons}
+    return {"stopped_run_ids": stopped, "failed_run_ids": failed, "reasons": reasons,
+            **({"slurm": slurm} if slurm else {})}
 
 
 def stop_all(entries: list[runs.Entry], grace: float = 10.0, timeout: float = 60.0
@@ -57,10 +62,11 @@ def stop_all(entries: list[runs.Entry], grace: float = 10.0, timeout: float = 60
     workspaces. When any run could not be fenced the sweep is skipped: what it would find
     cannot be told from that run's orphans."""
     stopped: list[RunLayout] = []
-    failed, reasons = [], {}
+    failed, reasons, slurm = [], {}, {}
     for layout in [RunLayout.at(e.run_dir) for e in entries if e.to_stop]:
         try:
-            _stop(layout, grace, timeout)
+            if (ended := _stop(layout, grace, timeout)) is not None:
+                slurm[str(layout.root)] = ended
             stopped.append(layout)
         except FAILURES as exc:
             failed.append(str(layout.root))
@@ -75,19 +81,21 @@ def stop_all(entries: list[runs.Entry], grace: float = 10.0, timeout: float = 60
     return {"stopped_run_ids": [str(l.root) for l in stopped if str(l.root) not in failed],
             "failed_run_ids": failed, "skipped_run_ids": [str(e.run_dir) for e in skipped],
             "reasons": {**reasons, **{str(e.run_dir): e.skipped for e in skipped}},
-            "escaped_scan": "done" if scanned else "skipped"}
+            "escaped_scan": "done" if scanned else "skipped", **({"slurm": slurm} if slurm else {})}
 
 
-def _stop(layout: RunLayout, grace: float, timeout: float) -> None:
+def _stop(layout: RunLayout, grace: float, timeout: float) -> dict[str, Any] | None:
+    """Stop one run; what a fence did in Slurm (``end_run_in_slurm``), if anything."""
     if not (layout.journal.exists() or layout.protected_pids.is_dir()):
         raise RuntimeError(f"{layout.root} is not a run directory (no journal, no "
                            f"protected-PID manifests)")
+    slurm = None
     if live_endpoint(layout) is not None:
         _through_coordinator(layout, timeout)
         if manifests.launches(layout):  # legacy launches from before a coordinator took over
             fence.terminate_scopes([_scope(layout)], grace, timeout)
     else:
-        _fence(layout, grace, timeout)
+        slurm = _fence(layout, grace, timeout)
     manifests.prune(layout)
     if unverifiable := [l for l in manifests.launches(layout)
                         if l["state"] == manifests.UNVERIFIABLE]:
@@ -95,6 +103,7 @@ def _stop(layout: RunLayout, grace: float, timeout: float) -> None:
             f"peer {l['peer']}'s launch {l.get('launch_id')} (pgid {l.get('pgid')})"
             for l in unverifiable) + ", but neither its command nor its launcher is the "
             "recorded process any more; check them by hand")
+    return slurm
 
 
 def _through_coordinator(layout: RunLayout, timeout: float) -> None:
@@ -117,8 +126,11 @@ def _through_coordinator(layout: RunLayout, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _fence(layout: RunLayout, grace: float, timeout: float) -> None:
-    """No live coordinator: hold the owner lock while stopping, so none can start."""
+def _fence(layout: RunLayout, grace: float, timeout: float) -> dict[str, Any] | None:
+    """No live coordinator: hold the owner lock while stopping, so none can start. The
+    run's Slurm jobs are ended first (their commands may run on this host too: a test
+    cluster's nodes), then its processes here; what was done in Slurm is returned and
+    written into STOP."""
     owner = OwnerLock(layout)
     wait_end = time.monotonic() + OWNER_WAIT
     while True:
@@ -130,12 +142,42 @@ def _fence(layout: RunLayout, grace: float, timeout: float) -> None:
                 raise
             time.sleep(0.05)
     try:
-        write_atomic(layout.stop_sentinel, dumps({"stopped_at": time.time()}), durable=True)
+        stopped = {"stopped_at": time.time()}
+        write_atomic(layout.stop_sentinel, dumps(stopped), durable=True)
+        try:
+            slurm, unfinished = end_run_in_slurm(layout, timeout), None
+        except RuntimeError as exc:  # the processes here are terminated all the same
+            slurm, unfinished = None, exc
+        if slurm is not None:
+            write_atomic(layout.stop_sentinel, dumps({**stopped, "slurm": slurm}),
+                         durable=True)
         survivors = fence.terminate_scopes([_scope(layout)], grace, timeout)
         if survivors:
             raise RuntimeError(f"processes still alive after KILL: {survivors[layout.root]}")
+        if unfinished is not None:
+            raise unfinished
+        return slurm
     finally:
         owner.release()
+
+
+def fenced_reason(layout: RunLayout) -> str:
+    """How a coordinator that finds STOP journals the stop: by praxist-fs stop, and what
+    that stop did in Slurm, if anything."""
+    sentinel = read_json(layout.stop_sentinel)
+    slurm = sentinel.get("slurm") if isinstance(sentinel, dict) else None
+    if not isinstance(slurm, dict):
+        return "stopped by praxist-fs stop"
+    aborted, cancelled = slurm.get("aborted") or [], slurm.get("cancelled") or {}
+    return (f"stopped by praxist-fs stop without a coordinator: ABORT for {len(aborted)} "
+            f"attempt(s) not started, scancel of {len(cancelled)} Slurm job(s)"
+            + (f" ({_listed(sorted(cancelled, key=lambda i: (len(i), i)))})"
+               if cancelled else ""))
+
+
+def _listed(ids: list[str], shown: int = 10) -> str:
+    return ", ".join(ids[:shown]) + (f" and {len(ids) - shown} more" if len(ids) > shown
+                                     else "")
 
 
 def _scope(layout: RunLayout, workspaces: Path | None = None) -> fence.Scope:

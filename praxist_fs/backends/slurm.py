@@ -4,41 +4,40 @@ The run directory stays the source of truth: Slurm is asked to run a batch scrip
 (``sbatch --parsable --no-requeue``) under a deterministic job name, the barrier and
 the exit are files in the attempt directory on the shared filesystem
 (slurm_shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
-job is and why it ended when the files cannot. Every Slurm command runs with the
-coordinator's environment (``SLURM_CONF`` selects the cluster) and a timeout, since a
-down slurmctld blocks client commands for about 9 s: call them off the event loop.
-Nothing a command prints, nor a file a peer wrote, makes this module raise anything
-but the two errors below. See docs/OPERATIONS.md, *Running on Slurm*.
+job is and why it ended when the files cannot. Slurm's commands run through
+``SlurmClient`` (slurm_client.py), off the event loop. Nothing a command prints, nor a
+file a peer wrote, makes this module raise. See docs/OPERATIONS.md, *Running on Slurm*.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
-import re
 import selectors
-import shlex
 import signal
-import subprocess
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from praxist_fs.adapters.crashpoints import reach
-from praxist_fs.adapters.fsio import makedirs, read_json, unlink, write_atomic, write_json
+from praxist_fs.adapters.fsio import makedirs, read_json, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, Capabilities
 from praxist_fs.backends.local.launcher import BARRIER_TIMEOUT_S, describe, make_durable
-from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
+from praxist_fs.backends.slurm_client import (
+    PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
+    SlurmUnavailable, job_options, outcome, run_tag, slurm_safe, tasks, write_spec,
+)
+from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm_doorbell import open_doorbell
+from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
-from praxist_fs.errors import PraxistError
 
 if TYPE_CHECKING:
     from praxist_fs.core.model import Attempt, Job
@@ -46,362 +45,6 @@ if TYPE_CHECKING:
     from praxist_fs.core.policy import Policy
 
 log = logging.getLogger("praxist_fs")
-
-ENTRY = "slurm-entry.sh"  # the batch script, in the attempt directory
-SPEC = "spec.json"  # what slurm_shim runs (0600): the local spec's keys, as JSON
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory praxist_fs is in
-SHIM_BOOTSTRAP = ("import sys; sys.path[0] = %r; from praxist_fs.backends import slurm_shim; "
-                  "sys.exit(slurm_shim.main())" % str(PACKAGE_ROOT))
-PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
-                            "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD"})
-RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "SUSPENDED",
-                            "STOPPED"})
-ENDED_STATES = frozenset({"COMPLETED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE",
-                          "SPECIAL_EXIT", "REVOKED"})
-INFRASTRUCTURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
-
-
-class SlurmRefused(PraxistError):
-    """Slurm refused the job (sbatch exited non-zero); the message is sbatch's own."""
-
-
-class SlurmUnavailable(PraxistError):
-    """A Slurm command did not answer (timed out, not installed, slurmctld down): nothing
-    is known, so nothing may be concluded. After an sbatch, the job may exist: find() it."""
-
-
-# --- pure parts: names, arguments, parsing, the state mapping ---------------------------
-
-
-def run_tag(run_dir: Path) -> str:
-    """First 8 hex digits of the sha256 of the run directory's absolute path."""
-    return hashlib.sha256(os.fsencode(os.path.abspath(run_dir))).hexdigest()[:8]
-
-
-def _slurm_safe(text: str) -> str:
-    """Job ids and attempt ids as Slurm and squeue's ``|``-separated output can carry."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text)
-
-
-def job_name(run_dir: Path, job_id: str, attempt_id: str) -> str:
-    """``px-<run8>-<job>-<attempt>``: the same attempt always gets the same name, which is
-    how a job is found again after a crash between sbatch and the journal."""
-    return f"px-{run_tag(run_dir)}-{_slurm_safe(job_id)}-{_slurm_safe(attempt_id)}"
-
-
-def gpu_request(profile: dict[str, Any], gpu_shards: int) -> list[str]:
-    """GPUs as Slurm options. ``gpu_count`` N -> ``--gpus=N``; a single-GPU profile with
-    known fractional demand (utilization under 100 %) -> ``--gres=shard:K`` of the
-    ``gpu_shards`` a GPU is cut into, K = ceil(shards x utilization), only where the site
-    configured shards (``gpu_shards`` > 0); else a whole GPU. No GPU memory: Slurm
-    cannot schedule it (``--mem-per-gpu`` is host memory)."""
-    if profile.get("accelerator") != "gpu":
-        return []
-    count = max(1, int(profile.get("gpu_count") or 1))
-    utilization = profile.get("gpu_utilization_pct")
-    fractional = (count == 1 and utilization is not None and utilization < 100
-                  and profile.get("gpu_memory_gb") is not None)
-    if fractional and gpu_shards > 0:
-        return [f"--gres=shard:{max(1, math.ceil(gpu_shards * utilization / 100))}"]
-    return [f"--gpus={count}"]
-
-
-def time_limit(config: SlurmConfig, eta_seconds: float | None) -> int | None:
-    """Minutes for ``-t``: the ETA times ``time_limit_factor`` when both are known, else
-    ``time_limit_minutes``, else none (the partition's default)."""
-    if (config.time_limit_factor is not None and eta_seconds is not None
-            and math.isfinite(eta_seconds) and eta_seconds > 0):
-        return max(1, math.ceil(eta_seconds * config.time_limit_factor / 60))
-    return config.time_limit_minutes
-
-
-def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
-                profile: dict[str, Any], eta_seconds: float | None,
-                exclude: list[str]) -> list[str]:
-    """The one sbatch command of an attempt. ``profile``: Profile.to_dict() plus its
-    ``name``. ``--no-requeue``: a requeued batch script would run the command twice."""
-    resources = config.for_profile(profile.get("name"))
-    argv = ["sbatch", "--parsable", "--no-requeue", "-J", name, "--comment", comment,
-            "-D", str(attempt_dir), "-o", str(attempt_dir / "slurm.out"), "--open-mode=append",
-            *gpu_request(profile, config.gpu_shards),
-            "-c", str(resources.cpus), f"--mem={resources.mem_mb}M"]
-    minutes = time_limit(config, eta_seconds)
-    if minutes is not None:
-        argv += ["-t", str(minutes)]
-    for option, value in (("-p", config.partition), ("-A", config.account),
-                          ("--qos", config.qos)):
-        if value is not None:
-            argv += [option, value]
-    argv += config.extra_args
-    if exclude:
-        argv.append("--exclude=" + ",".join(sorted(set(exclude))))
-    return [*argv, str(attempt_dir / ENTRY), str(attempt_dir)]
-
-
-@dataclass(frozen=True)
-class SlurmState:
-    """One line of squeue: a job as Slurm sees it."""
-
-    job_id: str
-    name: str
-    state: str  # squeue's %T: PENDING, RUNNING, COMPLETED, NODE_FAIL, ...
-    reason: str = ""  # %r: why it waits (Resources, Priority, ...), "None" if it does not
-    nodes: str = ""  # %N: where it runs (or ran)
-
-
-def parse_squeue(text: str) -> dict[str, SlurmState]:
-    """``%i|%j|%T|%r|%N`` (or ``%i|%j|%T``) lines by job id; malformed lines are skipped."""
-    states = {}
-    for line in text.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) < 3 or not fields[0].isdigit() or not fields[2]:
-            continue
-        reason = fields[3] if len(fields) > 3 else ""
-        nodes = fields[4] if len(fields) > 4 else ""
-        states[fields[0]] = SlurmState(fields[0], fields[1], fields[2].split()[0],
-                                       reason, nodes)
-    return states
-
-
-@dataclass(frozen=True)
-class FinalExit:
-    """What Slurm's job completion record says of a job that ended."""
-
-    state: str
-    exit_code: int
-    signal: int
-
-
-def parse_sacct(text: str, job_id: str) -> FinalExit | None:
-    """The last ``JobID|State|ExitCode`` record of ``job_id`` (ids get reused, so the
-    jobcomp file may hold older ones first); None if there is none."""
-    found = None
-    for line in text.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) < 3 or fields[0] != job_id:
-            continue
-        code, _, signum = fields[2].partition(":")
-        if code.isdigit() and (signum or "0").isdigit() and fields[1]:
-            found = FinalExit(fields[1].split()[0], int(code), int(signum or 0))
-    return found
-
-
-def outcome(slurm_state: SlurmState | str | None, exit_json: dict[str, Any] | None,
-            asked: str | None, ready: bool = True) -> tuple[str, str]:
-    """What became of an attempt, from Slurm's state, the shim's exit.json and what
-    praxist_fs asked (None, "cancel", "stop" or "preempt"): (outcome, reason).
-
-    While it lives (no exit.json yet):
-    - PENDING, CONFIGURING (and requeue states) -> ``launching``, reason = Slurm's
-      pending reason (%r), e.g. "Resources", or the state while Slurm gives none ("None");
-    - RUNNING (COMPLETING, SUSPENDED, ...) -> ``running`` once READY exists
-      (``ready``), else ``launching``;
-    - a state this table does not know -> ``running`` (never taken for success).
-    Once it ended (a terminal state, or exit.json there), in this order:
-    - exit.json says 0 -> ``exited`` (it finished before any cancel or failure);
-    - praxist_fs asked: ``cancelled`` ("cancel", "stop") or ``preempted`` ("preempt"),
-      whether Slurm says CANCELLED (scancel) or FAILED (TERM forwarded, exit 143);
-    - CANCELLED -> ``failed`` "cancelled outside praxist_fs";
-    - NODE_FAIL, BOOT_FAIL, PREEMPTED (by Slurm) -> ``infrastructure`` (retried like
-      exit 75, counted against the node);
-    - COMPLETED, FAILED, TIMEOUT, OUT_OF_MEMORY (DEADLINE, ...) -> ``exited`` with
-      exit.json's code, else ``failed`` with the Slurm state as reason;
-    - unknown to Slurm (None: purged after MinJobAge, or never there) -> ``exited`` by
-      exit.json, else ``lost`` (the caller releases it instead when GO was never
-      journaled: then nothing can have run).
-    """
-    state = slurm_state.state if isinstance(slurm_state, SlurmState) else slurm_state
-    reason = slurm_state.reason if isinstance(slurm_state, SlurmState) else ""
-    code = exit_json.get("exit_code") if isinstance(exit_json, dict) else None
-    code = code if isinstance(code, int) and not isinstance(code, bool) else None
-    ended = state is None or state in ENDED_STATES | INFRASTRUCTURE_STATES | {"CANCELLED"}
-    if code is None and not ended:
-        if state in PENDING_STATES:
-            # Slurm says "None" while no scheduling cycle has given the job a reason yet
-            return "launching", f"waiting in Slurm: {state if reason in ('', 'None') else reason}"
-        if state in RUNNING_STATES:
-            return ("running", f"Slurm {state}") if ready else (
-                "launching", "started in Slurm, waiting for READY")
-        return "running", f"Slurm state {state} (not recognised)"
-    if code == 0:
-        return "exited", "exit 0"
-    if asked in ("cancel", "stop"):
-        return "cancelled", f"cancelled ({asked})"
-    if asked == "preempt":
-        return "preempted", "preempted (Slurm job ended)"
-    if state == "CANCELLED":
-        return "failed", "cancelled outside praxist_fs"
-    if state in INFRASTRUCTURE_STATES:
-        return "infrastructure", f"Slurm {state}"
-    if code is not None:
-        noted = state in ENDED_STATES - {"COMPLETED", "FAILED"}  # TIMEOUT, OUT_OF_MEMORY, ...
-        return "exited", f"exit {code}" + (f" (Slurm {state})" if noted else "")
-    if state is None:
-        return "lost", "unknown to Slurm and no exit.json"
-    return "failed", f"Slurm {state} without exit.json"
-
-
-def entry_script(python: str) -> bytes:
-    """The batch script: the Slurm-mode shim, by the interpreter named (on the shared
-    filesystem), with ``-S`` so no site customisation runs before it."""
-    return ("#!/bin/sh\n# praxist_fs: an attempt's Slurm-mode shim (praxist_fs/backends/"
-            "slurm_shim.py)\nexec %s -S -c %s \"$@\"\n" % (
-                shlex.quote(python), shlex.quote(SHIM_BOOTSTRAP))).encode()
-
-
-# --- running Slurm's commands ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A command's end: ``returncode`` None when it did not finish (timeout, not found)."""
-
-    returncode: int | None
-    stdout: str
-    stderr: str
-
-
-Runner = Callable[[list[str], float], Completed]
-
-
-def run_command(argv: list[str], timeout: float) -> Completed:
-    """``argv`` with the coordinator's environment (SLURM_CONF, PATH), never raising."""
-    try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return Completed(None, "", f"{argv[0]}: no answer in {timeout:g} s (slurmctld down?)")
-    except OSError as exc:
-        return Completed(None, "", f"{argv[0]}: {exc}")
-    return Completed(done.returncode, done.stdout.decode("utf-8", "replace"),
-                     done.stderr.decode("utf-8", "replace"))
-
-
-def write_spec(attempt_dir: Path, spec: dict[str, Any]) -> None:
-    """What the Slurm-mode shim runs: the local spec's keys (argv, command, cwd, env, log,
-    barrier_timeout_s), as JSON (any Python on the node reads it), 0600 as it may hold
-    secrets; the shim removes it once read. Before sbatch, and not fsynced (raw secrets
-    had better not be forced onto the disk; a lost spec means a job that cannot start,
-    which the coordinator sees)."""
-    write_json(attempt_dir / SPEC, spec, sync=False, mode=0o600)
-
-
-class SlurmClient:
-    """Attempts as Slurm jobs. ``can_suspend``: False (``scontrol suspend`` is for Slurm's
-    operators), so suspend-style preemption is unavailable; ``places_gpus``: True (Slurm
-    chooses the devices; READY says which)."""
-
-    can_suspend = False
-    places_gpus = True
-
-    def __init__(self, config: SlurmConfig, run_dir: Path,
-                 runner: Runner = run_command) -> None:
-        self.config = config
-        self.run_dir = Path(os.path.abspath(run_dir))
-        self.runner = runner
-
-    def _run(self, argv: list[str]) -> Completed:
-        return self.runner(argv, self.config.command_timeout_s)
-
-    def job_name(self, job_id: str, attempt_id: str) -> str:
-        return job_name(self.run_dir, job_id, attempt_id)
-
-    def submit(self, attempt_dir: Path, job_id: str, attempt_id: str, profile: dict[str, Any],
-               eta_seconds: float | None, exclude: list[str]) -> str:
-        """Submit the attempt (its spec.json written already); its Slurm job id. Raises
-        SlurmRefused with sbatch's message, or SlurmUnavailable when sbatch did not answer
-        (the job may exist: find() it by name before submitting again)."""
-        attempt_dir = Path(os.path.abspath(attempt_dir))
-        makedirs(attempt_dir)
-        write_atomic(attempt_dir / ENTRY, entry_script(self.config.python), mode=0o755)
-        comment = f"praxist:{run_tag(self.run_dir)}:{job_id}:{attempt_id}"
-        return self._job_id(self._run(sbatch_argv(
-            self.config, self.job_name(job_id, attempt_id), comment, attempt_dir, profile,
-            eta_seconds, exclude)))
-
-    def probe(self, node: str, name: str) -> str:
-        """A tiny job pinned to ``node`` (R-BUD-2's probe): it runs ``true`` once the node
-        takes work. Its Slurm job id; SlurmRefused or SlurmUnavailable as ``submit``."""
-        argv = ["sbatch", "--parsable", "--no-requeue", "-J", name, f"--nodelist={node}",
-                "-c", "1", "--mem=16M", "-t", "5", "-o", "/dev/null", "--wrap", "true"]
-        if self.config.partition is not None:
-            argv[1:1] = ["-p", self.config.partition]
-        return self._job_id(self._run(argv))
-
-    def _job_id(self, done: Completed) -> str:
-        """The job id sbatch --parsable printed, or why there is none."""
-        if done.returncode is None:
-            raise SlurmUnavailable(done.stderr)
-        if done.returncode != 0:
-            raise SlurmRefused(done.stderr.strip() or f"sbatch exited {done.returncode}")
-        slurm_id = done.stdout.strip().split(";")[0]
-        if not slurm_id.isdigit():
-            raise SlurmUnavailable(f"sbatch printed no job id: {done.stdout.strip()!r}")
-        return slurm_id
-
-    def find(self, name: str) -> str | None:
-        """The Slurm job id of the job named ``name`` (the newest, should there be more),
-        or None: how a crash between sbatch and the journal is resolved. By name, never by
-        id alone: Slurm reuses ids once its state is wiped."""
-        done = self._run(["squeue", "--me", "--states=all", "-h", "-n", name,
-                          "-o", "%i|%j|%T"])
-        if done.returncode != 0:
-            raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
-        ids = [state.job_id for state in parse_squeue(done.stdout).values() if state.name == name]
-        return max(ids, key=int) if ids else None
-
-    def jobs_of_run(self) -> dict[str, SlurmState]:
-        """Every job of this run Slurm still knows (named ``px-<run8>-``), by id: what a
-        stop sweeps after its cancels, and what a restart holds against its journal."""
-        done = self._run(["squeue", "--me", "--states=all", "-h", "-o", "%i|%j|%T|%r|%N"])
-        if done.returncode != 0:
-            raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
-        prefix = f"px-{run_tag(self.run_dir)}-"
-        return {job: state for job, state in parse_squeue(done.stdout).items()
-                if state.name.startswith(prefix)}
-
-    def poll(self, ids: list[str]) -> dict[str, SlurmState]:
-        """Slurm's view of ``ids`` in one squeue; an id missing from the answer is unknown
-        to Slurm (purged after MinJobAge, or never there). SlurmUnavailable if squeue
-        does not answer: then nothing is known."""
-        ids = [slurm_id for slurm_id in ids if slurm_id.isdigit()]
-        if not ids:
-            return {}
-        done = self._run(["squeue", "--states=all", "-h", "-o", "%i|%j|%T|%r|%N",
-                          "-j", ",".join(ids)])
-        if done.returncode != 0:
-            if "Invalid job id" in done.stderr:  # one id, already purged
-                return {}
-            raise SlurmUnavailable(done.stderr.strip() or "squeue failed")
-        return {job: state for job, state in parse_squeue(done.stdout).items() if job in ids}
-
-    def final_exit(self, slurm_id: str) -> FinalExit | None:
-        """Slurm's job completion record (``sacct -c``, jobcomp/filetxt), for a job that
-        ended without exit.json; None where there is none (or no accounting)."""
-        done = self._run(["sacct", "-c", "-j", slurm_id, "-o", "JobID,State,ExitCode", "-P"])
-        return parse_sacct(done.stdout, slurm_id) if done.returncode == 0 else None
-
-    def release(self, attempt_dir: Path, go: bool) -> None:
-        """The barrier: GO (run it) or ABORT (never run it), written atomically and durably
-        into the attempt directory, which the shim lists (no pipe reaches another node)."""
-        write_atomic(Path(attempt_dir) / ("GO" if go else "ABORT"), b"", durable=True)
-
-    def signal(self, slurm_id: str, signum: int) -> bool:
-        """``signum`` to every process of the job (``--full``: else only the batch shell
-        gets it); False if scancel failed (the job may have ended)."""
-        name = signal.Signals(signum).name.removeprefix("SIG")
-        return self._run(["scancel", "--full", f"--signal={name}", slurm_id]).returncode == 0
-
-    def cancel(self, slurm_id: str) -> bool:
-        """End the job (pending or running); False if scancel failed."""
-        return self._run(["scancel", slurm_id]).returncode == 0
-
-    def exclude(self, slurm_id: str, nodes: list[str]) -> bool:
-        """Make a pending job's ``--exclude`` ``nodes`` (none: it may go anywhere again);
-        False if scontrol failed (the job may have started meanwhile)."""
-        return self._run(["scontrol", "update", f"jobid={slurm_id}",
-                          "ExcNodeList=" + ",".join(nodes)]).returncode == 0
-
 
 # --- the execution backend ---------------------------------------------------------------
 
@@ -429,6 +72,19 @@ class Tracked:
     node: str = ""  # where a poll last said it runs
     no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
     exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
+
+
+def _warned(exit_record: dict[str, Any]) -> str | None:
+    """What a failure after the time limit's warning says (the shim's ``warned``): a
+    command that does not handle the signal dies of it, before Slurm's TIMEOUT."""
+    warned = exit_record.get("warned")
+    if not isinstance(warned, int) or isinstance(warned, bool):
+        return None
+    try:
+        name = signal.Signals(warned).name
+    except ValueError:
+        name = f"signal {warned}"
+    return f"it ended after Slurm's warning before its time limit ({name})"
 
 
 class SlurmBackend:
@@ -460,6 +116,7 @@ class SlurmBackend:
         self.partition = self.config.partition or "default"  # as the node registry knows it
         self.probe_states: dict[str, SlurmState | None] = {}  # a probe's id -> its last state
         self.swept = False
+        self.cluster_recorded = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
         self._submitters = ThreadPoolExecutor(SUBMITTERS, thread_name_prefix="praxist-sbatch")
         self._scancels = ThreadPoolExecutor(1, thread_name_prefix="praxist-scancel")
@@ -470,6 +127,9 @@ class SlurmBackend:
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.selector = selector
         selector.register(self._wake_read, selectors.EVENT_READ, ("backend", ("poll",)))
+        self.doorbell = open_doorbell(self.config.notify_host)  # READY, exit.json: at once
+        if self.doorbell is not None:
+            selector.register(self.doorbell, selectors.EVENT_READ, ("backend", ("rung",)))
 
     # -- launching ------------------------------------------------------------------
 
@@ -493,28 +153,37 @@ class SlurmBackend:
             return [self._could_not_start(key, (
                 f"backend slurm runs every command as the coordinator's user (uid "
                 f"{os.geteuid()}); a job of uid {effect.uid} is not run for it"))]
+        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm_stop.py)
+            record_cluster(self.layout, self.config)
+            self.cluster_recorded = True
         attempt_dir = self.layout.attempt_dir(*key)
         log_path = self.layout.log(*key)
         makedirs(attempt_dir)
         makedirs(log_path.parent)
+        job = self.lookup(effect.job_id)
+        requested = job.request.slurm if job is not None else None
         write_spec(attempt_dir, {
             "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
             "cwd": effect.cwd or str(self.layout.root), "env": environment(),
-            "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S})
+            "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S,
+            "notify": self.doorbell.address if self.doorbell is not None else None,
+            "tasks": tasks(job_options(self.config, effect.profile, requested))})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
         exclude = self.nodes().excluded()
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), exclude)
+                                         effect.metadata.get("eta_s"), exclude, requested)
         self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []
 
     def _submit(self, attempt_dir: Path, key: AttemptKey, profile: dict[str, Any],
-                eta_s: float | None, exclude: list[str]) -> tuple[str, str]:
+                eta_s: float | None, exclude: list[str],
+                requested: dict[str, Any] | None) -> tuple[str, str]:
         """On a submitter thread: ("submitted", Slurm job id), ("refused", sbatch's
         message) or ("lost", why: sbatch did not answer and no job has its name)."""
         try:
-            return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude)
+            return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude,
+                                                   requested)
         except SlurmRefused as exc:
             unlink(attempt_dir / SPEC)
             return "refused", f"Slurm refused it: {exc}"
@@ -527,7 +196,8 @@ class SlurmBackend:
                 found = self.client.find(self.client.job_name(*key))
             except SlurmUnavailable:
                 found = None
-            return ("submitted", found) if found else ("lost", f"sbatch did not answer: {exc}")
+            return ("submitted", found[0]) if found else (
+                "lost", f"sbatch did not answer: {exc}")
 
     def _submitted(self) -> list[Event]:
         """The submissions that came back: each attempt's handle, or why it did not start
@@ -560,12 +230,18 @@ class SlurmBackend:
                                ready=True, handle=self._handle(key),
                                note=f"submitted to Slurm as job {slurm_id}")
 
-    def _handle(self, key: AttemptKey, node: str | None = None) -> dict[str, Any]:
+    def _handle(self, key: AttemptKey, node: str | None = None,
+                ready: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The attempt's Slurm job; once it runs, ``node``; once its shim wrote READY, when
+        that was (``started_at``: its command's start) and the GPUs Slurm gave it."""
         tracked = self.tracked[key]
         handle = {"backend": "slurm", "cluster": self.cluster, "job_id": tracked.slurm_id,
                   "job_name": tracked.name}
         if node:
             handle["node"] = node
+        if ready is not None:
+            handle["started_at"] = ready.get("at")
+            handle["gpus"] = [gpu for gpu in str(ready.get("gpus") or "").split(",") if gpu]
         return handle
 
     def _could_not_start(self, key: AttemptKey, error: str) -> AttemptObserved:
@@ -621,13 +297,19 @@ class SlurmBackend:
         # the command may have run only if the shim wrote READY (durably) and then found GO
         base = dict(at=time.time(), job_id=key[0], attempt_id=key[1], ready=ready is not None,
                     go=ready is not None and (attempt_dir / "GO").exists())
-        if tracked is None:  # never submitted, or its submission is under way or being found
+        if tracked is None:  # never submitted, its submission under way or being found, or
+            # settled and forgotten (its end, read now by someone else, is its exit.json's)
+            code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
+            if isinstance(code, int) and not isinstance(code, bool):
+                return AttemptObserved(alive=False, exited=True, exit_code=code,
+                                       signal=exit_record.get("signal"),
+                                       ended_at=exit_record.get("ended_at"), **base)
             return AttemptObserved(alive=key in self.unresolved or key in self.submitting,
                                    **base)
         node = (ready or {}).get("slurm_node") or (tracked.state.nodes if tracked.state
                                                    else "") or (ready or {}).get("host") \
             or tracked.node
-        base["handle"] = self._handle(key, node or None)
+        base["handle"] = self._handle(key, node or None, ready)
         code = exit_record.get("exit_code") if isinstance(exit_record, dict) else None
         where = f" on node {node}" if node else ""
         if tracked.no_ready is not None and code != 0:
@@ -635,8 +317,8 @@ class SlurmBackend:
                     RUNNING_STATES:
                 return AttemptObserved(alive=True, note=f"attempt {key[1]}: {tracked.no_ready}"
                                        f"; cancelling Slurm job {tracked.slurm_id}", **base)
-            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                   error=f"{tracked.no_ready}{where}", **base)
+            return AttemptObserved(alive=False, exited=code is not None, exit_code=code,
+                                   infrastructure=f"{tracked.no_ready}{where}", **base)
         if isinstance(code, int) and not isinstance(code, bool):
             # A failure is read with Slurm's end of the job: TERM from a node going down
             # (NODE_FAIL) or from an outside scancel also leaves an exit.json (143)
@@ -645,14 +327,16 @@ class SlurmBackend:
                 self._next_poll = min(self._next_poll, time.monotonic())
                 return AttemptObserved(alive=True, **base)
             verdict, reason = outcome(tracked.state, exit_record, tracked.asked)
-            if verdict == "infrastructure":
-                return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                       error=f"{reason}{where} (the command exited {code})",
-                                       **base)
+            if verdict == "infrastructure":  # the command's own exit, and why it ended
+                return AttemptObserved(alive=False, exited=True, exit_code=code,
+                                       signal=exit_record.get("signal"),
+                                       ended_at=exit_record.get("ended_at"),
+                                       infrastructure=f"{reason}{where}", **base)
             return AttemptObserved(
                 alive=False, exited=True, exit_code=code, signal=exit_record.get("signal"),
                 ended_at=exit_record.get("ended_at"),
-                error=exit_record.get("error") or (reason if verdict == "failed" else None),
+                error=exit_record.get("error") or (reason if verdict == "failed" else None)
+                or (_warned(exit_record) if code else None),
                 failure=task_report(attempt_dir / "failure.json"), **base)
         if not tracked.polled:
             return AttemptObserved(alive=True, **base)
@@ -663,9 +347,10 @@ class SlurmBackend:
         if verdict == "running":
             return AttemptObserved(alive=True, note=f"attempt {key[1]} running{where} (Slurm "
                                    f"job {tracked.slurm_id})", **base)
-        if verdict == "infrastructure":
-            return AttemptObserved(alive=False, exited=True, exit_code=INFRA_EXIT_CODE,
-                                   error=f"{reason}{where}", **base)
+        if verdict == "infrastructure":  # its command left no exit: none is known
+            return AttemptObserved(alive=False, infrastructure=f"{reason}{where}", **base)
+        if verdict == "cancelled" and tracked.asked is None:  # scancel before it started
+            return AttemptObserved(alive=False, cancelled=reason, **base)
         if base["go"] and not tracked.final_asked:
             # it ran and left no exit.json (its shim was killed): Slurm's completion
             # record is asked once before its end is told
@@ -697,14 +382,17 @@ class SlurmBackend:
         it; an end before the command ran (cancelled, released, lost) says nothing."""
         tracked = self.tracked.get(key)
         node = (seen.handle or {}).get("node")
-        if not seen.exited or tracked is None or tracked.node_told or not node or (
+        ended = seen.exited or seen.infrastructure is not None
+        if not ended or tracked is None or tracked.node_told or not node or (
                 tracked.state is not None and tracked.state.state == "PREEMPTED"):
             return [seen]  # Slurm preempting us for others is not the node's failure
         tracked.node_told = True
         try:
             told = NodeOutcome(at=seen.at, node=node, partition=self.partition,
-                               infrastructure=seen.exit_code == INFRA_EXIT_CODE,
-                               reason=seen.error or f"exit {seen.exit_code}")
+                               infrastructure=seen.infrastructure is not None
+                               or seen.exit_code == INFRA_EXIT_CODE,
+                               reason=seen.infrastructure or seen.error
+                               or f"exit {seen.exit_code}")
         except ValueError as exc:  # a name Slurm could not mean as one node: not counted
             log.warning("attempt %s/%s: node %r not counted: %s", *key, node, exc)
             return [seen]
@@ -730,16 +418,16 @@ class SlurmBackend:
     def _find(self, key: AttemptKey) -> list[Event]:
         name = self.client.job_name(*key)
         try:
-            slurm_id = self.client.find(name)
+            found = self.client.find_attempt(*key)
         except SlurmUnavailable as exc:
             log.warning("attempt %s/%s: cannot ask Slurm for job %s yet (%s)", *key, name, exc)
             self.unresolved.add(key)
             return []
         self.unresolved.discard(key)
-        if slurm_id is None:
+        if found is None:
             return [AttemptObserved(at=time.time(), job_id=key[0], attempt_id=key[1],
                                     alive=False, error=f"no Slurm job named {name}")]
-        return [self._track(key, slurm_id, name)]
+        return [self._track(key, *found)]
 
     def _poll_now(self) -> None:
         """One squeue, waited for: at start, before the loop serves."""
@@ -804,13 +492,14 @@ class SlurmBackend:
         return events
 
     def _probe_name(self, node: str) -> str:
-        return f"pxprobe-{run_tag(self.layout.root)}-{_slurm_safe(node)}"  # never swept
+        return f"pxprobe-{run_tag(self.layout.root)}-{slurm_safe(node)}"  # never swept
 
     def _probe_job(self, node: str) -> str | None:
         try:
-            return self.client.find(self._probe_name(node))
+            found = self.client.find(self._probe_name(node))
         except SlurmUnavailable:
             return None
+        return found[0] if found else None
 
     def _submit_probe(self, node: str) -> bool:
         try:
@@ -834,7 +523,10 @@ class SlurmBackend:
 
     def on_ready(self, token: Any) -> list[Event]:
         """A submitter or the poll thread answered: the handles of submitted attempts, and
-        Slurm's states, with an observation of each attempt they concern."""
+        Slurm's states, with an observation of each attempt they concern. Or a shim rang
+        the doorbell: its attempt is looked at now."""
+        if token == ("rung",):
+            return self._rung()
         try:
             while os.read(self._wake_read, 4096):
                 pass
@@ -862,6 +554,18 @@ class SlurmBackend:
             else:
                 del self.tracked[key]  # settled: Slurm's word on it is no longer needed
         return events + self._probe(time.time())
+
+    def _rung(self) -> list[Event]:
+        """The attempts whose shims rang (READY or exit.json written), observed from their
+        files now; a ring for an attempt not tracked here is ignored (a hint, not a fact).
+        An end that needs Slurm's word (an exit but 0) brings the next squeue forward."""
+        events: list[Event] = []
+        for key in sorted(self.doorbell.rung()):
+            job = self.lookup(key[0])
+            if key in self.tracked and job is not None and job.current is not None and \
+                    job.current.attempt_id == key[1] and job.current.phase != "ended":
+                events += self._told(key, self.observe(job, job.current))
+        return events
 
     def _take(self, asked: list[str], states: dict[str, SlurmState],
               finals: dict[str, FinalExit | None]) -> None:
@@ -962,37 +666,48 @@ class SlurmBackend:
         tracked.kill_at = time.monotonic() + grace
 
     def terminate(self, keys: list[AttemptKey]) -> list[Event]:
-        """Stop the run: ABORT for those at the barrier, scancel for all (Slurm sends TERM,
-        then KILL after its KillWait), and wait until Slurm has ended them."""
-        ids = []
+        """Stop the run: ABORT for those not started, scancel for every Slurm job of the run
+        (those of ``keys``, a submission under way once sbatch answered, and any other
+        found by name; Slurm sends TERM, then KILL after its KillWait), and wait until
+        Slurm has ended them."""
+        events = self._submissions_answered()
+        known = []
         for key in keys:  # a stop a crashed coordinator left is carried out before adoption
             if (job := self.lookup(key[0])) is not None and job.current is not None:
                 self._known(key, job.current)
             self.abort(key)
             if (tracked := self.tracked.get(key)) is not None:
                 tracked.asked = "stop"
-                ids.append(tracked.slurm_id)
-        for slurm_id in ids:
-            self.client.cancel(slurm_id)
-        deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while ids and time.monotonic() < deadline:
-            try:
-                states = self.client.poll(ids)
-            except SlurmUnavailable:
-                break
-            if all(state.state not in PENDING_STATES | RUNNING_STATES
-                   for state in states.values()):
-                self._take(ids, states, {slurm_id: self.client.final_exit(slurm_id)
-                                         for slurm_id in ids})
-                break
-            self._take(ids, states, {})
-            time.sleep(0.2)
-        events: list[Event] = []
+                known.append(tracked.slurm_id)
+        try:
+            ids, states = self.client.end_run(known, time.monotonic() + STOP_WAIT_SECONDS)
+        except SlurmUnavailable as exc:  # the named jobs are cancelled by the next start's
+            log.warning("stop: squeue did not answer (%s); the run's Slurm jobs are "
+                        "cancelled as they are found", exc)
+            ids, states = known, None
+            for slurm_id in known:
+                self.client.cancel(slurm_id)
+        if strays := sorted(set(ids) - set(known), key=int):
+            log.warning("stop: Slurm jobs %s of this run, unknown to the journal: cancelled",
+                        ", ".join(strays))
+        if states is not None:
+            ended = [slurm_id for slurm_id in known if slurm_id not in states
+                     or states[slurm_id].state not in PENDING_STATES | RUNNING_STATES]
+            self._take(known, states, {slurm_id: self.client.final_exit(slurm_id)
+                                       for slurm_id in ended})
         for key in keys:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and job.current.attempt_id == key[1]:
                 events += self._told(key, self.observe(job, job.current))
         return events
+
+    def _submissions_answered(self) -> list[Event]:
+        """Wait (as long as one Slurm command may take) for the submissions under way, so a
+        stop cancels their jobs by id: what ``on_ready`` would have reported of them."""
+        futures = [future for _, future, _ in self.submitting.values()]
+        if futures:
+            wait(futures, timeout=self.config.command_timeout_s)
+        return self._submitted()
 
     def next_timer(self) -> float:
         kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]
@@ -1021,3 +736,6 @@ class SlurmBackend:
         os.close(self._wake_read)
         os.close(self._wake_write)
         self._wake_read = self._wake_write = -1
+        if self.doorbell is not None:
+            self.selector.unregister(self.doorbell)
+            self.doorbell.close()

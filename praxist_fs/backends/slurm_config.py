@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from praxist_fs.core.policy import NODE_COOLDOWN_S
+from praxist_fs.core.slurm_options import JOB_KEYS, OPTION_NAME, OptionProblem, job_options
 from praxist_fs.errors import PolicyError
 
 SLURM_PATH = "compute_budget.resource_scheduler.slurm"
@@ -21,14 +22,22 @@ OWNED_OPTIONS = ("-J", "--job-name", "--comment", "-D", "--chdir", "-o", "--outp
                  "--gpus", "-G", "--gres", "--exclude", "-x", "-c", "--cpus-per-task",
                  "--mem", "-t", "--time", "-p", "--partition", "-A", "--account", "--qos",
                  "-q", "--array", "-a", "--wrap")
+# what a job may set by its own key (core/slurm_options.py), or what would contradict one
+KEYED_OPTIONS = ("--constraint", "-C", "--signal", "--mem-per-cpu", "--mem-per-gpu",
+                 "--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node", "--gpus-per-node")
+# the signals a job's command may be warned with before its time limit (Slurm's --signal)
+WARNING_SIGNALS = ("USR1", "USR2", "URG", "HUP", "INT", "TERM")
 
 
 @dataclass(frozen=True)
 class ProfileResources:
-    """What Slurm is asked for an experiment of one profile, besides its GPUs."""
+    """What Slurm is asked for an experiment of one profile, besides its GPUs: CPUs,
+    memory, and the profile's defaults of the other per-job options (``job``:
+    core/slurm_options.py's keys), which a request's own ``slurm`` overrides."""
 
     cpus: int = 1
     mem_mb: int = 1024
+    job: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,9 @@ class SlurmConfig:
     account: str | None = None
     qos: str | None = None
     extra_args: tuple[str, ...] = ()
+    allowed_options: tuple[str, ...] = ()  # sbatch options a request may pass (R-DIST-2)
+    warning_signal: str = "USR2"  # to the command warning_seconds before its time limit
+    warning_seconds: int = 90  # 0: no warning
     time_limit_minutes: int | None = None
     time_limit_factor: float | None = None
     resources: dict[str, ProfileResources] = field(default_factory=dict)
@@ -53,6 +65,9 @@ class SlurmConfig:
     node_cooldown_s: float = NODE_COOLDOWN_S
     # R-BUD-2: longest wait from Slurm running the job on a node to the shim's READY
     launch_timeout_s: float = 300.0
+    # where the shims ring the coordinator's doorbell (slurm_doorbell.py): its host name's
+    # address, unless this names another (a name or address the nodes can reach)
+    notify_host: str | None = None
 
     def for_profile(self, name: str | None) -> ProfileResources:
         return self.resources.get(name or "", self.default_resources)
@@ -94,16 +109,52 @@ def _extra_args(path: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _resources(path: str, value: Any) -> ProfileResources:
+def _resources(path: str, value: Any, keys: tuple[str, ...] = ("cpus", "mem_mb")
+               ) -> ProfileResources:
     if not isinstance(value, dict):
-        raise PolicyError(path, value, "a mapping with cpus and mem_mb")
+        raise PolicyError(path, value, "a mapping with " + ", ".join(keys))
     for key in value:
-        if key not in ("cpus", "mem_mb"):
-            raise PolicyError(f"{path}.{key}", value[key], "only the keys cpus, mem_mb")
+        if key not in keys:
+            raise PolicyError(f"{path}.{key}", value[key], "only the keys " + ", ".join(keys))
     defaults = ProfileResources()
+    try:
+        job = job_options({k: v for k, v in value.items() if k in JOB_KEYS and k != "mem_mb"},
+                          path)
+    except OptionProblem as exc:
+        raise PolicyError(exc.path, exc.value, exc.expected) from None
     return ProfileResources(
         cpus=_integer(f"{path}.cpus", value.get("cpus", defaults.cpus), 1, 4096),
-        mem_mb=_integer(f"{path}.mem_mb", value.get("mem_mb", defaults.mem_mb), 1, 2**31))
+        mem_mb=_integer(f"{path}.mem_mb", value.get("mem_mb", defaults.mem_mb), 1, 2**31),
+        job=job)
+
+
+def _allowed_options(path: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise PolicyError(path, value, "a list of sbatch option names (--name)")
+    for index, name in enumerate(value):
+        where = f"{path}[{index}]"
+        if not isinstance(name, str) or not OPTION_NAME.fullmatch(name):
+            raise PolicyError(where, name, "an sbatch option's long name, --name")
+        if name in OWNED_OPTIONS or name in KEYED_OPTIONS:
+            raise PolicyError(where, name, "an option praxist_fs does not set itself nor "
+                              "takes by its own key (it sets " + ", ".join(
+                                  OWNED_OPTIONS + KEYED_OPTIONS) + ")")
+    return tuple(value)
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+
+
+def _host(path: str, value: Any) -> str:
+    if not isinstance(value, str) or not _HOST.fullmatch(value):
+        raise PolicyError(path, value, "a host name or an IP address the nodes can reach")
+    return value
+
+
+def _choice(path: str, value: Any, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise PolicyError(path, value, "one of " + ", ".join(choices))
+    return value
 
 
 def _python(path: str, value: Any) -> str:
@@ -112,12 +163,18 @@ def _python(path: str, value: Any) -> str:
     return value
 
 
+# what a profile's entry in ``resources`` may set: its CPUs, memory, per-job defaults
+PROFILE_KEYS = ("cpus", "mem_mb", *(key for key in JOB_KEYS if key != "mem_mb"))
+
 # key -> checker(path, value); the defaults are SlurmConfig's own.
 _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "partition": lambda p, v: _text_name(p, v, "a partition name"),
     "account": lambda p, v: _text_name(p, v, "an account name"),
     "qos": lambda p, v: _text_name(p, v, "a QOS name"),
     "extra_args": _extra_args,
+    "allowed_options": _allowed_options,
+    "warning_signal": lambda p, v: _choice(p, v, WARNING_SIGNALS),
+    "warning_seconds": lambda p, v: _integer(p, v, 0, 86400),
     "time_limit_minutes": lambda p, v: _integer(p, v, 1, 525600),
     "time_limit_factor": lambda p, v: _number(p, v, 1.0, 100.0),
     "default_resources": _resources,
@@ -128,6 +185,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "python": _python,
     "node_cooldown_s": lambda p, v: _number(p, v, 0.0, 86400.0),
     "launch_timeout_s": lambda p, v: _number(p, v, 1.0, 86400.0),
+    "notify_host": _host,
 }
 
 
@@ -162,5 +220,5 @@ def _profile_resources(path: str, value: Any,
         if profiles is not None and name not in profiles:
             raise PolicyError(f"{path}.{name}", name, "a profile of the task: one of "
                               + ", ".join(profiles))
-        resources[str(name)] = _resources(f"{path}.{name}", each)
+        resources[str(name)] = _resources(f"{path}.{name}", each, PROFILE_KEYS)
     return resources

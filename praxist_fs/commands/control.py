@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 from .. import client
@@ -82,7 +83,8 @@ def _selection(parser: argparse.ArgumentParser, action: str) -> None:
 
 def _answer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
-                        help="how long to wait for the coordinator's answer (default 30)")
+                        help="how long to wait for a live coordinator (one restarting) and "
+                        "its answer (default 30)")
     parser.add_argument("--json", action="store_true", help="print the reply document")
 
 
@@ -127,10 +129,12 @@ def cmd_raise_budget(args: argparse.Namespace) -> int:
 
 def _send(args: argparse.Namespace, layout: RunLayout, request: dict[str, Any],
           command: str) -> int:
-    """Drop the control request, print the coordinator's answer, exit 0 only on ok."""
+    """Drop the control request, print the coordinator's answer, exit 0 only on ok. A
+    coordinator that is restarting (none live yet) is waited for within ``--timeout``."""
+    deadline = time.monotonic() + args.timeout
     try:
-        client.wait_for_coordinator(layout, 0.0)
-        reply = client.send_control(layout, request, args.timeout,
+        client.wait_for_coordinator(layout, args.timeout)
+        reply = client.send_control(layout, request, max(0.0, deadline - time.monotonic()),
                                     f"{args.action} ({request['request_id']})")
     except client.NoCoordinator as exc:
         print(f"{command}: {exc}", file=sys.stderr)

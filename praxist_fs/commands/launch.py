@@ -19,7 +19,7 @@ from ..core.admission import reason_kind
 from ..core.policy import WORK_CLASSES
 from ..core.request import NAME_EXPECTED, NAME_RE, PRIORITY_RANGE
 from ..errors import PolicyError
-from . import add_run_dir
+from . import add_run_dir, slurm_flags
 from .render import attempt_marker
 
 EXIT_REJECTED = 2        # the request was refused (rejected, conflict, terminal duplicate)
@@ -81,6 +81,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     launch.add_argument("--host-registry", default=os.environ.get("PRAXIST_HOST_REGISTRY"),
                         metavar="DIR", help="where a peer-local launch registers the run "
                         "for stop --all (default as for serve)")
+    slurm_flags.add_arguments(launch)
     launch.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command and its arguments")
     launch.set_defaults(func=cmd_launch)
 
@@ -148,7 +149,7 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
             env=client.submission_env(dict(os.environ)), profile=args.profile,
             work_class=args.work_class, eta_s=args.eta, retry_terminal=args.retry_terminal,
             lease=args.lease, max_cost=args.max_cost, priority=args.priority, hold=args.hold,
-            admission_timeout_s=args.admission_timeout,
+            admission_timeout_s=args.admission_timeout, slurm=slurm_flags.request_field(args),
             after=[{"job": ref, "when": when} for when, refs in (
                 ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
                 for ref in refs])
@@ -215,7 +216,9 @@ def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     bad = [flag for flag, value in (("--peer", args.peer), ("--tag", args.tag))
            if not NAME_RE.fullmatch(value)]
     needs = [flag for flag, given in (("--detach", args.detach),
-                                      ("--max-cost", args.max_cost is not None)) if given]
+                                      ("--max-cost", args.max_cost is not None),
+                                      ("a Slurm option", slurm_flags.request_field(args)))
+             if given]
     if bad or needs:
         print("praxist-fs launch: " + (f"{', '.join(bad)}: expected {NAME_EXPECTED}" if bad
               else f"{needs[0]} needs a coordinator (the task is not 'mode: central')"),
@@ -298,6 +301,10 @@ class _Watch:
             if reason_kind(reason) != self.said:  # not each time only its numbers move
                 self.said = reason_kind(reason)
                 print(f"praxist-fs launch: queued: {reason}", file=sys.stderr, flush=True)
+        elif doc["state"] == "running" and "(Slurm job " in doc["reason"] and \
+                doc["reason"] != self.said:  # why Slurm holds it, where it runs: as srun
+            self.said = doc["reason"]
+            print(f"praxist-fs launch: {doc['reason']}", file=sys.stderr, flush=True)
 
     def _cancel(self, doc: dict[str, Any]) -> None:
         self.cancelled_by = self.signalled

@@ -79,14 +79,47 @@ def write_logs(layout: RunLayout, job_id: str, out: BinaryIO, attempt: str = "al
                follow: bool = False) -> dict:
     """Write the job's output to ``out``, each ``attempt`` (or all) under its header;
     ``follow`` until the job ends. Returns its last job file. ``praxist-fs top`` shows
-    a job's log the same way."""
+    a job's log the same way. An attempt run by Slurm is followed, once it ended, by
+    Slurm's own output file under a header of its own (where Slurm says CANCELLED, a
+    time limit or an OOM kill)."""
+    told: set[str] = set()
+
+    def slurm_output(ended: dict | None) -> None:
+        if ended is not None and ended["ended_at"] is not None and \
+                ended["attempt_id"] not in told:
+            told.add(ended["attempt_id"])
+            _write_slurm_output(layout, job_id, ended, out)
+
     def announce(shown: dict, previous: dict | None) -> None:
+        slurm_output(previous)
         out.write(("" if previous is None else "\n").encode()
                   + attempt_header(shown, time.time()).encode() + b"\n")
         out.flush()  # following, an attempt shows up before its output does
 
-    return client.follow(layout, job_id, out, announce=announce, once=not follow,
-                         select=lambda a: attempt in ("all", a["attempt_id"]))
+    final = client.follow(layout, job_id, out, announce=announce, once=not follow,
+                          select=lambda a: attempt in ("all", a["attempt_id"]))
+    for each in final["attempts"]:
+        if attempt in ("all", each["attempt_id"]):
+            slurm_output(each)
+    return final
+
+
+def _write_slurm_output(layout: RunLayout, job_id: str, attempt: dict, out: BinaryIO) -> None:
+    """``==> attempt a1: Slurm's output (job 431, …/slurm.out) <==`` and the file, if the
+    attempt ran as a Slurm job and Slurm wrote anything."""
+    handle = attempt.get("handle") or {}
+    if handle.get("backend") != "slurm":
+        return
+    path = layout.attempt_dir(job_id, attempt["attempt_id"]) / "slurm.out"
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return
+    if data:
+        out.write(f"\n==> attempt {attempt['attempt_id']}: Slurm's output (job "
+                  f"{handle.get('job_id')}, {path}) <==\n".encode() + data
+                  + (b"" if data.endswith(b"\n") else b"\n"))
+        out.flush()
 
 
 def cmd_wait(args: argparse.Namespace) -> int:

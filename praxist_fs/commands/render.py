@@ -60,7 +60,8 @@ def format_status(doc: dict, alive: bool = True) -> str:
         f"coordinator pid {coord.get('pid')} on {coord.get('host')}: {state}",
         f"concurrency target {doc['concurrency']['target']} "
         f"(min {doc['concurrency']['min']}, max {doc['concurrency']['max']}); "
-        f"running {doc['running']}",
+        f"running {doc['running']}" + (f" ({doc['pending_in_slurm']} of them pending in Slurm)"
+                                       if doc.get("pending_in_slurm") else ""),
         "counts: " + "  ".join(f"{k} {v}" for k, v in doc["counts"].items() if v),
     ]
     peers = doc.get("peers") or {}  # an older coordinator's status.json has none
@@ -100,7 +101,7 @@ def format_status(doc: dict, alive: bool = True) -> str:
                       f"{'GPUS':24} ACTIVITY"]
         lines += [f"{a['job_id'][:40]:40} {a['attempt_id']:8} {_where(a):>8} "
                   f"{a['age_s']:>7.1f}s  {a['profile'][:14]:14} "
-                  f"{','.join(a['gpus'])[:24] or '-':24} {_activity(a)}"
+                  f"{','.join(_gpus(a))[:24] or '-':24} {_activity(a)}"
                   + (f" {a['progress']['done']}/{a['progress']['total']}"
                      if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
@@ -164,16 +165,32 @@ def _ellipsize(text: str, width: int, middle: bool = True) -> str:
 
 def job_row(document: dict, now: float) -> dict:
     """A job file plus what ``praxist-fs jobs`` derives from it (PROTOCOL.md, *Listing
-    jobs*): the first start, the end, the attempts' summed run time and their count."""
+    jobs*): the first start, the end, the attempts' summed run time and their count, and
+    on Slurm the last attempt's Slurm job id and node."""
     attempts = document.get("attempts") or []
     ends = [a.get("ended_at") for a in attempts]
     last_end = ends[-1] if ends else None
-    wall = sum((end if end is not None else now) - a["started_at"]
-               for a, end in zip(attempts, ends)) if attempts else None
+    runs = [(start, end if end is not None else now) for a, end in zip(attempts, ends)
+            if (start := _command_start(a)) is not None]
+    wall = sum(end - start for start, end in runs) if runs else None
+    handle = (attempts[-1].get("handle") or {}) if attempts else {}
     return {**document, "attempt_count": len(attempts),
             "started_at": attempts[0]["started_at"] if attempts else None,
             "ended_at": last_end if document.get("state") in TERMINAL else None,
-            "wall_s": None if wall is None else round(wall, 3)}
+            "wall_s": None if wall is None else round(wall, 3),
+            "slurm_job_id": handle.get("job_id"), "node": handle.get("node")}
+
+
+def _command_start(attempt: dict) -> float | None:
+    """When the attempt's command started, for its wall time: its launch, or on Slurm when
+    its shim was ready (``handle.started_at``: the queue's wait is not run time); None
+    for one that never ran there."""
+    handle = attempt.get("handle") or {}
+    if handle.get("backend") != "slurm":
+        return attempt["started_at"]
+    if handle.get("started_at") is not None:
+        return handle["started_at"]
+    return attempt["started_at"] if handle.get("node") else None  # an older version's
 
 
 JOB_COLUMNS = (  # header, cell
@@ -189,13 +206,22 @@ JOB_COLUMNS = (  # header, cell
     ("WALL", lambda r, now: format_duration(r["wall_s"])),
     ("REASON", lambda r, now: _ellipsize(str(r.get("reason")), 60, middle=False)),
 )
-NUMERIC = {"EXIT", "ATT", "WALL"}
+NUMERIC = {"EXIT", "ATT", "WALL", "SLURM"}
+SLURM_COLUMNS = (  # where some job ran on Slurm: its last attempt's job id and node
+    ("SLURM", lambda r, now: r["slurm_job_id"] or "-"),
+    ("NODE", lambda r, now: _ellipsize(r["node"] or "-", 16)),
+)
 
 
 def _where(active: dict) -> str:
     """The attempt's shim pid, or its Slurm job id (``s<id>``) with a cluster backend."""
     handle = active.get("handle") or {}
     return f"s{handle['job_id']}" if "job_id" in handle else str(active["pid"])
+
+
+def _gpus(active: dict) -> list[str]:
+    """The devices it runs on: those praxist_fs placed, or on a cluster those Slurm gave."""
+    return active["gpus"] or (active.get("handle") or {}).get("gpus") or []
 
 
 def _activity(active: dict) -> str:
@@ -210,8 +236,11 @@ def _activity(active: dict) -> str:
 def format_jobs(rows: list[dict], matched: int, now: float) -> str:
     """The jobs table: each column as wide as its widest cell, the reason last and free,
     and a last line saying how many more matched than the limit let through."""
-    cells = [[cell(row, now) for _, cell in JOB_COLUMNS] for row in rows]
-    headers = [header for header, _ in JOB_COLUMNS]
+    columns = JOB_COLUMNS
+    if any(row.get("slurm_job_id") for row in rows):
+        columns = (*JOB_COLUMNS[:-1], *SLURM_COLUMNS, JOB_COLUMNS[-1])
+    cells = [[cell(row, now) for _, cell in columns] for row in rows]
+    headers = [header for header, _ in columns]
     widths = [max([len(header)] + [len(line[i]) for line in cells])
               for i, header in enumerate(headers)]
     lines = [" ".join(value.rjust(width) if header in NUMERIC else value.ljust(width)
@@ -228,9 +257,14 @@ def jobs_json(rows: list[dict], matched: int, source: str) -> str:
 
 def describe_end(attempt: dict) -> str:
     """How an attempt ended, in a few words: ``exit 75``, ``killed by signal 9``, ``released``,
-    or ``running`` while it has not."""
+    ``Slurm NODE_FAIL on node ci0, exit 143`` (an infrastructure failure, then the command's
+    own end), or ``running`` while it has not."""
     if attempt.get("ended_at") is None:
         return "running"
+    if attempt.get("infrastructure"):
+        own = dict(attempt, infrastructure=None)
+        return attempt["infrastructure"] + (
+            f", {describe_end(own)}" if attempt.get("exit_code") is not None else "")
     if attempt.get("signal"):
         return f"killed by signal {attempt['signal']}"
     if attempt.get("exit_code") is not None:

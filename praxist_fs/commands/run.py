@@ -6,8 +6,10 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from ..config import load_policy
+from ..core.policy import Policy
 from ..errors import JournalCorrupt, NoRoomToStart, OwnerBusy, PolicyError, UnsafeLayout
 
 
@@ -55,6 +57,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("praxist-fs serve: the task is not 'mode: central'; legacy peer-local launching "
               "has no coordinator", file=sys.stderr)
         return 2
+    if policy.backend == "slurm" and (refused := _slurm_refusals(policy, args.run_dir)):
+        print("praxist-fs serve: invalid task file: " + "; ".join(refused), file=sys.stderr)
+        return 2
     try:
         return Coordinator(args.run_dir, policy, fake_gpus=args.fake_gpus,
                            host_registry=args.host_registry, psi_root=args.psi_root,
@@ -69,6 +74,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except UnsafeLayout as exc:
         print(f"praxist-fs serve: refusing an unsafe run directory: {exc}", file=sys.stderr)
         return EXIT_UNSAFE
+
+
+def _slurm_refusals(policy: Policy, run_dir: str) -> list[str]:
+    """R-DIST-2: a partition, account or QOS Slurm refuses (``sbatch --test-only``)."""
+    from ..backends.slurm_client import refused_placements
+    from ..backends.slurm_config import parse_slurm_config
+
+    return refused_placements(parse_slurm_config(policy.slurm, tuple(policy.profiles)),
+                              Path(run_dir))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

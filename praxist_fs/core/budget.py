@@ -95,9 +95,11 @@ def attempt_spend(gpus: int, wall_s: float, rate: float | None) -> Spend:
     return Spend(gpus * wall_s, cost)
 
 
-def kind_of(outcome: str | None, exit_code: int | None) -> str:
-    """The kind an ended attempt is charged as."""
-    if exit_code == INFRA_EXIT_CODE or outcome in _INFRA_OUTCOMES:
+def kind_of(outcome: str | None, exit_code: int | None,
+            infrastructure: str | None = None) -> str:
+    """The kind an ended attempt is charged as: ``infrastructure`` is why it ended by a
+    failure of the infrastructure (a node's), whatever its command's exit."""
+    if exit_code == INFRA_EXIT_CODE or outcome in _INFRA_OUTCOMES or infrastructure:
         return INFRASTRUCTURE
     return EXPERIMENT
 

@@ -131,6 +131,13 @@ class AttemptObserved(Event):
     # what the backend says of it while it waits or runs (Slurm's pending reason): the
     # job's reason while it is in flight
     note: str | None = None
+    # it ended by a failure of the infrastructure, not of its command (Slurm: NODE_FAIL,
+    # BOOT_FAIL, no READY within the launch timeout): retried like exit 75; ``exit_code``
+    # is then the command's own exit, None (and not ``exited``) if it left none
+    infrastructure: str | None = None
+    # the backend's own scheduler cancelled it before its command ran (Slurm: a scancel
+    # from outside praxist_fs while it was pending): the job ends cancelled, this the why
+    cancelled: str | None = None
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
@@ -138,6 +145,9 @@ class AttemptObserved(Event):
             raise ValueError("an exited attempt needs an exit_code")
         if self.fenced and (self.alive or self.exited):
             raise ValueError("a fenced attempt is neither alive nor exited")
+        if (self.infrastructure is not None or self.cancelled is not None) and self.alive:
+            raise ValueError("an attempt that ended by its infrastructure or was cancelled "
+                             "is not alive")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

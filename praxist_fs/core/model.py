@@ -37,6 +37,9 @@ class Attempt:
     # what went wrong where the exit code does not say: the shim's (the command could not
     # start), or a supervisor's death whose command the coordinator terminated
     error: str | None = None
+    # why it ended by a failure of the infrastructure, not of its command (Slurm's
+    # NODE_FAIL on a node), whatever ``exit_code`` the command had: retried like exit 75
+    infrastructure: str | None = None
     # R-POL-3, oldest first: {"at", "mode" (suspend or requeue), "by" (the job it made room
     # for), "reason" (why that job could not start), "resumed_at" (a suspension's end).
     # A tuple, so that the attempts never preempted (most) share the empty one
@@ -83,6 +86,7 @@ class Attempt:
             "cancel": self.cancel,
             "budget": self.budget,
             **({"handle": self.handle} if self.handle is not None else {}),
+            **({"infrastructure": self.infrastructure} if self.infrastructure else {}),
         }
 
 
@@ -151,6 +155,7 @@ class Job:
             "after": [{"job": job, "when": when} for job, when in self.after],
             "admission_deadline": self.admission_deadline,
             "barrier_releases": self.barrier_releases,
+            **({"slurm": req.slurm} if req.slurm is not None else {}),
         }
 
     @property

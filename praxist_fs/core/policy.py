@@ -205,7 +205,7 @@ class Policy:
     spool_quota_bytes: int = 128 * 1024 * 1024
     normalizations: tuple[Normalization, ...] = ()
     # R-DIST-1: where attempts run: "local" (this host) or "slurm" (a cluster); the
-    # ``slurm`` mapping as the task file gave it (checked by backends/slurm.py)
+    # ``slurm`` mapping as the task file gave it (checked by backends/slurm_config.py)
     backend: str = "local"
     slurm: dict[str, Any] | None = None
     # ``queue_set`` and ``queue_of_class``, made once: every scheduling pass reads them

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import BadRequest
 from .budget import LIMITS
 from .policy import WORK_CLASSES
+from .slurm_options import OptionProblem, job_options
 
 MAX_REQUEST_BYTES = 64 * 1024
 # A request over the limit but within this size is parsed all the same, to say what filled it
@@ -40,7 +41,7 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 FIELDS = (
     "peer", "tag", "profile", "work_class", "eta_s", "argv", "command", "cwd",
     "env", "retry_terminal", "lease", "request_id", "generation", "max_cost",
-    "after", "hold", "priority", "admission_timeout_s",
+    "after", "hold", "priority", "admission_timeout_s", "slurm",
 )
 MAX_ADMISSION_TIMEOUT_S = 30 * 86400  # also the task file's admission_timeout_seconds cap
 PRIORITY_RANGE = (-100, 100)  # a job's own priority orders it inside its queue (R-CTL-5)
@@ -73,6 +74,8 @@ class Request:
     priority: int = 0   # PRIORITY_RANGE; higher first inside its queue
     # R-SUB-4: seconds it may wait to start before it ends ``expired``; None: the task's
     admission_timeout_s: float | None = None
+    # R-DIST-2: per-job Slurm options (core/slurm_options.py); None: the task's defaults
+    slurm: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         """Share the strings most requests repeat (peer, profile, cwd, argv, env): a
@@ -105,6 +108,7 @@ class Request:
             "hold": self.hold,
             "priority": self.priority,
             "admission_timeout_s": self.admission_timeout_s,
+            **({"slurm": self.slurm} if self.slurm is not None else {}),
         }
 
     @classmethod
@@ -225,6 +229,7 @@ def _build(name: str, raw: dict[str, Any]) -> Request:
         hold=_bool("hold", raw.get("hold", False)),
         priority=_priority("priority", raw.get("priority", 0)),
         admission_timeout_s=_optional(raw, "admission_timeout_s", _admission_timeout),
+        slurm=_optional(raw, "slurm", _slurm),
     )
 
 
@@ -330,6 +335,13 @@ def _after(value: Any) -> tuple[tuple[str, str], ...]:
                              + ", ".join(DEPENDENCY_KINDS))
         found.append((_name(f"{key}.job", item["job"]), when))
     return tuple(dict.fromkeys(found))
+
+
+def _slurm(key: str, value: Any) -> dict[str, Any]:
+    try:
+        return job_options(value, key)
+    except OptionProblem as exc:
+        raise BadRequest(exc.path, exc.problem) from None
 
 
 def _generation(key: str, value: Any) -> int:

@@ -62,6 +62,7 @@ from .states import (
     ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
 )
 from .shelf import Shelf
+from .slurm_options import refusal as slurm_refusal
 from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -217,6 +218,8 @@ class Scheduler(JobControlDesk):
             return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                                f"unknown profile {profile!r}; the task defines "
                                + ", ".join(sorted(self.policy.profiles)))
+        if request.slurm is not None and (refused := slurm_refusal(request.slurm, self.policy)):
+            return self._reply(ev, ReplyOutcome.REJECTED, None, *refused)
         job = self.tagged(request.tag, ev.uid)
         job_id = job.job_id if job else job_id_for(
             request.tag, tenancy.namespace(ev.uid, self.coordinator_uid))
@@ -421,6 +424,8 @@ class Scheduler(JobControlDesk):
         attempt = _find(job, ev.attempt_id) if job else None
         if attempt is None or attempt.phase == AttemptPhase.ENDED:
             return []  # a late sighting of an attempt already settled
+        if not ev.alive and ev.handle is not None and attempt.handle is not None:
+            attempt.handle = ev.handle  # where it ran and since when: its end's last word
         if self.stopped and not (ev.exited and ev.exit_code == 0) and (ev.exited or not ev.alive):
             attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
             attempt.outcome = "cancelled"
@@ -433,8 +438,11 @@ class Scheduler(JobControlDesk):
                 not (ev.exited and ev.exit_code == 0):
             # R-POL-3: an end but a success requeues
             return self.preemption.requeue(job, attempt, ev)
-        if ev.exited:
+        if ev.exited or ev.infrastructure is not None:
             return self._end(job, attempt, ev)
+        if ev.cancelled is not None:
+            attempt.outcome = "cancelled"
+            return self._settle(job, attempt, ev.at, Trigger.CANCEL, ev.cancelled)
         if ev.fenced:
             return self._fenced(job, attempt, ev)
         if not ev.alive:
@@ -515,24 +523,28 @@ class Scheduler(JobControlDesk):
                    if a.round == job.round and a.outcome in ("infra_retry", "lost"))
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
+        """Its command exited, or its infrastructure failed under it (``infrastructure``:
+        retried as an exit 75 is, whatever the command's own exit, which is kept)."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
-        attempt.error = ev.error
+        attempt.error, attempt.infrastructure = ev.error, ev.infrastructure
         code = ev.exit_code
-        if code == 0:
+        if code == 0 and ev.infrastructure is None:
             attempt.outcome = "completed"
             if job.request.eta_s is not None:
                 self.calibration.observe(attempt.active_seconds(ev.ended_at or ev.at),
                                          job.request.eta_s)
             return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
-        if code == INFRA_EXIT_CODE:
+        if code == INFRA_EXIT_CODE or ev.infrastructure is not None:
+            what = "exit code 75 (infrastructure)" if ev.infrastructure is None else (
+                f"infrastructure failure: {ev.infrastructure}"
+                + ("" if code is None else f" (the command exited {code})"))
             used = self._infra_retries_used(job)
             if used < self.policy.infrastructure_retries:
                 attempt.outcome = "infra_retry"
                 return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_RETRY,
-                                    f"exit code 75 (infrastructure): retry {used + 1} of "
+                                    f"{what}: retry {used + 1} of "
                                     f"{self.policy.infrastructure_retries} queued")
-            reason = (f"exit code 75 (infrastructure) with no retries left "
-                      f"({self.policy.infrastructure_retries} used)")
+            reason = f"{what} with no retries left ({self.policy.infrastructure_retries} used)"
         elif ev.signal:
             reason = f"killed by signal {ev.signal} (exit code {code})"
         else:
@@ -553,7 +565,8 @@ class Scheduler(JobControlDesk):
             self.usage.charge(job.request.peer, spent.gpu_seconds, at, half_life)
         queue = queue_of_class(self.policy.queue_set())[job.request.work_class]
         self.queue_usage.charge(queue.name, attempt.active_seconds(at), at, half_life)
-        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code), spent)
+        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code, attempt.infrastructure),
+                           spent)
         job.reason = sys.intern(reason)  # "exit code 0", for most of a run's finished jobs
         if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
             self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen

@@ -402,7 +402,8 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
             "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
             "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel,
             "budget": attempt.budget,
-            **({"handle": attempt.handle} if attempt.handle is not None else {})}
+            **({"handle": attempt.handle} if attempt.handle is not None else {}),
+            **({"infrastructure": attempt.infrastructure} if attempt.infrastructure else {})}
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:

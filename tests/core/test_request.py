@@ -205,6 +205,7 @@ def test_every_field_parses():
         "retry_terminal": True, "lease": "lease-1", "request_id": "rid", "generation": 2,
         "max_cost": 2.5, "after": [{"job": "t0", "when": "any"}], "hold": True,
         "priority": -5, "admission_timeout_s": 600,
+        "slurm": {"time_limit_minutes": 30, "partition": "gpu", "options": ["--exclusive"]},
     }
     assert set(full) | {"command"} == set(FIELDS)
     r = parse_request("x.json", json.dumps(full).encode())

@@ -424,6 +424,46 @@ def test_exit_75_is_retried_up_to_infrastructure_retries(retries):
     assert h.launch_all() == []
 
 
+@pytest.mark.parametrize("code", [143, None])
+def test_an_infrastructure_failure_keeps_the_commands_own_exit(code):
+    """Issue 28: a node failed under the attempt (Slurm NODE_FAIL): it is retried as an exit
+    75 is and charged to the infrastructure, while its exit code stays the command's own
+    (143 from Slurm's TERM, or none without exit.json) and why it ended is said apart."""
+    h = Harness(make_policy(infrastructure_retries=1))
+    job_id = h.submit("exp-1")["job_id"]
+    for attempt in ("a1", "a2"):
+        h.launch_all()
+        h.go(job_id, attempt)
+        h.observe(job_id, attempt, alive=False, ready=True, go=True, exited=code is not None,
+                  exit_code=code, signal=None if code is None else 15,
+                  infrastructure="Slurm NODE_FAIL on node ci0")
+    job = h.job(job_id)
+    assert [a["outcome"] for a in job["attempts"]] == ["infra_retry", "failed"]
+    for attempt in job["attempts"]:
+        assert (attempt["exit_code"], attempt["infrastructure"]) == (
+            code, "Slurm NODE_FAIL on node ci0")
+    exited = "" if code is None else f" (the command exited {code})"
+    assert job["reason"] == (f"infrastructure failure: Slurm NODE_FAIL on node ci0{exited} "
+                             "with no retries left (1 used)")
+    assert (job["state"], job["exit_code"]) == ("failed", code)
+    assert set(h.sched.ledger.ended) == {"infrastructure"}  # not the experiment's spend
+
+
+def test_a_cancel_by_the_backends_scheduler_before_the_command_ran_cancels_the_job():
+    """Issue 28: scancel of a job still pending in Slurm: cancelled, no exit code, nothing
+    retried."""
+    h = Harness(make_policy(infrastructure_retries=2))
+    job_id = h.submit("exp-1")["job_id"]
+    h.launch_all()
+    h.observe(job_id, "a1", handle={"backend": "slurm", "job_id": "7"}, ready=True)
+    h.observe(job_id, "a1", alive=False, cancelled="cancelled in Slurm while pending")
+    job = h.job(job_id)
+    assert (job["state"], job["reason"], job["exit_code"]) == (
+        "cancelled", "cancelled in Slurm while pending", None)
+    assert job["attempts"][0]["outcome"] == "cancelled"
+    assert h.launch_all() == []
+
+
 @pytest.mark.parametrize(("code", "signal", "state", "outcome", "words"), [
     (0, None, "completed", "completed", ["0"]),
     (3, None, "failed", "failed", ["3"]),

@@ -45,7 +45,7 @@ TESTED = {
     "tour-gpus",  # README
     "shell-submit", "shell-wait", "central-attempts",  # PROTOCOL
     "legacy-launch", "ops-status", "ops-status-json", "ops-generation-operator",
-    "ops-generation-status", "ops-invariants", "ops-report",  # OPERATIONS
+    "ops-generation-status", "ops-invariants", "ops-report", "slurm-warning",  # OPERATIONS
     "simulate-livelock",  # SIMULATE
     "python-client", "python-sweep",  # PYTHON
 }
@@ -386,6 +386,35 @@ def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, s
     assert report.returncode == 0, report.stderr
     assert report.stdout.startswith(f"report written to {run.root}-report.html (")
     assert '<g class="bar' in Path(f"{run.root}-report.html").read_text()
+
+
+SLURM_TASK = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    backend: slurm
+    max_concurrent_experiments: 2
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+    slurm:
+      default_resources: {cpus: 1, mem_mb: 64}
+      poll_pending_s: 0.2
+      poll_running_s: 1.0
+"""
+
+
+def test_the_slurm_warning_example_checkpoints_and_completes(fake_cluster, make_run, shell):
+    """R-DIST-2: the documented script, launched with a time limit on the fake cluster
+    (tests/slurm/fake/cluster, whose sbatch honours ``--signal=B:SIG@N`` with ``-t``):
+    warned with USR2, it saves its checkpoint and ends 0 before the limit."""
+    run = make_run(task_text=SLURM_TASK)
+    run.start()
+    shell.env["RUN"] = str(run.root)
+    result = shell("slurm-warning", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.fullmatch(r"checkpoint at step \d+\n", result.stdout), result.stdout
+    assert run.job(job_id("warned"))["state"] == "completed"
 
 
 def test_the_livelock_trace_replays_as_documented(shell):

@@ -300,6 +300,28 @@ def test_status_and_launch_say_when_the_coordinator_or_run_is_gone(run):
     assert "is stopped" in launched.stderr and "serve" not in launched.stderr
 
 
+def test_a_control_verb_waits_for_a_restarting_coordinator(make_run):
+    """Issue 28: ``release`` while the coordinator restarts (none live) waits for it, up
+    to ``--timeout``, as ``launch --wait-coordinator`` does, instead of exiting 69 at
+    once; with none coming, 69 once the timeout is over."""
+    run = make_run()
+    run.start()
+    held = run.reply(run.submit(request("held", ["true"], hold=True)))["job_id"]
+    run.stop()
+    release = subprocess.Popen([*CLI, "release", "held", "--timeout", "60", "--run-dir",
+                                str(run.root)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    run.start()  # a coordinator's start takes far longer than a command's refusal
+    out, err = release.communicate(timeout=90)
+    assert release.returncode == 0, err
+    assert "released" in out
+    run.wait_state(held, "completed")
+    run.stop()
+    started = time.monotonic()
+    gone = cli(run, "cancel", "held", "--timeout", "1")
+    assert gone.returncode == 69 and time.monotonic() - started >= 1, gone.stderr
+
+
 def _read_until(proc, lines, needle):
     line = proc.stderr.readline()
     lines.append(line)

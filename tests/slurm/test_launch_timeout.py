@@ -63,8 +63,9 @@ def test_no_ready_within_the_launch_timeout_fails_the_node(cluster_run, fake_clu
     doc = run.wait_state(job_id, "failed", timeout=TIMEOUT_S)
     assert [a["outcome"] for a in doc["attempts"]] == ["infra_retry", "failed"]
     for attempt in doc["attempts"]:
-        assert attempt["error"] == ("no READY within the launch timeout (1 s after Slurm "
-                                    "started it) on node fake0")
+        assert attempt["infrastructure"] == ("no READY within the launch timeout (1 s "
+                                             "after Slurm started it) on node fake0")
+        assert attempt["exit_code"] is None  # its command never ran
         attempt_dir = run.sched / "attempts" / job_id / attempt["attempt_id"]
         assert not (attempt_dir / "READY").exists() and (attempt_dir / "ABORT").exists()
         slurm_job = read_json(fake_cluster / "jobs" / f"{attempt['handle']['job_id']}.json")

@@ -12,16 +12,16 @@ import subprocess
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENDED_STATES,
     INFRASTRUCTURE_STATES,
     FinalExit,
     SlurmClient,
     SlurmRefused,
     outcome,
-    parse_slurm_config,
     write_spec,
 )
+from praxist_fs.backends.slurm_config import parse_slurm_config
 from tests.e2e.conftest import wait_for
 
 CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
@@ -157,12 +157,12 @@ def test_a_forgotten_job_is_found_by_its_name(backend):
     attempt, so the job's deterministic name finds it (adopt, never submit twice)."""
     attempt, slurm_id = submit(backend, "forgotten", "exit 0")
     name = backend.job_name("forgotten", "a1")
-    assert backend.find(name) == slurm_id
-    assert backend.find(backend.job_name("never-submitted", "a1")) is None
+    assert backend.find_attempt("forgotten", "a1") == (slurm_id, name)
+    assert backend.find_attempt("never-submitted", "a1") is None
     assert backend.jobs_of_run()[slurm_id].name == name
     backend.release(attempt, go=False)  # not adopted here: ABORT, so nothing runs
     assert ended(backend, slurm_id).name == name
-    assert backend.find(name) == slurm_id  # an ended job too, until Slurm purges it
+    assert backend.find(name) == (slurm_id, name)  # an ended job too, until Slurm purges it
     assert not (attempt / "exit.json").exists() and not (attempt / "out.log").exists()
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import threading
 
-from praxist_fs.backends.slurm import SlurmBackend, SlurmClient, run_command
+from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm_client import SlurmClient, run_command
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile

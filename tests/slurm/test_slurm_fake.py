@@ -12,16 +12,16 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENTRY,
     FinalExit,
     SlurmClient,
-    SlurmConfig,
     SlurmRefused,
     SlurmState,
     SlurmUnavailable,
-    parse_slurm_config,
+    run_tag,
 )
+from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from tests.conftest import UNAVAILABLE
 from tests.slurm.conftest import HERE
 
@@ -95,23 +95,32 @@ def test_poll_of_a_purged_id_is_empty_but_a_failure_is_not(backend, fake_slurm):
 
 
 def test_find_by_name_never_by_id_alone(backend, fake_slurm):
-    """A crash between sbatch and the journal: the job is found again by its name."""
-    name = backend.job_name("j1", "a1")
+    """A crash between sbatch and the journal: the job is found again by its name, or by
+    the name versions before issue 28 gave (a job submitted before an upgrade)."""
+    name, legacy = backend.job_name("j1", "a1"), f"px-{run_tag(backend.run_dir)}-j1-a1"
+    assert name == f"j1-a1-px{run_tag(backend.run_dir)}"  # squeue's 8 characters: the tag
     fake_slurm.answer("squeue", out=f"7|px-other|RUNNING\n8|{name}|PENDING\n9|{name}|RUNNING\n")
-    assert backend.find(name) == "9"
+    assert backend.find_attempt("j1", "a1") == ("9", name)
     assert fake_slurm.calls("squeue")[0]["argv"] == [
-        "--me", "--states=all", "-h", "-n", name, "-o", "%i|%j|%T"]
+        "--me", "--states=all", "-h", "-n", f"{name},{legacy}", "-o", "%i|%j|%T"]
+    fake_slurm.answer("squeue", out=f"7|px-other|RUNNING\n4|{legacy}|RUNNING\n")
+    assert backend.find_attempt("j1", "a1") == ("4", legacy)
     fake_slurm.answer("squeue", out="7|px-other|RUNNING\n")
-    assert backend.find(name) is None
+    assert backend.find_attempt("j1", "a1") is None
 
 
 def test_the_jobs_of_this_run_only(backend, fake_slurm, tmp_path):
-    """What a stop sweeps: this run's jobs by their name prefix, not another run's."""
+    """What a stop sweeps: this run's jobs by their name (either spelling), not another
+    run's, nor a node's probe."""
     mine = backend.job_name("j1", "a1")
+    legacy = f"px-{run_tag(backend.run_dir)}-j2-a1"
     theirs = SlurmClient(SlurmConfig(), tmp_path / "other").job_name("j1", "a1")
     fake_slurm.answer("squeue", out=f"5|{mine}|RUNNING|None|ci0\n6|{theirs}|RUNNING|None|ci0\n"
-                                    "7|train.sh|PENDING|Priority|\n")
-    assert backend.jobs_of_run() == {"5": SlurmState("5", mine, "RUNNING", "None", "ci0")}
+                                    "7|train.sh|PENDING|Priority|\n"
+                                    f"8|{legacy}|PENDING|Priority|\n"
+                                    f"9|pxprobe-{run_tag(backend.run_dir)}-ci0|PENDING|None|\n")
+    assert backend.jobs_of_run() == {"5": SlurmState("5", mine, "RUNNING", "None", "ci0"),
+                                     "8": SlurmState("8", legacy, "PENDING", "Priority", "")}
     fake_slurm.answer("squeue", err="squeue: error: Unable to contact slurm controller\n", rc=1)
     with pytest.raises(SlurmUnavailable, match="Unable to contact"):
         backend.jobs_of_run()

@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs.backends.slurm import (
+from praxist_fs.backends.slurm_client import (
     ENTRY,
     FinalExit,
-    SlurmConfig,
     SlurmState,
     job_name,
     outcome,
     parse_sacct,
-    parse_slurm_config,
     parse_squeue,
     sbatch_argv,
 )
+from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
 from praxist_fs.errors import PolicyError
 
 GPU = {"name": "gpu_work", "accelerator": "gpu", "gpu_count": 1, "gpu_memory_gb": None,
@@ -32,11 +31,12 @@ CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}
 
 def test_job_name_is_deterministic_slurm_safe_and_per_run(tmp_path):
     """R-DIST-1: the same attempt always gets the same name (found again after a crash
-    between sbatch and the journal); two runs never share one."""
+    between sbatch and the journal); two runs never share one. Issue 28: it starts with
+    the job id (the tag's start), what plain squeue's 8 characters of name show."""
     run = tmp_path / "run"
     name = job_name(run, "job 1|x", "a1")
     run8 = hashlib.sha256(str(run).encode()).hexdigest()[:8]
-    assert name == f"px-{run8}-job_1_x-a1"
+    assert name == f"job_1_x-a1-px{run8}"
     assert job_name(run, "job 1|x", "a1") == name
     assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
     assert job_name(tmp_path / "other", "job 1|x", "a1") != name
@@ -140,6 +140,15 @@ def test_state_mapping(state, exit_json, asked, expected):
     assert outcome(state, exit_json, asked) == expected
 
 
+def test_a_scancel_before_ready_is_a_cancel_not_a_failure():
+    """Issue 28: a job scancel-ed while pending in Slurm (its shim never wrote READY, so
+    its command never ran) is cancelled, not failed; once READY exists, failed."""
+    assert outcome(running("CANCELLED"), None, None, ready=False) == (
+        "cancelled", "cancelled in Slurm while pending")
+    assert outcome(running("CANCELLED"), None, None, ready=True) == (
+        "failed", "cancelled outside praxist_fs")
+
+
 def test_running_without_ready_is_still_launching():
     assert outcome(running("RUNNING"), None, None, ready=False) == (
         "launching", "started in Slurm, waiting for READY")
@@ -190,9 +199,47 @@ def test_config_errors_name_the_field(raw, key_path, expected):
 
 
 def test_entry_script_runs_the_slurm_shim_of_this_checkout(tmp_path):
-    from praxist_fs.backends.slurm import PACKAGE_ROOT, entry_script
+    from praxist_fs.backends.slurm_client import PACKAGE_ROOT, entry_script
 
     script = entry_script("/opt/py/bin/python3").decode()
     assert script.startswith("#!/bin/sh\n")
     assert "exec /opt/py/bin/python3 -S -c " in script
     assert str(PACKAGE_ROOT) in script and (Path(PACKAGE_ROOT) / "praxist_fs").is_dir()
+
+
+def test_an_attempt_ended_by_its_node_reads_so_in_logs_and_launch():
+    """``logs``' header and ``launch``'s retry line say why an attempt ended by a failure
+    of its node, then the command's own end, not an exit 75 it never had."""
+    from praxist_fs.commands.render import describe_end
+    base = {"ended_at": 2.0, "signal": None, "outcome": "infra_retry"}
+    assert describe_end({**base, "exit_code": 143, "signal": 15,
+                         "infrastructure": "Slurm NODE_FAIL on node ci0"}) == \
+        "Slurm NODE_FAIL on node ci0, killed by signal 15"
+    assert describe_end({**base, "exit_code": None,
+                         "infrastructure": "Slurm NODE_FAIL on node ci0"}) == \
+        "Slurm NODE_FAIL on node ci0"
+    assert describe_end({**base, "exit_code": 3}) == "exit 3"
+
+
+def slurm_attempt(launched_at, ended_at, **handle):
+    return {"attempt_id": "a1", "started_at": launched_at, "ended_at": ended_at,
+            "handle": {"backend": "slurm", "job_id": "431", **handle}}
+
+
+def test_jobs_count_wall_from_the_commands_start_and_show_slurms_id_and_node():
+    """Issue 28: WALL on Slurm runs from the command's start (READY), not from the launch
+    decision (Slurm's queue is not run time); an attempt cancelled while it waited in
+    Slurm has none; ``jobs`` gains SLURM and NODE columns when a job ran there."""
+    from praxist_fs.commands.render import format_jobs, job_row
+    ran = job_row({"job_id": "j1", "state": "completed", "attempts": [slurm_attempt(
+        100.0, 160.0, node="ci0", started_at=150.0)]}, now=200.0)
+    assert (ran["wall_s"], ran["slurm_job_id"], ran["node"]) == (10.0, "431", "ci0")
+    waited = job_row({"job_id": "j2", "state": "cancelled",
+                      "attempts": [slurm_attempt(100.0, 130.0)]}, now=200.0)
+    assert (waited["wall_s"], waited["node"]) == (None, None)
+    local = job_row({"job_id": "j3", "state": "completed", "attempts": [
+        {"attempt_id": "a1", "started_at": 100.0, "ended_at": 104.0}]}, now=200.0)
+    assert (local["wall_s"], local["slurm_job_id"]) == (4.0, None)
+    header = format_jobs([ran, waited], 2, 200.0).splitlines()[0].split()
+    assert header[-4:] == ["WALL", "SLURM", "NODE", "REASON"]
+    assert "SLURM" not in format_jobs([local], 1, 200.0)  # a local run's table is as it was

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm import ENTRY, entry_script, write_spec
+from praxist_fs.backends.slurm_client import ENTRY, entry_script, write_spec
 from tests.e2e.conftest import wait_for
 
 SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
@@ -67,6 +67,45 @@ def test_ready_then_go_runs_the_command_with_slurms_gpus(attempt):
     assert (attempt / "out.log").read_text() == "gpus=1 job=77\n"
 
 
+@pytest.mark.parametrize("slurm_gave, bound", [("1", "1"), ("0,1", "0,1"), (None, "")])
+def test_the_command_gets_slurms_gpus_bound_as_praxist_fs_binds_its_own(attempt, slurm_gave,
+                                                                        bound):
+    """Issue 28: ``praxist-fs bind`` works in a Slurm GPU job: the three variables a local
+    attempt gets name the GPUs Slurm gave (here, without NVML, Slurm's ordinals); a job
+    Slurm gave none keeps the submitted empty binding (forced CPU), and bind agrees."""
+    write_spec(attempt, {
+        "argv": [sys.executable, "-m", "praxist_fs", "bind", "--", "sh", "-c",
+                 'echo "$PRAXIST_ASSIGNED_GPU_UUIDS|$CUDA_VISIBLE_DEVICES|'
+                 '$NVIDIA_VISIBLE_DEVICES"'],
+        "command": None, "cwd": str(attempt.parent), "log": str(attempt / "out.log"),
+        "env": {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join(sys.path),
+                **dict.fromkeys(("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES",
+                                 "NVIDIA_VISIBLE_DEVICES"), "")},
+        "barrier_timeout_s": 30.0})
+    (attempt / "GO").touch()
+    shim = start(attempt, CUDA_VISIBLE_DEVICES=slurm_gave) if slurm_gave else \
+        subprocess.Popen(["/bin/sh", str(attempt / ENTRY), str(attempt)],
+                         env={"PATH": os.defpath, "SLURM_JOB_ID": "77"},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert ended(shim) == 0, (attempt / "out.log").read_text()
+    assert (attempt / "out.log").read_text() == f"{bound}|{bound}|{bound}\n"
+    assert read(attempt / "READY")["gpus"] == bound
+
+
+def test_slurms_ordinals_become_uuids_where_nvml_knows_them():
+    """What NVML on the node says of Slurm's ordinals; as given where it cannot say, and
+    names Slurm gave already (UUIDs, MIG devices) kept."""
+    from praxist_fs.backends.slurm_shim import slurm_gpus
+    uuids = {0: "GPU-aaaa", 1: "GPU-bbbb"}
+
+    def nvml(ordinals):
+        return [uuids[o] for o in ordinals] if all(o in uuids for o in ordinals) else None
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "1,0"}, nvml) == ["GPU-bbbb", "GPU-aaaa"]
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "2"}, nvml) == ["2"]
+    assert slurm_gpus({"CUDA_VISIBLE_DEVICES": "GPU-cccc"}, nvml) == ["GPU-cccc"]
+    assert slurm_gpus({}, nvml) == [] and slurm_gpus({"CUDA_VISIBLE_DEVICES": ""}, nvml) == []
+
+
 @pytest.mark.parametrize("why", ["READY", "restart"])
 def test_it_refuses_to_run_twice(attempt, why):
     """A batch script Slurm starts again (a requeue, a node back) must not run the
@@ -101,10 +140,43 @@ def test_no_go_in_time_runs_nothing(attempt):
     assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR2])
+def test_a_warning_signal_reaches_the_command_as_it_is(attempt):
+    """R-DIST-2: Slurm's warning before the time limit (``--signal=B:USR2@90``) reaches
+    the batch script; the shim passes USR2 on to the command's group, which may
+    checkpoint and exit as it likes (here 0), and the shim records that exit."""
+    spec(attempt, "trap 'echo warned; exit 0' USR2; echo started; sleep 60 & wait")
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "out.log").exists()
+             and (attempt / "out.log").read_text() == "started\n", message="the command")
+    shim.send_signal(signal.SIGUSR2)
+    assert ended(shim) == 0
+    assert (attempt / "out.log").read_text() == "started\nwarned\n"
+    assert read(attempt / "exit.json")["exit_code"] == 0
+
+
+def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attempt):
+    """A command without a USR2 handler dies of the warning (exit 140), as under srun;
+    exit.json says the warning came (``warned``), which the backend adds to the reason:
+    a failure before the time limit is not taken for the command's own."""
+    from praxist_fs.backends.slurm import _warned
+    spec(attempt, "echo started; sleep 60")
+    (attempt / "GO").touch()
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "out.log").exists()
+             and (attempt / "out.log").read_text() == "started\n", message="the command")
+    shim.send_signal(signal.SIGUSR2)
+    assert ended(shim) == 140
+    record = read(attempt / "exit.json")
+    assert (record["exit_code"], record["warned"]) == (140, signal.SIGUSR2)
+    assert _warned(record) == "it ended after Slurm's warning before its time limit (SIGUSR2)"
+    assert _warned({"exit_code": 3}) is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_shim_ends_the_command_with_term(attempt, signum):
-    """Slurm's scancel, time limit or ``--signal`` reach the batch script: the shim
-    forwards TERM to the command's own process group and records its exit (143)."""
+    """Slurm's scancel or time limit reach the batch script: the shim forwards TERM to
+    the command's own process group and records its exit (143)."""
     spec(attempt, "echo started; sleep 60")
     (attempt / "GO").touch()
     shim = start(attempt)
@@ -168,3 +240,41 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
         "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
         "praxist_fs.backends.local", "praxist_fs.backends.local.shim"}
     assert "psutil" not in modules
+
+
+def test_a_job_of_several_processes_exits_with_its_first_failure(tmp_path):
+    """R-DIST-3: each task's wrapper records its exit and when; the job's exit is that of
+    the first task that failed (by time, then rank), not srun's highest; 0 when all
+    exited 0; srun's own where no task said."""
+    from praxist_fs.backends.slurm_shim import first_failure
+    srun = {"exit_code": 137, "signal": None, "started_at": 1.0, "ended_at": 2.0,
+            "error": None}
+    for rank, (code, at) in enumerate([(137, 300), (3, 200), (5, 250)]):
+        (tmp_path / f"rank-{rank}.exit").write_text(f"{code} {at}\n")
+    assert first_failure(srun, str(tmp_path)) == dict(srun, exit_code=3, rank=1)
+    for rank in range(3):
+        (tmp_path / f"rank-{rank}.exit").write_text(f"0 {rank}\n")
+    assert first_failure(dict(srun, exit_code=0), str(tmp_path))["exit_code"] == 0
+    assert first_failure(srun, str(tmp_path / "nothing")) == srun
+
+
+def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
+    """R-DIST-3: srun starts the command once per task, behind a wrapper that sets RANK,
+    LOCAL_RANK, NODE_RANK, WORLD_SIZE from Slurm's own; MASTER_ADDR is the first node
+    (where the batch script runs), MASTER_PORT follows from the job id."""
+    from praxist_fs.backends.slurm_shim import TASK_WRAPPER, across_tasks
+    spec = {"argv": ["python", "train.py"], "command": None, "env": {"A": "1"}}
+    spread = across_tasks(spec, str(tmp_path), {"SLURM_JOB_ID": "431"})
+    assert spread["argv"][:6] == ["srun", "--kill-on-bad-exit=1", "--export=ALL", "/bin/sh",
+                                  "-c", TASK_WRAPPER]
+    assert spread["argv"][6:] == ["praxist-task", str(tmp_path), "python", "train.py"]
+    assert spread["env"] == {"A": "1", "MASTER_ADDR": os.uname().nodename,
+                             "MASTER_PORT": "20431"}
+    env = {"PATH": os.defpath, "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+           "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2(x2)", "CUDA_VISIBLE_DEVICES": "1"}
+    shown = subprocess.run(["/bin/sh", "-c", TASK_WRAPPER, "praxist-task", str(tmp_path),
+                            "sh", "-c", 'echo "$RANK $LOCAL_RANK $NODE_RANK $WORLD_SIZE '
+                            '$LOCAL_WORLD_SIZE $PRAXIST_ASSIGNED_GPU_UUIDS"; exit 4'],
+                           env=env, capture_output=True, text=True, timeout=30)
+    assert (shown.returncode, shown.stdout) == (4, "3 1 1 4 2 1\n")
+    assert (tmp_path / "rank-3.exit").read_text().split()[0] == "4"
