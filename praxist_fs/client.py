@@ -29,6 +29,7 @@ EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
 EXIT_EXPIRED = 75  # EX_TEMPFAIL: no attempt ran before its admission timeout; submit again
 POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
 WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
+REPLY_AFTER_FILING_S = 2.0  # a filed rejection without a reply this long after has none
 INDEX_LAG_S = 5.0  # a job file this much older than the job index's last write is in it
 # Shell bookkeeping that differs between two shells running the same experiment;
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
@@ -240,11 +241,14 @@ def wait_for_reply(layout: RunLayout, request_id: str, coordinator_grace: float)
     Raises ``SetAside`` when the request was refused without one, ``NotYours`` when the
     reply there answers another uid's request."""
     set_aside = layout.rejected / f"{request_id}.json.error.json"
-    delay, lost_since = 0.002, None
+    delay, lost_since, filed_at = 0.002, None, None
     while True:
         if (reply := read_reply(layout, request_id)) is not None:
             return reply
-        if isinstance(error := read_json(set_aside), dict):
+        if filed_at is None and set_aside.exists():
+            filed_at = time.monotonic()  # a rejection is filed just before its reply
+        if filed_at is not None and time.monotonic() - filed_at > REPLY_AFTER_FILING_S and \
+                isinstance(error := read_json(set_aside), dict):
             raise SetAside(f"{error.get('reason')} (the request was set aside in {set_aside})")
         if live_endpoint(layout) is None:
             lost_since = lost_since or time.monotonic()
