@@ -324,8 +324,8 @@ class Client:
         """The run's jobs, newest submission first, as ``praxist-fs jobs`` lists them
         (from the job index, else the job files; no coordinator needed): only those in
         ``states``, of ``peer``, whose tag matches the glob ``tag``, active since the
-        Unix time ``since``; at most ``limit``. The index may trail the job files by up
-        to 0.2 s: ``job`` reads one job as it is now."""
+        Unix time ``since``; at most ``limit``. Jobs changed since the index's last
+        commit are listed as their job files say (a job just submitted is in it)."""
         from .adapters.jobindex import JobQuery, list_jobs  # sqlite3: only where listed
 
         status = self.status() or {}

@@ -8,7 +8,6 @@ and finding or following a job submits nothing.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import secrets
 import time
@@ -30,7 +29,6 @@ EXIT_EXPIRED = 75  # EX_TEMPFAIL: no attempt ran before its admission timeout; s
 POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
 WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
 REPLY_AFTER_FILING_S = 2.0  # a filed rejection without a reply this long after has none
-INDEX_LAG_S = 5.0  # a job file this much older than the job index's last write is in it
 # Shell bookkeeping that differs between two shells running the same experiment;
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
 VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
@@ -301,26 +299,8 @@ def selected_jobs(layout: RunLayout, tag_glob: str | None, active: bool,
     owner = (status_document(layout) or {}).get("coordinator", {}).get("since")
     listing = list_jobs(layout, JobQuery(states=states, tag_glob=tag_glob), owner)
     found = {doc["job_id"]: doc for doc in reversed(listing.documents)}
-    # the index is written at status.json's cadence: what changed since is in the files
-    since = _mtime(layout.job_index) - INDEX_LAG_S
-    for directory in ("queued", "running", *(() if active else ("done",))):
-        with os.scandir(layout.jobs(directory)) as entries:
-            for entry in entries:
-                if entry.name.endswith(".json") and not entry.name.startswith(".") and (
-                        directory != "done" or _mtime(entry.path) >= since):
-                    doc = read_json(entry.path)
-                    if isinstance(doc, dict) and (tag_glob is None or fnmatch.fnmatchcase(
-                            doc.get("tag", ""), tag_glob)):
-                        found[doc["job_id"]] = doc
     return [(job_id, doc) for job_id, doc in found.items()
             if trust.owner(doc.get("uid"), coordinator) == trust.owner(uid, coordinator)]
-
-
-def _mtime(path: str | os.PathLike) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return 0.0
 
 
 def exit_status(document: dict[str, Any]) -> int:

@@ -55,6 +55,7 @@ HELD = "held"  # not a state of its own: a queued job with a hold (R-CTL-5), as 
 ACTIVE_STATES = tuple(s.value for s in JobState if not s.terminal)  # always "since" any time
 WRITER_CACHE_KIB = 512  # a commit touches a few pages: keep the coordinator's RSS small
 READER_TIMEOUT_S = 2.0  # a commit holds its lock for a fraction of a millisecond
+INDEX_LAG_S = 5.0  # a job file this much older than the index's last write is in it
 
 _TABLES = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -317,21 +318,31 @@ class Listing:
 
 def list_jobs(layout: RunLayout, query: JobQuery, owner: float | None) -> Listing:
     """The jobs matching ``query``, from the index when it is kept by ``owner`` (the
-    ``since`` of the coordinator status.json names; None: unknown), else from the files."""
+    ``since`` of the coordinator status.json names; None: unknown), else from the files.
+
+    The index is committed at status.json's cadence, so a job accepted, started or
+    ended since its last commit is read from its job file: those written since a little
+    before the index's own last write (``INDEX_LAG_S``) take the place of their rows. A
+    ``launch --detach`` that returned has its job listed at once."""
     try:
         db = sqlite3.connect(f"{layout.job_index.as_uri()}?mode=ro", uri=True,
                              timeout=READER_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error:  # no index: a run older than it, or one it was removed from
         return _from_job_files(layout, query)
     try:
+        recent = _recent_job_files(layout, since=os.stat(layout.job_index).st_mtime
+                                   - INDEX_LAG_S)
+        db.execute("ATTACH DATABASE ':memory:' AS recent")  # not within a transaction
+        db.executescript(_TABLES.replace("CREATE TABLE ", "CREATE TABLE recent."))
+        db.executemany(_UPSERT.replace(" INTO jobs ", " INTO recent.jobs "), recent)
         db.execute("BEGIN")  # one read transaction: meta and rows agree
         meta = _meta(db)
         if meta.get("schema") != SCHEMA or (owner is not None and meta.get("owner") != owner):
             note = (f"the job index was not kept by the coordinator that last served the "
                     f"run (schema {meta.get('schema')}, owner {meta.get('owner')})")
         else:
-            return Listing(*_run(db, query), source="index")
-    except sqlite3.Error as exc:
+            return Listing(*_run(db, query, recent=bool(recent)), source="index")
+    except (sqlite3.Error, OSError) as exc:
         note = f"the job index is unreadable ({exc})"
     finally:
         db.close()
@@ -339,45 +350,66 @@ def list_jobs(layout: RunLayout, query: JobQuery, owner: float | None) -> Listin
 
 
 def _from_job_files(layout: RunLayout, query: JobQuery, note: str | None = None) -> Listing:
-    db = _load_job_files(layout)
+    db = sqlite3.connect(":memory:", isolation_level=None)
     try:
+        db.executescript(_TABLES)
+        for statement in _INDEXES:
+            db.execute(statement)
+        db.executemany(_UPSERT, _recent_job_files(layout, since=None))
         return Listing(*_run(db, query), source="job files", note=note)
     finally:
         db.close()
 
 
-def _run(db: sqlite3.Connection, query: JobQuery) -> tuple[list[dict[str, Any]], int]:
+def _run(db: sqlite3.Connection, query: JobQuery,
+         recent: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """The query on ``main.jobs``, or, with ``recent``, on it with the rows of
+    ``recent.jobs`` in place of its own: each side in index order, merged."""
     where, params = query.where()
+    sources = [("main.jobs", where)]
+    if recent:
+        newer = "job_id NOT IN (SELECT job_id FROM recent.jobs)"
+        sources = [("main.jobs", f"{where} AND {newer}" if where else f"WHERE {newer}"),
+                   ("recent.jobs", where)]
     limit = -1 if query.limit is None else query.limit
-    rows = db.execute(f"SELECT document FROM jobs {where} ORDER BY submitted_at DESC, "
-                      "job_id DESC LIMIT ?", [*params, limit]).fetchall()
+    rows = []
+    for table, clause in sources:
+        rows += db.execute(f"SELECT submitted_at, job_id, document FROM {table} {clause} "
+                           "ORDER BY submitted_at DESC, job_id DESC LIMIT ?",
+                           [*params, limit]).fetchall()
+    rows = sorted(rows, reverse=True)[:None if query.limit is None else query.limit]
     matched = len(rows)
     if query.limit is not None and matched >= query.limit:
-        matched = db.execute(f"SELECT count(*) FROM jobs {where}", params).fetchone()[0]
-    return [json.loads(text) for text, in rows], matched
+        matched = sum(db.execute(f"SELECT count(*) FROM {table} {clause}", params).fetchone()[0]
+                      for table, clause in sources)
+    return [json.loads(document) for _, _, document in rows], matched
 
 
-def _load_job_files(layout: RunLayout) -> sqlite3.Connection:
-    """The job files in an in-memory index of the same shape. Read in the order jobs move
-    (queued, running, done), so that a job caught moving forward, found in two
-    directories or read in neither, counts once and as its later copy says."""
-    db = sqlite3.connect(":memory:", isolation_level=None)
-    db.executescript(_TABLES)
-    for statement in _INDEXES:
-        db.execute(statement)
+def _recent_job_files(layout: RunLayout, since: float | None) -> list[tuple]:
+    """The rows of the job files written at or after ``since`` (None: all). Read in the
+    order jobs move (queued, running, done), so that a job caught moving forward, found in
+    two directories or read in neither, counts once and as its later copy says. Every job
+    file is written by a rename into its directory, so a directory unchanged since
+    ``since`` has none and is not looked into."""
+    rows: dict[str, tuple] = {}
     for directory in JOB_DIRECTORIES:
-        rows = []
+        path = layout.jobs(directory)
         try:
-            names = os.listdir(layout.jobs(directory))
+            if since is not None and os.stat(path).st_mtime < since:
+                continue
+            entries = list(os.scandir(path))
         except FileNotFoundError:
             continue
-        for name in names:
-            if name.startswith(".") or not name.endswith(".json"):
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(".json"):
                 continue
             try:
-                text = (layout.jobs(directory) / name).read_text()
-                rows.append(_columns(json.loads(text), text))
+                if since is not None and entry.stat().st_mtime < since:
+                    continue
+                with open(entry.path) as handle:
+                    text = handle.read()
+                row = _columns(json.loads(text), text)
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # gone meanwhile (moved on), or not a job document
-        db.executemany(_UPSERT, rows)
-    return db
+            rows[row[0]] = row
+    return list(rows.values())

@@ -4,6 +4,7 @@ queries, and the job files read instead when the index cannot be trusted."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 
 import pytest
@@ -195,6 +196,8 @@ def test_a_rebuild_in_slices_shows_no_index_until_it_is_whole_and_staged_documen
     assert listing.source == "job files" and listing.note is None
     index.finish(8)
     assert index.complete and not index.rebuilding and not index.staged
+    for path in layout.jobs("done").iterdir():  # files long older than the index: in it
+        os.utime(path, (1000.0, 1000.0))
     assert [(d["job_id"][4], d["state"]) for d in list_jobs(
         layout, JobQuery(), OWNER + 1).documents] == [("3", "completed"), ("2", "failed"),
                                                       ("1", "completed")]
@@ -219,3 +222,19 @@ def test_a_rebuild_dropped_by_a_stop_or_a_crash_leaves_no_index_and_no_temp_file
     rebuilt(again, job(1), job(2), seq=10)
     assert sorted(p.name for p in layout.job_index.parent.iterdir()) == ["jobs.sqlite"]
     assert ids(layout) == ["2", "1"]
+
+
+def test_a_job_file_written_since_the_index_was_last_committed_is_listed_as_it_is(layout):
+    """The index is committed at status.json's cadence; `launch --detach` returns once its
+    job file is written. A job accepted since (in no commit yet) is listed, and a job the
+    index shows running that has ended since is listed as its job file in done/ says."""
+    built(layout, job(1, "running"), job(2, "queued"))
+    write_job_file(layout, job(3, "queued"), "queued")
+    write_job_file(layout, job(1, "completed"), "done")
+    write_job_file(layout, job(2, "queued"), "queued")  # unchanged: listed once
+    listing = list_jobs(layout, JobQuery(), OWNER)
+    assert listing.source == "index"
+    assert [(d["job_id"][:5], d["state"]) for d in listing.documents] == [
+        ("tag-3", "queued"), ("tag-2", "queued"), ("tag-1", "completed")]
+    active = list_jobs(layout, JobQuery(states=("queued", "running"), limit=1), OWNER)
+    assert [d["job_id"][:5] for d in active.documents] == ["tag-3"] and active.matched == 2

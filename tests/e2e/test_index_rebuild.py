@@ -6,6 +6,7 @@ during and after, and a kill -9 mid-rebuild leaves what the next start rebuilds.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -55,7 +56,12 @@ def indexed(run) -> dict[str, dict] | None:
                         read_json(run.sched / "status.json")["coordinator"]["since"])
     if listing.source != "index":
         return None
-    return {doc["job_id"]: doc for doc in listing.documents}
+    index = sqlite3.connect(f"{(run.sched / 'index' / 'jobs.sqlite').as_uri()}?mode=ro", uri=True)
+    try:  # the rows themselves: a listing shows job files written since in their place
+        return {doc["job_id"]: doc for doc in (json.loads(text) for text, in index.execute(
+            "SELECT document FROM jobs"))}
+    finally:
+        index.close()
 
 
 def index_files(run) -> list[str]:
