@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -223,9 +224,10 @@ def main() -> int:
                         help="skip the latency and throughput parts")
     args = parser.parse_args()
     started_slurm = "SLURM_CONF" not in os.environ
-    if started_slurm:
+    if started_slurm:  # a private Slurm in a directory of its own, stopped at the end
+        slurm_env = {**os.environ, "PRAXIST_SLURM_DIR": tempfile.mkdtemp(prefix="praxist-slurm.")}
         done = subprocess.run([str(ROOT / "tests/slurm/setup.sh")], capture_output=True,
-                              text=True, check=False)
+                              text=True, check=False, env=slurm_env)
         if done.returncode != 0:
             raise SystemExit(f"no Slurm to measure: {done.stderr.strip()}")
         os.environ["SLURM_CONF"] = done.stdout.strip().splitlines()[-1].split("=", 1)[1]
@@ -243,7 +245,8 @@ def main() -> int:
                 sides.close()
     finally:
         if started_slurm:
-            subprocess.run([str(ROOT / "tests/slurm/teardown.sh")], check=False)
+            subprocess.run([str(ROOT / "tests/slurm/teardown.sh")], check=False, env=slurm_env)
+            shutil.rmtree(slurm_env["PRAXIST_SLURM_DIR"])
     print(f"{'':44}{'praxist_fs':>12}{'sbatch':>12}{'ratio':>8}")
     if lat is not None:
         for label, pick in (("submit-to-start p50 (ms)", statistics.median),

@@ -15,6 +15,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
+from .adapters import journal
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
@@ -29,6 +30,7 @@ EXIT_EXPIRED = 75  # EX_TEMPFAIL: no attempt ran before its admission timeout; s
 POLL_SECONDS = 0.05        # how often a follower looks at the job file and the logs
 WAIT_POLL_MAX_SECONDS = 0.5  # ``wait`` backs off to this: it may watch many jobs for hours
 REPLY_AFTER_FILING_S = 2.0  # a filed rejection without a reply this long after has none
+STATUS_CATCH_UP_S = 6.0  # status.json is rewritten at least every 5 s while serving
 # Shell bookkeeping that differs between two shells running the same experiment;
 # leaving it out keeps the request fingerprint stable. The scheduler sets the rest.
 VOLATILE_ENV = {"PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "PS1", "PS2", "WINDOWID",
@@ -400,6 +402,26 @@ def pending_reason(layout: RunLayout, doc: dict[str, Any]) -> str:
 def status_document(layout: RunLayout) -> dict[str, Any] | None:
     doc = read_json(layout.status)
     return doc if isinstance(doc, dict) else None
+
+
+def current_status(layout: RunLayout) -> dict[str, Any] | None:
+    """status.json showing at least what the run's journal held when asked: the
+    coordinator rewrites it at a cadence (at most every 0.2 s while jobs change), so one
+    read right after a command's effect (``launch`` returned, ``generation open``
+    answered) can still show the state before it. While a coordinator serves the run,
+    the next rewrite is waited for, up to STATUS_CATCH_UP_S (a stuck coordinator's
+    status is then shown as it is). Only the coordinator's uid can read the journal;
+    other peers get status.json as it is."""
+    doc = status_document(layout)
+    if doc is None or live_endpoint(layout) is None:
+        return doc
+    asked = journal.last_seq(layout.journal)
+    deadline = time.monotonic() + STATUS_CATCH_UP_S
+    while asked is not None and time.monotonic() < deadline and \
+            (doc.get("coordinator") or {}).get("journal_seq", 0) < asked:
+        time.sleep(POLL_SECONDS)
+        doc = status_document(layout) or doc
+    return doc
 
 
 class NotInAttempt(Exception):

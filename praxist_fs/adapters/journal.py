@@ -250,3 +250,26 @@ class Journal:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def last_seq(path: str | os.PathLike) -> int | None:
+    """The seq of the last intact record of a journal a live coordinator may be appending
+    to, read from its end (an append in progress is passed over); None for a journal with
+    none (compacted since) or one this uid cannot read (it is the coordinator's alone)."""
+    try:
+        with open(path, "rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            span = 1 << 16
+            while True:
+                start = max(0, end - span)
+                handle.seek(start)
+                lines = handle.read(end - start).split(b"\n")[:-1]  # the last: unfinished
+                for line in reversed(lines[1:] if start else lines):  # the first: cut
+                    seq = _check(line)
+                    if seq is not None:
+                        return seq
+                if not start:
+                    return None
+                span *= 4
+    except OSError:
+        return None

@@ -658,9 +658,12 @@ class SlurmBackend:
         job (the shim forwards it to the command's group and records the exit), and KILL
         once ``grace`` has passed."""
         tracked = self.tracked.get(key)
-        if tracked is None or not (self.layout.attempt_dir(*key) / "READY").exists():
+        attempt_dir = self.layout.attempt_dir(*key)
+        if tracked is None or not (attempt_dir / "READY").exists():
             self.abort(key)  # its shim has not started: ABORT wins over GO, and it leaves
             return
+        if not (attempt_dir / "GO").exists():  # at the barrier: released the other way,
+            self.client.release(attempt_dir, go=False)  # so a GO after it is refused
         tracked.asked = "cancel"
         self._scancel(tracked.slurm_id, signal.SIGTERM)
         tracked.kill_at = time.monotonic() + grace

@@ -175,20 +175,20 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
     if args.detach:
         print(job_id)
         return 128 + ends[0] if ends else 0  # detached: the job is not launch's to cancel
-    cost, differs = reply.get("estimate"), reply.get("differs")
-    print(f"praxist-fs launch: {outcome}: job {job_id}"
-          + (f" (estimated cost {cost['cost']:g})" if cost else "")
-          + (f" (shared: its tag names it; this launch differs in {', '.join(differs)})"
-             if differs else ""), file=sys.stderr)
-    earlier = set()
-    if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
-        doc = client.job_document(layout, job_id) or {"attempts": []}
-        earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
     watch = _Watch(layout, job_id, args.peer,
                    owns=outcome not in ("duplicate",) or args.cancel_shared)
     watch.signalled = ends[0] if ends else None  # its first tick cancels
     try:
-        with watch.signals():
+        with watch.signals():  # before the reply is shown: a Ctrl-C at it is the watch's
+            cost, differs = reply.get("estimate"), reply.get("differs")
+            print(f"praxist-fs launch: {outcome}: job {job_id}"
+                  + (f" (estimated cost {cost['cost']:g})" if cost else "")
+                  + (f" (shared: its tag names it; this launch differs in {', '.join(differs)})"
+                     if differs else ""), file=sys.stderr, flush=True)
+            earlier = set()
+            if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
+                doc = client.job_document(layout, job_id) or {"attempts": []}
+                earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
             final = client.follow(layout, job_id, sys.stdout.buffer,
                                   select=lambda attempt: attempt["attempt_id"] not in earlier,
                                   announce=_announce_retry, tick=watch.tick)

@@ -26,7 +26,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"praxist-fs status: {NO_RUN_DIR}", file=sys.stderr)
         return 2
     layout = RunLayout.at(args.run_dir)
-    doc = client.status_document(layout)
+    doc = client.current_status(layout)
     local = [{**launch, "age_s": manifests.age(launch)} for launch in manifests.launches(layout)]
     if doc is None and not local:
         print(f"praxist-fs status: no status.json under {args.run_dir} yet", file=sys.stderr)

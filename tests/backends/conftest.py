@@ -50,6 +50,7 @@ from praxist_fs.core.model import Attempt, AttemptPhase, Job
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
+from tests.conftest import REAL_SLURM_GROUP
 
 
 @dataclass
@@ -307,7 +308,12 @@ RIGS: dict[str, Entry] = {
 }
 
 
-@pytest.fixture(params=sorted(RIGS))
+def rig_param(name: str) -> Any:
+    """A rig as the fixture's parameter: the real Slurm's in the one worker that has it."""
+    return pytest.param(name, marks=[REAL_SLURM_GROUP] if RIGS[name].world == "real_slurm" else [])
+
+
+@pytest.fixture(params=[rig_param(name) for name in sorted(RIGS)])
 def backend_factory(request, tmp_path) -> Callable[[], tuple[Rig, Capabilities]]:
     """Each registered backend in turn: a callable giving its rig and declared abilities."""
     entry = RIGS[request.param]

@@ -5,10 +5,11 @@ answer. The real Slurm (``real_slurm``) and the fake cluster whose sbatch runs t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import fakes_first_on_path
 
 HERE = Path(__file__).parent
 FAKE = HERE / "fake"
@@ -21,7 +22,7 @@ def fake_slurm(tmp_path, monkeypatch):
     state = tmp_path / "fake-slurm"
     state.mkdir()
     monkeypatch.setenv("FAKE_SLURM_DIR", str(state))
-    monkeypatch.setenv("PATH", f"{FAKE}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", fakes_first_on_path(FAKE))
     return FakeSlurm(state)
 
 

@@ -161,14 +161,21 @@ def test_capabilities():
 
 def test_setup_without_root_says_why_it_cannot(tmp_path):
     """Where Slurm cannot be had, setup.sh exits 77 with the reason, which the
-    ``real_slurm`` fixture turns into a skip that says it (never a silent one)."""
-    argv = [str(HERE / "setup.sh")]
+    ``real_slurm`` fixture turns into a skip that says it (never a silent one).
+
+    As root it runs as ``nobody``, reading the script on its standard input from a
+    descriptor root opened: a clone under a directory ``nobody`` cannot enter (any of
+    root's under /root, or a ``mktemp -d``) cannot be run from its path."""
+    script = HERE / "setup.sh"
+    argv = ["sh", "-s"]
     if os.getuid() == 0:
         runuser = shutil.which("runuser")
         if runuser is None:
             pytest.skip("root without runuser: cannot run setup.sh as another user")
         argv = [runuser, "-u", "nobody", "--", *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
-                          env={"PATH": os.defpath, "PRAXIST_SLURM_DIR": str(tmp_path / "s")})
-    assert done.returncode == UNAVAILABLE
+    with open(script) as stdin:
+        done = subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=60,
+                              check=False, cwd="/",
+                              env={"PATH": os.defpath, "PRAXIST_SLURM_DIR": str(tmp_path / "s")})
+    assert done.returncode == UNAVAILABLE, done.stderr
     assert "needs root" in done.stderr
