@@ -55,17 +55,20 @@ def cut_power(run, proc, point, ledger, seed=None):
     """The coordinator died at ``point``; the machine goes down with everything it ran,
     leaving the worst state or, with ``seed``, a drawn one.
 
-    Returns what a peer could have read before the cut (replies, control replies) and
-    the journal records that survived it."""
+    Returns what a peer could have read before the cut (replies, control replies), the
+    journal records that survived it, and the exits the shims had recorded (durably)."""
     assert proc.wait(timeout=30) == CRASH_EXIT, f"{point} was never reached"
     run.kill_attempt_groups()
     seen = {str(path.relative_to(run.sched)): reply  # a torn one tells a peer nothing
             for inbox in ("spool/replies", "control/replies")
             for path in (run.sched / inbox).glob("*.json")
             if (reply := read_json(path)) is not None}
+    exits = {path.parent.relative_to(run.sched / "attempts").parts: record
+             for path in (run.sched / "attempts").glob("*/*/exit.json")
+             if (record := read_json(path)) is not None}
     changes = powerloss.apply(ledger, run.root, seed=seed)
     print(f"power cut at {point} (seed {seed}):", *changes, sep="\n  ")  # shown on failure
-    return seen, journal_records(run)
+    return seen, journal_records(run), exits
 
 
 def journal_records(run):
@@ -79,8 +82,8 @@ def journal_records(run):
     return lines, json.loads(header).get("journal_seq", 0)
 
 
-def assert_nothing_acknowledged_was_lost(run, seen, journal):
-    """``seen`` and ``journal`` as ``cut_power`` found them."""
+def assert_nothing_acknowledged_was_lost(run, seen, journal, exits):
+    """``seen``, ``journal`` and ``exits`` as ``cut_power`` found them."""
     (lines, covered), (lines_now, covered_now) = journal, journal_records(run)
     assert covered_now >= covered
     changed = {seq: (line, lines_now.get(seq)) for seq, line in lines.items()
@@ -91,6 +94,15 @@ def assert_nothing_acknowledged_was_lost(run, seen, journal):
                          message=f"{path} again after the restart")
         assert (after.get("job_id"), after.get("outcome")) == \
             (before.get("job_id"), before.get("outcome")), path
+    for (job_id, attempt_id), record in exits.items():
+        # the shim fsynced this end before the cut: it is known, not `lost` like a
+        # command that was still running when the power went
+        attempt = wait_for(lambda: next((a for a in (run.job(job_id) or {}).get("attempts", [])
+                                         if a["attempt_id"] == attempt_id and a["outcome"]),
+                                        None),
+                           timeout=15, message=f"{job_id} {attempt_id} to end after the restart")
+        assert attempt["outcome"] != "lost" and attempt["exit_code"] == record["exit_code"], \
+            (job_id, attempt, record)
 
 
 def starts_problems(run, jobs, starts):
@@ -247,6 +259,26 @@ def test_a_reply_lost_to_the_power_cut_is_answered_again_from_the_journal(make_r
     assert run.wait_state(reply["job_id"], "completed")
     assert sorted(p.name for p in (run.sched / "jobs" / "done").glob("*.json")) == \
         [f"{reply['job_id']}.json"]
+    assert_nothing_acknowledged_was_lost(run, *before_cut)
+
+
+def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_path):
+    """A command that ends at once, while the batch that gave its GO is still being
+    carried out: its shim fsyncs exit.json into the attempt directory, which must be
+    durable before the command starts, or the power cut takes the exit along and the
+    job reads `drained_unknown` (its command "lost") instead of its real end."""
+    run = make_run(task_text=TASK)
+    ledger = tmp_path / "ledger.jsonl"
+    proc = start_recording(run, "effect.WriteGo.after", ledger)
+    rid = run.submit(request("quick", ["sh", "-c", "exit 3"]), name="quick.json")
+    assert proc.wait(timeout=30) == CRASH_EXIT
+    # the coordinator is gone right after the GO; the command ends before the power does
+    wait_for(lambda: any((run.sched / "attempts").glob("*/a1/exit.json")), timeout=15,
+             message="the command's exit.json")
+    before_cut = cut_power(run, proc, "effect.WriteGo.after", ledger)
+    run.start(NEW_BOOT)
+    job = run.wait_state(run.reply(rid)["job_id"], "failed", "drained_unknown")
+    assert (job["state"], job["exit_code"]) == ("failed", 3), job
     assert_nothing_acknowledged_was_lost(run, *before_cut)
 
 
