@@ -32,6 +32,7 @@ from ..invariants import check_run
 from .conftest import read_json, request, wait_for
 from .test_crash_matrix import (
     BASIC, COMPACT_OFTEN, COMPACTION, CRASH_EXIT, GENERATION, TASK, basic_scenario, job_ids,
+    settled_invariants,
 )
 
 DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
@@ -105,20 +106,6 @@ def assert_nothing_acknowledged_was_lost(run, seen, journal, exits):
             (job_id, attempt, record)
 
 
-def starts_problems(run, jobs, starts):
-    """Each command started once per attempt that ran, at most once more if one was lost."""
-    ran = starts.read_text().split() if starts.exists() else []
-    problems = []
-    for job_id in jobs.values():
-        attempts = run.job(job_id)["attempts"]
-        least = sum(1 for a in attempts if a["outcome"] in RAN)
-        most = least + sum(1 for a in attempts if a["outcome"] == "lost")
-        if not least <= ran.count(job_id) <= most:
-            problems.append(f"{job_id}: started {ran.count(job_id)} times, {least} ran, "
-                            f"{most - least} lost")
-    return problems
-
-
 @pytest.mark.parametrize("point, env", [(p, {}) for p in BASIC + LATE] +
                          [(p, COMPACT_OFTEN) for p in COMPACTION])
 def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, point, env):
@@ -151,9 +138,8 @@ def assert_recovered(run, tmp_path, ids, cuts):
             assert job["state"] == ("failed" if tag == "c" else "completed")
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
-    assert not starts_problems(run, jobs, tmp_path / "starts")
-    wait_for(lambda: not check_run(run.root), timeout=10,
-             message=f"invariants: {check_run(run.root)}")
+    # each command started once per attempt that ran, and at most once per lost one
+    settled_invariants(run, timeout=10, starts=tmp_path / "starts")
 
 
 # Where a drawn cut comes: the named points, and between a journal append and its
