@@ -107,29 +107,37 @@ class Runs:
             run.kill_attempt_groups()
 
 
+def invariants(root: Path, **checks) -> list[str]:
+    """tests/invariants.check_run once it holds, else what it finds after 10 s: the
+    coordinator still works (a generation's leased job runs on after its test), and a
+    job file read while it moves between directories is in two or in neither."""
+    from tests.e2e.conftest import wait_for
+    from tests.invariants import check_run
+
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: not check_run(root, **checks), timeout=10, message="invariants")
+    return check_run(root, **checks)
+
+
 def basic_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]:
     from tests.e2e import test_crash_matrix as matrix
-    from tests.invariants import check_run
 
     env = matrix.COMPACT_OFTEN if point in matrix.COMPACTION else {}
     matrix.test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp, point, env)
-    return check_run(make_run.runs[-1].root, starts=tmp / "starts")
+    return invariants(make_run.runs[-1].root, starts=tmp / "starts")
 
 
 def generation_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]:
     from tests.e2e import test_crash_matrix as matrix
-    from tests.invariants import check_run
 
     matrix.test_crash_in_a_generation_keeps_leases_and_stats_consistent(make_run, tmp, point)
-    return check_run(make_run.runs[-1].root, settled=False)
+    return invariants(make_run.runs[-1].root, settled=False)
 
 
 def random_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]:
     """The basic scenario under a crash point reached N times, or a kill -9 at a random
     moment if it is not reached by then; sometimes the next coordinator is killed too."""
-    from tests.e2e.conftest import wait_for
     from tests.e2e.test_crash_matrix import TASK, basic_scenario, job_ids, settle, start_crashing
-    from tests.invariants import check_run
 
     run = make_run(task_text=TASK)
     proc = start_crashing(run, point)
@@ -153,17 +161,13 @@ def random_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str
     assert outcome["c"]["state"] == "failed" and outcome["c"]["exit_code"] == 3
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
-    starts = tmp / "starts"
-    wait_for(lambda: not check_run(run.root, starts=starts), timeout=10,
-             message=f"invariants: {check_run(run.root, starts=starts)}")
-    return check_run(run.root, starts=starts)
+    return invariants(run.root, starts=tmp / "starts")
 
 
 def power_loss_case(make_run, tmp: Path, draw: str, rng: random.Random) -> list[str]:
     """tests/e2e/test_power_loss.py's drawn case: the cut, its disk state and whether
     power goes again during recovery all follow from the draw."""
     from tests.e2e.test_power_loss import drawn_power_loss_case
-    from tests.invariants import check_run
 
     cuts = io.StringIO()  # what each cut changed: shown only if the case fails
     try:
@@ -172,7 +176,7 @@ def power_loss_case(make_run, tmp: Path, draw: str, rng: random.Random) -> list[
     except Exception:
         print(cuts.getvalue(), flush=True)
         raise
-    return check_run(make_run.runs[-1].root, starts=tmp / "starts")
+    return invariants(make_run.runs[-1].root, starts=tmp / "starts")
 
 
 # Faults whose e2e tests build their own scenario (a fixture, a tmpfs): run as they are.

@@ -73,13 +73,14 @@ class ExecutionBackend(Protocol):
 
     def settle(self) -> None:
         """After a batch's launches are on their way: the work kept off the launch path
-        (attempt.json, directories made durable). An OSError leaves it for the next call."""
+        (attempt.json). An OSError leaves it for the next call."""
 
     def prepare(self, stopped: bool) -> None:
         """Between turns of the loop: get ready for the next launches (warm shims)."""
 
     def go(self, key: AttemptKey) -> None:
-        """Release the barrier: run the command (GO is journaled already)."""
+        """Release the barrier: run the command (GO is journaled already), its attempt
+        directory durable first (exit.json must not vanish with it in a power cut)."""
 
     def abort(self, key: AttemptKey) -> None:
         """Release the barrier the other way: the command never runs."""

@@ -249,18 +249,18 @@ class SlurmBackend:
                                exited=True, exit_code=SLURM_REFUSED_EXIT, error=error)
 
     def settle(self) -> None:
-        """attempt.json for each attempt submitted, off the launch path, and the attempt
-        directories made durable (exit.json is fsynced into them on the node)."""
+        """attempt.json for each attempt submitted, off the launch path."""
         for effect in self.spawned:
             describe(self.layout, effect)
-        make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
         self.spawned.clear()
 
     def go(self, key: AttemptKey) -> None:
         """GO, unless ABORT released the barrier first: it stays released, and a GO file
-        beside READY would read as a command that ran (``observe``)."""
+        beside READY would read as a command that ran (``observe``). The attempt
+        directory is made durable first: exit.json is fsynced into it on the node."""
         attempt_dir = self.layout.attempt_dir(*key)
         if not (attempt_dir / "ABORT").exists():
+            make_durable(self.layout, [key])
             self.client.release(attempt_dir, go=True)
 
     def abort(self, key: AttemptKey) -> None:

@@ -75,7 +75,8 @@ class LocalBackend:
         # shims ready ahead of need: fresh forks first, then idle supervisors, latest last
         self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
-        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe and fsync
+        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe
+        self.unsynced: list[AttemptKey] = []  # attempts whose directories are not durable yet
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
@@ -237,6 +238,7 @@ class LocalBackend:
         self.handles[key] = handle
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
         self.spawned.append(effect)
+        self.unsynced.append(key)
         if bound is not None:
             return []
         pid = handle.popen.pid
@@ -246,19 +248,33 @@ class LocalBackend:
 
     def settle(self) -> None:
         """Once the batch's commands are on their way (their GO is journaled and sent):
-        attempt.json for each attempt it started, off the launch path; and its directory
-        made durable, since exit.json, fsynced by the shim into it, must not vanish with
-        the directory after a power cut. An OSError leaves them for the next call."""
+        attempt.json for each attempt it started, off the launch path; and the
+        directories of those still waiting for their GO made durable (``go``). An
+        OSError leaves them for the next call."""
         for effect in self.spawned:
             launcher.describe(self.layout, effect)
-        launcher.make_durable(self.layout, [(e.job_id, e.attempt_id) for e in self.spawned])
         self.spawned.clear()
+        self._make_durable()
+
+    def _make_durable(self) -> None:
+        """exit.json, fsynced by the shim into its attempt directory, must not vanish with
+        the directory after a power cut: no command starts before its directory is
+        fsynced into its parents. A batch's attempts together, each parent once, at the
+        first GO after their spawns (which come first: ``driver._launch_path_first``)."""
+        if self.unsynced:
+            launcher.make_durable(self.layout, self.unsynced)
+            self.unsynced.clear()
 
     def go(self, key: AttemptKey) -> None:
         """GO, journaled already: the shim's pipe first, so the command starts while the
         GO file is written (without fsync: the journal holds the decision). A shim
         without a pipe to us (a re-adopted one) polls for the file. Held while a job it
-        preempts by suspension is not wholly stopped yet (``_forget_suspension``)."""
+        preempts by suspension is not wholly stopped yet (``_forget_suspension``). Either
+        way its directory is durable first; a re-adopted one's too, which a coordinator
+        killed before its fsync may have made."""
+        if key not in self.handles and key not in self.unsynced:
+            self.unsynced.append(key)
+        self._make_durable()
         if any(by == key[0] for _, by in self.suspending.values()):
             self.held_go.add(key)
             return

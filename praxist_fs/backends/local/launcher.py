@@ -510,10 +510,14 @@ def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None
     """fsync attempt directories (job id, attempt id) into their parents, every time (a
     job's directory may come from a coordinator killed before its fsync): exit.json,
     fsynced by the shim into its attempt directory, must not vanish with the directory
-    after a power cut. Each parent once, however many attempts it holds."""
+    after a power cut. Each parent once, however many attempts it holds; a job's
+    directory removed meanwhile (by hand) holds no exit.json to keep."""
     job_ids = {job_id for job_id, _ in attempts}
     for job_id in sorted(job_ids):
-        fsync_dir(layout.attempts / job_id)
+        try:
+            fsync_dir(layout.attempts / job_id)
+        except FileNotFoundError:
+            continue
     if job_ids:
         fsync_dir(layout.attempts)
 
