@@ -677,6 +677,7 @@ class Pass:
     queue_ledger: Usage = field(default_factory=Usage)  # slot-seconds by queue (projects)
     queues: tuple[Queue, ...] = ()
     by_class: dict[str, Queue] = field(default_factory=dict)
+    suspended: int = 0                   # suspended jobs: each may resume, taking a slot
     ruled: frozenset[str] = frozenset()  # work classes whose queue has a limit, reserve or window
     picker_of: dict[str, JobPicker] = field(default_factory=dict)  # work class -> picker
     waiting: Counter[str] = field(default_factory=Counter)     # queued, by queue
@@ -727,8 +728,12 @@ class Pass:
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
         self.by_class = self.policy.queue_of_class()
+        # a reserve holds nothing back in a pass that cannot bring the free slots down to
+        # it (each launch or resume takes one): a cluster's cap leaves thousands free
+        least_free = self.free - len(self.queued) - self.suspended
         self.ruled = frozenset(c for c, q in self.by_class.items()
-                               if q.max_running is not None or q.leave_slots or q.windows)
+                               if q.max_running is not None or q.windows
+                               or q.leave_slots and least_free <= q.leave_slots)
         if self.classes is None:
             self.classes = Counter(map(_WORK_CLASS, self.queued))
         for work_class, count in self.classes.items():
