@@ -104,6 +104,7 @@ MAX_SPOOL_QUOTA_REQUESTS = 10_000_000  # a uid's requests waiting in the spool (
 MAX_SPOOL_QUOTA_BYTES = 1 << 40        # ... and their bytes: a TiB
 MAX_AGING = 1000.0               # shortest_first_aging: waiting worth 1000x run time at most
 MIN_STARVATION_S, MAX_STARVATION_S = 60.0, 365 * 86400.0  # shortest_first_starvation_seconds
+MIN_STARVATION_FACTOR, MAX_STARVATION_FACTOR = 0.1, 100.0  # shortest_first_starvation_factor
 MAX_FACTOR_WEIGHT = 1e6          # multifactor_weight_*
 MIN_MAX_AGE_S, MAX_MAX_AGE_S = 60.0, 365 * 86400.0
 PICKER_ENTRY_POINTS = "praxist_fs.pickers"
@@ -452,6 +453,8 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "shortest_first_by": _Key(_choice("run_time", "gpu_seconds")),
     "shortest_first_starvation_seconds": _Key(_positive_or_null, _unless_null(
         _clamp(MIN_STARVATION_S, MAX_STARVATION_S))),
+    "shortest_first_starvation_factor": _Key(_positive_or_null, _unless_null(
+        _clamp(MIN_STARVATION_FACTOR, MAX_STARVATION_FACTOR))),
     "multifactor_weight_age": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_size": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_fair_share": _Key(_number, _clamp(0, MAX_FACTOR_WEIGHT)),

@@ -153,8 +153,9 @@ def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer
          _timeline(stints, span, colours, key, devices)),
         ("Queue length", "Jobs waiting to start (queued, retries included) over time.",
          _queue_chart(jobs, span)),
-        ("Queue delay by work class", "Submission to first start, per job that started.",
-         _delays(jobs)),
+        ("Queue delay by work class", "Every wait per job that started: submission to "
+         "first start, and each time it was suspended or queued again.",
+         _delays(jobs, until)),
         ("GPU-hours by peer", "Device-hours of every attempt (suspended time excluded).",
          _gpu_hours(sched, jobs, until, peers)),
         ("Failures and retries", "Attempts that did not complete, newest first.",
@@ -337,12 +338,26 @@ def _step_points(points: list[tuple[float, int]]) -> Iterable[tuple[float, int]]
         previous = n
 
 
-def _delays(jobs: list[Job]) -> str:
+def waited(job: Job, until: float) -> float:
+    """Every wait of a job that started (R-SIM-2): from its submission to its first start,
+    from each attempt's end to the next one's start (requeued by a preemption, or
+    retried), and each suspension (until ``until`` if it lasts). As ``_queue_chart``, the
+    wait before the first attempt of a round a ``retry_terminal`` resubmission reopened
+    is not kept, so it is left out."""
+    total = max(0.0, job.attempts[0].started_at - job.submitted_at)
+    for attempt, before in zip(job.attempts, [None, *job.attempts]):
+        if before is not None and before.round == attempt.round and before.ended_at is not None:
+            total += max(0.0, attempt.started_at - before.ended_at)
+        total += sum((p["resumed_at"] or attempt.ended_at or until) - p["at"]
+                     for p in attempt.preemptions if p["mode"] == "suspend")
+    return total
+
+
+def _delays(jobs: list[Job], until: float) -> str:
     by_class: dict[str, list[float]] = defaultdict(list)
     for job in jobs:
         if job.attempts:
-            by_class[job.request.work_class].append(
-                max(0.0, job.attempts[0].started_at - job.submitted_at))
+            by_class[job.request.work_class].append(waited(job, until))
     if not by_class:
         return '<p class="empty">No job has started yet.</p>'
     head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)

@@ -52,6 +52,7 @@ from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .errors import BadRequest, PraxistError
+from .simulated_devices import DeviceLedger, Share
 
 REQUIRED_COLUMNS = ("job_id", "submit_s", "duration_s", "gpus", "user")
 SHARE_COLUMNS = ("gpu_util_pct", "gpu_mem_gb")
@@ -60,7 +61,8 @@ PLACEMENTS = ("declared", "exclusive")
 H200_MIB = 143771            # what NVML reports for an H200 (fixtures/gpus/eight_h200.json)
 H200_MODEL = "NVIDIA H200"
 MAX_ETA_S = 365 * 86400      # the request's eta_s limit
-METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s", "p95_jct_s",
+METRICS = ("mean_delay_s", "p50_delay_s", "p95_delay_s", "max_delay_s", "mean_jct_s",
+           "p95_jct_s",
            "mean_suspended_s", "mean_slowdown", "p95_slowdown", "gpu_utilization",
            "preemptions")
 MAX_IDLE_ROUNDS = 50         # decision rounds at one instant that start nothing new
@@ -220,9 +222,11 @@ class SimulatedGpu:
 
 @dataclass(slots=True)
 class JobRecord:
-    """One trace job as the replay saw it. ``start`` is its first start: the queueing
-    delay ends there, and every later stretch off its devices (suspended, or requeued
-    and waiting again) is ``suspended_s``, so preemption cannot hide waiting."""
+    """One trace job as the replay saw it. ``start`` is its first start; every later
+    stretch off its devices (suspended, or requeued and waiting again) is
+    ``suspended_s``. Its queueing delay is every wait: until its first start and each
+    of those stretches (R-SIM-2), so preemption cannot hide waiting; ``suspended_s``
+    says how much of it came after the first start."""
 
     job: TraceJob
     start: float | None = None
@@ -234,7 +238,8 @@ class JobRecord:
 
     @property
     def delay_s(self) -> float | None:
-        return None if self.start is None else self.start - self.job.submit_s
+        """Every wait: submission to first start, and each stretch off its devices since."""
+        return None if self.start is None else self.start - self.job.submit_s + self.suspended_s
 
     @property
     def jct_s(self) -> float | None:
@@ -274,6 +279,7 @@ class Result:
     mean_delay_s: float | None
     p50_delay_s: float | None
     p95_delay_s: float | None
+    max_delay_s: float | None
     mean_jct_s: float | None
     p95_jct_s: float | None
     mean_suspended_s: float | None
@@ -299,6 +305,12 @@ class Result:
     # the core's state at the end, for ``--report`` (kept only when asked: it is the
     # whole trace's jobs)
     scheduler: Scheduler | None = field(default=None, repr=False)
+    # virtual seconds during which the cap on jobs at once, not the GPUs, held work back:
+    # as many jobs ran as it allows, others waited, and a device held nothing
+    cap_bound_s: float = 0.0
+    # decisions that broke a per-device limit (``DeviceLedger``), and the first of them
+    capacity_violations: int = 0
+    violations: list[str] = field(default_factory=list)
 
     def to_dict(self, *, wall: bool = True) -> dict[str, Any]:
         """The JSON result; ``wall=False`` (``--deterministic``) leaves out the one field
@@ -309,7 +321,9 @@ class Result:
                 "makespan_s": self.makespan_s,
                 **({"wall_s": round(self.wall_s, 3)} if wall else {}),
                 "concurrency": self.concurrency, "max_concurrent": self.max_concurrent,
-                "peak_running": self.peak_running,
+                "peak_running": self.peak_running, "cap_bound_s": self.cap_bound_s,
+                "capacity_violations": self.capacity_violations,
+                "violations": self.violations,
                 "by_gpus": self.by_gpus, "by_class": self.by_class,
                 "unrunnable": self.unrunnable,
                 "preempted": [{"job_id": victim, "by": by, "times": times}
@@ -375,6 +389,10 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     series: list[tuple[float, int, float]] = []
     watch = Watch(f"policy {name} ({placement})")
     busy, nxt, peak = 0.0, 0, 0
+    ledger = DeviceLedger(gpus, device.memory_mib)  # the audit of every decision
+    shares: dict[str, Share] = {}         # core job id -> what it holds on each device
+    held: dict[str, tuple[int, ...]] = {}  # core job id -> its attempt's devices
+    cap, cap_bound_s, bound_since = upper_bound(policy, None), 0.0, None
 
     def ended(now: float) -> None:
         """The ends the virtual host has reached by ``now``: a completion frees its GPUs
@@ -384,16 +402,20 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
             if sched.jobs[event.job_id].state is JobState.COMPLETED:
                 records[event.job_id].end = now
                 busy -= share[event.job_id]
+                ledger.release(held.pop(event.job_id), shares[event.job_id])
 
     while nxt < len(runnable) or loop.next_end() < math.inf:
         now = min(runnable[nxt].submit_s if nxt < len(runnable) else math.inf,
                   loop.next_end())
+        if bound_since is not None:
+            cap_bound_s += now - bound_since
         ended(now)  # free GPUs before arrivals take them
         while nxt < len(runnable) and runnable[nxt].submit_s == now:
             job, profile = runnable[nxt], profiles[nxt]
             core_id = _submit(sched, job, profile.name, now, eta_noise, rng)
             records[core_id] = JobRecord(job)
             share[core_id] = job.gpus * (job.gpu_util_pct or 100.0) / 100
+            shares[core_id] = Share.of(profile.gpu_utilization_pct, profile.gpu_memory_gb)
             nxt += 1
         decide = True
         while decide:  # again at the same instant once an evicted job has left
@@ -408,12 +430,19 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                     busy -= share[core_id]
                     record.preemptions += 1
                     record.off_since = now
-                    if event.mode != "suspend":  # TERM: it ends now, its work is lost
+                    if event.mode == "suspend":
+                        ledger.pause(held[core_id], shares[core_id])
+                    else:  # TERM: it ends now, its work is lost
+                        ledger.release(held.pop(core_id), shares[core_id])
                         ended(now)
                         decide = True
                     continue
                 if isinstance(event, AttemptLaunched):
-                    record.devices.update(index[uuid] for uuid in event.gpus)
+                    held[core_id] = tuple(index[uuid] for uuid in event.gpus)
+                    record.devices.update(held[core_id])
+                    ledger.take(record.job.job_id, held[core_id], shares[core_id], now)
+                else:  # resumed on the devices it kept
+                    ledger.resume(record.job.job_id, held[core_id], shares[core_id], now)
                 if record.start is None:
                     record.start = now
                 if record.off_since is not None:
@@ -422,7 +451,12 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                 busy += share[core_id]
             watch.round(now, events, records)
             peak = max(peak, loop.backend.host.running)
-        series.append((now, sched.count(JobState.QUEUED), busy))
+        queued = sched.count(JobState.QUEUED)
+        series.append((now, queued, busy))
+        # the cap, not the GPUs, holds work back: as many run as it allows, jobs wait,
+        # and a device holds nothing
+        bound_since = now if (loop.backend.host.running >= cap and queued
+                              and ledger.idle) else None
     sched.refresh_reasons()
     unrunnable = [{"job_id": j.job_id, "reason": f"needs {j.gpus} GPUs; the simulated "
                    f"cluster has {gpus}"} for j in too_big]
@@ -431,7 +465,10 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                    for j in (*sched.queued(), *sched.suspended())]
     result = _result(name, placement, gpus, jobs, records, share, unrunnable,
                      series, time.perf_counter() - started_wall, watch.preempted,
-                     "uncapped" if uncapped else "task file", upper_bound(policy, None), peak)
+                     "uncapped" if uncapped else "task file", cap, peak)
+    result.cap_bound_s = cap_bound_s
+    result.capacity_violations = ledger.broken
+    result.violations = ledger.violations
     result.scheduler = sched if keep_scheduler else None
     return result
 
@@ -557,15 +594,16 @@ def size_class(gpus: int) -> str:
 
 
 def summary(done: list[JobRecord]) -> dict[str, float | int | None]:
-    """What a set of completed jobs went through: queueing delay, completion time, time
-    off their devices after their first start, and slowdown. Delay and completion time
-    side by side: a policy that starts jobs early and then preempts them shows in the
-    second, not the first."""
+    """What a set of completed jobs went through: queueing delay (every wait, the
+    longest too), completion time, time off their devices after their first start, and
+    slowdown. Delay and completion time side by side: a policy that starts jobs early
+    and then preempts them shows in both."""
     delays = sorted(r.delay_s for r in done)  # type: ignore[type-var]
     jcts = sorted(r.jct_s for r in done)  # type: ignore[type-var]
     slowdowns = sorted(r.slowdown for r in done)  # type: ignore[type-var]
     return {"completed": len(done), "mean_delay_s": mean(delays),
             "p50_delay_s": percentile(delays, 50), "p95_delay_s": percentile(delays, 95),
+            "max_delay_s": delays[-1] if delays else None,
             "mean_jct_s": mean(jcts), "p95_jct_s": percentile(jcts, 95),
             "mean_suspended_s": mean([r.suspended_s for r in done]),
             "mean_slowdown": mean(slowdowns), "p95_slowdown": percentile(slowdowns, 95)}

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from praxist_fs.simulate import load_trace, replay
 
 HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
 LANE = 32  # praxist_fs.report.LANE_H less the gap between lanes
+POLICIES = Path(__file__).resolve().parents[1] / "fixtures" / "policies"
 
 
 def bars(text: str) -> dict[str, list[tuple[float, float, float]]]:
@@ -119,3 +121,19 @@ def test_lanes_without_an_inventory_sort_as_people_count():
     names = ["GPU-10", "GPU-2", "GPU-100", "GPU-1"]
     assert sorted((Device(n) for n in names), key=_lane_order) == [
         Device(n) for n in ("GPU-1", "GPU-2", "GPU-10", "GPU-100")]
+
+
+def test_queue_delay_counts_the_time_suspended_and_requeued(tmp_path):
+    """R-SIM-2 (issue 32): the report's queue delay is every wait, as simulate's. One GPU:
+    a (ordinary, 60 %) runs from 0, b (mature, 60 %) comes at 10 and preempts it. Under
+    preempt.yaml a is suspended 10-30; under requeue it waits 10-30 to run again: 20 s
+    of delay either way, though it first started at once."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text(HEADER + ",work_class\na,0,100,1,u,60,10,ordinary\n"
+                     "b,10,20,1,v,60,10,mature\n")
+    for name in ("preempt", "requeue"):
+        policy = load_policy(str(POLICIES / f"{name}.yaml"))
+        result = replay(load_trace(trace), gpus=1, policy=policy, keep_scheduler=True)
+        text = render(result.scheduler, title="t", until=200.0)
+        rows = dict(re.findall(r"<tr><th>(\w+)</th><td>1</td><td>([^<]+)</td>", text))
+        assert rows == {"mature": "0.00 s", "ordinary": "20 s"}, name

@@ -287,15 +287,16 @@ def test_preemption_by_suspension_and_by_requeue_worked_by_hand(tmp_path):
                for name, policy in (("suspend", suspend), ("requeue", requeue),
                                     ("none", waiting))}
     # suspend: a stops at 10 with 90 s left, b runs 10-30, a resumes and ends at 120
+    # (R-SIM-2: its 20 s suspended are queueing delay)
     r = results["suspend"]
     assert (r.completed, r.unrunnable, r.preemptions) == (2, [], 1)
-    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (0, (120 + 20) / 2, 120)
+    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (20 / 2, (120 + 20) / 2, 120)
     assert r.gpu_utilization == pytest.approx((0.6 * 100 + 0.6 * 20) / 120)
     # requeue: a is terminated at 10 and runs again, from zero, at 30: it ends at 130
-    # (its delay counts to its first start)
+    # (its delay is its 20 s waiting to start again)
     r = results["requeue"]
     assert (r.completed, r.unrunnable, r.preemptions) == (2, [], 1)
-    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (0, (130 + 20) / 2, 130)
+    assert (r.mean_delay_s, r.mean_jct_s, r.makespan_s) == (20 / 2, (130 + 20) / 2, 130)
     # no preemption: b waits for a, 100-120
     r = results["none"]
     assert (r.preemptions, r.mean_delay_s, r.mean_jct_s) == (0, 90 / 2, (100 + 110) / 2)
@@ -314,7 +315,7 @@ def test_the_trace_that_livelocked_ends_with_one_preemption(capsys):
     [r] = doc["results"]
     assert (r["completed"], r["unrunnable"], r["preemptions"]) == (4, [], 1)
     assert r["preempted"] == [{"job_id": "V1", "by": "M", "times": 1}]
-    assert r["mean_delay_s"] == (0 + 0 + 59 + 0) / 4
+    assert r["mean_delay_s"] == (50 + 0 + 59 + 0) / 4  # V1 waits 10-60 to start again
     assert (r["mean_jct_s"], r["makespan_s"]) == ((1060 + 10 + 159 + 50) / 4, 1060)
 
 
@@ -391,11 +392,37 @@ def test_the_task_files_concurrency_cap_holds_unless_uncapped(tmp_path, capsys):
             "at once at the peak") in capsys.readouterr().out
 
 
-def test_suspended_time_shows_apart_from_delay_per_job_and_by_class(tmp_path, capsys):
-    """R-SIM-1 (issue 18): a job started at once and then preempted reports no queueing
-    delay, so its time off the devices is reported beside it, and completion time with
-    it. One GPU: a (ordinary) runs 0-10, is suspended 10-30 while b (mature) runs, and
-    ends at 120; under requeue it waits 10-30 again and reruns to 130."""
+def test_a_cap_that_holds_work_back_while_devices_idle_is_warned_of(tmp_path, capsys):
+    """R-SIM-2 (issue 32): a one-host file replayed on a cluster measures its cap, not the
+    GPUs, and simulate says so. Ten 1-GPU jobs at 0 on 16 GPUs: under fcfs.yaml's cap of
+    8 two wait 100 s while 8 devices hold nothing; uncapped, or under the recommended
+    file's cluster cap, nothing is held back and nothing is said."""
+    path = trace(tmp_path, *(f"j{i},0,100,1,u" for i in range(10)))
+    capped = run_json(capsys, "--trace", str(path), "--gpus", "16", "--policy", str(FCFS))
+    assert capped["results"][0]["cap_bound_s"] == 100
+    assert main(["simulate", "--trace", str(path), "--gpus", "16", "--policy", str(FCFS),
+                 "--policy", str(RECOMMENDED)]) == 0
+    out, err = capsys.readouterr()
+    said = ("the cap, not the 16 GPUs, held work back for 100 s (50% of the makespan): 8 "
+            "jobs ran, others waited, and a device held nothing")
+    assert f"concurrency (fcfs, declared): the task file's limits, at most 8 at once; 8 " \
+           f"ran at once at the peak; {said}" in out
+    assert err.count("warning") == 1
+    assert f"warning: policy fcfs (declared): {said}; the numbers measure its cap" in err
+    for flags in ((str(FCFS), "--uncapped"), (str(RECOMMENDED),)):
+        assert main(["simulate", "--json", "--trace", str(path), "--gpus", "16",
+                     "--policy", *flags]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out)["results"][0]["cap_bound_s"] == 0 and "warning" not in err
+
+
+def test_suspended_time_counts_in_delay_and_shows_apart_per_job_and_by_class(
+        tmp_path, capsys):
+    """R-SIM-2 (issue 32): a job started at once and then preempted waited all the same:
+    its time off the devices counts in its queueing delay, and is also reported on its
+    own, and in its completion time. One GPU: a (ordinary) runs 0-10, is suspended 10-30
+    while b (mature) runs, and ends at 120; under requeue it waits 10-30 again and
+    reruns to 130."""
     path = trace(tmp_path, "a,0,100,1,u,60,10,ordinary", "b,10,20,1,v,60,10,mature",
                  header=FRACTIONAL_HEADER + ",work_class")
     out = tmp_path / "jobs.csv"
@@ -403,21 +430,23 @@ def test_suspended_time_shows_apart_from_delay_per_job_and_by_class(tmp_path, ca
                    "--policy", str(REQUEUE), "--jobs-csv", str(out))
     suspend, requeue = doc["results"]
     assert suspend["by_class"]["ordinary"] == {
-        "completed": 1, "mean_delay_s": 0, "p50_delay_s": 0, "p95_delay_s": 0,
-        "mean_jct_s": 120, "p95_jct_s": 120, "mean_suspended_s": 20, "mean_slowdown": 1.2,
-        "p95_slowdown": 1.2}
+        "completed": 1, "mean_delay_s": 20, "p50_delay_s": 20, "p95_delay_s": 20,
+        "max_delay_s": 20, "mean_jct_s": 120, "p95_jct_s": 120, "mean_suspended_s": 20,
+        "mean_slowdown": 1.2, "p95_slowdown": 1.2}
     assert suspend["by_class"]["mature"]["mean_jct_s"] == 20
     assert list(suspend["by_class"]) == ["ordinary", "mature"]
     assert (suspend["mean_suspended_s"], suspend["mean_slowdown"]) == (10, (1.2 + 1) / 2)
     assert (requeue["by_class"]["ordinary"]["mean_suspended_s"],
-            requeue["by_class"]["ordinary"]["mean_jct_s"]) == (20, 130)
+            requeue["by_class"]["ordinary"]["mean_delay_s"],
+            requeue["by_class"]["ordinary"]["mean_jct_s"]) == (20, 20, 130)
+    assert (suspend["mean_delay_s"], suspend["max_delay_s"]) == (10, 20)
     assert suspend["by_gpus"]["1"]["p95_jct_s"] == pytest.approx(20 + 0.95 * 100)
     rows = out.read_text().splitlines()
     assert rows[0] == ("policy,placement,job_id,user,work_class,gpus,submit_s,start_s,end_s,"
                        "duration_s,delay_s,suspended_s,jct_s,slowdown,preemptions,devices")
-    assert rows[1:] == ["preempt,declared,a,u,ordinary,1,0,0,120,100,0,20,120,1.2,1,0",
+    assert rows[1:] == ["preempt,declared,a,u,ordinary,1,0,0,120,100,20,20,120,1.2,1,0",
                         "preempt,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0",
-                        "requeue,declared,a,u,ordinary,1,0,0,130,100,0,20,130,1.3,1,0",
+                        "requeue,declared,a,u,ordinary,1,0,0,130,100,20,20,130,1.3,1,0",
                         "requeue,declared,b,v,mature,1,10,10,30,20,0,0,20,1,0,0"]
 
 
@@ -624,3 +653,19 @@ def test_the_fractional_variant_keeps_the_trace_and_gives_one_gpu_jobs_a_hashed_
     for share, expected in (((25, 20), 0.3), ((50, 40), 0.3), ((100, 70), 0.4)):
         assert shares.count(share) / len(shares) == pytest.approx(expected, abs=0.05)
     assert derived("--limit", "100") == every[:100]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "policies").glob("*.yaml")),
+                         ids=lambda path: path.stem)
+def test_each_shipped_policy_says_in_its_first_line_the_scale_it_is_for(path):
+    """R-SIM-2 (issue 32): a newcomer comparing two files learns from their first lines
+    which scale each was written for, and it is the scale their cap allows: one host
+    (seed 000's 8 at once) or a cluster (a cap far above what its GPUs run)."""
+    first = path.read_text().splitlines()[0]
+    cap = load_policy(str(path)).max_concurrent_experiments
+    assert first.startswith("# Scale: ")
+    if cap <= 8:
+        assert first.startswith(f"# Scale: one host (up to {cap} GPUs): at most {cap} jobs")
+    else:
+        assert first.startswith("# Scale: a shared cluster of hundreds of GPUs (a cap of "
+                                f"{cap:,} jobs at once")

@@ -318,19 +318,25 @@ def format_simulation(results: list[Result], wall: bool = True) -> str:
         limits = ("uncapped (--uncapped)" if r.concurrency == "uncapped"
                   else "the task file's limits")
         lines.append(f"concurrency ({r.policy}, {r.placement}): {limits}, at most "
-                     f"{r.max_concurrent} at once; {r.peak_running} ran at once at the peak")
+                     f"{r.max_concurrent} at once; {r.peak_running} ran at once at the peak"
+                     + (f"; {cap_bound(r)}" if r.cap_bound_s else ""))
     for title, breakdown in (("GPUS", "by_gpus"), ("CLASS", "by_class")):
         if any(getattr(r, breakdown) for r in results):
             lines.append(f"{'POLICY':14} {'PLACEMENT':9} {title:>8} {'DONE':>6} "
                          f"{'MEAN DELAY':>10} {'P50 DELAY':>10} {'P95 DELAY':>10} "
-                         f"{'MEAN JCT':>10} {'P95 JCT':>10} {'SUSPENDED':>10}")
+                         f"{'MAX DELAY':>10} {'MEAN JCT':>10} {'P95 JCT':>10} "
+                         f"{'SUSPENDED':>10}")
         for r in results:
             for key, row in getattr(r, breakdown).items():
                 lines.append(
                     f"{r.policy[:14]:14} {r.placement:9} {key:>8} {row['completed']:>6} "
                     + " ".join(f"{_span(row[name]):>10}" for name in (
-                        "mean_delay_s", "p50_delay_s", "p95_delay_s", "mean_jct_s",
-                        "p95_jct_s", "mean_suspended_s")))
+                        "mean_delay_s", "p50_delay_s", "p95_delay_s", "max_delay_s",
+                        "mean_jct_s", "p95_jct_s", "mean_suspended_s")))
+    for r in results:
+        if r.capacity_violations:
+            lines.append(f"capacity ({r.policy}, {r.placement}): {r.capacity_violations} "
+                         f"decision(s) broke a per-device limit, first: {r.violations[0]}")
     for r in results:
         for item in r.unrunnable[:5]:
             lines.append(f"unrunnable ({r.policy}, {r.placement}): job {item['job_id']}: "
@@ -339,6 +345,15 @@ def format_simulation(results: list[Result], wall: bool = True) -> str:
             lines.append(f"unrunnable ({r.policy}, {r.placement}): ... and "
                          f"{len(r.unrunnable) - 5} more (--json lists them all)")
     return "\n".join(lines)
+
+
+def cap_bound(r: Result) -> str:
+    """What the concurrency line and ``simulate``'s warning say when the cap on jobs at
+    once, not the GPUs, held work back for part of the replay."""
+    share = f" ({100 * r.cap_bound_s / r.makespan_s:.0f}% of the makespan)" if r.makespan_s \
+        else ""
+    return (f"the cap, not the {r.gpus} GPUs, held work back for {_span(r.cap_bound_s)}"
+            f"{share}: {r.max_concurrent} jobs ran, others waited, and a device held nothing")
 
 
 def write_plot(results: list[Result], path: str) -> None:

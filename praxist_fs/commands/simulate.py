@@ -21,7 +21,7 @@ from ..simulate import (
     H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
     load_trace, replay, trace_from_history, write_jobs_csv,
 )
-from .render import format_json, format_simulation, write_plot
+from .render import cap_bound, format_json, format_simulation, write_plot
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -129,6 +129,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             print(f"praxist-fs simulate: --jobs-csv {args.jobs_csv}: cannot write "
                   f"({exc.strerror})", file=sys.stderr)
             return 2
+    for r in results:
+        if r.cap_bound_s:  # a one-host file replayed at a cluster's scale, say
+            print(f"praxist-fs simulate: warning: policy {r.policy} ({r.placement}): "
+                  f"{cap_bound(r)}; the numbers measure its cap (a policy file's first "
+                  "comment line says the scale it is for; --uncapped lifts the cap)",
+                  file=sys.stderr)
     wall = not args.deterministic
     if args.json:
         print(format_json({"trace": args.trace, **({"from_run": args.from_run}

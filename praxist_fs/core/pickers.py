@@ -36,7 +36,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby, islice
+from itertools import filterfalse, groupby, islice
 from operator import attrgetter
 from typing import Any, ClassVar
 
@@ -51,6 +51,7 @@ from .placement import (
 from .observations import Envelope, GpuSample, PressureSample
 from .policy import Policy, Profile
 from .queues import Project, Queue, window_hold
+from .starvation import starving, starving_first
 
 KINDS = ("project", "queue", "job", "preempt")
 _WORK_CLASS = attrgetter("request.work_class")
@@ -307,14 +308,16 @@ class ShortestExpectedFirst(JobPicker):
     runs (``Pass.runs``) that a pass merges lazily, reading only as far as it walks.
 
     Aging alone lets a wide job be passed for as long as short jobs keep arriving, and
-    a wide job needs many devices free at once. With ``shortest_first_starvation_seconds``,
-    a job that has waited that long is starving: the starving go first, in the same
-    order, after each job's own priority, and the first of them that cannot be placed
-    gets an EASY backfill reservation (``Pass.reserve``), so its wait is bounded while
-    the cost of reserving is paid only in the tail."""
+    a wide job needs many devices free at once. A job that has waited a bound is
+    starving (``core/starvation.py``: ``shortest_first_starvation_seconds``, or
+    ``shortest_first_starvation_factor`` times its queue's median wait): the starving go
+    first, in the same order, after each job's own priority, and the first of them that
+    cannot be placed gets an EASY backfill reservation (``Pass.reserve``), so its wait
+    is bounded while the cost of reserving is paid only in the tail."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
-        self._ctx, self._starving = ctx, starving(scope.jobs, ctx.at, ctx.policy)
+        # whose wait is long for the whole queue, not just its own tier's
+        self._ctx, self._starving = ctx, starving(ctx.queued, ctx.at, ctx.policy)
         runs = ctx.runs("eta", scope.jobs)  # (class, priority, ETA step, profile) -> jobs
         unknown, lacking = ctx.longest_eta_step(scope.jobs, runs)
         aging, ratio = ctx.policy.shortest_first_aging, ctx.ratio
@@ -330,16 +333,19 @@ class ShortestExpectedFirst(JobPicker):
         # aging, calibration and (with jobs that gave no ETA) the longest ETA stay
         token = (aging, ratio, unknown if lacking else None, by)
         heads = ctx.heads("eta", scope.jobs, runs, token, key)
-        # a starving job is visited first: the merge may not drop it later (``skimmed``)
-        order = ctx.merge(scope.jobs, runs, key, type(self), heads, droppable=not self._starving)
-        if self._starving:
-            first = sorted(self._starving.values(), key=lambda job: key(RUNS["eta"](job), job, 0))
-            rest = (job for job in order if job.job_id not in self._starving)
-            order = heapq.merge(first, rest, key=_starving_first(self._starving))
+        hungry = self._starving
+        if hungry is None:
+            order = ctx.merge(scope.jobs, runs, key, type(self), heads)
+        else:  # the starving first: the merge may not drop one later (``skimmed``)
+            first = starving_first(runs, heads, key, hungry)
+            rest = filterfalse(hungry.__contains__, ctx.merge(
+                scope.jobs, runs, key, type(self), heads, droppable=False))
+            order = heapq.merge(first, rest, key=lambda job: (job.rank >> 40, job not in hungry))
         self.next = partial(next, order, None)
 
     def blocked(self, job: Job) -> None:
-        if job.job_id in self._starving and self._ctx.reservation is None:
+        if self._starving is not None and job in self._starving and \
+                self._ctx.reservation is None:
             self._ctx.reserve(job)
 
 
@@ -347,28 +353,6 @@ def _widths(profiles: Mapping[str, Profile]) -> dict[str, int]:
     """The GPUs a job of each profile takes, where that is more than one."""
     return {name: shape.gpu_count for name, shape in profiles.items()
             if shape.uses_gpu and shape.gpu_count > 1}
-
-
-def starving(jobs: list[Job], at: float, policy: Policy) -> dict[str, Job]:
-    """Those of ``jobs`` (rank order) that have waited ``shortest_first_starvation_seconds``
-    by ``at``, by id, in rank order; none when the key is unset. The oldest of each
-    priority come first, so its jobs are read only up to the first that is not starving."""
-    bound = policy.shortest_first_starvation_seconds
-    found: dict[str, Job] = {}
-    position = 0
-    while bound is not None and position < len(jobs):
-        job = jobs[position]
-        if job.submitted_at <= at - bound:
-            found[job.job_id] = job
-            position += 1
-        else:  # on to the next priority
-            position = bisect_left(jobs, ((job.rank >> 40) + 1) << 40, lo=position, key=_RANK)
-    return found
-
-
-def _starving_first(starving: dict[str, Job]) -> Callable[[Job], tuple[int, bool]]:
-    """The merge key putting each priority's starving jobs before its others."""
-    return lambda job: (job.rank >> 40, job.job_id not in starving)
 
 
 class LeastAttainedService(JobPicker):
@@ -697,6 +681,7 @@ class Pass:
     queue_ledger: Usage = field(default_factory=Usage)  # slot-seconds by queue (projects)
     queues: tuple[Queue, ...] = ()
     by_class: dict[str, Queue] = field(default_factory=dict)
+    suspended: int = 0                   # suspended jobs: each may resume, taking a slot
     ruled: frozenset[str] = frozenset()  # work classes whose queue has a limit, reserve or window
     picker_of: dict[str, JobPicker] = field(default_factory=dict)  # work class -> picker
     waiting: Counter[str] = field(default_factory=Counter)     # queued, by queue
@@ -748,8 +733,12 @@ class Pass:
     def __post_init__(self) -> None:
         self.queues = self.policy.queue_set()
         self.by_class = self.policy.queue_of_class()
+        # a reserve holds nothing back in a pass that cannot bring the free slots down to
+        # it (each launch or resume takes one): a cluster's cap leaves thousands free
+        least_free = self.free - len(self.queued) - self.suspended
         self.ruled = frozenset(c for c, q in self.by_class.items()
-                               if q.max_running is not None or q.leave_slots or q.windows)
+                               if q.max_running is not None or q.windows
+                               or q.leave_slots and least_free <= q.leave_slots)
         if self.classes is None:
             self.classes = Counter(map(_WORK_CLASS, self.queued))
         for work_class, count in self.classes.items():

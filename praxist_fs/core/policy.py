@@ -174,6 +174,9 @@ class Policy:
     # shortest_expected_first: the wait after which a job goes first and, blocked, gets an
     # EASY backfill reservation; None: never
     shortest_first_starvation_seconds: float | None = None
+    # shortest_expected_first: a job also starves once it has waited this many times as
+    # long as the median queued job of its priority (core/starvation.py); None: never
+    shortest_first_starvation_factor: float | None = None
     # multifactor (Slurm's multifactor priority): each factor in 0..1, times its weight
     multifactor_weight_age: float = 1000.0
     multifactor_weight_size: float = 1000.0
@@ -289,6 +292,7 @@ class Policy:
             "shortest_first_aging": self.shortest_first_aging,
             "shortest_first_by": self.shortest_first_by,
             "shortest_first_starvation_seconds": self.shortest_first_starvation_seconds,
+            "shortest_first_starvation_factor": self.shortest_first_starvation_factor,
             "multifactor_weight_age": self.multifactor_weight_age,
             "multifactor_weight_size": self.multifactor_weight_size,
             "multifactor_weight_fair_share": self.multifactor_weight_fair_share,

@@ -765,7 +765,7 @@ class Scheduler(JobControlDesk):
                    pressure=self.host.pressure if self.host else None,
                    gpus=self.host.gpus if self.host else None,
                    loads=loads, kept_fitting=kept[1].fitting if kept else None,
-                   queued=queued, running=running,
+                   queued=queued, running=running, suspended=self.count(JobState.SUSPENDED),
                    classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
                    backlog=queue,
                    ledger=Usage(dict(self.usage.peers)),

@@ -139,6 +139,53 @@ def test_a_job_leads_once_it_has_waited_the_starvation_bound(waited, first):
     assert launched(h) == [first]
 
 
+@pytest.mark.parametrize("factor,first", [(None, "new-short"), (10.0, "new-short"),
+                                          (2.0, "old-long")])
+def test_a_job_starves_once_it_waited_a_multiple_of_its_queues_median_wait(factor, first):
+    """R-SIM-2 (issue 32): a bound from the queue's own scale. The old job has waited
+    3,600 s and the median queued job 600 s (three of five were submitted 600 s ago):
+    with shortest_first_starvation_factor 2 its bound is 1,200 s and it leads; with 10
+    (6,000 s) or none, plain shortest expected first (no aging here) runs the short one."""
+    h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
+                shortest_first_starvation_factor=factor)
+    h.submit("old-long", eta_s=5000.0)
+    h.now += 1800.0
+    h.submit("mid-long", eta_s=9000.0)
+    h.now += 1200.0
+    for tag in ("new-short", "new-long", "new-longer"):
+        h.submit(tag, eta_s={"new-short": 10.0}.get(tag, 8000.0))
+    h.now += 600.0
+    assert launched(h) == [first]
+
+
+def test_nobody_starves_while_the_median_job_has_not_waited():
+    """A queue whose median job was just submitted has no scale yet: a factor starves
+    none of it, and the order is shortest expected first's."""
+    h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
+                shortest_first_starvation_factor=0.5)
+    h.submit("old-long", eta_s=5000.0)
+    h.now += 3600.0
+    for tag in ("new-short", "new-long"):
+        h.submit(tag, eta_s=10.0 if tag == "new-short" else 7000.0)
+    assert launched(h) == ["new-short"]
+
+
+def test_a_starving_wide_job_starts_by_its_queues_own_scale_while_short_jobs_arrive():
+    """The stream of 1-GPU jobs (300 s each, one every 10 s, on 8 GPUs) keeps a queue
+    whose median job has waited some minutes; the 8-GPU job that has waited twice that
+    is starving, gets the devices reserved and starts, where aging alone never starts
+    it (the test above)."""
+    cluster = Cluster(backfill_policy("shortest_expected_first", slots=16,
+                                      shortest_first_starvation_factor=2.0))
+    cluster.submit("g1", eta=300.0)
+    cluster.schedule()
+    submitted = cluster.now
+    wide = cluster.submit("g8", eta=500.0)
+    stream(cluster, submitted + 3000.0, eta=300.0)
+    assert wide in cluster.started
+    assert cluster.started[wide] < submitted + 2000.0
+
+
 # -- least attained service ----------------------------------------------------------------
 
 
@@ -219,14 +266,20 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
     with pytest.raises(Exception, match=r"shortest_first_starvation_seconds: got 0, expected "
                                         r"a number > 0, or null"):
         load_policy(task)
+    task.write_text(base + "    shortest_first_starvation_factor: -2\n")
+    with pytest.raises(Exception, match=r"shortest_first_starvation_factor: got -2, expected "
+                                        r"a number > 0, or null"):
+        load_policy(task)
     task.write_text(base + "    shortest_first_aging: -1\n    multifactor_max_age_seconds: 1\n"
-                    "    shortest_first_starvation_seconds: 1\n    job_picker: multifactor\n")
+                    "    shortest_first_starvation_seconds: 1\n    job_picker: multifactor\n"
+                    "    shortest_first_starvation_factor: 500\n")
     policy = load_policy(task)
     assert (policy.shortest_first_aging, policy.multifactor_max_age_seconds,
-            policy.shortest_first_starvation_seconds) == (0.0, 60.0, 60.0)
+            policy.shortest_first_starvation_seconds,
+            policy.shortest_first_starvation_factor) == (0.0, 60.0, 60.0, 100.0)
     assert [n.key_path.rsplit(".", 1)[1] for n in policy.normalizations] == [
         "shortest_first_aging", "shortest_first_starvation_seconds",
-        "multifactor_max_age_seconds"]
+        "shortest_first_starvation_factor", "multifactor_max_age_seconds"]
     assert Policy.from_dict(policy.to_dict()) == policy
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
     for key in ("placement", "shortest_first_aging", "multifactor_weight_age",
@@ -235,6 +288,7 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
         assert f"| `{key}` | `{getattr(Policy(), key):g}`" in doc \
             if key != "placement" else "| `placement` | `spread`" in doc
     assert "| `shortest_first_starvation_seconds` | `null`" in doc
+    assert "| `shortest_first_starvation_factor` | `null`" in doc
     assert "| `shortest_first_by` | `run_time`" in doc
     task.write_text(base + "    shortest_first_by: gpus\n")
     with pytest.raises(Exception, match=r"shortest_first_by: got 'gpus', expected one of "
