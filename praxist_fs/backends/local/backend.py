@@ -77,6 +77,7 @@ class LocalBackend:
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe
         self.unsynced: list[AttemptKey] = []  # attempts whose directories are not durable yet
+        self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
@@ -219,8 +220,9 @@ class LocalBackend:
         try:
             handle = launcher.spawn(self.layout, effect, environment(), bound)
         except UnsafeLayout as exc:  # nothing written through it, nothing started
-            if bound is not None:
+            if bound is not None:  # its GO, journaled with it, is not written either
                 bound.dismiss()
+                self.refused.add(key)
             return [AttemptObserved(at=time.time(), job_id=effect.job_id,
                                     attempt_id=effect.attempt_id, alive=False, exited=True,
                                     exit_code=126, error=f"refused to start it: {exc}")]
@@ -272,6 +274,9 @@ class LocalBackend:
         preempts by suspension is not wholly stopped yet (``_forget_suspension``). Either
         way its directory is durable first; a re-adopted one's too, which a coordinator
         killed before its fsync may have made."""
+        if key in self.refused:  # its directory is not ours: nothing goes through it
+            self.refused.discard(key)
+            return
         if key not in self.handles and key not in self.unsynced:
             self.unsynced.append(key)
         self._make_durable()
