@@ -21,8 +21,10 @@ bytecode: $(STAMP)
 demo: bytecode
 	$(BIN)/praxist-fs demo --run-dir .demo-run --config fixtures/tasks/example.yaml
 
+# Two workers (pytest-xdist): the suite's tests are independent, and most of their time
+# is waiting on real processes; PRAXIST_TEST_WORKERS=1 runs them one at a time.
 test: bytecode
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $${PRAXIST_TEST_WORKERS:-2} --dist loadgroup
 
 # Side by side with task-spooler (installed with apt-get when missing): see bench/README.md
 bench: bytecode
