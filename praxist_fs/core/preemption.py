@@ -69,7 +69,8 @@ from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
-from .pickers import VictimScope, peer_of, each
+from .pickers.base import VictimScope, each
+from .pickers.context import peer_of
 from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
     without_envelopes
 from .queues import Queue
@@ -83,7 +84,7 @@ MAX_PREEMPTIONS_FOR_ONE = 3
 if TYPE_CHECKING:
     from .events import HostSampled
     from .model import Attempt, Job
-    from .pickers import Pass
+    from .pickers.context import Pass
     from .policy import Policy
 
 

@@ -51,7 +51,10 @@ from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
 from .model import NEW_WORK, Attempt, Job, Reply
 from .observations import Envelope
-from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
+from .pickers.base import JobPicker, each, tier_pickers
+from .pickers.context import Pass
+from .pickers.ledger import Usage
+from .pickers.walk import Openings
 from .placement import Demand, DeviceLoad, KeptLoads, device_loads
 from .policy import Policy
 from .queues import queue_of_class

@@ -21,7 +21,7 @@ from .budget import Ledger
 from .calibration import Calibration
 from .model import Attempt, Job, Reply
 from .nodes import NodeRegistry
-from .pickers import Usage
+from .pickers.ledger import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import FINISHED, Scheduler

@@ -16,7 +16,7 @@ from typing import Any
 from .budget import Spend
 from .model import Job
 from .observations import GpuDevice, GpuSample
-from .pickers import slot_usage
+from .pickers.ledger import slot_usage
 from .queues import queue_of_class
 from .scheduler import Scheduler
 from .states import JobState
