@@ -61,8 +61,9 @@ from .queues import queue_of_class
 from .request import JOB_ACTIONS, Request
 from .preemption import PreemptionDesk, preemptible_classes
 from .states import (
-    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState,
-    ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
+    REPLAYABLE_STATES, AttemptOutcome, AttemptPhase, AttemptTrigger, ControlOutcome,
+    GenerationStage, JobState, ReplyOutcome, Trigger, Verdict, attempt_transition,
+    reply_transition, transition,
 )
 from .shelf import Shelf
 from .slurm_options import refusal as slurm_refusal
@@ -297,27 +298,27 @@ class Scheduler(JobControlDesk):
             if ev.request_id is None:
                 return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
                                                                      ev.error_problem))]
-            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
-                                       None)
+            return self._control_reply(
+                ev, ControlOutcome.REJECTED, f"{ev.error_field}: {ev.error_problem}", None)
         control = ev.control
         operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
         if control.action in JOB_ACTIONS:
             return self._on_job_control(ev, operator)
         if not operator:
-            return self._control_reply(ev, "rejected", (
+            return self._control_reply(ev, ControlOutcome.REJECTED, (
                 f"uid: {control.action} is for operators (root, the coordinator's uid, the "
                 f"task's operators); this control file is owned by uid {ev.uid}"), None)
         if control.action == "run_stop":
             self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
-            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
-                                                 "running work is being terminated", None)
+            return effects + self._control_reply(ev, ControlOutcome.OK, (
+                "run stopping: admission frozen, running work is being terminated"), None)
         if control.action == "budget_raise":
             return self.raise_budget(ev)
         effects, outcome, reason, gen = self.generations_desk.control(ev)
         return effects + self._control_reply(ev, outcome, reason, gen)
 
-    def _control_reply(self, ev: ControlSeen, outcome: str, reason: str,
+    def _control_reply(self, ev: ControlSeen, outcome: ControlOutcome, reason: str,
                        gen: Generation | None, **more: Any) -> list[Effect]:
         document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
                     "generation": self.generation_status(gen, soft=False) if gen else None,
@@ -431,7 +432,7 @@ class Scheduler(JobControlDesk):
             attempt.handle = ev.handle  # where it ran and since when: its end's last word
         if self.stopped and not (ev.exited and ev.exit_code == 0) and (ev.exited or not ev.alive):
             attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
-            attempt.outcome = "cancelled"
+            attempt.outcome = AttemptOutcome.CANCELLED
             return self._settle(job, attempt, ev.at, Trigger.CANCEL,
                                 f"run stopped ({self.stopped})")
         if attempt.cancel and (ev.exited or not ev.alive) and \
@@ -444,7 +445,7 @@ class Scheduler(JobControlDesk):
         if ev.exited or ev.infrastructure is not None:
             return self._end(job, attempt, ev)
         if ev.cancelled is not None:
-            attempt.outcome = "cancelled"
+            attempt.outcome = AttemptOutcome.CANCELLED
             return self._settle(job, attempt, ev.at, Trigger.CANCEL, ev.cancelled)
         if ev.fenced:
             return self._fenced(job, attempt, ev)
@@ -454,10 +455,10 @@ class Scheduler(JobControlDesk):
                 # the shim is told, then the GO file is written (no fsync): a shim that
                 # reached READY may have run without the file; one that did not, never
                 # did. After a reboot READY may be gone too: the journal alone decides
-                attempt.outcome = "lost"
+                attempt.outcome = AttemptOutcome.LOST
                 return self._settle(job, attempt, ev.at, Trigger.LOST,
                                     f"attempt {attempt.attempt_id} vanished without an exit record")
-            attempt.outcome = "released"
+            attempt.outcome = AttemptOutcome.RELEASED
             abort = AbortAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)
             return [abort, *self._settle(job, attempt, ev.at, Trigger.RELEASE, (
                 f"attempt {attempt.attempt_id} never started (see attempts/{job.job_id}/"
@@ -507,7 +508,7 @@ class Scheduler(JobControlDesk):
         left: the command did not finish, so the job is retried like an exit 75 (an end
         whose exit status is unknown is never rerun: that is ``lost`` above)."""
         used = self._infra_retries_used(job)
-        attempt.outcome = "lost"
+        attempt.outcome = AttemptOutcome.LOST
         attempt.error = f"{ev.error or 'supervisor died'}; command terminated"
         lost = f"attempt {attempt.attempt_id} lost: {attempt.error}"
         if used < self.policy.infrastructure_retries:
@@ -523,7 +524,8 @@ class Scheduler(JobControlDesk):
         were lost and fenced (``_fenced``), with a retry left. A lost attempt otherwise ends
         its round: ``drained_unknown`` is final, and ``failed`` reopens as a new round."""
         return sum(1 for a in job.attempts
-                   if a.round == job.round and a.outcome in ("infra_retry", "lost"))
+                   if a.round == job.round
+                   and a.outcome in (AttemptOutcome.INFRA_RETRY, AttemptOutcome.LOST))
 
     def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
         """Its command exited, or its infrastructure failed under it (``infrastructure``:
@@ -532,7 +534,7 @@ class Scheduler(JobControlDesk):
         attempt.error, attempt.infrastructure = ev.error, ev.infrastructure
         code = ev.exit_code
         if code == 0 and ev.infrastructure is None:
-            attempt.outcome = "completed"
+            attempt.outcome = AttemptOutcome.COMPLETED
             if job.request.eta_s is not None:
                 self.calibration.observe(attempt.active_seconds(ev.ended_at or ev.at),
                                          job.request.eta_s)
@@ -543,7 +545,7 @@ class Scheduler(JobControlDesk):
                 + ("" if code is None else f" (the command exited {code})"))
             used = self._infra_retries_used(job)
             if used < self.policy.infrastructure_retries:
-                attempt.outcome = "infra_retry"
+                attempt.outcome = AttemptOutcome.INFRA_RETRY
                 return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_RETRY,
                                     f"{what}: retry {used + 1} of "
                                     f"{self.policy.infrastructure_retries} queued")
@@ -554,7 +556,7 @@ class Scheduler(JobControlDesk):
             reason = f"exit code {code}"
         if ev.error:
             reason += f": {ev.error}"
-        attempt.outcome = "failed"
+        attempt.outcome = AttemptOutcome.FAILED
         return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_FAIL, reason)
 
     def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
@@ -582,7 +584,7 @@ class Scheduler(JobControlDesk):
         if ev.verdict == self.ledger.verdict:
             return []
         self.ledger.verdict, self.ledger.since = ev.verdict, ev.at
-        if ev.verdict in (None, "under"):
+        if ev.verdict in (None, Verdict.UNDER):
             self.ledger.unalerted = 0  # back under: what was enqueued before needs no alert
         self.version += 1
         return []
@@ -608,11 +610,11 @@ class Scheduler(JobControlDesk):
         asked = {key: value for key in LIMITS if (value := getattr(control, key)) is not None}
         for key, value in asked.items():
             if refused := raise_refusal(budget, key, value):
-                return self._control_reply(ev, "rejected", f"{key}: {refused}", None,
+                return self._control_reply(ev, ControlOutcome.REJECTED, f"{key}: {refused}", None,
                                             budget=_limits(budget))
         self.ledger.raised.update(asked)
         raised = self.budget
-        return self._control_reply(ev, "ok", "budget ceiling raised: " + ", ".join(
+        return self._control_reply(ev, ControlOutcome.OK, "budget ceiling raised: " + ", ".join(
             f"{key} {getattr(budget, key):g} -> {getattr(raised, key):g}" for key in asked),
             None, budget=_limits(raised))
 
@@ -1304,7 +1306,7 @@ class Scheduler(JobControlDesk):
             if request.lease is not None:
                 lease, touched = self.generations_desk.use_lease(request.peer, request.lease,
                                                                  ev.at, outcome)
-            if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
+            if outcome in NEW_WORK and self.ledger.verdict in (Verdict.AT, Verdict.OVER):
                 self.ledger.unalerted += 1  # seed 003: each enqueue while not under alerts
             if outcome in NEW_WORK and job.generation in self.generations:
                 cooldowns = self.generations[job.generation].cooldowns
@@ -1374,7 +1376,7 @@ def release_backoff(releases: int) -> float:
 def _backing_off(job: Job, at: float) -> str | None:
     """Why a job whose barrier keeps failing waits before its next attempt, or None."""
     last = job.current
-    if last is None or last.outcome != "released":
+    if last is None or last.outcome != AttemptOutcome.RELEASED:
         return None
     releases = job.barrier_releases
     until = last.ended_at + release_backoff(releases)
@@ -1401,7 +1403,7 @@ def _error(request_id: str | None, field: str | None, problem: str | None) -> di
 def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
     """Like a request: a rejection is filed before the reply, an answer before the consume."""
     reply = WriteControlReply(request_id=document["request_id"], document=document)
-    if document["outcome"] == "rejected":
+    if document["outcome"] == ControlOutcome.REJECTED:
         return [DisposeControl(name=name, error={"request_id": document["request_id"],
                                                   "reason": document["reason"]}), reply]
     return [reply, DisposeControl(name=name)]
