@@ -3,7 +3,7 @@
 An attempt spends its GPUs x wall seconds (launch to end, whatever the outcome)
 and costs the rate of its profile x units x hours, where units are its GPUs, or 1
 for CPU work: rates are per GPU-hour, or per hour of a CPU attempt. Ended
-attempts are charged once, when they settle (``Scheduler._settle``), so replaying
+attempts are charged once, when they settle (``AttemptDesk.settle``), so replaying
 the journal rebuilds the ledger; running attempts count what they spent so far.
 Spend is kept by kind, so that a flaky node does not pass for expensive science:
 ``infrastructure`` (exit 75, a launch barrier that never let the command start, an

@@ -190,7 +190,7 @@ class JobControlDesk:
         if ev.exited:
             why += f" (exit code {ev.exit_code}" + (f", signal {ev.signal})" if ev.signal
                                                     else ")")
-        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.CANCEL, why)
+        return self.attempts.settle(job, attempt, ev.ended_at or ev.at, Trigger.CANCEL, why)
 
     def reassert_cancels(self: Scheduler) -> list[Effect]:
         """At a start, every cancel under way is carried out again (signals are
@@ -298,4 +298,3 @@ def _cancelled_by(by: str, reason: str | None) -> str:
 def utc_iso(at: float) -> str:
     """A time as reasons show it: UTC, to the second (``2026-12-01T17:20:05Z``)."""
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-

@@ -82,6 +82,7 @@ from .states import AttemptOutcome, JobState, PreemptMode, Trigger
 MAX_PREEMPTIONS_FOR_ONE = 3
 
 if TYPE_CHECKING:
+    from .attempts import AttemptDesk
     from .events import HostSampled
     from .model import Attempt, Job
     from .pickers.context import Pass
@@ -95,6 +96,7 @@ class PreemptionBoard(Protocol):
     host: HostSampled | None
     version: int
     preempted_jobs: dict[str, None]  # jobs with a preemption on record
+    attempts: AttemptDesk  # a requeued victim's end settles there
 
     def running(self) -> list[Job]: ...
     def suspended(self) -> list[Job]: ...
@@ -102,8 +104,6 @@ class PreemptionBoard(Protocol):
     def _job(self, job_id: str) -> Job: ...
     def _transition(self, job: Job, trigger: Trigger) -> None: ...
     def _write_job(self, job: Job) -> WriteJob: ...
-    def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
-                reason: str) -> list[Effect]: ...
     def _hold(self, job: Job, reason: str) -> None: ...
 
 
@@ -180,10 +180,10 @@ class PreemptionDesk:
         again, and the attempt's outcome ``preempted`` uses up no retry."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
         attempt.outcome = AttemptOutcome.PREEMPTED
-        return self.board._settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
-                                  f"attempt {attempt.attempt_id} preempted by job "
-                                  f"{attempt.evicting['by']} (requeue): queued again, "
-                                  "no retry used")
+        return self.board.attempts.settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
+                                          f"attempt {attempt.attempt_id} preempted by job "
+                                          f"{attempt.evicting['by']} (requeue): queued again, "
+                                          "no retry used")
 
     def reassert(self) -> list[Effect]:
         """At a start, every preemption decision is carried out again: stops, continues

@@ -16,7 +16,7 @@ class Usage:
     is the same, of slot-seconds per queue (``Pass.project_usage``); ``peers`` then
     holds queue names.
 
-    An attempt's GPUs x wall seconds are charged when it ends (``Scheduler._settle``,
+    An attempt's GPUs x wall seconds are charged when it ends (``AttemptDesk.settle``,
     so replay rebuilds the ledger from the journal) and decay from then on; running
     attempts count their GPU-seconds so far, undecayed (``Pass.usages``)."""
 
