@@ -53,6 +53,7 @@ from praxist_fs.core.queues import (
     DAY_MINUTES, DAYS, PREEMPT_MODES, Project, Queue, Window, default_queues,
 )
 from praxist_fs.core.request import MAX_ADMISSION_TIMEOUT_S, MAX_REQUEST_BYTES
+from praxist_fs.core.states import PreemptMode
 from praxist_fs.errors import PolicyError
 
 __all__ = ["DEFAULT_TASK_YAML", "PICKER_ENTRY_POINTS", "discover_pickers", "load_policy",
@@ -533,9 +534,9 @@ _QUEUE_SECTIONS = {
     "leave_slots": {"slots": _Key(_int, _clamp(0, "max_concurrent_experiments")),
                     "for": _Key(_queue_names)},
 }
-_QUEUE_DEFAULTS = {"priority": 0, "picker": None, "preemptible_queues": (), "preempt": "suspend",
-                   "preemptible": False, "preempt_policy": None, "windows": (),
-                   "max_running": None, "slots": 0, "for": ()}
+_QUEUE_DEFAULTS = {"priority": 0, "picker": None, "preemptible_queues": (),
+                   "preempt": PreemptMode.SUSPEND, "preemptible": False, "preempt_policy": None,
+                   "windows": (), "max_running": None, "slots": 0, "for": ()}
 
 # One project (seed 002): the queues it owns, its weight for fair share, its job picker.
 _PROJECT_KEYS: dict[str, _Key] = {
@@ -693,7 +694,8 @@ class _Resolver:
         return Queue(name=name, priority=values["priority"], work_classes=values["work_classes"],
                      picker=values["picker"], max_running=values["max_running"],
                      leave_slots=values["slots"], leave_slots_for=values["for"],
-                     preemptible_queues=values["preemptible_queues"], preempt=values["preempt"],
+                     preemptible_queues=values["preemptible_queues"],
+                     preempt=PreemptMode(values["preempt"]),
                      preemptible=values["preemptible"], preempt_policy=values["preempt_policy"],
                      windows=values["windows"])
 
@@ -877,7 +879,7 @@ def _cluster(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] 
     for queue in queues or ():
         may_preempt = queue.preemptible_queues or any(
             other.preemptible and other.priority < queue.priority for other in queues)
-        if may_preempt and queue.preempt == "suspend":
+        if may_preempt and queue.preempt == PreemptMode.SUSPEND:
             raise PolicyError(_join(SCHEDULER_PATH, f"queues.{queue.name}.preempt"), "suspend",
                               "requeue with backend: slurm (suspend-style preemption is "
                               "unavailable: praxist_fs does not stop Slurm jobs)")

@@ -50,7 +50,7 @@ from .core.policy import WORK_CLASSES, Policy, Profile
 from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
-from .core.states import JobState
+from .core.states import JobState, PreemptMode
 from .errors import BadRequest, PraxistError
 from .simulated_devices import DeviceLedger, Share
 
@@ -430,7 +430,7 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
                     busy -= share[core_id]
                     record.preemptions += 1
                     record.off_since = now
-                    if event.mode == "suspend":
+                    if event.mode == PreemptMode.SUSPEND:
                         ledger.pause(held[core_id], shares[core_id])
                     else:  # TERM: it ends now, its work is lost
                         ledger.release(held.pop(core_id), shares[core_id])

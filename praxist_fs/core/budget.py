@@ -3,7 +3,7 @@
 An attempt spends its GPUs x wall seconds (launch to end, whatever the outcome)
 and costs the rate of its profile x units x hours, where units are its GPUs, or 1
 for CPU work: rates are per GPU-hour, or per hour of a CPU attempt. Ended
-attempts are charged once, when they settle (``Scheduler._settle``), so replaying
+attempts are charged once, when they settle (``AttemptDesk.settle``), so replaying
 the journal rebuilds the ledger; running attempts count what they spent so far.
 Spend is kept by kind, so that a flaky node does not pass for expensive science:
 ``infrastructure`` (exit 75, a launch barrier that never let the command start, an
@@ -25,13 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .states import AttemptOutcome, Verdict
+
 INFRA_EXIT_CODE = 75  # R-SUB-4: the one exit code that means "infrastructure"
 EXPERIMENT, INFRASTRUCTURE, RUNNING = "experiment", "infrastructure", "running"
 KINDS = (EXPERIMENT, INFRASTRUCTURE)  # what an ended attempt is charged as
-VERDICTS = ("under", "at", "over")    # in rising severity
+VERDICTS = tuple(Verdict)             # in rising severity
 LIMITS = ("gpu_hours", "cost")        # the limits a budget may have, and an operator raise
 ALERT_INTERVAL_S = 60.0  # the journal holds at most one budget alert a minute
-_INFRA_OUTCOMES = ("released", "lost", "preempted")  # ends not of the experiment's doing
+# ends not of the experiment's doing
+_INFRA_OUTCOMES = (AttemptOutcome.RELEASED, AttemptOutcome.LOST, AttemptOutcome.PREEMPTED)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,7 +107,7 @@ def kind_of(outcome: str | None, exit_code: int | None,
     return EXPERIMENT
 
 
-def verdict(budget: Budget, total: Spend) -> str | None:
+def verdict(budget: Budget, total: Spend) -> Verdict | None:
     """The worst over the configured limits: ``over`` above one, ``at`` from
     ``at_fraction`` of it up to it, else ``under``; None without limits."""
     levels = [VERDICTS.index(_level(spent, limit, budget.at_fraction))
@@ -113,10 +116,10 @@ def verdict(budget: Budget, total: Spend) -> str | None:
     return VERDICTS[max(levels)] if levels else None
 
 
-def _level(spent: float, limit: float, at_fraction: float) -> str:
+def _level(spent: float, limit: float, at_fraction: float) -> Verdict:
     if spent > limit:
-        return "over"
-    return "at" if spent >= at_fraction * limit else "under"
+        return Verdict.OVER
+    return Verdict.AT if spent >= at_fraction * limit else Verdict.UNDER
 
 
 @dataclass(slots=True)
@@ -126,7 +129,7 @@ class Ledger:
     one, and the enqueues since that the next one stands for."""
 
     ended: dict[str, Spend] = field(default_factory=dict)
-    verdict: str | None = None
+    verdict: Verdict | None = None
     since: float | None = None
     raised: dict[str, float] = field(default_factory=dict)
     alerts: int = 0
@@ -151,8 +154,12 @@ class Ledger:
     def from_dict(cls, data: dict[str, Any]) -> Ledger:
         """Snapshots written before raises and alerts existed lack their keys."""
         return cls({kind: Spend(*pair) for kind, pair in data["ended"].items()},
-                   data["verdict"], data["since"], dict(data.get("raised", {})),
+                   _verdict(data["verdict"]), data["since"], dict(data.get("raised", {})),
                    data.get("alerts", 0), data.get("last_alert"), data.get("unalerted", 0))
+
+
+def _verdict(value: str | None) -> Verdict | None:
+    return None if value is None else Verdict(value)
 
 
 def estimate(eta_s: float, ratio: float, gpus: int, rate: float) -> dict[str, Any]:

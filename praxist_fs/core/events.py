@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from .budget import VERDICTS
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
 from .queues import PREEMPT_MODES
 from .request import ControlRequest, Request
+from .states import PreemptMode, Verdict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,15 +83,13 @@ class AttemptPreempted(Event):
     kind: ClassVar[str] = "attempt_preempted"
     job_id: str
     attempt_id: str
-    mode: str
+    mode: PreemptMode
     by: str
     reason: str
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
-        if self.mode not in PREEMPT_MODES:
-            raise ValueError(f"AttemptPreempted.mode must be one of {PREEMPT_MODES}, "
-                             f"got {self.mode!r}")
+        _hold_as_member(self, "mode", PREEMPT_MODES)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,15 +281,14 @@ class BudgetVerdict(Event):
     the new verdict (None: no limits any more) and the spend that made it. Advisory."""
 
     kind: ClassVar[str] = "budget_verdict"
-    verdict: str | None
+    verdict: Verdict | None
     gpu_hours: float
     cost: float
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
-        if self.verdict not in (*VERDICTS, None):
-            raise ValueError(f"BudgetVerdict.verdict must be one of {VERDICTS} or None, "
-                             f"got {self.verdict!r}")
+        if self.verdict is not None:  # None: the run has no limits any more
+            _hold_as_member(self, "verdict", VERDICTS, " or None")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -299,7 +298,7 @@ class BudgetAlert(Event):
     enqueues it stands for (at most one alert a minute is journaled). Advisory."""
 
     kind: ClassVar[str] = "budget_alert"
-    level: str
+    level: Verdict
     gpu_hours: float
     cost: float
     gpu_hours_limit: float | None
@@ -308,9 +307,7 @@ class BudgetAlert(Event):
 
     def __post_init__(self) -> None:
         Event.__post_init__(self)
-        if self.level not in VERDICTS[1:]:
-            raise ValueError(f"BudgetAlert.level must be one of {VERDICTS[1:]}, "
-                             f"got {self.level!r}")
+        _hold_as_member(self, "level", VERDICTS[1:])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -331,6 +328,17 @@ EVENT_TYPES: dict[str, type[Event]] = {
                               GenerationPhase, RunStopRequested, BudgetVerdict, BudgetAlert,
                               AdmissionExpired)
 }
+
+
+def _hold_as_member(event: Event, name: str, members: tuple[StrEnum, ...],
+                    also: str = "") -> None:
+    """Check that ``event``'s field ``name`` is one of ``members`` and hold it as that
+    member: a replayed journal gives its string, the core the member itself."""
+    value = getattr(event, name)
+    if value not in members:
+        raise ValueError(f"{type(event).__name__}.{name} must be one of "
+                         f"{tuple(member.value for member in members)}{also}, got {value!r}")
+    object.__setattr__(event, name, type(members[0])(value))
 
 
 def to_record(event: Event) -> dict[str, Any]:

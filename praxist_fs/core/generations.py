@@ -28,8 +28,8 @@ from .model import NEW_WORK
 from .observations import Envelope
 from .placement import Demand, DeviceLoad, device_loads, held_envelope, place, with_envelopes
 from .states import (
-    GenerationStage, GenerationTrigger, LeaseTrigger, ReplyOutcome, Trigger,
-    generation_transition, lease_transition,
+    AttemptOutcome, ControlOutcome, GenerationStage, GenerationTrigger, LeaseTrigger, LeaseUse,
+    ReplyOutcome, Trigger, generation_transition, lease_transition,
 )
 from .supply import (
     IGNORED_AFTER, MATURE, Generation, Lease, Maturity, cooldown_seconds, maturity,
@@ -83,7 +83,8 @@ class GenerationDesk:
 
     # -- operator control ---------------------------------------------------
 
-    def control(self, ev: ControlSeen) -> tuple[list[Effect], str, str, Generation | None]:
+    def control(self, ev: ControlSeen
+                ) -> tuple[list[Effect], ControlOutcome, str, Generation | None]:
         """An operator's generation_open, _assess or _close: (its effects, and the control
         reply's outcome, reason and generation)."""
         control, number = ev.control, ev.control.generation
@@ -91,7 +92,8 @@ class GenerationDesk:
         effects: list[Effect] = []
         if control.action == "generation_open":
             if gen is not None:
-                return [], "rejected", f"generation {number} already exists ({gen.phase})", gen
+                return [], ControlOutcome.REJECTED, (
+                    f"generation {number} already exists ({gen.phase})"), gen
             gen = Generation(number=number, cohort=control.cohort, deadline=control.deadline,
                              opened_at=ev.at)
             self.board.generations[number] = gen
@@ -99,26 +101,26 @@ class GenerationDesk:
                                             document={"peer": peer, "generation": number})
                         for peer in gen.cohort]
             effects.append(self._stats_file(gen))
-            return effects, "ok", f"generation {number} open", gen
+            return effects, ControlOutcome.OK, f"generation {number} open", gen
         if gen is None:
-            return [], "rejected", f"generation {number} was never opened", None
+            return [], ControlOutcome.REJECTED, f"generation {number} was never opened", None
         if not gen.accepting:
-            return [], "rejected", f"generation {number} is {gen.phase}", gen
+            return [], ControlOutcome.REJECTED, f"generation {number} is {gen.phase}", gen
         if control.action == "generation_assess":
             gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
             over = self._assessment_over(gen, ev.at)
-            return [], "ok", f"generation {number} in assessment" + (
+            return [], ControlOutcome.OK, f"generation {number} in assessment" + (
                 f"; it closes now ({over})" if over else ""), gen
         gen.close_requested = True
         mature = self.maturity(gen)
         if mature.hard_quorum is not None and mature.m < mature.hard_quorum and \
                 (gen.deadline is None or ev.at < gen.deadline):
             gen.phase = generation_transition(number, gen.phase, GenerationTrigger.ASSESS)
-            return [], "ok", (
+            return [], ControlOutcome.OK, (
                 f"generation {number} in assessment: {mature.m} of {mature.hard_quorum} mature "
                 "peers; it closes when the quorum is met or the deadline passes"), gen
         effects = self._close(gen, ev.at, "closed by the operator")
-        return effects, "ok", f"generation {number} closing", gen
+        return effects, ControlOutcome.OK, f"generation {number} closing", gen
 
     def _close(self, gen: Generation, at: float, reason: str) -> list[Effect]:
         """Freeze the generation's queue, revoke its leases, then write CLOSING_SIGNAL."""
@@ -238,7 +240,7 @@ class GenerationDesk:
         work uses one: a duplicate leaves it as it was, still the peer's to use for work
         it has not submitted yet."""
         if outcome not in NEW_WORK:
-            return {"lease_id": lease_id, "outcome": "duplicate_ignored"}, []
+            return {"lease_id": lease_id, "outcome": LeaseUse.DUPLICATE_IGNORED}, []
         for gen in self.board.generations.values():
             lease = gen.leases.get(lease_id)
             if lease is None or lease.peer != peer:
@@ -247,12 +249,12 @@ class GenerationDesk:
                 lease.state = lease_transition(lease_id, lease.state, LeaseTrigger.CONSUME)
                 lease.ended_at, lease.reason = at, "consumed by a submission"
                 gen.count(lease.priority, lease.state)
-                return ({"lease_id": lease_id, "outcome": "consumed"},
+                return ({"lease_id": lease_id, "outcome": LeaseUse.CONSUMED},
                         [self._lease_file(lease), self._stats_file(gen)])
             key = IGNORED_AFTER[lease.state]
             gen.count(lease.priority, key)
             return {"lease_id": lease_id, "outcome": key}, [self._stats_file(gen)]
-        return {"lease_id": lease_id, "outcome": "unknown"}, []
+        return {"lease_id": lease_id, "outcome": LeaseUse.UNKNOWN}, []
 
     def due(self, at: float) -> list[Event]:
         """Time- and state-driven decisions: expiries, assessment ending, drain finished."""
@@ -476,7 +478,7 @@ class GenerationDesk:
         low, high = policy.drain_grace_min_seconds, policy.drain_grace_max_seconds
         times = sorted(a.active_seconds(a.ended_at) for job in map(
             self.board.jobs.peek, self.board.generation_jobs.get(gen.number, ()))
-                       for a in job.attempts if a.outcome == "completed")
+                       for a in job.attempts if a.outcome == AttemptOutcome.COMPLETED)
         if times:
             p90 = times[math.ceil(0.9 * len(times)) - 1]
             grace = min(max(DRAIN_GRACE_FACTOR * p90, low), high)

@@ -29,13 +29,13 @@ from .events import AttemptObserved, ControlSeen
 from . import tenancy
 from .identity import job_id_for
 from .request import ControlRequest, Request
-from .states import JobState, Trigger
+from .states import ActionResult, AttemptOutcome, ControlOutcome, JobState, Trigger
 
 if TYPE_CHECKING:
     from .model import Attempt, Job
     from .scheduler import Scheduler
 
-Outcome = tuple[str, str, list[Effect]]  # (result, why, effects) of one job's action
+Outcome = tuple[ActionResult, str, list[Effect]]  # (result, why, effects) of one job's action
 
 
 class JobControlDesk:
@@ -52,13 +52,13 @@ class JobControlDesk:
         chosen, unknown = self._select(control, tags_of, narrow=not operator or
                                        control.owner is not None)
         if unknown:
-            return self._control_reply(ev, "rejected", (
+            return self._control_reply(ev, ControlOutcome.REJECTED, (
                 f"jobs: {unknown[0]!r} names no job of this run (expected a job id or a "
                 f"tag{self._whose_tags(tags_of)}); nothing was changed"), None)
         found = [self.find_job(ref, tags_of) for ref in control.jobs]
         if not operator and (others := [problem for job in found
                                         if (problem := self._not_theirs(job, ev.uid))]):
-            return self._control_reply(ev, "rejected", (
+            return self._control_reply(ev, ControlOutcome.REJECTED, (
                 f"jobs: {others[0]}; only operators (root, the coordinator's uid, the "
                 "task's operators) act on others' jobs; nothing was changed"), None)
         act = {"cancel": self._cancel, "hold": self._hold_job, "release": self._release_job,
@@ -71,10 +71,10 @@ class JobControlDesk:
             effects += made
             results.append({"job_id": job.job_id, "tag": job.request.tag, "result": result,
                             "state": job.state.value, "reason": why})
-        changed = sum(r["result"] != "unchanged" for r in results)
+        changed = sum(r["result"] != ActionResult.UNCHANGED for r in results)
         summary = (f"{control.action}: {changed} of {len(results)} selected job(s) changed"
                    if results else f"{control.action}: no job matches the selection")
-        return effects + self._control_reply(ev, "ok", summary, None, jobs=results)
+        return effects + self._control_reply(ev, ControlOutcome.OK, summary, None, jobs=results)
 
     def find_job(self: Scheduler, ref: str, uid: int | None = None) -> Job | None:
         """The job a reference names: a job id, else a tag of ``uid``'s (``tagged``)."""
@@ -131,52 +131,53 @@ class JobControlDesk:
     def _cancel(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                 at: float) -> Outcome:
         if job.state.terminal:
-            return "unchanged", f"already {job.state.value}", []
+            return ActionResult.UNCHANGED, f"already {job.state.value}", []
         why = _cancelled_by(by["by"], control.reason)
         if job.state is JobState.QUEUED:
             job.held = None
             self._transition(job, Trigger.CANCEL)
             job.reason = why
             self.version += 1
-            return "cancelled", why, [self._write_job(job)]
+            return ActionResult.CANCELLED, why, [self._write_job(job)]
         attempt = job.current
         if attempt.cancel is not None:
-            return "unchanged", job.reason, []
+            return ActionResult.UNCHANGED, job.reason, []
         grace = self.policy.cancel_grace_seconds if control.grace is None else control.grace
         attempt.cancel = {"at": at, **by, "reason": control.reason, "grace": grace}
         job.reason = f"{why}: attempt {attempt.attempt_id} is being terminated " \
                      f"(TERM, then KILL after {grace:g}s)"
         self.version += 1
-        return "cancelling", job.reason, [self._write_job(job), _terminate(job)]
+        return ActionResult.CANCELLING, job.reason, [self._write_job(job), _terminate(job)]
 
     def _hold_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                   at: float) -> Outcome:
         if job.state is not JobState.QUEUED:
-            return "unchanged", f"{job.state.value}: only queued jobs can be held", []
+            return ActionResult.UNCHANGED, f"{job.state.value}: only queued jobs can be held", []
         if job.held is not None:
-            return "unchanged", f"already held by {job.held['by']}", []
+            return ActionResult.UNCHANGED, f"already held by {job.held['by']}", []
         self._requeue_in_place(job, lambda: setattr(job, "held", {**by, "at": at}))
         self.version += 1
-        return "held", self._pending[job.job_id], [self._write_job(job)]
+        return ActionResult.HELD, self._pending[job.job_id], [self._write_job(job)]
 
     def _release_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                      at: float) -> Outcome:
         if job.state is not JobState.QUEUED or job.held is None:
-            return "unchanged", f"{job.state.value} and not held", []
+            return ActionResult.UNCHANGED, f"{job.state.value} and not held", []
         self._requeue_in_place(job, lambda: setattr(job, "held", None))
         self.version += 1
-        return "released", self._pending.get(job.job_id, "queued"), [self._write_job(job)]
+        return (ActionResult.RELEASED, self._pending.get(job.job_id, "queued"),
+                [self._write_job(job)])
 
     def _update_job(self: Scheduler, job: Job, control: ControlRequest, by: dict[str, Any],
                     at: float) -> Outcome:
         if job.state is not JobState.QUEUED:
-            return "unchanged", f"{job.state.value}: only queued jobs can be updated", []
+            return ActionResult.UNCHANGED, f"{job.state.value}: only queued jobs can be updated", []
         before = job.priority
         if before == control.priority:
-            return "unchanged", f"priority is {before} already", []
+            return ActionResult.UNCHANGED, f"priority is {before} already", []
         self._requeue_in_place(job, lambda: setattr(job, "priority", control.priority))
         self.version += 1
-        return "updated", f"priority {before} -> {job.priority}", [self._write_job(job)]
+        return ActionResult.UPDATED, f"priority {before} -> {job.priority}", [self._write_job(job)]
 
     # -- running attempts ------------------------------------------------------------
 
@@ -184,12 +185,12 @@ class JobControlDesk:
                       ev: AttemptObserved) -> list[Effect]:
         """A cancelled attempt ended (any end but exit 0, which completes the job)."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
-        attempt.outcome = "cancelled"
+        attempt.outcome = AttemptOutcome.CANCELLED
         why = _cancelled_by(attempt.cancel["by"], attempt.cancel["reason"])
         if ev.exited:
             why += f" (exit code {ev.exit_code}" + (f", signal {ev.signal})" if ev.signal
                                                     else ")")
-        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.CANCEL, why)
+        return self.attempts.settle(job, attempt, ev.ended_at or ev.at, Trigger.CANCEL, why)
 
     def reassert_cancels(self: Scheduler) -> list[Effect]:
         """At a start, every cancel under way is carried out again (signals are
@@ -297,4 +298,3 @@ def _cancelled_by(by: str, reason: str | None) -> str:
 def utc_iso(at: float) -> str:
     """A time as reasons show it: UTC, to the second (``2026-12-01T17:20:05Z``)."""
     return datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .budget import RUNNING
+from .budget import RUNNING, VERDICTS
 from .model import Job
 from .policy import WORK_CLASSES
 from .scheduler import Scheduler
@@ -27,7 +27,6 @@ from .supply import STAT_KEYS
 MIB = 1024 * 1024
 # Queue waits run from a second to a night; a commit is an fsync (sub-ms to a slow disk's 1 s).
 QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0)
-VERDICTS = ("under", "at", "over")  # core/budget.py's verdicts
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .request import PRIORITY_RANGE, Request
-from .states import AttemptPhase, JobState, ReplyOutcome
+from .states import AttemptOutcome, AttemptPhase, JobState, PreemptMode, ReplyOutcome
 
 
 @dataclass(slots=True, kw_only=True)
@@ -32,7 +32,7 @@ class Attempt:
     ended_at: float | None = None
     exit_code: int | None = None
     signal: int | None = None
-    outcome: str | None = None  # completed, failed, infra_retry, released, lost, preempted
+    outcome: AttemptOutcome | None = None
     failure: dict[str, Any] | None = None  # the task's failure.json, when it wrote one
     # what went wrong where the exit code does not say: the shim's (the command could not
     # start), or a supervisor's death whose command the coordinator terminated
@@ -60,12 +60,12 @@ class Attempt:
     def evicting(self) -> dict[str, Any] | None:
         """The requeue preemption under way (the attempt is being terminated), or None."""
         last = self.preemptions[-1] if self.preemptions else None
-        return last if last is not None and last["mode"] == "requeue" else None
+        return last if last is not None and last["mode"] == PreemptMode.REQUEUE else None
 
     def active_seconds(self, until: float) -> float:
         """Wall seconds from its start to ``until``, less the time it spent suspended."""
         stopped = sum((p["resumed_at"] or until) - p["at"]
-                      for p in self.preemptions if p["mode"] == "suspend")
+                      for p in self.preemptions if p["mode"] == PreemptMode.SUSPEND)
         return until - self.started_at - stopped
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,7 +163,7 @@ class Job:
         """Its last attempts in a row that never started their command (``released``)."""
         count = 0
         for attempt in reversed(self.attempts):
-            if attempt.outcome != "released":
+            if attempt.outcome != AttemptOutcome.RELEASED:
                 break
             count += 1
         return count

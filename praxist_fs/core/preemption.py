@@ -69,11 +69,12 @@ from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
-from .pickers import VictimScope, peer_of, each
+from .pickers.base import VictimScope, each
+from .pickers.context import peer_of
 from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
     without_envelopes
 from .queues import Queue
-from .states import JobState, Trigger
+from .states import AttemptOutcome, JobState, PreemptMode, Trigger
 
 # R-SIM-1: a job is preempted at most this many times for the same job; that job then
 # waits for it to end (or preempts others). Each time needs the preemptor to have lost
@@ -81,9 +82,10 @@ from .states import JobState, Trigger
 MAX_PREEMPTIONS_FOR_ONE = 3
 
 if TYPE_CHECKING:
+    from .attempts import AttemptDesk
     from .events import HostSampled
     from .model import Attempt, Job
-    from .pickers import Pass
+    from .pickers.context import Pass
     from .policy import Policy
 
 
@@ -94,6 +96,7 @@ class PreemptionBoard(Protocol):
     host: HostSampled | None
     version: int
     preempted_jobs: dict[str, None]  # jobs with a preemption on record
+    attempts: AttemptDesk  # a requeued victim's end settles there
 
     def running(self) -> list[Job]: ...
     def suspended(self) -> list[Job]: ...
@@ -101,8 +104,6 @@ class PreemptionBoard(Protocol):
     def _job(self, job_id: str) -> Job: ...
     def _transition(self, job: Job, trigger: Trigger) -> None: ...
     def _write_job(self, job: Job) -> WriteJob: ...
-    def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
-                reason: str) -> list[Effect]: ...
     def _hold(self, job: Job, reason: str) -> None: ...
 
 
@@ -153,7 +154,7 @@ class PreemptionDesk:
         board.preempted_jobs[job.job_id] = None
         board.version += 1
         key = {"job_id": job.job_id, "attempt_id": attempt.attempt_id}
-        if ev.mode == "suspend":
+        if ev.mode == PreemptMode.SUSPEND:
             board._transition(job, Trigger.SUSPEND)
             job.reason = f"suspended: preempted by job {ev.by} ({ev.reason})"
             return [board._write_job(job), SuspendAttempt(**key)]
@@ -178,11 +179,11 @@ class PreemptionDesk:
         """An attempt preempted for requeue ended (any end but exit 0): the job is queued
         again, and the attempt's outcome ``preempted`` uses up no retry."""
         attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
-        attempt.outcome = "preempted"
-        return self.board._settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
-                                  f"attempt {attempt.attempt_id} preempted by job "
-                                  f"{attempt.evicting['by']} (requeue): queued again, "
-                                  "no retry used")
+        attempt.outcome = AttemptOutcome.PREEMPTED
+        return self.board.attempts.settle(job, attempt, ev.ended_at or ev.at, Trigger.PREEMPT,
+                                          f"attempt {attempt.attempt_id} preempted by job "
+                                          f"{attempt.evicting['by']} (requeue): queued again, "
+                                          "no retry used")
 
     def reassert(self) -> list[Effect]:
         """At a start, every preemption decision is carried out again: stops, continues
@@ -222,7 +223,7 @@ class PreemptionDesk:
         profile = self.board.policy.profiles[job.profile]
         demand = Demand.of(profile) if profile.uses_gpu else None
         avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
-        loads = self._room(ctx.loads, mine, "requeue") if demand else ctx.loads
+        loads = self._room(ctx.loads, mine, PreemptMode.REQUEUE) if demand else ctx.loads
         free = ctx.free + len(mine)
 
         def fits(victims: list[Job]) -> tuple[str, ...] | None:
@@ -231,7 +232,7 @@ class PreemptionDesk:
             reserve for the very queue the requeued victims go back to."""
             if free + len(victims) < 1:
                 return None
-            requeued = mine + victims if queue.preempt == "requeue" else mine
+            requeued = mine + victims if queue.preempt == PreemptMode.REQUEUE else mine
             if ctx.queue_hold(queue, len(mine) + len(victims), Counter(
                     ctx.by_class[v.request.work_class].name for v in requeued)):
                 return None
@@ -276,13 +277,13 @@ class PreemptionDesk:
         events: list[Event] = [AttemptPreempted(
             at=ctx.at, job_id=v.job_id, attempt_id=v.current.attempt_id, mode=queue.preempt,
             by=job.job_id, reason=f"queue {queue.name}: {reason}") for v in victims]
-        if queue.preempt == "suspend" and not mine:
+        if queue.preempt == PreemptMode.SUSPEND and not mine:
             for victim in victims:
                 ctx.free += 1
                 ctx.running_in[ctx.by_class[victim.request.work_class].name] -= 1
                 ctx.running_of[peer_of(victim)] -= 1
             if demand:
-                ctx.loads = self._room(ctx.loads, victims, "suspend")
+                ctx.loads = self._room(ctx.loads, victims, PreemptMode.SUSPEND)
             ctx.place(job, gpus)
             return [*events, AttemptLaunched(at=ctx.at, job_id=job.job_id,
                                              attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus)]
@@ -295,13 +296,13 @@ class PreemptionDesk:
         return events
 
     def _room(self, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
-              mode: str) -> list[DeviceLoad]:
+              mode: PreemptMode) -> list[DeviceLoad]:
         """``loads`` once ``victims`` are suspended (``paused``) or gone (``requeue``)."""
         if not victims:
             return loads
         held = [e for victim in victims for e in self.envelopes(victim)]
         loads = without_envelopes(loads, held)
-        return with_envelopes(loads, paused(held)) if mode == "suspend" else loads
+        return with_envelopes(loads, paused(held)) if mode == PreemptMode.SUSPEND else loads
 
     def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
                ) -> list[Event]:

@@ -21,7 +21,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-PREEMPT_MODES = ("suspend", "requeue")
+from .states import PreemptMode
+
+PREEMPT_MODES = tuple(PreemptMode)
 MATURE_PRIORITY = 1  # above scout and ordinary (0), which share a tier: submit order
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 DAY_MINUTES = 24 * 60
@@ -106,7 +108,7 @@ class Queue:
     leave_slots: int = 0
     leave_slots_for: tuple[str, ...] = ()
     preemptible_queues: tuple[str, ...] = ()
-    preempt: str = "suspend"
+    preempt: PreemptMode = PreemptMode.SUSPEND
     preemptible: bool = False
     preempt_policy: str | None = None
     windows: tuple[Window, ...] = ()
@@ -134,7 +136,7 @@ class Queue:
                    leave_slots=data["leave_slots"]["slots"],
                    leave_slots_for=tuple(data["leave_slots"]["for"]),
                    preemptible_queues=tuple(data["preemptible_queues"]),
-                   preempt=data["preempt"],
+                   preempt=PreemptMode(data["preempt"]),
                    # journals written before these keys existed lack them
                    preemptible=data.get("preemptible", False),
                    preempt_policy=data.get("preempt_policy"),

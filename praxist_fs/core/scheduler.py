@@ -1,8 +1,16 @@
 """The scheduler: ``handle(event) -> [effects]`` and ``next_launches(at)``.
 
-This is the only mutator of scheduling state. ``handle`` returns effects or
-raises ``InvalidTransition`` (a bug of ours); anything else is a bug too.
-A peer's bad input never raises: it becomes a rejected reply.
+This, with the desks it owns, is the only mutator of scheduling state. ``handle``
+returns effects or raises ``InvalidTransition`` (a bug of ours); anything else is
+a bug too. A peer's bad input never raises: it becomes a rejected reply.
+
+A desk is a collaborator that sees the scheduler only through its narrow board:
+``SubmissionDesk`` (core/submissions.py: request admission and admission
+timeouts), ``AttemptDesk`` (core/attempts.py: an attempt's launch, what is seen of
+it, its end), ``GenerationDesk`` (core/generations.py) and ``PreemptionDesk``
+(core/preemption.py); job control is a mixin (core/jobcontrol.py). What stays
+here: the dispatch of events, the scheduling pass, the queue and its indexes,
+control replies and the budget.
 
 Durability contract with the daemon: ``version`` grows on every state change.
 The daemon journals (and fsyncs) each event that changed the version before
@@ -16,7 +24,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -28,13 +35,13 @@ from ..errors import InvalidTransition
 from . import tenancy, trust
 from .admission import ConcurrencyController, pressure_hold, reason_kind, upper_bound
 from .backlog import Backlog
+from .attempts import AttemptDesk
 from .effects import (
-    AbortAttempt, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
-    TerminateAttempts, WriteControlReply, WriteGo, WriteJob, WriteReply,
+    DisposeControl, Effect, TerminateAttempts, WriteControlReply, WriteJob, WriteReply,
 )
 from .budget import (
-    INFRA_EXIT_CODE, KINDS, LIMITS, RUNNING, Budget, Ledger, Spend, attempt_spend, estimate,
-    kind_of, raise_refusal, verdict, with_ceilings,
+    KINDS, LIMITS, RUNNING, Budget, Ledger, Spend, attempt_spend, raise_refusal, verdict,
+    with_ceilings,
 )
 from .calibration import Calibration
 from .events import (
@@ -47,22 +54,22 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
-from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import JobControlDesk, utc_iso
-from .model import NEW_WORK, Attempt, Job, Reply
+from .model import Attempt, Job, Reply
 from .observations import Envelope
-from .pickers import JobPicker, Openings, Pass, Usage, each, tier_pickers
+from .pickers.base import JobPicker, each, tier_pickers
+from .pickers.context import Pass
+from .pickers.ledger import Usage
+from .pickers.walk import Openings
 from .placement import Demand, DeviceLoad, KeptLoads, device_loads
 from .policy import Policy
-from .queues import queue_of_class
-from .request import JOB_ACTIONS, Request
+from .request import JOB_ACTIONS
 from .preemption import PreemptionDesk, preemptible_classes
 from .states import (
-    REPLAYABLE_STATES, AttemptPhase, AttemptTrigger, GenerationStage, JobState,
-    ReplyOutcome, Trigger, attempt_transition, reply_transition, transition,
+    AttemptOutcome, ControlOutcome, GenerationStage, JobState, Trigger, Verdict, transition,
 )
 from .shelf import Shelf
-from .slurm_options import refusal as slurm_refusal
+from .submissions import SubmissionDesk
 from .supply import Generation, Maturity
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -103,7 +110,7 @@ class Scheduler(JobControlDesk):
         self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
         self.generations: dict[int, Generation] = {}
         # generation -> {job id: its peer}, of the jobs in it now: a generation's desk asks
-        # for its jobs without building every finished one (``_place_in_generation``)
+        # for its jobs without building every finished one (kept by the submission desk)
         self.generation_jobs: dict[int, dict[str, str]] = {}
         self.control_replies: dict[str, dict[str, Any]] = {}
         self.calibration = Calibration()        # derived from journaled exits, so replayed
@@ -133,6 +140,8 @@ class Scheduler(JobControlDesk):
         self.release_pending: set[str] = set()  # leases whose host claim is not yet removed
         self._deadlines: list[tuple[float, str]] = []  # (admission deadline, job id), a heap
         # the desks: collaborators that see this scheduler through a narrow view (their board)
+        self.submissions = SubmissionDesk(self)
+        self.attempts = AttemptDesk(self)
         self.generations_desk = GenerationDesk(self)
         self.preemption = PreemptionDesk(self)
 
@@ -188,97 +197,6 @@ class Scheduler(JobControlDesk):
             self.samples_seen += 1
         return []
 
-    def _on_request(self, ev: RequestSeen) -> list[Effect]:
-        prior = self.replies.get(ev.request_id) if ev.request_id else None
-        if prior is not None:
-            if theirs := tenancy.foreign_id(prior.uid, ev.uid, self.coordinator_uid):
-                return [RejectRequest(name=ev.name, error=_error(  # their reply stays
-                    ev.request_id, "request_id", theirs))]
-            if prior.digest == ev.digest:  # a retransmission: answer again, change nothing
-                return self._answer(ev.name, prior)
-            return [RejectRequest(name=ev.name, error=_error(
-                ev.request_id, "request_id",
-                f"already used by a different request (answered {prior.outcome}); "
-                "use a unique request_id or file name"))]
-        if ev.request_id is not None and (over := tenancy.over_quota(
-                ev.spool_position, self.policy.spool_quota_requests,
-                self.policy.spool_quota_bytes, trust.owner(ev.uid, self.coordinator_uid))):
-            return self._reply(ev, ReplyOutcome.REJECTED, None, "quota", over)
-        if ev.request is None:
-            if ev.request_id is None:
-                return [RejectRequest(name=ev.name, error=_error(
-                    None, ev.error_field, ev.error_problem))]
-            return self._reply(ev, ReplyOutcome.REJECTED, None, ev.error_field,
-                               ev.error_problem)
-        request = ev.request
-        if refused := trust.refusal(ev.uid, self.coordinator_uid, self.policy.trusted_uids):
-            return self._reply(ev, ReplyOutcome.REJECTED, None, "uid", refused)
-        profile = request.profile or self.policy.default_profile
-        if profile not in self.policy.profiles:
-            return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
-                               f"unknown profile {profile!r}; the task defines "
-                               + ", ".join(sorted(self.policy.profiles)))
-        if request.slurm is not None and (refused := slurm_refusal(request.slurm, self.policy)):
-            return self._reply(ev, ReplyOutcome.REJECTED, None, *refused)
-        job = self.tagged(request.tag, ev.uid)
-        job_id = job.job_id if job else job_id_for(
-            request.tag, tenancy.namespace(ev.uid, self.coordinator_uid))
-        digest = fingerprint(request, profile)
-        if job is not None and (problem := self._not_theirs(job, ev.uid)):
-            return self._reply(ev, ReplyOutcome.REJECTED, None, "tag", problem)
-        if self.stopped and (job is None or job.state not in REPLAYABLE_STATES):
-            return self._reply(ev, ReplyOutcome.REJECTED, job, "run",
-                               f"the run is stopped ({self.stopped})")
-        generation = request.generation
-        if generation is None and (current := self.current_generation()) is not None:
-            generation = current.number
-        closed = self._closed_to_new_work(generation)
-        if job is None:
-            if closed:
-                return self._reply(ev, ReplyOutcome.REJECTED, None, "generation", closed)
-            after, problem = self.resolve_after(request, job_id, ev.uid)
-            if problem:
-                return self._reply(ev, ReplyOutcome.REJECTED, None, "after", problem)
-            cost, refused = self._ceiling(ev, None, profile)
-            if refused:
-                return refused
-            job = Job(job_id=job_id, request=request, profile=profile, fingerprint=digest,
-                      submitted_at=ev.at, order=self._take_order(), generation=generation,
-                      priority=request.priority, after=after,
-                      held=self._asked(request.peer, ev) if request.hold else None,
-                      uid=ev.uid, admission_deadline=self._admission_deadline(request, ev.at))
-            self.jobs[job_id] = job
-            self._place_in_generation(job, generation)
-            self.link_dependencies(job)
-            self._enter_queue(job)  # before the per-state index knows it (``_queue``)
-            self._by_state[job.state][job_id] = job
-            return [self._write_job(job),
-                    *self._reply(ev, ReplyOutcome.ACCEPTED, job, estimate=cost, before=None)]
-        if job.state is JobState.EXPIRED:  # no attempt ran: the tag is not bound (R-SUB-4)
-            return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RESUBMIT,
-                                ReplyOutcome.ACCEPTED, "resubmitted after an admission timeout")
-        if job.state in REPLAYABLE_STATES:
-            if digest == job.fingerprint:
-                return self._reply(ev, ReplyOutcome.DUPLICATE, job,
-                                   reason=f"same request as job {job_id}")
-            if not request.retry_terminal and self.policy.same_tag_different_request == "share":
-                differs = differing(job.request, job.profile, request, profile)
-                return self._reply(ev, ReplyOutcome.DUPLICATE, job, differs=differs, reason=(
-                    f"same tag as job {job_id}, which this request shares (the tag is the "
-                    f"experiment's identity); it differs in {', '.join(differs)}"))
-            changed = differences(job.request, job.profile, request, profile)
-            problem = (f"tag {request.tag!r} already names job {job_id} ({job.state.value}) "
-                       f"with a different {changed}")
-            if request.retry_terminal:
-                problem += "; retry_terminal applies only to failed, rejected or cancelled jobs"
-            return self._reply(ev, ReplyOutcome.REJECTED, job, "tag", problem)
-        if not request.retry_terminal:
-            return self._reply(ev, ReplyOutcome.TERMINAL_DUPLICATE, job, reason=(
-                f"job {job_id} is {job.state.value} ({job.reason}); "
-                "submit again with retry_terminal to run it again under the same tag"))
-        return self._reopen(ev, job, profile, digest, generation, closed, Trigger.RETRY_TERMINAL,
-                            ReplyOutcome.RETRY_ACCEPTED, "retry accepted")
-
     def _on_control(self, ev: ControlSeen) -> list[Effect]:
         """An operator's or a peer's control request: to the desk of its action."""
         prior = self.control_replies.get(ev.request_id) if ev.request_id else None
@@ -294,27 +212,27 @@ class Scheduler(JobControlDesk):
             if ev.request_id is None:
                 return [DisposeControl(name=ev.name, error=_problem(ev.error_field,
                                                                      ev.error_problem))]
-            return self._control_reply(ev, "rejected", f"{ev.error_field}: {ev.error_problem}",
-                                       None)
+            return self._control_reply(
+                ev, ControlOutcome.REJECTED, f"{ev.error_field}: {ev.error_problem}", None)
         control = ev.control
         operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
         if control.action in JOB_ACTIONS:
             return self._on_job_control(ev, operator)
         if not operator:
-            return self._control_reply(ev, "rejected", (
+            return self._control_reply(ev, ControlOutcome.REJECTED, (
                 f"uid: {control.action} is for operators (root, the coordinator's uid, the "
                 f"task's operators); this control file is owned by uid {ev.uid}"), None)
         if control.action == "run_stop":
             self.stop_calls += 1  # soft: tells this coordinator to exit once work is gone
             effects = self._stop(ev.at, f"stopped by the operator (control {ev.request_id})")
-            return effects + self._control_reply(ev, "ok", "run stopping: admission frozen, "
-                                                 "running work is being terminated", None)
+            return effects + self._control_reply(ev, ControlOutcome.OK, (
+                "run stopping: admission frozen, running work is being terminated"), None)
         if control.action == "budget_raise":
             return self.raise_budget(ev)
         effects, outcome, reason, gen = self.generations_desk.control(ev)
         return effects + self._control_reply(ev, outcome, reason, gen)
 
-    def _control_reply(self, ev: ControlSeen, outcome: str, reason: str,
+    def _control_reply(self, ev: ControlSeen, outcome: ControlOutcome, reason: str,
                        gen: Generation | None, **more: Any) -> list[Effect]:
         document = {"request_id": ev.request_id, "outcome": outcome, "reason": reason,
                     "generation": self.generation_status(gen, soft=False) if gen else None,
@@ -325,261 +243,12 @@ class Scheduler(JobControlDesk):
         self.version += 1
         return _control_answer(ev.name, document)
 
-    def _reopen(self, ev: RequestSeen, job: Job, profile: str, digest: str,
-                generation: int | None, closed: str | None, trigger: Trigger,
-                outcome: ReplyOutcome, why: str) -> list[Effect]:
-        """Queue an ended job again as a new round, as ``ev``'s request asks."""
-        if closed:
-            return self._reply(ev, ReplyOutcome.REJECTED, job, "generation", closed)
-        request = ev.request
-        after, problem = self.resolve_after(request, job.job_id, ev.uid)
-        if problem:
-            return self._reply(ev, ReplyOutcome.REJECTED, job, "after", problem)
-        cost, refused = self._ceiling(ev, job, profile)
-        if refused:
-            return refused
-        job.request, job.profile, job.fingerprint = request, profile, digest  # queued as such
-        job.priority, job.after = request.priority, after
-        job.held = self._asked(request.peer, ev) if request.hold else None
-        job.admission_deadline = self._admission_deadline(request, ev.at)
-        self.link_dependencies(job)
-        before = job.state
-        self._transition(job, trigger)
-        self._place_in_generation(job, generation)
-        job.round += 1
-        job.reason = f"{why} (round {job.round})"
-        return [self._write_job(job), *self._reply(ev, outcome, job, estimate=cost, before=before)]
-
-    def _place_in_generation(self, job: Job, generation: int | None) -> None:
-        """Set the generation ``job`` is in, and keep ``generation_jobs`` in step."""
-        if job.generation is not None and job.job_id in self.generation_jobs.get(
-                job.generation, {}):
-            del self.generation_jobs[job.generation][job.job_id]
-        job.generation = generation
-        if generation is not None:
-            self.generation_jobs.setdefault(generation, {})[job.job_id] = job.request.peer
-
-    def _admission_deadline(self, request: Request, at: float) -> float | None:
-        """When a job accepted at ``at`` expires unless it has started (R-SUB-4)."""
-        timeout = request.admission_timeout_s
-        if timeout is None:
-            timeout = self.policy.admission_timeout_seconds
-        return None if timeout is None else at + timeout
-
-    def _ceiling(self, ev: RequestSeen, job: Job | None, profile: str
-                 ) -> tuple[dict[str, Any] | None, list[Effect]]:
-        """A request's ``max_cost`` against its estimate (R-BUD-1): (the estimate, and the
-        rejection when the estimate is over the ceiling or cannot be made). The ceiling
-        is the peer's own and hard, so an unknown estimate does not pass it."""
-        ceiling = ev.request.max_cost
-        if ceiling is None:
-            return None, []
-        eta_s, rate = ev.request.eta_s, self.policy.budget.rates.get(profile)
-        if eta_s is None or rate is None:
-            missing = " and ".join(what for what, absent in (
-                ("the request gives no eta_s", eta_s is None),
-                (f"the task's budget.rates has no rate for profile {profile!r}", rate is None))
-                if absent)
-            return None, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
-                f"{ceiling:g} cannot be checked: an estimate needs eta_s and a rate, "
-                f"and {missing}"))
-        cost = estimate(eta_s, math.exp(self.calibration.fit()[0]),
-                        self.policy.profiles[profile].gpu_count, rate)
-        if cost["cost"] <= ceiling:
-            return cost, []
-        return cost, self._reply(ev, ReplyOutcome.REJECTED, job, "max_cost", (
-            f"estimated cost {cost['cost']:g} is over {ceiling:g} (eta_s {eta_s:g} x "
-            f"calibrated ratio {cost['ratio']:.3g} x {max(cost['gpus'], 1)} "
-            f"{'GPU(s)' if cost['gpus'] else 'CPU attempt'} x rate {rate:g} per "
-            f"{cost['rate_per']})"), estimate=cost)
-
-    def _on_launched(self, ev: AttemptLaunched) -> list[Effect]:
-        job = self._job(ev.job_id)
-        expected = f"a{len(job.attempts) + 1}"
-        if ev.attempt_id != expected:
-            raise InvalidTransition(
-                f"can't launch {ev.attempt_id} for job {job.job_id}: next attempt is {expected}")
-        budget = self.budget_snapshot(ev.at)  # before this job counts as running
-        self._transition(job, Trigger.LAUNCH)
-        attempt = Attempt(attempt_id=sys.intern(ev.attempt_id), number=len(job.attempts) + 1,
-                          round=job.round, started_at=ev.at, gpus=ev.gpus, budget=budget)
-        job.attempts.append(attempt)
-        job.reason = f"attempt {attempt.attempt_id} launching"
-        self.version += 1
-        req = job.request
-        return [self._write_job(job), SpawnAttempt(
-            job_id=job.job_id, attempt_id=attempt.attempt_id, argv=req.argv,
-            command=req.command, cwd=req.cwd, env=dict(req.env), profile=job.profile,
-            gpus=attempt.gpus,
-            uid=trust.run_as(job.uid, self.coordinator_uid, self.policy.trusted_uids), metadata={
-                "job_id": job.job_id, "attempt_id": attempt.attempt_id, "tag": req.tag,
-                "request_id": req.request_id,
-                "peer": req.peer, "profile": job.profile, "work_class": req.work_class,
-                "gpus": list(attempt.gpus), "decided_at": ev.at, "round": job.round,
-                "budget": attempt.budget, "eta_s": req.eta_s,
-            })]
-
-    def _on_observed(self, ev: AttemptObserved) -> list[Effect]:
-        job = self.jobs.get(ev.job_id)
-        attempt = _find(job, ev.attempt_id) if job else None
-        if attempt is None or attempt.phase == AttemptPhase.ENDED:
-            return []  # a late sighting of an attempt already settled
-        if not ev.alive and ev.handle is not None and attempt.handle is not None:
-            attempt.handle = ev.handle  # where it ran and since when: its end's last word
-        if self.stopped and not (ev.exited and ev.exit_code == 0) and (ev.exited or not ev.alive):
-            attempt.exit_code, attempt.signal = ev.exit_code, ev.signal
-            attempt.outcome = "cancelled"
-            return self._settle(job, attempt, ev.at, Trigger.CANCEL,
-                                f"run stopped ({self.stopped})")
-        if attempt.cancel and (ev.exited or not ev.alive) and \
-                not (ev.exited and ev.exit_code == 0):
-            return self.end_cancelled(job, attempt, ev)
-        if attempt.evicting and (ev.exited or not ev.alive) and \
-                not (ev.exited and ev.exit_code == 0):
-            # R-POL-3: an end but a success requeues
-            return self.preemption.requeue(job, attempt, ev)
-        if ev.exited or ev.infrastructure is not None:
-            return self._end(job, attempt, ev)
-        if ev.cancelled is not None:
-            attempt.outcome = "cancelled"
-            return self._settle(job, attempt, ev.at, Trigger.CANCEL, ev.cancelled)
-        if ev.fenced:
-            return self._fenced(job, attempt, ev)
-        if not ev.alive:
-            if ev.go or (attempt.go and (ev.ready or self._rebooted_since(attempt))):
-                # it was allowed to run, and left no exit record. GO is journaled before
-                # the shim is told, then the GO file is written (no fsync): a shim that
-                # reached READY may have run without the file; one that did not, never
-                # did. After a reboot READY may be gone too: the journal alone decides
-                attempt.outcome = "lost"
-                return self._settle(job, attempt, ev.at, Trigger.LOST,
-                                    f"attempt {attempt.attempt_id} vanished without an exit record")
-            attempt.outcome = "released"
-            abort = AbortAttempt(job_id=job.job_id, attempt_id=attempt.attempt_id)
-            return [abort, *self._settle(job, attempt, ev.at, Trigger.RELEASE, (
-                f"attempt {attempt.attempt_id} never started (see attempts/{job.job_id}/"
-                f"{attempt.attempt_id}/shim.log); requeued"))]
-        effects: list[Effect] = []
-        if not attempt.seen and (ev.pid is not None or ev.handle is not None):
-            attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.SHIM_SEEN)
-            attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
-            attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
-            attempt.handle = ev.handle
-            job.reason = ev.note or f"attempt {attempt.attempt_id} running"
-            self.version += 1
-            effects.append(self._write_job(job))
-        elif attempt.handle is not None and ev.handle is not None and (
-                ev.handle != attempt.handle or (ev.note and ev.note != job.reason)):
-            attempt.handle = ev.handle  # where it runs, why it waits: for status and jobs
-            job.reason = ev.note or job.reason
-            self.version += 1
-            effects.append(self._write_job(job))
-        if ev.ready and not ev.go and attempt.phase in (AttemptPhase.BARRIER,
-                                                        AttemptPhase.RUNNING):
-            if self.stopped or attempt.evicting or attempt.cancel:  # a stopped run starts
-                effects.append(AbortAttempt(job_id=job.job_id,  # nothing, nor does a
-                                            attempt_id=attempt.attempt_id))  # preempted or
-                # cancelled attempt
-                return effects
-            if not attempt.go:  # journaled before GO is written: GO itself needs no fsync
-                attempt.go = True
-                attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.GO)
-                if job.admission_deadline is not None:  # it started: it can no longer expire
-                    job.admission_deadline = None
-                    effects.append(self._write_job(job))
-                self.version += 1
-            effects.append(WriteGo(job_id=job.job_id, attempt_id=attempt.attempt_id))
-        return effects
-
-    def _rebooted_since(self, attempt: Attempt) -> bool:
-        """The host restarted since the attempt's shim was recorded (or we cannot tell). A
-        cluster backend's attempt (``handle``) did not run on this host: whether it may
-        have run is its own observation's ``go`` (its durable READY and GO)."""
-        if attempt.handle is not None:
-            return False
-        return self.coordinator is None or attempt.boot_id != self.coordinator["boot_id"]
-
-    def _fenced(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
-        """Its shim died while its command ran, and the coordinator terminated what was
-        left: the command did not finish, so the job is retried like an exit 75 (an end
-        whose exit status is unknown is never rerun: that is ``lost`` above)."""
-        used = self._infra_retries_used(job)
-        attempt.outcome = "lost"
-        attempt.error = f"{ev.error or 'supervisor died'}; command terminated"
-        lost = f"attempt {attempt.attempt_id} lost: {attempt.error}"
-        if used < self.policy.infrastructure_retries:
-            return self._settle(job, attempt, ev.at, Trigger.EXIT_RETRY,
-                                f"{lost}: retry {used + 1} of "
-                                f"{self.policy.infrastructure_retries} queued")
-        return self._settle(job, attempt, ev.at, Trigger.EXIT_FAIL,
-                            f"{lost}; no infrastructure retries left "
-                            f"({self.policy.infrastructure_retries} used)")
-
-    def _infra_retries_used(self, job: Job) -> int:
-        """Automatic retries the job's round has used: its attempts that exited 75, or
-        were lost and fenced (``_fenced``), with a retry left. A lost attempt otherwise ends
-        its round: ``drained_unknown`` is final, and ``failed`` reopens as a new round."""
-        return sum(1 for a in job.attempts
-                   if a.round == job.round and a.outcome in ("infra_retry", "lost"))
-
-    def _end(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
-        """Its command exited, or its infrastructure failed under it (``infrastructure``:
-        retried as an exit 75 is, whatever the command's own exit, which is kept)."""
-        attempt.exit_code, attempt.signal, attempt.failure = ev.exit_code, ev.signal, ev.failure
-        attempt.error, attempt.infrastructure = ev.error, ev.infrastructure
-        code = ev.exit_code
-        if code == 0 and ev.infrastructure is None:
-            attempt.outcome = "completed"
-            if job.request.eta_s is not None:
-                self.calibration.observe(attempt.active_seconds(ev.ended_at or ev.at),
-                                         job.request.eta_s)
-            return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_OK, "exit code 0")
-        if code == INFRA_EXIT_CODE or ev.infrastructure is not None:
-            what = "exit code 75 (infrastructure)" if ev.infrastructure is None else (
-                f"infrastructure failure: {ev.infrastructure}"
-                + ("" if code is None else f" (the command exited {code})"))
-            used = self._infra_retries_used(job)
-            if used < self.policy.infrastructure_retries:
-                attempt.outcome = "infra_retry"
-                return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_RETRY,
-                                    f"{what}: retry {used + 1} of "
-                                    f"{self.policy.infrastructure_retries} queued")
-            reason = f"{what} with no retries left ({self.policy.infrastructure_retries} used)"
-        elif ev.signal:
-            reason = f"killed by signal {ev.signal} (exit code {code})"
-        else:
-            reason = f"exit code {code}"
-        if ev.error:
-            reason += f": {ev.error}"
-        attempt.outcome = "failed"
-        return self._settle(job, attempt, ev.ended_at or ev.at, Trigger.EXIT_FAIL, reason)
-
-    def _settle(self, job: Job, attempt: Attempt, at: float, trigger: Trigger,
-                reason: str) -> list[Effect]:
-        ended = self._attempt_step(job, attempt, AttemptTrigger.END)
-        self._transition(job, trigger)
-        attempt.phase, attempt.ended_at = ended, at
-        spent = self._spent(job, attempt, at)  # whatever the outcome
-        half_life = self.policy.fair_share_half_life_seconds
-        if attempt.gpus:  # fair share's ledger: GPU-seconds
-            self.usage.charge(job.request.peer, spent.gpu_seconds, at, half_life)
-        queue = queue_of_class(self.policy.queue_set())[job.request.work_class]
-        self.queue_usage.charge(queue.name, attempt.active_seconds(at), at, half_life)
-        self.ledger.charge(kind_of(attempt.outcome, attempt.exit_code, attempt.infrastructure),
-                           spent)
-        job.reason = sys.intern(reason)  # "exit code 0", for most of a run's finished jobs
-        if job.state is JobState.QUEUED and (closed := self._closed_to_new_work(job.generation)):
-            self._transition(job, Trigger.FREEZE)  # its generation's queue is frozen
-            job.reason = f"{reason}; not requeued: {closed}"
-        self.version += 1
-        return [self._write_job(job)]
-
     def _on_verdict(self, ev: BudgetVerdict) -> list[Effect]:
         """Advisory (seed 003): recorded and published, it holds and denies nothing."""
         if ev.verdict == self.ledger.verdict:
             return []
         self.ledger.verdict, self.ledger.since = ev.verdict, ev.at
-        if ev.verdict in (None, "under"):
+        if ev.verdict in (None, Verdict.UNDER):
             self.ledger.unalerted = 0  # back under: what was enqueued before needs no alert
         self.version += 1
         return []
@@ -605,11 +274,11 @@ class Scheduler(JobControlDesk):
         asked = {key: value for key in LIMITS if (value := getattr(control, key)) is not None}
         for key, value in asked.items():
             if refused := raise_refusal(budget, key, value):
-                return self._control_reply(ev, "rejected", f"{key}: {refused}", None,
-                                            budget=_limits(budget))
+                return self._control_reply(ev, ControlOutcome.REJECTED, f"{key}: {refused}",
+                                           None, budget=_limits(budget))
         self.ledger.raised.update(asked)
         raised = self.budget
-        return self._control_reply(ev, "ok", "budget ceiling raised: " + ", ".join(
+        return self._control_reply(ev, ControlOutcome.OK, "budget ceiling raised: " + ", ".join(
             f"{key} {getattr(budget, key):g} -> {getattr(raised, key):g}" for key in asked),
             None, budget=_limits(raised))
 
@@ -633,7 +302,7 @@ class Scheduler(JobControlDesk):
         """Time-driven decisions: the generations' (``GenerationDesk.due``), and a budget
         verdict that differs from the journaled one, since running work spends by the
         second (R-BUD-1). Without limits (and none before) it costs nothing."""
-        events = self.generations_desk.due(at) + self._expired_admissions(at)
+        events = self.generations_desk.due(at) + self.submissions.expired(at)
         budget = self.budget
         if budget.limited or self.ledger.verdict is not None:
             total = sum(self.spend(at).values(), Spend())
@@ -647,36 +316,6 @@ class Scheduler(JobControlDesk):
                     gpu_hours_limit=budget.gpu_hours, cost_limit=budget.cost,
                     enqueues=self.ledger.unalerted))
         return events
-
-    def _expired_admissions(self, at: float) -> list[Event]:
-        """Queued jobs whose admission deadline passed (R-SUB-4). A deadline stays in the
-        heap until its event was handled: an event that could not be journaled comes
-        again; entries of jobs that started, ended or were reopened since are dropped."""
-        self._queue()  # after a snapshot restore, builds the heap too
-        heap, due = self._deadlines, []
-        while heap and heap[0][0] <= at:
-            deadline, job_id = heapq.heappop(heap)
-            job = self.jobs[job_id]
-            if job.state is JobState.QUEUED and job.admission_deadline == deadline:
-                due.append((deadline, job_id))
-        for entry in due:
-            heapq.heappush(heap, entry)
-        return [AdmissionExpired(at=at, job_id=job_id,
-                                 waited_for=self.pending.get(job_id, self.jobs[job_id].reason))
-                for _, job_id in dict.fromkeys(due)]
-
-    def _on_admission_expired(self, ev: AdmissionExpired) -> list[Effect]:
-        """It never started within its timeout: it ends ``expired``, holding nothing, and
-        its tag is free for a plain new submission (``_reopen``)."""
-        job = self._job(ev.job_id)
-        if job.state is not JobState.QUEUED or job.admission_deadline is None:
-            return []
-        self._transition(job, Trigger.EXPIRE)
-        job.reason = (f"admission timeout: not started by {utc_iso(job.admission_deadline)} "
-                      f"(waiting: {ev.waited_for}); submit it again to queue it anew")
-        job.admission_deadline = None
-        self.version += 1
-        return [self._write_job(job)]
 
     def spend(self, at: float) -> dict[str, Spend]:
         """The run's spend at ``at`` by kind: the ended attempts' charges, and what the
@@ -1091,6 +730,11 @@ class Scheduler(JobControlDesk):
         if self._parked.pop(job.job_id, None) is None:
             self._queue().remove(job)
 
+    def _enter(self, job: Job) -> None:
+        """A job just accepted: into the queue, then the per-state index."""
+        self._enter_queue(job)  # before the per-state index knows it (``_queue``)
+        self._by_state[job.state][job.job_id] = job
+
     def _requeue_in_place(self, job: Job, change: Callable[[], None]) -> None:
         """Change what decides where a queued job stands (its hold, its priority, its
         dependencies' states) between taking it out of the queue and putting it back."""
@@ -1217,11 +861,6 @@ class Scheduler(JobControlDesk):
         self.version += 1
         return effects
 
-    @staticmethod
-    def _attempt_step(job: Job, attempt: Attempt, trigger: AttemptTrigger) -> AttemptPhase:
-        """The attempt's phase after ``trigger`` (``attempt_transition``), not yet set."""
-        return attempt_transition(f"{job.job_id}/{attempt.attempt_id}", attempt.phase, trigger)
-
     def _transition(self, job: Job, trigger: Trigger) -> None:
         """The one place a job changes state; keeps the per-state index in step."""
         new = transition(job.job_id, job.state, trigger)
@@ -1251,10 +890,6 @@ class Scheduler(JobControlDesk):
         """The uid the coordinator runs as (R-SEC-3); None before one said (older journals)."""
         return self.coordinator.get("uid") if self.coordinator else None
 
-    def _asked(self, peer: str, ev: RequestSeen) -> dict[str, Any]:
-        """A hold its own request asked for: the job's record of who asked (``_asker``)."""
-        return {**self._asker(peer, ev.uid), "at": ev.at}
-
     def _not_theirs(self, job: Job, uid: int | None) -> str | None:
         """Why a file of ``uid`` may not name ``job`` (a job belongs to the uid that
         created it), or None. Operators act on others' jobs through control requests."""
@@ -1282,63 +917,17 @@ class Scheduler(JobControlDesk):
                         document=self.job_document(job) if self.job_files else {},
                         replaces=moved_from if moved_from != job.state.directory else None)
 
-    def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
-               field: str | None = None, problem: str | None = None,
-               reason: str | None = None, estimate: dict[str, Any] | None = None,
-               before: JobState | None = None, differs: tuple[str, ...] = ()) -> list[Effect]:
-        """Answer ``ev``: ``before`` is the state of the job a request queued (None: it
-        created it); any other outcome leaves the job as it was (``reply_transition``)."""
-        state = job.state if job else None
-        if outcome not in NEW_WORK:
-            before = state
-        if reply_transition(ev.request_id or ev.name, before, outcome) != state:
-            raise InvalidTransition(f"request {ev.request_id or ev.name} answered {outcome} "
-                                    f"left job {job and job.job_id} {state and state.value}")
-        if reason is None and field is not None:
-            reason = f"{field}: {problem}"  # else Reply's own: "job <job_id> <state>"
-        request, lease, touched = ev.request, None, []
-        if request is not None and outcome != ReplyOutcome.REJECTED:
-            if request.lease is not None:
-                lease, touched = self.generations_desk.use_lease(request.peer, request.lease,
-                                                                 ev.at, outcome)
-            if outcome in NEW_WORK and self.ledger.verdict in ("at", "over"):
-                self.ledger.unalerted += 1  # seed 003: each enqueue while not under alerts
-            if outcome in NEW_WORK and job.generation in self.generations:
-                cooldowns = self.generations[job.generation].cooldowns
-                for key in [k for k in cooldowns if k[0] == request.peer]:
-                    del cooldowns[key]  # a new submission resets the peer's decline backoff
-        request_id = ev.request_id
-        if request is not None and request.request_id == request_id:
-            request_id = request.request_id  # one string for both: every reply is kept
-        reply = Reply(request_id=request_id, outcome=outcome,
-                      job_id=job.job_id if job else None,
-                      state=job.state.value if job else None,
-                      reason=reason, digest=ev.digest, field=field, problem=problem, lease=lease,
-                      estimate=estimate, uid=ev.uid, differs=differs)
-        self.replies[reply.request_id] = reply
-        self.version += 1
-        return touched + self._answer(ev.name, reply)
-
     def _closed_to_new_work(self, generation: int | None) -> str | None:
         gen = self.generations.get(generation) if generation is not None else None
         if gen is None or gen.accepting:
             return None
         return f"generation {generation} is {gen.phase}: queued and new work is rejected"
 
-    @staticmethod
-    def _answer(name: str, reply: Reply) -> list[Effect]:
-        """Reply, and dispose of the request file; a rejection is filed before the reply."""
-        reply_effect = WriteReply(request_id=reply.request_id, document=reply.to_dict())
-        if reply.outcome == ReplyOutcome.REJECTED:
-            return [RejectRequest(name=name, error=_error(
-                reply.request_id, reply.field, reply.problem)), reply_effect]
-        return [reply_effect, ConsumeRequest(name=name)]
-
 
 _HANDLERS = {
-    RequestSeen: Scheduler._on_request,
-    AttemptLaunched: Scheduler._on_launched,
-    AttemptObserved: Scheduler._on_observed,
+    RequestSeen: lambda sched, ev: sched.submissions.on_request(ev),
+    AttemptLaunched: lambda sched, ev: sched.attempts.on_launched(ev),
+    AttemptObserved: lambda sched, ev: sched.attempts.on_observed(ev),
     CoordinatorStarted: Scheduler._on_started,
     HostSampled: Scheduler._on_sampled,
     ClaimsSeen: Scheduler._on_claims,
@@ -1356,7 +945,7 @@ _HANDLERS = {
     AttemptResumed: lambda sched, ev: sched.preemption.on_resumed(ev),
     BudgetVerdict: Scheduler._on_verdict,
     BudgetAlert: Scheduler._on_alert,
-    AdmissionExpired: Scheduler._on_admission_expired,
+    AdmissionExpired: lambda sched, ev: sched.submissions.on_expired(ev),
     NodeOutcome: Scheduler._on_node,
     NodeProbeStarted: Scheduler._on_node,
 }
@@ -1371,7 +960,7 @@ def release_backoff(releases: int) -> float:
 def _backing_off(job: Job, at: float) -> str | None:
     """Why a job whose barrier keeps failing waits before its next attempt, or None."""
     last = job.current
-    if last is None or last.outcome != "released":
+    if last is None or last.outcome != AttemptOutcome.RELEASED:
         return None
     releases = job.barrier_releases
     until = last.ended_at + release_backoff(releases)
@@ -1382,23 +971,14 @@ def _backing_off(job: Job, at: float) -> str | None:
             f"backing off until {utc_iso(until)}")
 
 
-def _find(job: Job, attempt_id: str) -> Attempt | None:
-    return next((a for a in job.attempts if a.attempt_id == attempt_id), None)
-
-
 def _limits(budget: Budget) -> dict[str, float | None]:
     return {key: getattr(budget, key) for key in LIMITS}
-
-
-def _error(request_id: str | None, field: str | None, problem: str | None) -> dict[str, Any]:
-    return {"request_id": request_id, "field": field, "problem": problem,
-            "reason": f"{field}: {problem}"}
 
 
 def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
     """Like a request: a rejection is filed before the reply, an answer before the consume."""
     reply = WriteControlReply(request_id=document["request_id"], document=document)
-    if document["outcome"] == "rejected":
+    if document["outcome"] == ControlOutcome.REJECTED:
         return [DisposeControl(name=name, error={"request_id": document["request_id"],
                                                   "reason": document["reason"]}), reply]
     return [reply, DisposeControl(name=name)]
@@ -1406,4 +986,3 @@ def _control_answer(name: str, document: dict[str, Any]) -> list[Effect]:
 
 def _problem(field: str | None, problem: str | None) -> dict[str, Any]:
     return {"field": field, "problem": problem, "reason": f"{field}: {problem}"}
-

@@ -21,14 +21,14 @@ from .budget import Ledger
 from .calibration import Calibration
 from .model import Attempt, Job, Reply
 from .nodes import NodeRegistry
-from .pickers import Usage
+from .pickers.ledger import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import FINISHED, Scheduler
 from .shelf import Shelved, encoded, place
 from .states import (
-    AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState, ReplyOutcome,
-    attempt_transition,
+    AttemptOutcome, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState,
+    PreemptMode, ReplyOutcome, attempt_transition,
 )
 from .supply import STAT_KEYS, Generation, Lease
 
@@ -39,6 +39,7 @@ READS = (1, 2)  # 1: every finished job's id in by_state, its line found by read
 _STATES = {state.value: state for state in JobState}
 _PHASES = {phase.value: phase for phase in AttemptPhase}
 _OUTCOMES = {outcome.value: outcome for outcome in ReplyOutcome}
+_ENDS = {outcome.value: outcome for outcome in AttemptOutcome}
 _MARKS = {state: mark for mark, state in enumerate(FINISHED)}
 
 
@@ -409,8 +410,14 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
 def _to_attempt(data: dict[str, Any]) -> Attempt:
     attempt = Attempt(**data)
     attempt.gpus = tuple(attempt.gpus)
-    attempt.preemptions = tuple(attempt.preemptions)
+    if attempt.preemptions:
+        attempt.preemptions = tuple({**p, "mode": PreemptMode(p["mode"])}
+                                    for p in attempt.preemptions)
+    else:
+        attempt.preemptions = ()
     attempt.phase = _PHASES[attempt.phase]
+    if attempt.outcome is not None:
+        attempt.outcome = _ENDS[attempt.outcome]
     if attempt.go and attempt.phase == AttemptPhase.BARRIER:  # a snapshot from before the
         attempt.phase = attempt_transition(attempt.attempt_id, attempt.phase,  # running phase
                                            AttemptTrigger.GO)

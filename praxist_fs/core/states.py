@@ -9,6 +9,9 @@ thing, the state and the trigger, before anything changed.
 Rule 2: states are plain strings on disk (``str`` enums: ``json.dumps`` writes
 the value). The newer machines are ``StrEnum``s, whose ``str()`` and f-strings give
 the value too, since their states are spelled into reasons and replies as they are.
+So are the outcomes a machine ends or answers in (an attempt's outcome, a control
+reply's, a lease's use, the budget's verdict) and a queue's preemption mode: each is
+one of a closed set of words that files carry, named once here.
 docs/PROTOCOL.md's state diagram is generated from the job table.
 """
 
@@ -106,6 +109,18 @@ class AttemptPhase(StrEnum):
     ENDED = "ended"
 
 
+class AttemptOutcome(StrEnum):
+    """How an attempt ended (``Attempt.outcome``; job files and status show it)."""
+
+    COMPLETED = "completed"      # its command exited 0
+    FAILED = "failed"            # any other exit, or 75 / an infrastructure failure, no retry left
+    INFRA_RETRY = "infra_retry"  # exit 75 or an infrastructure failure, with a retry left
+    RELEASED = "released"        # it never started its command: the job is queued again
+    LOST = "lost"                # it vanished without an exit record, or its shim died
+    PREEMPTED = "preempted"      # preempted for requeue (R-POL-3): the job is queued again
+    CANCELLED = "cancelled"      # the job was cancelled, or the run stopped
+
+
 class AttemptTrigger(StrEnum):
     SHIM_SEEN = "shim_seen"  # its shim was seen (its pid recorded): it waits at the barrier
     GO = "go"                # GO decided and journaled
@@ -174,6 +189,19 @@ class LeaseTrigger(StrEnum):
     REVOKE = "revoke"    # its generation closed, its claim's capacity was taken, a restart, a stop
 
 
+class LeaseUse(StrEnum):
+    """What a submission carrying a lease did to it (R-SUP-4): the ``outcome`` of its
+    reply's ``lease``; the ignored ones are counted in the generation's stats."""
+
+    CONSUMED = "consumed"                    # it queued work: the lease is used up
+    DUPLICATE_IGNORED = "duplicate_ignored"  # a duplicate queues nothing: the lease stands
+    STALE_SUBMISSION = "stale_submission"    # the lease had expired
+    REUSE_IGNORED = "reuse_ignored"          # it was consumed already
+    DECLINED_IGNORED = "declined_ignored"    # its peer had declined it
+    REVOKED_IGNORED = "revoked_ignored"      # it had been revoked
+    UNKNOWN = "unknown"                      # no lease of that id is the peer's
+
+
 LEASE_TRANSITIONS: dict[tuple[LeaseState, LeaseTrigger], LeaseState] = {
     (LeaseState.GRANTED, LeaseTrigger.CONSUME): LeaseState.CONSUMED,
     (LeaseState.GRANTED, LeaseTrigger.DECLINE): LeaseState.DECLINED,
@@ -186,6 +214,22 @@ def lease_transition(lease_id: str, state: LeaseState, trigger: LeaseTrigger) ->
     return _step(LEASE_TRANSITIONS, "lease", lease_id, state, trigger)
 
 
+class Verdict(StrEnum):
+    """Where the run's spend stands against its budget (R-BUD-1, seed 003), in rising
+    severity; advisory."""
+
+    UNDER = "under"
+    AT = "at"      # at or past the task's ``at_fraction`` of a limit
+    OVER = "over"  # past a limit
+
+
+class PreemptMode(StrEnum):
+    """How a queue's jobs preempt running work (R-POL-3, a queue's ``preempt``)."""
+
+    SUSPEND = "suspend"  # its process group is stopped until its room is there again
+    REQUEUE = "requeue"  # it is terminated, and its job queued again without using a retry
+
+
 class ReplyOutcome(StrEnum):
     """What a peer's request did (R-SUB-2, R-SUB-3): the reply's ``outcome``."""
 
@@ -194,6 +238,25 @@ class ReplyOutcome(StrEnum):
     TERMINAL_DUPLICATE = "terminal_duplicate"
     RETRY_ACCEPTED = "retry_accepted"
     REJECTED = "rejected"
+
+
+class ControlOutcome(StrEnum):
+    """What a control request did (R-CTL-1): its reply's ``outcome``."""
+
+    OK = "ok"
+    REJECTED = "rejected"  # nothing was changed; the reply's ``reason`` says why
+
+
+class ActionResult(StrEnum):
+    """What a job action did to one selected job (R-CTL-1, R-CTL-5): ``jobs[].result`` of
+    its control reply."""
+
+    UNCHANGED = "unchanged"    # nothing to do: the job is not in a state the action changes
+    CANCELLED = "cancelled"    # a queued job, ended at once
+    CANCELLING = "cancelling"  # a running or suspended attempt, asked to end
+    HELD = "held"
+    RELEASED = "released"
+    UPDATED = "updated"
 
 
 # a request for a job in these states is answered as a duplicate (or refused if it differs)

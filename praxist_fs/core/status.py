@@ -16,10 +16,10 @@ from typing import Any
 from .budget import Spend
 from .model import Job
 from .observations import GpuDevice, GpuSample
-from .pickers import slot_usage
+from .pickers.ledger import slot_usage
 from .queues import queue_of_class
 from .scheduler import Scheduler
-from .states import JobState
+from .states import JobState, PreemptMode
 
 QUEUE_PREVIEW = 50
 RECENT_PREEMPTIONS = 20
@@ -112,7 +112,7 @@ def _preemptions(sched: Scheduler) -> dict[str, Any]:
                       for attempt in job.attempts for record in attempt.preemptions),
                      key=lambda r: (r["at"], r["job_id"]))
     modes = Counter(r["mode"] for r in records)
-    return {"suspended": modes["suspend"], "requeued": modes["requeue"],
+    return {"suspended": modes[PreemptMode.SUSPEND], "requeued": modes[PreemptMode.REQUEUE],
             "resumed": sum(1 for r in records if r["resumed_at"] is not None),
             "recent": records[-RECENT_PREEMPTIONS:]}
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .states import GenerationStage, LeaseState
+from .states import GenerationStage, LeaseState, LeaseUse
 
 MATURE = "mature"
 FRONTIER = "frontier_followup"
@@ -27,8 +27,10 @@ LEASE_OUTCOMES = (LeaseState.CONSUMED, LeaseState.DECLINED, LeaseState.EXPIRED,
 # a submission carrying a lease that has ended: its outcome (and counter) by the lease's
 # state. Seed 000 names two: stale_submission is an expired locator, reuse_ignored a lease
 # genuinely consumed once; a declined or revoked one is neither, so it is said apart
-IGNORED_AFTER = {LeaseState.EXPIRED: "stale_submission", LeaseState.CONSUMED: "reuse_ignored",
-                 LeaseState.DECLINED: "declined_ignored", LeaseState.REVOKED: "revoked_ignored"}
+IGNORED_AFTER = {LeaseState.EXPIRED: LeaseUse.STALE_SUBMISSION,
+                 LeaseState.CONSUMED: LeaseUse.REUSE_IGNORED,
+                 LeaseState.DECLINED: LeaseUse.DECLINED_IGNORED,
+                 LeaseState.REVOKED: LeaseUse.REVOKED_IGNORED}
 STAT_KEYS = ("granted", "consumed", "declined", "expired", "revoked", "stale_submission",
              "reuse_ignored", "declined_ignored", "revoked_ignored")
 COOLDOWN_BASE_S = 60.0     # the first decline of a priority rests the peer a minute ...

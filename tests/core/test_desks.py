@@ -1,6 +1,6 @@
-"""The Scheduler's desks (issue 16): the generation desk and the preemption desk are
-collaborators it owns, each seeing it only through a narrow board, and neither
-imports the scheduler back.
+"""The Scheduler's desks (issues 16, 30): the submission, attempt, generation and
+preemption desks are collaborators it owns, each seeing it only through a narrow
+board, and none imports the scheduler back.
 
 The guard below hands each desk its scheduler wrapped so that any member not on
 the desk's board fails the test: a desk that reached for more would be caught the
@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.core import generations, preemption
+from praxist_fs.core import attempts, generations, preemption, submissions
+from praxist_fs.core.attempts import AttemptBoard, AttemptDesk
 from praxist_fs.core.effects import ResumeAttempt, SuspendAttempt, WriteControlReply
 from praxist_fs.core.events import (
     AttemptPreempted, AttemptResumed, ControlSeen, CoordinatorStarted, DeclineSeen, Event,
@@ -29,6 +30,7 @@ from praxist_fs.core.preemption import PreemptionBoard, PreemptionDesk
 from praxist_fs.core.queues import Queue
 from praxist_fs.core.request import parse_control
 from praxist_fs.core.states import GenerationStage, JobState, LeaseState
+from praxist_fs.core.submissions import SubmissionBoard, SubmissionDesk
 
 from .helpers import Harness, make_policy
 
@@ -54,11 +56,13 @@ class Guarded:
 
 
 class Run(Harness):
-    """The harness, with both desks guarded and each pass's decisions fed back."""
+    """The harness, with every desk guarded and each pass's decisions fed back."""
 
     def __init__(self, **policy: Any) -> None:
         super().__init__(make_policy(**policy))
         sched = self.sched
+        sched.submissions = SubmissionDesk(Guarded(sched, SubmissionBoard))
+        sched.attempts = AttemptDesk(Guarded(sched, AttemptBoard))
         sched.generations_desk = GenerationDesk(Guarded(sched, GenerationBoard))
         sched.preemption = PreemptionDesk(Guarded(sched, PreemptionBoard))
         self.effects: list = []
@@ -90,7 +94,7 @@ class Run(Harness):
             self.handle(event)
 
 
-@pytest.mark.parametrize("module", [generations, preemption])
+@pytest.mark.parametrize("module", [submissions, attempts, generations, preemption])
 def test_no_desk_imports_the_scheduler(module):
     tree = ast.parse(Path(module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -170,6 +174,41 @@ def test_the_preemption_desk_works_through_its_board_alone(mode):
     else:
         assert [(e.job_id, e.attempt_id) for e in decided] == [(low, "a2")]
     assert not any(isinstance(e, AttemptPreempted) for e in decided)
+
+
+def test_the_submission_and_attempt_desks_work_through_their_boards_alone():
+    """R-SUB-1..4, R-RUN-2: every kind of answer to a request and every kind of end of
+    an attempt, and an admission timeout, go through the guarded submission and
+    attempt desks."""
+    run = Run(initial_concurrent_experiments=8, min_concurrent_experiments=8,
+              max_concurrent_experiments=8, infrastructure_retries=1)
+    ok = run.submit("ok")["job_id"]
+    assert run.submit("ok")["outcome"] == "duplicate"
+    assert run.submit("ok", argv=["other"])["differs"] == ["argv"]  # shared by default
+    assert run.submit("waits", after=["no-such-job"])["field"] == "after"
+    assert run.submit("bad", profile="nope")["field"] == "profile"
+    retried, failed, released, lost = (run.submit(tag)["job_id"]
+                                       for tag in ("retried", "failed", "released", "lost"))
+    run.launch_all()
+    for job in (ok, retried, failed, lost):
+        run.go(job, "a1")
+    run.exit(ok, "a1", 0)
+    run.exit(retried, "a1", 75)
+    run.exit(failed, "a1", 3)
+    run.spawn(released, "a1")
+    run.observe(released, "a1", alive=False)  # its shim died before GO
+    run.observe(lost, "a1", alive=False, ready=True, go=True)  # after GO, no exit record
+    outcomes = {job: run.sched.jobs[job].current.outcome
+                for job in (ok, retried, failed, released, lost)}
+    assert outcomes == {ok: "completed", retried: "infra_retry", failed: "failed",
+                        released: "released", lost: "lost"}
+    assert run.submit("failed")["outcome"] == "terminal_duplicate"
+    assert run.submit("failed", retry_terminal=True)["outcome"] == "retry_accepted"
+    late = run.submit("late", admission_timeout_s=1)["job_id"]
+    run.tick()
+    for event in run.sched.due(run.tick()):
+        run.handle(event)
+    assert run.sched.jobs[late].state is JobState.EXPIRED
 
 
 def test_the_guard_refuses_what_is_not_on_the_board():

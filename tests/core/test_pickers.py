@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.core import pickers as pickers_module
+from praxist_fs.core.pickers import context as pass_module
 from praxist_fs.core.events import HostSampled, RequestSeen
 from praxist_fs.core.model import Job
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
@@ -260,8 +260,8 @@ def test_a_demand_that_failed_is_not_tried_again_in_the_pass(recorder, monkeypat
     start, once the reasons are asked for)."""
     calls = []
     for attempt in ("place", "fitting"):
-        monkeypatch.setattr(pickers_module, attempt, lambda *args, real=getattr(
-            pickers_module, attempt), **kw: calls.append(args) or real(*args, **kw))
+        monkeypatch.setattr(pass_module, attempt, lambda *args, real=getattr(
+            pass_module, attempt), **kw: calls.append(args) or real(*args, **kw))
     h = Harness(make_policy(job_picker="recorder"))
     h.handle(HostSampled(at=h.tick(), gpus=gpus(count=1, total=8192.0)))  # 10 GiB fits nowhere
     for i in range(10_000):

@@ -378,7 +378,7 @@ def test_decline_files(doc):
 
 # -- keys of the peer's own become field names ------------------------------------------
 
-# Found by these properties: an empty key gave field "" (and Scheduler._reply, testing
+# Found by these properties: an empty key gave field "" (and SubmissionDesk._reply, testing
 # `if field`, then crashed the coordinator), a key with a lone surrogate gave a field
 # that could not be written as UTF-8 (fsio.dumps crashed the coordinator).
 PEER_KEYS = [

@@ -15,10 +15,11 @@ import pytest
 
 from praxist_fs.backends.memory import MemoryBackend, Run, VirtualLoop
 from praxist_fs.config import load_policy
-from praxist_fs.core import pickers
 from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.pickers import Pass
+from praxist_fs.core.pickers.walk import Openings
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
 from praxist_fs.core.scheduler import Scheduler
@@ -94,17 +95,17 @@ def passes(monkeypatch: pytest.MonkeyPatch, trace: list[Arrival], policy: Any,
     """Every pass's decisions and, read right after it, the pending reasons; the jobs
     held without a visit (``Pass.skimmed``) go to ``passed_over``."""
     if whole:  # the walk as it was: every job, every pass
-        monkeypatch.setattr(pickers.Openings, "exhausted", property(lambda self: False))
-        monkeypatch.setattr(pickers.Pass, "skims", lambda self, jobs: False)
-    seen, skimmed = [], pickers.Pass.skimmed
+        monkeypatch.setattr(Openings, "exhausted", property(lambda self: False))
+        monkeypatch.setattr(Pass, "skims", lambda self, jobs: False)
+    seen, skimmed = [], Pass.skimmed
     decide = Scheduler.next_launches
 
-    def counted(self: pickers.Pass) -> Any:
+    def counted(self: Pass) -> Any:
         for job, reason in skimmed(self):
             passed_over.append(job.job_id)
             yield job, reason
 
-    monkeypatch.setattr(pickers.Pass, "skimmed", counted)
+    monkeypatch.setattr(Pass, "skimmed", counted)
 
     def recorded(self: Scheduler, at: float) -> list[Any]:
         events = decide(self, at)

@@ -581,7 +581,7 @@ def test_flood_of_2000_requests_each_answered_once(make_run):
 
 # -- keys of the peer's own (own coordinator each: these once killed it) ------------------
 
-# An empty key gave field "" and Scheduler._reply (`if field`) then read job.job_id of
+# An empty key gave field "" and SubmissionDesk._reply (`if field`) then read job.job_id of
 # None; a key with a lone surrogate made fsio.dumps raise UnicodeEncodeError in
 # spool.reject. Either killed the coordinator, and again at each restart (the file stays
 # in incoming/). Now the key is named printably.
