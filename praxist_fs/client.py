@@ -9,7 +9,6 @@ and finding or following a job submits nothing.
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
@@ -22,7 +21,6 @@ from .adapters.lock import live_endpoint
 from .backends.local import procs
 from .core import tenancy, trust
 from .core.identity import job_id_for
-from .core.request import MAX_REQUEST_BYTES, NAME_RE, oversize_problem
 
 TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown", "expired")
 EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
@@ -64,7 +62,7 @@ def submission_env(environ: dict[str, str]) -> dict[str, str]:
 
 def new_request_id(peer: str) -> str:
     """Unique, and with 48 random bits no other uid can guess it to take it first."""
-    return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}-{secrets.token_hex(6)}"
+    return f"{peer[:64]}-{time.time_ns()}-{os.getpid()}-{os.urandom(6).hex()}"
 
 
 def job_submission(peer: str, tag: str, *, argv: list[str] | None = None,
@@ -185,6 +183,8 @@ def select_jobs(layout: RunLayout, peer: str | None, states: list[str]) -> list[
 def submit(layout: RunLayout, request: dict[str, Any]) -> None:
     """Write then rename, as R-FS-3 asks of every writer. Too large a request (the
     caller's environment, most often) is refused here, with the coordinator's reason."""
+    from .core.request import MAX_REQUEST_BYTES, oversize_problem  # not status's to load
+
     name = f"{request['request_id']}.json"
     data = dumps(request)
     if len(data) > MAX_REQUEST_BYTES:
@@ -275,6 +275,8 @@ def find_job(layout: RunLayout, job_or_tag: str, uid: int | None = None
     """The job named by its id, or by a tag of ``uid``'s (default: ours): each uid's tags
     name its own jobs (core/tenancy.py), so another uid's equal tag is never found. With
     its job file; None when neither names an accepted job."""
+    from .core.request import NAME_RE  # not status's to load
+
     if NAME_RE.fullmatch(job_or_tag) and \
             (doc := job_document(layout, job_or_tag)) is not None:  # never a path out of jobs/
         return job_or_tag, doc

@@ -74,3 +74,11 @@ def test_the_burst_bench_answers_a_small_burst(tmp_path):
     done = bench("bench/bench_burst.py", "--count", "30", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("a burst of 30 invalid requests answered in ")
+
+
+def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path):
+    done = bench("bench/bench_cli.py", "--finished", "5", "--runs", "1", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = {line[:32].strip(): line.split()[-2:] for line in done.stdout.splitlines()[1:]}
+    assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB"} <= set(rows)
+    assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu in rows.values())

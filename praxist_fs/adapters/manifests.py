@@ -16,13 +16,14 @@ import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import filelock
-
-from ..backends.local import fence, procs
+from ..backends.local import procs
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout
+
+if TYPE_CHECKING:  # status reads the entries: locks and fencing are the launcher's
+    from ..backends.local.fence import Shim
 
 LOCK_TIMEOUT = 10.0
 RUNNING = "running"            # the leader is the recorded process
@@ -57,7 +58,7 @@ def launches(layout: RunLayout) -> list[dict[str, Any]]:
     return found
 
 
-def leader(entry: dict[str, Any]) -> fence.Shim:
+def leader(entry: dict[str, Any]) -> Shim:
     return entry.get("pid"), entry.get("start_time"), entry.get("boot_id")
 
 
@@ -70,6 +71,8 @@ def state(entry: dict[str, Any]) -> str:
     launcher = entry.get("launcher") if isinstance(entry.get("launcher"), dict) else {}
     if procs.is_alive(launcher.get("pid"), launcher.get("start_time"), boot):
         return DRAINING
+    from ..backends.local import fence
+
     return UNVERIFIABLE if fence.holders(((pid, started, boot),)) else GONE
 
 
@@ -98,5 +101,7 @@ def _entries(layout: RunLayout, peer: str) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _locked(layout: RunLayout, peer: str) -> Iterator[None]:
+    import filelock
+
     with filelock.FileLock(str(layout.protected_pids / f"{peer}.lock"), timeout=LOCK_TIMEOUT):
         yield

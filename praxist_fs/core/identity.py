@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
 
-from .request import Request
+if TYPE_CHECKING:  # job_id_for alone is every CLI call's: the request model is not
+    from .request import Request
 
 NAMES_SHOWN = 8  # env keys listed per kind of change; a conflict reply stays short
 
