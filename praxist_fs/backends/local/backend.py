@@ -27,9 +27,10 @@ from typing import Any, Callable, ClassVar
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
-from praxist_fs.backends.base import AttemptKey, Capabilities
+from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.local import fence, launcher, procs
 from praxist_fs.core.budget import INFRA_EXIT_CODE
+from praxist_fs.core.capabilities import ON_THIS_HOST, Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, AttemptPhase, Job
@@ -57,7 +58,7 @@ class LocalBackend:
     from ``start`` when nothing was started (the loop waits those out)."""
 
     name: ClassVar[str] = "local"
-    capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
+    capabilities: ClassVar[Capabilities] = ON_THIS_HOST
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], disk_errors: frozenset[int],
@@ -90,6 +91,10 @@ class LocalBackend:
         self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
                                 or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
         self.closed = False
+
+    @classmethod
+    def made(cls, context: RunContext) -> LocalBackend:
+        return cls(context.layout, context.selector, context.lookup, context.disk_errors)
 
     # -- ahead of the launches ------------------------------------------------
 
