@@ -40,7 +40,7 @@ import psutil
 import pytest
 
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend
+from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend, RunContext
 from praxist_fs.backends.local import LocalBackend
 from praxist_fs.backends.slurm import SlurmBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
@@ -50,6 +50,7 @@ from praxist_fs.core.model import Attempt, AttemptPhase, Job
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
+from tests.backends.toy import ToyBackend
 from tests.conftest import REAL_SLURM_GROUP
 
 
@@ -276,6 +277,13 @@ def local_rig(tmp_path: Path) -> RealRig:
         rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
 
 
+def toy_rig(tmp_path: Path) -> RealRig:
+    """The toy backend of tests/backends/toy.py, made as the daemon makes a backend."""
+    policy = Policy(backend="toy", capabilities=ToyBackend.capabilities)
+    return RealRig(tmp_path / "run", lambda rig: ToyBackend.made(RunContext(
+        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset())))
+
+
 def slurm_rig(tmp_path: Path) -> RealRig:
     """The Slurm backend on the cluster its entry's ``world`` set up: the real
     single-node Slurm or the fake one; the run directory is on the node's filesystem."""
@@ -305,6 +313,7 @@ RIGS: dict[str, Entry] = {
     "local": Entry(local_rig, ON_HOST),
     "slurm": Entry(slurm_rig, CLUSTER, world="real_slurm"),
     "slurm-fake": Entry(slurm_rig, CLUSTER, world="fake_cluster"),
+    "toy": Entry(toy_rig, ON_HOST),
 }
 
 
