@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import compaction
-from .adapters import quarantine, runs, spool
+from .adapters import procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import create, temp_name, unlink, write_json
@@ -47,7 +47,7 @@ from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
 from .backends import registry
 from .backends.base import ExecutionBackend, RunContext
-from .backends.local import launcher, procs
+from .backends.local import launcher
 from .core.effects import Effect, SpawnAttempt, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,

@@ -14,7 +14,7 @@ from typing import Any
 
 import filelock
 
-from ..backends.local import procs
+from . import procs
 from ..errors import OwnerBusy
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout

@@ -20,7 +20,7 @@ from typing import Any
 
 import filelock
 
-from ..backends.local import fence, procs
+from . import fence, procs
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout
 

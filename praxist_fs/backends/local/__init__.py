@@ -1,14 +1,14 @@
 """The local backend: each attempt is a process group on this host, led by a shim (R-EXE-*).
 
 ``backend``: the backend the loop drives; ``launcher``: starting shims (supervisors
-forked by a shim server, which serve attempt after attempt, or shims started by Popen); ``shim``: the shim itself, standard library only;
-``fence``: terminating what a dead shim left running; ``procs``: process identity from
-/proc, which the lock, the stopper and the cli use too.
+forked by a shim server, which serve attempt after attempt, or shims started by Popen);
+``shim``: the shim itself, standard library only. What it shares with the rest of the
+host's code lives in adapters/: ``procs`` (process identity from /proc) and ``fence``
+(terminating what a dead shim left running), used by the lock, the stopper and the cli.
 
 This file imports nothing: the Slurm-mode shim imports ``shim`` through this package,
 under ``python -S`` (no site-packages: psutil cannot even be found) and on every job's
-start, and the lock and the cli import ``procs`` through it. ``LocalBackend`` (the
-core, psutil, the launcher) is loaded on first use only.
+start. ``LocalBackend`` (the core, psutil, the launcher) is loaded on first use only.
 """
 
 __all__ = ["LocalBackend"]

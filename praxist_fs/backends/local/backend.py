@@ -24,11 +24,12 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
+from praxist_fs.adapters import fence, procs
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.base import AttemptKey, RunContext
-from praxist_fs.backends.local import fence, launcher, procs
+from praxist_fs.backends.local import launcher
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.capabilities import ON_THIS_HOST, Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt

@@ -34,10 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from praxist_fs.adapters import procs
 from praxist_fs.adapters.fsio import create, fsync_dir, open_log, unlink, write_json
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
-from praxist_fs.backends.local import procs
 from praxist_fs.core.effects import SpawnAttempt
 
 SHIM = Path(__file__).with_name("shim.py")
