@@ -26,8 +26,8 @@ from praxist_fs.adapters.crashpoints import reach
 from praxist_fs.adapters.fsio import makedirs, read_json, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
+from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
-from praxist_fs.backends.local.launcher import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.slurm_client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
     SlurmUnavailable, job_options, outcome, refused_placements, run_tag, slurm_safe, tasks,

@@ -1,6 +1,6 @@
 """The local backend: each attempt is a process group on this host, led by a shim.
 
-A shim (local/shim.py) starts at the barrier, says READY on its status pipe (and
+A shim (backends/shim.py) starts at the barrier, says READY on its status pipe (and
 in READY), runs the command once told GO (pipe first, then the GO file for a shim
 re-adopted after a restart), and records exit.json. Shims are started ahead of
 need (warm: supervisors forked by a shim server, or one prestarted), so a launch
@@ -28,6 +28,7 @@ from praxist_fs.adapters import fence, procs
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
+from praxist_fs.backends.attempt_dir import describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.budget import INFRA_EXIT_CODE
@@ -260,7 +261,7 @@ class LocalBackend:
         directories of those still waiting for their GO made durable (``go``). An
         OSError leaves them for the next call."""
         for effect in self.spawned:
-            launcher.describe(self.layout, effect)
+            describe(self.layout, effect)
         self.spawned.clear()
         self._make_durable()
 
@@ -270,7 +271,7 @@ class LocalBackend:
         fsynced into its parents. A batch's attempts together, each parent once, at the
         first GO after their spawns (which come first: ``driver._launch_path_first``)."""
         if self.unsynced:
-            launcher.make_durable(self.layout, self.unsynced)
+            make_durable(self.layout, self.unsynced)
             self.unsynced.clear()
 
     def go(self, key: AttemptKey) -> None:
