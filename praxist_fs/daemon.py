@@ -45,7 +45,7 @@ from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
-from .backends import registry
+from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
 from .backends.local import launcher
 from .core.effects import Effect, SpawnAttempt, WriteJob
@@ -98,7 +98,7 @@ class Coordinator:
         self._published: dict[str, list[dict[str, Any]]] = {}
         self._watched: set[int] = set()
         self.selector = selectors.DefaultSelector()
-        self.backend: ExecutionBackend = registry.make(RunContext(
+        self.backend: ExecutionBackend = backends.make(RunContext(
             self.layout, self.selector, self._job, policy, lambda: self.sched.nodes,
             frozenset(DISK_ERRORS)))
         # the journal and the views join it once the start has opened them
