@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from .backends.local import procs
+from .adapters import procs
 from .errors import NoProcfs
 
 # Commands that read only files, so they work where procfs is missing; every other one

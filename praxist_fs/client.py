@@ -14,11 +14,10 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
-from .adapters import journal
+from .adapters import journal, procs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
-from .backends.local import procs
 from .core import tenancy, trust
 from .core.identity import job_id_for
 

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import yaml
 
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.registry import BACKENDS
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.placement import PLACEMENTS
@@ -467,10 +467,10 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "same_tag_different_request": _Key(_choice("share", "reject")),
     "spool_quota_requests": _Key(_int, _clamp(1, MAX_SPOOL_QUOTA_REQUESTS)),
     "spool_quota_bytes": _Key(_int, _clamp(MAX_REQUEST_BYTES, MAX_SPOOL_QUOTA_BYTES)),
-    "backend": _Key(_choice("local", "slurm")),
+    "backend": _Key(lambda path, value: _choice(*BACKENDS)(path, value)),  # as registered now
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",
-                       "budget", "hooks", "slurm")  # read apart
+                       "budget", "hooks")  # read apart, and each backend's own (``_backend``)
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -823,7 +823,9 @@ def policy_from_mapping(task: Any) -> Policy:
     mode = _choice("central", "legacy")(_join(SCHEDULER_PATH, "mode"),
                                         scheduler.get("mode", "legacy"))
     resolver = _Resolver(strict=mode == "central")
-    resolver.reject_unknown(scheduler, (*_SCHEDULER_SECTIONS, *_SCHEDULER_KEYS), SCHEDULER_PATH)
+    sections = (r.section.key for r in BACKENDS.values() if r.section is not None)
+    resolver.reject_unknown(scheduler, (*_SCHEDULER_SECTIONS, *sections, *_SCHEDULER_KEYS),
+                            SCHEDULER_PATH)
     resolver.reject_unknown(synthesis, tuple(_SYNTHESIS_KEYS), SYNTHESIS_PATH)
 
     defaults = Policy()
@@ -854,36 +856,45 @@ def policy_from_mapping(task: Any) -> Policy:
     hooks_path = _join(SCHEDULER_PATH, "hooks")
     hooks = resolver.hooks(_section(scheduler, "hooks", hooks_path), hooks_path)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
-    slurm = _cluster(scheduler, values, queues, tuple(profiles))
+    backend = _backend(scheduler, values, queues, tuple(profiles))
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
-                  projects=projects, budget=budget, hooks=hooks, slurm=slurm,
+                  projects=projects, budget=budget, hooks=hooks, **backend,
                   normalizations=tuple(resolver.notes),
                   **values, **synth)
 
 
-def _cluster(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] | None,
-             profiles: tuple[str, ...]) -> dict[str, Any] | None:
-    """The ``slurm`` mapping, checked (backends/slurm_config.py), and what a cluster backend
-    cannot do refused by name: suspend-style preemption (Slurm jobs are not stopped by
-    praxist_fs: requeue) and ``max_concurrent_experiments: auto`` (sized from this host)."""
-    path = _join(SCHEDULER_PATH, "slurm")
-    raw = scheduler.get("slurm")
-    if values["backend"] != "slurm":
-        if raw is not None:
-            raise PolicyError(path, raw, "no slurm mapping unless backend: slurm")
-        return None
-    parse_slurm_config(raw, profiles, path)
-    if values["max_concurrent_experiments"] == "auto":
+def _backend(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] | None,
+             profiles: tuple[str, ...]) -> dict[str, Any]:
+    """The chosen backend's ``Capabilities`` and its own mapping (``slurm``: checked by
+    backends/slurm_config.py), every other backend's mapping refused, and what the backend
+    cannot do refused by name: suspend-style preemption, and ``max_concurrent_experiments:
+    auto`` (sized from this host) where its attempts do not run on this host."""
+    chosen = values["backend"]
+    found: dict[str, Any] = {"capabilities": BACKENDS[chosen].capabilities}
+    for name, registered in BACKENDS.items():
+        if registered.section is None:
+            continue
+        key = registered.section.key
+        path, raw = _join(SCHEDULER_PATH, key), scheduler.get(key)
+        if name != chosen:
+            if raw is not None:
+                raise PolicyError(path, raw, f"no {key} mapping unless backend: {name}")
+            continue
+        registered.section.check(raw, profiles, path)
+        found[key] = dict(raw or {})
+    can = found["capabilities"]
+    if values["max_concurrent_experiments"] == "auto" and not can.on_this_host:
         raise PolicyError(_join(SCHEDULER_PATH, "max_concurrent_experiments"), "auto",
-                          "a number with backend: slurm (auto sizes from this host's memory)")
+                          f"a number with backend: {chosen} (auto sizes from this host's "
+                          "memory)")
     for queue in queues or ():
         may_preempt = queue.preemptible_queues or any(
             other.preemptible and other.priority < queue.priority for other in queues)
-        if may_preempt and queue.preempt == PreemptMode.SUSPEND:
+        if may_preempt and queue.preempt == PreemptMode.SUSPEND and not can.can_suspend:
             raise PolicyError(_join(SCHEDULER_PATH, f"queues.{queue.name}.preempt"), "suspend",
-                              "requeue with backend: slurm (suspend-style preemption is "
-                              "unavailable: praxist_fs does not stop Slurm jobs)")
-    return dict(raw or {})
+                              f"requeue with backend: {chosen} (suspend-style preemption is "
+                              f"unavailable: praxist_fs does not stop {chosen}'s attempts)")
+    return found
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

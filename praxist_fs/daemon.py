@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import compaction
-from .adapters import quarantine, runs, spool
+from .adapters import procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import create, temp_name, unlink, write_json
@@ -45,9 +45,9 @@ from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
-from .backends.base import ExecutionBackend
-from .backends.local import LocalBackend, launcher, procs
-from .backends.slurm import SlurmBackend
+from .backends import registry as backends
+from .backends.base import ExecutionBackend, RunContext
+from .backends.local import launcher
 from .core.effects import Effect, SpawnAttempt, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
@@ -98,10 +98,9 @@ class Coordinator:
         self._published: dict[str, list[dict[str, Any]]] = {}
         self._watched: set[int] = set()
         self.selector = selectors.DefaultSelector()
-        self.backend: ExecutionBackend = (
-            SlurmBackend(self.layout, self.selector, self._job, policy, lambda: self.sched.nodes)
-            if policy.backend == "slurm" else
-            LocalBackend(self.layout, self.selector, self._job, frozenset(DISK_ERRORS)))
+        self.backend: ExecutionBackend = backends.make(RunContext(
+            self.layout, self.selector, self._job, policy, lambda: self.sched.nodes,
+            frozenset(DISK_ERRORS)))
         # the journal and the views join it once the start has opened them
         self.driver = Driver(Scheduler(), self.backend, environment=self._environment,
                              waited_out=self._disk_error,
@@ -226,7 +225,8 @@ class Coordinator:
         write_json(self.layout.policy, self.policy.to_dict(), durable=True, indent=2)
         self.inventory = open_inventory(self.fake_gpus)
         self.pressure = PressureSampler(self.psi_root)
-        if not self.policy.on_cluster and any(p.uses_gpu for p in self.policy.profiles.values()):
+        if any(p.uses_gpu and not self.policy.capabilities_of(p).places_gpus
+               for p in self.policy.profiles.values()):  # the core places this host's GPUs
             directory = Path(self.host_registry) if self.host_registry else default_directory()
             self.registry = HostRegistry(directory, self.layout.root)
         self._sample()

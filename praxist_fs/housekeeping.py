@@ -19,10 +19,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .adapters import quarantine
+from .adapters import procs, quarantine
 from .adapters.fsio import TEMP_PATTERN, dumps, read_json, unlink, write_atomic
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
-from .backends.local import procs
 from .core.effects import WriteJob, WriteReply
 from .core.states import JobState
 from .core.scheduler import FINISHED, Scheduler

@@ -21,10 +21,9 @@ import time
 
 import filelock
 
-from .adapters import manifests, runs
+from .adapters import fence, manifests, procs, runs
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
-from .backends.local import fence, procs
 from .config import load_policy
 from .core.identity import job_id_for
 from .errors import OwnerBusy

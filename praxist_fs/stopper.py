@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .adapters import manifests, runs
+from .adapters import fence, manifests, runs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
-from .backends.local import fence
 from .backends.slurm_stop import end_run_in_slurm
 from .errors import OwnerBusy
 

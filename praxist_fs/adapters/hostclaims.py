@@ -24,7 +24,7 @@ from typing import Any
 
 import filelock
 
-from ..backends.local import procs
+from . import procs
 from ..core.observations import Envelope
 from .fsio import makedirs, read_json, unlink, write_json
 

@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Any
 
-from ..backends.local import procs
+from . import procs
 from ..errors import OwnerBusy
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout

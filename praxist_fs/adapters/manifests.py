@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..backends.local import procs
+from . import procs
 from .fsio import read_json, unlink, write_json
 from .layout import RunLayout
 
 if TYPE_CHECKING:  # status reads the entries: locks and fencing are the launcher's
-    from ..backends.local.fence import Shim
+    from .fence import Shim
 
 LOCK_TIMEOUT = 10.0
 RUNNING = "running"            # the leader is the recorded process
@@ -71,7 +71,7 @@ def state(entry: dict[str, Any]) -> str:
     launcher = entry.get("launcher") if isinstance(entry.get("launcher"), dict) else {}
     if procs.is_alive(launcher.get("pid"), launcher.get("start_time"), boot):
         return DRAINING
-    from ..backends.local import fence
+    from . import fence
 
     return UNVERIFIABLE if fence.holders(((pid, started, boot),)) else GONE
 

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import filelock
 
-from ..backends.local import fence
-from . import manifests
+from . import fence, manifests
 from .fsio import makedirs, read_json, unlink, write_json
 from .hostclaims import default_directory
 from .layout import RunLayout

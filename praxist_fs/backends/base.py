@@ -23,22 +23,39 @@ Slurm's is ``{"backend": "slurm", "cluster", "job_id", "job_name"}``.
 from __future__ import annotations
 
 import math
+import selectors
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
+from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
+
+if TYPE_CHECKING:
+    from praxist_fs.adapters.layout import RunLayout
+    from praxist_fs.core.nodes import NodeRegistry
+    from praxist_fs.core.policy import Policy
 
 AttemptKey = tuple[str, str]  # (job id, attempt id): one attempt, in every backend
 
 
 @dataclass(frozen=True)
-class Capabilities:
-    """What a backend can do, which the core and the task file's checks need to know."""
+class RunContext:
+    """What the loop gives a backend it makes (``made``), and all a backend may use of it.
 
-    can_suspend: bool  # SIGTSTP/SIGSTOP preemption (R-POL-3); else only requeue exists
-    places_gpus: bool  # the backend chooses the devices (Slurm); else the core's placement
+    ``layout``: the run directory; ``selector``: the loop's, where the backend registers
+    what it watches with the data ``("backend", token)``; ``lookup``: the core's job by id,
+    read-only; ``policy``: the run's, its ``slurm`` (or other) mapping checked already;
+    ``nodes``: the core's node registry (R-BUD-2), read-only; ``disk_errors``: errnos of a
+    full disk, which ``start`` re-raises when it started nothing (the loop waits them out)."""
+
+    layout: RunLayout
+    selector: selectors.BaseSelector
+    lookup: Callable[[str], Job | None]
+    policy: Policy
+    nodes: Callable[[], NodeRegistry]
+    disk_errors: frozenset[int]
 
 
 class ExecutionBackend(Protocol):
@@ -52,8 +69,8 @@ class ExecutionBackend(Protocol):
     ``("backend", token)``, and the loop hands ``token`` to ``on_ready``; it may read
     the core's jobs (a ``lookup`` by job id) but never changes them."""
 
-    name: ClassVar[str]
-    capabilities: ClassVar[Capabilities]
+    name: ClassVar[str]  # as the task file names it (``backend:``): backends/registry.py
+    capabilities: ClassVar[Capabilities]  # what the core reads of it, through the Policy
 
     def bind(self, effects: list[Effect]) -> list[Event]:
         """Handles known before the commit that decides the launches in ``effects`` (the

@@ -26,16 +26,18 @@ from praxist_fs.adapters.crashpoints import reach
 from praxist_fs.adapters.fsio import makedirs, read_json, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
-from praxist_fs.backends.base import AttemptKey, Capabilities
-from praxist_fs.backends.local.launcher import BARRIER_TIMEOUT_S, describe, make_durable
+from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
+from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.slurm_client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
-    SlurmUnavailable, job_options, outcome, run_tag, slurm_safe, tasks, write_spec,
+    SlurmUnavailable, job_options, outcome, refused_placements, run_tag, slurm_safe, tasks,
+    write_spec,
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.backends.slurm_doorbell import open_doorbell
 from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
+from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
 
@@ -87,6 +89,13 @@ def _warned(exit_record: dict[str, Any]) -> str | None:
     return f"it ended after Slurm's warning before its time limit ({name})"
 
 
+def refused_by_slurm(policy: Policy, run_dir: Path) -> list[str]:
+    """R-DIST-2: a partition, account or QOS Slurm refuses (``sbatch --test-only``), asked
+    before the coordinator starts (backends/registry.py, ``preflight``)."""
+    return refused_placements(parse_slurm_config(policy.slurm, tuple(policy.profiles)),
+                              run_dir)
+
+
 class SlurmBackend:
     """Attempts as Slurm jobs behind the execution-backend seam (backends/base.py).
 
@@ -97,7 +106,8 @@ class SlurmBackend:
     through a pipe. No suspend: preemption requeues."""
 
     name: ClassVar[str] = "slurm"
-    capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=False, places_gpus=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        can_suspend=False, places_gpus=True, on_this_host=False)
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], policy: Policy,
@@ -130,6 +140,11 @@ class SlurmBackend:
         self.doorbell = open_doorbell(self.config.notify_host)  # READY, exit.json: at once
         if self.doorbell is not None:
             selector.register(self.doorbell, selectors.EVENT_READ, ("backend", ("rung",)))
+
+    @classmethod
+    def made(cls, context: RunContext) -> SlurmBackend:
+        return cls(context.layout, context.selector, context.lookup, context.policy,
+                   context.nodes)
 
     # -- launching ------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ listing the directory, not by stat):
   command's group as they are, so that it may checkpoint; then it records the exit in
   exit.json, fsynced, in the local shim's format, and exits with the command's code.
 
-Reading, running and recording are the local shim's own functions (backends/local/shim.py).
+Reading, running and recording are the local shim's own functions (backends/shim.py).
 """
 
 import _json
@@ -37,7 +37,7 @@ import posix
 import sys
 import time
 
-from praxist_fs.backends.local import shim
+from praxist_fs.backends import shim
 
 SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)  # the command is to end

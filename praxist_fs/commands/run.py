@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..backends import registry
 from ..config import load_policy
-from ..core.policy import Policy
 from ..errors import JournalCorrupt, NoRoomToStart, OwnerBusy, PolicyError, UnsafeLayout
 
 
@@ -57,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("praxist-fs serve: the task is not 'mode: central'; legacy peer-local launching "
               "has no coordinator", file=sys.stderr)
         return 2
-    if policy.backend == "slurm" and (refused := _slurm_refusals(policy, args.run_dir)):
+    if refused := registry.preflight(policy, Path(args.run_dir)):
         print("praxist-fs serve: invalid task file: " + "; ".join(refused), file=sys.stderr)
         return 2
     try:
@@ -74,15 +74,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except UnsafeLayout as exc:
         print(f"praxist-fs serve: refusing an unsafe run directory: {exc}", file=sys.stderr)
         return EXIT_UNSAFE
-
-
-def _slurm_refusals(policy: Policy, run_dir: str) -> list[str]:
-    """R-DIST-2: a partition, account or QOS Slurm refuses (``sbatch --test-only``)."""
-    from ..backends.slurm_client import refused_placements
-    from ..backends.slurm_config import parse_slurm_config
-
-    return refused_placements(parse_slurm_config(policy.slurm, tuple(policy.profiles)),
-                              Path(run_dir))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

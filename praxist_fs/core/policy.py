@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .budget import Budget
+from .capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
 from .queues import Project, Queue, default_queues, queue_of_class
 
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
@@ -207,19 +208,20 @@ class Policy:
     spool_quota_requests: int = 10_000
     spool_quota_bytes: int = 128 * 1024 * 1024
     normalizations: tuple[Normalization, ...] = ()
-    # R-DIST-1: where attempts run: "local" (this host) or "slurm" (a cluster); the
-    # ``slurm`` mapping as the task file gave it (checked by backends/slurm_config.py)
+    # R-DIST-1: where attempts run: a registered backend's name (backends/registry.py),
+    # "local" (this host) or "slurm" (a cluster), and what it can do, which is all the core
+    # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm_config.py)
     backend: str = "local"
+    capabilities: Capabilities = ON_THIS_HOST
     slurm: dict[str, Any] | None = None
     # ``queue_set`` and ``queue_of_class``, made once: every scheduling pass reads them
     _queue_set: tuple[Queue, ...] = field(init=False, repr=False, compare=False)
     _queue_of_class: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
-    @property
-    def on_cluster(self) -> bool:
-        """Attempts run where a cluster scheduler places them: this host's pressure and
-        GPUs are not theirs, so the core neither holds them for it nor places GPUs."""
-        return self.backend != "local"
+    def capabilities_of(self, profile: Profile) -> Capabilities:
+        """What the backend that runs ``profile``'s jobs can do: the run's one backend's
+        (a run that uses several would route profiles to them here, issue 28)."""
+        return self.capabilities
 
     @property
     def node_cooldown_s(self) -> float:
@@ -314,6 +316,7 @@ class Policy:
             "spool_quota_bytes": self.spool_quota_bytes,
             "normalizations": [n.to_dict() for n in self.normalizations],
             "backend": self.backend,
+            "capabilities": self.capabilities.to_dict(),
             "slurm": self.slurm,
         }
 
@@ -341,4 +344,7 @@ class Policy:
         # journaled before the key existed: such a run rejected changed requests, and a
         # replay decides as it did
         values.setdefault("same_tag_different_request", "reject")
+        values["capabilities"] = (Capabilities.from_dict(data["capabilities"])
+                                  if "capabilities" in data else
+                                  BEFORE_CAPABILITIES[data.get("backend", "local")])
         return cls(**values)

@@ -330,8 +330,8 @@ class Scheduler(JobControlDesk):
                              self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
-        """On a cluster the configured maximum: the host's pressure is not the jobs'."""
-        if self.policy.on_cluster:
+        """Off this host the configured maximum: the host's pressure is not the jobs'."""
+        if not self.policy.capabilities.on_this_host:
             return self.policy.max_concurrent_experiments
         return self.controller.target
 
@@ -484,11 +484,10 @@ class Scheduler(JobControlDesk):
         profile = self.policy.profiles.get(name)
         if profile is None:
             return False
-        if self.policy.on_cluster:
-            return True
-        if pressure_hold(self.policy, profile, ctx.pressure):
+        can = self.policy.capabilities_of(profile)
+        if can.on_this_host and pressure_hold(self.policy, profile, ctx.pressure):
             return False
-        return Demand.of(profile) if profile.uses_gpu else True
+        return Demand.of(profile) if profile.uses_gpu and not can.places_gpus else True
 
     def _serve(self, ctx: Pass, next_job: Callable[[], Job | None],
                launches: list[AttemptLaunched]) -> Iterator[bool]:
@@ -565,17 +564,17 @@ class Scheduler(JobControlDesk):
         under ``key``. ``avoid``: devices an EASY backfill reservation keeps free."""
         profile = self.policy.profiles.get(job.profile)
         unplaceable = False  # allocation itself failed (not pressure, not the reservation)
+        can = self.policy.capabilities_of(profile) if profile else self.policy.capabilities
+        core_places = profile is not None and profile.uses_gpu and not can.places_gpus
         if profile is None:
             reason = f"profile {job.profile!r} is no longer defined by the task file"
-        elif self.policy.on_cluster:
-            return (), None  # the cluster places it (its GPUs, its node): Slurm's queue waits
-        elif profile.uses_gpu and ctx.loads is None:  # first: no pressure would lift it
+        elif core_places and ctx.loads is None:  # first: no pressure would lift it
             error = ctx.gpus.error if ctx.gpus else "not sampled yet"
             reason = (f"gpu placement: no GPU inventory ({error}); "
                       "GPU work is never run on the CPU")
-        elif held := pressure_hold(self.policy, profile, ctx.pressure):
+        elif can.on_this_host and (held := pressure_hold(self.policy, profile, ctx.pressure)):
             reason = held
-        elif not profile.uses_gpu:
+        elif not core_places:  # CPU work, or the backend places it (a cluster's queue waits)
             return (), None
         else:
             gpus, reason = ctx.allocate(Demand.of(profile), avoid)

@@ -14,7 +14,7 @@ import pytest
 from praxist_fs.adapters.fsio import (
     TEMP_PATTERN, create, makedirs, read_spool_file, rename, temp_name, write_atomic, write_json,
 )
-from praxist_fs.backends.local import shim
+from praxist_fs.backends import shim
 from praxist_fs.errors import BadRequest
 from tests.disks import small_tmpfs
 
@@ -60,7 +60,7 @@ def test_only_the_two_temp_name_functions_spell_a_temporary_name():
     twin: a string with ``.tmp`` anywhere else is a temporary file named by hand."""
     allowed = {("praxist_fs/adapters/fsio.py", "temp_name"),
                ("praxist_fs/adapters/fsio.py", None),  # TEMP_PATTERN, the sweep's glob
-               ("praxist_fs/backends/local/shim.py", "temp_name")}
+               ("praxist_fs/backends/shim.py", "temp_name")}
     found = set()
     for path in sorted([*(ROOT / "praxist_fs").rglob("*.py"), *(ROOT / "tools").glob("*.py")]):
         name = str(path.relative_to(ROOT))

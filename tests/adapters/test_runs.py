@@ -15,7 +15,7 @@ import pytest
 
 from praxist_fs.adapters import manifests, runs
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.backends.local import procs
+from praxist_fs.adapters import procs
 from tests.e2e.test_permissions import as_peer
 
 def a_run(tmp_path: Path, name: str, registry: Path, owned: bool = True) -> RunLayout:

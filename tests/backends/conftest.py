@@ -18,7 +18,7 @@ pipes in, ``settle`` selects on it (timeout: the time to ``next_timer``, at most
 (the clock of ``ended_at``); ``restarted`` builds a second backend on the same run
 directory after ``close()``. A ``slurm`` entry: the same on the real single-node
 Slurm of tests/slurm/setup.sh, its ``settle`` calling ``reconcile`` (one squeue per
-tick) besides the timers, and ``Capabilities(can_suspend=False, places_gpus=True)``;
+tick) besides the timers, and ``CLUSTER`` capabilities;
 ``slurm-fake`` is that entry on the fake cluster of tests/slurm/fake/cluster (sbatch,
 squeue, scancel and sacct on PATH that really run the batch script), so the contract
 is checked for Slurm where no real one can be had.
@@ -40,7 +40,7 @@ import psutil
 import pytest
 
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend
+from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend, RunContext
 from praxist_fs.backends.local import LocalBackend
 from praxist_fs.backends.slurm import SlurmBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
@@ -50,6 +50,7 @@ from praxist_fs.core.model import Attempt, AttemptPhase, Job
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
+from tests.backends.toy import ToyBackend
 from tests.conftest import REAL_SLURM_GROUP
 
 
@@ -276,10 +277,18 @@ def local_rig(tmp_path: Path) -> RealRig:
         rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
 
 
+def toy_rig(tmp_path: Path) -> RealRig:
+    """The toy backend of tests/backends/toy.py, made as the daemon makes a backend."""
+    policy = Policy(backend="toy", capabilities=ToyBackend.capabilities)
+    return RealRig(tmp_path / "run", lambda rig: ToyBackend.made(RunContext(
+        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset())))
+
+
 def slurm_rig(tmp_path: Path) -> RealRig:
     """The Slurm backend on the cluster its entry's ``world`` set up: the real
     single-node Slurm or the fake one; the run directory is on the node's filesystem."""
-    policy = Policy(backend="slurm", max_concurrent_experiments=4, default_profile="cpu",
+    policy = Policy(backend="slurm", capabilities=SlurmBackend.capabilities,
+                    max_concurrent_experiments=4, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
@@ -297,14 +306,14 @@ class Entry:
     world: str | None = None
 
 
+ON_HOST = Capabilities(can_suspend=True, places_gpus=False, on_this_host=True)
+CLUSTER = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False)
 RIGS: dict[str, Entry] = {
-    "memory": Entry(lambda tmp_path: MemoryRig(),
-                    Capabilities(can_suspend=True, places_gpus=False)),
-    "local": Entry(local_rig, Capabilities(can_suspend=True, places_gpus=False)),
-    "slurm": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True),
-                   world="real_slurm"),
-    "slurm-fake": Entry(slurm_rig, Capabilities(can_suspend=False, places_gpus=True),
-                        world="fake_cluster"),
+    "memory": Entry(lambda tmp_path: MemoryRig(), ON_HOST),
+    "local": Entry(local_rig, ON_HOST),
+    "slurm": Entry(slurm_rig, CLUSTER, world="real_slurm"),
+    "slurm-fake": Entry(slurm_rig, CLUSTER, world="fake_cluster"),
+    "toy": Entry(toy_rig, ON_HOST),
 }
 
 

@@ -14,6 +14,7 @@ from praxist_fs.core.events import (
     NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeOutcome, NodeProbeStarted,
     from_record, to_record,
 )
+from praxist_fs.core.capabilities import BEFORE_CAPABILITIES
 from praxist_fs.core.nodes import COOLDOWN_S, NodeRegistry
 from praxist_fs.core.policy import Policy
 from praxist_fs.core.scheduler import Scheduler
@@ -370,7 +371,8 @@ def test_the_cool_down_is_the_task_files_and_replays():
     snapshot agree on when an offline node's probe is due; a later coordinator with
     another setting applies it from the next cool-down on."""
     def started(at, cooldown):
-        policy = Policy(backend="slurm", slurm={"node_cooldown_s": cooldown})
+        policy = Policy(backend="slurm", capabilities=BEFORE_CAPABILITIES["slurm"],
+                        slurm={"node_cooldown_s": cooldown})
         return CoordinatorStarted(at=at, policy=policy.to_dict(), pid=1, host="h",
                                   boot_id="b")
     journal = [started(T0, 30), *(NodeOutcome(at=T0 + i, node=node, partition="main",

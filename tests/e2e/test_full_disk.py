@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.local import procs
+from praxist_fs.adapters import procs
 from tests.disks import Deletions, bound, small_tmpfs
 
 from .conftest import read_json, request, wait_for

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from praxist_fs.backends.local import fence, procs
+from praxist_fs.adapters import fence, procs
 
 from .conftest import request, wait_for
 from .test_stop import stop

@@ -55,7 +55,7 @@ DRY_JOB = (
 )
 
 sys.path.insert(0, str(ROOT))
-from praxist_fs.backends.local import procs  # noqa: E402
+from praxist_fs.adapters import procs  # noqa: E402
 
 
 def say(kind: str, message: str) -> None:

@@ -19,7 +19,8 @@ TIMEOUT_S = 30.0
 
 
 def slurm_rig(root, poll_pending_s: float, poll_running_s: float) -> RealRig:
-    policy = Policy(backend="slurm", max_concurrent_experiments=2, default_profile="cpu",
+    policy = Policy(backend="slurm", capabilities=SlurmBackend.capabilities,
+                    max_concurrent_experiments=2, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
                            "poll_pending_s": poll_pending_s, "poll_running_s": poll_running_s})

@@ -29,7 +29,8 @@ def rig(fake_cluster, tmp_path):
         registry.handle(NodeOutcome(at=at, node=node, partition="default",
                                     infrastructure=failed, reason="NODE_FAIL"))
     assert registry.excluded() == ["fake0"]
-    policy = Policy(backend="slurm", max_concurrent_experiments=2, default_profile="cpu",
+    policy = Policy(backend="slurm", capabilities=SlurmBackend.capabilities,
+                    max_concurrent_experiments=2, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})

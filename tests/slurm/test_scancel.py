@@ -31,7 +31,8 @@ def test_a_cancel_whose_scancel_hangs_holds_up_nothing(fake_cluster, tmp_path):
             answered.append(argv)
         return run_command(argv, timeout)
 
-    policy = Policy(backend="slurm", max_concurrent_experiments=1, default_profile="cpu",
+    policy = Policy(backend="slurm", capabilities=SlurmBackend.capabilities,
+                    max_concurrent_experiments=1, default_profile="cpu",
                     profiles={"cpu": Profile(name="cpu", accelerator="cpu")},
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from praxist_fs.backends.slurm import SlurmBackend
 from praxist_fs.backends.slurm_client import refused_placements, sbatch_argv
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.commands.slurm_flags import megabytes, minutes
@@ -105,7 +106,8 @@ def test_the_core_takes_only_what_the_task_allows():
     reply = local.submit("t1", slurm={"partition": "gpu"})
     assert (reply["outcome"], reply["field"]) == ("rejected", "slurm")
     assert "slurm options need backend: slurm" in reply["problem"]
-    on_slurm = Harness(make_policy(backend="slurm", max_concurrent_experiments=2,
+    on_slurm = Harness(make_policy(backend="slurm", capabilities=SlurmBackend.capabilities,
+                                   max_concurrent_experiments=2,
                                    slurm={"allowed_options": ["--exclusive"]}))
     reply = on_slurm.submit("t2", slurm={"options": ["--exclusive", "--nice=5"]})
     assert (reply["outcome"], reply["field"]) == ("rejected", "slurm.options[1]")

@@ -227,8 +227,7 @@ def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
 
 def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     """Its start-up is on every Slurm job's path: of praxist_fs it loads the two shim
-    modules and the packages they sit in (the local backend's imports nothing on its
-    own), never the backends, the core or psutil."""
+    modules and the package they sit in, never the backends, the core or psutil."""
     spec(attempt, "exit 0")
     (attempt / "GO").touch()
     shim = start(attempt, PYTHONPROFILEIMPORTTIME="1")
@@ -238,7 +237,7 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
                if line.startswith(b"import time:")}
     assert {module for module in modules if module.startswith("praxist_fs")} == {
         "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
-        "praxist_fs.backends.local", "praxist_fs.backends.local.shim"}
+        "praxist_fs.backends.shim"}
     assert "psutil" not in modules
 
 

@@ -24,9 +24,14 @@ def policy(extra: str):
 
 def test_backend_slurm_with_its_mapping_is_kept_and_journaled():
     resolved = policy("    backend: slurm\n    slurm: {partition: gpu, poll_running_s: 5}\n")
-    assert (resolved.backend, resolved.on_cluster) == ("slurm", True)
+    assert (resolved.backend, resolved.capabilities.on_this_host) == ("slurm", False)
+    assert not resolved.capabilities.can_suspend and resolved.capabilities.places_gpus
     assert resolved.to_dict()["slurm"] == {"partition": "gpu", "poll_running_s": 5}
-    assert policy("").backend == "local" and not policy("").on_cluster
+    assert resolved.to_dict()["capabilities"] == {
+        "can_suspend": False, "places_gpus": True, "on_this_host": False}
+    local = policy("")
+    assert local.backend == "local" and local.capabilities.on_this_host
+    assert local.capabilities.can_suspend and not local.capabilities.places_gpus
 
 
 @pytest.mark.parametrize("extra, key, expected", [

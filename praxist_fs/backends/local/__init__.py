@@ -1,22 +1,13 @@
 """The local backend: each attempt is a process group on this host, led by a shim (R-EXE-*).
 
 ``backend``: the backend the loop drives; ``launcher``: starting shims (supervisors
-forked by a shim server, which serve attempt after attempt, or shims started by Popen); ``shim``: the shim itself, standard library only;
-``fence``: terminating what a dead shim left running; ``procs``: process identity from
-/proc, which the lock, the stopper and the cli use too.
-
-This file imports nothing: the Slurm-mode shim imports ``shim`` through this package,
-under ``python -S`` (no site-packages: psutil cannot even be found) and on every job's
-start, and the lock and the cli import ``procs`` through it. ``LocalBackend`` (the
-core, psutil, the launcher) is loaded on first use only.
+forked by a shim server, which serve attempt after attempt, or shims started by Popen).
+What it shares lives elsewhere: with the Slurm backend, the shim itself (backends/shim.py)
+and the attempt directory's barrier timeout, description and fsync
+(backends/attempt_dir.py); with the rest of the host's code, in adapters/, ``procs``
+(process identity from /proc) and ``fence`` (terminating what a dead shim left running).
 """
 
+from praxist_fs.backends.local.backend import LocalBackend
+
 __all__ = ["LocalBackend"]
-
-
-def __getattr__(name: str) -> object:
-    """``LocalBackend``, imported when first asked for (PEP 562)."""
-    if name == "LocalBackend":
-        from praxist_fs.backends.local.backend import LocalBackend
-        return LocalBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

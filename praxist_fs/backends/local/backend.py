@@ -1,6 +1,6 @@
 """The local backend: each attempt is a process group on this host, led by a shim.
 
-A shim (local/shim.py) starts at the barrier, says READY on its status pipe (and
+A shim (backends/shim.py) starts at the barrier, says READY on its status pipe (and
 in READY), runs the command once told GO (pipe first, then the GO file for a shim
 re-adopted after a restart), and records exit.json. Shims are started ahead of
 need (warm: supervisors forked by a shim server, or one prestarted), so a launch
@@ -24,12 +24,15 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
+from praxist_fs.adapters import fence, procs
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
-from praxist_fs.backends.base import AttemptKey, Capabilities
-from praxist_fs.backends.local import fence, launcher, procs
+from praxist_fs.backends.attempt_dir import describe, make_durable
+from praxist_fs.backends.base import AttemptKey, RunContext
+from praxist_fs.backends.local import launcher
 from praxist_fs.core.budget import INFRA_EXIT_CODE
+from praxist_fs.core.capabilities import ON_THIS_HOST, Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, AttemptPhase, Job
@@ -57,7 +60,7 @@ class LocalBackend:
     from ``start`` when nothing was started (the loop waits those out)."""
 
     name: ClassVar[str] = "local"
-    capabilities: ClassVar[Capabilities] = Capabilities(can_suspend=True, places_gpus=False)
+    capabilities: ClassVar[Capabilities] = ON_THIS_HOST
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], disk_errors: frozenset[int],
@@ -90,6 +93,10 @@ class LocalBackend:
         self.tstp_grace = float(os.environ.get("PRAXIST_TSTP_GRACE_SECONDS")
                                 or TSTP_GRACE_SECONDS)  # a test knob: a slow host's margin
         self.closed = False
+
+    @classmethod
+    def made(cls, context: RunContext) -> LocalBackend:
+        return cls(context.layout, context.selector, context.lookup, context.disk_errors)
 
     # -- ahead of the launches ------------------------------------------------
 
@@ -254,7 +261,7 @@ class LocalBackend:
         directories of those still waiting for their GO made durable (``go``). An
         OSError leaves them for the next call."""
         for effect in self.spawned:
-            launcher.describe(self.layout, effect)
+            describe(self.layout, effect)
         self.spawned.clear()
         self._make_durable()
 
@@ -264,7 +271,7 @@ class LocalBackend:
         fsynced into its parents. A batch's attempts together, each parent once, at the
         first GO after their spawns (which come first: ``driver._launch_path_first``)."""
         if self.unsynced:
-            launcher.make_durable(self.layout, self.unsynced)
+            make_durable(self.layout, self.unsynced)
             self.unsynced.clear()
 
     def go(self, key: AttemptKey) -> None:

@@ -30,17 +30,17 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from praxist_fs.adapters.fsio import create, fsync_dir, open_log, unlink, write_json
+from praxist_fs.adapters import procs
+from praxist_fs.adapters.fsio import create, open_log, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
-from praxist_fs.backends.local import procs
+from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
 from praxist_fs.core.effects import SpawnAttempt
 
-SHIM = Path(__file__).with_name("shim.py")
+SHIM = Path(__file__).parent.parent / "shim.py"  # backends/shim.py: Slurm's runs it too
 # -S: no site, so a peer's sitecustomize cannot run in the shim (and start-up is faster).
 PYTHON_FLAGS = ("-S",)
 # The shim is imported rather than run as ``python -S shim.py``: a script is compiled
@@ -48,8 +48,6 @@ PYTHON_FLAGS = ("-S",)
 # __pycache__. sys.path[0] is then the shim's directory, as it would be for the script.
 SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main())" % str(
     SHIM.parent)
-# How long a shim whose coordinator vanished waits for the next one to give GO.
-BARRIER_TIMEOUT_S = 600
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
@@ -493,33 +491,6 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
             unlink(spec_path)  # no shim will read it: do not leave the secrets behind
         raise
     return handle
-
-
-def describe(layout: RunLayout, effect: SpawnAttempt) -> None:
-    """attempt.json: the attempt for people and tools, not the shim, so it is written once
-    the batch's shims have their attempts and GO. A description: a power cut ends the
-    shim too, so no fsync."""
-    write_json(layout.attempt_dir(effect.job_id, effect.attempt_id) / "attempt.json", {
-        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
-        "command": effect.command, "cwd": effect.cwd or str(layout.root),
-        "log": str(layout.log(effect.job_id, effect.attempt_id)),
-    }, sync=False)
-
-
-def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None:
-    """fsync attempt directories (job id, attempt id) into their parents, every time (a
-    job's directory may come from a coordinator killed before its fsync): exit.json,
-    fsynced by the shim into its attempt directory, must not vanish with the directory
-    after a power cut. Each parent once, however many attempts it holds; a job's
-    directory removed meanwhile (by hand) holds no exit.json to keep."""
-    job_ids = {job_id for job_id, _ in attempts}
-    for job_id in sorted(job_ids):
-        try:
-            fsync_dir(layout.attempts / job_id)
-        except FileNotFoundError:
-            continue
-    if job_ids:
-        fsync_dir(layout.attempts)
 
 
 def write_spec(path: Path, spec: bytes) -> None:

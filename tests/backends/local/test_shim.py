@@ -539,7 +539,7 @@ def test_the_shim_imports_only_what_it_must(layout, tmp_path, monkeypatch):
     "\udcff lone surrogate", 0, -3, 2**40, 1.5, 1733000000.123456, 1e-7, 1e22, None, True, False,
 ])
 def test_the_shim_json_writer_matches_json(value):
-    from praxist_fs.backends.local import shim
+    from praxist_fs.backends import shim
 
     document = {"key": value, "k\"\\\n": value}
     assert json.loads(shim.to_json(document)) == json.loads(json.dumps(document))

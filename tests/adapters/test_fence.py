@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from praxist_fs.backends.local import fence, procs
+from praxist_fs.adapters import fence, procs
 from tests.e2e.conftest import wait_for
 
 

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from praxist_fs.adapters import procs
 from praxist_fs.adapters.fsio import read_json
-from praxist_fs.backends.local import procs
 
 Shim = tuple[int, int, str]  # pid, start time, boot id
 Process = tuple[int, int]    # pid, start time

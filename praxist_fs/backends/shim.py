@@ -1,5 +1,9 @@
 """The launch barrier and attempt supervisor (R-RUN-2). Standard library only.
 
+The shim of both backends that keep attempts in the run directory: the local backend
+starts it through its launcher (the pipes, warm shims and supervisors below are its),
+and the Slurm-mode shim (slurm_shim.py) reads, runs and records with its functions.
+
 Run as ``python -S shim.py ATTEMPT_DIR GO_FD STATUS_FD`` in a new session, so
 a peer's sitecustomize cannot run here (the launcher imports this file with
 ``python -S -c`` and calls ``main()`` instead, so that its bytecode is cached),

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from praxist_fs.backends.local import procs
+from praxist_fs.adapters import procs
 from tests.e2e.conftest import wait_for
 
 

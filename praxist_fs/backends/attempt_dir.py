@@ -1,0 +1,45 @@
+"""The attempt directory as every backend with a shim keeps it in the run directory.
+
+The local backend's shim and the Slurm-mode shim alike wait in ``attempts/<job>/<attempt>/``
+for GO or ABORT and record exit.json there; so the barrier's patience, the description
+of an attempt (attempt.json) and the fsync that keeps exit.json through a power cut are
+the same for both, and live here rather than in either backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from praxist_fs.adapters.fsio import fsync_dir, write_json
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.core.effects import SpawnAttempt
+
+# How long a shim whose coordinator vanished waits for the next one to give GO.
+BARRIER_TIMEOUT_S = 600
+
+
+def describe(layout: RunLayout, effect: SpawnAttempt) -> None:
+    """attempt.json: the attempt for people and tools, not the shim, so it is written once
+    the batch's shims have their attempts and GO. A description: a power cut ends the
+    shim too, so no fsync."""
+    write_json(layout.attempt_dir(effect.job_id, effect.attempt_id) / "attempt.json", {
+        **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
+        "command": effect.command, "cwd": effect.cwd or str(layout.root),
+        "log": str(layout.log(effect.job_id, effect.attempt_id)),
+    }, sync=False)
+
+
+def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None:
+    """fsync attempt directories (job id, attempt id) into their parents, every time (a
+    job's directory may come from a coordinator killed before its fsync): exit.json,
+    fsynced by the shim into its attempt directory, must not vanish with the directory
+    after a power cut. Each parent once, however many attempts it holds; a job's
+    directory removed meanwhile (by hand) holds no exit.json to keep."""
+    job_ids = {job_id for job_id, _ in attempts}
+    for job_id in sorted(job_ids):
+        try:
+            fsync_dir(layout.attempts / job_id)
+        except FileNotFoundError:
+            continue
+    if job_ids:
+        fsync_dir(layout.attempts)
