@@ -182,7 +182,11 @@ def test_a_node_set_down_is_an_infrastructure_failure(backend, tmp_path):
         assert outcome(state, exit_json(attempt), None) == ("infrastructure", "Slurm NODE_FAIL")
     finally:
         subprocess.run([*scontrol, "state=resume"], check=True, timeout=30)
-        wait_for(lambda: subprocess.run(["sinfo", "-h", "-N", "-n", "ci0", "-p", "main", "-o",
-                                         "%T"], capture_output=True,
-                                        text=True, timeout=30).stdout.strip() == "idle",
-                 timeout=SLURM_S, message="node ci0 idle again")
+        seen = []  # the node's states meanwhile: at load 6 it once took over a minute
+        try:
+            wait_for(lambda: seen.append(subprocess.run(
+                ["sinfo", "-h", "-N", "-n", "ci0", "-p", "main", "-o", "%T"],
+                capture_output=True, text=True, timeout=30).stdout.strip()) or seen[-1] == "idle",
+                     timeout=3 * SLURM_S, interval=0.5, message="node ci0 idle again")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its states meanwhile: {list(dict.fromkeys(seen))}")
