@@ -352,6 +352,19 @@ def test_per_job_options_reach_slurm_and_the_warning_reaches_the_command(slurm_r
     assert (doc["state"], doc["exit_code"]) == ("completed", 0) and warned.exists()
 
 
+def test_a_job_pinned_to_a_node_runs_there(slurm_run):
+    """Issue 28: a job pinned to a node, by its partition and an sbatch --nodelist the task
+    file allows, runs on that node: ci1, in partition pair, whose other node ci0 is idle."""
+    run = slurm_run
+    run.task.write_text(TASK + "      allowed_options: [--nodelist]\n")
+    run.start()
+    job_id = submit(run, "pinned", "hostname", slurm={"partition": "pair",
+                                                      "options": ["--nodelist=ci1"]})
+    doc = run.wait_state(job_id, "completed", "failed", timeout=SLURM_S)
+    assert doc["state"] == "completed", doc
+    assert doc["attempts"][-1]["handle"]["node"] == "ci1"
+
+
 def test_serve_refuses_a_partition_slurm_does_not_have(slurm_run):
     """R-DIST-2: a wrong partition is refused when the coordinator starts, in Slurm's own
     words (``sbatch --test-only``), not at every job's sbatch."""
