@@ -321,17 +321,22 @@ def list_jobs(layout: RunLayout, query: JobQuery, owner: float | None) -> Listin
     ``since`` of the coordinator status.json names; None: unknown), else from the files.
 
     The index is committed at status.json's cadence, so a job accepted, started or
-    ended since its last commit is read from its job file: those written since a little
-    before the index's own last write (``INDEX_LAG_S``) take the place of their rows. A
-    ``launch --detach`` that returned has its job listed at once."""
+    ended since its last commit is read from its job file, in place of its row: the
+    files of queued/ and running/ written since a little before the index's own last
+    write (``INDEX_LAG_S``; as many as jobs not ended), and the file in done/ of each
+    job the index still shows not ended. A ``launch --detach`` that returned has its job
+    listed at once; done/ (every finished job) is never scanned."""
     try:
         db = sqlite3.connect(f"{layout.job_index.as_uri()}?mode=ro", uri=True,
                              timeout=READER_TIMEOUT_S, isolation_level=None)
     except sqlite3.Error:  # no index: a run older than it, or one it was removed from
         return _from_job_files(layout, query)
     try:
+        unended = [job_id for job_id, in db.execute(  # ended since, perhaps: done/ says
+            f"SELECT job_id FROM jobs WHERE state IN ({', '.join('?' * len(ACTIVE_STATES))})",
+            ACTIVE_STATES)]
         recent = _recent_job_files(layout, since=os.stat(layout.job_index).st_mtime
-                                   - INDEX_LAG_S)
+                                   - INDEX_LAG_S, done=unended)
         db.execute("ATTACH DATABASE ':memory:' AS recent")  # not within a transaction
         db.executescript(_TABLES.replace("CREATE TABLE ", "CREATE TABLE recent."))
         db.executemany(_UPSERT.replace(" INTO jobs ", " INTO recent.jobs "), recent)
@@ -385,31 +390,44 @@ def _run(db: sqlite3.Connection, query: JobQuery,
     return [json.loads(document) for _, _, document in rows], matched
 
 
-def _recent_job_files(layout: RunLayout, since: float | None) -> list[tuple]:
-    """The rows of the job files written at or after ``since`` (None: all). Read in the
-    order jobs move (queued, running, done), so that a job caught moving forward, found in
-    two directories or read in neither, counts once and as its later copy says. Every job
-    file is written by a rename into its directory, so a directory unchanged since
-    ``since`` has none and is not looked into."""
+def _recent_job_files(layout: RunLayout, since: float | None,
+                      done: list[str] | None = None) -> list[tuple]:
+    """The rows of the job files of queued/ and running/ written at or after ``since``,
+    and of done/ those of the jobs ``done`` names; with ``since`` None, every job file.
+    Read in the order jobs move (queued, running, done), so that a job caught moving
+    forward, found in two directories or read in neither, counts once and as its later
+    copy says. Every job file is written by a rename into its directory, so a directory
+    unchanged since ``since`` has none and is not looked into."""
     rows: dict[str, tuple] = {}
     for directory in JOB_DIRECTORIES:
         path = layout.jobs(directory)
         try:
-            if since is not None and os.stat(path).st_mtime < since:
+            if since is None:
+                names = os.listdir(path)
+            elif directory == "done":
+                names = [f"{job_id}.json" for job_id in done or ()]
+            elif os.stat(path).st_mtime < since:
                 continue
-            entries = list(os.scandir(path))
+            else:
+                names = [entry.name for entry in os.scandir(path)
+                         if _written_since(entry, since)]
         except FileNotFoundError:
             continue
-        for entry in entries:
-            if entry.name.startswith(".") or not entry.name.endswith(".json"):
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
                 continue
             try:
-                if since is not None and entry.stat().st_mtime < since:
-                    continue
-                with open(entry.path) as handle:
+                with open(path / name) as handle:
                     text = handle.read()
                 row = _columns(json.loads(text), text)
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # gone meanwhile (moved on), or not a job document
             rows[row[0]] = row
     return list(rows.values())
+
+
+def _written_since(entry: os.DirEntry, since: float) -> bool:
+    try:
+        return entry.stat().st_mtime >= since
+    except OSError:
+        return False  # moved on meanwhile: read where it went
