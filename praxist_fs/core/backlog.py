@@ -154,7 +154,7 @@ class Backlog:
     def lend(self) -> list[Job]:
         """The queued jobs in rank order, not a copy, for a pass to read until ``settle``:
         the jobs added and removed meanwhile wait till then. A pass's list is read while
-        the queue changes (its launches leave the queue before its rest, ``Scheduler._pass``,
+        the queue changes (its launches leave the queue before its rest, ``PassDesk._pass``,
         has run), and a copy of thousands of jobs cost every pass about 0.1 ms. The last
         pass's walk is done when the next one borrows it."""
         self.settle()

@@ -7,7 +7,7 @@ queues, and ``default_queues`` expresses today's rules in these terms: ``mature`
 has the higher priority, and it leaves the last ``exploration_reserve`` free
 slots to queued ``scout``/``ordinary`` work. A project owns queues; every queue is
 in exactly one project, and without a ``projects`` block there is one, ``default``,
-owning them all. The loop that applies them is ``Scheduler._pass``; the pickers
+owning them all. The loop that applies them is ``PassDesk._pass``; the pickers
 that order them are in ``pickers``.
 
 A queue's time ``windows`` are read against the pass's time (``at``, from its

@@ -7,10 +7,11 @@ a bug too. A peer's bad input never raises: it becomes a rejected reply.
 A desk is a collaborator that sees the scheduler only through its narrow board:
 ``SubmissionDesk`` (core/submissions.py: request admission and admission
 timeouts), ``AttemptDesk`` (core/attempts.py: an attempt's launch, what is seen of
-it, its end), ``GenerationDesk`` (core/generations.py) and ``PreemptionDesk``
-(core/preemption.py); job control is a mixin (core/jobcontrol.py). What stays
-here: the dispatch of events, the scheduling pass, the queue and its indexes,
-control replies and the budget.
+it, its end), ``PassDesk`` (core/passes.py: the scheduling pass, which jobs start
+and why the others wait), ``GenerationDesk`` (core/generations.py) and
+``PreemptionDesk`` (core/preemption.py); job control is a mixin
+(core/jobcontrol.py). What stays here: the dispatch of events, the queue and its
+indexes with why each queued job waits, control replies and the budget.
 
 Durability contract with the daemon: ``version`` grows on every state change.
 The daemon journals (and fsyncs) each event that changed the version before
@@ -23,17 +24,15 @@ journaled; their effects are idempotent.
 from __future__ import annotations
 
 import heapq
-import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from functools import partial
 from operator import attrgetter
 from typing import Any
 
 from ..errors import InvalidTransition
 from . import tenancy, trust
-from .admission import ConcurrencyController, pressure_hold, reason_kind, upper_bound
+from .admission import ConcurrencyController, reason_kind, upper_bound
 from .backlog import Backlog
 from .attempts import AttemptDesk
 from .effects import (
@@ -54,27 +53,20 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
-from .jobcontrol import JobControlDesk, utc_iso
+from .jobcontrol import JobControlDesk
 from .model import Attempt, Job, Reply
 from .observations import Envelope
-from .pickers.base import JobPicker, each, tier_pickers
-from .pickers.context import Pass
+from .passes import PassDesk
 from .pickers.ledger import Usage
-from .pickers.walk import Openings
-from .placement import Demand, DeviceLoad, KeptLoads, device_loads
+from .placement import DeviceLoad
 from .policy import Policy
 from .request import JOB_ACTIONS
-from .preemption import PreemptionDesk, preemptible_classes
-from .states import (
-    AttemptOutcome, ControlOutcome, GenerationStage, JobState, Trigger, Verdict, transition,
-)
+from .preemption import PreemptionDesk
+from .states import ControlOutcome, JobState, Trigger, Verdict, transition
 from .shelf import Shelf
 from .submissions import SubmissionDesk
 from .supply import Generation, Maturity
 
-# R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
-# then 4, 8, ... up to the cap) instead of failing the job: no attempt of it ran
-RELEASE_BACKOFF_CAP_SECONDS = 300.0
 _RANK = attrgetter("rank")
 # the finished states, in the order a shelved job's mark names them (``Shelf.mark``)
 FINISHED = tuple(state for state in JobState if state.terminal)
@@ -100,11 +92,6 @@ class Scheduler(JobControlDesk):
         self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
         self._dependents: dict[str, list[str]] = {}  # job id -> jobs that wait for it
         self._settled: dict[str, None] = {}  # scratch: jobs with dependents that changed state
-        # ``real_loads`` from one pass to the next: (the policy it was for, the loads, the
-        # running jobs it followed and ``_running_moves`` then)
-        self._kept_loads: tuple[Policy, KeptLoads, dict[str, Job | None], int] | None = None
-        self._running_moves = 0  # jobs that started or stopped running (``_transition``)
-        self._held_memo: dict[str, tuple[Any, ...]] = {}  # job id -> (attempt, profile, envelopes)
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
         self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
@@ -125,13 +112,7 @@ class Scheduler(JobControlDesk):
         self.host: HostSampled | None = None
         self.controller = ConcurrencyController.start(self.policy)
         self._pending: dict[str, str] = {}     # job id -> why it waits (``pending``)
-        self._rest: Iterator[bool] | None = None  # the last pass's walk, if it stopped early
-        self._rest_at_capacity = False         # every slot was taken as that rest began
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
-        self._slot_limited = False             # last pass held work only for a free slot
-        self._last_pass: tuple[int, int] | None = None
-        self._last_at = 0.0
-        self._reasons_stale = False            # a pass was skipped: no slot was free
         self.samples_seen = 0
         self.idle_peers: dict[int, frozenset[str]] = {}
         self.idle_streak = 0                   # consecutive samples with unused capacity
@@ -144,6 +125,7 @@ class Scheduler(JobControlDesk):
         self.attempts = AttemptDesk(self)
         self.generations_desk = GenerationDesk(self)
         self.preemption = PreemptionDesk(self)
+        self.passes = PassDesk(self)
 
     # -- events -----------------------------------------------------------
 
@@ -182,7 +164,7 @@ class Scheduler(JobControlDesk):
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
         """Soft: controller step, admissible profiles, the idle-capacity streak."""
-        slot_limited = self._slot_limited_now()  # does work wait only for a slot?
+        slot_limited = self.passes.slot_limited_now()  # does work wait only for a slot?
         self.host = ev
         self.samples_seen += 1
         self.controller.observe(self.policy, ev.pressure, ev.capacity, slot_limited)
@@ -338,309 +320,23 @@ class Scheduler(JobControlDesk):
     def upper_bound(self) -> int:
         return upper_bound(self.policy, self.host.capacity if self.host else None)
 
-    def next_launches(self, at: float) -> list[AttemptLaunched]:
-        """Queued jobs to start now, in the pickers' order, and why each other one waits.
+    # the pass desk's proposals and views, as the daemon, status and tests ask them
 
-        One pass (``_pass``): a job starts when a slot is free, its queue's rules and
-        declared pressure domains allow it and, for GPU work, a placement exists. A
-        demand that failed once in a pass is not tried again in that pass (R-POL-4), so
-        the pass stays linear in the queue. Nothing is recomputed while neither the
-        state nor the host sample changed since the last pass, and with no free slot
-        nothing can start, so why each job waits is worked out only when asked
-        (``refresh_reasons``): a burst of submissions then costs no pass per request."""
-        if self._last_pass == (self.version, self.samples_seen) or self.stopped:
-            return []
-        self._last_pass, self._last_at = (self.version, self.samples_seen), at
-        if self.concurrency_target() <= self.count(JobState.RUNNING) and \
-                not self.preemption.may_preempt():
-            self._drop_rest()
-            self._reasons_stale, self.unused_slots = True, 0
-            return []
-        return self._pass(at)
+    def next_launches(self, at: float) -> list[AttemptLaunched]:
+        """Queued jobs to start now, in the pickers' order (``PassDesk.next_launches``)."""
+        return self.passes.next_launches(at)
 
     def refresh_reasons(self) -> None:
         """Bring the pending reasons (and the slot-limited flag) up to date."""
-        if self._reasons_stale and not self.stopped:
-            self._pass(self._last_at)
-        self._finish_rest()
-
-    def _slot_limited_now(self) -> bool:
-        """Whether the last pass held work only for a free slot, with no more of its rest
-        run than it takes to know: the flag only rises along the walk, the rest says when
-        it rose (``_serve``), and it cannot rise in a rest that began with a slot free (a
-        rest starts nothing, so that slot stays free). What is left of the rest stays for
-        when reasons are asked for; it reads the host as its pass began
-        (``Pass.pressure``), not this sample. At 10,000 queued jobs a whole rest is some
-        15 ms, at every sample."""
-        if self._reasons_stale and not self.stopped:
-            self._pass(self._last_at)
-        if not self._slot_limited and self._rest is not None and self._rest_at_capacity:
-            for _ in self._rest:
-                if self._slot_limited:
-                    break
-            else:
-                self._finish_rest()
-        return self._slot_limited
-
-    def _pass(self, at: float) -> list[AttemptLaunched]:
-        """The scheduling loop (R-POL-1): project -> queue tier -> job -> allocation.
-
-        The walk skips runs of jobs whose demand is known to fail (``Pass.skim``) and
-        stops once no job it has yet to visit could start (``Openings``): the rest would
-        only restate why each job waits, so it is kept (``_rest``) and run when a reason
-        is asked for (``pending``, ``refresh_reasons``) or before a queued job changes
-        state other than by this pass's launches. Its inputs are copies or do not change
-        until then, so it decides what a whole walk would have, at the cost of what can
-        still change: the launches, and the first job of each demand."""
-        self._drop_rest()
-        self._reasons_stale = False
-        self._slot_limited = False
-        target, running, queue = self.concurrency_target(), self.running(), self._queue()
-        queued = queue.lend()  # until the walk is done (``_finish_rest``, ``_drop_rest``)
-        assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
-        loads = self.real_loads()
-        kept = self._kept_loads if loads is not None else None  # with ``fitting``'s counts
-        ctx = Pass(at=at, policy=self.policy, target=target, free=target - len(running),
-                   pressure=self.host.pressure if self.host else None,
-                   gpus=self.host.gpus if self.host else None,
-                   loads=loads, kept_fitting=kept[1].fitting if kept else None,
-                   queued=queued, running=running, suspended=self.count(JobState.SUSPENDED),
-                   classes=Counter(queue.by_class), mix=Counter(queue.by_profile),
-                   backlog=queue,
-                   ledger=Usage(dict(self.usage.peers)),
-                   queue_ledger=Usage(dict(self.queue_usage.peers)),
-                   ratio=math.exp(self.calibration.fit()[0]), assessing=assessing,
-                   coordinator_uid=self.coordinator_uid,
-                   assessment_holds={job.job_id: reason for job in queued
-                                     if (reason := self.generations_desk.assessment_hold(
-                                         job, at))}
-                   if assessing else {})
-        if not (ctx.assessing or self.count(JobState.SUSPENDED)
-                or preemptible_classes(ctx.queues)):
-            # assessment holds read the live calibration; preemption and resumption start
-            # work that placement alone does not foresee: those passes walk every job
-            ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
-                                    queue.ending_by, queue.younger, queue.ending_after)
-            ctx.openings.update(None)
-        launches: list[AttemptLaunched] = []
-        walk = self._walk(ctx, launches)
-        if ctx.openings is not None and not ctx.openings.any_open():
-            # no job could start: the whole walk would only say why each waits, so all of
-            # it is the rest, reading the queue as this pass's copy has it (arrivals
-            # enter the backlog before the rest is run)
-            ctx.openings = ctx.backlog = None
-            ctx.resting = True
-            self._rest, self._rest_at_capacity = walk, ctx.free <= 0
-        elif next(walk, False):
-            self._rest, self._rest_at_capacity = walk, ctx.free <= 0
-        else:
-            queue.settle()
-        self.unused_slots = max(0, ctx.free)
-        return launches
-
-    def _walk(self, ctx: Pass, launches: list[AttemptLaunched]) -> Iterator[bool]:
-        policy = self.policy
-        for project in each(ctx, "project", policy.project_picker, None):
-            for tier in each(ctx, "queue", policy.queue_picker, project):
-                # R-POL-3: before the tier's new work
-                launches += self.preemption.resume(ctx, tier, self._pending)
-                with tier_pickers(ctx, project, tier) as next_job:
-                    yield from self._serve(ctx, next_job, launches)
-        for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
-            if self._pending.get(job.job_id) != reason:
-                self._hold(job, reason)
-
-    def _finish_rest(self) -> None:
-        """Run the rest of the last pass's walk, if it stopped early: every reason."""
-        rest, self._rest = self._rest, None
-        for _ in rest or ():
-            pass
-        self._backlog.settle()
-
-    def _drop_rest(self) -> None:
-        """Forget the last pass's unfinished walk (its pickers are finished): a new pass
-        restates every reason."""
-        rest, self._rest = self._rest, None
-        if rest is not None:
-            rest.close()
-        self._backlog.settle()
-
-    def _could_start(self, ctx: Pass, name: str, avoid: tuple[str, ...]) -> bool:
-        """Whether a job of profile ``name`` might start now, keeping off ``avoid``
-        (``Openings``): ``_admit``'s checks, with placement's feasibility for its choice.
-        False is certain; True only means the walk goes on."""
-        if ctx.free <= 0:
-            return False
-        if (need := ctx.needs.get(name)) is None:
-            ctx.needs[name] = need = self._need(ctx, name)
-        if isinstance(need, bool):
-            return need
-        return ctx.loads is not None and ctx.fitting(need, avoid) >= need.gpu_count
-
-    def _need(self, ctx: Pass, name: str) -> Demand | bool:
-        """What a job of profile ``name`` needs to start once a slot is free: nothing more
-        (True), the impossible (False: no such profile, or its pressure domains are hot),
-        or devices that take its demand. The same all through a pass (``Pass.needs``)."""
-        profile = self.policy.profiles.get(name)
-        if profile is None:
-            return False
-        can = self.policy.capabilities_of(profile)
-        if can.on_this_host and pressure_hold(self.policy, profile, ctx.pressure):
-            return False
-        return Demand.of(profile) if profile.uses_gpu and not can.places_gpus else True
-
-    def _serve(self, ctx: Pass, next_job: Callable[[], Job | None],
-               launches: list[AttemptLaunched]) -> Iterator[bool]:
-        """The jobs of one tier in the pickers' order: each starts now or is held (and why).
-
-        A demand that failed once in a pass fails again for the rest of it (a pass only
-        takes capacity away), so it is looked up, not retried (R-POL-4): the pass stays
-        linear in the queue. The key holds the job picker too, so that each picker
-        learns (``JobPicker.blocked``) of the first job of each demand it could not place.
-        Yields True, once, when no job still to visit could start (``Pass.openings``):
-        the caller may put off the rest, which only holds jobs. The rest yields False,
-        once, when a job it holds waits only for a slot (``_slot_limited_now``)."""
-        pending = self._pending
-        while True:
-            if (openings := ctx.openings) is not None and openings.exhausted:
-                ctx.openings = openings = None
-                ctx.resting = True
-                yield True
-            if (job := next_job()) is None:
-                return
-            if openings is not None:
-                openings.visit(job)
-            work_class = job.request.work_class
-            reason = _backing_off(job, ctx.at)
-            if reason is None:
-                reason = ctx.assessment_holds.get(job.job_id)
-            if reason is None and work_class in ctx.ruled:
-                reason = ctx.queue_hold(ctx.by_class[work_class])
-            limited = self._slot_limited
-            if reason is None and ctx.free <= 0:
-                reason = self._slot_verdict(ctx, job)
-            if reason is None:
-                avoid = () if ctx.reservation is None else ctx.reservation.avoid(job)
-                picker = ctx.picker_of[work_class]
-                key = (job.profile, type(picker), bool(avoid))
-                reason = ctx.unsatisfiable.get(key) or ctx.peer_hold(job)
-                if reason is None:
-                    gpus, reason = self._admit(ctx, job, picker, avoid, key)
-                    if reason is None:
-                        ctx.place(job, gpus)
-                        launches.append(AttemptLaunched(
-                            at=ctx.at, job_id=job.job_id,
-                            attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
-                        continue
-            if reason in ctx.liftable and \
-                    (made := self.preemption.preempt(ctx, job, reason)) is not None:
-                launches += made  # R-POL-3: preemptions that make room, maybe its launch
-                continue
-            if pending.get(job.job_id) != reason:
-                self._hold(job, reason)
-            if ctx.resting and self._slot_limited and not limited:
-                yield False  # the rest's news: this job waits only for a slot
-
-    def _slot_verdict(self, ctx: Pass, job: Job) -> str:
-        """Why a job waits once every slot is taken: what would hold it anyway, else the
-        slot (and then the controller may raise concurrency: ``_slot_limited``)."""
-        if job.profile not in ctx.verdicts:
-            picker = ctx.picker_of[job.request.work_class]
-            key = (job.profile, type(picker), False)
-            if key not in ctx.unsatisfiable:
-                self._admit(ctx, job, picker, (), key)
-            ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
-        verdict = ctx.verdicts[job.profile] or ctx.peer_hold(job)
-        self._slot_limited |= verdict is None
-        if verdict is not None:
-            return verdict
-        reason = f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
-        ctx.liftable.add(reason)  # preemption may free a slot
-        return reason
-
-    def _admit(self, ctx: Pass, job: Job, picker: JobPicker, avoid: tuple[str, ...],
-               key: tuple[Any, ...]) -> tuple[tuple[str, ...], str | None]:
-        """(GPU UUIDs, None) when the job may start now, else ((), why not), remembered
-        under ``key``. ``avoid``: devices an EASY backfill reservation keeps free."""
-        profile = self.policy.profiles.get(job.profile)
-        unplaceable = False  # allocation itself failed (not pressure, not the reservation)
-        can = self.policy.capabilities_of(profile) if profile else self.policy.capabilities
-        core_places = profile is not None and profile.uses_gpu and not can.places_gpus
-        if profile is None:
-            reason = f"profile {job.profile!r} is no longer defined by the task file"
-        elif core_places and ctx.loads is None:  # first: no pressure would lift it
-            error = ctx.gpus.error if ctx.gpus else "not sampled yet"
-            reason = (f"gpu placement: no GPU inventory ({error}); "
-                      "GPU work is never run on the CPU")
-        elif can.on_this_host and (held := pressure_hold(self.policy, profile, ctx.pressure)):
-            reason = held
-        elif not core_places:  # CPU work, or the backend places it (a cluster's queue waits)
-            return (), None
-        else:
-            gpus, reason = ctx.allocate(Demand.of(profile), avoid)
-            if not reason:
-                return gpus, None
-            unplaceable = True
-            if avoid:  # why it does not fit at all, or else that only the reservation stops it
-                reason = ctx.allocate(Demand.of(profile))[1]
-                if not reason:
-                    reason, unplaceable = ctx.reservation.hold, False
-        ctx.unsatisfiable[key] = reason
-        if unplaceable:
-            picker.blocked(job)
-            if ctx.reservation is not None and ctx.reservation.job is job:
-                reason = f"{reason}; {ctx.reservation.promise}"
-            # preemption (R-POL-3) may make room: for this job, and for the cache's later ones
-            ctx.liftable.update((ctx.unsatisfiable[key], reason))
-        return (), reason
+        self.passes.refresh_reasons()
 
     def real_loads(self) -> list[DeviceLoad] | None:
-        """Per-device load as placement sees it (real allocations; claims never block).
-
-        Kept from call to call (``KeptLoads``) while the sample, the others' envelopes
-        and the profiles are the same and no job is suspended: only the devices of jobs
-        that started or stopped running since are worked out again, and when none did
-        (an arrival while the devices are busy) the running jobs are not looked at."""
-        sample = self.host.gpus if self.host else None
-        if sample is None or not sample.devices:  # a partial sample still places on what it saw
-            return None
-        others, kept = self.host.others, self._kept_loads
-        if self.count(JobState.SUSPENDED):  # what they keep holding is made anew each time
-            self._kept_loads = None
-            real = [e for e in others if not e.speculative]
-            return device_loads(sample, [*self.held_envelopes(), *real])
-        running = self._by_state[JobState.RUNNING]
-
-        def holding(job_id: str) -> tuple[Attempt, list[Envelope]]:
-            return running[job_id].attempts[-1], self._held(running[job_id])
-
-        if kept is None or kept[0] is not self.policy or kept[1].sample is not sample or \
-                kept[1].others is not others:
-            kept = None
-        elif kept[2] is running and kept[3] == self._running_moves:
-            return list(kept[1].loads)  # no job started or stopped running since
-        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
-        if kept is None or not kept[1].update(holders, holding):
-            kept = (self.policy, KeptLoads.of(
-                sample, others, {job_id: holding(job_id) for job_id in running}))
-        self._kept_loads = (*kept[:2], running, self._running_moves)
-        return list(kept[1].loads)  # the caller's to change
+        """Per-device load as placement sees it (``PassDesk.real_loads``)."""
+        return self.passes.real_loads()
 
     def held_envelopes(self) -> list[Envelope]:
-        """The GPU envelopes this run's running jobs hold, through every phase of a job,
-        and what suspended ones keep holding (their memory)."""
-        return [envelope for job in self.running() for envelope in self._held(job)] + \
-            self.preemption.suspended_envelopes()
-
-    def _held(self, job: Job) -> list[Envelope]:
-        """``preemption.envelopes(job)``, made once per attempt (and profile), since every
-        pass may read them all."""
-        attempt, profile = job.current, self.policy.profiles.get(job.profile)
-        known = self._held_memo.get(job.job_id)
-        if known is None or known[0] is not attempt or known[1] is not profile:
-            known = self._held_memo[job.job_id] = (attempt, profile,
-                                                   self.preemption.envelopes(job))
-        return known[2]
+        """The GPU envelopes this run's running and suspended jobs hold."""
+        return self.passes.held_envelopes()
 
     def _hold(self, job: Job, reason: str) -> None:
         before = self._pending.get(job.job_id, "")
@@ -678,7 +374,7 @@ class Scheduler(JobControlDesk):
     @property
     def pending(self) -> dict[str, str]:
         """Job id -> why it waits (Slurm's Reason), as the last pass found; read-only."""
-        self._finish_rest()
+        self.passes.finish_rest()
         return self._pending
 
     def queued(self) -> list[Job]:
@@ -737,7 +433,7 @@ class Scheduler(JobControlDesk):
     def _requeue_in_place(self, job: Job, change: Callable[[], None]) -> None:
         """Change what decides where a queued job stands (its hold, its priority, its
         dependencies' states) between taking it out of the queue and putting it back."""
-        self._finish_rest()  # the unfinished walk saw the queue as it was
+        self.passes.finish_rest()  # the unfinished walk saw the queue as it was
         self._leave_queue(job)
         change()
         self._pending.pop(job.job_id, None)  # a pass restates why it waits
@@ -865,17 +561,15 @@ class Scheduler(JobControlDesk):
         new = transition(job.job_id, job.state, trigger)
         if job.state is JobState.QUEUED or new is JobState.QUEUED:
             if trigger is not Trigger.LAUNCH:  # the unfinished walk saw the queue as it was
-                self._finish_rest()
+                self.passes.finish_rest()
             if job.state is JobState.QUEUED:
                 self._leave_queue(job)
         if job.job_id in self._dependents:
             self._settled[job.job_id] = None  # its dependents may start, wait or be cancelled
         if new is not JobState.QUEUED or job.state is JobState.SUSPENDED:
             self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
-        if job.state is JobState.RUNNING:
-            self._held_memo.pop(job.job_id, None)
         if JobState.RUNNING in (job.state, new):
-            self._running_moves += 1
+            self.passes.running_moved(job.job_id)
         if new.directory != job.state.directory:
             self._moved_from.setdefault(job.job_id, job.state.directory)
         if new is JobState.QUEUED:
@@ -948,26 +642,6 @@ _HANDLERS = {
     NodeOutcome: Scheduler._on_node,
     NodeProbeStarted: Scheduler._on_node,
 }
-
-
-def release_backoff(releases: int) -> float:
-    """Seconds a job waits after ``releases`` barrier releases in a row: none after the
-    first (a transient failure), then 2, 4, 8, ... up to RELEASE_BACKOFF_CAP_SECONDS."""
-    return 0.0 if releases < 2 else min(2.0 ** (releases - 1), RELEASE_BACKOFF_CAP_SECONDS)
-
-
-def _backing_off(job: Job, at: float) -> str | None:
-    """Why a job whose barrier keeps failing waits before its next attempt, or None."""
-    last = job.current
-    if last is None or last.outcome != AttemptOutcome.RELEASED:
-        return None
-    releases = job.barrier_releases
-    until = last.ended_at + release_backoff(releases)
-    if at >= until:
-        return None
-    return (f"launch barrier released {releases} times in a row (last: attempt "
-            f"{last.attempt_id}, see attempts/{job.job_id}/{last.attempt_id}/shim.log); "
-            f"backing off until {utc_iso(until)}")
 
 
 def _limits(budget: Budget) -> dict[str, float | None]:

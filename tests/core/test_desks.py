@@ -1,5 +1,5 @@
-"""The Scheduler's desks (issues 16, 30): the submission, attempt, generation and
-preemption desks are collaborators it owns, each seeing it only through a narrow
+"""The Scheduler's desks (issues 16, 30): the submission, attempt, pass, generation
+and preemption desks are collaborators it owns, each seeing it only through a narrow
 board, and none imports the scheduler back.
 
 The guard below hands each desk its scheduler wrapped so that any member not on
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.core import attempts, generations, preemption, submissions
+from praxist_fs.core import attempts, generations, passes, preemption, submissions
 from praxist_fs.core.attempts import AttemptBoard, AttemptDesk
 from praxist_fs.core.effects import ResumeAttempt, SuspendAttempt, WriteControlReply
 from praxist_fs.core.events import (
@@ -26,6 +26,7 @@ from praxist_fs.core.events import (
 )
 from praxist_fs.core.generations import GenerationBoard, GenerationDesk
 from praxist_fs.core.observations import PressureSample
+from praxist_fs.core.passes import PassBoard, PassDesk
 from praxist_fs.core.preemption import PreemptionBoard, PreemptionDesk
 from praxist_fs.core.queues import Queue
 from praxist_fs.core.request import parse_control
@@ -65,6 +66,7 @@ class Run(Harness):
         sched.attempts = AttemptDesk(Guarded(sched, AttemptBoard))
         sched.generations_desk = GenerationDesk(Guarded(sched, GenerationBoard))
         sched.preemption = PreemptionDesk(Guarded(sched, PreemptionBoard))
+        sched.passes = PassDesk(Guarded(sched, PassBoard))
         self.effects: list = []
         self.handle(CoordinatorStarted(at=self.tick(), policy=sched.policy.to_dict(), pid=1,
                                        host="h", boot_id="boot"))
@@ -94,7 +96,7 @@ class Run(Harness):
             self.handle(event)
 
 
-@pytest.mark.parametrize("module", [submissions, attempts, generations, preemption])
+@pytest.mark.parametrize("module", [submissions, attempts, passes, generations, preemption])
 def test_no_desk_imports_the_scheduler(module):
     tree = ast.parse(Path(module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}

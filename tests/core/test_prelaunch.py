@@ -17,7 +17,8 @@ from praxist_fs.core.effects import AbortAttempt
 from praxist_fs.core.events import (
     AdmissionExpired, CoordinatorStarted, HostSampled, from_record, to_record,
 )
-from praxist_fs.core.scheduler import RELEASE_BACKOFF_CAP_SECONDS, Scheduler, release_backoff
+from praxist_fs.core.passes import RELEASE_BACKOFF_CAP_SECONDS, release_backoff
+from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
 
 from .helpers import Harness, make_policy

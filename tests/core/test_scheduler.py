@@ -116,7 +116,7 @@ def test_a_capped_peer_says_so_when_every_slot_is_taken_too():
     assert h.launch_all() == [(a1, "a1"), (b1, "a1")]
     assert h.job(a2)["reason"] == "peer alice: 1 of max_concurrent_per_peer 1 running"
     h.sched.refresh_reasons()
-    assert not h.sched._slot_limited
+    assert not h.sched.passes.slot_limited
 
 
 def test_without_a_cap_one_peer_may_fill_every_slot():

@@ -18,6 +18,7 @@ from praxist_fs.config import load_policy
 from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.passes import PassDesk
 from praxist_fs.core.pickers import Pass
 from praxist_fs.core.pickers.walk import Openings
 from praxist_fs.core.policy import Policy, Profile
@@ -165,8 +166,8 @@ def sampled_run(monkeypatch: pytest.MonkeyPatch, seed: int, whole: bool) -> dict
     status write reads them (which runs the rest the sample left, against the host its
     pass had)."""
     if whole:
-        monkeypatch.setattr(Scheduler, "_slot_limited_now",
-                            lambda self: (self.refresh_reasons(), self._slot_limited)[1])
+        monkeypatch.setattr(PassDesk, "slot_limited_now",
+                            lambda self: (self.refresh_reasons(), self.slot_limited)[1])
     rng = random.Random(seed)
     cpu = Profile(name="cpu", accelerator="cpu", pressure_domains=("cpu",))
     loose = Profile(name="loose", accelerator="cpu")
@@ -198,7 +199,7 @@ def sampled_run(monkeypatch: pytest.MonkeyPatch, seed: int, whole: bool) -> dict
             sched.handle(HostSampled(at=now, gpus=GPUS, pressure=PressureSample(
                 source="simulated", cpu=pressure, memory=0.0, io=0.0)))
             samples += 1
-            kept += sched._rest is not None
+            kept += sched.passes.rest is not None
             controller = sched.controller
             record["samples"].append((now, controller.target, controller.calm,
                                       controller.last_move, sched.idle_streak,
