@@ -35,6 +35,7 @@ from .states import (
 if TYPE_CHECKING:
     from .budget import Ledger, Spend
     from .calibration import Calibration
+    from .jobcontrol import JobControlDesk
     from .pickers.ledger import Usage
     from .policy import Policy
     from .preemption import PreemptionDesk
@@ -55,6 +56,7 @@ class AttemptBoard(Protocol):
     queue_usage: Usage
     ledger: Ledger
     preemption: PreemptionDesk  # an attempt evicted for requeue ends there
+    jobcontrol: JobControlDesk  # a cancelled attempt's end is decided there
 
     def _job(self, job_id: str) -> Job: ...
     def _transition(self, job: Job, trigger: Trigger) -> None: ...
@@ -62,8 +64,6 @@ class AttemptBoard(Protocol):
     def _spent(self, job: Job, attempt: Attempt, until: float) -> Spend: ...
     def _closed_to_new_work(self, generation: int | None) -> str | None: ...
     def budget_snapshot(self, at: float) -> dict[str, Any] | None: ...
-    def end_cancelled(self, job: Job, attempt: Attempt, ev: AttemptObserved
-                      ) -> list[Effect]: ...
 
 
 class AttemptDesk:
@@ -114,7 +114,7 @@ class AttemptDesk:
                                f"run stopped ({board.stopped})")
         if attempt.cancel and (ev.exited or not ev.alive) and \
                 not (ev.exited and ev.exit_code == 0):
-            return board.end_cancelled(job, attempt, ev)
+            return board.jobcontrol.end_cancelled(job, attempt, ev)
         if attempt.evicting and (ev.exited or not ev.alive) and \
                 not (ev.exited and ev.exit_code == 0):
             # R-POL-3: an end but a success requeues

@@ -9,8 +9,8 @@ A desk is a collaborator that sees the scheduler only through its narrow board:
 timeouts), ``AttemptDesk`` (core/attempts.py: an attempt's launch, what is seen of
 it, its end), ``PassDesk`` (core/passes.py: the scheduling pass, which jobs start
 and why the others wait), ``GenerationDesk`` (core/generations.py) and
-``PreemptionDesk`` (core/preemption.py); job control is a mixin
-(core/jobcontrol.py). What stays here: the dispatch of events, the queue and its
+``PreemptionDesk`` (core/preemption.py) and ``JobControlDesk`` (core/jobcontrol.py:
+cancel, hold, release, update, dependencies). What stays here: the dispatch of events, the queue and its
 indexes with why each queued job waits, control replies and the budget.
 
 Durability contract with the daemon: ``version`` grows on every state change.
@@ -72,7 +72,7 @@ _RANK = attrgetter("rank")
 FINISHED = tuple(state for state in JobState if state.terminal)
 
 
-class Scheduler(JobControlDesk):
+class Scheduler:
     def __init__(self, policy: Policy | None = None, job_files: bool = True) -> None:
         self.policy = policy or Policy()
         # whether a WriteJob carries what the job's file says; a simulation writes no job
@@ -90,8 +90,6 @@ class Scheduler(JobControlDesk):
         self._backlog = Backlog()  # the queued jobs in order, with counts (``_queue``)
         self._backlog_of = self._by_state[JobState.QUEUED]
         self._parked: dict[str, Job] = {}  # queued jobs no pass may start: held, or waiting
-        self._dependents: dict[str, list[str]] = {}  # job id -> jobs that wait for it
-        self._settled: dict[str, None] = {}  # scratch: jobs with dependents that changed state
         self._next_order = 0
         self.stopped: str | None = None  # why the run was stopped: it admits nothing more
         self.stop_calls = 0  # soft: run_stop requests seen by this coordinator
@@ -122,6 +120,7 @@ class Scheduler(JobControlDesk):
         self._deadlines: list[tuple[float, str]] = []  # (admission deadline, job id), a heap
         # the desks: collaborators that see this scheduler through a narrow view (their board)
         self.submissions = SubmissionDesk(self)
+        self.jobcontrol = JobControlDesk(self)
         self.attempts = AttemptDesk(self)
         self.generations_desk = GenerationDesk(self)
         self.preemption = PreemptionDesk(self)
@@ -134,8 +133,8 @@ class Scheduler(JobControlDesk):
         if handler is None:
             raise InvalidTransition(f"can't handle event {type(event).__name__}")
         effects = handler(self, event)
-        if self._settled:  # jobs that others wait for changed state (R-CTL-5)
-            effects += self.settle_dependents(event.at)
+        if self.jobcontrol.settled:  # jobs that others wait for changed state (R-CTL-5)
+            effects += self.jobcontrol.settle_dependents(event.at)
         return effects
 
     def _on_node(self, ev: NodeOutcome | NodeProbeStarted) -> list[Effect]:
@@ -159,7 +158,7 @@ class Scheduler(JobControlDesk):
             effects.append(TerminateAttempts(attempts=running))
         elif not self.stopped:
             effects += self.preemption.reassert()
-            effects += self.reassert_cancels()
+            effects += self.jobcontrol.reassert_cancels()
         return effects
 
     def _on_sampled(self, ev: HostSampled) -> list[Effect]:
@@ -199,7 +198,7 @@ class Scheduler(JobControlDesk):
         control = ev.control
         operator = trust.is_operator(ev.uid, self.coordinator_uid, self.policy.operators)
         if control.action in JOB_ACTIONS:
-            return self._on_job_control(ev, operator)
+            return self.jobcontrol.on_control(ev, operator)
         if not operator:
             return self._control_reply(ev, ControlOutcome.REJECTED, (
                 f"uid: {control.action} is for operators (root, the coordinator's uid, the "
@@ -402,7 +401,7 @@ class Scheduler(JobControlDesk):
                                if job.admission_deadline is not None]
             heapq.heapify(self._deadlines)
             for job in queued.values():
-                if (why := self.parked_reason(job)) is None:
+                if (why := self.jobcontrol.parked_reason(job)) is None:
                     eligible.append(job)
                 else:
                     self._parked[job.job_id] = job
@@ -415,7 +414,7 @@ class Scheduler(JobControlDesk):
         backlog = self._queue()  # built (with the deadlines) before ``_parked`` changes
         if job.admission_deadline is not None:
             heapq.heappush(self._deadlines, (job.admission_deadline, job.job_id))
-        if (why := self.parked_reason(job)) is None:
+        if (why := self.jobcontrol.parked_reason(job)) is None:
             backlog.add(job)
         else:
             self._parked[job.job_id] = job
@@ -564,8 +563,7 @@ class Scheduler(JobControlDesk):
                 self.passes.finish_rest()
             if job.state is JobState.QUEUED:
                 self._leave_queue(job)
-        if job.job_id in self._dependents:
-            self._settled[job.job_id] = None  # its dependents may start, wait or be cancelled
+        self.jobcontrol.changed_state(job.job_id)
         if new is not JobState.QUEUED or job.state is JobState.SUSPENDED:
             self._pending.pop(job.job_id, None)  # why it waited to start, or to resume
         if JobState.RUNNING in (job.state, new):

@@ -364,7 +364,7 @@ def _restore(doc: dict[str, Any], shelved: OnShelf | None = None) -> Scheduler:
                 sched.generation_jobs.setdefault(job.generation, {})[job.job_id] = \
                     job.request.peer
     for job in live:  # a finished job waits for nothing (its dependencies matter no more)
-        sched.link_dependencies(job)
+        sched.jobcontrol.link_dependencies(job)
     return sched
 
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .budget import Ledger
     from .calibration import Calibration
     from .generations import GenerationDesk
+    from .jobcontrol import JobControlDesk
     from .policy import Policy
     from .shelf import Shelf
     from .supply import Generation
@@ -61,15 +62,11 @@ class SubmissionBoard(Protocol):
     generations: dict[int, Generation]
     generation_jobs: dict[int, dict[str, str]]  # generation -> {job id: its peer}
     generations_desk: GenerationDesk  # a request may carry a lease (R-SUP-4)
+    jobcontrol: JobControlDesk  # tags, dependencies (``after``) and who asked for a hold
     pending: dict[str, str]   # why each queued job waits: what an expiry says it waited for
     _deadlines: list[tuple[float, str]]  # (admission deadline, job id), a heap (``_queue``)
 
-    def tagged(self, tag: str, uid: int | None) -> Job | None: ...
     def current_generation(self) -> Generation | None: ...
-    def resolve_after(self, request: Request, job_id: str, uid: int | None
-                      ) -> tuple[tuple[tuple[str, str], ...], str | None]: ...
-    def link_dependencies(self, job: Job) -> None: ...
-    def _asker(self, label: str | None, uid: int | None) -> dict[str, Any]: ...
     def _not_theirs(self, job: Job, uid: int | None) -> str | None: ...
     def _closed_to_new_work(self, generation: int | None) -> str | None: ...
     def _take_order(self) -> int: ...
@@ -120,7 +117,7 @@ class SubmissionDesk:
                               + ", ".join(sorted(board.policy.profiles)))
         if request.slurm is not None and (refused := slurm_refusal(request.slurm, board.policy)):
             return self._reply(ev, ReplyOutcome.REJECTED, None, *refused)
-        job = board.tagged(request.tag, ev.uid)
+        job = board.jobcontrol.tagged(request.tag, ev.uid)
         job_id = job.job_id if job else job_id_for(
             request.tag, tenancy.namespace(ev.uid, board.coordinator_uid))
         digest = fingerprint(request, profile)
@@ -136,7 +133,7 @@ class SubmissionDesk:
         if job is None:
             if closed:
                 return self._reply(ev, ReplyOutcome.REJECTED, None, "generation", closed)
-            after, problem = board.resolve_after(request, job_id, ev.uid)
+            after, problem = board.jobcontrol.resolve_after(request, job_id, ev.uid)
             if problem:
                 return self._reply(ev, ReplyOutcome.REJECTED, None, "after", problem)
             cost, refused = self._ceiling(ev, None, profile)
@@ -149,7 +146,7 @@ class SubmissionDesk:
                       uid=ev.uid, admission_deadline=self._admission_deadline(request, ev.at))
             board.jobs[job_id] = job
             self._place_in_generation(job, generation)
-            board.link_dependencies(job)
+            board.jobcontrol.link_dependencies(job)
             board._enter(job)
             return [board._write_job(job),
                     *self._reply(ev, ReplyOutcome.ACCEPTED, job, estimate=cost, before=None)]
@@ -186,7 +183,7 @@ class SubmissionDesk:
         if closed:
             return self._reply(ev, ReplyOutcome.REJECTED, job, "generation", closed)
         request = ev.request
-        after, problem = board.resolve_after(request, job.job_id, ev.uid)
+        after, problem = board.jobcontrol.resolve_after(request, job.job_id, ev.uid)
         if problem:
             return self._reply(ev, ReplyOutcome.REJECTED, job, "after", problem)
         cost, refused = self._ceiling(ev, job, profile)
@@ -196,7 +193,7 @@ class SubmissionDesk:
         job.priority, job.after = request.priority, after
         job.held = self._asked(request.peer, ev) if request.hold else None
         job.admission_deadline = self._admission_deadline(request, ev.at)
-        board.link_dependencies(job)
+        board.jobcontrol.link_dependencies(job)
         before = job.state
         board._transition(job, trigger)
         self._place_in_generation(job, generation)
@@ -250,8 +247,8 @@ class SubmissionDesk:
             f"{cost['rate_per']})"), estimate=cost)
 
     def _asked(self, peer: str, ev: RequestSeen) -> dict[str, Any]:
-        """A hold its own request asked for: the job's record of who asked (``_asker``)."""
-        return {**self.board._asker(peer, ev.uid), "at": ev.at}
+        """A hold its own request asked for: the job's record of who asked (``JobControlDesk.asker``)."""
+        return {**self.board.jobcontrol.asker(peer, ev.uid), "at": ev.at}
 
     def _reply(self, ev: RequestSeen, outcome: ReplyOutcome, job: Job | None,
               field: str | None = None, problem: str | None = None,

@@ -1,5 +1,5 @@
-"""The Scheduler's desks (issues 16, 30): the submission, attempt, pass, generation
-and preemption desks are collaborators it owns, each seeing it only through a narrow
+"""The Scheduler's desks (issues 16, 30): the submission, attempt, job-control, pass,
+generation and preemption desks are collaborators it owns, each seeing it only through a narrow
 board, and none imports the scheduler back.
 
 The guard below hands each desk its scheduler wrapped so that any member not on
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.core import attempts, generations, passes, preemption, submissions
+from praxist_fs.core import attempts, generations, jobcontrol, passes, preemption, submissions
 from praxist_fs.core.attempts import AttemptBoard, AttemptDesk
 from praxist_fs.core.effects import ResumeAttempt, SuspendAttempt, WriteControlReply
 from praxist_fs.core.events import (
@@ -25,6 +25,7 @@ from praxist_fs.core.events import (
     HostSampled, IdleSeen, ResultSeen,
 )
 from praxist_fs.core.generations import GenerationBoard, GenerationDesk
+from praxist_fs.core.jobcontrol import JobControlBoard, JobControlDesk
 from praxist_fs.core.observations import PressureSample
 from praxist_fs.core.passes import PassBoard, PassDesk
 from praxist_fs.core.preemption import PreemptionBoard, PreemptionDesk
@@ -64,6 +65,7 @@ class Run(Harness):
         sched = self.sched
         sched.submissions = SubmissionDesk(Guarded(sched, SubmissionBoard))
         sched.attempts = AttemptDesk(Guarded(sched, AttemptBoard))
+        sched.jobcontrol = JobControlDesk(Guarded(sched, JobControlBoard))
         sched.generations_desk = GenerationDesk(Guarded(sched, GenerationBoard))
         sched.preemption = PreemptionDesk(Guarded(sched, PreemptionBoard))
         sched.passes = PassDesk(Guarded(sched, PassBoard))
@@ -96,7 +98,8 @@ class Run(Harness):
             self.handle(event)
 
 
-@pytest.mark.parametrize("module", [submissions, attempts, passes, generations, preemption])
+@pytest.mark.parametrize("module", [submissions, attempts, jobcontrol, passes, generations,
+                                    preemption])
 def test_no_desk_imports_the_scheduler(module):
     tree = ast.parse(Path(module.__file__).read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
@@ -211,6 +214,30 @@ def test_the_submission_and_attempt_desks_work_through_their_boards_alone():
     for event in run.sched.due(run.tick()):
         run.handle(event)
     assert run.sched.jobs[late].state is JobState.EXPIRED
+
+
+def test_the_job_control_desk_works_through_its_board_alone():
+    """R-CTL-1, R-CTL-5: hold, release, update and cancel (of a queued job and of a
+    running one, whose end then cancels it), and a dependency on a tag whose failure
+    cancels the job that waits for it, go through the guarded job-control desk."""
+    run = Run(initial_concurrent_experiments=1, min_concurrent_experiments=1,
+              max_concurrent_experiments=1)
+    train = run.submit("train")["job_id"]
+    evaluate = run.submit("eval", after=["train"])["job_id"]
+    spare = run.submit("spare", hold=True)["job_id"]
+    assert run.launch_all() == [(train, "a1")]
+    assert run.sched.pending[evaluate] == f"dependency: waiting for {train} (running)"
+    assert run.control("release", jobs=["spare"])["jobs"][0]["result"] == "released"
+    assert run.control("hold", jobs=[spare])["jobs"][0]["result"] == "held"
+    assert run.control("update", jobs=[spare], priority=5)["jobs"][0]["result"] == "updated"
+    assert run.control("cancel", jobs=[spare])["jobs"][0]["result"] == "cancelled"
+    run.go(train, "a1")
+    assert run.control("cancel", jobs=["train"])["jobs"][0]["result"] == "cancelling"
+    run.exit(train, "a1", 143, signal=15)
+    assert run.sched.jobs[train].state is JobState.CANCELLED
+    assert run.sched.jobs[evaluate].state is JobState.CANCELLED  # its dependency failed
+    run.handle(CoordinatorStarted(at=run.tick(), policy=run.sched.policy.to_dict(), pid=2,
+                                  host="h", boot_id="boot"))
 
 
 def test_the_guard_refuses_what_is_not_on_the_board():

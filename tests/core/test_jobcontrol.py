@@ -346,12 +346,12 @@ def test_dependencies_holds_and_priorities_survive_replay_and_snapshots():
     assert restored.snapshot() == h.sched.snapshot()
     for sched in (replayed, restored, h.sched):
         assert [j.request.tag for j in sched.queued()] == ["urgent", "eval", "held"]
-        assert sched.pending[sched.find_job("held").job_id].startswith("held by")
+        assert sched.pending[sched.jobcontrol.find_job("held").job_id].startswith("held by")
         sched.handle(AttemptObserved(at=h.tick(), job_id=train, attempt_id="a1", alive=False,
                                      ready=True, go=True, exited=True, exit_code=143,
                                      signal=15))
-        assert sched.find_job("train").state.value == "cancelled"
-        assert sched.find_job("eval").state.value == "cancelled"
+        assert sched.jobcontrol.find_job("train").state.value == "cancelled"
+        assert sched.jobcontrol.find_job("eval").state.value == "cancelled"
 
 
 def test_go_is_never_written_for_a_cancelled_attempt():

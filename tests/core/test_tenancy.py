@@ -53,7 +53,7 @@ def test_a_borrowed_peer_name_counts_against_the_borrowers_own_cap():
     alice = h.submit("a1", peer="alice", uid=1001)["job_id"]
     launched = {job_id for job_id, _ in h.launch_all()}
     assert launched == {mallory, alice}
-    waiting = h.sched.pending[h.sched.find_job("m2", 1002).job_id]
+    waiting = h.sched.pending[h.sched.jobcontrol.find_job("m2", 1002).job_id]
     assert waiting == "peer alice (uid 1002): 1 of max_concurrent_per_peer 1 running"
 
 
@@ -135,6 +135,6 @@ def test_a_uids_job_from_before_tags_were_each_uids_is_still_its_own():
     h.handle(CoordinatorStarted(at=h.tick(), policy=h.sched.policy.to_dict(), pid=2,
                                 host="h", boot_id="boot", uid=0))  # served by root now
     assert h.submit("exp", uid=1001)["outcome"] == "duplicate"
-    assert h.sched.find_job("exp", 1001).job_id == job_id
+    assert h.sched.jobcontrol.find_job("exp", 1001).job_id == job_id
     other = h.submit("exp", uid=1002)
     assert other["outcome"] == "accepted" and other["job_id"] != job_id
