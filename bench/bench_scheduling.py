@@ -26,13 +26,14 @@ import time
 from pathlib import Path
 
 from praxist_fs.adapters.gpus import parse_fake_inventory
-from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost, VirtualLoop
+from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.core.events import AttemptLaunched, HostSampled, RequestSeen
 from praxist_fs.core.observations import GpuSample, PressureSample
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
+from praxist_fs.driver import VirtualLoop
 
 INVENTORY = Path(__file__).resolve().parents[1] / "fixtures" / "gpus" / "eight_h200.json"
 

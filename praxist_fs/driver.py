@@ -7,7 +7,8 @@ those that changed the core's state, commit once, then carry out the effects, la
 first: attempt effects go to the backend (``carry_out``), file effects to the views.
 What the backend answers is the next batch, until nothing is left.
 
-The simulator's driver has no journal and no views: the core's state is all there is.
+The simulator's driver has no journal and no views: the core's state is all there is
+(``VirtualLoop``, around the in-memory backend's virtual host).
 The daemon's has both, and leaves to the loop what is the loop's (``waited_out``: a
 full disk degrades it; ``watch_generation``; ``after_commit``: the task's hooks).
 Crash points (``reach``) mark the commit and every effect, as OPERATIONS.md lists them.
@@ -26,7 +27,7 @@ from .core.effects import (
     AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
     SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
 )
-from .core.events import Event, to_record
+from .core.events import AttemptObserved, Event, to_record
 from .core.metrics import COMMIT_BUCKETS, Histogram
 from .core.model import Job
 from .core.scheduler import Scheduler
@@ -35,6 +36,7 @@ from .core.states import JobState
 if TYPE_CHECKING:  # the simulator's driver has neither: it need not import them
     from .adapters.journal import Journal
     from .backends.base import ExecutionBackend
+    from .backends.memory import MemoryBackend
     from .views import Views
 
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
@@ -228,3 +230,26 @@ def _effect_name(effect: Effect) -> str:
     """WriteJob, WriteReply, ...; generation files add their kind (WriteGenerationFile.lease)."""
     name = type(effect).__name__
     return f"{name}.{effect.kind}" if isinstance(effect, WriteGenerationFile) else name
+
+
+class VirtualLoop(Driver):
+    """The daemon's loop in small around a core on a virtual host, for the simulator and
+    tests: the one driver, with nothing to journal and no files; an event goes to the
+    core, what it decides to the backend, what the backend reports back to the core,
+    until nothing is left."""
+
+    def __init__(self, sched: Scheduler, backend: MemoryBackend) -> None:
+        super().__init__(sched, backend, clock=lambda: backend.host.now)
+
+    def handle(self, event: Event) -> None:
+        self.process([event])
+
+    def advance(self, now: float) -> list[AttemptObserved]:
+        """The clock moves to ``now``: the ends reached by then, each handled in turn."""
+        ended = self.backend.on_timer(now)
+        for event in ended:
+            self.handle(event)
+        return ended  # type: ignore[return-value]
+
+    def next_end(self) -> float:
+        return self.backend.next_timer()

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .adapters.gpus import parse_fake_inventory
-from .backends.memory import MemoryBackend, Run, VirtualHost, VirtualLoop
+from .backends.memory import MemoryBackend, Run, VirtualHost
 from .core.admission import upper_bound
 from .core.effects import WriteReply
 from .core.events import (
@@ -51,6 +51,7 @@ from .core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from .core.request import NAME_EXPECTED, NAME_RE, parse_request
 from .core.scheduler import Scheduler
 from .core.states import JobState, PreemptMode
+from .driver import VirtualLoop
 from .errors import BadRequest, PraxistError
 from .simulated_devices import DeviceLedger, Share
 

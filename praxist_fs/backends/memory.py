@@ -15,8 +15,8 @@ once or by KILL after the grace; ABORT ends it without it ever running. An end's
 stays in the queue when a suspension or a signal makes it void, and ``next_timer`` may
 name it: waking at it finds nothing to report.
 
-``VirtualLoop`` is the daemon's loop in small around a core on this backend: the
-daemon's driver (``praxist_fs.driver``) without a journal or views.
+``praxist_fs.driver.VirtualLoop`` is the daemon's loop in small around a core on this
+backend: the daemon's driver without a journal or views.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from typing import Any, ClassVar
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
 from praxist_fs.core.model import Attempt, Job
-from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.driver import Driver
 
 from .base import NO_TIMER, AttemptKey, Capabilities
 
@@ -328,25 +326,3 @@ class MemoryBackend:
             exited=attempt.exit is not None, exit_code=code, signal=signal,
             ended_at=attempt.ended_at if attempt.exit is not None else None)
 
-
-class VirtualLoop(Driver):
-    """The daemon's loop in small around a core on a virtual host, for the simulator and
-    tests: the one driver, with nothing to journal and no files; an event goes to the
-    core, what it decides to the backend, what the backend reports back to the core,
-    until nothing is left."""
-
-    def __init__(self, sched: Scheduler, backend: MemoryBackend) -> None:
-        super().__init__(sched, backend, evict_grace=GRACE_S, clock=lambda: backend.host.now)
-
-    def handle(self, event: Event) -> None:
-        self.process([event])
-
-    def advance(self, now: float) -> list[AttemptObserved]:
-        """The clock moves to ``now``: the ends reached by then, each handled in turn."""
-        ended = self.backend.on_timer(now)
-        for event in ended:
-            self.handle(event)
-        return ended  # type: ignore[return-value]
-
-    def next_end(self) -> float:
-        return self.backend.next_timer()

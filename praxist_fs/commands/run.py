@@ -77,6 +77,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ..demo import run_demo
+    from .demo import run_demo
 
     return run_demo(args.run_dir, args.config)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs.backends.memory import MemoryBackend, Run, VirtualLoop
+from praxist_fs.backends.memory import MemoryBackend, Run
 from praxist_fs.config import load_policy
 from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
@@ -25,6 +25,7 @@ from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.request import Request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
+from praxist_fs.driver import VirtualLoop
 
 POLICIES = Path(__file__).resolve().parents[2] / "fixtures" / "policies"
 FCFS, BACKFILL = POLICIES / "fcfs.yaml", POLICIES / "backfill.yaml"

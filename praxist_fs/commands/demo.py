@@ -19,14 +19,14 @@ import time
 from io import StringIO
 from pathlib import Path
 
-from . import client, supply_client
-from .adapters.fsio import dumps, read_json, write_atomic
-from .adapters.layout import RunLayout
-from .adapters.lock import live_endpoint
-from .commands.render import format_status
-from .report import report_of, write
+from .. import client, supply_client
+from ..adapters.fsio import dumps, read_json, write_atomic
+from ..adapters.layout import RunLayout
+from ..adapters.lock import live_endpoint
+from .render import format_status
+from ..report import report_of, write
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 EXAMPLE_TASK = FIXTURES / "tasks" / "example.yaml"
 FAKE_GPUS = FIXTURES / "gpus" / "two_h200.json"
 COHORT = ("peer-a", "peer-b", "peer-c")
