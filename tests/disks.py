@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -46,10 +47,8 @@ class Disk:
 def small_tmpfs(directory: Path, size: str = "1m"):
     """A ``Disk``: a tmpfs of ``size`` mounted on ``directory`` for the block, freed and
     unmounted after it (so a writer still trying gets its room and ends). The test is
-    skipped where mounting is not allowed (not root, no mount(8), a container without
-    the right)."""
-    if os.geteuid() != 0:
-        pytest.skip("a full disk is a real tmpfs here, and mounting one needs root")
+    skipped where this environment cannot mount (``cannot_mount``); any other mount
+    failure fails it."""
     directory.mkdir(parents=True, exist_ok=True)
     _mount(["-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)])
     disk = Disk(directory)
@@ -73,13 +72,33 @@ def bound(source: Path, target: Path):
         unmount(target)
 
 
+CAP_SYS_ADMIN = 21  # the capability mount(2) needs (capabilities(7))
+
+
+def cannot_mount() -> str | None:
+    """Why no test can mount here, known before trying: not root, root without
+    CAP_SYS_ADMIN (a container that withholds it), or no mount(8). None: mounting is
+    expected to work, and a failure is the test's to report."""
+    if os.geteuid() != 0:
+        return "a full disk is a real tmpfs here, and mounting one needs root"
+    status = Path("/proc/self/status").read_text()
+    effective = int(next(line.split()[1] for line in status.splitlines()
+                         if line.startswith("CapEff:")), 16)
+    if not effective >> CAP_SYS_ADMIN & 1:
+        return "root without CAP_SYS_ADMIN (a container that withholds it) cannot mount"
+    if shutil.which("mount") is None or shutil.which("umount") is None:
+        return "no mount(8)/umount(8) on PATH"
+    return None
+
+
 def _mount(arguments: list[str]) -> None:
-    try:
-        done = subprocess.run(["mount", *arguments], capture_output=True, text=True)
-    except OSError as exc:
-        pytest.skip(f"cannot mount: {exc}")
+    """mount(8), or skip where ``cannot_mount`` says why; any other failure fails."""
+    if (why := cannot_mount()) is not None:
+        pytest.skip(why)
+    done = subprocess.run(["mount", *arguments], capture_output=True, text=True)
     if done.returncode:
-        pytest.skip(f"cannot mount ({done.stderr.strip()})")
+        pytest.fail(f"mount {' '.join(arguments)} failed with exit code {done.returncode}: "
+                    f"{done.stderr.strip()}")
 
 
 def unmount(directory: Path) -> None:
