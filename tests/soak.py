@@ -7,7 +7,7 @@ reproduce it. Not collected by pytest (the name does not match test_*.py).
     PYTHONPATH=. python tests/soak.py --seed 1 --real --case 7        # one real case again
 
 Simulation mode runs ``Simulation(seed).run(steps)`` for seed, seed+1, ... (the bugs
-listed in test_simulation.KNOWN_BUGS are tolerated unless --strict). Real mode draws
+listed in tests/core/simulation.py KNOWN_BUGS are tolerated unless --strict). Real mode draws
 case i from ``random.Random(f"{seed}:{i}")``: a named crash point of the crash matrix
 (BASIC or GENERATION, run through that test's own scenario), or a random crash point
 with a random count, or a kill -9 at a random moment (sometimes twice), or a power cut
@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:  # PYTHONPATH=. does this too
 # -- the deterministic simulation -------------------------------------------------------
 
 def soak_simulation(seed: int, minutes: float, steps: int, strict: bool) -> int:
-    from tests.core.test_simulation import KNOWN_BUGS, Simulation, SimulationFailure
+    from tests.core.simulation import KNOWN_BUGS, Simulation, SimulationFailure
 
     tolerate = frozenset() if strict else frozenset(KNOWN_BUGS)
     deadline = time.monotonic() + minutes * 60
@@ -58,7 +58,7 @@ def soak_simulation(seed: int, minutes: float, steps: int, strict: bool) -> int:
             print(f"\nFAILED after {seeds} good seeds:\n{exc}", flush=True)
             option = "" if not strict else ", tolerate=[]"
             print(f"\nreproduce:\n  PYTHONPATH=. {sys.executable} -c \"from "
-                  f"tests.core.test_simulation import run_seed; run_seed({exc.seed}, "
+                  f"tests.core.simulation import run_seed; run_seed({exc.seed}, "
                   f"{exc.step}{option})\"\n  PYTHONPATH=. {sys.executable} tests/soak.py "
                   f"--seed {current} --minutes 0.01 --steps {steps}"
                   + (" --strict" if strict else ""), flush=True)

@@ -1,23 +1,48 @@
-"""A small driver for the sans-IO scheduler: builds events the way the daemon does.
+"""What the core's tests share (one module: tests import helpers from here, never from
+each other).
 
-Requests go through ``parse_request`` (real bytes, real digest); the harness
-keeps a fake "disk" (the last WriteJob / WriteReply per id) so tests can assert
-the job and reply files a user would read.
+The harness is a small driver for the sans-IO scheduler that builds events the way
+the daemon does: requests go through ``parse_request`` (real bytes, real digest),
+and it keeps a fake "disk" (the last WriteJob / WriteReply per id) so tests can
+assert the job and reply files a user would read. Around it: control requests, a
+coordinator of a given uid, a picker that records what the loop asks, a harness
+that journals (preemption), a backfill cluster on a virtual clock, and a workload
+driven through the real driver on the in-memory backend. The deterministic
+simulation lives apart, in simulation.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from praxist_fs.backends.memory import MemoryBackend
+from praxist_fs.backends.memory import Run as Plan
+from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.effects import Effect, WriteJob, WriteReply
-from praxist_fs.core.events import AttemptObserved, Event, RequestSeen
+from praxist_fs.core.events import (
+    AttemptLaunched, AttemptObserved, ControlSeen, CoordinatorStarted, Event, HostSampled,
+    RequestSeen, from_record, to_record,
+)
+from praxist_fs.core.model import Job
+from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.pickers import JobPicker, JobScope, Pass
 from praxist_fs.core.policy import Policy, Profile
-from praxist_fs.core.request import parse_request, request_id_from_filename
+from praxist_fs.core.queues import Queue
+from praxist_fs.core.request import (
+    Request, parse_control, parse_request, request_id_from_filename,
+)
 from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.driver import VirtualLoop
 from praxist_fs.errors import BadRequest
 
+CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
 CPU = Profile(name="cpu", accelerator="cpu")
 GPU = Profile(name="gpu", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
               gpu_utilization_pct=40.0)
@@ -133,3 +158,303 @@ class Harness:
 
     def directory(self, job_id: str) -> str:
         return self.job_files[job_id].directory
+
+
+
+# -- control requests, and a coordinator of a given uid ------------------------------
+
+
+def control(h: Harness, action: str, uid: int | None = None, **fields: Any) -> dict[str, Any]:
+    """Send one control request (``uid``: its file's owner); return its reply document."""
+    h.counter += 1
+    data = json.dumps({"action": action, **fields}).encode()
+    name = f"ctl-{h.counter}.json"
+    parsed = parse_control(name, data)
+    effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=hashlib.sha256(data).hexdigest(),
+                                   request_id=parsed.request_id, control=parsed, uid=uid))
+    (reply,) = [e.document for e in effects if type(e).__name__ == "WriteControlReply"]
+    return reply
+
+
+def coordinator(uid: int | None, **policy) -> Harness:
+    """A harness whose coordinator runs as ``uid``, as the daemon journals its start."""
+    h = Harness(make_policy(**policy))
+    h.handle(CoordinatorStarted(at=h.tick(), policy=h.sched.policy.to_dict(), pid=1, host="h",
+                                boot_id="boot", uid=uid))
+    return h
+
+
+# -- pickers -------------------------------------------------------------------------
+
+
+class Recorder(JobPicker):
+    """Last job first; records what the loop asks of it."""
+
+    calls: list[Any] = []
+
+    def init(self, ctx: Pass, scope: JobScope) -> None:
+        self._jobs = list(reversed(scope.jobs))
+        Recorder.calls.append(("init", tuple(q.name for q in scope.queues)))
+
+    def next(self) -> Job | None:
+        return self._jobs.pop(0) if self._jobs else None
+
+    def blocked(self, job: Job) -> None:
+        Recorder.calls.append(("blocked", job.request.tag))
+
+    def fini(self) -> None:
+        Recorder.calls.append("fini")
+
+
+def cpu_harness(slots: int = 8, **overrides: Any) -> Harness:
+    return Harness(make_policy(initial_concurrent_experiments=slots,
+                               max_concurrent_experiments=slots, **overrides))
+
+
+def launched_tags(h: Harness) -> list[str]:
+    return [h.sched.jobs[job_id].request.tag for job_id, _ in h.launch_all()]
+
+
+def harness(picker: str, slots: int = 8, gpus: int = 0, **overrides: Any) -> Harness:
+    profiles = {"cpu": CPU,
+                "g1": Profile(name="g1", accelerator="gpu", gpu_count=1),
+                "g2": Profile(name="g2", accelerator="gpu", gpu_count=2)}
+    h = Harness(Policy(profiles=profiles, default_profile="cpu", job_picker=picker,
+                       initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
+                       **overrides))
+    if gpus:
+        h.handle(HostSampled(at=h.now, pressure=CALM, gpus=GpuSample(source="fake", devices=tuple(
+            GpuDevice(uuid=f"GPU-{i}", index=i, name="t", memory_total_mib=81920.0,
+                      memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
+    return h
+
+
+# -- preemption: a harness that feeds back every decision and keeps a journal --------
+
+
+WIDE = Profile(name="wide", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
+               gpu_utilization_pct=70.0)
+BIG = Profile(name="big", accelerator="gpu", gpu_count=1, gpu_memory_gb=60.0,
+              gpu_utilization_pct=30.0)
+MID = Profile(name="mid", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
+              gpu_utilization_pct=30.0)
+EXCL = Profile(name="excl", accelerator="gpu", gpu_count=1)  # unknown demand: exclusive
+
+
+def queues(mode: str = "suspend", low_priority: int = 0, **high: Any) -> tuple[Queue, ...]:
+    return (Queue(name="high", priority=10, work_classes=("mature",),
+                  preemptible_queues=("low",), preempt=mode, **high),
+            Queue(name="low", priority=low_priority, work_classes=("scout", "ordinary")))
+
+
+class PreemptRun(Harness):
+    """The harness, with every decision of a pass fed back as the daemon does."""
+
+    def __init__(self, slots: int = 1, mode: str = "suspend", gpus: int = 0,
+                 profiles: tuple[Profile, ...] = (), **overrides: Any) -> None:
+        overrides.setdefault("queues", queues(mode))
+        super().__init__(make_policy(
+            profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL, *profiles)},
+            initial_concurrent_experiments=slots, min_concurrent_experiments=1,
+            max_concurrent_experiments=slots, **overrides))
+        self.journal: list[dict[str, Any]] = []
+        self.effects: list[Effect] = []
+        self.handle(CoordinatorStarted(at=self.tick(), policy=self.sched.policy.to_dict(), pid=1,
+                                       host="h", boot_id="boot"))
+        if gpus:
+            self.handle(HostSampled(at=self.tick(), gpus=GpuSample(source="fake", devices=tuple(
+                GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
+                          memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
+
+    def handle(self, event: Event) -> list[Effect]:
+        version = self.sched.version
+        effects = super().handle(event)
+        if self.sched.version != version:
+            self.journal.append(json.loads(json.dumps(to_record(event))))
+        self.effects += effects
+        return effects
+
+    def decide(self) -> list[Event]:
+        """One pass, its decisions handled in order; then every reason, as status asks."""
+        events = list(self.sched.next_launches(self.tick()))
+        for event in events:
+            self.handle(event)
+        self.sched.refresh_reasons()
+        return events
+
+    def start(self, tag: str, work_class: str = "ordinary", profile: str = "cpu") -> str:
+        """Submit a job and run it: launched, its shim seen, GO."""
+        job_id = self.submit(tag, work_class=work_class, profile=profile)["job_id"]
+        launched = [e for e in self.decide() if isinstance(e, AttemptLaunched)]
+        assert [e.job_id for e in launched] == [job_id], self.sched.pending
+        self.go(job_id, "a1")
+        return job_id
+
+    def state(self, job_id: str) -> str:
+        return self.sched.jobs[job_id].state.value
+
+
+def kinds(events: list[Event]) -> list[tuple[str, str, str]]:
+    return [(type(e).__name__, e.job_id, getattr(e, "mode", "")) for e in events]
+
+
+def replayed(journal: list[dict[str, Any]]) -> Scheduler:
+    sched = Scheduler()
+    for record in journal:
+        sched.handle(from_record(record))
+    return sched
+
+
+# -- backfill: a cluster of eight GPUs whose jobs run exactly their ETA --------------
+
+
+BACKFILL_PROFILES = {
+    "cpu": Profile(name="cpu", accelerator="cpu"),
+    "g1": Profile(name="g1", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g8": Profile(name="g8", accelerator="gpu", gpu_count=8, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g2": Profile(name="g2", accelerator="gpu", gpu_count=2, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "g3": Profile(name="g3", accelerator="gpu", gpu_count=3, gpu_memory_gb=30.0,
+                  gpu_utilization_pct=60.0),
+    "small": Profile(name="small", accelerator="gpu", gpu_count=1, gpu_memory_gb=5.0,
+                     gpu_utilization_pct=30.0),
+}
+
+
+def backfill_policy(job_picker: str = "backfill", slots: int = 16, **overrides: Any) -> Policy:
+    return Policy(profiles=BACKFILL_PROFILES, default_profile="g1", job_picker=job_picker,
+                  initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
+                  min_concurrent_experiments=slots, **overrides)
+
+
+def sample(external: tuple[float, ...]) -> GpuSample:
+    """Devices GPU-0.. with this much external utilization each."""
+    return GpuSample(source="fake", devices=tuple(
+        GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
+                  memory_used_mib=0.0, utilization_pct=load) for i, load in enumerate(external)))
+
+
+class Cluster:
+    """A harness on (eight idle) GPUs whose jobs run exactly as long as their ETA says."""
+
+    def __init__(self, pol: Policy, external: tuple[float, ...] = (0.0,) * 8) -> None:
+        self.h = Harness(pol)
+        self.h.handle(HostSampled(at=self.h.now, gpus=sample(external), pressure=CALM))
+        self.serial = 0
+        self.started: dict[str, float] = {}  # tag -> when it launched
+
+    @property
+    def now(self) -> float:
+        return self.h.now
+
+    def submit(self, profile: str, eta: float | None, peer: str = "a",
+               work_class: str = "ordinary") -> str:
+        self.serial += 1
+        tag = f"{profile}-{self.serial}"
+        fields: dict[str, Any] = {"profile": profile, "work_class": work_class}
+        if eta is not None:
+            fields["eta_s"] = eta
+        assert self.h.submit(tag, peer=peer, **fields)["outcome"] == "accepted"
+        return tag
+
+    def schedule(self) -> list[str]:
+        launched = []
+        for event in self.h.sched.next_launches(self.h.now):
+            self.h.handle(event)
+            self.h.go(event.job_id, event.attempt_id)
+            tag = self.h.sched.jobs[event.job_id].request.tag
+            self.started[tag] = event.at
+            launched.append(tag)
+        return launched
+
+    def advance(self, seconds: float) -> None:
+        """Let time pass; every job whose ETA is up exits 0 at its ETA."""
+        until = self.h.now + seconds
+        for job in sorted(self.h.sched.running(), key=lambda j: j.order):
+            eta = job.request.eta_s
+            if eta is not None and job.current.started_at + eta <= until:
+                self.h.now = job.current.started_at + eta - 0.5
+                self.h.exit(job.job_id, job.current.attempt_id, 0)
+        self.h.now = until
+
+    def reason(self, tag: str) -> str:
+        job = next(j for j in self.h.sched.jobs.values() if j.request.tag == tag)
+        return self.h.sched.pending.get(job.job_id, "")
+
+
+def stream(cluster: Cluster, horizon: float, eta: float, every: float = 10.0) -> None:
+    """A 1-GPU job every ``every`` seconds, scheduling after each, until ``horizon``."""
+    while cluster.now < horizon:
+        cluster.submit("g1", eta)
+        cluster.advance(every)
+        cluster.schedule()
+
+
+# -- a workload on a virtual host, through the driver --------------------------------
+
+
+POLICIES = Path(__file__).resolve().parents[2] / "fixtures" / "policies"
+FCFS, BACKFILL = POLICIES / "fcfs.yaml", POLICIES / "backfill.yaml"
+GPUS = GpuSample(source="fake", devices=tuple(
+    GpuDevice(uuid=f"GPU-{i}", index=i, name="fake H200", memory_total_mib=143771.0,
+              memory_used_mib=0.0, utilization_pct=0.0) for i in range(8)))
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One job of the workload: when it comes, its request, and how long it runs."""
+
+    at: float
+    request: Request
+    profile: Profile
+    duration_s: float
+
+
+def busy_trace(seed: int, jobs: int = 400, eta_seed: int | None = 7) -> list[Arrival]:
+    """Narrow and wide jobs, some sharing GPUs, arriving faster than 8 GPUs serve them;
+    their ETAs are off by a lognormal factor, as a peer's guesses are (drawn from
+    ``eta_seed``'s generator, or with the jobs' own when None)."""
+    rng = random.Random(seed)
+    noise = rng if eta_seed is None else random.Random(eta_seed)
+    at, trace = 0.0, []
+    for i in range(jobs):
+        at += rng.expovariate(1 / 40)
+        shared = rng.random() < 0.3
+        gpus, duration = rng.choice([1, 1, 1, 2, 4, 8]), rng.choice([30, 300, 3000, 20000])
+        util, mem = (rng.choice([30, 50]), rng.choice([20, 70])) if shared else (None, None)
+        profile = Profile(name=f"g{gpus}-u{util}-m{mem}", accelerator="gpu", gpu_count=gpus,
+                          gpu_utilization_pct=util, gpu_memory_gb=mem)
+        request = Request(request_id=f"j{i}", peer=f"u{rng.randint(1, 5)}", tag=f"j{i}",
+                          profile=profile.name, argv=("trace-job", f"j{i}"),
+                          eta_s=duration * math.exp(noise.gauss(0.0, 0.5)))
+        trace.append(Arrival(round(at), request, profile, duration))
+    return trace
+
+
+def drive(policy: Policy, trace: list[Arrival]) -> Scheduler:
+    """The core runs ``trace`` to its end on 8 idle GPUs of a virtual host, its target at
+    the task file's cap: every arrival submitted at its time, a pass at each instant."""
+    profiles = {**policy.profiles, **{a.profile.name: a.profile for a in trace}}
+    policy = replace(policy, profiles=profiles,
+                     initial_concurrent_experiments=upper_bound(policy, None))
+    sched = Scheduler(policy)
+    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                                    boot_id="memory"))
+    sched.handle(HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+        source="simulated", cpu=0.0, memory=0.0, io=0.0)))
+    runs = {a.request.request_id: Plan(a.duration_s) for a in trace}
+    loop = VirtualLoop(sched, MemoryBackend(lambda launch: runs[launch.metadata["request_id"]]))
+    arrivals = deque(trace)
+    while arrivals or loop.next_end() < math.inf:
+        now = min(arrivals[0].at if arrivals else math.inf, loop.next_end())
+        loop.advance(now)
+        while arrivals and arrivals[0].at == now:
+            request = arrivals.popleft().request
+            loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
+                                    digest=request.request_id,
+                                    request_id=request.request_id, request=request))
+        for event in sched.next_launches(now):
+            loop.handle(event)
+    return sched

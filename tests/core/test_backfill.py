@@ -9,105 +9,17 @@ use devices it does not need and leave it a slot.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
-from praxist_fs.core.events import HostSampled
-from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
-from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.queues import Queue
 
-from .helpers import Harness
-
-CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
-PROFILES = {
-    "cpu": Profile(name="cpu", accelerator="cpu"),
-    "g1": Profile(name="g1", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g8": Profile(name="g8", accelerator="gpu", gpu_count=8, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g2": Profile(name="g2", accelerator="gpu", gpu_count=2, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g3": Profile(name="g3", accelerator="gpu", gpu_count=3, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "small": Profile(name="small", accelerator="gpu", gpu_count=1, gpu_memory_gb=5.0,
-                     gpu_utilization_pct=30.0),
-}
-
-
-def policy(job_picker: str = "backfill", slots: int = 16, **overrides: Any) -> Policy:
-    return Policy(profiles=PROFILES, default_profile="g1", job_picker=job_picker,
-                  initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
-                  min_concurrent_experiments=slots, **overrides)
-
-
-def sample(external: tuple[float, ...]) -> GpuSample:
-    """Devices GPU-0.. with this much external utilization each."""
-    return GpuSample(source="fake", devices=tuple(
-        GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
-                  memory_used_mib=0.0, utilization_pct=load) for i, load in enumerate(external)))
-
-
-class Cluster:
-    """A harness on (eight idle) GPUs whose jobs run exactly as long as their ETA says."""
-
-    def __init__(self, pol: Policy, external: tuple[float, ...] = (0.0,) * 8) -> None:
-        self.h = Harness(pol)
-        self.h.handle(HostSampled(at=self.h.now, gpus=sample(external), pressure=CALM))
-        self.serial = 0
-        self.started: dict[str, float] = {}  # tag -> when it launched
-
-    @property
-    def now(self) -> float:
-        return self.h.now
-
-    def submit(self, profile: str, eta: float | None, peer: str = "a",
-               work_class: str = "ordinary") -> str:
-        self.serial += 1
-        tag = f"{profile}-{self.serial}"
-        fields: dict[str, Any] = {"profile": profile, "work_class": work_class}
-        if eta is not None:
-            fields["eta_s"] = eta
-        assert self.h.submit(tag, peer=peer, **fields)["outcome"] == "accepted"
-        return tag
-
-    def schedule(self) -> list[str]:
-        launched = []
-        for event in self.h.sched.next_launches(self.h.now):
-            self.h.handle(event)
-            self.h.go(event.job_id, event.attempt_id)
-            tag = self.h.sched.jobs[event.job_id].request.tag
-            self.started[tag] = event.at
-            launched.append(tag)
-        return launched
-
-    def advance(self, seconds: float) -> None:
-        """Let time pass; every job whose ETA is up exits 0 at its ETA."""
-        until = self.h.now + seconds
-        for job in sorted(self.h.sched.running(), key=lambda j: j.order):
-            eta = job.request.eta_s
-            if eta is not None and job.current.started_at + eta <= until:
-                self.h.now = job.current.started_at + eta - 0.5
-                self.h.exit(job.job_id, job.current.attempt_id, 0)
-        self.h.now = until
-
-    def reason(self, tag: str) -> str:
-        job = next(j for j in self.h.sched.jobs.values() if j.request.tag == tag)
-        return self.h.sched.pending.get(job.job_id, "")
-
-
-def stream(cluster: Cluster, horizon: float, eta: float, every: float = 10.0) -> None:
-    """A 1-GPU job every ``every`` seconds, scheduling after each, until ``horizon``."""
-    while cluster.now < horizon:
-        cluster.submit("g1", eta)
-        cluster.advance(every)
-        cluster.schedule()
+from .helpers import Cluster, backfill_policy, stream
 
 
 @pytest.mark.parametrize("picker", ["fcfs", "backfill"])
 def test_a_wide_job_is_not_starved_by_a_stream_of_narrow_ones(picker):
-    cluster = Cluster(policy(picker))
+    cluster = Cluster(backfill_policy(picker))
     first = [cluster.submit("g1", eta=100.0 + 10 * i) for i in range(8)]
     assert cluster.schedule() == first           # the devices free one by one, t+100..170
     last_end = max(cluster.started[tag] + 100.0 + 10 * i for i, tag in enumerate(first))
@@ -123,7 +35,7 @@ def test_a_wide_job_is_not_starved_by_a_stream_of_narrow_ones(picker):
 
 
 def test_the_reserved_job_says_when_and_where():
-    cluster = Cluster(policy())
+    cluster = Cluster(backfill_policy())
     for i in range(8):
         cluster.submit("g1", eta=100.0 + 10 * i)
     cluster.schedule()
@@ -138,7 +50,7 @@ def test_the_reserved_job_says_when_and_where():
 
 
 def test_jobs_that_end_before_the_reservation_may_use_its_devices():
-    cluster = Cluster(policy())
+    cluster = Cluster(backfill_policy())
     for eta in (100.0, 100.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0):
         cluster.submit("g1", eta=eta)
     cluster.schedule()
@@ -159,7 +71,7 @@ def test_jobs_that_end_before_the_reservation_may_use_its_devices():
 
 def test_devices_the_reserved_job_does_not_need_stay_usable():
     # GPU-4 carries a colleague's 50 %: too busy for 60 % jobs, room for a 30 % one
-    cluster = Cluster(policy(), external=(0.0, 0.0, 0.0, 0.0, 50.0))
+    cluster = Cluster(backfill_policy(), external=(0.0, 0.0, 0.0, 0.0, 50.0))
     short = [cluster.submit("g1", eta=100.0) for _ in range(2)]   # GPU-0, GPU-1
     long = cluster.submit("g1", eta=5000.0)                        # GPU-2
     assert cluster.schedule() == [*short, long]
@@ -177,7 +89,7 @@ def test_devices_the_reserved_job_does_not_need_stay_usable():
 
 
 def test_running_work_without_an_eta_means_no_reservation():
-    cluster = Cluster(policy())
+    cluster = Cluster(backfill_policy())
     for _ in range(8):
         cluster.submit("g1", eta=None)
     cluster.schedule()
@@ -191,7 +103,7 @@ def test_running_work_without_an_eta_means_no_reservation():
 def test_cpu_work_backfills_freely():
     """It holds no device the reservation needs, and a slot is always left for the
     reserved job: every job that ends by its start frees one."""
-    cluster = Cluster(policy(slots=10))
+    cluster = Cluster(backfill_policy(slots=10))
     for _ in range(8):
         cluster.submit("g1", eta=100.0)
     cluster.schedule()
@@ -204,7 +116,7 @@ def test_cpu_work_backfills_freely():
 def test_a_reservation_binds_lower_priority_queues_too():
     queues = (Queue(name="wide", priority=1, work_classes=("mature",), picker="backfill"),
               Queue(name="rest", work_classes=("scout", "ordinary"), picker="fcfs"))
-    cluster = Cluster(policy("fcfs", queues=queues))
+    cluster = Cluster(backfill_policy("fcfs", queues=queues))
     for _ in range(8):
         cluster.submit("g1", eta=100.0)
     cluster.schedule()
@@ -216,7 +128,7 @@ def test_a_reservation_binds_lower_priority_queues_too():
 
 
 def test_fcfs_queues_make_no_reservation():
-    cluster = Cluster(policy("fcfs"))
+    cluster = Cluster(backfill_policy("fcfs"))
     for _ in range(8):
         cluster.submit("g1", eta=100.0)
     cluster.schedule()
@@ -236,7 +148,7 @@ def test_the_reservation_uses_calibrated_etas():
         cluster.schedule()
         return float(re.search(r"start in (\d+)s", cluster.reason(wide)).group(1))
 
-    neutral, slow = Cluster(policy()), Cluster(policy())
+    neutral, slow = Cluster(backfill_policy()), Cluster(backfill_policy())
     for _ in range(20):
         tag = slow.submit("cpu", eta=10.0)
         slow.schedule()
@@ -247,7 +159,6 @@ def test_the_reservation_uses_calibrated_etas():
     assert reserved_in(neutral) <= 100.0 < 150.0 < reserved_in(slow)
 
 
-
 def test_fractional_jobs_share_reserved_devices_while_they_leave_the_reserved_share():
     """Issue 18 (backfill on fractional demand): a reservation that kept every later
     job off its devices idled the share fractional jobs could use until it started.
@@ -255,7 +166,7 @@ def test_fractional_jobs_share_reserved_devices_while_they_leave_the_reserved_sh
     for ever starts now on a reserved device where the reserved 60 % still fits beside
     it then, is kept off the one where it would not (though it fits there now), and
     the reserved job starts on time."""
-    cluster = Cluster(policy(), external=(0.0, 0.0))
+    cluster = Cluster(backfill_policy(), external=(0.0, 0.0))
     first = [cluster.submit("g1", eta=500.0), cluster.submit("small", eta=500.0)]
     assert cluster.schedule() == first           # 60 % on GPU-0, 30 % on GPU-1
     wide = cluster.submit("g2", eta=100.0)       # 60 % on both: once GPU-0's job ends

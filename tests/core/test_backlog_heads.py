@@ -15,8 +15,7 @@ from praxist_fs.core import pickers
 from praxist_fs.core.backlog import RUNS, Backlog, heads_of
 from praxist_fs.core.scheduler import Scheduler
 
-from .test_ranking_pickers import harness, launched
-from .test_walk import FCFS, busy_trace, drive
+from .helpers import FCFS, busy_trace, drive, harness, launched_tags
 
 
 def sorted_heads(heads: dict[str, list[Any]]) -> dict[str, list[Any]]:
@@ -113,12 +112,12 @@ def test_a_job_without_an_eta_moves_back_when_a_longer_one_comes():
     h = harness("shortest_expected_first", slots=1)
     for tag, eta in (("short", 10.0), ("unknown", None), ("long", 5000.0)):
         h.submit(tag, **({} if eta is None else {"eta_s": eta}))
-    assert launched(h) == ["short"]  # then "unknown" (as long as "long", and older)
+    assert launched_tags(h) == ["short"]  # then "unknown" (as long as "long", and older)
     job_id = next(iter(h.sched.jobs))
     h.go(job_id, "a1")
     h.exit(job_id, "a1", 1)  # failed: the calibration holds still, so the heads are kept
     h.submit("longest", eta_s=86400.0)
-    assert launched(h) == ["long"]
+    assert launched_tags(h) == ["long"]
 
 
 def test_the_next_short_job_of_a_profile_is_the_first_a_walk_in_rank_order_finds():

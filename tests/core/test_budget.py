@@ -23,9 +23,10 @@ from praxist_fs.errors import BadRequest
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.status import render_status
 
-from . import test_simulation
+from . import simulation
+from .simulation import PROFILES, replay, run_seed
+
 from .helpers import Harness, make_policy
-from .test_simulation import PROFILES, replay, run_seed
 
 HOUR = 3600.0
 
@@ -420,7 +421,7 @@ def test_the_budget_travels_with_the_policy_and_old_journals_load():
 # -- the deterministic simulation, with a budget --------------------------------------
 
 
-RANDOM_POLICY = test_simulation.random_policy
+RANDOM_POLICY = simulation.random_policy
 
 
 def budgeted(rng: random.Random) -> Policy:
@@ -435,7 +436,7 @@ def budgeted(rng: random.Random) -> Policy:
 def test_the_simulation_with_a_budget_replays_and_snapshots(seed, monkeypatch):
     """Crashes, restarts and replay == live at every step (the simulation's own checks),
     with verdict changes in the journal; a snapshot plus the tail replays to the same."""
-    monkeypatch.setattr(test_simulation, "random_policy", budgeted)
+    monkeypatch.setattr(simulation, "random_policy", budgeted)
     journal = run_seed(seed, 300).journal
     assert any(r["type"] == "budget_verdict" for r in journal)
     whole = replay(journal).snapshot()

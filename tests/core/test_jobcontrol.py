@@ -3,34 +3,19 @@ dependencies, through the same events the daemon journals."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
 import pytest
 
 from praxist_fs.core.effects import AbortAttempt, CancelAttempt, WriteGo
-from praxist_fs.core.events import (
-    AttemptObserved, ControlSeen, CoordinatorStarted, from_record, to_record,
-)
+from praxist_fs.core.events import AttemptObserved, CoordinatorStarted, from_record, to_record
 from praxist_fs.core.request import parse_control, parse_request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.errors import BadRequest
 
-from .helpers import Harness, make_policy
-
-
-def control(h: Harness, action: str, uid: int | None = None, **fields: Any) -> dict[str, Any]:
-    """Send one control request (``uid``: its file's owner); return its reply document."""
-    h.counter += 1
-    data = json.dumps({"action": action, **fields}).encode()
-    name = f"ctl-{h.counter}.json"
-    parsed = parse_control(name, data)
-    effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=hashlib.sha256(data).hexdigest(),
-                                   request_id=parsed.request_id, control=parsed, uid=uid))
-    (reply,) = [e.document for e in effects if type(e).__name__ == "WriteControlReply"]
-    return reply
+from .helpers import Harness, control, make_policy
 
 
 def running(h: Harness, tag: str, **fields: Any) -> str:

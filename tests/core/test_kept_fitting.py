@@ -5,11 +5,11 @@ idle devices."""
 
 from __future__ import annotations
 
-from .test_backfill import Cluster, policy
+from .helpers import Cluster, backfill_policy
 
 
 def test_a_device_freed_between_passes_starts_the_job_waiting_for_it():
-    cluster = Cluster(policy("fcfs"))
+    cluster = Cluster(backfill_policy("fcfs"))
     first = cluster.submit("g8", eta=100.0)  # 60 % of each of the eight devices
     assert cluster.schedule() == [first]
     second = cluster.submit("g8", eta=100.0)
@@ -27,7 +27,7 @@ def test_a_device_freed_between_passes_starts_the_job_waiting_for_it():
 def test_shares_freed_on_some_devices_are_counted_on_those_only():
     """The wide job's shape is first counted while every device is busy, then kept while
     the shares on one device, then on another, end: each pass must see what is free."""
-    cluster = Cluster(policy("fcfs", slots=32))
+    cluster = Cluster(backfill_policy("fcfs", slots=32))
     # two 30 % shares a device, spread: devices 0 and 1 hold the 1st and 9th, the 2nd and 10th
     etas = [50.0, 100.0, *[1000.0] * 6] * 2
     small = [cluster.submit("small", eta=eta) for eta in etas]

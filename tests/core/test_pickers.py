@@ -19,17 +19,15 @@ import pytest
 
 from praxist_fs.core.pickers import context as pass_module
 from praxist_fs.core.events import HostSampled, RequestSeen
-from praxist_fs.core.model import Job
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
-from praxist_fs.core.pickers import (
-    PICKERS, JobPicker, JobScope, Pass, Usage, picker_class, register_picker,
-)
+from praxist_fs.core.pickers import PICKERS, Usage, picker_class, register_picker
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.queues import Queue, default_queues
 from praxist_fs.core.request import Request
 
-from .helpers import Harness, make_policy
-from .test_simulation import Simulation
+
+from .helpers import Harness, Recorder, cpu_harness, launched_tags, make_policy
+from .simulation import Simulation
 
 # -- today's behaviour, pinned ---------------------------------------------------------
 
@@ -170,42 +168,6 @@ def test_an_explicit_default_queues_block_launches_exactly_as_none_on_a_busy_hos
 
 
 # -- the registry and the loop's contract ------------------------------------------------
-
-
-class Recorder(JobPicker):
-    """Last job first; records what the loop asks of it."""
-
-    calls: list[Any] = []
-
-    def init(self, ctx: Pass, scope: JobScope) -> None:
-        self._jobs = list(reversed(scope.jobs))
-        Recorder.calls.append(("init", tuple(q.name for q in scope.queues)))
-
-    def next(self) -> Job | None:
-        return self._jobs.pop(0) if self._jobs else None
-
-    def blocked(self, job: Job) -> None:
-        Recorder.calls.append(("blocked", job.request.tag))
-
-    def fini(self) -> None:
-        Recorder.calls.append("fini")
-
-
-@pytest.fixture
-def recorder():
-    Recorder.calls = []
-    register_picker("job", "recorder", Recorder)
-    yield Recorder
-    del PICKERS["job"]["recorder"]
-
-
-def cpu_harness(slots: int = 8, **overrides: Any) -> Harness:
-    return Harness(make_policy(initial_concurrent_experiments=slots,
-                               max_concurrent_experiments=slots, **overrides))
-
-
-def launched_tags(h: Harness) -> list[str]:
-    return [h.sched.jobs[job_id].request.tag for job_id, _ in h.launch_all()]
 
 
 def test_register_picker_checks_the_level_and_the_class():

@@ -14,9 +14,8 @@ from praxist_fs.core.queues import Project, Queue, Window, window_hold
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.status import render_status
 
-from .test_pickers import cpu_harness, launched_tags, recorder  # noqa: F401 (a fixture)
-from .test_jobcontrol import control
-from .test_preemption import Run, kinds, replayed
+from .helpers import PreemptRun, control, cpu_harness, kinds, launched_tags, replayed
+
 
 WEDNESDAY_NOON = datetime(2026, 12, 2, 12, tzinfo=timezone.utc).timestamp()
 NIGHTS_AND_WEEKENDS = (Window(days=(5, 6)), Window(start=20 * 60, end=8 * 60))
@@ -47,7 +46,7 @@ def test_a_preemptible_queue_is_preempted_by_every_higher_queue():
     policy_queues = (Queue(name="urgent", priority=10, work_classes=("mature",)),
                      Queue(name="normal", priority=5, work_classes=("ordinary",)),
                      Queue(name="scavenger", work_classes=("scout",), preemptible=True))
-    run = Run(slots=2, queues=policy_queues)
+    run = PreemptRun(slots=2, queues=policy_queues)
     scavenger = run.start("scav", work_class="scout")
     normal = run.start("normal")
     urgent = run.submit("urgent", work_class="mature")["job_id"]
@@ -85,7 +84,7 @@ def test_a_registered_preempt_policy_chooses_the_victims(oldest_first, where):
     policy_queues = (Queue(name="high", priority=10, work_classes=("mature",), **on_queue),
                      Queue(name="low", work_classes=("scout", "ordinary"), preemptible=True))
     overrides = {"preempt_policy": "oldest_first"} if where == "global" else {}
-    run = Run(slots=2, queues=policy_queues, **overrides)
+    run = PreemptRun(slots=2, queues=policy_queues, **overrides)
     old, young = run.start("old"), run.start("young")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", old, "suspend"),
@@ -98,7 +97,7 @@ def test_the_builtin_preempt_policy_takes_the_youngest():
     then the youngest attempt."""
     policy_queues = (Queue(name="high", priority=10, work_classes=("mature",)),
                      Queue(name="low", work_classes=("scout", "ordinary"), preemptible=True))
-    run = Run(slots=2, queues=policy_queues)
+    run = PreemptRun(slots=2, queues=policy_queues)
     old, young = run.start("old"), run.start("young")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", young, "suspend"),
@@ -173,15 +172,15 @@ def test_projects_come_before_queues_in_the_loop(recorder):
     assert recorder.calls == [("init", ("vision",)), "fini"]  # nlp is fcfs: the global one
 
 
-def project_run(picker: str, shares: tuple[float, float] = (1.0, 1.0), slots: int = 2) -> Run:
+def project_run(picker: str, shares: tuple[float, float] = (1.0, 1.0), slots: int = 2) -> PreemptRun:
     projects = (Project(name="cv", queues=("vision",), share=shares[0]),
                 Project(name="lang", queues=("nlp",), share=shares[1]))
     queues = (Queue(name="vision", work_classes=("scout",)),
               Queue(name="nlp", work_classes=("ordinary", "mature")))
-    return Run(slots=slots, queues=queues, projects=projects, project_picker=picker)
+    return PreemptRun(slots=slots, queues=queues, projects=projects, project_picker=picker)
 
 
-def next_after_one_vision_job_ends(run: Run) -> str:
+def next_after_one_vision_job_ends(run: PreemptRun) -> str:
     """cv fills both slots first (its jobs are older); one of them ends after 100 s."""
     first = [run.submit(f"v{i}", work_class="scout")["job_id"] for i in range(4)]
     run.submit("n1")

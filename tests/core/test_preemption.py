@@ -5,7 +5,6 @@ journal, a snapshot and a restart rebuild and carry all of it out again."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,106 +12,29 @@ from hypothesis import strategies as st
 
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.effects import (
-    Effect, EvictAttempt, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
+    EvictAttempt, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
 )
 from praxist_fs.core.events import (
-    AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ControlSeen,
-    CoordinatorStarted, Event,
-    HostSampled, from_record, to_record,
+    AttemptObserved, AttemptPreempted, AttemptResumed, ControlSeen, CoordinatorStarted,
 )
-from praxist_fs.core.observations import GpuDevice, GpuSample
 from praxist_fs.core.policy import Profile
 from praxist_fs.core.preemption import MAX_PREEMPTIONS_FOR_ONE
 from praxist_fs.core.queues import Queue
 from praxist_fs.core.request import ControlRequest
-from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.core.states import JobState
 from praxist_fs.core.status import render_status
 from praxist_fs.simulate import TraceJob, replay
 from praxist_fs.errors import InvalidTransition
 
-from .helpers import CPU, GPU, Harness, make_policy
-from .test_jobcontrol import control
-
-WIDE = Profile(name="wide", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
-               gpu_utilization_pct=70.0)
-BIG = Profile(name="big", accelerator="gpu", gpu_count=1, gpu_memory_gb=60.0,
-              gpu_utilization_pct=30.0)
-MID = Profile(name="mid", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
-              gpu_utilization_pct=30.0)
-EXCL = Profile(name="excl", accelerator="gpu", gpu_count=1)  # unknown demand: exclusive
-
-
-def queues(mode: str = "suspend", low_priority: int = 0, **high: Any) -> tuple[Queue, ...]:
-    return (Queue(name="high", priority=10, work_classes=("mature",),
-                  preemptible_queues=("low",), preempt=mode, **high),
-            Queue(name="low", priority=low_priority, work_classes=("scout", "ordinary")))
-
-
-class Run(Harness):
-    """The harness, with every decision of a pass fed back as the daemon does."""
-
-    def __init__(self, slots: int = 1, mode: str = "suspend", gpus: int = 0,
-                 profiles: tuple[Profile, ...] = (), **overrides: Any) -> None:
-        overrides.setdefault("queues", queues(mode))
-        super().__init__(make_policy(
-            profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL, *profiles)},
-            initial_concurrent_experiments=slots, min_concurrent_experiments=1,
-            max_concurrent_experiments=slots, **overrides))
-        self.journal: list[dict[str, Any]] = []
-        self.effects: list[Effect] = []
-        self.handle(CoordinatorStarted(at=self.tick(), policy=self.sched.policy.to_dict(), pid=1,
-                                       host="h", boot_id="boot"))
-        if gpus:
-            self.handle(HostSampled(at=self.tick(), gpus=GpuSample(source="fake", devices=tuple(
-                GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
-                          memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
-
-    def handle(self, event: Event) -> list[Effect]:
-        version = self.sched.version
-        effects = super().handle(event)
-        if self.sched.version != version:
-            self.journal.append(json.loads(json.dumps(to_record(event))))
-        self.effects += effects
-        return effects
-
-    def decide(self) -> list[Event]:
-        """One pass, its decisions handled in order; then every reason, as status asks."""
-        events = list(self.sched.next_launches(self.tick()))
-        for event in events:
-            self.handle(event)
-        self.sched.refresh_reasons()
-        return events
-
-    def start(self, tag: str, work_class: str = "ordinary", profile: str = "cpu") -> str:
-        """Submit a job and run it: launched, its shim seen, GO."""
-        job_id = self.submit(tag, work_class=work_class, profile=profile)["job_id"]
-        launched = [e for e in self.decide() if isinstance(e, AttemptLaunched)]
-        assert [e.job_id for e in launched] == [job_id], self.sched.pending
-        self.go(job_id, "a1")
-        return job_id
-
-    def state(self, job_id: str) -> str:
-        return self.sched.jobs[job_id].state.value
-
-
-def kinds(events: list[Event]) -> list[tuple[str, str, str]]:
-    return [(type(e).__name__, e.job_id, getattr(e, "mode", "")) for e in events]
-
-
-def replayed(journal: list[dict[str, Any]]) -> Scheduler:
-    sched = Scheduler()
-    for record in journal:
-        sched.handle(from_record(record))
-    return sched
+from .helpers import PreemptRun, control, kinds, make_policy, queues, replayed
 
 
 # -- suspend ---------------------------------------------------------------------------
 
 
 def test_a_full_house_suspends_the_low_job_and_the_high_one_starts_in_the_same_pass():
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low-1")
     high = run.submit("high-1", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
@@ -146,7 +68,7 @@ def test_victims_are_the_lowest_priority_queue_first_then_the_youngest():
               preemptible_queues=("mid", "low"), preempt="suspend"),
         Queue(name="mid", priority=5, work_classes=("scout",)),
         Queue(name="low", priority=0, work_classes=("ordinary",)))
-    run = Run(slots=4, queues=policy_queues)
+    run = PreemptRun(slots=4, queues=policy_queues)
     old_low = run.start("old-low")
     mid = run.start("mid", work_class="scout")
     young_low = run.start("young-low")
@@ -164,7 +86,7 @@ def test_victims_are_the_lowest_priority_queue_first_then_the_youngest():
 
 
 def test_a_queue_of_equal_or_higher_priority_is_never_preempted():
-    run = Run(slots=1, queues=queues(low_priority=10))
+    run = PreemptRun(slots=1, queues=queues(low_priority=10))
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert run.decide() == []
@@ -173,7 +95,7 @@ def test_a_queue_of_equal_or_higher_priority_is_never_preempted():
 
 
 def test_holds_that_preemption_does_not_lift_preempt_nothing():
-    run = Run(slots=2, queues=queues(max_running=0))  # the high queue is paused
+    run = PreemptRun(slots=2, queues=queues(max_running=0))  # the high queue is paused
     low = run.start("low")
     run.start("low-2")
     high = run.submit("high", work_class="mature")["job_id"]
@@ -183,7 +105,7 @@ def test_holds_that_preemption_does_not_lift_preempt_nothing():
 
 
 def test_suspension_frees_utilization_and_keeps_gpu_memory():
-    run = Run(slots=4, gpus=1)
+    run = PreemptRun(slots=4, gpus=1)
     low = run.start("low", profile="wide")                    # 70% and 10 GiB on GPU-0
     high = run.submit("high", work_class="mature", profile="wide")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
@@ -199,7 +121,7 @@ def test_suspension_frees_utilization_and_keeps_gpu_memory():
 
 def test_suspension_does_not_help_a_job_held_by_gpu_memory_but_requeue_does():
     for mode, expected in (("suspend", []), ("requeue", ["AttemptPreempted"])):
-        run = Run(slots=4, gpus=1, mode=mode)
+        run = PreemptRun(slots=4, gpus=1, mode=mode)
         low = run.start("low", profile="big")                 # 60 GiB of 80
         high = run.submit("high", work_class="mature", profile="mid")["job_id"]  # needs 30
         assert [type(e).__name__ for e in run.decide()] == expected, mode
@@ -208,7 +130,7 @@ def test_suspension_does_not_help_a_job_held_by_gpu_memory_but_requeue_does():
 
 
 def test_suspension_never_frees_an_exclusive_device():
-    run = Run(slots=4, gpus=1)
+    run = PreemptRun(slots=4, gpus=1)
     run.start("low", profile="excl")
     high = run.submit("high", work_class="mature", profile="gpu")["job_id"]
     assert run.decide() == []
@@ -216,7 +138,7 @@ def test_suspension_never_frees_an_exclusive_device():
 
 
 def test_a_suspended_job_resumes_before_younger_work_of_its_queue():
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     run.decide()
@@ -228,7 +150,7 @@ def test_a_suspended_job_resumes_before_younger_work_of_its_queue():
 
 
 def test_a_suspended_job_holds_no_slot_and_resumes_when_one_frees():
-    run = Run(slots=2)
+    run = PreemptRun(slots=2)
     low = run.start("low")
     other = run.start("other")
     high = run.submit("high", work_class="mature")["job_id"]
@@ -240,8 +162,8 @@ def test_a_suspended_job_holds_no_slot_and_resumes_when_one_frees():
     assert run.state(high) == "running"
 
 
-def start_as(run: Run, tag: str, peer: str) -> str:
-    """``Run.start`` for a job of ``peer``."""
+def start_as(run: PreemptRun, tag: str, peer: str) -> str:
+    """``PreemptRun.start`` for a job of ``peer``."""
     job_id = run.submit(tag, peer=peer, work_class="ordinary")["job_id"]
     assert [e.job_id for e in run.decide()] == [job_id]
     run.go(job_id, "a1")
@@ -251,7 +173,7 @@ def start_as(run: Run, tag: str, peer: str) -> str:
 def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
     """seed 000 "Submission" (R-SUB-5): a peer's cap counts its running jobs; a suspended
     one runs again only within it, and once resumed it counts for the rest of the pass."""
-    run = Run(slots=2, max_concurrent_per_peer=1)
+    run = PreemptRun(slots=2, max_concurrent_per_peer=1)
     bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
     carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
@@ -268,7 +190,7 @@ def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
 
 def test_a_suspended_job_stays_suspended_while_its_peer_is_at_its_cap():
     """seed 000 "Submission" (R-SUB-5): the cap holds a resume like a launch."""
-    run = Run(slots=2, max_concurrent_per_peer=1)
+    run = PreemptRun(slots=2, max_concurrent_per_peer=1)
     bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
     carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
@@ -287,7 +209,7 @@ def test_a_suspended_job_stays_suspended_while_its_peer_is_at_its_cap():
 
 
 def test_suspended_time_is_not_spent():
-    run = Run(slots=1, budget=Budget(rates={"cpu": 3600.0}))  # 1 per second of CPU work
+    run = PreemptRun(slots=1, budget=Budget(rates={"cpu": 3600.0}))  # 1 per second of CPU work
     low = run.start("low")
     started = run.sched.jobs[low].current.started_at
     high = run.submit("high", work_class="mature")["job_id"]
@@ -307,7 +229,7 @@ def test_suspended_time_is_not_spent():
 
 
 def test_a_suspended_attempt_that_ends_settles_like_a_running_one():
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low")
     run.submit("high", work_class="mature")
     run.decide()
@@ -320,7 +242,7 @@ def test_a_suspended_attempt_that_ends_settles_like_a_running_one():
 
 
 def test_requeue_terminates_the_victim_and_the_high_job_waits_for_its_end():
-    run = Run(slots=1, mode="requeue", infrastructure_retries=1)
+    run = PreemptRun(slots=1, mode="requeue", infrastructure_retries=1)
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "requeue")]
@@ -346,7 +268,7 @@ def test_requeue_terminates_the_victim_and_the_high_job_waits_for_its_end():
 
 
 def test_a_victim_killed_at_the_barrier_is_requeued_too():
-    run = Run(slots=1, mode="requeue")
+    run = PreemptRun(slots=1, mode="requeue")
     low = run.submit("low")["job_id"]
     run.decide()
     run.spawn(low, "a1")  # its shim is known, GO not written yet
@@ -359,7 +281,7 @@ def test_a_victim_killed_at_the_barrier_is_requeued_too():
 
 
 def test_a_victim_that_finishes_during_its_grace_completes():
-    run = Run(slots=1, mode="requeue")
+    run = PreemptRun(slots=1, mode="requeue")
     low = run.start("low")
     run.submit("high", work_class="mature")
     run.decide()
@@ -370,8 +292,8 @@ def test_a_victim_that_finishes_during_its_grace_completes():
 # -- the journal, snapshots, restarts, status --------------------------------------------
 
 
-def story(mode: str) -> Run:
-    run = Run(slots=1, mode=mode)
+def story(mode: str) -> PreemptRun:
+    run = PreemptRun(slots=1, mode=mode)
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     run.decide()
@@ -407,7 +329,7 @@ def test_the_journal_and_a_snapshot_rebuild_the_same_scheduler(mode):
 
 
 def test_a_restart_carries_out_every_preemption_again():
-    run = Run(slots=2, mode="suspend")
+    run = PreemptRun(slots=2, mode="suspend")
     low = run.start("low")
     resumed = run.start("resumed")
     high = run.submit("high", work_class="mature")["job_id"]
@@ -432,14 +354,14 @@ def test_a_restart_carries_out_every_preemption_again():
 
 
 def test_a_restart_terminates_an_eviction_again_and_a_stop_takes_suspended_work_too():
-    run = Run(slots=1, mode="requeue")
+    run = PreemptRun(slots=1, mode="requeue")
     low = run.start("low")
     run.submit("high", work_class="mature")
     run.decide()
     effects = replayed(run.journal).handle(CoordinatorStarted(
         at=run.tick(), policy=run.sched.policy.to_dict(), pid=2, host="h", boot_id="boot"))
     assert EvictAttempt(job_id=low, attempt_id="a1") in effects
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     run.decide()
@@ -452,7 +374,7 @@ def test_a_restart_terminates_an_eviction_again_and_a_stop_takes_suspended_work_
 
 
 def test_status_shows_suspended_jobs_victims_and_reasons():
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     run.decide()
@@ -469,7 +391,7 @@ def test_status_shows_suspended_jobs_victims_and_reasons():
 
 
 def test_a_preemption_the_state_does_not_allow_is_refused():
-    run = Run(slots=1)
+    run = PreemptRun(slots=1)
     low = run.start("low")
     run.exit(low, "a1", 0)
     with pytest.raises(InvalidTransition):
@@ -486,12 +408,12 @@ def test_a_reserve_of_the_preempting_queue_for_its_victims_queue_is_respected():
     slot by preemption (a requeued victim would come back to claim the reserve, run again,
     and be preempted again)."""
     reserve = {"leave_slots": 1, "leave_slots_for": ("low",)}
-    run = Run(slots=1, queues=queues("requeue", **reserve))
+    run = PreemptRun(slots=1, queues=queues("requeue", **reserve))
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert run.decide() == [] and run.state(low) == "running"
     assert run.sched.pending[high] == "waiting for a slot: 1 of 1 running"
-    run = Run(slots=1, queues=queues("suspend", **reserve))  # a suspended job is not queued
+    run = PreemptRun(slots=1, queues=queues("suspend", **reserve))  # a suspended job is not queued
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "suspend"),
@@ -506,10 +428,10 @@ def share(pct: int) -> Profile:
                    gpu_utilization_pct=float(pct))
 
 
-def livelock_run() -> tuple[Run, str, str, str]:
+def livelock_run() -> tuple[PreemptRun, str, str, str]:
     """Issue 14's four jobs on one GPU: v (30%) and x (40%) run, q (37%) waits for room,
     x ends and m (urgent, 100%) arrives, which makes v's eviction a requeue for m."""
-    run = Run(slots=8, mode="requeue", gpus=1, profiles=tuple(map(share, (30, 40, 37, 100))))
+    run = PreemptRun(slots=8, mode="requeue", gpus=1, profiles=tuple(map(share, (30, 40, 37, 100))))
     v = run.start("v", profile="u30")
     x = run.start("x", profile="u40")
     q = run.submit("q", profile="u37")["job_id"]
@@ -553,7 +475,7 @@ def test_a_job_is_preempted_at_most_a_bounded_number_of_times_for_the_same_job()
              Queue(name="mid", priority=10, work_classes=("scout",),
                    preemptible_queues=("low",), preempt="requeue"),
              Queue(name="low", priority=0, work_classes=("ordinary",)))
-    run = Run(slots=8, gpus=1, queues=three, profiles=tuple(map(share, (30, 60, 80))))
+    run = PreemptRun(slots=8, gpus=1, queues=three, profiles=tuple(map(share, (30, 60, 80))))
     v = run.start("v", profile="u30")
     p = run.submit("p", work_class="scout", profile="u80")["job_id"]
     for round_ in range(1, MAX_PREEMPTIONS_FOR_ONE + 1):

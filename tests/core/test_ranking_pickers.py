@@ -6,40 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from praxist_fs.config import load_policy
 from praxist_fs.core.backlog import RUNS
-from praxist_fs.core.events import HostSampled
-from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
-from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.policy import Policy
 
-from .helpers import CPU, Harness
-from .test_backfill import Cluster, stream
-from .test_backfill import policy as backfill_policy
-
-CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
-
-
-def harness(picker: str, slots: int = 8, gpus: int = 0, **overrides: Any) -> Harness:
-    profiles = {"cpu": CPU,
-                "g1": Profile(name="g1", accelerator="gpu", gpu_count=1),
-                "g2": Profile(name="g2", accelerator="gpu", gpu_count=2)}
-    h = Harness(Policy(profiles=profiles, default_profile="cpu", job_picker=picker,
-                       initial_concurrent_experiments=slots, max_concurrent_experiments=slots,
-                       **overrides))
-    if gpus:
-        h.handle(HostSampled(at=h.now, pressure=CALM, gpus=GpuSample(source="fake", devices=tuple(
-            GpuDevice(uuid=f"GPU-{i}", index=i, name="t", memory_total_mib=81920.0,
-                      memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
-    return h
-
-
-def launched(h: Harness) -> list[str]:
-    """The tags one pass starts, in the order the picker offered them."""
-    return [h.sched.jobs[job_id].request.tag for job_id, _ in h.launch_all()]
+from .helpers import Cluster, backfill_policy, harness, launched_tags, stream
 
 
 # -- shortest expected first -------------------------------------------------------------
@@ -56,7 +30,7 @@ def test_shortest_expected_first_orders_by_calibrated_eta_after_priority():
     h.submit("short", eta_s=10.0)
     h.submit("urgent-long", eta_s=5000.0, priority=5)
     h.submit("medium", eta_s=100.0)
-    assert launched(h) == ["urgent-long", "short", "medium", "long", "unknown"]
+    assert launched_tags(h) == ["urgent-long", "short", "medium", "long", "unknown"]
 
 
 @pytest.mark.parametrize("aging,first", [(1.0, "old-long"), (0.0, "new-short")])
@@ -67,7 +41,7 @@ def test_waiting_moves_a_long_job_ahead_at_the_aging_rate(aging, first):
     h.submit("old-long", eta_s=500.0)
     h.now += 1000.0
     h.submit("new-short", eta_s=100.0)
-    assert launched(h) == [first]
+    assert launched_tags(h) == [first]
 
 
 @pytest.mark.parametrize("aging,starves", [(1.0, False), (0.0, True)])
@@ -101,7 +75,7 @@ def test_gpu_seconds_weigh_a_job_by_its_width(by, order):
                 shortest_first_by=by)
     h.submit("wide-short", profile="g2", eta_s=100.0)
     h.submit("narrow-long", profile="g1", eta_s=150.0)
-    assert launched(h) == order
+    assert launched_tags(h) == order
 
 
 @pytest.mark.parametrize("starvation", [None, 600.0])
@@ -136,7 +110,7 @@ def test_a_job_leads_once_it_has_waited_the_starvation_bound(waited, first):
     h.submit("old-long", eta_s=5000.0)
     h.now += waited
     h.submit("new-short", eta_s=10.0)
-    assert launched(h) == [first]
+    assert launched_tags(h) == [first]
 
 
 @pytest.mark.parametrize("factor,first", [(None, "new-short"), (10.0, "new-short"),
@@ -155,7 +129,7 @@ def test_a_job_starves_once_it_waited_a_multiple_of_its_queues_median_wait(facto
     for tag in ("new-short", "new-long", "new-longer"):
         h.submit(tag, eta_s={"new-short": 10.0}.get(tag, 8000.0))
     h.now += 600.0
-    assert launched(h) == [first]
+    assert launched_tags(h) == [first]
 
 
 def test_nobody_starves_while_the_median_job_has_not_waited():
@@ -167,7 +141,7 @@ def test_nobody_starves_while_the_median_job_has_not_waited():
     h.now += 3600.0
     for tag in ("new-short", "new-long"):
         h.submit(tag, eta_s=10.0 if tag == "new-short" else 7000.0)
-    assert launched(h) == ["new-short"]
+    assert launched_tags(h) == ["new-short"]
 
 
 def test_a_starving_wide_job_starts_by_its_queues_own_scale_while_short_jobs_arrive():
@@ -199,7 +173,7 @@ def test_least_attained_service_puts_served_jobs_behind_fresh_ones():
     for tag, seconds in (("ran-long", 300.0), ("ran-short", 50.0)):
         job_id = h.submit(tag, profile="g1")["job_id"]
         served[tag] = job_id
-    assert launched(h) == ["ran-long", "ran-short"]
+    assert launched_tags(h) == ["ran-long", "ran-short"]
     h.go(served["ran-long"], "a1")
     h.go(served["ran-short"], "a1")
     h.now += 50.0
@@ -207,14 +181,14 @@ def test_least_attained_service_puts_served_jobs_behind_fresh_ones():
     h.now += 250.0
     h.exit(served["ran-long"], "a1", 75)
     h.submit("fresh", profile="g1")
-    assert launched(h) == ["fresh", "ran-short"]
+    assert launched_tags(h) == ["fresh", "ran-short"]
 
 
 def test_least_attained_service_is_rank_order_while_nothing_has_run():
     h = harness("least_attained_service", slots=3)
     for tag in ("a", "b", "c"):
         h.submit(tag, priority=1 if tag == "c" else 0)
-    assert launched(h) == ["c", "a", "b"]
+    assert launched_tags(h) == ["c", "a", "b"]
 
 
 # -- multifactor ---------------------------------------------------------------------------
@@ -228,7 +202,7 @@ def test_multifactor_weighs_priority_size_and_fair_share():
     h = harness("multifactor", slots=4, gpus=4)
     h.submit("wide", profile="g2", peer="bob")
     h.submit("narrow", profile="g1", peer="bob")
-    assert launched(h) == ["narrow", "wide"]
+    assert launched_tags(h) == ["narrow", "wide"]
     for job in list(h.sched.running()):
         h.go(job.job_id, job.current.attempt_id)
     h.now += 600.0
@@ -237,7 +211,7 @@ def test_multifactor_weighs_priority_size_and_fair_share():
     h.submit("bob-1", profile="g1", peer="bob")
     h.submit("carol-1", profile="g1", peer="carol")
     h.submit("bob-urgent", profile="g1", peer="bob", priority=50)
-    assert launched(h) == ["bob-urgent", "carol-1", "bob-1"]
+    assert launched_tags(h) == ["bob-urgent", "carol-1", "bob-1"]
 
 
 def test_multifactor_age_lets_a_waiting_job_overtake_a_fresh_smaller_one():
@@ -250,7 +224,7 @@ def test_multifactor_age_lets_a_waiting_job_overtake_a_fresh_smaller_one():
         h.submit("old-wide", profile="g2")
         h.now += 3600.0
         h.submit("new-narrow", profile="g1")
-        assert launched(h) == [first]
+        assert launched_tags(h) == [first]
 
 
 def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):

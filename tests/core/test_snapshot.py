@@ -22,7 +22,7 @@ from praxist_fs.core.snapshot import (
     READS, SnapshotError, capture, load, read, render, restore, shelve,
 )
 
-from .test_simulation import replay, run_seed
+from .simulation import replay, run_seed
 
 
 def _through_json(doc):

@@ -12,9 +12,7 @@ from praxist_fs.core.effects import RejectRequest, WriteReply
 from praxist_fs.core.events import ControlSeen, CoordinatorStarted, from_record, to_record
 from praxist_fs.core.request import parse_control
 
-from .helpers import Harness
-from .test_jobcontrol import control
-from .test_trust import coordinator
+from .helpers import Harness, control, coordinator
 
 
 def test_another_uid_reusing_a_request_id_is_set_aside_and_the_first_reply_stands():

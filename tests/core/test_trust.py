@@ -10,15 +10,7 @@ from praxist_fs.core.events import CoordinatorStarted, from_record, to_record
 from praxist_fs.core.identity import job_id_for
 from praxist_fs.core.snapshot import capture, restore
 
-from .helpers import Harness, make_policy
-
-
-def coordinator(uid: int | None, **policy) -> Harness:
-    """A harness whose coordinator runs as ``uid``, as the daemon journals its start."""
-    h = Harness(make_policy(**policy))
-    h.handle(CoordinatorStarted(at=h.tick(), policy=h.sched.policy.to_dict(), pid=1, host="h",
-                                boot_id="boot", uid=uid))
-    return h
+from .helpers import Harness, coordinator
 
 
 def spawned(h: Harness) -> SpawnAttempt:

@@ -7,89 +7,24 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from praxist_fs.backends.memory import MemoryBackend, Run
 from praxist_fs.config import load_policy
-from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
-from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
+from praxist_fs.core.observations import PressureSample
 from praxist_fs.core.passes import PassDesk
 from praxist_fs.core.pickers import Pass
 from praxist_fs.core.pickers.walk import Openings
-from praxist_fs.core.policy import Policy, Profile
-from praxist_fs.core.request import Request
+from praxist_fs.core.policy import Profile
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
 from praxist_fs.driver import VirtualLoop
 
-POLICIES = Path(__file__).resolve().parents[2] / "fixtures" / "policies"
-FCFS, BACKFILL = POLICIES / "fcfs.yaml", POLICIES / "backfill.yaml"
-GPUS = GpuSample(source="fake", devices=tuple(
-    GpuDevice(uuid=f"GPU-{i}", index=i, name="fake H200", memory_total_mib=143771.0,
-              memory_used_mib=0.0, utilization_pct=0.0) for i in range(8)))
-
-
-@dataclass(frozen=True)
-class Arrival:
-    """One job of the workload: when it comes, its request, and how long it runs."""
-
-    at: float
-    request: Request
-    profile: Profile
-    duration_s: float
-
-
-def busy_trace(seed: int, jobs: int = 400, eta_seed: int | None = 7) -> list[Arrival]:
-    """Narrow and wide jobs, some sharing GPUs, arriving faster than 8 GPUs serve them;
-    their ETAs are off by a lognormal factor, as a peer's guesses are (drawn from
-    ``eta_seed``'s generator, or with the jobs' own when None)."""
-    rng = random.Random(seed)
-    noise = rng if eta_seed is None else random.Random(eta_seed)
-    at, trace = 0.0, []
-    for i in range(jobs):
-        at += rng.expovariate(1 / 40)
-        shared = rng.random() < 0.3
-        gpus, duration = rng.choice([1, 1, 1, 2, 4, 8]), rng.choice([30, 300, 3000, 20000])
-        util, mem = (rng.choice([30, 50]), rng.choice([20, 70])) if shared else (None, None)
-        profile = Profile(name=f"g{gpus}-u{util}-m{mem}", accelerator="gpu", gpu_count=gpus,
-                          gpu_utilization_pct=util, gpu_memory_gb=mem)
-        request = Request(request_id=f"j{i}", peer=f"u{rng.randint(1, 5)}", tag=f"j{i}",
-                          profile=profile.name, argv=("trace-job", f"j{i}"),
-                          eta_s=duration * math.exp(noise.gauss(0.0, 0.5)))
-        trace.append(Arrival(round(at), request, profile, duration))
-    return trace
-
-
-def drive(policy: Policy, trace: list[Arrival]) -> Scheduler:
-    """The core runs ``trace`` to its end on 8 idle GPUs of a virtual host, its target at
-    the task file's cap: every arrival submitted at its time, a pass at each instant."""
-    profiles = {**policy.profiles, **{a.profile.name: a.profile for a in trace}}
-    policy = replace(policy, profiles=profiles,
-                     initial_concurrent_experiments=upper_bound(policy, None))
-    sched = Scheduler(policy)
-    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
-                                    boot_id="memory"))
-    sched.handle(HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
-        source="simulated", cpu=0.0, memory=0.0, io=0.0)))
-    runs = {a.request.request_id: Run(a.duration_s) for a in trace}
-    loop = VirtualLoop(sched, MemoryBackend(lambda launch: runs[launch.metadata["request_id"]]))
-    arrivals = deque(trace)
-    while arrivals or loop.next_end() < math.inf:
-        now = min(arrivals[0].at if arrivals else math.inf, loop.next_end())
-        loop.advance(now)
-        while arrivals and arrivals[0].at == now:
-            request = arrivals.popleft().request
-            loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
-                                    digest=request.request_id,
-                                    request_id=request.request_id, request=request))
-        for event in sched.next_launches(now):
-            loop.handle(event)
-    return sched
+from .helpers import BACKFILL, FCFS, GPUS, Arrival, busy_trace, drive
 
 
 def passes(monkeypatch: pytest.MonkeyPatch, trace: list[Arrival], policy: Any,
