@@ -121,8 +121,9 @@ def invariants(root: Path, **checks) -> list[str]:
 
 def basic_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]:
     from tests.e2e import test_crash_matrix as matrix
+    from tests.e2e.crashes import COMPACT_OFTEN, COMPACTION
 
-    env = matrix.COMPACT_OFTEN if point in matrix.COMPACTION else {}
+    env = COMPACT_OFTEN if point in COMPACTION else {}
     matrix.test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp, point, env)
     return invariants(make_run.runs[-1].root, starts=tmp / "starts")
 
@@ -137,9 +138,9 @@ def generation_case(make_run, tmp: Path, point: str, rng: random.Random) -> list
 def random_case(make_run, tmp: Path, point: str, rng: random.Random) -> list[str]:
     """The basic scenario under a crash point reached N times, or a kill -9 at a random
     moment if it is not reached by then; sometimes the next coordinator is killed too."""
-    from tests.e2e.test_crash_matrix import TASK, basic_scenario, job_ids, settle, start_crashing
+    from tests.e2e.crashes import CRASH_TASK, basic_scenario, job_ids, settle, start_crashing
 
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     proc = start_crashing(run, point)
     ids = basic_scenario(run, tmp)
     try:
@@ -196,7 +197,7 @@ def fault_test_case(make_run, tmp: Path, node: str, rng: random.Random) -> list[
 
 
 def draw_case(seed: int, index: int):
-    from tests.e2e.test_crash_matrix import BASIC, COMPACTION, GENERATION
+    from tests.e2e.crashes import BASIC, COMPACTION, GENERATION
 
     rng = random.Random(f"{seed}:{index}")
     kind = rng.choices(["basic", "generation", "random", "power", "fault"], [4, 2, 3, 3, 1])[0]

@@ -1,10 +1,13 @@
-"""A real coordinator in a subprocess on a temporary run directory, driven through files."""
+"""A real coordinator in a subprocess on a temporary run directory, driven through files;
+and the helpers the end-to-end tests share (the crash matrix's scenarios are in
+crashes.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -237,3 +240,157 @@ def request(tag: str, argv: list[str] | None = None, **fields) -> dict:
     doc = {"peer": "tester", "tag": tag, "argv": argv or ["true"]}
     doc.update(fields)
     return doc
+
+
+# -- helpers the end-to-end tests share (they import them from here, not from each other)
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpus"
+JOBS = [sys.executable, "-m", "praxist_fs", "jobs"]
+STOP = [sys.executable, "-m", "praxist_fs", "stop", "--grace=1"]
+
+
+def counting(marker, body: str) -> list[str]:
+    """A command that appends its tag to ``marker`` as its first act (counts starts)."""
+    return ["sh", "-c", f'echo "$PRAXIST_EXPERIMENT_ID" >> {marker}; {body}']
+
+
+def starts(marker) -> list[str]:
+    return marker.read_text().split() if marker.exists() else []
+
+
+def gone(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE  # its parent has not reaped it yet
+    except psutil.NoSuchProcess:
+        return True
+
+
+CPU_ONLY = """\
+compute_budget:
+  resource_scheduler:
+    mode: central
+    initial_concurrent_experiments: 2
+    max_concurrent_experiments: 2
+    default_profile: cpu
+    profiles:
+      cpu: {accelerator: cpu}
+"""
+
+
+def forked_at_start(run) -> tuple[psutil.Process, list[psutil.Process]]:
+    """The shim server of a coordinator still starting, and the two supervisors it forked."""
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two supervisors forked")
+    return server, server.children()
+
+
+def stop(*runs):
+    result = subprocess.run([*STOP, *(str(r.root) for r in runs)], capture_output=True,
+                            text=True, timeout=120)
+    return result.returncode, json.loads(result.stdout)
+
+
+ENDED = ("completed", "failed", "drained_unknown")
+
+
+def orphaning(tmp_path) -> list[str]:
+    """Attempt a1 leaves a sleep in a session of its own (its pid in ``escaped``) and waits
+    on another; any later attempt exits 0 at once."""
+    return ["sh", "-c", 'if [ "$PRAXIST_EXPERIMENT_ATTEMPT_ID" != a1 ]; then exit 0; fi; '
+            f"setsid sleep 300 & echo $! > {tmp_path}/escaped; sleep 300"]
+
+
+def processes_of(attempt_dir) -> list[int]:
+    """Live processes that carry the attempt in their environment."""
+    found = []
+    for proc in psutil.process_iter(["pid", "environ", "status"]):
+        if (proc.info["environ"] or {}).get("PRAXIST_EXPERIMENT_ATTEMPT_DIR") == \
+                str(attempt_dir) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc.info["pid"])
+    return found
+
+
+def dead(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def assert_lost_and_terminated(doc, attempt_dir):
+    first = doc["attempts"][0]
+    assert first["outcome"] == "lost" and first["exit_code"] is None
+    assert first["error"].startswith("supervisor died") and \
+        first["error"].endswith("; command terminated")
+    assert processes_of(attempt_dir) == []  # the setsid'd sleep too
+
+
+def listed(run, *args: str) -> dict:
+    return json.loads(jobs(run, "--json", *args).stdout)
+
+
+LEGACY_TASK = "compute_budget:\n  resource_scheduler:\n    mode: legacy\n"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def pid_in(path: Path) -> int:
+    return wait_for(lambda: path.exists() and path.read_text().strip().isdigit()
+                    and int(path.read_text()), message=f"{path.name} to be written")
+
+
+class Host:
+    """The fake GPU inventory, PSI files and host registry a coordinator observes."""
+
+    def __init__(self, root: Path, gpus: str = "two_h200.json") -> None:
+        self.gpus = root / "gpus.json"
+        shutil.copy(FIXTURES / gpus, self.gpus)
+        self.psi = root / "pressure"
+        self.psi.mkdir()
+        self.registry = root / "registry"
+        self.set_pressure(cpu=0.0, memory=0.0, io=0.0)
+
+    def env(self) -> dict[str, str]:
+        return {"PRAXIST_FAKE_GPUS": str(self.gpus), "PRAXIST_PSI_ROOT": str(self.psi),
+                "PRAXIST_HOST_REGISTRY": str(self.registry)}
+
+    def set_pressure(self, **domains: float) -> None:
+        for domain, value in domains.items():
+            (self.psi / domain).write_text(
+                f"some avg10={value:.2f} avg60=0.00 avg300=0.00 total=0\n"
+                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+
+    def edit_device(self, index: int, **fields) -> None:
+        doc = json.loads(self.gpus.read_text())
+        doc["devices"][index].update(fields)
+        tmp = self.gpus.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.rename(self.gpus)
+
+
+def shim_server(run) -> psutil.Process:
+    attempts = str(run.sched / "attempts")
+
+    def find():
+        for proc in psutil.process_iter(["cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if "--server" in cmdline and attempts in cmdline and proc.ppid() == run.proc.pid:
+                return proc
+        return None
+    return wait_for(find, message="the shim server")
+
+
+def jobs(run, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([*JOBS, *args], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PRAXIST_RUN_DIR": str(run.root), **(env or {})})
+    assert result.returncode == 0, result.stderr
+    return result
+
+

@@ -7,16 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from .conftest import read_json, request, wait_for
-
-
-def counting(marker, body: str) -> list[str]:
-    """A command that appends its tag to ``marker`` as its first act (counts starts)."""
-    return ["sh", "-c", f'echo "$PRAXIST_EXPERIMENT_ID" >> {marker}; {body}']
-
-
-def starts(marker) -> list[str]:
-    return marker.read_text().split() if marker.exists() else []
+from .conftest import counting, read_json, request, starts, wait_for
 
 
 def test_kill_9_readopts_the_running_attempt_and_runs_the_queue_once(make_run, tmp_path):

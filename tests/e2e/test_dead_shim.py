@@ -9,35 +9,10 @@ from __future__ import annotations
 import os
 import signal
 
-import psutil
 
-from .conftest import request, wait_for
-
-ENDED = ("completed", "failed", "drained_unknown")
-
-
-def orphaning(tmp_path) -> list[str]:
-    """Attempt a1 leaves a sleep in a session of its own (its pid in ``escaped``) and waits
-    on another; any later attempt exits 0 at once."""
-    return ["sh", "-c", 'if [ "$PRAXIST_EXPERIMENT_ATTEMPT_ID" != a1 ]; then exit 0; fi; '
-            f"setsid sleep 300 & echo $! > {tmp_path}/escaped; sleep 300"]
-
-
-def processes_of(attempt_dir) -> list[int]:
-    """Live processes that carry the attempt in their environment."""
-    found = []
-    for proc in psutil.process_iter(["pid", "environ", "status"]):
-        if (proc.info["environ"] or {}).get("PRAXIST_EXPERIMENT_ATTEMPT_DIR") == \
-                str(attempt_dir) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-            found.append(proc.info["pid"])
-    return found
-
-
-def dead(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+from .conftest import (
+    ENDED, assert_lost_and_terminated, dead, orphaning, processes_of, request, wait_for,
+)
 
 
 def start_orphaning(run, tmp_path):
@@ -52,14 +27,6 @@ def start_orphaning(run, tmp_path):
     attempt_dir = run.sched / "attempts" / job_id / "a1"
     assert escaped in processes_of(attempt_dir)
     return job_id, shim, attempt_dir
-
-
-def assert_lost_and_terminated(doc, attempt_dir):
-    first = doc["attempts"][0]
-    assert first["outcome"] == "lost" and first["exit_code"] is None
-    assert first["error"].startswith("supervisor died") and \
-        first["error"].endswith("; command terminated")
-    assert processes_of(attempt_dir) == []  # the setsid'd sleep too
 
 
 def test_a_killed_shim_is_fenced_and_its_job_retried(make_run, tmp_path):

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from .conftest import read_json, request, wait_for
+from .conftest import Host, read_json, request, wait_for
 
 TASK = """\
 compute_budget:
@@ -211,8 +211,6 @@ compute_budget:
 
 
 def gpu_pair(make_run, tmp_path, slots_a=1, slots_b=2):
-    from .test_placement import Host
-
     host = Host(tmp_path)
     host.edit_device(1, utilization_pct=100)  # one usable device for both runs
     a = make_run(name="run-a", task_text=GPU_TASK.format(slots=slots_a))

@@ -14,8 +14,7 @@ from pathlib import Path
 from praxist_fs.adapters.jobindex import JobQuery, list_jobs
 from praxist_fs.adapters.layout import RunLayout
 
-from .conftest import read_json, request, wait_for
-from .test_jobs_cli import listed
+from .conftest import listed, read_json, request, wait_for
 
 FIXTURE = Path(__file__).resolve().parents[2] / "bench" / "fixture.py"
 HISTORY = 2_500  # finished jobs: three slices of the rebuild (INDEX_SLICE)

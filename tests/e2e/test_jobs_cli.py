@@ -4,26 +4,11 @@ and the job index repaired at start or bypassed when it cannot be trusted."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from datetime import datetime
 
-from .conftest import TASK, read_json, request, wait_for
-
-JOBS = [sys.executable, "-m", "praxist_fs", "jobs"]
-
-
-def jobs(run, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([*JOBS, *args], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PRAXIST_RUN_DIR": str(run.root), **(env or {})})
-    assert result.returncode == 0, result.stderr
-    return result
-
-
-def listed(run, *args: str) -> dict:
-    return json.loads(jobs(run, "--json", *args).stdout)
+from .conftest import JOBS, TASK, jobs, listed, read_json, request, wait_for
 
 
 def states(run, *args: str) -> dict[str, str]:

@@ -11,10 +11,10 @@ import json
 import subprocess
 import sys
 
-from .conftest import held_start, read_json, request, wait_for
-from .test_crash import counting, starts
-from .test_launch_path import CPU_ONLY, forked_at_start, gone
-
+from .conftest import (
+    CPU_ONLY, counting, forked_at_start, gone, held_start, read_json, request, starts,
+    wait_for,
+)
 
 
 def damage_last_record(run) -> tuple[int, str]:

@@ -9,26 +9,9 @@ import signal
 
 import psutil
 
-from .conftest import held_start, read_json, request, wait_for
-
-
-def shim_server(run) -> psutil.Process:
-    attempts = str(run.sched / "attempts")
-
-    def find():
-        for proc in psutil.process_iter(["cmdline"]):
-            cmdline = proc.info["cmdline"] or []
-            if "--server" in cmdline and attempts in cmdline and proc.ppid() == run.proc.pid:
-                return proc
-        return None
-    return wait_for(find, message="the shim server")
-
-
-def gone(process: psutil.Process) -> bool:
-    try:
-        return process.status() == psutil.STATUS_ZOMBIE  # its parent has not reaped it yet
-    except psutil.NoSuchProcess:
-        return True
+from .conftest import (
+    CPU_ONLY, forked_at_start, gone, held_start, read_json, request, shim_server, wait_for,
+)
 
 
 def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run, tmp_path):
@@ -42,18 +25,6 @@ def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run
     pid, pgid, sid, ppid = map(int, out.read_text().split())
     assert pid == pgid == sid and ppid == server.pid
     assert os.getsid(server.pid) == server.pid  # the server too is in a session of its own
-
-
-CPU_ONLY = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
-"""
 
 
 def test_the_launch_decision_the_shims_pid_and_go_share_one_commit(make_run, tmp_path):
@@ -131,13 +102,6 @@ def test_the_first_jobs_after_a_start_run_on_forked_supervisors(make_run):
             assert served_by(run, job_id, server), f"{rid} ran on a shim of its own"
         assert run.stop(signal.SIGTERM) == 0
         waiting = run.submit(request(f"waiting-{start}"))
-
-
-def forked_at_start(run) -> tuple[psutil.Process, list[psutil.Process]]:
-    """The shim server of a coordinator still starting, and the two supervisors it forked."""
-    server = shim_server(run)
-    wait_for(lambda: len(server.children()) >= 2, message="two supervisors forked")
-    return server, server.children()
 
 
 def attempt_processes(run) -> list[psutil.Process]:

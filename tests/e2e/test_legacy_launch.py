@@ -11,19 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import read_json, wait_for
+from .conftest import LEGACY_TASK, alive, pid_in, read_json, wait_for
 
 PRAXIST = [sys.executable, "-m", "praxist_fs"]
-LEGACY_TASK = "compute_budget:\n  resource_scheduler:\n    mode: legacy\n"
 NO_MODE_TASK = "compute_budget:\n  resource_scheduler:\n    initial_concurrent_experiments: 2\n"
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def ended(launcher: subprocess.Popen) -> int:
@@ -33,11 +24,6 @@ def ended(launcher: subprocess.Popen) -> int:
     launcher.stdout.close()
     launcher.stderr.close()
     return code
-
-
-def pid_in(path: Path) -> int:
-    return wait_for(lambda: path.exists() and path.read_text().strip().isdigit()
-                    and int(path.read_text()), message=f"{path.name} to be written")
 
 
 class Legacy:

@@ -3,17 +3,13 @@ and PSI files the tests write (R-GPU-1..3, R-ADM-1..2, R-RUN-4)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import request, wait_for
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpus"
+from .conftest import Host, request, wait_for
 
 TASK = """\
 compute_budget:
@@ -31,35 +27,6 @@ compute_budget:
       cpu_hot: {{accelerator: cpu, pressure_domains: [cpu]}}
       cpu_free: {{accelerator: cpu}}
 """
-
-
-class Host:
-    """The fake GPU inventory, PSI files and host registry a coordinator observes."""
-
-    def __init__(self, root: Path, gpus: str = "two_h200.json") -> None:
-        self.gpus = root / "gpus.json"
-        shutil.copy(FIXTURES / gpus, self.gpus)
-        self.psi = root / "pressure"
-        self.psi.mkdir()
-        self.registry = root / "registry"
-        self.set_pressure(cpu=0.0, memory=0.0, io=0.0)
-
-    def env(self) -> dict[str, str]:
-        return {"PRAXIST_FAKE_GPUS": str(self.gpus), "PRAXIST_PSI_ROOT": str(self.psi),
-                "PRAXIST_HOST_REGISTRY": str(self.registry)}
-
-    def set_pressure(self, **domains: float) -> None:
-        for domain, value in domains.items():
-            (self.psi / domain).write_text(
-                f"some avg10={value:.2f} avg60=0.00 avg300=0.00 total=0\n"
-                "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
-
-    def edit_device(self, index: int, **fields) -> None:
-        doc = json.loads(self.gpus.read_text())
-        doc["devices"][index].update(fields)
-        tmp = self.gpus.with_suffix(".tmp")
-        tmp.write_text(json.dumps(doc))
-        tmp.rename(self.gpus)
 
 
 @pytest.fixture

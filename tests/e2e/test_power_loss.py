@@ -30,9 +30,9 @@ import pytest
 from .. import powerloss
 from ..invariants import check_run
 from .conftest import read_json, request, wait_for
-from .test_crash_matrix import (
-    BASIC, COMPACT_OFTEN, COMPACTION, CRASH_EXIT, GENERATION, TASK, basic_scenario, job_ids,
-    settled_invariants,
+from .crashes import (
+    BASIC, COMPACTION, COMPACT_OFTEN, CRASH_EXIT, CRASH_TASK, GENERATION, basic_scenario,
+    job_ids, settled_invariants,
 )
 
 DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
@@ -134,7 +134,7 @@ def assert_nothing_acknowledged_was_lost(run, seen, journal, exits):
 @pytest.mark.parametrize("point, env", [(p, {}) for p in BASIC + LATE] +
                          [(p, COMPACT_OFTEN) for p in COMPACTION])
 def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, point, env):
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger, env)
     ids = basic_scenario(run, tmp_path)
@@ -191,7 +191,7 @@ def draw_power_loss(seed):
 def drawn_power_loss_case(make_run, tmp_path, seed):
     """The basic scenario, a drawn power cut, and perhaps a second one in recovery."""
     point, env, again = draw_power_loss(seed)
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger, env)
     ids = basic_scenario(run, tmp_path)
@@ -237,7 +237,7 @@ def _control(run, name, doc):
 
 @pytest.mark.parametrize("point", GENERATION + ["effect.WriteGenerationFile.lease.after:2"])
 def test_power_loss_in_a_generation_keeps_leases_and_stats_consistent(make_run, tmp_path, point):
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger)
     wait_for(lambda: (run.sched / "endpoint.json").exists() or proc.poll() is not None)
@@ -263,7 +263,7 @@ def test_power_loss_in_a_generation_keeps_leases_and_stats_consistent(make_run, 
 
 
 def test_a_reply_lost_to_the_power_cut_is_answered_again_from_the_journal(make_run, tmp_path):
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, "effect.ConsumeRequest.after", ledger)
     # held: its acceptance launches nothing (a launch on a warm shim would share that
@@ -289,7 +289,7 @@ def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_pa
     carried out: its shim fsyncs exit.json into the attempt directory, which must be
     durable before the command starts, or the power cut takes the exit along and the
     job reads `drained_unknown` (its command "lost") instead of its real end."""
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, "effect.WriteGo.after", ledger)
     rid = run.submit(request("quick", ["sh", "-c", "exit 3"]), name="quick.json")
@@ -309,7 +309,7 @@ def test_a_generation_made_by_a_coordinator_killed_before_its_fsync_survives_a_p
     """A coordinator killed between making gen_1's directories and fsyncing them: the next
     one must make them durable although they exist, or a later power cut takes the results
     peers published in them along."""
-    run = make_run(task_text=TASK)
+    run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"  # both coordinators record: the cut comes after both
     proc = start_recording(run, "generation.before_fsync", ledger)
     wait_for(lambda: (run.sched / "endpoint.json").exists() or proc.poll() is not None)

@@ -21,8 +21,7 @@ import psutil
 
 from praxist_fs.adapters import fence, procs
 
-from .conftest import request, wait_for
-from .test_stop import stop
+from .conftest import request, stop, wait_for
 
 TASK = """\
 compute_budget:

@@ -7,20 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import filelock
 
-from .conftest import request, wait_for
-
-STOP = [sys.executable, "-m", "praxist_fs", "stop", "--grace=1"]
-
-
-def stop(*runs):
-    result = subprocess.run([*STOP, *(str(r.root) for r in runs)], capture_output=True,
-                            text=True, timeout=120)
-    return result.returncode, json.loads(result.stdout)
+from .conftest import STOP, request, stop, wait_for
 
 
 def alive(pid: int) -> bool:

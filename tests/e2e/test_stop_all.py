@@ -20,8 +20,7 @@ import psutil
 from praxist_fs import stopper
 from praxist_fs.adapters import runs
 
-from .conftest import read_json, request, wait_for
-from .test_legacy_launch import LEGACY_TASK, alive, pid_in
+from .conftest import LEGACY_TASK, alive, pid_in, read_json, request, wait_for
 
 PRAXIST = [sys.executable, "-m", "praxist_fs"]
 # The command records its pid, then leaves a descendant that escaped its session (setsid),

@@ -14,9 +14,11 @@ import sys
 import psutil
 import pytest
 
-from .conftest import read_json, request, wait_for
-from .test_crash_matrix import CRASH_EXIT, settled_invariants
-from .test_dead_shim import ENDED, assert_lost_and_terminated, dead, orphaning, processes_of
+from .conftest import (
+    ENDED, assert_lost_and_terminated, dead, orphaning, processes_of, read_json, request,
+    wait_for,
+)
+from .crashes import CRASH_EXIT, settled_invariants
 
 
 def ready_pid(run, job_id, attempt_id="a1"):

@@ -7,16 +7,16 @@ import json
 import marshal
 import os
 import pwd
-import select
 import signal
-import time
-from pathlib import Path
 
 import pytest
 
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
+from tests.backends.local.conftest import (
+    finish, go_and_wait, live_pids, parent_pid, spawn, stat_fields,
+)
 from tests.disks import Deletions, small_tmpfs
 from tests.e2e.conftest import read_json, wait_for
 
@@ -49,16 +49,6 @@ def _prestarter(request, layout):
         supervisors.append(warm.handle.popen)
         return warm
     return prestart
-
-
-def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
-    marker = tmp_path / "marker"
-    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,
-                          command=f"touch {marker}; {body}", cwd=str(tmp_path),
-                          env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=gpus,
-                          metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
-    return handle, layout.attempt_dir("job-1", "a1"), marker
 
 
 def test_command_waits_for_go_then_exit_is_recorded(layout, tmp_path, shim_for):
@@ -151,7 +141,7 @@ def test_a_warm_shim_nobody_needs_exits_when_dismissed(prestart):
     pid = warm.handle.popen.pid
     warm.dismiss()
     assert warm.handle.popen.returncode == 0
-    wait_for(lambda: _ppid(pid) is None, message="the shim reaped")
+    wait_for(lambda: parent_pid(pid) is None, message="the shim reaped")
 
 
 def test_a_dead_warm_shim_fails_the_spawn_and_leaves_no_spec(layout, tmp_path, prestart):
@@ -308,43 +298,6 @@ def spawn_argv(layout, argv, cwd, env=None, warm=None, uid=None):
     return handle, layout.attempt_dir("job-1", "a1")
 
 
-def finish(handle, timeout=15.0):
-    """What the shim said on its status pipe (``D`` aside) until the EOF that ends its
-    attempt: a shim started for it has exited then; a supervisor said ``D`` (nothing of
-    the attempt runs) and lives on, idle, alone in its process group."""
-    said, deadline = b"", time.monotonic() + timeout
-    while (word := handle.read_status()) != b"":
-        said += word or b""
-        left = deadline - time.monotonic()
-        assert left > 0, f"the shim did not finish its attempt in {timeout}s (said {said!r})"
-        select.select([handle.status_fd], [], [], left)
-    if isinstance(handle.popen, launcher.Supervisor):
-        assert handle.over and handle.popen.poll() is None
-        assert _group(handle.popen.pid) == [handle.popen.pid]
-        assert not [pid for pid in _pids() if _ppid(pid) == handle.popen.pid]  # reaped all
-    else:
-        assert handle.popen.wait(timeout=timeout) == 0
-    return said
-
-
-def _group(pgid):
-    """The live members of a process group."""
-    return [pid for pid in _pids() if (fields := _stat_fields(pid)) and
-            fields[1][0] != b"Z" and int(fields[1][2]) == pgid]
-
-
-def go_and_wait(handle, attempt_dir):
-    wait_for(lambda: (attempt_dir / "READY").exists())
-    write_atomic(attempt_dir / "GO", b"")
-    handle.release_barrier(b"G")
-    assert finish(handle) == b"R"
-    record = read_json(attempt_dir / "exit.json")
-    handle.close()
-    assert set(record) == {"exit_code", "signal", "started_at", "ended_at", "error"}
-    assert record["started_at"] <= record["ended_at"]
-    return record
-
-
 def attempt_log(layout):
     return layout.log("job-1", "a1").read_text()
 
@@ -390,8 +343,8 @@ def test_a_group_sigterm_kills_the_command_and_the_shim_records_it(layout, tmp_p
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
     wait_for(marker.exists)
-    wait_for(lambda: any(_ppid(pid) == handle.popen.pid and _comm(pid) == "sleep"
-                         for pid in _pids()))
+    wait_for(lambda: any(parent_pid(pid) == handle.popen.pid and _comm(pid) == "sleep"
+                         for pid in live_pids()))
     os.killpg(handle.popen.pid, signal.SIGTERM)
     finish(handle)
     record = read_json(attempt_dir / "exit.json")
@@ -471,10 +424,10 @@ def test_the_shim_is_the_subreaper_and_waits_for_orphans(layout, tmp_path, shim_
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
     orphan = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip()))
-    wait_for(lambda: _ppid(orphan) == handle.popen.pid, message="the orphan reparented")
+    wait_for(lambda: parent_pid(orphan) == handle.popen.pid, message="the orphan reparented")
     assert not (attempt_dir / "exit.json").exists() and handle.popen.poll() is None
     finish(handle)
-    assert _ppid(orphan) is None  # reaped before exit.json was written
+    assert parent_pid(orphan) is None  # reaped before exit.json was written
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
     handle.close()
 
@@ -547,23 +500,6 @@ def test_the_shim_json_writer_matches_json(value):
     assert shim.to_json({"a": 1, "b": None}) == json.dumps({"a": 1, "b": None}).encode()
 
 
-def _pids():
-    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
-
-
-def _stat_fields(pid):
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    return data[:data.rfind(b")")].split(b"(", 1)[1].decode(), data[data.rfind(b")") + 2:].split()
-
-
-def _ppid(pid):
-    fields = _stat_fields(pid)
-    return int(fields[1][1]) if fields and fields[1][0] != b"Z" else None
-
-
 def _comm(pid):
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return fields[0] if fields else None

@@ -18,7 +18,7 @@ import pytest
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
-from tests.backends.local.test_shim import _group, _ppid, finish, go_and_wait, spawn
+from tests.backends.local.conftest import finish, go_and_wait, group_members, parent_pid, spawn
 from tests.e2e.conftest import read_json, wait_for
 
 
@@ -57,7 +57,7 @@ def test_a_forked_shim_leads_its_own_session_under_the_server(server):
     pid = warm.handle.popen.pid
     # settled before its pid is handed out, as a Popen'd shim is
     assert os.getpgid(pid) == os.getsid(pid) == pid != os.getsid(server.popen.pid)
-    assert _ppid(pid) == server.popen.pid
+    assert parent_pid(pid) == server.popen.pid
     assert os.getpgid(server.popen.pid) == server.popen.pid != os.getpgid(0)
     assert not int(proc_status(pid)["SigIgn"], 16) & 1 << (signal.SIGCHLD - 1)  # it waits
     assert os.readlink(f"/proc/{pid}/cwd") == "/"
@@ -280,7 +280,7 @@ def test_a_group_sigterm_ends_the_command_not_the_supervisor_but_ends_an_idle_on
     wait_for(lambda: (attempt_dir / "READY").exists())
     write_atomic(attempt_dir / "GO", b"")
     handle.release_barrier(b"G")
-    wait_for(lambda: len(_group(supervisor.pid)) == 2, message="the command in its group")
+    wait_for(lambda: len(group_members(supervisor.pid)) == 2, message="the command in its group")
     os.killpg(supervisor.pid, signal.SIGTERM)
     finish(handle)  # it recorded the command's end, and is idle
     assert read_json(attempt_dir / "exit.json")["signal"] == signal.SIGTERM
