@@ -7,19 +7,10 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import filelock
 
-from .conftest import STOP, request, stop, wait_for
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+from .conftest import STOP, alive, request, stop, wait_for
 
 
 def started(tmp_path, name):
