@@ -18,6 +18,7 @@ function (a lazy import still ties the two at run time) and under ``TYPE_CHECKIN
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -162,3 +163,18 @@ def test_no_arrow_runs_up():
     assert not up, {f: arrows["backends"][f] for f in up}
     importers = {source for source, targets in arrows.items() if "commands" in targets}
     assert importers <= {"cli", "__main__"}, {f: arrows[f]["commands"] for f in importers}
+
+
+def test_the_architecture_page_names_only_files_that_exist():
+    """docs/ARCHITECTURE.md stays true to the tree: every file it names exists (under the
+    repository, the package or one of its folders), and each folder has its paragraph."""
+    root = PACKAGE.parent
+    text = (root / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([\w/]+\.py)`", text))
+    bases = [root, PACKAGE, *(PACKAGE / folder for folder in (
+        "core", "core/pickers", "adapters", "backends"))]
+    missing = sorted(name for name in named if not any((base / name).is_file() for base in bases))
+    assert len(named) > 30 and missing == []
+    folders = {path.name for path in PACKAGE.iterdir()
+               if (path / "__init__.py").is_file()}
+    assert {folder for folder in folders if f"**`{folder}/`" not in text} == set()
