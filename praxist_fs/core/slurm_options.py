@@ -73,7 +73,7 @@ def refusal(options: dict[str, Any], policy: Policy) -> tuple[str, str] | None:
     """Why a request's Slurm options cannot be taken by this task, as (field, problem):
     its backend is not Slurm, or an sbatch option is not one the task file allows."""
     backend, allowed = policy.backend, (policy.slurm or {}).get("allowed_options", [])
-    if backend != "slurm":
+    if "slurm" not in policy.backend_names():
         return "slurm", (f"the run's backend is {backend}, which submits no Slurm job; "
                          "slurm options need backend: slurm")
     for index, option in enumerate(options.get("options", ())):

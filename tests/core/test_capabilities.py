@@ -4,9 +4,13 @@ and what a journal written before capabilities were journaled meant."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
 from praxist_fs.core.policy import Policy
-from tests.core.helpers import Harness, make_policy
+from tests.core.helpers import CPU, GPU, Harness, make_policy
 
 ELSEWHERE = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False)
 
@@ -48,3 +52,38 @@ def test_a_policy_journaled_before_capabilities_replays_as_its_backend_then_coul
     assert BEFORE_CAPABILITIES["slurm"].places_gpus
     journaled = Policy(backend="toy", capabilities=ELSEWHERE).to_dict()
     assert Policy.from_dict(journaled).capabilities == ELSEWHERE
+
+
+def test_each_profile_is_decided_with_the_capabilities_of_the_backend_it_routes_to():
+    """One run, two backends (issue 28): GPU work routed to a cluster starts at once with
+    no device of this host, while GPU work that stays here waits for this host's
+    placement, and CPU work here is held by this host's pressure."""
+    routed = replace(GPU, name="big", backend="toy")
+    h = Harness(make_policy(backends={"toy": ELSEWHERE}, max_concurrent_experiments=4,
+                            initial_concurrent_experiments=4,
+                            profiles={"cpu": CPU, "gpu": GPU, "big": routed}))
+    assert h.sched.policy.capabilities_of(routed) == ELSEWHERE
+    assert h.sched.policy.capabilities_of(GPU) == ON_THIS_HOST
+    big = h.submit("t1", profile="big")["job_id"]
+    here = h.submit("t2", profile="gpu")["job_id"]
+    assert [job for job, _ in h.launch_all()] == [big]
+    assert h.sched.jobs[big].current.gpus == ()
+    assert "gpu placement: no GPU inventory" in h.sched.pending[here]
+
+
+def test_a_profile_may_route_only_to_a_backend_the_run_uses():
+    with pytest.raises(ValueError, match="which the run does not use"):
+        make_policy(profiles={"cpu": CPU, "big": replace(GPU, name="big", backend="toy")})
+
+
+def test_the_routes_travel_in_the_journal_and_older_journals_route_nothing():
+    routed = replace(GPU, name="big", backend="toy")
+    policy = make_policy(backends={"toy": ELSEWHERE}, profiles={"cpu": CPU, "big": routed})
+    journaled = policy.to_dict()
+    assert journaled["backends"] == {"toy": ELSEWHERE.to_dict()}
+    assert journaled["profiles"]["big"]["backend"] == "toy"
+    assert Policy.from_dict(journaled) == policy
+    del journaled["backends"]
+    del journaled["profiles"]["big"]["backend"]
+    old = Policy.from_dict(journaled)
+    assert old.backends == {} and old.capabilities_of(old.profiles["big"]) == ON_THIS_HOST
