@@ -21,6 +21,10 @@ snapshot.
   online, its failure restarts the cool-down.
 - Silence is not failure: time alone never offlines a node, only outcomes do.
 
+The implicit local node (seed 003): a run that uses this host and another backend
+shows this host first, as ``local``, beside the cluster's nodes (``status``'s ``here``);
+it is never stored: this host's health is its pressure, not outcomes.
+
 Partitions are learned from outcomes: a node belongs to each partition one of our
 attempts ended in on it. A node that never ran our work (listed by ``sinfo`` but
 down, say) does not count as another node of its partition, so the rule errs toward
@@ -39,6 +43,7 @@ from .events import Event, NodeOutcome, NodeProbeStarted, node_name_problem
 from .policy import NODE_COOLDOWN_S as COOLDOWN_S  # the task file's default
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
+LOCAL_NODE = "local"  # seed 003's implicit local node: this host, never declared
 
 
 class NodeState(str, Enum):
@@ -61,6 +66,7 @@ class Node:
     last_failure: str | None = None
     probe_after: float | None = None  # offline: when its cool-down ends
     probe_placed: float | None = None  # when its probe in flight was placed
+    last_seen: float | None = None  # its latest outcome: shown, never a reason to offline
 
     @property
     def takes_work(self) -> bool:
@@ -104,20 +110,31 @@ class NodeRegistry:
                       if node.state is NodeState.OFFLINE and node.probe_placed is None
                       and at >= node.probe_after)
 
-    def status(self, at: float) -> list[dict[str, Any]]:
-        """One row per node, by name, as status shows them."""
-        return [{"node": name, "partition": ",".join(node.partitions),
-                 "state": self._shown(node, at).value,
-                 "consecutive_failures": node.failures, "reason": self._reason(node, at),
-                 "since": node.since, "probe_after": node.probe_after}
-                for name, node in sorted(self.nodes.items())]
+    def status(self, at: float, running: dict[str, int] | None = None,
+               here: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One row per node, by name, as status shows them, with the jobs ``running`` on
+        each; ``here``: the implicit local node's ``since``, ``last_seen``, ``running``
+        and ``labels``, shown first (a run that uses this host beside a cluster)."""
+        running = running or {}
+        local = [{"node": LOCAL_NODE, "kind": "local", "partition": "", "state": "online",
+                  "consecutive_failures": 0, "reason": None, "probe_after": None,
+                  **here}] if here is not None else []
+        return local + [{
+            "node": name, "kind": "cluster", "partition": ",".join(node.partitions),
+            "state": self._shown(node, at).value, "consecutive_failures": node.failures,
+            "reason": self._reason(node, at), "since": node.since,
+            "probe_after": node.probe_after, "last_seen": node.last_seen,
+            "running": running.get(name, 0),
+            "labels": {"partitions": list(node.partitions)}}
+            for name, node in sorted(self.nodes.items())]
 
     def to_dict(self) -> dict[str, Any]:
         return {"cooldown_s": self.cooldown_s,
                 "nodes": [{"name": node.name, "partitions": list(node.partitions),
                            "since": node.since, "state": node.state.value,
                            "failures": node.failures, "last_failure": node.last_failure,
-                           "probe_after": node.probe_after, "probe_placed": node.probe_placed}
+                           "probe_after": node.probe_after, "probe_placed": node.probe_placed,
+                           "last_seen": node.last_seen}
                           for _, node in sorted(self.nodes.items())]}
 
     @classmethod
@@ -146,6 +163,7 @@ class NodeRegistry:
         elif ev.partition not in node.partitions:
             node.partitions = tuple(sorted((*node.partitions, ev.partition)))
             self._members.setdefault(ev.partition, set()).add(node.name)
+        node.last_seen = ev.at
         if ev.probe:
             node.probe_placed = None
         if ev.infrastructure:

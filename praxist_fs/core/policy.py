@@ -235,6 +235,11 @@ class Policy:
         """The backend ``profile``'s jobs run on: the one it names, else the run's."""
         return profile.backend if profile is not None and profile.backend else self.backend
 
+    def runs_here(self, profile: str) -> bool:
+        """Whether jobs of the profile named run on this host (an unknown one: as if)."""
+        known = self.profiles.get(profile)
+        return known is None or self.capabilities_of(known).on_this_host
+
     def backend_names(self) -> tuple[str, ...]:
         """Every backend the run uses, its own (``backend``) first."""
         return (self.backend, *self.backends)

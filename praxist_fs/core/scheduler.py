@@ -129,6 +129,7 @@ class Scheduler(JobControlDesk):
         self._rest_at_capacity = False         # every slot was taken as that rest began
         self._reason_dirty: set[str] = set()   # job files whose reason changed in kind
         self._slot_limited = False             # last pass held work only for a free slot
+        self._here_room: int | None = None     # a run of several backends: this host's free
         self._last_pass: tuple[int, int] | None = None
         self._last_at = 0.0
         self._reasons_stale = False            # a pass was skipped: no slot was free
@@ -330,7 +331,10 @@ class Scheduler(JobControlDesk):
                              self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
-        """Off this host the configured maximum: the host's pressure is not the jobs'."""
+        """Off this host the configured maximum: the host's pressure is not the jobs'. Of
+        several backends (issue 28) one pool; this host's jobs also within ``_here_room``."""
+        if self.policy.backends:
+            return self.upper_bound()
         if not self.policy.capabilities.on_this_host:
             return self.policy.max_concurrent_experiments
         return self.controller.target
@@ -396,6 +400,9 @@ class Scheduler(JobControlDesk):
         self._reasons_stale = False
         self._slot_limited = False
         target, running, queue = self.concurrency_target(), self.running(), self._queue()
+        self._here_room = (self.controller.target - sum(  # this host's slots, apart
+            self.policy.runs_here(job.profile) for job in running)
+            if self.policy.backends else None)
         queued = queue.lend()  # until the walk is done (``_finish_rest``, ``_drop_rest``)
         assessing = any(g.phase == GenerationStage.ASSESSMENT for g in self.generations.values())
         loads = self.real_loads()
@@ -528,6 +535,8 @@ class Scheduler(JobControlDesk):
                     gpus, reason = self._admit(ctx, job, picker, avoid, key)
                     if reason is None:
                         ctx.place(job, gpus)
+                        if self._here_room is not None and self.policy.runs_here(job.profile):
+                            self._here_room -= 1
                         launches.append(AttemptLaunched(
                             at=ctx.at, job_id=job.job_id,
                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
@@ -574,6 +583,9 @@ class Scheduler(JobControlDesk):
                       "GPU work is never run on the CPU")
         elif can.on_this_host and (held := pressure_hold(self.policy, profile, ctx.pressure)):
             reason = held
+        elif can.on_this_host and self._here_room is not None and self._here_room <= 0:
+            reason, self._slot_limited = (f"waiting for a slot on this host: all "
+                                          f"{self.controller.target} of its taken"), True
         elif not core_places:  # CPU work, or the backend places it (a cluster's queue waits)
             return (), None
         else:

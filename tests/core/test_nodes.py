@@ -22,6 +22,8 @@ from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.errors import InvalidTransition
 
 T0 = 1_000_000.0
+# what status shows of a cluster node beside its health (issue 28): none of these run jobs
+CLUSTER_ROW = {"kind": "cluster", "running": 0, "labels": {"partitions": ["main"]}}
 
 
 def outcome(registry, at, node, infrastructure=True, *, partition="main",
@@ -59,7 +61,7 @@ def test_two_infrastructure_failures_in_a_row_take_a_node_offline_and_exclude_it
     assert row(registry, T0 + 1, "n1") == {
         "node": "n1", "partition": "main", "state": "online", "consecutive_failures": 1,
         "reason": "1 infrastructure failure: no READY within the launch timeout",
-        "since": T0, "probe_after": None}
+        "since": T0, "probe_after": None, **CLUSTER_ROW, "last_seen": T0 + 1}
     assert registry.excluded() == []
 
     outcome(registry, T0 + 2, "n1", reason="exit 75")
@@ -67,7 +69,7 @@ def test_two_infrastructure_failures_in_a_row_take_a_node_offline_and_exclude_it
         "node": "n1", "partition": "main", "state": "offline", "consecutive_failures": 2,
         "reason": "2 infrastructure failures in a row, the last: exit 75; excluded until "
                   "a probe after the cool-down succeeds",
-        "since": T0 + 2, "probe_after": T0 + 2 + COOLDOWN_S}
+        "since": T0 + 2, "probe_after": T0 + 2 + COOLDOWN_S, **CLUSTER_ROW, "last_seen": T0 + 2}
     assert registry.excluded() == ["n1"]
     assert row(registry, T0 + 2, "n2")["state"] == "online"
 
@@ -99,7 +101,7 @@ def test_the_last_node_of_a_partition_is_never_excluded():
         "node": "n1", "partition": "main", "state": "suspect", "consecutive_failures": 3,
         "reason": "3 infrastructure failures in a row, the last: NODE_FAIL; kept in "
                   "rotation: the last node of partition main that takes work",
-        "since": T0 + 1, "probe_after": None}
+        "since": T0 + 1, "probe_after": None, **CLUSTER_ROW, "last_seen": T0 + 2}
 
     outcome(registry, T0 + 3, "n2", False, reason="exit 0")  # main has another node now
     assert registry.excluded() == ["n1"]
@@ -152,7 +154,7 @@ def test_after_the_cool_down_one_probe_brings_the_node_back_online():
     assert registry.excluded() == []
     assert row(registry, back + 70, "n1") == {
         "node": "n1", "partition": "main", "state": "online", "consecutive_failures": 0,
-        "reason": None, "since": back + 70, "probe_after": None}
+        "reason": None, "since": back + 70, "probe_after": None, **CLUSTER_ROW, "last_seen": back + 70}
 
 
 def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
@@ -165,7 +167,7 @@ def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
         "node": "n1", "partition": "main", "state": "offline", "consecutive_failures": 3,
         "reason": "3 infrastructure failures in a row, the last: NODE_FAIL; excluded until "
                   "a probe after the cool-down succeeds",
-        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S}
+        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S, **CLUSTER_ROW, "last_seen": back + 50}
     assert registry.excluded() == ["n1"]
     assert registry.probes_due(back + 50 + COOLDOWN_S - 1) == []
     assert registry.probes_due(back + 50 + COOLDOWN_S) == ["n1"]
