@@ -20,6 +20,9 @@ snapshot.
   probe may be placed there (``probes_due``); the probe's success brings the node back
   online, its failure restarts the cool-down.
 - Silence is not failure: time alone never offlines a node, only outcomes do.
+- A node listed by the backend before it ran any of the run's work (``NodeListed``) is
+  new: offline with its cool-down over, so its probe goes first and its success is what
+  brings it into rotation; a failed first probe starts the cool-down (issue 28).
 
 The implicit local node (seed 003): a run that uses this host and another backend
 shows this host first, as ``local``, beside the cluster's nodes (``status``'s ``here``);
@@ -39,7 +42,7 @@ from enum import Enum
 from typing import Any
 
 from ..errors import InvalidTransition
-from .events import Event, NodeOutcome, NodeProbeStarted, node_name_problem
+from .events import Event, NodeListed, NodeOutcome, NodeProbeStarted, node_name_problem
 from .policy import NODE_COOLDOWN_S as COOLDOWN_S  # the task file's default
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
@@ -93,6 +96,10 @@ class NodeRegistry:
             self._on_outcome(event)
         elif isinstance(event, NodeProbeStarted):
             self._on_probe(event)
+        elif isinstance(event, NodeListed):
+            if event.node not in self.nodes:  # known already: its state stands
+                self._add(Node(event.node, (event.partition,), since=event.at,
+                               state=NodeState.OFFLINE, probe_after=event.at))
         else:
             raise InvalidTransition(f"the node registry can't handle {type(event).__name__}")
 
@@ -100,6 +107,11 @@ class NodeRegistry:
         """The nodes new attempts must not go to (``--exclude``), probing ones included:
         only their probe goes there."""
         return sorted(name for name, node in self.nodes.items() if not node.takes_work)
+
+    def takes_work(self) -> bool:
+        """Whether any node known takes the run's work (none yet: a new cluster's first
+        probes have not answered, and real work waits for them)."""
+        return any(node.takes_work for node in self.nodes.values())
 
     def probes_due(self, at: float) -> list[str]:
         """Offline nodes whose cool-down is over and that have no probe in flight: place
@@ -198,6 +210,8 @@ class NodeRegistry:
         node.failures += 1
         node.last_failure = reason
         if node.failures < FAILURES_TO_OFFLINE:
+            if node.state is NodeState.OFFLINE:  # new, its first probe failed: cool down
+                self._enter(node, NodeState.OFFLINE, at)
             return
         if not self._last_of(node):
             self._enter(node, NodeState.OFFLINE, at)
@@ -237,8 +251,10 @@ class NodeRegistry:
         return node.state
 
     def _reason(self, node: Node, at: float) -> str | None:
-        if not node.failures:
-            return None
+        if not node.failures:  # offline without a failure: new (``NodeListed``)
+            return None if node.state is not NodeState.OFFLINE else (
+                "new: its probe runs before its first job" if node.probe_placed is not None
+                else "new: a probe is due before its first job")
         failed = (f"{node.failures} infrastructure failures in a row, the last: "
                   if node.failures > 1 else "1 infrastructure failure: ") + str(node.last_failure)
         if node.state is NodeState.SUSPECT:

@@ -46,11 +46,10 @@ from .budget import (
 from .calibration import Calibration
 from .events import (
     AdmissionExpired, AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed,
-    ClaimsReleased,
-    ClaimsSeen, ControlSeen,
+    ClaimsReleased, ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, NodeOutcome, NodeProbeStarted, RequestSeen, ResultSeen,
-    RunStopRequested, BudgetAlert, BudgetVerdict,
+    LeaseGranted, LeaseRevoked, NodeListed, NodeOutcome, NodeProbeStarted, RequestSeen,
+    ResultSeen, RunStopRequested, BudgetAlert, BudgetVerdict,
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
@@ -157,7 +156,7 @@ class Scheduler(JobControlDesk):
             effects += self.settle_dependents(event.at)
         return effects
 
-    def _on_node(self, ev: NodeOutcome | NodeProbeStarted) -> list[Effect]:
+    def _on_node(self, ev: NodeOutcome | NodeProbeStarted | NodeListed) -> list[Effect]:
         """R-BUD-2: what an attempt's end says of its node (core/nodes.py decides)."""
         self.nodes.handle(ev)
         self.version += 1
@@ -959,6 +958,7 @@ _HANDLERS = {
     AdmissionExpired: lambda sched, ev: sched.submissions.on_expired(ev),
     NodeOutcome: Scheduler._on_node,
     NodeProbeStarted: Scheduler._on_node,
+    NodeListed: Scheduler._on_node,
 }
 
 

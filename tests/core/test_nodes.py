@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from praxist_fs.core.events import (
-    NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeOutcome, NodeProbeStarted,
+    NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeListed, NodeOutcome,
+    NodeProbeStarted,
     from_record, to_record,
 )
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES
@@ -299,6 +300,10 @@ class Driver:
             self.feed(NodeProbeStarted(at=self.now, node=data.draw(st.sampled_from(due))))
             return
         node = data.draw(st.sampled_from(["n1", "n2", "n3", "gpü"]))
+        if data.draw(st.integers(0, 5)) == 0:  # the backend listed it (issue 28)
+            self.feed(NodeListed(at=self.now, node=node,
+                                 partition=data.draw(st.sampled_from(["main", "gpu"]))))
+            return
         known = self.live.nodes.get(node)
         self.feed(NodeOutcome(
             at=self.now, node=node, partition=data.draw(st.sampled_from(["main", "gpu"])),
@@ -331,16 +336,19 @@ def test_replay_and_a_snapshot_plus_the_tail_rebuild_the_same_registry(data):
     resumed = replay(driver.journal[cut:], NodeRegistry.from_dict(snapshot))
     assert resumed.to_dict() == live.to_dict()
     # the rules hold in every reachable state: no partition is left without a node that
-    # takes work, and a failing node is kept only where it is the last
+    # takes work, and a failing node is kept only where it is the last; a new node (listed,
+    # offline with fewer failures, all of its probes) is out until a probe passes
     taking = {name: node.partitions for name, node in live.nodes.items()
               if name not in live.excluded()}
     for name, node in live.nodes.items():
-        assert any(p in partitions for p in node.partitions for partitions in taking.values())
+        new = node.state == "offline" and node.failures < 2
+        assert new or any(p in partitions for p in node.partitions
+                          for partitions in taking.values())
         if node.state == "suspect":
             assert node.failures >= 2 and any(
                 not any(p in parts for other, parts in taking.items() if other != name)
                 for p in node.partitions), name
-        assert node.state == "online" or node.failures >= 2, name
+        assert node.state == "online" or node.failures >= 2 or new, name
 
 
 def test_an_offline_node_found_in_a_new_partition_stays_for_it():
@@ -396,3 +404,30 @@ def test_the_cool_down_is_the_task_files_and_replays():
     live.handle(NodeOutcome(at=T0 + 5, node="n1", partition="main", infrastructure=True,
                             reason="probe: Slurm FAILED", probe=True))
     assert row(live.nodes, T0 + 5, "n1")["probe_after"] == T0 + 5 + 600
+
+
+def test_a_new_node_gets_its_probe_before_any_work_and_a_failed_one_waits_the_cool_down():
+    """Issue 28 item 4: a node listed before it ran any of the run's work is out of
+    rotation, its probe due at once; its success brings it in. A failed first probe
+    keeps it out for a cool-down, then it is probed again. A listing of a node known
+    already changes nothing; while no node takes work, the backend holds its jobs."""
+    registry = NodeRegistry()
+    for node in ("n1", "n2"):
+        registry.handle(NodeListed(at=T0, node=node, partition="main"))
+    assert not registry.takes_work()
+    assert registry.excluded() == ["n1", "n2"] and registry.probes_due(T0) == ["n1", "n2"]
+    assert row(registry, T0, "n1")["reason"] == "new: a probe is due before its first job"
+    for node in ("n1", "n2"):
+        registry.handle(NodeProbeStarted(at=T0, node=node))
+    assert row(registry, T0, "n1")["reason"] == "new: its probe runs before its first job"
+    outcome(registry, T0 + 1, "n1", False, reason="probe: Slurm COMPLETED", probe=True)
+    outcome(registry, T0 + 1, "n2", True, reason="probe: Slurm FAILED", probe=True)
+    assert registry.takes_work() and registry.excluded() == ["n2"]
+    assert row(registry, T0 + 1, "n1")["state"] == "online"
+    assert row(registry, T0 + 1, "n2")["probe_after"] == T0 + 1 + COOLDOWN_S
+    assert registry.probes_due(T0 + COOLDOWN_S) == []
+    assert registry.probes_due(T0 + 1 + COOLDOWN_S) == ["n2"]
+    before = registry.to_dict()
+    registry.handle(NodeListed(at=T0 + 5, node="n1", partition="gpu"))
+    assert registry.to_dict() == before
+    assert NodeRegistry.from_dict(json.loads(json.dumps(before))).to_dict() == before

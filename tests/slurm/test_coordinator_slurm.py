@@ -561,6 +561,38 @@ def test_a_node_failing_twice_goes_offline_and_a_probe_brings_it_back(slurm_run,
     assert run.wait_state(holder, "completed", timeout=SLURM_S)["exit_code"] == 0
 
 
+def slurm_times(name: str) -> tuple[str, str, str, str]:
+    """(node, state, start, end) of the job named ``name``, as squeue has it."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-n", name, "-o", "%N|%T|%S|%e"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return tuple(out.split()[0].split("|"))
+
+
+def test_a_new_node_passes_a_probe_before_its_first_job(slurm_run, tmp_path):
+    """Issue 28 item 4 on partition pair (ci0, ci1), ``slurm.probe_new_nodes: true``: at
+    its start the run lists both nodes as new, each gets one probe; a job submitted at
+    once waits, held in Slurm, until a node has passed, and Slurm starts it only after
+    that node's probe ended; status shows both nodes online with when they were seen."""
+    run = slurm_run
+    run.task.write_text(PAIR_TASK + "      probe_new_nodes: true\n")
+    run.start()
+    job_id = submit(run, "first", "echo ran")
+    doc = run.wait_state(job_id, "completed", timeout=SLURM_S)
+    node = doc["attempts"][-1]["handle"]["node"]
+    _, state, probe_start, probe_end = slurm_times(f"pxprobe-{run_tag(run.root)}-{node}")
+    _, _, job_start, _ = slurm_times(doc["attempts"][-1]["handle"]["job_name"])
+    assert state == "COMPLETED" and job_start >= probe_end, (probe_start, probe_end, job_start)
+    shown = wait_for(lambda: (n := nodes_shown(run)) and len(n) == 2 and all(
+        each["state"] == "online" for each in n.values()) and n, timeout=SLURM_S,
+        message="both nodes online after their probes")
+    assert all(each["last_seen"] and each["consecutive_failures"] == 0
+               for each in shown.values())
+    probes = subprocess.run(["squeue", "-h", "--states=all", "-o", "%j"], capture_output=True,
+                            text=True, timeout=30).stdout.split()
+    assert sorted(p for p in probes if p.startswith(f"pxprobe-{run_tag(run.root)}-")) == [
+        f"pxprobe-{run_tag(run.root)}-ci0", f"pxprobe-{run_tag(run.root)}-ci1"]
+
+
 def test_a_two_node_job_runs_once_per_node_with_the_rendezvous_variables(slurm_run, tmp_path):
     """R-DIST-3 on partition pair (ci0 and ci1): a request with ``nodes: 2`` is one
     allocation whose command runs once per node, each with the variables torchrun and

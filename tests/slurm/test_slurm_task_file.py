@@ -61,6 +61,7 @@ def test_what_a_cluster_backend_cannot_do_is_refused_by_name(extra, key, expecte
     ("node_cooldown_s", "true", "a number in 0..86400"),
     ("launch_timeout_s", "0", "a number in 1..86400"),
     ("launch_timeout_s", "never", "a number in 1..86400"),
+    ("probe_new_nodes", "1", "true or false"),
 ])
 def test_the_node_keys_are_refused_out_of_range_by_name(key, value, expected):
     """R-BUD-2's settings are checked like the rest of the mapping: the key path, the
