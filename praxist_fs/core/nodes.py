@@ -125,20 +125,28 @@ class NodeRegistry:
     def status(self, at: float, running: dict[str, int] | None = None,
                here: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """One row per node, by name, as status shows them, with the jobs ``running`` on
-        each; ``here``: the implicit local node's ``since``, ``last_seen``, ``running``
-        and ``labels``, shown first (a run that uses this host beside a cluster)."""
+        each (a node running some before any outcome there: online, no partition yet);
+        ``here``: the implicit local node's ``since``, ``last_seen``, ``running`` and
+        ``labels``, shown first (a run that uses this host beside a cluster)."""
         running = running or {}
         local = [{"node": LOCAL_NODE, "kind": "local", "partition": "", "state": "online",
                   "consecutive_failures": 0, "reason": None, "probe_after": None,
                   **here}] if here is not None else []
-        return local + [{
-            "node": name, "kind": "cluster", "partition": ",".join(node.partitions),
-            "state": self._shown(node, at).value, "consecutive_failures": node.failures,
-            "reason": self._reason(node, at), "since": node.since,
-            "probe_after": node.probe_after, "last_seen": node.last_seen,
-            "running": running.get(name, 0),
-            "labels": {"partitions": list(node.partitions)}}
-            for name, node in sorted(self.nodes.items())]
+        return local + [self._row(name, at, running.get(name, 0))
+                        for name in sorted(self.nodes.keys() | running.keys())]
+
+    def _row(self, name: str, at: float, running: int) -> dict[str, Any]:
+        node = self.nodes.get(name)
+        if node is None:  # runs the run's work, with no outcome there yet
+            return {"node": name, "kind": "cluster", "partition": "", "state": "online",
+                    "consecutive_failures": 0, "reason": None, "since": None,
+                    "probe_after": None, "last_seen": None, "running": running,
+                    "labels": {"partitions": []}}
+        return {"node": name, "kind": "cluster", "partition": ",".join(node.partitions),
+                "state": self._shown(node, at).value, "consecutive_failures": node.failures,
+                "reason": self._reason(node, at), "since": node.since,
+                "probe_after": node.probe_after, "last_seen": node.last_seen,
+                "running": running, "labels": {"partitions": list(node.partitions)}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"cooldown_s": self.cooldown_s,
