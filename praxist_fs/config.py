@@ -37,6 +37,7 @@ from typing import Any, Callable
 import yaml
 
 from praxist_fs.backends.registry import BACKENDS
+from praxist_fs.backends.run_backends import backend_name, resolve_backends
 from praxist_fs.core.budget import Budget
 from praxist_fs.core.pickers import PICKERS, register_picker
 from praxist_fs.core.placement import PLACEMENTS
@@ -467,10 +468,11 @@ _SCHEDULER_KEYS: dict[str, _Key] = {
     "same_tag_different_request": _Key(_choice("share", "reject")),
     "spool_quota_requests": _Key(_int, _clamp(1, MAX_SPOOL_QUOTA_REQUESTS)),
     "spool_quota_bytes": _Key(_int, _clamp(MAX_REQUEST_BYTES, MAX_SPOOL_QUOTA_BYTES)),
-    "backend": _Key(lambda path, value: _choice(*BACKENDS)(path, value)),  # as registered now
+    "backend": _Key(backend_name),  # as registered now
 }
 _SCHEDULER_SECTIONS = ("mode", "pressure_thresholds", "profiles", "queues", "projects",
-                       "budget", "hooks")  # read apart, and each backend's own (``_backend``)
+                       "budget", "hooks", "backends")  # read apart, and each backend's own
+                                                       # (backends/run_backends.py)
 
 # One domain of pressure_thresholds; both keys are required. ``low`` is bounded
 # by the already normalized ``high`` (calm must not be above "too high").
@@ -504,6 +506,7 @@ _PROFILE_KEYS: dict[str, _Key] = {
     "gpu_memory_gb": _Key(_positive),
     "gpu_utilization_pct": _Key(_number, _clamp(1, 100)),
     "pressure_domains": _Key(_pressure_domains),
+    "backend": _Key(backend_name),  # one the run uses: backends/run_backends.py
 }
 
 
@@ -648,7 +651,8 @@ class _Resolver:
                     raise PolicyError(_join(path, field), body[field],
                                       "no GPU fields on a cpu profile (use accelerator: gpu)")
         defaults = {"accelerator": accelerator, "gpu_count": 1 if accelerator == "gpu" else 0,
-                    "gpu_memory_gb": None, "gpu_utilization_pct": None, "pressure_domains": ()}
+                    "gpu_memory_gb": None, "gpu_utilization_pct": None, "pressure_domains": (),
+                    "backend": None}
         return Profile(name=name, **self.read(body, _PROFILE_KEYS, path, defaults))
 
     def queues(self, raw: Any, path: str, bounds: dict[str, Any]) -> tuple[Queue, ...]:
@@ -856,45 +860,13 @@ def policy_from_mapping(task: Any) -> Policy:
     hooks_path = _join(SCHEDULER_PATH, "hooks")
     hooks = resolver.hooks(_section(scheduler, "hooks", hooks_path), hooks_path)
     synth = resolver.read(synthesis, _SYNTHESIS_KEYS, SYNTHESIS_PATH, _as_dict(defaults))
-    backend = _backend(scheduler, values, queues, tuple(profiles))
+    backend = resolve_backends(scheduler, values["backend"],
+                               values["max_concurrent_experiments"], queues, profiles,
+                               SCHEDULER_PATH)
     return Policy(mode=mode, profiles=profiles, pressure_thresholds=thresholds, queues=queues,
                   projects=projects, budget=budget, hooks=hooks, **backend,
                   normalizations=tuple(resolver.notes),
                   **values, **synth)
-
-
-def _backend(scheduler: dict, values: dict[str, Any], queues: tuple[Queue, ...] | None,
-             profiles: tuple[str, ...]) -> dict[str, Any]:
-    """The chosen backend's ``Capabilities`` and its own mapping (``slurm``: checked by
-    backends/slurm_config.py), every other backend's mapping refused, and what the backend
-    cannot do refused by name: suspend-style preemption, and ``max_concurrent_experiments:
-    auto`` (sized from this host) where its attempts do not run on this host."""
-    chosen = values["backend"]
-    found: dict[str, Any] = {"capabilities": BACKENDS[chosen].capabilities}
-    for name, registered in BACKENDS.items():
-        if registered.section is None:
-            continue
-        key = registered.section.key
-        path, raw = _join(SCHEDULER_PATH, key), scheduler.get(key)
-        if name != chosen:
-            if raw is not None:
-                raise PolicyError(path, raw, f"no {key} mapping unless backend: {name}")
-            continue
-        registered.section.check(raw, profiles, path)
-        found[key] = dict(raw or {})
-    can = found["capabilities"]
-    if values["max_concurrent_experiments"] == "auto" and not can.on_this_host:
-        raise PolicyError(_join(SCHEDULER_PATH, "max_concurrent_experiments"), "auto",
-                          f"a number with backend: {chosen} (auto sizes from this host's "
-                          "memory)")
-    for queue in queues or ():
-        may_preempt = queue.preemptible_queues or any(
-            other.preemptible and other.priority < queue.priority for other in queues)
-        if may_preempt and queue.preempt == PreemptMode.SUSPEND and not can.can_suspend:
-            raise PolicyError(_join(SCHEDULER_PATH, f"queues.{queue.name}.preempt"), "suspend",
-                              f"requeue with backend: {chosen} (suspend-style preemption is "
-                              f"unavailable: praxist_fs does not stop {chosen}'s attempts)")
-    return found
 
 
 def _as_dict(policy: Policy) -> dict[str, Any]:

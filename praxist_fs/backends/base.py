@@ -12,7 +12,8 @@ Three backends keep this contract (tests/backends/test_contract.py runs one suit
 against each): ``local`` (a process group per attempt behind a shim on this host),
 ``slurm`` (one Slurm job per attempt, the run directory on a shared filesystem)
 and ``memory`` (no processes: a virtual clock, for the simulator, the core's
-simulation tests and bench).
+simulation tests and bench). A run that uses several gets them behind one seam
+(routed.py), each attempt carried out by the backend its profile routes to.
 
 The core sees an attempt's identity as an opaque *handle* journaled with the
 ``AttemptObserved`` that first reports it: the local backend's is the shim's pid,

@@ -6,7 +6,7 @@ A backend is one module whose class keeps the seam (base.py's ``ExecutionBackend
 accepts their names as ``backend:`` and checks a backend's own mapping of the task file
 (``section``), ``serve`` asks it what Slurm (or another scheduler) refuses before the
 coordinator starts (``preflight``), and the daemon makes the run's backend through it
-(``make``). The core never sees the registry: config.py copies the chosen backend's
+(``make``; all of them, behind one routing seam, for a run that lists several). The core never sees the registry: config.py copies the chosen backend's
 ``Capabilities`` into the Policy, and they reach the core in the journal with it.
 
 The ``memory`` backend is not here: the simulator and the tests make it themselves, and
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 from praxist_fs.backends.local import LocalBackend
+from praxist_fs.backends.routed import RoutedBackend
 from praxist_fs.backends.slurm import SlurmBackend, refused_by_slurm
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.core.capabilities import Capabilities
@@ -75,14 +76,20 @@ def register(kind: type[Kind], *, section: Section | None = None,
 
 
 def make(context: RunContext) -> ExecutionBackend:
-    """The backend the run's policy names (config.py accepted only registered names)."""
-    return BACKENDS[context.policy.backend].kind.made(context)
+    """The backend the run's policy names (config.py accepted only registered names); a
+    run that lists several gets them all, each attempt routed to its own (routed.py)."""
+    policy = context.policy
+    if not policy.backends:
+        return BACKENDS[policy.backend].kind.made(context)
+    return RoutedBackend(context, {name: BACKENDS[name].kind.made
+                                   for name in policy.backend_names()})
 
 
 def preflight(policy: Policy, run_dir: Path) -> list[str]:
-    """What the scheduler of the run's backend refuses of its task, before ``serve``."""
-    check = BACKENDS[policy.backend].preflight
-    return check(policy, run_dir) if check is not None else []
+    """What the schedulers of the run's backends refuse of its task, before ``serve``."""
+    return [refusal for name in policy.backend_names()
+            if (check := BACKENDS[name].preflight) is not None
+            for refusal in check(policy, run_dir)]
 
 
 register(LocalBackend)

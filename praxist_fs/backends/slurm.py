@@ -35,6 +35,7 @@ from praxist_fs.backends.slurm_client import (
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.backends.slurm_doorbell import open_doorbell
+from praxist_fs.backends.slurm_new_nodes import NewNodes
 from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.capabilities import Capabilities
@@ -138,6 +139,9 @@ class SlurmBackend:
         self.selector = selector
         selector.register(self._wake_read, selectors.EVENT_READ, ("backend", ("poll",)))
         self.doorbell = open_doorbell(self.config.notify_host)  # READY, exit.json: at once
+        self.new_nodes = NewNodes(self.client, self.partition, self.config.probe_new_nodes,
+                                  self._pool, self._wake)
+        self.new_nodes.ask()  # before the first job, if asked: a probe before its first
         if self.doorbell is not None:
             selector.register(self.doorbell, selectors.EVENT_READ, ("backend", ("rung",)))
 
@@ -184,21 +188,23 @@ class SlurmBackend:
             "notify": self.doorbell.address if self.doorbell is not None else None,
             "tasks": tasks(job_options(self.config, effect.profile, requested))})
         profile = {"name": effect.profile, **self.profiles[effect.profile].to_dict()}
-        exclude = self.nodes().excluded()
+        hold = self.new_nodes.hold(self.nodes())  # no exclusion then: it could be all
+        exclude = [] if hold else self.nodes().excluded()
         future = self._submitters.submit(self._submit, attempt_dir, key, profile,
-                                         effect.metadata.get("eta_s"), exclude, requested)
+                                         effect.metadata.get("eta_s"), exclude, requested,
+                                         hold)
         self.submitting[key] = (effect, future, exclude)
         future.add_done_callback(lambda _: self._wake())
         return []
 
     def _submit(self, attempt_dir: Path, key: AttemptKey, profile: dict[str, Any],
                 eta_s: float | None, exclude: list[str],
-                requested: dict[str, Any] | None) -> tuple[str, str]:
+                requested: dict[str, Any] | None, hold: bool) -> tuple[str, str]:
         """On a submitter thread: ("submitted", Slurm job id), ("refused", sbatch's
         message) or ("lost", why: sbatch did not answer and no job has its name)."""
         try:
             return "submitted", self.client.submit(attempt_dir, *key, profile, eta_s, exclude,
-                                                   requested)
+                                                   requested, hold)
         except SlurmRefused as exc:
             unlink(attempt_dir / SPEC)
             return "refused", f"Slurm refused it: {exc}"
@@ -469,6 +475,7 @@ class SlurmBackend:
         if not self.swept and not self.unresolved and not self.submitting:
             # a submission under way has a job in Slurm before its id is tracked
             self._sweep_strays({t.slurm_id for t in self.tracked.values()})
+        self.new_nodes.ask()  # again, if sinfo did not answer
         events += self._probe(time.time())
         self._kick(time.monotonic())
         return events
@@ -547,7 +554,7 @@ class SlurmBackend:
                 pass
         except BlockingIOError:
             pass
-        events = self._submitted()
+        events = self._submitted() + self.new_nodes.answered(self.nodes())
         if self._polling is None or not self._polling.done():
             return events
         polling, self._polling = self._polling, None
@@ -639,17 +646,22 @@ class SlurmBackend:
         excluded = self.nodes().excluded()
         outdated = [t.slurm_id for t in self.tracked.values() if t.exclude != excluded
                     and t.state is not None and t.state.state == "PENDING"]
-        self._polling = self._pool.submit(self._poll, ids, ended, outdated, excluded)
+        held = self.new_nodes.releasable(self.nodes(), {
+            t.slurm_id: t.state.reason for t in self.tracked.values()
+            if t.state is not None and t.state.state == "PENDING"})
+        self._polling = self._pool.submit(self._poll, ids, ended, outdated, excluded, held)
         self._polling.add_done_callback(lambda _: self._wake())
 
     def _poll(self, ids: list[str], ended: list[str], outdated: list[str],
-              excluded: list[str]) -> tuple[list[str], dict, dict, dict]:
+              excluded: list[str], held: list[str]) -> tuple[list[str], dict, dict, dict]:
         """On the worker thread: the ``--exclude`` of pending jobs submitted before a node
         went offline or came back (R-BUD-2: ``outdated``) made ``excluded``, so that an
         attempt waits for no node that is back, nor goes to one that is out; then one
         squeue for every job, and sacct for those that ended."""
         updated = {slurm_id: excluded for slurm_id in outdated
                    if self.client.exclude(slurm_id, excluded)}
+        for slurm_id in held:  # a node passed its probe: what waited for one goes (issue 28)
+            self.client.release_hold(slurm_id)
         states = self.client.poll(ids)
         return ids, states, {slurm_id: self.client.final_exit(slurm_id)
                              for slurm_id in ended}, updated

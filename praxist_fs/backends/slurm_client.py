@@ -132,8 +132,10 @@ def job_options(config: SlurmConfig, profile: str | None,
 
 def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
                 profile: dict[str, Any], eta_seconds: float | None,
-                exclude: list[str], requested: dict[str, Any] | None = None) -> list[str]:
-    """The one sbatch command of an attempt. ``profile``: Profile.to_dict() plus its
+                exclude: list[str], requested: dict[str, Any] | None = None,
+                hold: bool = False) -> list[str]:
+    """The one sbatch command of an attempt (``hold``: held in Slurm until released,
+    while no node has passed its first probe). ``profile``: Profile.to_dict() plus its
     ``name``; ``requested``: the request's own Slurm options. ``--no-requeue``: a
     requeued batch script would run the command twice. A time limit comes with a warning
     signal to the batch shell (the shim, which passes it on to the command) the job's
@@ -157,6 +159,8 @@ def sbatch_argv(config: SlurmConfig, name: str, comment: str, attempt_dir: Path,
     argv += [*config.extra_args, *job["options"]]
     if exclude:
         argv.append("--exclude=" + ",".join(sorted(set(exclude))))
+    if hold:
+        argv.append("--hold")
     return [*argv, str(attempt_dir / ENTRY), str(attempt_dir)]
 
 
@@ -354,7 +358,7 @@ class SlurmClient:
 
     def submit(self, attempt_dir: Path, job_id: str, attempt_id: str, profile: dict[str, Any],
                eta_seconds: float | None, exclude: list[str],
-               requested: dict[str, Any] | None = None) -> str:
+               requested: dict[str, Any] | None = None, hold: bool = False) -> str:
         """Submit the attempt (its spec.json written already), with the request's own Slurm
         options (``requested``); its Slurm job id. Raises
         SlurmRefused with sbatch's message, or SlurmUnavailable when sbatch did not answer
@@ -365,7 +369,7 @@ class SlurmClient:
         comment = f"praxist:{run_tag(self.run_dir)}:{job_id}:{attempt_id}"
         return self._job_id(self._run(sbatch_argv(
             self.config, self.job_name(job_id, attempt_id), comment, attempt_dir, profile,
-            eta_seconds, exclude, requested)))
+            eta_seconds, exclude, requested, hold)))
 
     def probe(self, node: str, name: str) -> str:
         """A tiny job pinned to ``node`` (R-BUD-2's probe): it runs ``true`` once the node
@@ -375,6 +379,20 @@ class SlurmClient:
         if self.config.partition is not None:
             argv[1:1] = ["-p", self.config.partition]
         return self._job_id(self._run(argv))
+
+    def list_nodes(self) -> list[str]:
+        """The nodes of the run's partition (all, without one), as sinfo names them."""
+        argv = ["sinfo", "-h", "-N", "-o", "%N"]
+        if self.config.partition is not None:
+            argv += ["-p", self.config.partition]
+        done = self._run(argv)
+        if done.returncode != 0:
+            raise SlurmUnavailable(done.stderr.strip() or "sinfo failed")
+        return sorted(set(done.stdout.split()))
+
+    def release_hold(self, slurm_id: str) -> bool:
+        """Let a job submitted ``--hold`` run; False if scontrol failed."""
+        return self._run(["scontrol", "release", slurm_id]).returncode == 0
 
     def _job_id(self, done: Completed) -> str:
         """The job id sbatch --parsable printed, or why there is none."""

@@ -68,9 +68,19 @@ class SlurmConfig:
     # where the shims ring the coordinator's doorbell (slurm_doorbell.py): its host name's
     # address, unless this names another (a name or address the nodes can reach)
     notify_host: str | None = None
+    # issue 28: list the partition's nodes (sinfo) at the start, and give each node that
+    # ran none of the run's work one probe before its first job (jobs wait, held in
+    # Slurm, until a node has passed one): one tiny job per new node
+    probe_new_nodes: bool = False
 
     def for_profile(self, name: str | None) -> ProfileResources:
         return self.resources.get(name or "", self.default_resources)
+
+
+def _flag(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise PolicyError(path, value, "true or false")
+    return value
 
 
 _SLURM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -186,6 +196,7 @@ _KEYS: dict[str, Callable[[str, Any], Any]] = {
     "node_cooldown_s": lambda p, v: _number(p, v, 0.0, 86400.0),
     "launch_timeout_s": lambda p, v: _number(p, v, 1.0, 86400.0),
     "notify_host": _host,
+    "probe_new_nodes": lambda p, v: _flag(p, v),
 }
 
 

@@ -105,9 +105,11 @@ def format_status(doc: dict, alive: bool = True) -> str:
                   + (f" {a['progress']['done']}/{a['progress']['total']}"
                      if a.get("progress") and "done" in a["progress"] else "")
                   for a in doc["active"]]
-    if doc.get("nodes"):  # R-BUD-2: a cluster backend's nodes
-        lines += ["", f"{'NODE':24} {'PARTITION':16} {'STATE':8} {'FAILS':>5}  REASON"]
-        lines += [f"{n['node'][:24]:24} {n['partition'][:16]:16} {n['state']:8} "
+    if doc.get("nodes"):  # R-BUD-2: a cluster backend's nodes (this host first, if it runs)
+        lines += ["", f"{'NODE':24} {'PARTITION':16} {'STATE':8} {'RUN':>4} {'SEEN':>9} "
+                      f"{'FAILS':>5}  REASON"]
+        lines += [f"{n['node'][:24]:24} {(n['partition'] or '(this host)')[:16]:16} "
+                  f"{n['state']:8} {n.get('running', '-'):>4} {_seen(doc, n):>9} "
                   f"{n['consecutive_failures']:>5}  {n['reason'] or ''}" for n in doc["nodes"]]
     if doc.get("suspended"):  # R-POL-3; an older coordinator's status.json has none
         lines += ["", f"{'SUSPENDED JOB':40} {'ATTEMPT':8} {'FOR':>8}  {'BY':30} WAITING"]
@@ -211,6 +213,12 @@ SLURM_COLUMNS = (  # where some job ran on Slurm: its last attempt's job id and 
     ("SLURM", lambda r, now: r["slurm_job_id"] or "-"),
     ("NODE", lambda r, now: _ellipsize(r["node"] or "-", 16)),
 )
+
+
+def _seen(doc: dict[str, Any], node: dict[str, Any]) -> str:
+    """How long ago a node was last heard of (its latest outcome; this host's sample)."""
+    seen = node.get("last_seen")
+    return "-" if seen is None else f"{max(0.0, doc['updated_at'] - seen):.0f}s ago"
 
 
 def _where(active: dict) -> str:

@@ -435,4 +435,19 @@ class NodeProbeStarted(Event):
         _check_name(self, "node")
 
 
-EVENT_TYPES.update({cls.kind: cls for cls in (NodeOutcome, NodeProbeStarted)})
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeListed(Event):
+    """The backend found a node of its partition that ran none of the run's work yet
+    (issue 28): the registry keeps it out of rotation until its first probe succeeds."""
+
+    kind: ClassVar[str] = "node_listed"
+    node: str
+    partition: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        _check_name(self, "node")
+        _check_name(self, "partition")
+
+
+EVENT_TYPES.update({cls.kind: cls for cls in (NodeOutcome, NodeProbeStarted, NodeListed)})

@@ -20,6 +20,13 @@ snapshot.
   probe may be placed there (``probes_due``); the probe's success brings the node back
   online, its failure restarts the cool-down.
 - Silence is not failure: time alone never offlines a node, only outcomes do.
+- A node listed by the backend before it ran any of the run's work (``NodeListed``) is
+  new: offline with its cool-down over, so its probe goes first and its success is what
+  brings it into rotation; a failed first probe starts the cool-down (issue 28).
+
+The implicit local node (seed 003): a run that uses this host and another backend
+shows this host first, as ``local``, beside the cluster's nodes (``status``'s ``here``);
+it is never stored: this host's health is its pressure, not outcomes.
 
 Partitions are learned from outcomes: a node belongs to each partition one of our
 attempts ended in on it. A node that never ran our work (listed by ``sinfo`` but
@@ -35,10 +42,11 @@ from enum import Enum
 from typing import Any
 
 from ..errors import InvalidTransition
-from .events import Event, NodeOutcome, NodeProbeStarted, node_name_problem
+from .events import Event, NodeListed, NodeOutcome, NodeProbeStarted, node_name_problem
 from .policy import NODE_COOLDOWN_S as COOLDOWN_S  # the task file's default
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
+LOCAL_NODE = "local"  # seed 003's implicit local node: this host, never declared
 
 
 class NodeState(str, Enum):
@@ -61,6 +69,7 @@ class Node:
     last_failure: str | None = None
     probe_after: float | None = None  # offline: when its cool-down ends
     probe_placed: float | None = None  # when its probe in flight was placed
+    last_seen: float | None = None  # its latest outcome: shown, never a reason to offline
 
     @property
     def takes_work(self) -> bool:
@@ -87,6 +96,10 @@ class NodeRegistry:
             self._on_outcome(event)
         elif isinstance(event, NodeProbeStarted):
             self._on_probe(event)
+        elif isinstance(event, NodeListed):
+            if event.node not in self.nodes:  # known already: its state stands
+                self._add(Node(event.node, (event.partition,), since=event.at,
+                               state=NodeState.OFFLINE, probe_after=event.at))
         else:
             raise InvalidTransition(f"the node registry can't handle {type(event).__name__}")
 
@@ -94,6 +107,11 @@ class NodeRegistry:
         """The nodes new attempts must not go to (``--exclude``), probing ones included:
         only their probe goes there."""
         return sorted(name for name, node in self.nodes.items() if not node.takes_work)
+
+    def takes_work(self) -> bool:
+        """Whether any node known takes the run's work (none yet: a new cluster's first
+        probes have not answered, and real work waits for them)."""
+        return any(node.takes_work for node in self.nodes.values())
 
     def probes_due(self, at: float) -> list[str]:
         """Offline nodes whose cool-down is over and that have no probe in flight: place
@@ -104,20 +122,39 @@ class NodeRegistry:
                       if node.state is NodeState.OFFLINE and node.probe_placed is None
                       and at >= node.probe_after)
 
-    def status(self, at: float) -> list[dict[str, Any]]:
-        """One row per node, by name, as status shows them."""
-        return [{"node": name, "partition": ",".join(node.partitions),
-                 "state": self._shown(node, at).value,
-                 "consecutive_failures": node.failures, "reason": self._reason(node, at),
-                 "since": node.since, "probe_after": node.probe_after}
-                for name, node in sorted(self.nodes.items())]
+    def status(self, at: float, running: dict[str, int] | None = None,
+               here: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """One row per node, by name, as status shows them, with the jobs ``running`` on
+        each (a node running some before any outcome there: online, no partition yet);
+        ``here``: the implicit local node's ``since``, ``last_seen``, ``running`` and
+        ``labels``, shown first (a run that uses this host beside a cluster)."""
+        running = running or {}
+        local = [{"node": LOCAL_NODE, "kind": "local", "partition": "", "state": "online",
+                  "consecutive_failures": 0, "reason": None, "probe_after": None,
+                  **here}] if here is not None else []
+        return local + [self._row(name, at, running.get(name, 0))
+                        for name in sorted(self.nodes.keys() | running.keys())]
+
+    def _row(self, name: str, at: float, running: int) -> dict[str, Any]:
+        node = self.nodes.get(name)
+        if node is None:  # runs the run's work, with no outcome there yet
+            return {"node": name, "kind": "cluster", "partition": "", "state": "online",
+                    "consecutive_failures": 0, "reason": None, "since": None,
+                    "probe_after": None, "last_seen": None, "running": running,
+                    "labels": {"partitions": []}}
+        return {"node": name, "kind": "cluster", "partition": ",".join(node.partitions),
+                "state": self._shown(node, at).value, "consecutive_failures": node.failures,
+                "reason": self._reason(node, at), "since": node.since,
+                "probe_after": node.probe_after, "last_seen": node.last_seen,
+                "running": running, "labels": {"partitions": list(node.partitions)}}
 
     def to_dict(self) -> dict[str, Any]:
         return {"cooldown_s": self.cooldown_s,
                 "nodes": [{"name": node.name, "partitions": list(node.partitions),
                            "since": node.since, "state": node.state.value,
                            "failures": node.failures, "last_failure": node.last_failure,
-                           "probe_after": node.probe_after, "probe_placed": node.probe_placed}
+                           "probe_after": node.probe_after, "probe_placed": node.probe_placed,
+                           "last_seen": node.last_seen}
                           for _, node in sorted(self.nodes.items())]}
 
     @classmethod
@@ -146,6 +183,7 @@ class NodeRegistry:
         elif ev.partition not in node.partitions:
             node.partitions = tuple(sorted((*node.partitions, ev.partition)))
             self._members.setdefault(ev.partition, set()).add(node.name)
+        node.last_seen = ev.at
         if ev.probe:
             node.probe_placed = None
         if ev.infrastructure:
@@ -180,6 +218,8 @@ class NodeRegistry:
         node.failures += 1
         node.last_failure = reason
         if node.failures < FAILURES_TO_OFFLINE:
+            if node.state is NodeState.OFFLINE:  # new, its first probe failed: cool down
+                self._enter(node, NodeState.OFFLINE, at)
             return
         if not self._last_of(node):
             self._enter(node, NodeState.OFFLINE, at)
@@ -219,8 +259,10 @@ class NodeRegistry:
         return node.state
 
     def _reason(self, node: Node, at: float) -> str | None:
-        if not node.failures:
-            return None
+        if not node.failures:  # offline without a failure: new (``NodeListed``)
+            return None if node.state is not NodeState.OFFLINE else (
+                "new: its probe runs before its first job" if node.probe_placed is not None
+                else "new: a probe is due before its first job")
         failed = (f"{node.failures} infrastructure failures in a row, the last: "
                   if node.failures > 1 else "1 infrastructure failure: ") + str(node.last_failure)
         if node.state is NodeState.SUSPECT:

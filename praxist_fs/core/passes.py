@@ -76,6 +76,7 @@ class PassBoard(Protocol):
     generations_desk: GenerationDesk  # a generation in assessment holds its work
 
     def concurrency_target(self) -> int: ...
+    def host_target(self) -> int: ...
     def running(self) -> list[Job]: ...
     def count(self, state: JobState) -> int: ...
     def _queue(self) -> Backlog: ...
@@ -90,6 +91,7 @@ class PassDesk:
         self.rest: Iterator[bool] | None = None  # the last pass's walk, if it stopped early
         self.rest_at_capacity = False        # every slot was taken as that rest began
         self.slot_limited = False            # last pass held work only for a free slot
+        self.here_room: int | None = None    # a run of several backends: this host's free
         self.last_pass: tuple[int, int] | None = None  # (version, samples seen) it was for
         self.last_at = 0.0
         self.reasons_stale = False           # a pass was skipped: no slot was free
@@ -166,6 +168,9 @@ class PassDesk:
         self.reasons_stale = False
         self.slot_limited = False
         target, running, queue = board.concurrency_target(), board.running(), board._queue()
+        self.here_room = (board.host_target() - sum(  # this host's slots, apart
+            board.policy.runs_here(job.profile) for job in running)
+            if board.policy.backends else None)
         queued = queue.lend()  # until the walk is done (``finish_rest``, ``drop_rest``)
         assessing = any(g.phase == GenerationStage.ASSESSMENT for g in board.generations.values())
         loads = self.real_loads()
@@ -300,6 +305,9 @@ class PassDesk:
                     gpus, reason = self._admit(ctx, job, picker, avoid, key)
                     if reason is None:
                         ctx.place(job, gpus)
+                        if self.here_room is not None and \
+                                board.policy.runs_here(job.profile):
+                            self.here_room -= 1
                         launches.append(AttemptLaunched(
                             at=ctx.at, job_id=job.job_id,
                             attempt_id=f"a{len(job.attempts) + 1}", gpus=gpus))
@@ -347,6 +355,9 @@ class PassDesk:
                       "GPU work is never run on the CPU")
         elif can.on_this_host and (held := pressure_hold(policy, profile, ctx.pressure)):
             reason = held
+        elif can.on_this_host and self.here_room is not None and self.here_room <= 0:
+            reason, self.slot_limited = (f"waiting for a slot on this host: all "
+                                         f"{self.board.host_target()} of its taken"), True
         elif not core_places:  # CPU work, or the backend places it (a cluster's queue waits)
             return (), None
         else:

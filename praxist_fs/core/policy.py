@@ -32,6 +32,9 @@ class Profile:
     gpu_memory_gb: float | None = None
     gpu_utilization_pct: float | None = None
     pressure_domains: tuple[str, ...] = ()
+    # R-DIST-1, issue 28: the backend its jobs run on, one the run lists; None: the run's
+    # ``backend`` (a run of one backend routes nothing)
+    backend: str | None = None
 
     def __post_init__(self) -> None:
         if self.accelerator not in ACCELERATORS:
@@ -56,6 +59,7 @@ class Profile:
             "gpu_memory_gb": self.gpu_memory_gb,
             "gpu_utilization_pct": self.gpu_utilization_pct,
             "pressure_domains": list(self.pressure_domains),
+            **({"backend": self.backend} if self.backend is not None else {}),
         }
 
     @classmethod
@@ -67,6 +71,7 @@ class Profile:
             gpu_memory_gb=data["gpu_memory_gb"],
             gpu_utilization_pct=data["gpu_utilization_pct"],
             pressure_domains=tuple(data["pressure_domains"]),
+            backend=data.get("backend"),
         )
 
 
@@ -213,15 +218,31 @@ class Policy:
     # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm_config.py)
     backend: str = "local"
     capabilities: Capabilities = ON_THIS_HOST
+    # issue 28: the other backends the run uses (``backends:``, this host among them), by
+    # name, with what each can do; profiles route their jobs to them (``Profile.backend``)
+    backends: dict[str, Capabilities] = field(default_factory=dict)
     slurm: dict[str, Any] | None = None
     # ``queue_set`` and ``queue_of_class``, made once: every scheduling pass reads them
     _queue_set: tuple[Queue, ...] = field(init=False, repr=False, compare=False)
     _queue_of_class: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
     def capabilities_of(self, profile: Profile) -> Capabilities:
-        """What the backend that runs ``profile``'s jobs can do: the run's one backend's
-        (a run that uses several would route profiles to them here, issue 28)."""
-        return self.capabilities
+        """What the backend that runs ``profile``'s jobs can do (``backend_of``)."""
+        routed = self.backend_of(profile)
+        return self.capabilities if routed == self.backend else self.backends[routed]
+
+    def backend_of(self, profile: Profile | None) -> str:
+        """The backend ``profile``'s jobs run on: the one it names, else the run's."""
+        return profile.backend if profile is not None and profile.backend else self.backend
+
+    def runs_here(self, profile: str) -> bool:
+        """Whether jobs of the profile named run on this host (an unknown one: as if)."""
+        known = self.profiles.get(profile)
+        return known is None or self.capabilities_of(known).on_this_host
+
+    def backend_names(self) -> tuple[str, ...]:
+        """Every backend the run uses, its own (``backend``) first."""
+        return (self.backend, *self.backends)
 
     @property
     def node_cooldown_s(self) -> float:
@@ -241,6 +262,10 @@ class Policy:
             classes = sorted(c for q in self.queues for c in q.work_classes)
             if classes != sorted(WORK_CLASSES):
                 raise ValueError(f"queues: every work class in exactly one queue, got {classes}")
+        for profile in self.profiles.values():  # config.py names the key; this guards the core
+            if profile.backend is not None and profile.backend not in self.backend_names():
+                raise ValueError(f"profiles: {profile.name} runs on {profile.backend!r}, "
+                                 f"which the run does not use: {self.backend_names()}")
         if self.projects is not None:
             owned = sorted(name for p in self.projects for name in p.queues)
             if owned != sorted(q.name for q in self.queue_set()):
@@ -317,6 +342,7 @@ class Policy:
             "normalizations": [n.to_dict() for n in self.normalizations],
             "backend": self.backend,
             "capabilities": self.capabilities.to_dict(),
+            "backends": {name: can.to_dict() for name, can in self.backends.items()},
             "slurm": self.slurm,
         }
 
@@ -347,4 +373,6 @@ class Policy:
         values["capabilities"] = (Capabilities.from_dict(data["capabilities"])
                                   if "capabilities" in data else
                                   BEFORE_CAPABILITIES[data.get("backend", "local")])
+        values["backends"] = {name: Capabilities.from_dict(can)  # none before issue 28
+                              for name, can in data.get("backends", {}).items()}
         return cls(**values)

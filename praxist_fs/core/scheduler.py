@@ -45,11 +45,10 @@ from .budget import (
 from .calibration import Calibration
 from .events import (
     AdmissionExpired, AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed,
-    ClaimsReleased,
-    ClaimsSeen, ControlSeen,
+    ClaimsReleased, ClaimsSeen, ControlSeen,
     CoordinatorStarted, DeclineSeen, Event, GenerationPhase, HostSampled, IdleSeen, LeaseExpired,
-    LeaseGranted, LeaseRevoked, NodeOutcome, NodeProbeStarted, RequestSeen, ResultSeen,
-    RunStopRequested, BudgetAlert, BudgetVerdict,
+    LeaseGranted, LeaseRevoked, NodeListed, NodeOutcome, NodeProbeStarted, RequestSeen,
+    ResultSeen, RunStopRequested, BudgetAlert, BudgetVerdict,
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
@@ -137,7 +136,7 @@ class Scheduler:
             effects += self.jobcontrol.settle_dependents(event.at)
         return effects
 
-    def _on_node(self, ev: NodeOutcome | NodeProbeStarted) -> list[Effect]:
+    def _on_node(self, ev: NodeOutcome | NodeProbeStarted | NodeListed) -> list[Effect]:
         """R-BUD-2: what an attempt's end says of its node (core/nodes.py decides)."""
         self.nodes.handle(ev)
         self.version += 1
@@ -311,9 +310,18 @@ class Scheduler:
                              self.policy.budget.rates.get(job.profile))
 
     def concurrency_target(self) -> int:
-        """Off this host the configured maximum: the host's pressure is not the jobs'."""
+        """Off this host the configured maximum: the host's pressure is not the jobs'. Of
+        several backends (issue 28) one pool; this host's jobs also within the pass's
+        ``here_room``."""
+        if self.policy.backends:
+            return self.upper_bound()
         if not self.policy.capabilities.on_this_host:
             return self.policy.max_concurrent_experiments
+        return self.controller.target
+
+    def host_target(self) -> int:
+        """This host's slots as its controller sets them (a run of several backends keeps
+        its local jobs within them)."""
         return self.controller.target
 
     def upper_bound(self) -> int:
@@ -638,6 +646,7 @@ _HANDLERS = {
     BudgetAlert: Scheduler._on_alert,
     AdmissionExpired: lambda sched, ev: sched.submissions.on_expired(ev),
     NodeOutcome: Scheduler._on_node,
+    NodeListed: Scheduler._on_node,
     NodeProbeStarted: Scheduler._on_node,
 }
 

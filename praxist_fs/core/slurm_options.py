@@ -69,13 +69,19 @@ def option_name(option: str) -> str:
     return option.split("=", 1)[0]
 
 
-def refusal(options: dict[str, Any], policy: Policy) -> tuple[str, str] | None:
+def refusal(options: dict[str, Any], policy: Policy,
+            profile: str | None = None) -> tuple[str, str] | None:
     """Why a request's Slurm options cannot be taken by this task, as (field, problem):
-    its backend is not Slurm, or an sbatch option is not one the task file allows."""
+    its backend is not Slurm (the run's, or in a run of several the one its ``profile``
+    routes to), or an sbatch option is not one the task file allows."""
     backend, allowed = policy.backend, (policy.slurm or {}).get("allowed_options", [])
-    if backend != "slurm":
+    if "slurm" not in policy.backend_names():
         return "slurm", (f"the run's backend is {backend}, which submits no Slurm job; "
                          "slurm options need backend: slurm")
+    routed = policy.backend_of(policy.profiles.get(profile or ""))
+    if routed != "slurm":
+        return "slurm", (f"profile {profile} runs on {routed}, which submits no Slurm job; "
+                         "slurm options need a profile with backend: slurm")
     for index, option in enumerate(options.get("options", ())):
         if option_name(option) not in allowed:
             return f"slurm.options[{index}]", (

@@ -73,8 +73,25 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
                          "drain": (g.closing_signal or {}).get("drain")}
                         for g in sorted(sched.generations.values(), key=lambda g: g.number)],
         "budget": _budget(sched, now),
-        "nodes": sched.nodes.status(now),  # R-BUD-2: a cluster backend's nodes, by health
+        "nodes": _nodes(sched, running, now),  # R-BUD-2: a cluster backend's nodes, by health
     }
+
+
+def _nodes(sched: Scheduler, running: list[Job], now: float) -> list[dict[str, Any]]:
+    """The cluster's nodes and, in a run that uses this host beside them (issue 28), this
+    host first as seed 003's implicit local node: its jobs, its latest sample, its GPUs."""
+    policy, host = sched.policy, sched.host
+    on_node = Counter(node for job in running
+                      if (node := (job.current.handle or {}).get("node")))
+    here = None
+    if policy.backends and (policy.capabilities.on_this_host or any(
+            can.on_this_host for can in policy.backends.values())):
+        coordinator = sched.coordinator or {}
+        here = {"since": coordinator.get("since"), "last_seen": host.at if host else None,
+                "running": sum(1 for job in running if policy.runs_here(job.profile)),
+                "labels": {"host": coordinator.get("host"),
+                           "gpus": len(host.gpus.devices) if host and host.gpus else 0}}
+    return sched.nodes.status(now, dict(on_node), here)
 
 
 def _suspended(sched: Scheduler, job: Job, now: float) -> dict[str, Any]:

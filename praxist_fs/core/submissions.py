@@ -115,7 +115,8 @@ class SubmissionDesk:
             return self._reply(ev, ReplyOutcome.REJECTED, None, "profile",
                               f"unknown profile {profile!r}; the task defines "
                               + ", ".join(sorted(board.policy.profiles)))
-        if request.slurm is not None and (refused := slurm_refusal(request.slurm, board.policy)):
+        if request.slurm is not None and (
+                refused := slurm_refusal(request.slurm, board.policy, profile)):
             return self._reply(ev, ReplyOutcome.REJECTED, None, *refused)
         job = board.jobcontrol.tagged(request.tag, ev.uid)
         job_id = job.job_id if job else job_id_for(

@@ -43,6 +43,7 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend, RunContext
 from praxist_fs.backends.local import LocalBackend
 from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.routed import RoutedBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome
@@ -250,16 +251,17 @@ class RealRig:
             self.closed = True
             self.backend.close()
         self.selector.close()
-        if isinstance(self.backend, SlurmBackend):
-            for slurm_id in self.backend.client.jobs_of_run():
-                self.backend.client.cancel(slurm_id)
+        backends = getattr(self.backend, "backends", {"": self.backend}).values()  # routed
+        for slurm in (backend for backend in backends if isinstance(backend, SlurmBackend)):
+            for slurm_id in slurm.client.jobs_of_run():
+                slurm.client.cancel(slurm_id)
         for proc in psutil.process_iter(["pid", "cmdline"]):
             if any(str(self.root) in part for part in proc.info["cmdline"] or ()):
                 try:
                     os.killpg(proc.info["pid"], signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-        for handle in getattr(self.backend, "handles", {}).values():
+        for handle in (h for backend in backends for h in getattr(backend, "handles", {}).values()):
             handle.popen.wait(timeout=10)  # its shim, killed above
         for child in psutil.Process().children():
             try:
@@ -296,6 +298,25 @@ def slurm_rig(tmp_path: Path) -> RealRig:
         rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
 
 
+def _quick_local(context: RunContext) -> LocalBackend:
+    return LocalBackend(context.layout, context.selector, context.lookup, frozenset(),
+                        stop_grace=1.0)
+
+
+def routed_rig(tmp_path: Path, to: str) -> RealRig:
+    """One run of two backends (issue 28, backends/routed.py): this host's and Slurm's
+    (the cluster of the entry's world), the attempts' profile routed to ``to``; the
+    other backend is made, watches its own, and must leave the attempts alone."""
+    cpu = Profile(name="cpu", accelerator="cpu", backend=None if to == "local" else to)
+    policy = Policy(backend="local", backends={"slurm": SlurmBackend.capabilities},
+                    max_concurrent_experiments=4, default_profile="cpu", profiles={"cpu": cpu},
+                    slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
+                           "poll_pending_s": 0.2, "poll_running_s": 1.0})
+    return RealRig(tmp_path / "run", lambda rig: RoutedBackend(
+        RunContext(rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset()),
+        {"local": _quick_local, "slurm": SlurmBackend.made}))
+
+
 @dataclass(frozen=True)
 class Entry:
     make: Callable[[Path], Rig]  # tmp_path -> a rig, a fresh world
@@ -314,6 +335,10 @@ RIGS: dict[str, Entry] = {
     "slurm": Entry(slurm_rig, CLUSTER, world="real_slurm"),
     "slurm-fake": Entry(slurm_rig, CLUSTER, world="fake_cluster"),
     "toy": Entry(toy_rig, ON_HOST),
+    "routed-local": Entry(lambda tmp_path: routed_rig(tmp_path, "local"), ON_HOST,
+                          world="fake_cluster"),
+    "routed-slurm": Entry(lambda tmp_path: routed_rig(tmp_path, "slurm"), CLUSTER,
+                          world="fake_cluster"),
 }
 
 

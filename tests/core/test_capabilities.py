@@ -4,9 +4,15 @@ and what a journal written before capabilities were journaled meant."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
+from praxist_fs.core.events import NodeOutcome
 from praxist_fs.core.policy import Policy
-from tests.core.helpers import Harness, make_policy
+from praxist_fs.core.status import render_status
+from tests.core.helpers import CPU, GPU, Harness, make_policy
 
 ELSEWHERE = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False)
 
@@ -48,3 +54,78 @@ def test_a_policy_journaled_before_capabilities_replays_as_its_backend_then_coul
     assert BEFORE_CAPABILITIES["slurm"].places_gpus
     journaled = Policy(backend="toy", capabilities=ELSEWHERE).to_dict()
     assert Policy.from_dict(journaled).capabilities == ELSEWHERE
+
+
+def test_each_profile_is_decided_with_the_capabilities_of_the_backend_it_routes_to():
+    """One run, two backends (issue 28): GPU work routed to a cluster starts at once with
+    no device of this host, while GPU work that stays here waits for this host's
+    placement, and CPU work here is held by this host's pressure."""
+    routed = replace(GPU, name="big", backend="toy")
+    h = Harness(make_policy(backends={"toy": ELSEWHERE}, max_concurrent_experiments=4,
+                            initial_concurrent_experiments=4,
+                            profiles={"cpu": CPU, "gpu": GPU, "big": routed}))
+    assert h.sched.policy.capabilities_of(routed) == ELSEWHERE
+    assert h.sched.policy.capabilities_of(GPU) == ON_THIS_HOST
+    big = h.submit("t1", profile="big")["job_id"]
+    here = h.submit("t2", profile="gpu")["job_id"]
+    assert [job for job, _ in h.launch_all()] == [big]
+    assert h.sched.jobs[big].current.gpus == ()
+    assert "gpu placement: no GPU inventory" in h.sched.pending[here]
+
+
+def test_a_profile_may_route_only_to_a_backend_the_run_uses():
+    with pytest.raises(ValueError, match="which the run does not use"):
+        make_policy(profiles={"cpu": CPU, "big": replace(GPU, name="big", backend="toy")})
+
+
+def test_the_routes_travel_in_the_journal_and_older_journals_route_nothing():
+    routed = replace(GPU, name="big", backend="toy")
+    policy = make_policy(backends={"toy": ELSEWHERE}, profiles={"cpu": CPU, "big": routed})
+    journaled = policy.to_dict()
+    assert journaled["backends"] == {"toy": ELSEWHERE.to_dict()}
+    assert journaled["profiles"]["big"]["backend"] == "toy"
+    assert Policy.from_dict(journaled) == policy
+    del journaled["backends"]
+    del journaled["profiles"]["big"]["backend"]
+    old = Policy.from_dict(journaled)
+    assert old.backends == {} and old.capabilities_of(old.profiles["big"]) == ON_THIS_HOST
+
+
+def test_work_elsewhere_takes_none_of_this_hosts_slots_and_this_host_none_of_the_pool():
+    """One run, this host and a cluster (issue 28, seed 003's implicit local node): this
+    host's jobs are held to its own target (the controller's, 1 here), while the
+    cluster's start beside them up to the run's pool (max_concurrent_experiments, 4)."""
+    routed = replace(CPU, name="big", backend="toy")
+    h = Harness(make_policy(backends={"toy": ELSEWHERE}, max_concurrent_experiments=4,
+                            initial_concurrent_experiments=1,
+                            profiles={"cpu": CPU, "big": routed}))
+    here = [h.submit(f"here{n}", profile="cpu")["job_id"] for n in (1, 2)]
+    away = [h.submit(f"away{n}", profile="big")["job_id"] for n in (1, 2, 3, 4)]
+    assert sorted(job for job, _ in h.launch_all()) == sorted([here[0], *away[:3]])
+    assert h.sched.pending[here[1]] == "waiting for a slot on this host: all 1 of its taken"
+    assert h.sched.concurrency_target() == 4
+
+
+def test_a_run_of_this_host_and_a_cluster_shows_this_host_first_among_the_nodes():
+    """Seed 003's implicit local node: this host first, with its running jobs and labels,
+    beside the cluster's nodes, each with the jobs running on it and when it was last
+    heard of; a run of this host alone shows no nodes (as before)."""
+    routed = replace(CPU, name="big", backend="toy")
+    h = Harness(make_policy(backends={"toy": ELSEWHERE}, max_concurrent_experiments=4,
+                            initial_concurrent_experiments=2,
+                            profiles={"cpu": CPU, "big": routed}))
+    here = h.submit("here", profile="cpu")["job_id"]
+    away = h.submit("away", profile="big")["job_id"]
+    h.launch_all()
+    h.spawn(here, "a1")
+    h.observe(away, "a1", handle={"backend": "toy", "node": "n7"})
+    h.handle(NodeOutcome(at=h.tick(), node="n7", partition="main", infrastructure=False,
+                         reason="exit 0"))
+    seen_at = h.now
+    nodes = render_status(h.sched, h.tick(), {})["nodes"]
+    assert [(n["node"], n["kind"], n["running"]) for n in nodes] == [
+        ("local", "local", 1), ("n7", "cluster", 1)]
+    assert nodes[1]["last_seen"] == seen_at and nodes[1]["labels"] == {"partitions": ["main"]}
+    assert nodes[0]["state"] == "online" and "host" in nodes[0]["labels"]
+    alone = Harness(make_policy())
+    assert render_status(alone.sched, alone.tick(), {})["nodes"] == []

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from praxist_fs.core.events import (
-    NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeOutcome, NodeProbeStarted,
+    NODE_NAME_MAX, AttemptResumed, CoordinatorStarted, NodeListed, NodeOutcome,
+    NodeProbeStarted,
     from_record, to_record,
 )
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES
@@ -22,6 +23,8 @@ from praxist_fs.core.snapshot import capture, restore
 from praxist_fs.errors import InvalidTransition
 
 T0 = 1_000_000.0
+# what status shows of a cluster node beside its health (issue 28): none of these run jobs
+CLUSTER_ROW = {"kind": "cluster", "running": 0, "labels": {"partitions": ["main"]}}
 
 
 def outcome(registry, at, node, infrastructure=True, *, partition="main",
@@ -59,7 +62,7 @@ def test_two_infrastructure_failures_in_a_row_take_a_node_offline_and_exclude_it
     assert row(registry, T0 + 1, "n1") == {
         "node": "n1", "partition": "main", "state": "online", "consecutive_failures": 1,
         "reason": "1 infrastructure failure: no READY within the launch timeout",
-        "since": T0, "probe_after": None}
+        "since": T0, "probe_after": None, **CLUSTER_ROW, "last_seen": T0 + 1}
     assert registry.excluded() == []
 
     outcome(registry, T0 + 2, "n1", reason="exit 75")
@@ -67,7 +70,7 @@ def test_two_infrastructure_failures_in_a_row_take_a_node_offline_and_exclude_it
         "node": "n1", "partition": "main", "state": "offline", "consecutive_failures": 2,
         "reason": "2 infrastructure failures in a row, the last: exit 75; excluded until "
                   "a probe after the cool-down succeeds",
-        "since": T0 + 2, "probe_after": T0 + 2 + COOLDOWN_S}
+        "since": T0 + 2, "probe_after": T0 + 2 + COOLDOWN_S, **CLUSTER_ROW, "last_seen": T0 + 2}
     assert registry.excluded() == ["n1"]
     assert row(registry, T0 + 2, "n2")["state"] == "online"
 
@@ -99,7 +102,7 @@ def test_the_last_node_of_a_partition_is_never_excluded():
         "node": "n1", "partition": "main", "state": "suspect", "consecutive_failures": 3,
         "reason": "3 infrastructure failures in a row, the last: NODE_FAIL; kept in "
                   "rotation: the last node of partition main that takes work",
-        "since": T0 + 1, "probe_after": None}
+        "since": T0 + 1, "probe_after": None, **CLUSTER_ROW, "last_seen": T0 + 2}
 
     outcome(registry, T0 + 3, "n2", False, reason="exit 0")  # main has another node now
     assert registry.excluded() == ["n1"]
@@ -152,7 +155,7 @@ def test_after_the_cool_down_one_probe_brings_the_node_back_online():
     assert registry.excluded() == []
     assert row(registry, back + 70, "n1") == {
         "node": "n1", "partition": "main", "state": "online", "consecutive_failures": 0,
-        "reason": None, "since": back + 70, "probe_after": None}
+        "reason": None, "since": back + 70, "probe_after": None, **CLUSTER_ROW, "last_seen": back + 70}
 
 
 def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
@@ -165,7 +168,7 @@ def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
         "node": "n1", "partition": "main", "state": "offline", "consecutive_failures": 3,
         "reason": "3 infrastructure failures in a row, the last: NODE_FAIL; excluded until "
                   "a probe after the cool-down succeeds",
-        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S}
+        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S, **CLUSTER_ROW, "last_seen": back + 50}
     assert registry.excluded() == ["n1"]
     assert registry.probes_due(back + 50 + COOLDOWN_S - 1) == []
     assert registry.probes_due(back + 50 + COOLDOWN_S) == ["n1"]
@@ -297,6 +300,10 @@ class Driver:
             self.feed(NodeProbeStarted(at=self.now, node=data.draw(st.sampled_from(due))))
             return
         node = data.draw(st.sampled_from(["n1", "n2", "n3", "gpü"]))
+        if data.draw(st.integers(0, 5)) == 0:  # the backend listed it (issue 28)
+            self.feed(NodeListed(at=self.now, node=node,
+                                 partition=data.draw(st.sampled_from(["main", "gpu"]))))
+            return
         known = self.live.nodes.get(node)
         self.feed(NodeOutcome(
             at=self.now, node=node, partition=data.draw(st.sampled_from(["main", "gpu"])),
@@ -329,16 +336,19 @@ def test_replay_and_a_snapshot_plus_the_tail_rebuild_the_same_registry(data):
     resumed = replay(driver.journal[cut:], NodeRegistry.from_dict(snapshot))
     assert resumed.to_dict() == live.to_dict()
     # the rules hold in every reachable state: no partition is left without a node that
-    # takes work, and a failing node is kept only where it is the last
+    # takes work, and a failing node is kept only where it is the last; a new node (listed,
+    # offline with fewer failures, all of its probes) is out until a probe passes
     taking = {name: node.partitions for name, node in live.nodes.items()
               if name not in live.excluded()}
     for name, node in live.nodes.items():
-        assert any(p in partitions for p in node.partitions for partitions in taking.values())
+        new = node.state == "offline" and node.failures < 2
+        assert new or any(p in partitions for p in node.partitions
+                          for partitions in taking.values())
         if node.state == "suspect":
             assert node.failures >= 2 and any(
                 not any(p in parts for other, parts in taking.items() if other != name)
                 for p in node.partitions), name
-        assert node.state == "online" or node.failures >= 2, name
+        assert node.state == "online" or node.failures >= 2 or new, name
 
 
 def test_an_offline_node_found_in_a_new_partition_stays_for_it():
@@ -394,3 +404,30 @@ def test_the_cool_down_is_the_task_files_and_replays():
     live.handle(NodeOutcome(at=T0 + 5, node="n1", partition="main", infrastructure=True,
                             reason="probe: Slurm FAILED", probe=True))
     assert row(live.nodes, T0 + 5, "n1")["probe_after"] == T0 + 5 + 600
+
+
+def test_a_new_node_gets_its_probe_before_any_work_and_a_failed_one_waits_the_cool_down():
+    """Issue 28 item 4: a node listed before it ran any of the run's work is out of
+    rotation, its probe due at once; its success brings it in. A failed first probe
+    keeps it out for a cool-down, then it is probed again. A listing of a node known
+    already changes nothing; while no node takes work, the backend holds its jobs."""
+    registry = NodeRegistry()
+    for node in ("n1", "n2"):
+        registry.handle(NodeListed(at=T0, node=node, partition="main"))
+    assert not registry.takes_work()
+    assert registry.excluded() == ["n1", "n2"] and registry.probes_due(T0) == ["n1", "n2"]
+    assert row(registry, T0, "n1")["reason"] == "new: a probe is due before its first job"
+    for node in ("n1", "n2"):
+        registry.handle(NodeProbeStarted(at=T0, node=node))
+    assert row(registry, T0, "n1")["reason"] == "new: its probe runs before its first job"
+    outcome(registry, T0 + 1, "n1", False, reason="probe: Slurm COMPLETED", probe=True)
+    outcome(registry, T0 + 1, "n2", True, reason="probe: Slurm FAILED", probe=True)
+    assert registry.takes_work() and registry.excluded() == ["n2"]
+    assert row(registry, T0 + 1, "n1")["state"] == "online"
+    assert row(registry, T0 + 1, "n2")["probe_after"] == T0 + 1 + COOLDOWN_S
+    assert registry.probes_due(T0 + COOLDOWN_S) == []
+    assert registry.probes_due(T0 + 1 + COOLDOWN_S) == ["n2"]
+    before = registry.to_dict()
+    registry.handle(NodeListed(at=T0 + 5, node="n1", partition="gpu"))
+    assert registry.to_dict() == before
+    assert NodeRegistry.from_dict(json.loads(json.dumps(before))).to_dict() == before

@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from praxist_fs.backends.slurm_client import of_run, run_tag
@@ -250,6 +251,53 @@ def test_a_stop_without_a_coordinator_leaves_nothing_in_slurm(slurm_run, tmp_pat
         assert "stopped by praxist-fs stop without a coordinator: ABORT for 1 attempt(s) " \
                "not started, scancel of 3 Slurm job(s)" in doc["reason"]
     assert not ran.exists() and not (run.sched / "attempts" / waiting / "a1" / "READY").exists()
+    assert active(run) == {}
+
+
+MIXED_TASK = TASK.replace("    backend: slurm\n", "    backends: [slurm]\n").replace(
+    "      gpu1: {accelerator: gpu, gpu_count: 1}\n      gpu9: {accelerator: gpu, gpu_count: 9}\n",
+    "      gpu1: {accelerator: gpu, gpu_count: 1, backend: slurm}\n")
+
+
+def test_one_run_runs_cpu_work_here_and_gpu_work_through_slurm(slurm_run, tmp_path):
+    """Issue 28 item 4: ``backends: [slurm]`` beside this host, the GPU profile routed to
+    Slurm. Its job runs as a Slurm job with Slurm's GPU; the CPU job runs here (a shim's
+    pid, no Slurm job, no Slurm environment). Then, both running, the coordinator is
+    killed (-9) and ``praxist-fs stop`` leaves nothing: the local command is terminated,
+    the Slurm job scancelled, and the next coordinator records both as cancelled."""
+    run = slurm_run
+    run.task.write_text(MIXED_TASK)
+    run.start()
+    release, hold = tmp_path / "release", tmp_path / "hold"
+    said = 'echo "slurm=${SLURM_JOB_ID:-none} gpus=${CUDA_VISIBLE_DEVICES:-none}"'
+    here = submit(run, "here", f"{said} && {until_file(release)}")
+    there = submit(run, "there", f"{said} && {until_file(release)}", profile="gpu1")
+    assert ready(run, there)["slurm_node"] == "ci0"
+    attempt = run.wait_state(here, "running", timeout=SLURM_S)["attempts"][-1]
+    assert attempt["pid"] and "handle" not in attempt
+    assert slurm_jobs(run, here) == {} and len(slurm_jobs(run, there)) == 1
+    release.touch()
+    for job_id in (here, there):
+        assert run.wait_state(job_id, "completed", timeout=SLURM_S)["exit_code"] == 0
+    slurm_id = run.job(there)["attempts"][-1]["handle"]["job_id"]
+    logs = run.root / "logs" / "experiments"
+    assert (logs / here / "a1.log").read_text().splitlines()[0] == "slurm=none gpus=none"
+    assert (logs / there / "a1.log").read_text().splitlines()[0] in (
+        f"slurm={slurm_id} gpus=0", f"slurm={slurm_id} gpus=1")
+    long_here = submit(run, "long-here", until_file(hold))
+    long_there = submit(run, "long-there", until_file(hold), profile="gpu1")
+    ready(run, long_there)
+    pid = run.wait_state(long_here, "running", timeout=SLURM_S)["attempts"][-1]["pid"]
+    run.kill()
+    done = subprocess.run([sys.executable, "-m", "praxist_fs", "stop", "--grace", "2",
+                           str(run.root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr  # it fails if a process of the run survives
+    assert active(run) == {}
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert len(json.loads(done.stdout)["slurm"][str(run.root)]["cancelled"]) == 1
+    run.start()
+    for job_id in (long_here, long_there):
+        assert run.wait_state(job_id, "cancelled", timeout=SLURM_S)
     assert active(run) == {}
 
 
@@ -511,6 +559,38 @@ def test_a_node_failing_twice_goes_offline_and_a_probe_brings_it_back(slurm_run,
         set_node("resume", check=False, node=node)
         (tmp_path / "release-holder").touch()
     assert run.wait_state(holder, "completed", timeout=SLURM_S)["exit_code"] == 0
+
+
+def slurm_times(name: str) -> tuple[str, str, str, str]:
+    """(node, state, start, end) of the job named ``name``, as squeue has it."""
+    out = subprocess.run(["squeue", "-h", "--states=all", "-n", name, "-o", "%N|%T|%S|%e"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return tuple(out.split()[0].split("|"))
+
+
+def test_a_new_node_passes_a_probe_before_its_first_job(slurm_run, tmp_path):
+    """Issue 28 item 4 on partition pair (ci0, ci1), ``slurm.probe_new_nodes: true``: at
+    its start the run lists both nodes as new, each gets one probe; a job submitted at
+    once waits, held in Slurm, until a node has passed, and Slurm starts it only after
+    that node's probe ended; status shows both nodes online with when they were seen."""
+    run = slurm_run
+    run.task.write_text(PAIR_TASK + "      probe_new_nodes: true\n")
+    run.start()
+    job_id = submit(run, "first", "echo ran")
+    doc = run.wait_state(job_id, "completed", timeout=SLURM_S)
+    node = doc["attempts"][-1]["handle"]["node"]
+    _, state, probe_start, probe_end = slurm_times(f"pxprobe-{run_tag(run.root)}-{node}")
+    _, _, job_start, _ = slurm_times(doc["attempts"][-1]["handle"]["job_name"])
+    assert state == "COMPLETED" and job_start >= probe_end, (probe_start, probe_end, job_start)
+    shown = wait_for(lambda: (n := nodes_shown(run)) and len(n) == 2 and all(
+        each["state"] == "online" for each in n.values()) and n, timeout=SLURM_S,
+        message="both nodes online after their probes")
+    assert all(each["last_seen"] and each["consecutive_failures"] == 0
+               for each in shown.values())
+    probes = subprocess.run(["squeue", "-h", "--states=all", "-o", "%j"], capture_output=True,
+                            text=True, timeout=30).stdout.split()
+    assert sorted(p for p in probes if p.startswith(f"pxprobe-{run_tag(run.root)}-")) == [
+        f"pxprobe-{run_tag(run.root)}-ci0", f"pxprobe-{run_tag(run.root)}-ci1"]
 
 
 def test_a_two_node_job_runs_once_per_node_with_the_rendezvous_variables(slurm_run, tmp_path):

@@ -17,6 +17,7 @@ from praxist_fs.backends.slurm_client import refused_placements, sbatch_argv
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.commands.slurm_flags import megabytes, minutes
 from praxist_fs.config import parse_task_text, policy_from_mapping
+from praxist_fs.core.policy import Profile
 from praxist_fs.core.request import parse_request
 from praxist_fs.errors import BadRequest, PolicyError
 from tests.core.helpers import Harness, make_policy
@@ -226,3 +227,18 @@ def test_a_job_of_several_processes_is_one_allocation_of_its_nodes_and_tasks():
         "--gpus-per-node"] == "8"
     assert "--gpus-per-node" not in pairs(argv_of({}, {"nodes": 3}))  # CPU work
     assert "--nodes" not in pairs(argv_of({}, {"partition": "p"}))  # one process
+
+
+def test_in_a_run_of_this_host_and_slurm_only_a_job_routed_to_slurm_takes_slurm_options():
+    """Issue 28: Slurm options on a job whose profile runs on this host would be ignored;
+    they are rejected naming the field, while a job routed to Slurm keeps them."""
+    mixed = Harness(make_policy(
+        backends={"slurm": SlurmBackend.capabilities}, slurm={},
+        profiles={"cpu": Profile(name="cpu", accelerator="cpu"),
+                  "big": Profile(name="big", accelerator="cpu", backend="slurm")}))
+    here = mixed.submit("t1", profile="cpu", slurm={"time_limit_minutes": 5})
+    assert (here["outcome"], here["field"]) == ("rejected", "slurm")
+    assert here["problem"] == ("profile cpu runs on local, which submits no Slurm job; "
+                               "slurm options need a profile with backend: slurm")
+    assert mixed.submit("t2", profile="big", slurm={"time_limit_minutes": 5})["outcome"] \
+        == "accepted"

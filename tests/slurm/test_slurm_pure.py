@@ -57,6 +57,16 @@ def test_sbatch_argv_of_a_gpu_profile(tmp_path):
                     "--constraint=a100", "--exclude=n1,n2", str(attempt / ENTRY), str(attempt)]
 
 
+def test_a_job_submitted_before_any_node_passed_its_probe_is_held(tmp_path):
+    """Issue 28: ``--hold`` (released once a node has passed its first probe), and no
+    ``--exclude``, which could name every node of the partition."""
+    config = parse_slurm_config({"probe_new_nodes": True})
+    argv = sbatch_argv(config, "px-1-j-a", "c", tmp_path, CPU, None, [], hold=True)
+    assert argv[-3] == "--hold" and not any(a.startswith("--exclude") for a in argv)
+    assert "--hold" not in sbatch_argv(config, "px-1-j-a", "c", tmp_path, CPU, None, [])
+    assert not parse_slurm_config({}).probe_new_nodes  # asked for: one job per new node
+
+
 @pytest.mark.parametrize("profile, shards, expected", [
     (CPU, 0, []),
     (GPU, 0, ["--gpus=1"]),

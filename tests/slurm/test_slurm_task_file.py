@@ -61,6 +61,7 @@ def test_what_a_cluster_backend_cannot_do_is_refused_by_name(extra, key, expecte
     ("node_cooldown_s", "true", "a number in 0..86400"),
     ("launch_timeout_s", "0", "a number in 1..86400"),
     ("launch_timeout_s", "never", "a number in 1..86400"),
+    ("probe_new_nodes", "1", "true or false"),
 ])
 def test_the_node_keys_are_refused_out_of_range_by_name(key, value, expected):
     """R-BUD-2's settings are checked like the rest of the mapping: the key path, the
@@ -75,3 +76,58 @@ def test_the_node_keys_are_refused_out_of_range_by_name(key, value, expected):
 def test_the_node_cooldown_is_the_task_files_and_defaults_to_300_s():
     assert policy("    backend: slurm\n    slurm: {node_cooldown_s: 30}\n").node_cooldown_s == 30
     assert policy("    backend: slurm\n").node_cooldown_s == 300
+
+
+MIXED = """\
+    backends: [slurm]
+    profiles:
+      cpu: {accelerator: cpu}
+      big: {accelerator: gpu, gpu_count: 8, backend: slurm}
+"""
+
+
+BASE_PROFILES = "    profiles:\n      cpu: {accelerator: cpu}\n"
+
+
+def mixed(extra: str = ""):
+    text = BASE.replace(BASE_PROFILES, "")
+    return policy_from_mapping(parse_task_text(text + MIXED + extra, "task.yaml"))
+
+
+def test_a_run_of_this_host_and_slurm_routes_a_profile_to_the_cluster():
+    """``backends: [slurm]`` beside this host: the 8-GPU profile's jobs go to Slurm (they
+    take none of this host's GPUs), the CPU profile's stay here; both journaled."""
+    resolved = mixed("    slurm: {partition: gpu}\n")
+    assert resolved.backend_names() == ("local", "slurm")
+    assert resolved.backend_of(resolved.profiles["big"]) == "slurm"
+    assert resolved.backend_of(resolved.profiles["cpu"]) == "local"
+    assert resolved.capabilities_of(resolved.profiles["big"]).places_gpus
+    assert resolved.capabilities_of(resolved.profiles["cpu"]).on_this_host
+    assert resolved.to_dict()["backends"] == {
+        "slurm": {"can_suspend": False, "places_gpus": True, "on_this_host": False}}
+    assert resolved.slurm == {"partition": "gpu"}
+    on_cluster = policy("    backend: slurm\n    backends: [slurm]\n")
+    assert on_cluster.backend_names() == ("slurm", "local")  # this host is implicit
+
+
+@pytest.mark.parametrize("extra, key, expected", [
+    ("    backends: [slurm, pbs]\n", "backends[1]", "one of local, slurm"),
+    ("    backends: slurm\n", "backends", "a non-empty list of backend names"),
+    ("    backends: [slurm, slurm]\n", "backends[1]", "each backend listed once"),
+    ("    profiles:\n      cpu: {accelerator: cpu, backend: pbs}\n",
+     "profiles.cpu.backend", "one of local, slurm"),
+    ("    profiles:\n      cpu: {accelerator: cpu, backend: slurm}\n",
+     "profiles.cpu.backend", "a backend the run uses (backend: local): local"),
+    ("    backend: slurm\n    profiles:\n      cpu: {accelerator: cpu, backend: local}\n",
+     "profiles.cpu.backend", "a backend the run uses (backend: slurm): slurm"),
+    ("    backends: [slurm]\n    queues:\n      urgent: {work_classes: [mature], "
+     "priority: 10, preemptible_queues: [rest]}\n      rest: {work_classes: [scout, "
+     "ordinary]}\n", "queues.urgent.preempt", "requeue with backend: slurm in the run"),
+])
+def test_the_backends_a_run_lists_and_routes_to_are_checked_by_key(extra, key, expected):
+    text = BASE if "profiles" not in extra else BASE.replace(BASE_PROFILES, "")
+    with pytest.raises(PolicyError) as caught:
+        policy_from_mapping(parse_task_text(text + extra, "task.yaml"))
+    message = str(caught.value)
+    assert f"compute_budget.resource_scheduler.{key}:" in message
+    assert expected in message
