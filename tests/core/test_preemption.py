@@ -170,15 +170,22 @@ def start_as(run: PreemptRun, tag: str, peer: str) -> str:
     return job_id
 
 
-def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
-    """seed 000 "Submission" (R-SUB-5): a peer's cap counts its running jobs; a suspended
-    one runs again only within it, and once resumed it counts for the rest of the pass."""
+def alice_suspended_for_carol() -> tuple[PreemptRun, str, str, str]:
+    """Two slots, one job a peer: bob's and alice's jobs run, carol's mature one suspends
+    alice's (the younger) and starts in its place. The run and the three job ids."""
     run = PreemptRun(slots=2, max_concurrent_per_peer=1)
     bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
     carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
                                    ("AttemptLaunched", carol, "")]
     run.go(carol, "a1")
+    return run, bob, alice, carol
+
+
+def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
+    """seed 000 "Submission" (R-SUB-5): a peer's cap counts its running jobs; a suspended
+    one runs again only within it, and once resumed it counts for the rest of the pass."""
+    run, bob, alice, carol = alice_suspended_for_carol()
     later = run.submit("alice-2", peer="alice")["job_id"]  # alice runs nothing now
     run.exit(bob, "a1", 0)
     run.exit(carol, "a1", 0)  # two slots free: alice's suspended job resumes, and fills her cap
@@ -190,12 +197,7 @@ def test_a_resumed_job_counts_against_its_peers_cap_and_waits_for_it():
 
 def test_a_suspended_job_stays_suspended_while_its_peer_is_at_its_cap():
     """seed 000 "Submission" (R-SUB-5): the cap holds a resume like a launch."""
-    run = PreemptRun(slots=2, max_concurrent_per_peer=1)
-    bob, alice = start_as(run, "bob-1", "bob"), start_as(run, "alice-1", "alice")
-    carol = run.submit("carol-1", peer="carol", work_class="mature")["job_id"]
-    assert kinds(run.decide()) == [("AttemptPreempted", alice, "suspend"),
-                                   ("AttemptLaunched", carol, "")]
-    run.go(carol, "a1")
+    run, bob, alice, carol = alice_suspended_for_carol()
     urgent = run.submit("alice-urgent", peer="alice", work_class="mature")["job_id"]
     run.exit(carol, "a1", 0)  # the high queue is served first: alice's mature job starts
     assert kinds(run.decide()) == [("AttemptLaunched", urgent, "")]
