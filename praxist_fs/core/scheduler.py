@@ -559,7 +559,7 @@ class Scheduler(JobControlDesk):
                 self._admit(ctx, job, picker, (), key)
             ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
         verdict = ctx.verdicts[job.profile] or ctx.peer_hold(job)
-        self._slot_limited |= verdict is None
+        self._slot_limited |= verdict is None and not self.policy.backends  # not this host's
         if verdict is not None:
             return verdict
         reason = f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
