@@ -6,8 +6,9 @@ A backend is one module whose class keeps the seam (base.py's ``ExecutionBackend
 accepts their names as ``backend:`` and checks a backend's own mapping of the task file
 (``section``), ``serve`` asks it what Slurm (or another scheduler) refuses before the
 coordinator starts (``preflight``), and the daemon makes the run's backend through it
-(``make``; all of them, behind one routing seam, for a run that lists several). The core never sees the registry: config.py copies the chosen backend's
-``Capabilities`` into the Policy, and they reach the core in the journal with it.
+(``make``; all of them, behind one routing seam, for a run that lists several). The
+core never sees the registry: config.py copies the chosen backends' ``Capabilities``
+into the Policy, and they reach the core in the journal with it.
 
 The ``memory`` backend is not here: the simulator and the tests make it themselves, and
 no task file names it.

@@ -331,7 +331,7 @@ class PassDesk:
                 self._admit(ctx, job, picker, (), key)
             ctx.verdicts[job.profile] = ctx.unsatisfiable.get(key)
         verdict = ctx.verdicts[job.profile] or ctx.peer_hold(job)
-        self.slot_limited |= verdict is None
+        self.slot_limited |= verdict is None and not self.board.policy.backends  # not this host's
         if verdict is not None:
             return verdict
         reason = f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
-from praxist_fs.core.events import NodeOutcome
+from praxist_fs.core.events import HostSampled, NodeOutcome
+from praxist_fs.core.observations import PressureSample
 from praxist_fs.core.policy import Policy
 from praxist_fs.core.status import render_status
 from tests.core.helpers import CPU, GPU, Harness, make_policy
@@ -129,3 +130,24 @@ def test_a_run_of_this_host_and_a_cluster_shows_this_host_first_among_the_nodes(
     assert nodes[0]["state"] == "online" and "host" in nodes[0]["labels"]
     alone = Harness(make_policy())
     assert render_status(alone.sched, alone.tick(), {})["nodes"] == []
+
+
+def test_this_hosts_target_rises_for_work_waiting_here_not_for_work_waiting_elsewhere():
+    """Calm samples raise this host's target (the concurrency controller's) only while
+    work for this host waits for one of its slots: a full pool of cluster jobs with
+    more queued leaves it where it was, so this host's share never drifts to the pool."""
+    for queued_here, rises in ((False, False), (True, True)):
+        routed = replace(CPU, name="big", backend="toy")
+        h = Harness(make_policy(backends={"toy": ELSEWHERE}, max_concurrent_experiments=3,
+                                initial_concurrent_experiments=1, calm_samples=1,
+                                profiles={"cpu": CPU, "big": routed}))
+        h.submit("here", profile="cpu")
+        for n in range(3):
+            h.submit(f"away{n}", profile="big")
+        if queued_here:
+            h.submit("here2", profile="cpu")
+        h.launch_all()  # here, away0, away1: the pool of 3 is full
+        for _ in range(3):
+            h.handle(HostSampled(at=h.tick(), pressure=PressureSample(
+                source="psi", cpu=0.0, memory=0.0, io=0.0)))
+        assert (h.sched.controller.target > 1) is rises, queued_here

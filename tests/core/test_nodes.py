@@ -155,7 +155,8 @@ def test_after_the_cool_down_one_probe_brings_the_node_back_online():
     assert registry.excluded() == []
     assert row(registry, back + 70, "n1") == {
         "node": "n1", "partition": "main", "state": "online", "consecutive_failures": 0,
-        "reason": None, "since": back + 70, "probe_after": None, **CLUSTER_ROW, "last_seen": back + 70}
+        "reason": None, "since": back + 70, "probe_after": None, **CLUSTER_ROW,
+        "last_seen": back + 70}
 
 
 def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
@@ -168,7 +169,8 @@ def test_a_failed_probe_takes_the_node_offline_again_with_a_new_cool_down():
         "node": "n1", "partition": "main", "state": "offline", "consecutive_failures": 3,
         "reason": "3 infrastructure failures in a row, the last: NODE_FAIL; excluded until "
                   "a probe after the cool-down succeeds",
-        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S, **CLUSTER_ROW, "last_seen": back + 50}
+        "since": back + 50, "probe_after": back + 50 + COOLDOWN_S, **CLUSTER_ROW,
+        "last_seen": back + 50}
     assert registry.excluded() == ["n1"]
     assert registry.probes_due(back + 50 + COOLDOWN_S - 1) == []
     assert registry.probes_due(back + 50 + COOLDOWN_S) == ["n1"]
