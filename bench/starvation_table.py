@@ -2,13 +2,14 @@
 longer than under greedy placement, and what does the bound cost (issue 32, item 1)?
 
     .venv/bin/python bench/starvation_table.py [--trace ../shared/traces/trace_philly.csv]
-        [--limit 15000] [--loads 1,1.25] [--factors 2,4] [--workers 2]
+        [--limit 15000] [--loads 1,1.25] [--factors off,4] [--workers 2]
 
 For the Philly trace and its fractional derivation (bench/derive_fractional_trace.py), at
 each capacity (the loads times the trace's offered load, as bench/policy_table.py takes
 it), replays greedy placement (fcfs; one job per GPU on the whole-GPU trace, co-located
 by declared shares on the fractional one), fixtures/policies/recommended.yaml as it is,
-and recommended.yaml with each ``shortest_first_starvation_factor``. Prints markdown:
+and recommended.yaml with each ``shortest_first_starvation_factor`` (``off``: without the
+bound). Prints markdown:
 mean and p95 queueing delay, the p95 and the longest delay of the wide jobs (4 GPUs and
 more), and each replay's wall time. The whole trace takes minutes per replay.
 """
@@ -39,7 +40,9 @@ def one(case: tuple[str, str, int, int, str, float | None]) -> str:
     if label == "greedy":
         scheduler.update(job_picker="fcfs", placement="spread")
         mode = "exclusive" if kind == "whole-GPU" else "declared"
-    if factor is not None:
+    if factor == 0:  # the bound off
+        scheduler.pop("shortest_first_starvation_factor", None)
+    elif factor is not None:
         scheduler["shortest_first_starvation_factor"] = factor
     started = time.monotonic()
     result = replay(jobs(path, limit, kind), gpus=gpus, policy=policy_from_mapping(task),
@@ -58,16 +61,18 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=15000)
     parser.add_argument("--loads", default="1,1.25",
                         help="capacities as multiples of the offered load")
-    parser.add_argument("--factors", default="2,4",
-                        help="shortest_first_starvation_factor values to replay")
+    parser.add_argument("--factors", default="off,4",
+                        help="shortest_first_starvation_factor values to replay besides "
+                        "recommended.yaml's own (off: none)")
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     load = offered_load(jobs(args.trace, args.limit, "whole-GPU"))
-    factors = [float(f) for f in args.factors.split(",") if f]
+    factors = [0.0 if f == "off" else float(f) for f in args.factors.split(",") if f]
     cases = [(args.trace, kind, args.limit, round(load * float(mult)), label, factor)
              for kind in TRACES for mult in args.loads.split(",")
              for label, factor in [("greedy", None), ("recommended", None),
-                                   *((f"recommended, factor {f:g}", f) for f in factors)]]
+                                   *((f"recommended, factor {f:g}" if f else
+                                      "recommended, no bound", f) for f in factors)]]
     print(f"{args.limit:,} earliest jobs of the trace, offered load {load:.0f} GPUs\n")
     print("| trace | GPUs | policy | mean delay | p95 delay | wide p95 | wide longest "
           "| done | replay |")

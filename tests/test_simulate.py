@@ -598,6 +598,7 @@ def test_the_recommended_policy_is_the_one_docs_simulate_names():
     choosing = doc[doc.index("## Choosing a policy"):]
     for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
                  "`shortest_first_by: gpu_seconds`", "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
+                 "`shortest_first_starvation_factor: 4`",
                  "bench/policy_table.py"):
         assert said in choosing
 
@@ -655,6 +656,33 @@ def test_the_fractional_variant_keeps_the_trace_and_gives_one_gpu_jobs_a_hashed_
     assert derived("--limit", "100") == every[:100]
 
 
+def test_the_work_class_variant_gives_a_quarter_scouts_half_ordinary_a_quarter_mature(
+        tmp_path):
+    """issue 32 item 4: derive_fractional_trace.py --work-classes adds a work class by
+    another byte of the job id's hash, so the class says nothing of the share; --whole
+    leaves the GPUs whole (the classes alone)."""
+    path = trace(tmp_path, *(f"j{i},{i},{100 + i},{8 if i % 10 == 0 else 1},u"
+                             for i in range(2000)))
+    script = ROOT / "bench" / "derive_fractional_trace.py"
+
+    def derived(*flags: str) -> list[TraceJob]:
+        out = tmp_path / "derived.csv"
+        with out.open("w") as handle:
+            subprocess.run([sys.executable, str(script), "--trace", str(path), *flags],
+                           stdout=handle, check=True, cwd=ROOT)
+        return load_trace(out)
+
+    classed, shared = derived("--work-classes"), derived()
+    assert [replace(j, work_class=shared[0].work_class) for j in classed] == shared
+    classes = [j.work_class for j in classed]
+    for work_class, expected in (("scout", 0.25), ("ordinary", 0.5), ("mature", 0.25)):
+        assert classes.count(work_class) / len(classes) == pytest.approx(expected, abs=0.04)
+        full = [j for j in classed if j.work_class == work_class and j.gpu_util_pct == 100]
+        assert len(full) / classes.count(work_class) == pytest.approx(0.46, abs=0.06)
+    whole = derived("--work-classes", "--whole")
+    assert [(j.work_class, j.gpu_util_pct) for j in whole] == [(c, None) for c in classes]
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "fixtures" / "policies").glob("*.yaml")),
                          ids=lambda path: path.stem)
 def test_each_shipped_policy_says_in_its_first_line_the_scale_it_is_for(path):
@@ -669,3 +697,27 @@ def test_each_shipped_policy_says_in_its_first_line_the_scale_it_is_for(path):
     else:
         assert first.startswith("# Scale: a shared cluster of hundreds of GPUs (a cap of "
                                 f"{cap:,} jobs at once")
+
+
+def test_recommended_policy_bounds_the_wait_of_a_wide_job_narrow_jobs_keep_passing(tmp_path):
+    """Issue 32: four GPUs, a one-GPU job of 1,000 s every 240 s (a little more than they
+    serve, so a queue builds) and one 4-GPU job at 100 s. By GPU-seconds first the wide
+    job soon leads, but each GPU that frees goes to the narrow job behind it, so without
+    a bound it starts only once the narrow jobs stop coming, 21 h later. Under
+    recommended.yaml it starves once it has waited 4x the median queued job, gets a
+    reservation, and starts within two hours; the narrow jobs' mean wait grows by
+    minutes."""
+    path = trace(tmp_path, "wide,100,1000,4,w",
+                 *(f"n{i},{i * 240},1000,1,u{i % 3}" for i in range(300)))
+    bounded = load_policy(RECOMMENDED)
+    assert bounded.shortest_first_starvation_factor == 4
+    unbounded = replace(bounded, shortest_first_starvation_factor=None)
+    waits = {}
+    for name, policy in (("bounded", bounded), ("unbounded", unbounded)):
+        result = replay(load_trace(path), gpus=4, policy=policy, placement="declared",
+                        name=name)
+        assert (result.completed, result.capacity_violations) == (301, 0)
+        waits[name] = (result.by_gpus["4"]["max_delay_s"], result.by_gpus["1"]["mean_delay_s"])
+    assert waits["unbounded"][0] > 20 * 3600
+    assert waits["bounded"][0] < 2 * 3600
+    assert waits["bounded"][1] < waits["unbounded"][1] + 30 * 60

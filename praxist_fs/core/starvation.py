@@ -16,19 +16,19 @@ reservation (``Pass.reserve``). A job starves once it has waited
 Each priority's jobs are in submit order (``Job.rank``), so its starving jobs are its
 first ones: ``Starving`` keeps, per priority, the rank of the last of them, and whether
 a job is starving is a comparison. So are the starving jobs of each of the backlog's
-runs (``Pass.runs``) its first ones, and ``starving_first`` merges just those, lazily,
-reading only as far as a pass walks.
+runs (``Pass.runs``) its first ones: ``Pass.merge`` reads just those (``starving_heads``),
+lazily, as far as a pass walks, and the rest apart.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from .backlog import Heads, RunKey
+from .backlog import Heads
 from .model import Job
 from .policy import Policy
 
@@ -74,26 +74,13 @@ def starving(jobs: list[Job], at: float, policy: Policy) -> Starving | None:
     return Starving(last) if last else None
 
 
-def starving_first(runs: dict[Hashable, list[Job]], heads: Heads, key: RunKey,
-                   starving: Starving) -> Iterator[Job]:
-    """The starving jobs of ``runs`` (each run in rank order, so its starving jobs come
-    first) in the order of ``key``, read lazily. ``heads`` are the runs' first jobs with
-    their keys (``heads_of``): read now, so that a merge may pop them afterwards."""
-    heap = [(entry_key, of) for heap in heads.values() for entry_key, of in heap
-            if runs[of][0] in starving]
-    heapq.heapify(heap)
-    return _merged(runs, heap, key, starving)
-
-
-def _merged(runs: dict[Hashable, list[Job]], heap: list[tuple[object, Hashable]],
-            key: RunKey, starving: Starving) -> Iterator[Job]:
-    position: dict[Hashable, int] = {}
-    while heap:
-        of = heap[0][1]
-        run, at = runs[of], position.get(of, 0)
-        yield run[at]
-        position[of] = at = at + 1
-        if at < len(run) and run[at] in starving:
-            heapq.heapreplace(heap, (key(of, run[at], at), of))
-        else:
-            heapq.heappop(heap)
+def starving_heads(runs: dict[Hashable, list[Job]], heads: Heads, starving: Starving) -> Heads:
+    """Of ``heads`` (``heads_of(runs)``), the runs that begin with a starving job, apart:
+    a merge of the starving jobs (``Pass.merge`` with ``only``) reads just those, and the
+    merge of the rest may pop ``heads`` meanwhile."""
+    found: Heads = {}
+    for profile, heap in heads.items():
+        if mine := [entry for entry in heap if runs[entry[1]][0] in starving]:
+            heapq.heapify(mine)
+            found[profile] = mine
+    return found

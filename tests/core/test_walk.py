@@ -67,6 +67,29 @@ def test_stopping_and_skimming_change_no_decision_and_no_reason(monkeypatch, pic
     assert sum(len(events) for events, _ in fast) >= 400
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_starving_jobs_reservation_is_walked_past_in_one_go_deciding_the_same(
+        monkeypatch, seed):
+    """Shortest expected first with a starvation bound reserves for its first starving
+    job that cannot start; the jobs the reservation keeps out, known held, are passed
+    over run by run instead of visited one by one, deciding and explaining the same.
+    A cluster's cap (recommended.yaml's), so that no pass runs out of slots."""
+    policy = replace(load_policy(FCFS), job_picker="shortest_expected_first",
+                     shortest_first_starvation_factor=2.0, max_concurrent_experiments=10000)
+    under_reservation = []
+    merge = Pass.merge
+
+    def counted(self: Pass, *args: Any, **kwargs: Any) -> Any:
+        yield from merge(self, *args, **kwargs)
+        under_reservation.extend(job for run, start, stop, *_ in self.passed
+                                 for job in run[start:stop])
+
+    monkeypatch.setattr(Pass, "merge", counted)
+    fast = same_as_the_whole_walk(monkeypatch, busy_trace(seed), policy)
+    assert sum(len(events) for events, _ in fast) >= 400
+    assert under_reservation, "no job was passed over under a reservation"
+
+
 def same_as_the_whole_walk(monkeypatch: pytest.MonkeyPatch, trace: list[Arrival],
                            policy: Any) -> list[tuple[list[Any], dict[str, str]]]:
     """The fast walk's passes, once checked equal to the whole walk's, launches and

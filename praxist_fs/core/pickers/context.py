@@ -11,7 +11,7 @@ import heapq
 import math
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import attrgetter
@@ -79,6 +79,9 @@ class Pass:
     evicting: dict[str, list[Job]] | None = None
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
+    # the pass cannot run out of slots: no job's reason depends on whether it is read
+    # before the last slot goes (``merge`` may pass over jobs ahead of their turn)
+    slots_to_spare: bool = False
     # The host as the pass began (pressure, the GPU sample): what its rest reads however
     # late it runs, so that a new sample need not finish it first. ``resting``: the walk
     # went on as the rest (``Scheduler._pass``).
@@ -86,9 +89,14 @@ class Pass:
     gpus: GpuSample | None = None
     resting: bool = False
     skipped: list[tuple[int, int, type[JobPicker], bool]] = field(default_factory=list)  # skim
-    # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs)
+    # ``merge``: (profile, picker, runs, where each was read up to, the profile's runs,
+    # its ``apart`` and ``only``)
     dropped: list[tuple[str, type[JobPicker], dict[Hashable, list[Job]], dict[Hashable, int],
-                        list[tuple[Any, Hashable]]]] = field(default_factory=list)
+                        list[tuple[Any, Hashable]], Callable[[Job], bool] | None,
+                        Callable[[Job], bool] | None]] = field(default_factory=list)
+    # ``merge`` under a reservation: (a run, from, to, picker, the jobs yielded apart)
+    passed: list[tuple[list[Job], int, int, type[JobPicker], Callable[[Job], bool] | None]] = \
+        field(default_factory=list)
     mix: Counter[str] | None = None  # queued jobs by profile (``packing``); counted if not given
     backlog: Backlog | None = None  # the queue as it is kept; ``queued`` is as it was (``lend``)
     _packing: Packing | None = None
@@ -116,6 +124,7 @@ class Pass:
         self.ruled = frozenset(c for c, q in self.by_class.items()
                                if q.max_running is not None or q.windows
                                or q.leave_slots and least_free <= q.leave_slots)
+        self.slots_to_spare = least_free > 0
         if self.classes is None:
             self.classes = Counter(map(_WORK_CLASS, self.queued))
         for work_class, count in self.classes.items():
@@ -149,9 +158,17 @@ class Pass:
         if self._fitting_on is not self.loads:
             self._fitting, self._fitting_on = {}, self.loads
         key = (demand.utilization_pct, demand.memory_mib, avoid)
-        if key not in self._fitting:
+        if key not in self._fitting and avoid:
+            # the counts without them, less what the few devices avoided count there
+            limits = Counter(self._limits(demand, ()))
+            for load in self.loads:
+                if load.device.uuid in avoid:
+                    limits[load.fit(demand)[1]] -= 1
+                    limits["reserved"] += 1
+            self._fitting[key] = (demand, limits)
+        elif key not in self._fitting:
             kept = self.kept_fitting  # without devices to avoid: a reservation's are its own
-            if kept is None or avoid or self.loads is not self._loads_at_start:
+            if kept is None or self.loads is not self._loads_at_start:
                 self._fitting[key] = (demand, fitting(demand, self.loads, avoid))
             else:
                 if key not in kept:
@@ -187,47 +204,76 @@ class Pass:
         for."""
         for start, stop, picker, reserved in self.skipped:
             for job in self.queued[start:stop]:
-                avoid = reserved and bool(self.reservation.avoid(job))
-                known = self.unsatisfiable
-                # the reservation a job was skipped under may not be the one asked now:
-                # its demand failed either way
-                yield job, known.get((job.profile, picker, avoid)) or \
-                    known[(job.profile, picker, not avoid)]
-        for profile, picker, runs, position, heap in self.dropped:
+                yield job, self._known(job, picker, reserved)
+        for profile, picker, runs, position, heap, apart, only in self.dropped:
             reason = self.unsatisfiable[(profile, picker, False)]
             for _, of in heap:  # the profile's runs, read up to ``position``
                 for job in islice(runs[of], position.get(of, 0), None):
-                    yield job, reason
+                    if only is not None and not only(job):
+                        break
+                    if apart is None or not apart(job):
+                        yield job, reason
+        for run, start, stop, picker, apart in self.passed:
+            for job in islice(run, start, stop):
+                if apart is None or not apart(job):
+                    yield job, self._known(job, picker)
+
+    def _known(self, job: Job, picker: type[JobPicker], reserved: bool = True) -> str:
+        """Why ``job``, passed over as known held, waits: its demand's failure, as kept
+        by the reservation when it was ``reserved`` (the reservation a job was passed
+        under may not be the one asked now: its demand failed either way)."""
+        avoid = reserved and self.reservation is not None and bool(self.reservation.avoid(job))
+        known = self.unsatisfiable
+        return known.get((job.profile, picker, avoid)) or known[(job.profile, picker, not avoid)]
 
     def merge(self, jobs: list[Job], runs: dict[Hashable, list[Job]], key: RunKey,
               picker: type[JobPicker], heads: Heads | None = None,
-              droppable: bool = True) -> Iterator[Job]:
+              apart: Callable[[Job], bool] | None = None,
+              only: Callable[[Job], bool] | None = None) -> Iterator[Job]:
         """``jobs``, split in ``runs`` of one profile each, in the order of ``key(the run's
         key, job, its place in the run)`` (which no two jobs share), read lazily: the runs
         of each profile are merged, and the profiles by their next jobs. ``heads`` are
         the runs' first jobs by profile (``heads_of``; ``Pass.heads`` keeps them from pass
-        to pass where it may). When ``skims`` allows, a profile's jobs are dropped once
-        its demand is known to fail (R-POL-4): they are held for that reason wherever
-        they stand. They go to ``dropped``; ``skimmed`` gives them back. Not
-        ``droppable``: the picker yields some of them apart, so none is dropped."""
+        to pass where it may). A picker that yields some jobs first (the starving,
+        ``core/starvation.py``) merges twice: once ``only`` those, which are the first of
+        each run (a run ends at its first job ``only`` rejects; ``heads``: the runs that
+        begin with one), and once without them (``apart``).
+
+        When ``skims`` allows, the jobs whose demand is known to fail (R-POL-4: it failed
+        earlier in the pass) are passed over, since they are held for that reason
+        wherever they stand: a profile's, once its demand fails unhindered; under an EASY
+        reservation, in a pass that cannot run out of slots (``slots_to_spare``: a job
+        read after the last slot went would wait for a slot instead), each job whose
+        demand fails as the reservation keeps it (its ``avoid``), found run by run
+        without a visit, so that a pass with a reservation does not walk the thousands
+        of jobs it cannot start one by one. They go to ``dropped`` and ``passed``;
+        ``skimmed`` gives them back."""
         top = [(heap[0][0], profile, heap)
                for profile, heap in (heads_of(runs, key) if heads is None else heads).items()]
         heapq.heapify(top)
         position: dict[Hashable, int] = {}
-        droppable, unsatisfiable = droppable and self.skims(jobs), self.unsatisfiable
+        skims, unsatisfiable = self.skims(jobs), self.unsatisfiable
         while top:
             _, profile, heap = top[0]
-            if droppable and self.openings is not None and self.reservation is None and \
+            if skims and self.openings is not None and self.reservation is None and \
                     (profile, picker, False) in unsatisfiable:
                 heapq.heappop(top)
-                self.dropped.append((profile, picker, runs, position, heap))
+                self.dropped.append((profile, picker, runs, position, heap, apart, only))
                 self.openings.drop(profile)
                 continue
             of = heap[0][1]
             run, at = runs[of], position.get(of, 0)
-            yield run[at]
-            at = position[of] = at + 1
-            if at < len(run):
+            if skims and self.slots_to_spare and self.openings is not None and \
+                    self.reservation is not None:
+                to = self._pass_over(run, at, profile, picker, apart, only)
+            else:
+                to = at + 1 if apart is not None and apart(run[at]) else at
+            if to == at:
+                yield run[at]
+                to += 1
+            # else the run's next job is keyed against the others' before it is read
+            at = position[of] = to
+            if at < len(run) and (only is None or only(run[at])):
                 heapq.heapreplace(heap, (key(of, run[at], at), of))
             else:
                 heapq.heappop(heap)
@@ -235,6 +281,37 @@ class Pass:
                 heapq.heapreplace(top, (heap[0][0], profile, heap))
             else:
                 heapq.heappop(top)
+
+    def _pass_over(self, run: list[Job], at: int, profile: str, picker: type[JobPicker],
+                   apart: Callable[[Job], bool] | None,
+                   only: Callable[[Job], bool] | None) -> int:
+        """Where in ``run`` (one profile's, from ``at``) the first job that ``merge``
+        reads is: not ``apart``, and not known held as the pass's reservation keeps it
+        (``Scheduler._serve``'s key). The held jobs before it count as visited
+        (``Openings.pass_over``) and go to ``passed``."""
+        reservation, unsatisfiable = self.reservation, self.unsatisfiable
+        held = (profile, picker, False) in unsatisfiable
+        kept = (profile, picker, True) in unsatisfiable
+        if not (held or kept) and apart is None:
+            return at  # the common case: nothing of it known held (no need to ask ``crowded``)
+        crowded = (held or kept) and bool(reservation.crowded(profile))
+        kept = crowded and kept
+        stop, count, short = at, 0, 0
+        while stop < len(run):
+            job = run[stop]
+            if only is not None and not only(job):
+                break
+            if apart is None or not apart(job):
+                outlasting = crowded and reservation.outlasts(job)
+                if not (kept if outlasting else held):
+                    break
+                count += 1
+                short += not outlasting
+            stop += 1
+        if count:
+            self.passed.append((run, at, stop, picker, apart))
+            self.openings.pass_over(profile, count, short)
+        return stop
 
     def _skimming(self, picker: type[JobPicker]) -> Iterator[Job]:
         jobs, position = self.queued, 0

@@ -14,14 +14,13 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Mapping
 from functools import partial
-from itertools import filterfalse
 from typing import TYPE_CHECKING
 
 from ..backlog import ETA_STEPS
 from ..model import Job
 from ..policy import Profile
 from ..request import PRIORITY_RANGE
-from ..starvation import starving, starving_first
+from ..starvation import starving, starving_heads
 from .base import RANK, JobPicker, JobScope, register_picker
 
 if TYPE_CHECKING:
@@ -133,10 +132,10 @@ class ShortestExpectedFirst(JobPicker):
         hungry = self._starving
         if hungry is None:
             order = ctx.merge(scope.jobs, runs, key, type(self), heads)
-        else:  # the starving first: the merge may not drop one later (``skimmed``)
-            first = starving_first(runs, heads, key, hungry)
-            rest = filterfalse(hungry.__contains__, ctx.merge(
-                scope.jobs, runs, key, type(self), heads, droppable=False))
+        else:  # the starving first, then the rest, which the merge reads without them
+            first = ctx.merge(scope.jobs, runs, key, type(self),
+                              starving_heads(runs, heads, hungry), only=hungry.__contains__)
+            rest = ctx.merge(scope.jobs, runs, key, type(self), heads, apart=hungry.__contains__)
             order = heapq.merge(first, rest, key=lambda job: (job.rank >> 40, job not in hungry))
         self.next = partial(next, order, None)
 

@@ -35,6 +35,8 @@ class Reservation:
     at_start: dict[str, DeviceLoad]   # reserved device -> its expected load at ``start``
     profiles: Mapping[str, Profile]
     _crowded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # by profile
+    # by (profile, reserved device): whether a share of it there crowds the reserved job
+    _crowds: dict[tuple[str, str], bool] = field(default_factory=dict)
 
     def outlasts(self, job: Job) -> bool:
         """Whether ``job``, started now, may still run at ``start`` (its calibrated ETA
@@ -60,20 +62,32 @@ class Reservation:
                 self._crowded[profile] = self.devices
             else:
                 self._crowded[profile] = tuple(
-                    uuid for uuid in self.devices
-                    if holding(self.at_start[uuid], envelopes_of(shape, (uuid,), profile))
-                    .fit(self.demand)[0] is None)
+                    uuid for uuid in self.devices if self._crowds_on(profile, shape, uuid))
         return self._crowded[profile]
+
+    def _crowds_on(self, profile: str, shape: Profile, uuid: str) -> bool:
+        """Whether one share of ``profile`` on reserved device ``uuid`` leaves the reserved
+        job no room there at ``start``; asked again only once backfill changes it."""
+        key = (profile, uuid)
+        if (crowds := self._crowds.get(key)) is None:
+            self._crowds[key] = crowds = holding(
+                self.at_start[uuid], envelopes_of(shape, (uuid,), profile)
+            ).fit(self.demand)[0] is None
+        return crowds
 
     def backfilled(self, job: Job, gpus: tuple[str, ...], envelopes: list[Envelope]) -> None:
         """``job`` started now on ``gpus`` holding ``envelopes``: what outlasts ``start``
         on a reserved device is still there then."""
         if not self.outlasts(job) or self.at_start.keys().isdisjoint(gpus):
             return
+        changed = set()
         for uuid, mine in by_uuid(envelopes).items():
             if uuid in self.at_start:
                 self.at_start[uuid] = holding(self.at_start[uuid], mine)
+                changed.add(uuid)
         self._crowded.clear()
+        for key in [key for key in self._crowds if key[1] in changed]:
+            del self._crowds[key]
 
 
 @dataclass(slots=True)
@@ -149,6 +163,20 @@ class Openings:
         elif self._ends_first(job):
             self.short[profile] -= 1
             if not self.short[profile] and profile in self.open and not self._opens(profile):
+                self.open.discard(profile)
+        if not self.left[profile]:
+            self.open.discard(profile)
+            self.unsure.discard(profile)
+
+    def pass_over(self, profile: str, count: int, short: int) -> None:
+        """``count`` jobs of ``profile`` are known held without a visit (``Pass.merge``
+        under the reservation), ``short`` of them not kept off by it: as ``visit`` of each."""
+        self.visited += count
+        self.left[profile] -= count
+        if short:
+            before = self.short[profile]
+            self.short[profile] = after = before - short
+            if before > 0 >= after and profile in self.open and not self._opens(profile):
                 self.open.discard(profile)
         if not self.left[profile]:
             self.open.discard(profile)
