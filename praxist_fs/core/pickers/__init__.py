@@ -8,7 +8,7 @@ in submit order, as LSF does); a job picker gets a ``JobScope`` and yields its
 jobs. A preempt policy (seed 002's level 3) gets a ``VictimScope`` and yields the
 candidates to preempt for one job, in the order they are to be taken.
 Pickers only order. Holds, allocation and launches are the loop's
-(``Scheduler._pass``), which tells the job picker through ``blocked(job)``
+(``PassDesk._pass``), which tells the job picker through ``blocked(job)``
 when the first job of a demand it picked could not be placed: EASY backfill
 reserves there. Preemption (R-POL-3, ``core/preemption.py``) chooses its victims
 at the same point, and resumes suspended work at its queue's turn.

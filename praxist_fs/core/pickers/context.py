@@ -69,7 +69,7 @@ class Pass:
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
     verdicts: dict[str, str | None] = field(default_factory=dict)  # profile -> once slots are full
-    # profile -> what its job needs to start once a slot is free (``Scheduler._could_start``)
+    # profile -> what its job needs to start once a slot is free (``PassDesk._could_start``)
     needs: dict[str, Demand | bool] = field(default_factory=dict)
     # preemption (R-POL-3, core/preemption.py): the reasons it may lift (a full house, a
     # failed allocation), the jobs preempted or resumed in this pass, and the attempts
@@ -84,7 +84,7 @@ class Pass:
     slots_to_spare: bool = False
     # The host as the pass began (pressure, the GPU sample): what its rest reads however
     # late it runs, so that a new sample need not finish it first. ``resting``: the walk
-    # went on as the rest (``Scheduler._pass``).
+    # went on as the rest (``PassDesk._pass``).
     pressure: PressureSample | None = None
     gpus: GpuSample | None = None
     resting: bool = False
@@ -287,7 +287,7 @@ class Pass:
                    only: Callable[[Job], bool] | None) -> int:
         """Where in ``run`` (one profile's, from ``at``) the first job that ``merge``
         reads is: not ``apart``, and not known held as the pass's reservation keeps it
-        (``Scheduler._serve``'s key). The held jobs before it count as visited
+        (``PassDesk._serve``'s key). The held jobs before it count as visited
         (``Openings.pass_over``) and go to ``passed``."""
         reservation, unsatisfiable = self.reservation, self.unsatisfiable
         held = (profile, picker, False) in unsatisfiable
@@ -326,7 +326,7 @@ class Pass:
                 position += 1
 
     def _key(self, job: Job, picker: type[JobPicker]) -> tuple[str, type[JobPicker], bool]:
-        """The demand of ``job`` as ``Scheduler._serve`` keys ``unsatisfiable``."""
+        """The demand of ``job`` as ``PassDesk._serve`` keys ``unsatisfiable``."""
         avoid = self.reservation is not None and bool(self.reservation.avoid(job))
         return job.profile, picker, avoid
 

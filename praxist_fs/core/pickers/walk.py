@@ -94,7 +94,7 @@ class Reservation:
 class Openings:
     """Which of the jobs a pass has yet to visit could still start, by profile, so that
     the loop stops walking once none could: the rest of the walk would only restate why
-    each job waits (``Scheduler._pass`` leaves it until a reason is asked for).
+    each job waits (``PassDesk._pass`` leaves it until a reason is asked for).
 
     A profile is open while jobs of it are ``left`` to visit and ``could_start`` (a free
     slot, calm pressure, enough devices that take it) says one may. Once EASY backfill
@@ -104,7 +104,7 @@ class Openings:
     The walk ends only after a job (``exhausted``), so a pass that may start something
     handles its first: its picker hears of it (``JobPicker.blocked``, where backfill
     reserves) before any later job starts. A pass where nothing could start from the
-    outset leaves the whole walk to the rest (``Scheduler._pass``)."""
+    outset leaves the whole walk to the rest (``PassDesk._pass``)."""
 
     left: Counter[str]                                   # jobs not visited yet, by profile
     could_start: Callable[[str, tuple[str, ...]], bool]  # (profile, devices to keep off)
