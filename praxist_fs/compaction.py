@@ -149,8 +149,14 @@ class Compactor:
                 return False
             return self._finish(journal, sched)
         if journal.tail >= self.every and time.monotonic() >= self.not_before:
-            self.running = Background.begin(self.layout, journal, sched, index, tally,
-                                            self.wake_fd)
+            try:
+                self.running = Background.begin(self.layout, journal, sched, index, tally,
+                                                self.wake_fd)
+            except OSError as exc:  # no process or no temp file to spare: the loop goes on
+                _stop_watching(sched)
+                log.warning("the journal's compaction could not start (%s); it is tried "
+                            "again in %d s", exc, RETRY_SECONDS)
+                self.not_before = time.monotonic() + RETRY_SECONDS
         return False
 
     def wait(self, journal: Journal, sched: Scheduler) -> None:
@@ -192,10 +198,14 @@ class Background:
         seq, end = journal.committed
         header = {"views_durable_ns": time.time_ns(), "tally": tally.to_dict()}
         due = (crashpoints.due("snapshot.before_write"), crashpoints.due("snapshot.after_write"))
-        captured = watch(sched)
         result = tempfile.TemporaryFile(prefix="praxist-compaction-")
+        captured = watch(sched)
         parent = os.getpid()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:
+            result.close()
+            raise
         if pid == 0:
             _child(layout, sched, seq, header, due, result, parent, wake_fd)
         return cls(pid, result, sched, seq, end, captured, due)
