@@ -1,6 +1,13 @@
-"""Size and build time of `praxist-fs report` at 10,000 jobs (issue 17: <= 5 MB, <= 3 s).
+"""Size and build time of `praxist-fs report` at 10,000 jobs (issue 17: <= 5 MB, <= 3 s),
+and its peak memory on a run's history (issue 31: memory flat in history).
 
     .venv/bin/python bench/bench_report.py [--jobs 10000] [--gpus 64] [--trace FILE.csv]
+    .venv/bin/python bench/bench_report.py --run-dir RUN
+
+With ``--run-dir`` the report of that run (e.g. one of 100,000 finished jobs that
+bench/bench_compaction.py --fixtures DIR leaves in DIR/run) is built as `praxist-fs
+report` builds it (``report_of``) and written to a temporary file; printed: its jobs,
+seconds, bytes, and the process's peak RSS (MB, ru_maxrss) beside its RSS before.
 
 The jobs are a `praxist-fs simulate` replay of the first N jobs of the Philly trace (the
 replay itself is not timed). Its final state is written as a run's snapshot
@@ -14,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -28,12 +36,31 @@ TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "trace_phill
 MAX_BYTES, MAX_BUILD_S = 5_000_000, 3.0
 
 
+def of_run(run_dir: Path) -> dict:
+    """``praxist-fs report``'s work on ``run_dir``: time, size and peak memory."""
+    from praxist_fs.report import report_of
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000
+    began = time.perf_counter()
+    document, jobs = report_of(RunLayout.at(run_dir))
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
+        size = write(Path(tmp) / "report.html", document)
+    return {"jobs": jobs, "build_s": round(time.perf_counter() - began, 3), "bytes": size,
+            "rss_mb_before": round(before, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--gpus", type=int, default=64)
+    parser.add_argument("--run-dir", type=Path,
+                        help="build the report of this run instead, and say its peak RSS")
     args = parser.parse_args()
+    if args.run_dir is not None:
+        print(json.dumps(of_run(args.run_dir), indent=2))
+        return
     result = replay(load_trace(args.trace, args.jobs), gpus=args.gpus, policy=load_policy(None),
                     keep_scheduler=True)
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:

@@ -274,7 +274,7 @@ def find_job(layout: RunLayout, job_or_tag: str, uid: int | None = None
     """The job named by its id, or by a tag of ``uid``'s (default: ours): each uid's tags
     name its own jobs (core/tenancy.py), so another uid's equal tag is never found. With
     its job file; None when neither names an accepted job."""
-    from .core.request import NAME_RE  # not status's to load
+    from .core.bounds import NAME_RE  # not status's to load
 
     if NAME_RE.fullmatch(job_or_tag) and \
             (doc := job_document(layout, job_or_tag)) is not None:  # never a path out of jobs/

@@ -214,6 +214,7 @@ class Coordinator:
         self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
                                                          self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.compactor = compaction.Compactor(self.layout, self.compact_after, self._wake_write)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
@@ -281,6 +282,8 @@ class Coordinator:
         if hasattr(self, "journal"):
             if hasattr(self, "inventory"):  # else the start failed before it served
                 self._write_status(force=True, state="stopped")
+            if hasattr(self, "compactor"):
+                self.compactor.wait(self.journal, self.sched)
             if clean and self.degraded is None:  # else views are owed: the start repairs
                 try:
                     if self.journal.tail:
@@ -348,10 +351,9 @@ class Coordinator:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             self.views.index_history(self.sched, self.journal.seq)  # a slice, if rebuilding
-            if self.journal.tail >= self.compact_after and self.degraded is None:
-                compaction.compact(self.layout, self.journal, self.sched, self.views.index,
-                                   self.views.tally)
-                _return_memory()  # rendering the snapshot leaves as much garbage as the state
+            if self.degraded is None and self.compactor.turn(
+                    self.journal, self.sched, self.views.index, self.views.tally):
+                _return_memory()  # the jobs the snapshot took leave memory
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,

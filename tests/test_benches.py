@@ -82,3 +82,24 @@ def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path):
     rows = {line[:32].strip(): line.split()[-2:] for line in done.stdout.splitlines()[1:]}
     assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB"} <= set(rows)
     assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu in rows.values())
+
+
+def test_the_compaction_bench_sees_compactions_while_it_times_the_replies(tmp_path):
+    done = bench("bench/bench_compaction.py", "--finished", "30", "--compact-after", "20",
+                 "--compactions", "1", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    assert numbers["compactions"] >= 1 and numbers["compacted_log_lines"] >= 1
+    assert numbers["snapshot_replaced_at_s"][0]["journal_seq"] > 30 * 4
+    assert 0 < numbers["reply_p50_ms"] <= numbers["reply_max_ms"]
+
+
+def test_the_report_bench_says_the_peak_memory_of_a_runs_report(tmp_path):
+    built = bench("bench/fixture.py", str(tmp_path / "run"), "fixtures/tasks/example.yaml",
+                  "--finished", "20", tmp_path=tmp_path)
+    assert built.returncode == 0, built.stderr
+    done = bench("bench/bench_report.py", "--run-dir", str(tmp_path / "run"), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    assert numbers["jobs"] == 20 and numbers["bytes"] > 0
+    assert numbers["peak_rss_mb"] >= numbers["rss_mb_before"] > 0

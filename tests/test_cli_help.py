@@ -34,3 +34,26 @@ def test_each_verb_is_parsed_by_its_own_module_alone():
     for verb, module in VERBS.items():
         if module is not None:
             assert verb in verbs(_parser(verb)), (verb, module)
+
+
+@pytest.mark.parametrize("verb", ["logs", "wait", "cancel"])
+def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, tmp_path):
+    """``logs``, ``wait`` and ``cancel`` name a job by its id or tag: they check the name,
+    and never load the request model (and the policy it imports) to do so (R-PERF-3)."""
+    import json
+    import subprocess
+    import sys
+
+    from praxist_fs.adapters.layout import RunLayout
+
+    RunLayout.at(tmp_path / "run").create()
+    code = ("import sys\nfrom praxist_fs.cli import main\ntry:\n"
+            f"    main([{verb!r}, 'no-such-job', '--run-dir', {str(tmp_path / 'run')!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(m for m in sys.modules "
+            "if m.startswith('praxist_fs'))))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "praxist_fs.client" in loaded, done.stderr  # it did look for the job
+    assert "praxist_fs.core.request" not in loaded

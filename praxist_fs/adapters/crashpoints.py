@@ -21,3 +21,18 @@ def reach(point: str) -> None:
     _remaining -= 1
     if _remaining <= 0:
         os._exit(CRASH_EXIT_CODE)
+
+
+def due(point: str) -> bool:
+    """Count a pass of ``point`` as ``reach`` does, and say whether the crash is due then,
+    without crashing: for a point a forked child passes (its counts are its own copy), which
+    crashes there with ``crash`` and makes its parent crash too on seeing that."""
+    global _remaining
+    if point != _name:
+        return False
+    _remaining -= 1
+    return _remaining <= 0
+
+
+def crash() -> None:
+    os._exit(CRASH_EXIT_CODE)

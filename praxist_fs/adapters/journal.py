@@ -210,6 +210,33 @@ class Journal:
         self.restored_newline = _check(line[:-1])
         return line[:-1] + b"\n"
 
+    @property
+    def committed(self) -> tuple[int, int]:
+        """The seq of the last durable record, and the byte where the records end: what a
+        snapshot written from the state of this moment covers (``keep_after``)."""
+        return self._synced
+
+    def keep_after(self, seq: int, end: int) -> None:
+        """A durable snapshot covers every record up to ``seq`` (``committed`` said they
+        end at byte ``end``), while later ones were appended meanwhile: the file is
+        replaced by one holding only those, written and made durable beside it, then
+        renamed over it. A crash leaves the one or the other, which a start reads alike
+        (records the snapshot covers are skipped)."""
+        self.commit()
+        with open(self.path, "rb") as handle:
+            handle.seek(end)
+            later = handle.read(self._synced[1] - end)
+        fsio.write_atomic(self.path, later, durable=True, mode=0o600)  # else: as it was
+        try:
+            fd = fsio.open_append(self.path)
+        except OSError as exc:  # appending to the old file would lose what it is told
+            raise RuntimeError(f"{self.path}: replaced by the records after seq {seq}, then "
+                               f"not opened again ({exc}); stopping: a start reads it") from None
+        os.close(self._fd)
+        self._fd = fd
+        self._after, self._start, self._synced = seq, 0, (self._seq, len(later))
+        self._torn = False  # what a failed commit left is not in the new file
+
     def compact(self) -> None:
         """Empty the journal: a durable snapshot covers every record in it."""
         self.commit()

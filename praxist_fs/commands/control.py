@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import client
 from ..adapters.layout import RunLayout
-from ..core.request import PRIORITY_RANGE, SELECTABLE_STATES
+from ..core.bounds import PRIORITY_RANGE, SELECTABLE_STATES
 from . import NO_RUN_DIR, add_owner, add_run_dir
 from .render import format_control_reply, format_json
 

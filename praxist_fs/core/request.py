@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import BadRequest
+from .bounds import NAME_EXPECTED, NAME_PATTERN, NAME_RE, PRIORITY_RANGE, SELECTABLE_STATES
 from .budget import LIMITS
 from .policy import WORK_CLASSES
 from .slurm_options import OptionProblem, job_options
@@ -31,10 +32,6 @@ MAX_ENV_ITEMS = 1024
 MAX_STRING = 32 * 1024
 MAX_COST = 1e15  # bounded, so that a huge integer still converts to a float
 
-# Tags, peers, request ids and lease locators share one safe alphabet: they
-# become file names, so no '/', no leading dot or dash, no control characters.
-NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._+=@,-]{0,127}"
-NAME_RE = re.compile(NAME_PATTERN)
 REQUEST_FILE_RE = re.compile(rf"({NAME_PATTERN})\.json")
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 
@@ -44,10 +41,8 @@ FIELDS = (
     "after", "hold", "priority", "admission_timeout_s", "slurm",
 )
 MAX_ADMISSION_TIMEOUT_S = 30 * 86400  # also the task file's admission_timeout_seconds cap
-PRIORITY_RANGE = (-100, 100)  # a job's own priority orders it inside its queue (R-CTL-5)
 DEPENDENCY_KINDS = ("ok", "any", "notok")  # Slurm's afterok, afterany, afternotok
 MAX_DEPENDENCIES = 64
-NAME_EXPECTED = "1-128 characters from A-Z a-z 0-9 . _ + = @ , -, starting with a letter or digit"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -390,7 +385,6 @@ JOB_ACTIONS = ("cancel", "hold", "release", "update")  # R-CTL-1, R-CTL-5: on se
 CONTROL_FIELDS = ("request_id", "action", "generation", "cohort", "deadline",
                   "jobs", "peer", "states", "reason", "grace", "priority", "by", "owner",
                   *LIMITS)
-SELECTABLE_STATES = ("queued", "held", "running", "suspended")  # "held": queued and held
 MAX_SELECTED = 4096
 MAX_GRACE_SECONDS = 3600.0
 

@@ -139,7 +139,8 @@ class Shelf(MutableMapping[str, V], Generic[V]):
     ``brought_back``; iteration (``values``, ``items``) and ``peek`` only read, and leave
     it on the shelf."""
 
-    __slots__ = ("_live", "_index", "_gone", "_marked", "_read", "_build", "_brought_back")
+    __slots__ = ("_live", "_index", "_gone", "_marked", "_read", "_build", "_brought_back",
+                 "_touched", "_gone_at_watch")
 
     def __init__(self, brought_back: Callable[[str, V], None] | None = None) -> None:
         self._live: dict[str, V] = {}
@@ -149,15 +150,42 @@ class Shelf(MutableMapping[str, V], Generic[V]):
         self._read: Callable[[int], bytes] | None = None
         self._build: Callable[[bytes], V] | None = None
         self._brought_back = brought_back
+        self._touched: set[str] | None = None  # looked up to change since ``watch``
+        self._gone_at_watch: set[str] = set()  # ``_gone`` then
+
+    def watch(self, on: bool = True) -> None:
+        """Remember from now on every key looked up the way a caller that may change its
+        entry does (``[]``, ``get``, setting, deleting), until the next ``shelve`` (or
+        ``watch(False)``): a snapshot written meanwhile (in a forked child) holds such an
+        entry as it was when this was called, so that entry must stay in memory."""
+        self._touched = set() if on else None
+        self._gone_at_watch = set(self._gone) if on else set()
 
     def shelve(self, index: Shelved, read: Callable[[int], bytes],
-               build: Callable[[bytes], V]) -> None:
+               build: Callable[[bytes], V], captured: Iterable[str] | None = None) -> None:
         """From now on the entries of ``index`` (all that were shelved before, and any
         live one it names) are lines that ``read`` returns: a new snapshot replaces the
-        old one."""
-        self._live = {key: value for key, value in self._live.items() if index.find(key) < 0}
-        self._index, self._gone, self._marked = index, set(), Counter(index.marks())
+        old one. ``captured``: the live keys ``index`` was written with, when it was
+        written since ``watch`` (the entries looked up since stay live, and leave the
+        index); else every live key it names leaves memory."""
+        touched, self._touched = self._touched or set(), None
+        if captured is None:
+            self._live = {key: value for key, value in self._live.items()
+                          if index.find(key) < 0}
+            kept: set[str] = set()
+        else:  # no search of the index per live key: those are the ones it took
+            # in the index and changed since: taken live, or off the last shelf
+            kept = touched.intersection(captured) | (self._gone - self._gone_at_watch)
+            for key in captured:
+                if key not in kept:
+                    self._live.pop(key, None)
+        marks = index.marks()  # counted at C speed: a Counter of 100,000 marks takes ~5 ms
+        self._index, self._gone = index, set()
+        self._marked = Counter({mark: marks.count(mark) for mark in set(marks)})
         self._read, self._build = read, build
+        for key in kept:
+            if (position := self._position(key)) >= 0:
+                self._take(position, key)
 
     def _position(self, key: str) -> int:
         """Where a still shelved key is in the index, or -1."""
@@ -235,10 +263,14 @@ class Shelf(MutableMapping[str, V], Generic[V]):
 
     def get(self, key: str, default: V | None = None) -> V | None:
         if (value := self._live.get(key)) is not None:
+            if self._touched is not None:
+                self._touched.add(key)
             return value
         return self[key] if self._position(key) >= 0 else default
 
     def __getitem__(self, key: str) -> V:
+        if self._touched is not None:
+            self._touched.add(key)
         try:
             return self._live[key]
         except KeyError:
@@ -253,11 +285,15 @@ class Shelf(MutableMapping[str, V], Generic[V]):
         return value
 
     def __setitem__(self, key: str, value: V) -> None:
+        if self._touched is not None:
+            self._touched.add(key)
         if key not in self._live and (position := self._position(key)) >= 0:
             self._take(position, key)
         self._live[key] = value
 
     def __delitem__(self, key: str) -> None:
+        if self._touched is not None:
+            self._touched.add(key)
         if key in self._live:
             del self._live[key]
         elif (position := self._position(key)) >= 0:

@@ -111,6 +111,18 @@ def render(sched: Scheduler, journal_seq: int, views_durable_ns: int | None = No
 
 
 Entry = tuple[str, bytes, int]  # a finished job's or a reply's key, line and mark
+Captured = tuple[list[str], list[str]]  # the finished jobs and the replies ``watch`` saw live
+
+
+def watch(sched: Scheduler) -> Captured:
+    """Before a snapshot of ``sched`` as it is now is rendered elsewhere (a forked
+    child), while ``sched`` goes on changing: the ids of the finished jobs and of the
+    replies in memory, which that snapshot will hold (``shelve`` takes them out of memory
+    then, unless they were looked up to change since)."""
+    sched.jobs.watch()
+    sched.replies.watch()
+    return ([job.job_id for job in sched.jobs.live() if job.state.terminal],
+            [reply.request_id for reply in sched.replies.live()])
 
 
 def _encoded_key(entry: Entry) -> bytes:
@@ -134,12 +146,15 @@ def _index(entries: list[Entry], at: int) -> tuple[Shelved, int]:
                    bytes(mark for _, _, mark in entries)), offsets[-1]
 
 
-def shelve(sched: Scheduler, rendered: Rendered, read_at: Callable[[int], bytes]) -> None:
-    """``rendered`` (of ``sched`` as it is) now lies in a file ``read_at`` reads (a
+def shelve(sched: Scheduler, rendered: Rendered, read_at: Callable[[int], bytes],
+           captured: Captured | None = None) -> None:
+    """``rendered`` (of ``sched`` as it is, or as it was at ``watch`` when ``captured``
+    says what it took from memory then) now lies in a file ``read_at`` reads (a
     ``place`` in, a line out): its finished jobs and every reply wait there from now on,
-    not in memory (``Shelf``)."""
-    sched.jobs.shelve(rendered.jobs, read_at, _built_job)
-    sched.replies.shelve(rendered.replies, read_at, _built_reply)
+    not in memory (``Shelf``), but for those looked up to change since ``watch``."""
+    jobs, replies = captured if captured is not None else (None, None)
+    sched.jobs.shelve(rendered.jobs, read_at, _built_job, jobs)
+    sched.replies.shelve(rendered.replies, read_at, _built_reply, replies)
     for state in FINISHED:  # the finished jobs left in memory (none, as ``render`` writes)
         sched._by_state[state] = {job_id: None for job_id in sched._by_state[state]
                                   if sched.jobs.in_memory(job_id) is not None}

@@ -168,6 +168,27 @@ def test_compaction_empties_the_file_and_numbering_goes_on(tmp_path):
     assert reopened.seq == 5 and reopened.tail == 1
 
 
+def test_a_journal_kept_after_its_snapshot_holds_the_records_appended_since(tmp_path):
+    """A compaction written in the background covers the records up to its fork; those
+    appended meanwhile are all that is kept, and appending goes on into the new file."""
+    path = tmp_path / "j.log"
+    write_records(path, 4)
+    journal = Journal(path)
+    seq, end = journal.committed
+    for i in (4, 5):
+        journal.append({"type": "x", "i": i})
+    journal.commit()
+    journal.append({"type": "x", "i": 6})  # not committed yet: it goes in first
+    journal.keep_after(seq, end)
+    assert seq == 4 and journal.seq == 7 and journal.tail == 3
+    assert [r["i"] for r in read_intact(path, 4)] == [4, 5, 6]
+    journal.append({"type": "x", "i": 7})
+    journal.commit()
+    journal.close()
+    reopened = Journal(path, after=4)
+    assert [r["i"] for r in reopened.records] == [4, 5, 6, 7] and reopened.seq == 8
+
+
 def test_records_the_snapshot_covers_are_skipped(tmp_path):
     """A crash between writing the snapshot and emptying the journal."""
     path = tmp_path / "j.log"

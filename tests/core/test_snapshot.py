@@ -19,7 +19,7 @@ from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import FINISHED, Scheduler
 from praxist_fs.core.shelf import Shelf, Shelved, encoded, offset_and_length
 from praxist_fs.core.snapshot import (
-    READS, SnapshotError, capture, load, read, render, restore, shelve,
+    READS, SnapshotError, capture, load, read, render, restore, shelve, watch,
 )
 
 from .simulation import replay, run_seed
@@ -201,6 +201,27 @@ def test_a_snapshot_written_before_the_shelf_index_restores_and_goes_on_deciding
     assert _state(sched) == _state(replay(journal))
     rendered = render(sched, len(journal))  # and its next compaction writes format 2
     assert _state(read(*_file(rendered.data)).sched) == _state(sched)
+
+
+@pytest.mark.parametrize("seed", range(1, 9))
+def test_a_snapshot_written_while_the_scheduler_went_on_shelves_only_what_it_still_holds(seed):
+    """As ``compaction.Compactor`` does: the snapshot is rendered from the state of one
+    moment (a forked child's copy) and shelved some records later, while the scheduler
+    went on (jobs reopened, retried, replies replaced): what changed since stays in
+    memory, the rest leaves it, and the state is the same as if nothing was shelved."""
+    journal = run_seed(seed, 250).journal
+    whole = _state(replay(journal))
+    sched, pending = replay([]), None
+    for cut, record in enumerate(journal):
+        sched.handle(from_record(_through_json(record)))
+        if pending is not None and cut % 61 == 40:
+            rendered, captured = pending
+            shelve(sched, rendered, _file(rendered.data)[1], captured)
+            pending = None
+        if cut % 61 == 0:  # the fork: rendered now, shelved 40 records later
+            captured = watch(sched)
+            pending = render(sched, cut), captured
+    assert _state(sched) == whole
 
 
 def test_a_shelf_index_finds_each_key_with_its_place_and_mark_and_no_other():

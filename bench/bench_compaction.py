@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""The longest the coordinator's loop stalls while it compacts its journal with a long
+history behind it (issue 31, item 3: no stall over 50 ms at 100,000 finished jobs).
+
+A run of ``--finished`` completed jobs is built by bench/fixture.py and served once by
+a coordinator stopped cleanly (compacted: its snapshot shelves them all; its job index
+whole, so that no start-up work of the history remains), then served by a coordinator
+that compacts every ``--compact-after`` records. Requests (``true``, one slot) are
+renamed in one at a time, the next as soon as the last one's reply is there, until
+``--compactions`` compactions have replaced ``snapshot.jsonl`` and one more second
+has passed: a request is always waiting, so a turn of the loop that takes S seconds
+delays the reply of one of them by about S. Reported: the count of requests and of
+compactions, and rename -> reply p50, p99 and max in milliseconds, with the replies
+that waited longest and when (seconds from the first request), beside the times the
+snapshots were replaced.
+
+Usage: .venv/bin/python bench/bench_compaction.py [--finished 100000] [--compact-after 4000]
+       [--compactions 2] [--fixtures DIR] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_all import copy_fixture  # noqa: E402
+from bench_coordinator import TASK_YAML, TRUE, Coordinator, discard  # noqa: E402
+from bench_history import INDEX, left_by  # noqa: E402
+
+PROBE_TIMEOUT_S = 120.0
+
+
+def served_fixture(directory: Path, finished: int) -> Path:
+    """``directory`` holding task.yaml and run/ with ``finished`` jobs, as a coordinator
+    that served it and stopped cleanly leaves it (compacted, its job index whole), so
+    that the run served next does no start-up work of its history (built once: a
+    directory that has it already is used as it is)."""
+    if (directory / INDEX).exists():
+        return directory
+    built = Path(tempfile.mkdtemp(prefix="praxist-bench-compaction-built-"))
+    (built / "task.yaml").write_text(TASK_YAML.format(concurrency=1, maximum=8))
+    subprocess.run([sys.executable, str(HERE / "fixture.py"), str(built / "run"),
+                    str(built / "task.yaml"), "--finished", str(finished)],
+                   check=True, capture_output=True, cwd=HERE.parent)
+    served = left_by(built, "compaction-served", crash=False)
+    shutil.rmtree(built)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("task.yaml", "run"):
+        shutil.move(served / name, directory / name)
+    shutil.rmtree(served)
+    return directory
+
+
+def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
+    """Rename requests in one at a time on a copy of ``source`` until ``compactions``
+    snapshots replaced the one it started with, and a second after that."""
+    scratch = copy_fixture(source, "compaction")
+    snapshot = scratch / "run" / "resource_scheduler" / "journal" / "snapshot.jsonl"
+    os.environ["PRAXIST_COMPACT_AFTER"] = str(compact_after)
+    latencies: list[tuple[float, float]] = []  # (seconds since the first request, ms)
+    replaced: list[dict] = []
+    try:
+        with Coordinator("compaction", concurrency=1, scratch=scratch, keep=True,
+                         start_timeout=900, start_poll=0.005) as co:
+            inode, began, until = os.stat(snapshot).st_ino, time.monotonic(), None
+            n = 0
+            while until is None or time.monotonic() < until:
+                rid = f"probe-{n:06d}"
+                name = co.prepare(rid, rid, [TRUE])
+                sent = time.monotonic()
+                co.drop(name)
+                co.wait_reply(rid, timeout=PROBE_TIMEOUT_S)
+                now = time.monotonic()
+                latencies.append((round(sent - began, 3), (now - sent) * 1000))
+                n += 1
+                current = os.stat(snapshot).st_ino
+                if current != inode:
+                    inode = current
+                    with open(snapshot, "rb") as handle:
+                        seq = json.loads(handle.readline())["journal_seq"]
+                    replaced.append({"at_s": round(now - began, 3), "journal_seq": seq})
+                    if len(replaced) >= compactions and until is None:
+                        until = now + 1.0
+            log = co.log_path.read_text(errors="replace")
+    finally:
+        os.environ.pop("PRAXIST_COMPACT_AFTER", None)
+        discard(scratch)
+    values = sorted(ms for _, ms in latencies)
+    slowest = sorted(latencies, key=lambda entry: -entry[1])[:5]
+    return {"requests": len(values), "compactions": len(replaced),
+            "compacted_log_lines": log.count("journal compacted"),
+            "snapshot_replaced_at_s": replaced,
+            "reply_p50_ms": round(statistics.median(values), 2),
+            "reply_p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2),
+            "reply_max_ms": round(values[-1], 2),
+            "slowest": [{"at_s": at, "ms": round(ms, 2)} for at, ms in slowest]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--finished", type=int, default=100_000)
+    parser.add_argument("--compact-after", type=int, default=4000,
+                        help="PRAXIST_COMPACT_AFTER for the coordinator served (records)")
+    parser.add_argument("--compactions", type=int, default=2)
+    parser.add_argument("--fixtures", type=Path,
+                        help="keep the built run here, to compare versions on one")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    args = parser.parse_args()
+    keep = args.fixtures is not None
+    source = args.fixtures or Path(os.environ.get("TMPDIR", "/tmp")) / \
+        f"praxist-bench-compaction-{os.getpid()}"
+    try:
+        t0 = time.monotonic()
+        served_fixture(source, args.finished)
+        result = {"finished": args.finished, "compact_after": args.compact_after,
+                  "fixture_s": round(time.monotonic() - t0, 1),
+                  "load": os.getloadavg()[0],
+                  **serve_and_probe(source, args.compact_after, args.compactions)}
+    finally:
+        if not keep:
+            shutil.rmtree(source, ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
