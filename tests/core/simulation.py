@@ -328,6 +328,8 @@ class Simulation(Invariants):
         while self.shims.sightings:
             keys, self.shims.sightings = self.shims.sightings, []
             self.driver.process([self.observation(*key) for key in keys], launch=True)
+        assert not self.journal_file.pending, \
+            f"the driver left {len(self.journal_file.pending)} records uncommitted"
 
     def observation(self, job_id: str, attempt_id: str) -> AttemptObserved:
         """daemon._observe: what the attempt directory and /proc say."""
