@@ -68,6 +68,7 @@ from praxist_fs.core.observations import (
 )
 from praxist_fs.core.policy import Policy, Profile
 from praxist_fs.core.queues import Queue, default_queues
+from praxist_fs.core.replay import replay as replay_into
 from praxist_fs.core.request import parse_control, parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
@@ -125,10 +126,10 @@ class SimulationFailure(AssertionError):
 
 
 def replay(records: list[dict[str, Any]], into: Scheduler | None = None) -> Scheduler:
-    """A fresh core (or ``into``) fed ``records``, each through JSON as a start reads it."""
+    """A fresh core (or ``into``) fed ``records`` as a start feeds it (``core.replay``),
+    each through JSON as a start reads it."""
     fresh = Scheduler() if into is None else into
-    for record in records:
-        fresh.handle(from_record(json.loads(json.dumps(record))))
+    replay_into(fresh, (json.loads(json.dumps(record)) for record in records))
     return fresh
 
 
