@@ -192,6 +192,7 @@ class Coordinator:
                         self.journal.restored_newline)
         unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
         tally = _tally(restored.tally, self.sched)
+
         def replayed(effects: list[Effect]) -> None:
             unsettled.note(effects)
             _count(tally, self.sched, effects)
