@@ -29,7 +29,7 @@ from fixture import build_run  # noqa: E402
 
 from praxist_fs.adapters.journal import Journal  # noqa: E402
 from praxist_fs.adapters.layout import RunLayout  # noqa: E402
-from praxist_fs.core.events import from_record  # noqa: E402
+from praxist_fs.core.replay import replay  # noqa: E402
 from praxist_fs.core.scheduler import Scheduler  # noqa: E402
 from praxist_fs.housekeeping import Housekeeper  # noqa: E402
 
@@ -57,8 +57,7 @@ def main() -> int:
         layout, sched = RunLayout.at(run_dir), Scheduler()
         keeper = Housekeeper(layout)
         journal = Journal(layout.journal)
-        for record in journal.replay():
-            sched.handle(from_record(record))
+        replay(sched, journal.replay())
         journal.close()
         time.sleep(1.1)  # past the sweeps' mtime slack: the fixture's files are not news
 

@@ -34,6 +34,7 @@ from praxist_fs.core.events import (
     AttemptLaunched, AttemptObserved, CoordinatorStarted, RequestSeen, from_record, to_record,
 )
 from praxist_fs.core.metrics import AttemptTally
+from praxist_fs.core.replay import replay
 from praxist_fs.core.request import parse_request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import render
@@ -167,8 +168,7 @@ def compact_run(run_dir: Path) -> dict:
     layout = RunLayout.at(run_dir)
     journal = Journal(layout.journal)
     sched = Scheduler()
-    for record in journal.replay():
-        sched.handle(from_record(record))
+    replay(sched, journal.replay())
     with open(layout.clean_stop, "rb") as handle:
         durable_ns = json.load(handle)["views_durable_ns"]
     tally = AttemptTally.of(sched.jobs.values())  # as compaction.compact saves it

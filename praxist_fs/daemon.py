@@ -51,12 +51,13 @@ from .backends.local import launcher
 from .core.effects import Effect, SpawnAttempt, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
-    HostSampled, RunStopRequested, from_record,
+    HostSampled, RunStopRequested,
 )
 from .core.metrics import AttemptTally
 from .core.model import Job
 from .core.observations import GpuSample
 from .core.policy import Policy
+from .core.replay import replay
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .driver import Driver
@@ -191,10 +192,11 @@ class Coordinator:
                         self.journal.restored_newline)
         unsettled = Unsettled()  # what the tail changed: the files a crash may have left behind
         tally = _tally(restored.tally, self.sched)
-        for record in self.journal.replay():
-            effects = self.sched.handle(from_record(record))
+
+        def replayed(effects: list[Effect]) -> None:
             unsettled.note(effects)
             _count(tally, self.sched, effects)
+        replay(self.sched, self.journal.replay(), replayed)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
         if views_durable_ns is not None or watermark is None or self.dropped_record:
             unsettled = None  # a clean stop vouches for every file; no compaction (or a
@@ -429,8 +431,8 @@ class Coordinator:
         is room."""
         restored = compaction.restore(self.layout)
         tally = _tally(restored.tally, restored.sched)
-        for record in self.journal.durable(restored.journal_seq):
-            _count(tally, restored.sched, restored.sched.handle(from_record(record)))
+        replay(restored.sched, self.journal.durable(restored.journal_seq),
+               lambda effects: _count(tally, restored.sched, effects))
         self.driver.sched = restored.sched
         self.views.tally = tally
         self.inboxes.forget_results()

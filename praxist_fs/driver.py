@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from os import PathLike
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .adapters.crashpoints import reach
 from .core.effects import (
@@ -34,7 +34,6 @@ from .core.scheduler import Scheduler
 from .core.states import JobState
 
 if TYPE_CHECKING:  # the simulator's driver has neither: it need not import them
-    from .adapters.journal import Journal
     from .backends.base import ExecutionBackend
     from .backends.memory import MemoryBackend
     from .views import Views
@@ -46,6 +45,19 @@ ATTEMPT_EFFECTS = (SpawnAttempt, WriteGo, AbortAttempt, TerminateAttempts, Suspe
 
 Environment = Callable[[SpawnAttempt], dict[str, str]]  # a launch's command environment
 WaitedOut = Callable[[OSError, "str | PathLike[str]"], bool]
+CrashHook = Callable[[str], None]  # called at each crash point by name (OPERATIONS.md)
+
+
+class Journal(Protocol):
+    """What the driver needs of a journal (``adapters.journal.Journal``; the crash/replay
+    property test has an in-memory twin): records appended uncommitted, one commit per
+    batch, a path to name in a full disk's error."""
+
+    path: Any
+
+    def append(self, record: dict[str, Any]) -> Any: ...
+
+    def commit(self) -> Any: ...
 
 
 def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
@@ -86,8 +98,8 @@ class Driver:
                  clock: Callable[[], float] = time.time,
                  waited_out: WaitedOut | None = None,
                  watch_generation: Callable[[int], None] | None = None,
-                 after_commit: Callable[[list[Event], list[Effect]], None] | None = None
-                 ) -> None:
+                 after_commit: Callable[[list[Event], list[Effect]], None] | None = None,
+                 crash_hook: CrashHook = reach) -> None:
         self.sched = sched
         self.backend = backend
         self.journal = journal
@@ -98,6 +110,7 @@ class Driver:
         self.waited_out = waited_out  # a full disk's error: the loop degrades, not dies
         self.watch_generation = watch_generation  # before a generation's first file
         self.after_commit = after_commit  # a committed batch, once its effects are out
+        self.reach = crash_hook  # PRAXIST_CRASH_AT's exit, or a test's simulated kill -9
         self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency
 
     def process(self, events: list[Event], launch: bool = False) -> bool:
@@ -121,7 +134,7 @@ class Driver:
                 effects += self.sched.reasons_of_written(effects)
             committed |= self._handle(self.backend.bind(effects), effects)
             if committed and self.journal is not None:
-                reach("journal.before_commit")
+                self.reach("journal.before_commit")
                 try:
                     began = time.monotonic()
                     self.journal.commit()
@@ -131,7 +144,7 @@ class Driver:
                         raise
                     self.backend.roll_back()
                     return False
-                reach("journal.after_commit")
+                self.reach("journal.after_commit")
             batch, events = events, []
             if self.views is not None or self.after_commit is not None:
                 # a simulation writes no job files: which write of a job is the last
@@ -140,14 +153,14 @@ class Driver:
             degraded = False
             for effect in sorted(effects, key=_launch_path_first):
                 point = f"effect.{_effect_name(effect)}"
-                reach(f"{point}.before")
+                self.reach(f"{point}.before")
                 try:
                     events += self._carry_out(effect)
                 except OSError as exc:  # a view: repaired on recovery; the batch goes on
                     if not self._waited_out(exc, exc.filename or self.views.layout.scheduler):
                         raise
                     degraded = True
-                reach(f"{point}.after")
+                self.reach(f"{point}.after")
             degraded |= not self.settle()
             if committed and self.after_commit is not None:
                 self.after_commit(batch, effects)

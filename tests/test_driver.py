@@ -18,7 +18,9 @@ from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.config import load_policy
 from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.effects import SpawnAttempt
-from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen, from_record
+from praxist_fs.core.events import (
+    ClaimsSeen, CoordinatorStarted, HostSampled, RequestSeen, from_record,
+)
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
 from praxist_fs.core.request import Request
 from praxist_fs.core.scheduler import Scheduler
@@ -90,3 +92,55 @@ def test_the_simulators_driver_without_a_journal_serves_the_same_history(tmp_pat
     journaled = run_workload(journal)
     journal.close()
     assert run_workload(None).snapshot() == journaled.snapshot()
+
+
+class RecordingJournal:
+    """``driver.Journal`` in memory: appended records wait for ``commit``, which is noted
+    among the crash points the driver passes (``points``)."""
+
+    path = "journal.log"
+
+    def __init__(self, points: list[str]) -> None:
+        self.points = points
+        self.pending: list[dict] = []
+        self.records: list[dict] = []
+
+    def append(self, record: dict) -> None:
+        self.pending.append(record)
+
+    def commit(self) -> None:
+        self.points.append("commit")
+        self.records += self.pending
+        self.pending = []
+
+
+def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
+    """A batch whose events change nothing (a look at the other runs' claims) may still
+    launch, by the pass that runs inside it: that decision is journaled and committed
+    before the spawn, as a kill -9 between them would otherwise start a job the journal
+    never launched, and launch it again after the restart."""
+    policy = load_policy(str(FCFS))
+    points: list[str] = []
+    journal = RecordingJournal(points)
+    host = VirtualHost()
+    sched = Scheduler(policy)
+    driver = Driver(sched, MemoryBackend(lambda launch: Run(60.0), host), journal=journal,
+                    clock=lambda: host.now, crash_hook=points.append)
+    profile = next(name for name, p in policy.profiles.items()
+                   if p.uses_gpu and p.gpu_count == 1)
+    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
+                      argv=("train",), eta_s=60.0)
+    driver.process([CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                                       boot_id="memory"),
+                    HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+                        source="simulated", cpu=0.0, memory=0.0, io=0.0)),
+                    RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1",
+                                request=request)])  # accepted, without a pass: queued
+    assert sched.count(JobState.QUEUED) == 1
+    points.clear()
+    version = sched.version
+    assert sched.handle(ClaimsSeen(at=2.0, others=())) == [] and sched.version == version
+    driver.process([ClaimsSeen(at=2.0, others=())], launch=True)
+    assert sched.count(JobState.RUNNING) == 1
+    assert points.index("commit") < points.index("effect.SpawnAttempt.before"), points
+    assert not journal.pending

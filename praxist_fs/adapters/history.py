@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import errno
 
-from ..core.events import from_record
+from ..core.replay import replay
 from ..core.scheduler import Scheduler
 from ..core.snapshot import load
 from .journal import read_intact
@@ -23,9 +23,5 @@ def read_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     if layout.snapshot.exists():
         with open(layout.snapshot, "rb") as handle:
             after, sched = load(handle)
-    last = None
-    for record in read_intact(layout.journal, after) if layout.journal.exists() else ():
-        event = from_record(record)
-        sched.handle(event)
-        last = event.at
-    return sched, last
+    return sched, replay(sched, read_intact(layout.journal, after)
+                         if layout.journal.exists() else ())

@@ -208,6 +208,8 @@ class SubmissionDesk:
         if job.generation is not None and job.job_id in board.generation_jobs.get(
                 job.generation, {}):
             del board.generation_jobs[job.generation][job.job_id]
+            if not board.generation_jobs[job.generation]:  # as a restore derives it
+                del board.generation_jobs[job.generation]
         job.generation = generation
         if generation is not None:
             board.generation_jobs.setdefault(generation, {})[job.job_id] = job.request.peer

@@ -20,15 +20,19 @@ between steps or while starting, after which a fresh ``Scheduler()`` replays
 the journal, a new ``CoordinatorStarted`` is journaled, derived files are
 repaired and running attempts re-adopted, in ``daemon._start``'s order.
 
+What the simulation hands the core goes through the daemon's own ``Driver``
+(praxist_fs/driver.py): its batches (an acceptance or an exit and the launch it
+allows in one commit), its one commit per batch, its effect order and its crash
+points, which are where a kill -9 lands. Around it are twins of the journal, the
+views and the backend (tests/core/twins.py); the simulation interprets no effect.
+
 The journal holds ``to_record(event)`` (through JSON) of every event that
-bumped ``Scheduler.version``. A shadow scheduler is fed each committed record
-as it is committed, so it *is* ``replay(journal)`` at every step for the cost
+bumped ``Scheduler.version``, as the driver commits it. A shadow scheduler is fed
+the committed records, so it *is* ``replay(journal)`` at every step for the cost
 of one event per record: every step compares its snapshot with the live one,
 and every restart and the end of a run also replay the whole journal from
-scratch. Invariants: ``Simulation.check`` after every step, and
-``Simulation.check_launch`` / ``check_grant`` at each decision, recomputed
-from the sample the scheduler decided with (R-GPU-2's hard limits, exclusive
-devices, MIG, pressure, the concurrency target, assessment, stop).
+scratch. Invariants (tests/core/invariants.py): ``check`` after every step, and
+``check_launch`` / ``check_grant`` / ``check_preemption`` at each decision.
 
 A failure message names the seed and the step; ``run_seed(seed, steps)``
 reproduces it exactly. Bugs found and still open are listed in KNOWN_BUGS:
@@ -47,38 +51,34 @@ import json
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
-from praxist_fs.core.effects import (
-    AbortAttempt, ConsumeDecline, ConsumeRequest, DisposeControl, Effect, EvictAttempt,
-    RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
-    WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
-)
+from praxist_fs.backends.memory import Run, VirtualHost
+from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import (
     AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, ClaimsReleased,
-    ClaimsSeen, ControlSeen,
-    CoordinatorStarted, DeclineSeen, Event, HostSampled, IdleSeen, LeaseGranted, RequestSeen,
-    ResultSeen, RunStopRequested, from_record, to_record,
+    ClaimsSeen, ControlSeen, CoordinatorStarted, DeclineSeen, Event, HostSampled, IdleSeen,
+    LeaseGranted, RequestSeen, ResultSeen, RunStopRequested, from_record, to_record,
 )
 from praxist_fs.core.model import AttemptPhase
 from praxist_fs.core.observations import (
     Envelope, GpuDevice, GpuProcess, GpuSample, HostCapacity, PressureSample,
 )
 from praxist_fs.core.policy import Policy, Profile
-from praxist_fs.core.preemption import MAX_PREEMPTIONS_FOR_ONE, times_preempted
-from praxist_fs.core.queues import Queue, default_queues, queue_of_class
+from praxist_fs.core.queues import Queue, default_queues
+from praxist_fs.core.replay import replay as replay_into
 from praxist_fs.core.request import parse_control, parse_request, request_id_from_filename
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
-from praxist_fs.core.status import render_status
-from praxist_fs.core.supply import LEASE_OUTCOMES, PRIORITIES
+from praxist_fs.driver import Driver
 from praxist_fs.errors import BadRequest
 
+from .invariants import MIB, Invariants
+from .twins import Disk, Files, MemoryJournal, Shims, Watched
+
 BOOT = "boot-sim"
-MIB = 1024.0
 PEERS = ("p1", "p2", "p3", "p4")
 TAGS = tuple(f"t{i}" for i in range(10))
 ARGVS = (["python", "a.py"], ["python", "b.py"])
@@ -125,10 +125,11 @@ class SimulationFailure(AssertionError):
         return self.args[0]
 
 
-def replay(records: list[dict[str, Any]]) -> Scheduler:
-    fresh = Scheduler()
-    for record in records:
-        fresh.handle(from_record(json.loads(json.dumps(record))))
+def replay(records: list[dict[str, Any]], into: Scheduler | None = None) -> Scheduler:
+    """A fresh core (or ``into``) fed ``records`` as a start feeds it (``core.replay``),
+    each through JSON as a start reads it."""
+    fresh = Scheduler() if into is None else into
+    replay_into(fresh, (json.loads(json.dumps(record)) for record in records))
     return fresh
 
 
@@ -155,8 +156,6 @@ def random_policy(rng: random.Random) -> Policy:
 
 
 JOB_PICKERS = ("fcfs", "fair_share", "backfill")
-QUEUE_HOLDS = ("queue ", "queues.", "backfill")  # reasons a queue's own rules give
-BACKOFF = "launch barrier released"  # a job whose barrier keeps failing waits (R-SUB-4)
 
 
 def queued_policy(policy: Policy, rng: random.Random) -> Policy:
@@ -208,21 +207,7 @@ class FakeGpu:
     ext_mem: float = 0.0
 
 
-@dataclass
-class Disk:
-    """What the effects made true: the files a peer or operator reads."""
-
-    jobs: dict[str, dict[str, dict[str, Any]]] = field(
-        default_factory=lambda: {"queued": {}, "running": {}, "done": {}})
-    replies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rejected: dict[str, dict[str, Any]] = field(default_factory=dict)
-    control_replies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    generation: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
-    go: set[tuple[str, str]] = field(default_factory=set)
-    abort: set[tuple[str, str]] = field(default_factory=set)
-
-
-class Simulation:
+class Simulation(Invariants):
     def __init__(self, seed: int, *, check_every: int = 1,
                  tolerate: frozenset[str] | set[str] = frozenset(KNOWN_BUGS),
                  queues: str | None = None, admission_timeout: bool = False) -> None:
@@ -250,7 +235,7 @@ class Simulation:
         # the simulation's; a coordinator's backend ends and a fresh one adopts at a restart
         self.host = VirtualHost(boot_id=BOOT)
         self.host.pids = 5000
-        self.backend = self.new_backend()
+        self.shims = Shims(self)
         self.now = 1_700_000_000.0 + self.rng.randint(0, 10_000)
         self.step_no = 0
         self.trace: list[str] = []
@@ -258,7 +243,9 @@ class Simulation:
         # the journal, committed records only, and its incremental replay
         self.journal: list[dict[str, Any]] = []
         self.shadow = Scheduler()
-        self.sched = Scheduler()
+        self.shadowed = 0  # records the shadow has been fed
+        self.journal_file = MemoryJournal(self.journal)  # the driver's journal
+        self.sched = self.watched(Watched())
         self.crash_in: int | None = None   # crash at the n-th crash opportunity from now
         self.clean_crash = False
         self.coordinator_pid = 100
@@ -281,6 +268,7 @@ class Simulation:
         self.results_seen: dict[int, set[str]] = {}
         # the run directory
         self.disk = Disk()
+        self.files = Files(self)  # the driver's views
         self.incoming: dict[str, bytes] = {}
         self.sent: list[tuple[str, bytes]] = []
         self.control_inbox: dict[str, bytes] = {}
@@ -301,176 +289,69 @@ class Simulation:
     def now(self, at: float) -> None:
         self.host.now = at
 
-    def new_backend(self) -> MemoryBackend:
-        """A coordinator's backend on the host. Every signal is carried out at once (no
-        grace), and what the shims do is the simulation's to draw (``act_shim``)."""
-        return MemoryBackend(self.plan, self.host, grace_s=0.0)
-
     def plan(self, launch: SpawnAttempt) -> Run:
         """A shim that does nothing until ``act_shim`` moves it on, or fails to start."""
         if self.rng.random() < 0.02:
             return Run(0.0, start_error="could not start the shim: [Errno 12]")
         return Run(math.inf, ready=False)
 
-    # -- the daemon's plumbing -------------------------------------------------
+    # -- the daemon's plumbing: the production driver, on twins of its parts -------
 
-    def opportunity(self) -> None:
-        """A point where the coordinator may be killed (before a commit, before an effect)."""
+    def opportunity(self, point: str = "") -> None:
+        """A crash point (the driver's: before and after a commit and every effect; the
+        start's repair; a reason's write): the coordinator may be killed here."""
         if self.crash_in is not None:
             self.crash_in -= 1
             if self.crash_in <= 0:
                 self.crash_in = None
                 raise Crash
 
-    def process(self, events: list[Event]) -> None:
-        """Driver.process: handle a batch, journal what changed state, commit, then effects."""
-        while events:
-            effects: list[Effect] = []
-            pending: list[dict[str, Any]] = []
-            for event in events:
-                if isinstance(event, AttemptLaunched):
-                    self.check_launch(event)
-                elif isinstance(event, (AttemptPreempted, AttemptResumed)):
-                    self.check_preemption(event)
-                elif isinstance(event, LeaseGranted):
-                    self.check_grant(event)
-                before = self.sched.version
-                effects += self.sched.handle(event)
-                if self.sched.version != before:
-                    record = json.loads(json.dumps(to_record(event)))
-                    assert from_record(record) == event, f"journal codec loses {event}"
-                    pending.append(record)
-                    self.stats[record["type"]] += 1
-            if pending:
-                self.opportunity()  # journal.before_commit: the batch is lost
-                for record in pending:
-                    self.journal.append(record)
-                    self.shadow.handle(from_record(json.loads(json.dumps(record))))
-            events = []
-            for effect in effects:
-                self.opportunity()  # effect.X.before / after the previous one
-                events += self.execute(effect)
+    def decided(self, event: Event) -> None:
+        """The checks at the moment of a decision, before the core applies it."""
+        if isinstance(event, AttemptLaunched):
+            self.check_launch(event)
+        elif isinstance(event, (AttemptPreempted, AttemptResumed)):
+            self.check_preemption(event)
+        elif isinstance(event, LeaseGranted):
+            self.check_grant(event)
 
-    def execute(self, effect: Effect) -> list[Event]:
-        disk = self.disk
-        if isinstance(effect, WriteJob):  # only the file a move left behind is removed
-            if effect.replaces is not None:
-                disk.jobs[effect.replaces].pop(effect.job_id, None)
-            disk.jobs[effect.directory][effect.job_id] = effect.document
-        elif isinstance(effect, WriteReply):
-            disk.replies[effect.request_id] = effect.document
-        elif isinstance(effect, ConsumeRequest):
-            self.incoming.pop(effect.name, None)
-        elif isinstance(effect, RejectRequest):
-            if self.incoming.pop(effect.name, None) is not None:
-                disk.rejected[effect.name] = effect.error
-        elif isinstance(effect, SpawnAttempt):
-            return self.spawn(effect)
-        elif isinstance(effect, WriteGo):
-            key = (effect.job_id, effect.attempt_id)
-            assert key not in disk.abort, f"GO after ABORT for {key}"
-            assert not self.sched.stopped, f"GO for {key} after the run was stopped"
-            job = self.sched.jobs[effect.job_id]
-            assert job.current.attempt_id == effect.attempt_id and job.current.pid is not None, \
-                f"GO for {key}, which is not a current attempt with a known shim"
-            shim = self.host.attempts.get(key)
-            if shim is not None:  # the attempt directory exists
-                disk.go.add(key)
-                waiting = shim.alive and shim.ready and not shim.running
-                self.backend.go(key)
-                if waiting:
-                    assert shim.running and key not in self.started
-                    self.started.add(key)
-                    job_started = [k for k in self.started if k[0] == key[0]
-                                   and self.host.attempts[k].alive
-                                   and self.host.attempts[k].running]
-                    assert job_started == [key], f"two commands of {key[0]} run at once"
-        elif isinstance(effect, AbortAttempt):
-            key = (effect.job_id, effect.attempt_id)
-            assert key not in disk.go, f"ABORT after GO for {key}"
-            disk.abort.add(key)
-            self.backend.abort(key)
-        elif isinstance(effect, TerminateAttempts):
-            return self.terminate(effect.attempts)
-        elif isinstance(effect, (SuspendAttempt, ResumeAttempt)):
-            key = (effect.job_id, effect.attempt_id)
-            shim = self.host.attempts.get(key)
-            if shim is not None and shim.alive:  # idempotent: a start asserts it again
-                if isinstance(effect, SuspendAttempt):
-                    preemptions = self.sched.jobs[effect.job_id].current.preemptions
-                    self.backend.suspend(key, preemptions[-1]["by"])
-                else:
-                    self.backend.resume(key)
-                self.stats["suspend" if shim.stopped else "resume"] += 1
-        elif isinstance(effect, EvictAttempt):
-            return self.evict(effect)
-        elif isinstance(effect, WriteControlReply):
-            disk.control_replies[effect.request_id] = effect.document
-        elif isinstance(effect, DisposeControl):
-            self.control_inbox.pop(effect.name, None)
-        elif isinstance(effect, WriteGenerationFile):
-            disk.generation[(effect.generation, effect.kind, effect.name)] = effect.document
-        elif isinstance(effect, ConsumeDecline):
-            self.declines.get(effect.generation, {}).pop(effect.name, None)
-        else:
-            raise AssertionError(f"no adapter for {effect}")
-        return []
+    def journaled(self, event: Event) -> None:
+        """An event that changed the core's state, and so is journaled: the codec keeps it."""
+        record = json.loads(json.dumps(to_record(event)))
+        assert from_record(record) == event, f"journal codec loses {event}"
+        self.stats[record["type"]] += 1
 
-    def spawn(self, effect: SpawnAttempt) -> list[Event]:
-        key = (effect.job_id, effect.attempt_id)
-        assert key not in self.host.attempts, f"{key} spawned twice"
-        job = self.sched.jobs[effect.job_id]
-        attempt = job.attempts[-1]
-        assert attempt.attempt_id == effect.attempt_id and effect.gpus == attempt.gpus
-        assert effect.metadata["gpus"] == list(attempt.gpus)
-        assert effect.profile == job.profile and effect.argv == job.request.argv
-        events = self.backend.start(effect, dict(effect.env))
-        if key not in self.host.attempts:
-            self.spawn_failed.add(key)
-            self.stats["spawn_failed"] += 1
-        return events
-
-    def terminate(self, attempts: tuple[tuple[str, str], ...]) -> list[Event]:
-        """daemon._terminate: ABORT every barrier, TERM then KILL every known shim's group
-        (blocking until they are gone), then look at every running job. A running command
-        dies of TERM or needs KILL, as drawn."""
-        self.stats["terminated"] += len(attempts)
-        for key in attempts:
-            self.disk.abort.add(key)
-            shim = self.host.attempts.get(key)
-            if shim is not None and shim.alive and shim.running:
-                shim.run = replace(shim.run, term_exit=self.rng.choice([(143, 15), (137, 9)]))
-        order = {key: self.sched.jobs[key[0]].order for key in attempts}
-        return sorted(self.backend.terminate(list(attempts)),
-                      key=lambda e: order[(e.job_id, e.attempt_id)])
-
-    def evict(self, effect: EvictAttempt) -> list[Event]:
-        """daemon: TERM the group (ABORT at the barrier), KILL it after a grace; the shim's
-        end is seen at once or, as the pipe's EOF may wait, by a later look. A running
-        command dies of TERM, needs KILL or finishes cleanly in the grace, as drawn."""
-        key = (effect.job_id, effect.attempt_id)
-        self.disk.abort.add(key)
-        shim = self.host.attempts.get(key)
-        if shim is not None and shim.alive:
-            self.stats["evicted"] += 1
-            if shim.running:
-                shim.run = replace(shim.run, term_exit=self.rng.choice(
-                    [(143, 15), (137, 9), (0, None)]))
-        self.backend.end(key, 0.0, False)
-        return [self.observation(*key)] if self.rng.random() < 0.7 else []
+    def process(self, events: list[Event], launch: bool = False) -> None:
+        """``Driver.process`` as the daemon's loop calls it (``launch``: the scheduling
+        pass inside the batch, for requests and what shims report); then what the pipes of
+        evicted shims said, as the daemon's ``on_ready`` hands it over."""
+        self.driver.process(events, launch)
+        while self.shims.sightings:
+            keys, self.shims.sightings = self.shims.sightings, []
+            self.driver.process([self.observation(*key) for key in keys], launch=True)
+        assert not self.journal_file.pending, \
+            f"the driver left {len(self.journal_file.pending)} records uncommitted"
 
     def observation(self, job_id: str, attempt_id: str) -> AttemptObserved:
         """daemon._observe: what the attempt directory and /proc say."""
         job = self.sched.jobs[job_id]
-        return self.backend.observe(job, next(a for a in job.attempts
+        return self.shims.observe(job, next(a for a in job.attempts
                                               if a.attempt_id == attempt_id))
 
-    def observe_key(self, key: tuple[str, str]) -> None:
+    def observe_key(self, key: tuple[str, str], launch: bool = False) -> None:
         """daemon._observe_key: only the job's current attempt is looked at."""
         job = self.sched.jobs.get(key[0])
         if job is None or job.current is None or job.current.attempt_id != key[1]:
             return
-        self.process([self.observation(*key)])
+        self.process([self.observation(*key)], launch)
+
+    def catch_up(self) -> Scheduler:
+        """The shadow scheduler, fed the records committed since it was last asked: it
+        *is* ``replay(journal)`` for the cost of one event per record."""
+        for record in self.journal[self.shadowed:]:
+            self.shadow.handle(from_record(json.loads(json.dumps(record))))
+        self.shadowed = len(self.journal)
+        return self.shadow
 
     # -- the host --------------------------------------------------------------
 
@@ -579,9 +460,9 @@ class Simulation:
                 self.sched.handle(ClaimsSeen(at=self.now, others=self.others))
             launches = self.sched.next_launches(self.now)
             self.process(list(launches))
-            for effect in self.sched.reason_updates():
+            for effect in self.sched.reason_updates():  # views.py, at status cadence
                 self.opportunity()
-                self.execute(effect)
+                self.files.execute(effect, self.sched)
             if not launches:
                 break
         else:
@@ -590,8 +471,17 @@ class Simulation:
         self.process(self.sched.due(self.now))
         self.process(list(self.sched.next_grants(self.now)))
 
+    def watched(self, sched: Watched) -> Watched:
+        sched.sim = self
+        return sched
+
     def start_coordinator(self) -> None:
-        """daemon._start after the replay: journal the start, sample, repair, adopt, scan."""
+        """daemon._start after the replay: journal the start, sample, repair, adopt, scan.
+        The coordinator's driver is the daemon's, on twins of its journal, views and
+        backend, with a kill -9 at any of its crash points."""
+        self.driver = Driver(self.sched, self.shims, journal=self.journal_file,
+                             views=self.files, evict_grace=0.0, clock=lambda: self.now,
+                             crash_hook=self.opportunity)
         self.coordinator_pid += 1
         self.process([CoordinatorStarted(at=self.now, policy=self.policy.to_dict(),
                                          pid=self.coordinator_pid, host="sim", boot_id=BOOT)])
@@ -602,11 +492,11 @@ class Simulation:
                     folder.pop(job.job_id, None)
         for effect in self.sched.derived_views():
             self.opportunity()
-            self.execute(effect)
+            self.files.execute(effect, self.sched)
         if self.stop_sentinel and not self.sched.stopped:
             self.process([RunStopRequested(at=self.now, reason="stopped by praxist-fs stop")])
         for job in sorted(self.sched.in_flight(), key=lambda j: j.order):
-            self.process(self.backend.adopt(job, job.current))
+            self.process(self.shims.adopt(job, job.current))
         self.scan_incoming()
         self.scan_control()
         self.scan_generations()
@@ -614,15 +504,16 @@ class Simulation:
     def restart(self) -> None:
         """kill -9 happened: a fresh Scheduler() replays the journal and takes over."""
         self.stats["restarts"] += 1
-        fresh = replay(self.journal)
-        assert fresh.snapshot() == self.shadow.snapshot(), "replay is not deterministic"
+        fresh = replay(self.journal, Watched())
+        assert fresh.snapshot() == self.catch_up().snapshot(), "replay is not deterministic"
         if self.clean_crash:  # nothing was handled and left uncommitted
             self.snapshot_check(fresh.snapshot(), self.sched.snapshot(), "at the crash")
         self.clean_crash = False
         assert fresh.version == self.shadow.version
-        self.sched = fresh
-        self.backend.close()
-        self.backend = self.new_backend()
+        self.sched = self.watched(fresh)
+        self.shims.close()
+        self.shims = Shims(self)
+        self.journal_file.reopen()
         self.view_gpus, self.view_others, self.view_pressure = None, (), None
         self.results_seen = {}
         if self.rng.random() < 0.15:
@@ -645,7 +536,7 @@ class Simulation:
             else:
                 events.append(RequestSeen(at=self.now, name=name, digest=digest,
                                           request_id=request.request_id, request=request))
-        self.process(events)
+        self.process(events, launch=True)
         assert not self.incoming, f"requests left unanswered: {sorted(self.incoming)}"
 
     def scan_control(self) -> None:
@@ -846,7 +737,7 @@ class Simulation:
                 host.exit(key, code, signal, self.now - rng.uniform(0, 1))
                 self.stats[f"exit_{code}"] += 1
         if rng.random() < 0.85:
-            self.observe_key(key)
+            self.observe_key(key, launch=True)
 
     def act_reconcile(self) -> None:
         """daemon._reconcile: look at every running or suspended job's current attempt."""
@@ -960,303 +851,6 @@ class Simulation:
                                     f"{self.step_no}): {exc}\nreproduce: run_seed("
                                     f"{self.seed}, {self.step_no}{options})") from exc
         return self
-
-    # -- invariants --------------------------------------------------------------
-
-    def snapshot_check(self, replayed: dict[str, Any], live: dict[str, Any],
-                       when: str = "") -> None:
-        if replayed == live:
-            return
-        raise AssertionError(f"replay(journal) != live state {when}: " + diff(replayed, live))
-
-    def check_launch(self, ev: AttemptLaunched) -> None:
-        """At the moment of each placement decision, from the sample it was taken with."""
-        s = self.sched
-        job = s.jobs[ev.job_id]
-        profile = self.policy.profiles[job.profile]
-        assert job.state is JobState.QUEUED, f"launching {job.job_id} in state {job.state}"
-        running = s.count(JobState.RUNNING)
-        assert running < s.concurrency_target(), (
-            f"launch of {job.job_id} with {running} running and target "
-            f"{s.concurrency_target()}")
-        by_class = queue_of_class(self.policy.queue_set())
-        queue = by_class[job.request.work_class]
-        if queue.max_running is not None:
-            in_queue = sum(1 for j in s.running() if by_class[j.request.work_class] is queue)
-            assert in_queue < queue.max_running, (
-                f"launch of {job.job_id} with {in_queue} running in queue {queue.name} "
-                f"(max_running {queue.max_running})")
-        for domain in profile.pressure_domains:
-            value = self.view_pressure.get(domain) if self.view_pressure else None
-            high = self.policy.pressure_thresholds[domain].high
-            assert value is None or value <= high, (
-                f"{job.job_id} ({job.profile}) launched with {domain} pressure {value} > {high}")
-        gen = s.generations.get(job.generation) if job.generation is not None else None
-        assert not s.stopped, f"{job.job_id} launched in a stopped run"
-        if gen is not None:
-            assert gen.accepting, \
-                f"{job.job_id} launched in generation {gen.number}, which is {gen.phase}"
-        if gen is not None and gen.phase == "assessment":
-            assert job.request.work_class == "mature", \
-                f"{job.job_id} ({job.request.work_class}) launched during assessment"
-        self.stats["launches"] += 1
-        if not profile.uses_gpu:
-            assert ev.gpus == (), f"CPU job {job.job_id} got GPUs {ev.gpus}"
-            return
-        self.stats["gpu_launches"] += 1
-        assert self.view_gpus is not None and self.view_gpus.devices, \
-            f"GPU job {job.job_id} launched without a GPU inventory"
-        assert len(ev.gpus) == profile.gpu_count == len(set(ev.gpus)), ev
-        devices = {d.uuid: d for d in self.view_gpus.devices}
-        held = self.held_envelopes() + [e for e in self.view_others if not e.speculative]
-        exclusive = not profile.demand_known
-        if exclusive:
-            self.stats["exclusive_launches"] += 1
-        for uuid in ev.gpus:
-            device = devices[uuid]
-            assert not device.mig_mode, f"{job.job_id} placed on MIG device {uuid}"
-            mine = [e for e in held if e.uuid == uuid]
-            ext_util, ext_mem = external_load(device, mine)
-            where = f"{job.job_id} ({job.profile}) on {uuid}"
-            assert not any(e.exclusive for e in mine), f"{where}: device held exclusively"
-            if exclusive:
-                assert not mine, f"{where}: exclusive job shares the device with {mine}"
-                assert ext_util < 5.0 and ext_mem < 0.02 * device.memory_total_mib, \
-                    f"{where}: exclusive job on a busy device ({ext_util}%, {ext_mem} MiB)"
-                continue
-            util = sum(e.utilization_pct for e in mine) + ext_util + profile.gpu_utilization_pct
-            mem = sum(e.memory_mib for e in mine) + ext_mem + profile.gpu_memory_gb * MIB
-            assert util <= 100.0 + 1e-6, f"{where}: utilization {util:.3f}% > 100%"
-            assert mem < 0.95 * device.memory_total_mib + 1e-6, (
-                f"{where}: memory {mem:.1f} MiB >= 95% of {device.memory_total_mib}")
-
-    def held_envelopes(self) -> list[Envelope]:
-        """This run's running jobs' envelopes, computed from the policy (not the scheduler);
-        a suspended job keeps its memory (and an exclusive device), not its utilization."""
-        envelopes = []
-        for job in self.sched.in_flight():
-            profile = self.policy.profiles[job.profile]
-            suspended = job.state is JobState.SUSPENDED
-            for uuid in job.current.gpus:
-                if profile.demand_known:
-                    envelopes.append(Envelope(uuid=uuid,
-                                              utilization_pct=0.0 if suspended else
-                                              profile.gpu_utilization_pct,
-                                              memory_mib=profile.gpu_memory_gb * MIB,
-                                              owner=job.job_id))
-                else:
-                    envelopes.append(Envelope(uuid=uuid, utilization_pct=100.0, memory_mib=0.0,
-                                              exclusive=True, owner=job.job_id))
-        return envelopes
-
-    def check_preemption(self, ev: AttemptPreempted | AttemptResumed) -> None:
-        """At each preemption or resume decision (R-POL-3), before it is applied."""
-        s = self.sched
-        job = s.jobs[ev.job_id]
-        by_class = queue_of_class(self.policy.queue_set())
-        profile = self.policy.profiles[job.profile]
-        if isinstance(ev, AttemptResumed):
-            assert job.state is JobState.SUSPENDED, f"resuming {job.job_id} in {job.state}"
-            assert s.count(JobState.RUNNING) < s.concurrency_target(), \
-                f"resuming {job.job_id} with every slot taken"
-            self.stats["resumes"] += 1
-            if not profile.uses_gpu or not profile.demand_known:
-                return
-            devices = {d.uuid: d for d in self.view_gpus.devices}
-            held = self.held_envelopes() + [e for e in self.view_others if not e.speculative]
-            for uuid in job.current.gpus:
-                mine = [e for e in held if e.uuid == uuid]
-                util = sum(e.utilization_pct for e in mine) + external_load(
-                    devices[uuid], mine)[0] + profile.gpu_utilization_pct
-                assert util <= 100.0 + 1e-6, f"{job.job_id} resumed on {uuid} at {util:.3f}%"
-            return
-        beneficiary = s.jobs[ev.by]
-        victim_queue = by_class[job.request.work_class]
-        queue = by_class[beneficiary.request.work_class]
-        assert job.state is JobState.RUNNING and job.current.pid is not None, \
-            f"preempting {job.job_id} ({job.state}, pid {job.current.pid})"
-        assert beneficiary.state is JobState.QUEUED, f"{ev.by} preempts while {beneficiary.state}"
-        assert times_preempted(job, ev.by) < MAX_PREEMPTIONS_FOR_ONE, (
-            f"{job.job_id} preempted for {ev.by} once more than the bound")
-        assert victim_queue.name in queue.preemptible_queues and \
-            victim_queue.priority < queue.priority and ev.mode == queue.preempt, (
-                f"{queue.name} (priority {queue.priority}) preempted {job.job_id} of "
-                f"{victim_queue.name} (priority {victim_queue.priority}) by {ev.mode}")
-        self.stats[f"preempted_{ev.mode}"] += 1
-
-    def check_grant(self, ev: LeaseGranted) -> None:
-        gen = self.sched.generations[ev.generation]
-        assert gen.accepting, f"lease {ev.lease_id} granted in a {gen.phase} generation"
-        assert not self.sched.stopped, f"lease {ev.lease_id} granted in a stopped run"
-        assert ev.lease_id not in gen.leases, f"lease id {ev.lease_id} granted twice"
-        assert not any(lease.peer == ev.peer for lease in gen.outstanding()), \
-            f"{ev.peer} got a second outstanding lease"
-        assert ev.expires_at >= ev.at + 180
-        assert ev.profiles, f"lease {ev.lease_id} names no profile"
-
-    def check(self) -> None:
-        s, shadow = self.sched, self.shadow
-        self.snapshot_check(shadow.snapshot(), s.snapshot())
-        assert s.version == shadow.version, \
-            f"live version {s.version} != replayed version {shadow.version}"
-        # each job in exactly one state, and its file in exactly one directory
-        assert sum(s.count(state) for state in JobState) == len(s.jobs)
-        for state, view in ((JobState.RUNNING, s.running), (JobState.QUEUED, s.queued),
-                            (JobState.SUSPENDED, s.suspended)):
-            indexed = {j.job_id for j in view()}
-            assert indexed == {jid for jid, j in s.jobs.items() if j.state is state}, state
-        for job_id, job in s.jobs.items():
-            holders = [d for d, folder in self.disk.jobs.items() if job_id in folder]
-            assert holders == [job.state.directory], (job_id, holders, job.state)
-            written = dict(self.disk.jobs[holders[0]][job_id])
-            expected = job.to_dict()
-            if job.state is JobState.QUEUED:  # the soft "why pending" is in the file
-                written.pop("reason")
-                expected.pop("reason")
-            assert written == expected, f"stale job file for {job_id}"
-            ids = [a.attempt_id for a in job.attempts]
-            assert ids == [f"a{n}" for n in range(1, len(ids) + 1)], (job_id, ids)
-            open_attempts = [a for a in job.attempts if a.phase != AttemptPhase.ENDED]
-            assert len(open_attempts) <= 1, f"{job_id} has two attempts in flight"
-            if job.state in (JobState.RUNNING, JobState.SUSPENDED):
-                assert open_attempts == [job.current], job_id
-                last = job.current.preemptions[-1] if job.current.preemptions else {}
-                assert (last.get("mode") == "suspend" and last["resumed_at"] is None) is (
-                    job.state is JobState.SUSPENDED), job_id
-            else:
-                assert open_attempts == [], (job_id, job.state)
-            for attempt in job.attempts:
-                key = (job_id, attempt.attempt_id)
-                if attempt.outcome == "released":
-                    assert key not in self.started, f"{key} released but its command ran"
-                if attempt.outcome in ("completed", "infra_retry") or (
-                        attempt.outcome == "failed" and key not in self.spawn_failed and
-                        attempt.exit_code is not None and key in self.host.attempts and
-                        self.host.attempts[key].exit is not None):
-                    assert key in self.started, f"{key} has an exit code but never ran"
-                    assert attempt.exit_code == self.host.attempts[key].exit[0], key
-            profile = self.policy.profiles[job.profile]
-            for attempt in job.attempts:
-                if attempt.round == job.round and attempt.phase != AttemptPhase.ENDED:
-                    assert len(attempt.gpus) == (profile.gpu_count if profile.uses_gpu else 0)
-        assert sum(len(folder) for folder in self.disk.jobs.values()) == len(s.jobs)
-        if s.stopped:
-            self.stats["stopped_steps"] += 1
-            assert not s.queued(), f"the run is stopped with {len(s.queued())} queued"
-            assert not any(g.outstanding() for g in s.generations.values()), \
-                "the run is stopped with outstanding leases"
-        # liveness: a free slot is never left empty while a CPU job that nothing holds waits
-        for job in s.queued():
-            profile = self.policy.profiles[job.profile]
-            gen = s.generations.get(job.generation) if job.generation is not None else None
-            if profile.uses_gpu or job.request.work_class == "mature" or (
-                    gen is not None and gen.phase != "open") or \
-                    s.pending.get(job.job_id, "").startswith((*QUEUE_HOLDS, BACKOFF)) or any(
-                    (self.view_pressure.get(d) or 0.0) > self.policy.pressure_thresholds[d].high
-                    for d in profile.pressure_domains):
-                continue
-            assert s.count(JobState.RUNNING) >= s.concurrency_target(), (
-                f"{job.job_id} waits ({s.pending.get(job.job_id)!r}) with "
-                f"{s.count(JobState.RUNNING)} running of {s.concurrency_target()}")
-        # status.json agrees with the state it renders
-        status = render_status(s, self.now, {"state": "serving"})
-        assert status["counts"] == {state.value: s.count(state) for state in JobState}
-        assert status["running"] == s.count(JobState.RUNNING) == len(status["active"])
-        assert status["queue_length"] == s.count(JobState.QUEUED)
-        for device in status["gpus"]["devices"]:
-            assert sorted(device["jobs"]) == sorted(
-                e.owner for e in self.held_envelopes() if e.uuid == device["uuid"])
-        # exclusive (unknown-demand) jobs never share a device with this run's other jobs
-        per_device: dict[str, list[Envelope]] = {}
-        for envelope in self.held_envelopes():
-            per_device.setdefault(envelope.uuid, []).append(envelope)
-        for uuid, envelopes in per_device.items():
-            owners = [e.owner for e in envelopes]
-            assert len(owners) == len(set(owners)), f"a job holds {uuid} twice: {owners}"
-            if any(e.exclusive for e in envelopes):
-                assert len(envelopes) == 1, f"exclusive device {uuid} shared by {owners}"
-        # replies: each names a job that exists, and the file says what the state says
-        for rid, reply in s.replies.items():
-            assert reply.job_id is None or reply.job_id in s.jobs, (rid, reply.job_id)
-            if reply.job_id is None:
-                assert reply.outcome == "rejected", reply
-        assert self.disk.replies == {rid: r.to_dict() for rid, r in s.replies.items()}
-        for rid, reply in self.disk.replies.items():
-            assert reply["job_id"] is None or reply["job_id"] in s.jobs
-        assert self.disk.control_replies == {rid: c["document"]
-                                             for rid, c in s.control_replies.items()}
-        # leases: every grant is accounted for, none outlives its generation or expiry
-        for number, gen in s.generations.items():
-            outstanding = gen.outstanding()
-            for priority in PRIORITIES:
-                stats = gen.stats[priority]
-                mine = sum(1 for lease in outstanding if lease.priority == priority)
-                assert stats["granted"] == sum(stats[k] for k in LEASE_OUTCOMES) + mine, \
-                    f"gen {number} {priority}: {stats} with {mine} outstanding"
-            assert len(gen.leases) == sum(gen.stats[p]["granted"] for p in PRIORITIES)
-            if not gen.accepting:
-                assert not outstanding, f"gen {number} is {gen.phase} with outstanding leases"
-            if gen.phase == "closed":
-                left = [j.job_id for j in (*s.queued(), *s.in_flight())
-                        if j.generation == number]
-                assert not left, f"gen {number} is closed with {left} queued or running"
-            for lease in outstanding:
-                assert lease.expires_at > self.now, f"lease {lease.lease_id} outlived expiry"
-            assert self.disk.generation.get((number, "stats", "stats")) == \
-                gen.stats_document(), f"gen {number}: stale stats.json"
-            latest: dict[str, Any] = {}
-            for lease in gen.leases.values():
-                if lease.peer not in latest or lease.granted_at >= latest[lease.peer].granted_at:
-                    latest[lease.peer] = lease
-            for peer, lease in latest.items():
-                written = self.disk.generation.get((number, "lease", peer))
-                assert written is not None and written["lease_id"] == lease.lease_id, (
-                    f"gen {number}: {peer}'s lease file shows "
-                    f"{written and written['lease_id']}, its latest lease is {lease.lease_id}")
-                assert written == {**lease.to_dict(),
-                                   "release_pending": lease.lease_id in s.release_pending}
-            if gen.closing_signal is not None:
-                assert self.disk.generation.get((number, "closing", "CLOSING_SIGNAL")) == \
-                    gen.closing_signal
-
-
-def external_load(device: GpuDevice, held: list[Envelope]) -> tuple[float, float]:
-    """R-GPU-2's external load, from the sample alone: what the device shows beyond the
-    processes attributed to praxist jobs, plus whatever a job uses beyond its envelope;
-    everything when the driver hides its processes."""
-    if not device.processes_visible:
-        return device.utilization_pct, device.memory_used_mib
-    used_util: Counter[str] = Counter()
-    used_mem: Counter[str] = Counter()
-    for process in device.processes:
-        if process.owner is not None:
-            used_util[process.owner] += process.sm_util_pct or 0.0
-            used_mem[process.owner] += process.used_memory_mib or 0.0
-    declared_util: Counter[str] = Counter()
-    declared_mem: Counter[str] = Counter()
-    for envelope in held:
-        declared_util[envelope.owner] += 100.0 if envelope.exclusive else envelope.utilization_pct
-        declared_mem[envelope.owner] += envelope.memory_mib
-    util = max(0.0, device.utilization_pct - sum(used_util.values())) + sum(
-        max(0.0, used - declared_util[owner]) for owner, used in used_util.items())
-    mem = max(0.0, device.memory_used_mib - sum(used_mem.values())) + sum(
-        max(0.0, used - declared_mem[owner]) for owner, used in used_mem.items())
-    return util, mem
-
-
-def diff(expected: Any, actual: Any, path: str = "") -> str:
-    """The first place two plain values differ, as a short path."""
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        for key in sorted(set(expected) | set(actual), key=str):
-            if expected.get(key, "<missing>") != actual.get(key, "<missing>"):
-                return diff(expected.get(key, "<missing>"), actual.get(key, "<missing>"),
-                            f"{path}/{key}")
-    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        for i, (a, b) in enumerate(zip(expected, actual)):
-            if a != b:
-                return diff(a, b, f"{path}[{i}]")
-    return f"{path or '/'}: replayed {expected!r} != live {actual!r}"
-
 
 def run_seed(seed: int, steps: int, **options: Any) -> Simulation:
     """Run one seed for ``steps`` steps; a failure names the seed and the step."""

@@ -126,7 +126,7 @@ def test_a_restored_scheduler_captures_to_the_same_document():
 
 def test_an_attempt_past_go_in_an_older_snapshot_is_restored_running():
     """Snapshots written before the running phase kept such an attempt at the barrier."""
-    journal = run_seed(3, 300).journal
+    journal = run_seed(5, 300).journal  # half way, two attempts are past GO
     sched = replay(journal[:len(journal) // 2])
     doc = _through_json(capture(sched))
     past_go = [a for job in doc["jobs"] for a in job["attempts"] if a["phase"] == "running"]
