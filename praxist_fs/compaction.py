@@ -66,6 +66,21 @@ def restore(layout: RunLayout) -> Restored:
     return restored
 
 
+def sweep_unfinished(layout: RunLayout) -> None:
+    """Remove the snapshot and journal a compaction was writing when it was killed (their
+    temporary names, ``fsio.temp_name``): never read, as large as the snapshot. Only a
+    starting coordinator calls this, holding the run's lock, and a compaction's child dies
+    with the coordinator that forked it, so no writer of them is left (a roll-back's
+    restore must not: its own compaction's child may be writing)."""
+    directory = layout.journal_dir
+    for target in (layout.snapshot, layout.journal):
+        prefix = f".{target.name}."
+        for name in os.listdir(directory):
+            if name.startswith(prefix) and name.endswith(".tmp"):
+                unlink(directory / name)
+                log.info("%s: removed what a compaction killed as it wrote left", name)
+
+
 def _reader(handle: BinaryIO) -> Callable[[int], bytes]:
     """Reads a line of ``handle``'s file by its place; it keeps the file open (a later
     snapshot renamed over it leaves this one readable until the shelf lets it go)."""

@@ -176,6 +176,7 @@ class Coordinator:
         self.backend.prepare(stopped=self.layout.stop_sentinel.exists())
         runs.register(self.layout.root, "serve", self.host_registry)  # for stop --all
         runs.prune(self.host_registry)  # temporary runs come and go: forget the gone ones
+        compaction.sweep_unfinished(self.layout)  # a compaction killed as it wrote
         restored = compaction.restore(self.layout)
         after, watermark, self.driver.sched = restored[:3]
         self.journal = self.driver.journal = Journal(self.layout.journal, after=after,
