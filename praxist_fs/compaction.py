@@ -26,7 +26,9 @@ from typing import BinaryIO, Callable, NoReturn
 
 from .adapters import crashpoints
 from .adapters.crashpoints import CRASH_EXIT_CODE, reach
-from .adapters.fsio import fsync_dir, read_json, sync_all, unlink, write_atomic, write_json
+from .adapters.fsio import (
+    TEMP_PATTERN, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+)
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
@@ -68,17 +70,14 @@ def restore(layout: RunLayout) -> Restored:
 
 def sweep_unfinished(layout: RunLayout) -> None:
     """Remove the snapshot and journal a compaction was writing when it was killed (their
-    temporary names, ``fsio.temp_name``): never read, as large as the snapshot. Only a
-    starting coordinator calls this, holding the run's lock, and a compaction's child dies
-    with the coordinator that forked it, so no writer of them is left (a roll-back's
-    restore must not: its own compaction's child may be writing)."""
-    directory = layout.journal_dir
-    for target in (layout.snapshot, layout.journal):
-        prefix = f".{target.name}."
-        for name in os.listdir(directory):
-            if name.startswith(prefix) and name.endswith(".tmp"):
-                unlink(directory / name)
-                log.info("%s: removed what a compaction killed as it wrote left", name)
+    temporary names, ``fsio.temp_name``): never read, as large as the snapshot. The
+    journal's directory is the coordinator's alone, so every temporary name there is one
+    of those. Only a starting coordinator calls this, holding the run's lock, and a
+    compaction's child dies with the coordinator that forked it, so no writer of them is
+    left (a roll-back's restore must not: its own compaction's child may be writing)."""
+    for stale in layout.journal_dir.glob(TEMP_PATTERN):
+        unlink(stale)
+        log.info("%s: removed what a compaction killed as it wrote left", stale)
 
 
 def _reader(handle: BinaryIO) -> Callable[[int], bytes]:
