@@ -55,6 +55,9 @@ SLURM_REFUSED_EXIT = 127  # sbatch refused the job: it could not be started, as 
 EXTERNAL_CANCEL_EXIT = 128 + signal.SIGTERM  # scancel from outside praxist_fs, without sacct
 SUBMITTERS = 4  # sbatch calls at once, each on its own thread: a burst is not one by one
 STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jobs (KillWait)
+# a command whose node went down under it (NODE_FAIL) was TERMed: its shim may still be
+# writing exit.json, which has the command's own exit; its end waits this long for it
+NODE_FAIL_EXIT_WAIT_SECONDS = 5.0
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Tracked:
     node: str = ""  # where a poll last said it runs
     no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
     exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
+    node_failed: float | None = None  # (monotonic) when Slurm first said its node failed
 
 
 def _warned(exit_record: dict[str, Any]) -> str | None:
@@ -368,6 +372,11 @@ class SlurmBackend:
         if verdict == "running":
             return AttemptObserved(alive=True, note=f"attempt {key[1]} running{where} (Slurm "
                                    f"job {tracked.slurm_id})", **base)
+        if verdict == "infrastructure" and base["go"]:  # no exit.json yet: a while for it
+            now = time.monotonic()
+            tracked.node_failed = tracked.node_failed or now
+            if now - tracked.node_failed < NODE_FAIL_EXIT_WAIT_SECONDS:
+                return AttemptObserved(alive=True, **base)
         if verdict == "infrastructure":  # its command left no exit: none is known
             return AttemptObserved(alive=False, infrastructure=f"{reason}{where}", **base)
         if verdict == "cancelled" and tracked.asked is None:  # scancel before it started
