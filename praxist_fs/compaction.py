@@ -22,11 +22,14 @@ import pickle
 import signal
 import tempfile
 import time
+from fnmatch import fnmatch
 from typing import BinaryIO, Callable, NoReturn
 
 from .adapters import crashpoints
 from .adapters.crashpoints import CRASH_EXIT_CODE, reach
-from .adapters.fsio import fsync_dir, read_json, sync_all, unlink, write_atomic, write_json
+from .adapters.fsio import (
+    TEMP_PATTERN, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
+)
 from .adapters.history import line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
@@ -76,7 +79,7 @@ def sweep_unfinished(layout: RunLayout) -> None:
     for target in (layout.snapshot, layout.journal):
         prefix = f".{target.name}."
         for name in os.listdir(directory):
-            if name.startswith(prefix) and name.endswith(".tmp"):
+            if name.startswith(prefix) and fnmatch(name, TEMP_PATTERN):
                 unlink(directory / name)
                 log.info("%s: removed what a compaction killed as it wrote left", name)
 
