@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .adapters.fsio import write_atomic
 from .adapters.history import read_run
@@ -38,7 +39,7 @@ from .core.budget import Spend, attempt_spend, verdict
 from .core.model import Attempt, Job
 from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
-from .core.states import JobState
+from .core.states import AttemptOutcome, JobState
 from .errors import PraxistError
 from .simulate import percentile
 
@@ -85,10 +86,37 @@ def devices_of(status: dict | None, sched: Scheduler | None = None) -> list[Devi
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """What the report draws of an attempt: its process, host and budget left out."""
+
+    attempt_id: str
+    number: int
+    round: int
+    started_at: float
+    ended_at: float | None
+    gpus: tuple[str, ...]
+    exit_code: int | None
+    signal: int | None
+    outcome: AttemptOutcome | None
+    failure: dict[str, Any] | None
+    error: str | None
+    preemptions: tuple[dict[str, Any], ...]
+
+    active_seconds = Attempt.active_seconds  # it reads the two fields a row keeps
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> AttemptRow:
+        return cls(sys.intern(attempt.attempt_id), attempt.number, attempt.round,
+                   attempt.started_at, attempt.ended_at, attempt.gpus, attempt.exit_code,
+                   attempt.signal, attempt.outcome, attempt.failure, attempt.error,
+                   attempt.preemptions)
+
+
+@dataclass(frozen=True, slots=True)
 class JobRow:
     """What the report draws of a job: its request cut down to the three fields it
-    shows, its attempts as they are (``Attempt`` holds no request). The repeated
-    strings (peer, work class, profile) are interned: one object for the run's jobs."""
+    shows, its attempts to ``AttemptRow``s. The strings that repeat from job to job
+    (peer, work class, profile, reason, attempt ids) are interned: one object each."""
 
     job_id: str
     order: int
@@ -100,17 +128,18 @@ class JobRow:
     state: JobState
     round: int
     reason: str
-    attempts: list[Attempt]
+    attempts: tuple[AttemptRow, ...]
 
     @classmethod
     def of(cls, job: Job) -> JobRow:
         request = job.request
         return cls(job.job_id, job.order, job.submitted_at, request.tag,
                    sys.intern(request.peer), sys.intern(request.work_class),
-                   sys.intern(job.profile), job.state, job.round, job.reason, job.attempts)
+                   sys.intern(job.profile), job.state, job.round, sys.intern(job.reason),
+                   tuple(map(AttemptRow.of, job.attempts)))
 
     @property
-    def current(self) -> Attempt | None:
+    def current(self) -> AttemptRow | None:
         return self.attempts[-1] if self.attempts else None
 
 
@@ -125,7 +154,7 @@ class Stint:
     """One attempt on one device: a bar of the timeline."""
 
     job: JobRow
-    attempt: Attempt
+    attempt: AttemptRow
     uuid: str
     start: float
     end: float
@@ -469,13 +498,13 @@ def _failures(jobs: list[JobRow]) -> str:
             f"<th>outcome</th><th>exit</th><th>why</th></tr>{rows}</table>{more}")
 
 
-def _exit(attempt: Attempt) -> str:
+def _exit(attempt: AttemptRow) -> str:
     if attempt.exit_code is None:
         return "—"
     return str(attempt.exit_code) + (f" (signal {attempt.signal})" if attempt.signal else "")
 
 
-def _why(attempt: Attempt, job: JobRow) -> str:
+def _why(attempt: AttemptRow, job: JobRow) -> str:
     """What the attempt's own record says went wrong; the job's reason for its last one."""
     if attempt.failure:
         return json.dumps(attempt.failure, separators=(",", ":"))[:300]
