@@ -22,19 +22,19 @@ import pickle
 import signal
 import tempfile
 import time
-from typing import BinaryIO, Callable, NoReturn
+from typing import BinaryIO, NoReturn
 
 from .adapters import crashpoints
 from .adapters.crashpoints import CRASH_EXIT_CODE, reach
 from .adapters.fsio import (
     TEMP_PATTERN, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
 )
+from .adapters.history import line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
 from .core.scheduler import Scheduler
 from .core.metrics import AttemptTally
-from .core.shelf import offset_and_length
 from .core.snapshot import Captured, Rendered, Restored, SnapshotError, read, render, shelve, watch
 from .errors import JournalCorrupt
 
@@ -54,7 +54,7 @@ def restore(layout: RunLayout) -> Restored:
     except FileNotFoundError:
         return Restored(0, None, Scheduler(), None)
     try:
-        restored = read(handle, _reader(handle))
+        restored = read(handle, line_reader(handle))
     except SnapshotError as exc:
         handle.close()
         raise JournalCorrupt(
@@ -78,15 +78,6 @@ def sweep_unfinished(layout: RunLayout) -> None:
     for stale in layout.journal_dir.glob(TEMP_PATTERN):
         unlink(stale)
         log.info("%s: removed what a compaction killed as it wrote left", stale)
-
-
-def _reader(handle: BinaryIO) -> Callable[[int], bytes]:
-    """Reads a line of ``handle``'s file by its place; it keeps the file open (a later
-    snapshot renamed over it leaves this one readable until the shelf lets it go)."""
-    def read_at(where: int) -> bytes:
-        offset, length = offset_and_length(where)
-        return os.pread(handle.fileno(), length, offset)
-    return read_at
 
 
 def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
@@ -116,7 +107,7 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
         log.warning("%s: %s; finished jobs stay in memory until the next compaction",
                     layout.snapshot, exc)
         return
-    shelve(sched, rendered, _reader(handle))
+    shelve(sched, rendered, line_reader(handle))
 
 
 def mark_clean_stop(layout: RunLayout, journal_seq: int) -> None:
@@ -272,7 +263,7 @@ class Background:
             _stop_watching(sched)
             return True
         _, jobs, replies = outcome
-        shelve(sched, Rendered(b"", jobs, replies), _reader(handle), self.captured)
+        shelve(sched, Rendered(b"", jobs, replies), line_reader(handle), self.captured)
         return True
 
 

@@ -9,6 +9,11 @@ verdict, failures and retries, and lease outcomes per generation. Inline SVG and
 only, no script and nothing fetched: it opens from a mail attachment or an air-gapped
 box. The state keeps every attempt's start and end, so a compacted journal loses
 nothing the report shows.
+
+Every section reads ``JobRow``s, not the jobs: the run's jobs are walked once
+(``job_rows``), each built from its snapshot line, cut down to the few fields the report
+draws, and let go, so a report of 100,000 finished jobs holds their rows, not their
+documents (requests, commands, environments).
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ import html
 import json
 import math
 import re
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .adapters.fsio import write_atomic
 from .adapters.history import read_run
@@ -32,7 +39,7 @@ from .core.budget import Spend, attempt_spend, verdict
 from .core.model import Attempt, Job
 from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
-from .core.states import JobState
+from .core.states import AttemptOutcome, JobState
 from .errors import PraxistError
 from .simulate import percentile
 
@@ -78,12 +85,76 @@ def devices_of(status: dict | None, sched: Scheduler | None = None) -> list[Devi
             if isinstance(d, dict) and isinstance(d.get("uuid"), str)]
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """What the report draws of an attempt: its process, host and budget left out."""
+
+    attempt_id: str
+    number: int
+    round: int
+    started_at: float
+    ended_at: float | None
+    gpus: tuple[str, ...]
+    exit_code: int | None
+    signal: int | None
+    outcome: AttemptOutcome | None
+    failure: dict[str, Any] | None
+    error: str | None
+    preemptions: tuple[dict[str, Any], ...]
+
+    active_seconds = Attempt.active_seconds  # it reads the two fields a row keeps
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> AttemptRow:
+        return cls(sys.intern(attempt.attempt_id), attempt.number, attempt.round,
+                   attempt.started_at, attempt.ended_at, attempt.gpus, attempt.exit_code,
+                   attempt.signal, attempt.outcome, attempt.failure, attempt.error,
+                   attempt.preemptions)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """What the report draws of a job: its request cut down to the three fields it
+    shows, its attempts to ``AttemptRow``s. The strings that repeat from job to job
+    (peer, work class, profile, reason, attempt ids) are interned: one object each."""
+
+    job_id: str
+    order: int
+    submitted_at: float
+    tag: str
+    peer: str
+    work_class: str
+    profile: str
+    state: JobState
+    round: int
+    reason: str
+    attempts: tuple[AttemptRow, ...]
+
+    @classmethod
+    def of(cls, job: Job) -> JobRow:
+        request = job.request
+        return cls(job.job_id, job.order, job.submitted_at, request.tag,
+                   sys.intern(request.peer), sys.intern(request.work_class),
+                   sys.intern(job.profile), job.state, job.round, sys.intern(job.reason),
+                   tuple(map(AttemptRow.of, job.attempts)))
+
+    @property
+    def current(self) -> AttemptRow | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+def job_rows(sched: Scheduler) -> list[JobRow]:
+    """Every job of ``sched`` as a row, in submission order: one walk of its jobs, the
+    finished ones built from the snapshot one at a time and kept as rows only."""
+    return sorted(map(JobRow.of, sched.jobs.values()), key=lambda job: job.order)
+
+
 @dataclass(slots=True)  # not frozen: one is built per bar, and frozen ones build slower
 class Stint:
     """One attempt on one device: a bar of the timeline."""
 
-    job: Job
-    attempt: Attempt
+    job: JobRow
+    attempt: AttemptRow
     uuid: str
     start: float
     end: float
@@ -112,28 +183,31 @@ def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
     """The report of the run at ``layout`` and its job count: a live run's open attempts
     run until now, a stopped run's until its last journaled instant (``end_of``)."""
     sched, last = load_run(layout)
+    jobs = job_rows(sched)
     live = live_endpoint(layout) is not None
     title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
-    until = time.time() if live else end_of(sched, last)
-    return render(sched, title=title, until=until, colour_by=colour_by,
-                  devices=devices_of(status_document(layout))), len(sched.jobs)
+    until = time.time() if live else end_of(jobs, last)
+    return render(sched, title=title, until=until, colour_by=colour_by, jobs=jobs,
+                  devices=devices_of(status_document(layout))), len(jobs)
 
 
-def end_of(sched: Scheduler, last_record: float | None) -> float:
+def end_of(jobs: Iterable[JobRow], last_record: float | None) -> float:
     """The latest instant the state knows of: a stopped run's report ends there, not at
     the moment it is built (attempts its coordinator never saw end stop there too)."""
-    times = [t for job in sched.jobs.values() for t in (
+    latest = max((t for job in jobs for t in (
         job.submitted_at, *(x for a in job.attempts for x in (a.started_at, a.ended_at)
-                            if x is not None))]
-    return max([*times, *([last_record] if last_record is not None else [])], default=0.0)
+                            if x is not None))), default=None)
+    return max((t for t in (latest, last_record) if t is not None), default=0.0)
 
 
 def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer",
-           devices: list[Device] = ()) -> str:
+           devices: list[Device] = (), jobs: list[JobRow] | None = None) -> str:
     """The report's HTML; open attempts are drawn up to ``until``, the timeline's bars
     coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue), one
-    lane for each of ``devices`` (idle ones too) and for any other GPU an attempt used."""
-    jobs = sorted(sched.jobs.values(), key=lambda job: job.order)
+    lane for each of ``devices`` (idle ones too) and for any other GPU an attempt used.
+    ``jobs``: ``job_rows(sched)`` when the caller has them already (the walk is not
+    repeated)."""
+    jobs = job_rows(sched) if jobs is None else jobs
     stints = _stints(sched, jobs, until)
     start = min((job.submitted_at for job in jobs), default=until)
     span = (start, max(until, start + 1e-9))
@@ -182,7 +256,7 @@ def write(path: str | Path, document: str) -> int:
 # -- the sections ------------------------------------------------------------------
 
 
-def _stints(sched: Scheduler, jobs: list[Job], until: float) -> list[Stint]:
+def _stints(sched: Scheduler, jobs: list[JobRow], until: float) -> list[Stint]:
     stints = []
     for job in jobs:
         profile = sched.policy.profiles.get(job.profile)
@@ -197,7 +271,7 @@ def _stints(sched: Scheduler, jobs: list[Job], until: float) -> list[Stint]:
 
 
 def _timeline(stints: list[Stint], span: tuple[float, float], colours: dict[str, int],
-              key: Callable[[Job], str], devices: list[Device]) -> str:
+              key: Callable[[JobRow], str], devices: list[Device]) -> str:
     if not stints and not devices:
         return '<p class="empty">No attempt ran on a GPU.</p>'
     lanes: dict[str, list[Stint]] = defaultdict(list)
@@ -263,8 +337,8 @@ def _hover(stint: Stint) -> str:
             f" (signal {attempt.signal})" if attempt.signal else "")
     else:
         ended = attempt.outcome or "ended"
-    return (f"{job.request.tag} · {job.job_id} attempt {attempt.number} · peer "
-            f"{job.request.peer} · {_when(stint.start)} → "
+    return (f"{job.tag} · {job.job_id} attempt {attempt.number} · peer "
+            f"{job.peer} · {_when(stint.start)} → "
             f"{'…' if stint.open else _when(stint.end)} ({_duration(stint.end - stint.start)})"
             f" · {ended}")
 
@@ -289,7 +363,7 @@ def _legend(colours: dict[str, int]) -> str:
     ) + "</p>"
 
 
-def _queue_chart(jobs: list[Job], span: tuple[float, float]) -> str:
+def _queue_chart(jobs: list[JobRow], span: tuple[float, float]) -> str:
     """A step curve of queued jobs: a job waits from its submission (or the end of an
     attempt that sent it back) to the start of its next attempt, or to the end when it
     still waits. Waits whose start or end the state does not keep are left out: of
@@ -338,7 +412,7 @@ def _step_points(points: list[tuple[float, int]]) -> Iterable[tuple[float, int]]
         previous = n
 
 
-def waited(job: Job, until: float) -> float:
+def waited(job: JobRow, until: float) -> float:
     """Every wait of a job that started (R-SIM-2): from its submission to its first start,
     from each attempt's end to the next one's start (requeued by a preemption, or
     retried), and each suspension (until ``until`` if it lasts). As ``_queue_chart``, the
@@ -353,11 +427,11 @@ def waited(job: Job, until: float) -> float:
     return total
 
 
-def _delays(jobs: list[Job], until: float) -> str:
+def _delays(jobs: list[JobRow], until: float) -> str:
     by_class: dict[str, list[float]] = defaultdict(list)
     for job in jobs:
         if job.attempts:
-            by_class[job.request.work_class].append(waited(job, until))
+            by_class[job.work_class].append(waited(job, until))
     if not by_class:
         return '<p class="empty">No job has started yet.</p>'
     head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)
@@ -377,13 +451,13 @@ def _delays(jobs: list[Job], until: float) -> str:
             f"<th>p95</th><th>max</th>{head}</tr>{''.join(rows)}</table>")
 
 
-def _gpu_hours(sched: Scheduler, jobs: list[Job], until: float, peers: dict[str, int]) -> str:
+def _gpu_hours(sched: Scheduler, jobs: list[JobRow], until: float, peers: dict[str, int]) -> str:
     hours: Counter[str] = Counter()
     for job in jobs:
         for attempt in job.attempts:
             end = attempt.ended_at if attempt.ended_at is not None else until
             spent = attempt_spend(len(attempt.gpus), attempt.active_seconds(end), None)
-            hours[job.request.peer] += spent.gpu_seconds / 3600
+            hours[job.peer] += spent.gpu_seconds / 3600
     most = max(hours.values(), default=0.0) or 1.0
     rows = "".join(
         f'<tr><th><i class="p{peers[peer]}"></i>{_e(peer)}</th><td>{_hours(spent)}</td>'
@@ -402,7 +476,7 @@ def _gpu_hours(sched: Scheduler, jobs: list[Job], until: float, peers: dict[str,
             f"<th>GPU-hours</th><th></th></tr>{rows}</table>")
 
 
-def _failures(jobs: list[Job]) -> str:
+def _failures(jobs: list[JobRow]) -> str:
     failed = sorted(((attempt, job) for job in jobs for attempt in job.attempts
                      if attempt.outcome not in (None, "completed")),
                     key=lambda pair: -(pair[0].ended_at or pair[0].started_at))
@@ -412,7 +486,7 @@ def _failures(jobs: list[Job]) -> str:
     retried = sum(1 for job in jobs if len(job.attempts) > 1)
     rows = "".join(
         f"<tr><td>{_when(attempt.ended_at or attempt.started_at)}</td><td>{_e(job.job_id)}</td>"
-        f"<td>{_e(job.request.tag)}</td><td>{_e(job.request.peer)}</td><td>{attempt.number}</td>"
+        f"<td>{_e(job.tag)}</td><td>{_e(job.peer)}</td><td>{attempt.number}</td>"
         f"<td>{_e(attempt.outcome)}</td><td>{_exit(attempt)}</td><td>{_e(_why(attempt, job))}</td>"
         "</tr>" for attempt, job in failed[:MAX_FAILURE_ROWS])
     more = (f'<p class="note">… and {len(failed) - MAX_FAILURE_ROWS} older ones.</p>'
@@ -424,13 +498,13 @@ def _failures(jobs: list[Job]) -> str:
             f"<th>outcome</th><th>exit</th><th>why</th></tr>{rows}</table>{more}")
 
 
-def _exit(attempt: Attempt) -> str:
+def _exit(attempt: AttemptRow) -> str:
     if attempt.exit_code is None:
         return "—"
     return str(attempt.exit_code) + (f" (signal {attempt.signal})" if attempt.signal else "")
 
 
-def _why(attempt: Attempt, job: Job) -> str:
+def _why(attempt: AttemptRow, job: JobRow) -> str:
     """What the attempt's own record says went wrong; the job's reason for its last one."""
     if attempt.failure:
         return json.dumps(attempt.failure, separators=(",", ":"))[:300]
@@ -461,7 +535,7 @@ def _leases(sched: Scheduler) -> str:
 # -- helpers -----------------------------------------------------------------------
 
 
-def _colours(jobs: list[Job], key: Callable[[Job], str]) -> dict[str, int]:
+def _colours(jobs: list[JobRow], key: Callable[[JobRow], str]) -> dict[str, int]:
     """Each peer's (or queue's) palette index, in order of first submission."""
     colours: dict[str, int] = {}
     for job in jobs:
@@ -469,13 +543,13 @@ def _colours(jobs: list[Job], key: Callable[[Job], str]) -> dict[str, int]:
     return colours
 
 
-def _peer(job: Job) -> str:
-    return job.request.peer
+def _peer(job: JobRow) -> str:
+    return job.peer
 
 
-def _queue_of(sched: Scheduler) -> Callable[[Job], str]:
+def _queue_of(sched: Scheduler) -> Callable[[JobRow], str]:
     queues = queue_of_class(sched.policy.queue_set())
-    return lambda job: queues[job.request.work_class].name
+    return lambda job: queues[job.work_class].name
 
 
 def _css(*maps: dict[str, int]) -> str:

@@ -182,10 +182,12 @@ def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
     ended, with its submit time (the first of them is 0), peer, work class, its profile's
     declared GPU demand, the ETA its peer gave, and the run time it actually had
     (suspensions taken out). The
-    jobs left out, counted by why."""
-    chosen: list[tuple[Job, Profile, float]] = []
+    jobs left out, counted by why. One walk of ``jobs`` that keeps only what the trace
+    needs of each (a run's finished jobs come off its snapshot one at a time)."""
+    # (submitted, order), job id, peer, work class, ETA, profile, run time: not the job
+    chosen: list[tuple[tuple[float, int], str, str, str, Any, Profile, float]] = []
     left_out: Counter[str] = Counter()
-    for job in sorted(jobs, key=lambda j: (j.submitted_at, j.order)):
+    for job in jobs:
         if since is not None and job.submitted_at < since:
             continue
         ran = [a for a in job.attempts if a.ended_at is not None]
@@ -199,14 +201,17 @@ def trace_from_history(jobs: Iterable[Job], profiles: dict[str, Profile],
         else:
             last = ran[-1]
             # a job that ended within the clock's resolution still ran: one millisecond
-            chosen.append((job, profile, max(last.active_seconds(last.ended_at), 1e-3)))
-    origin = chosen[0][0].submitted_at if chosen else 0.0
-    trace = [TraceJob(job_id=job.job_id, submit_s=job.submitted_at - origin, duration_s=run_s,
-                      gpus=profile.gpu_count, user=job.request.peer,
+            request = job.request
+            chosen.append(((job.submitted_at, job.order), job.job_id, request.peer,
+                           request.work_class, request.eta_s, profile,
+                           max(last.active_seconds(last.ended_at), 1e-3)))
+    chosen.sort(key=lambda entry: entry[0])
+    origin = chosen[0][0][0] if chosen else 0.0
+    trace = [TraceJob(job_id=job_id, submit_s=submitted_at - origin, duration_s=run_s,
+                      gpus=profile.gpu_count, user=peer,
                       gpu_util_pct=profile.gpu_utilization_pct,
-                      gpu_mem_gb=profile.gpu_memory_gb, work_class=job.request.work_class,
-                      eta_s=job.request.eta_s)
-             for job, profile, run_s in chosen]
+                      gpu_mem_gb=profile.gpu_memory_gb, work_class=work_class, eta_s=eta_s)
+             for (submitted_at, _), job_id, peer, work_class, eta_s, profile, run_s in chosen]
     return trace, left_out
 
 

@@ -103,3 +103,21 @@ def test_the_report_bench_says_the_peak_memory_of_a_runs_report(tmp_path):
     numbers = json.loads(done.stdout[done.stdout.index("{"):])
     assert numbers["jobs"] == 20 and numbers["bytes"] > 0
     assert numbers["peak_rss_mb"] >= numbers["rss_mb_before"] > 0
+
+
+def test_a_compacted_runs_report_holds_a_row_per_job_not_its_document(tmp_path):
+    """Issue 31: `report` on a long run must fit beside the coordinator. The history
+    reader leaves a compacted run's finished jobs in the snapshot and the report keeps a
+    row of each (~2 KB); building every job whole, as it once did, grew the report's
+    memory by ~10 KB a job (~48 MB here, 993 MB at 100,000)."""
+    jobs, bound_mb = 5000, 20
+    run, task = str(tmp_path / "run"), "fixtures/tasks/example.yaml"
+    built = bench("bench/fixture.py", run, task, "--finished", str(jobs), tmp_path=tmp_path)
+    assert built.returncode == 0, built.stderr
+    compacted = bench("bench/fixture.py", run, task, "--compact", tmp_path=tmp_path)
+    assert compacted.returncode == 0, compacted.stderr
+    done = bench("bench/bench_report.py", "--run-dir", run, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    assert numbers["jobs"] == jobs
+    assert numbers["peak_rss_mb"] - numbers["rss_mb_before"] < bound_mb, numbers

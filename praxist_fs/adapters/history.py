@@ -1,14 +1,24 @@
 """A run's state as its next start would rebuild it (snapshot, then journal), read by
 tools beside a live coordinator (``report``, ``simulate --from-run``): nothing is opened
-for writing, and the journal is read up to its first line that is not an intact record."""
+for writing, and the journal is read up to its first line that is not an intact record.
+
+The snapshot is read as a start reads it: its finished jobs and replies stay lines of
+the file (``Shelf``), found by its header alone, so that holding a run of 100,000
+finished jobs costs their index, not their documents; a tool walks them one at a time
+(``Shelf.values`` builds each and keeps none)."""
 
 from __future__ import annotations
 
 import errno
+import os
+import weakref
+from collections.abc import Callable
+from typing import BinaryIO
 
 from ..core.replay import replay
 from ..core.scheduler import Scheduler
-from ..core.snapshot import load
+from ..core.shelf import offset_and_length
+from ..core.snapshot import read
 from .journal import read_intact
 from .layout import RunLayout
 
@@ -16,12 +26,29 @@ from .layout import RunLayout
 def read_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
     """The rebuilt scheduler and the last journaled instant (None: no record after the
     snapshot). FileNotFoundError when the run has neither; a damaged or newer journal
-    raises what replaying it raises (OSError, SnapshotError, ValueError, ...)."""
+    raises what replaying it raises (OSError, SnapshotError, ValueError, ...). The
+    snapshot stays open, for its shelved lines, as long as the scheduler lives."""
     if not layout.journal.exists() and not layout.snapshot.exists():
         raise FileNotFoundError(errno.ENOENT, "no journal", str(layout.journal))
     sched, after = Scheduler(), 0
     if layout.snapshot.exists():
-        with open(layout.snapshot, "rb") as handle:
-            after, sched = load(handle)
+        handle = open(layout.snapshot, "rb")
+        try:
+            restored = read(handle, line_reader(handle))
+        except BaseException:
+            handle.close()
+            raise
+        after, sched = restored.journal_seq, restored.sched
+        weakref.finalize(sched, handle.close)
     return sched, replay(sched, read_intact(layout.journal, after)
                          if layout.journal.exists() else ())
+
+
+def line_reader(handle: BinaryIO) -> Callable[[int], bytes]:
+    """Reads a line of ``handle``'s file by its place (``shelf.place``); the file stays
+    open while the reader is kept (a later snapshot renamed over it leaves this one
+    readable until the shelf lets it go)."""
+    def read_at(where: int) -> bytes:
+        offset, length = offset_and_length(where)
+        return os.pread(handle.fileno(), length, offset)
+    return read_at
