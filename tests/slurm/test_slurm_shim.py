@@ -237,7 +237,7 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
                if line.startswith(b"import time:")}
     assert {module for module in modules if module.startswith("praxist_fs")} == {
         "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
-        "praxist_fs.backends.shim"}
+        "praxist_fs.backends.shim_command"}
     assert "psutil" not in modules
 
 
