@@ -26,7 +26,6 @@ import selectors
 import signal
 import socket
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from .adapters import procs, quarantine, runs, spool
 from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import create, temp_name, unlink, write_json
-from .adapters.gpus import open_inventory
+from .adapters.gpus import attribute_processes, open_inventory
 from .adapters.hooks import HookCall, HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
@@ -44,7 +43,9 @@ from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
-from .adapters.watcher import filesystem_type, needs_polling, start_observer, watch
+from .adapters.watcher import (
+    filesystem_of, filesystem_type, needs_polling, start_observer, watch,
+)
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
 from .backends.local import launcher
@@ -55,7 +56,6 @@ from .core.events import (
 )
 from .core.metrics import AttemptTally
 from .core.model import Job
-from .core.observations import GpuSample
 from .core.policy import Policy
 from .core.replay import replay
 from .core.scheduler import Scheduler
@@ -402,7 +402,7 @@ class Coordinator:
         lost (requests stay in incoming/, shims keep their commands and exit statuses)."""
         path = exc.filename or self.layout.root
         return NoRoomToStart(
-            f"cannot start: {DISK_ERRORS[exc.errno]} on {_file_system(path)}: {path} "
+            f"cannot start: {DISK_ERRORS[exc.errno]} on {filesystem_of(path)}: {path} "
             f"([Errno {exc.errno}] {exc.strerror}); nothing was consumed (requests wait in spool/incoming/, "
             "running commands keep running and their shims hold their exit status); make "
             "room and start it again")
@@ -415,7 +415,7 @@ class Coordinator:
         if what is None:
             return False
         if self.degraded is None:
-            self.degraded = f"{what} on {_file_system(path)}: {path}"
+            self.degraded = f"{what} on {filesystem_of(path)}: {path}"
             log.error("degraded: %s ([Errno %d] %s); requests wait in incoming/, running "
                       "commands are still supervised, retrying until there is room",
                       self.degraded, exc.errno, exc.strerror)
@@ -576,7 +576,7 @@ class Coordinator:
                 job.current.pid for job in self.sched.running() if job.current.pid is not None])
         self._process([HostSampled(
             at=time.time(), pressure=self.pressure.sample(),
-            gpus=_attribute(self.inventory.sample(), {**foreign_shims, **owners}),
+            gpus=attribute_processes(self.inventory.sample(), {**foreign_shims, **owners}),
             capacity=capacity, others=tuple(others))])
 
     def _read_inboxes(self) -> None:
@@ -693,34 +693,3 @@ def _return_memory() -> None:
     except (OSError, AttributeError):  # not glibc: the memory stays with the process
         pass
     gc.freeze()
-
-
-def _file_system(path: str | os.PathLike) -> str:
-    """'<device> (<type>) at <mount point>' of the file system that holds ``path``."""
-    target, best = os.path.realpath(path), ("?", "?", "/")
-    try:
-        with open("/proc/self/mounts") as mounts:
-            for line in mounts:
-                source, point, kind = line.split()[:3]
-                point = point.replace("\\040", " ")
-                if (target == point or target.startswith(point.rstrip("/") + "/")) and \
-                        len(point) >= len(best[2]):
-                    best = (source, kind, point)
-    except OSError:
-        pass
-    return f"{best[0]} ({best[1]}) at {best[2]}"
-
-
-def _attribute(sample: GpuSample, owners: dict[int, str]) -> GpuSample:
-    """Map each GPU process to the praxist job whose shim leads its session, if any.
-
-    A pid missing from our /proc is outside our PID namespace: unmappable."""
-    devices = []
-    for device in sample.devices:
-        processes = []
-        for process in device.processes:
-            session = procs.session_id(process.pid)
-            processes.append(replace(process, in_namespace=session is not None,
-                                     owner=owners.get(session) if session is not None else None))
-        devices.append(replace(device, processes=tuple(processes)))
-    return replace(sample, devices=tuple(devices))

@@ -12,7 +12,8 @@ never knows which one it holds:
 ``sample()`` never raises: a failure becomes ``GpuSample.error`` (the whole
 sample) or a note in it (one device or one call), because a coordinator must
 not die of a flaky driver call. Adapters decide nothing: ``owner`` is left
-None (the coordinator maps pids to jobs), and no device is filtered for
+None (the coordinator maps pids to jobs, and ``attribute_processes`` applies its
+map through each process's session), and no device is filtered for
 scheduling reasons. Where a reading is missing we report what is conservative
 rather than invent an idle device: a device whose memory or utilization cannot
 be read is left out of the sample (with the reason in ``error``), and a device
@@ -27,9 +28,10 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
+from praxist_fs.adapters import procs
 from praxist_fs.core.observations import GpuDevice, GpuProcess, GpuSample
 from praxist_fs.errors import PraxistError
 
@@ -534,3 +536,18 @@ def open_inventory(fake_path: str | os.PathLike[str] | None) -> GpuInventory:
         return NvmlInventory()
     except InventoryUnavailable as exc:
         return NoInventory(f"NVML unavailable: {exc}")
+
+
+def attribute_processes(sample: GpuSample, owners: dict[int, str]) -> GpuSample:
+    """Map each GPU process to the praxist job whose shim leads its session, if any.
+
+    A pid missing from our /proc is outside our PID namespace: unmappable."""
+    devices = []
+    for device in sample.devices:
+        processes = []
+        for process in device.processes:
+            session = procs.session_id(process.pid)
+            processes.append(replace(process, in_namespace=session is not None,
+                                     owner=owners.get(session) if session is not None else None))
+        devices.append(replace(device, processes=tuple(processes)))
+    return replace(sample, devices=tuple(devices))

@@ -5,6 +5,8 @@ handler only calls ``ring`` (a non-blocking pipe write for the coordinator, an
 Event for a waiting peer) inside a guard, because an exception in a watchdog
 handler silently kills the observer thread. On
 network filesystems inotify misses remote writes, so we poll instead (R-FS-4).
+The file system a path lies on is read here for that reason, and described
+(``filesystem_of``) for the coordinator's message when that disk is full.
 """
 
 from __future__ import annotations
@@ -55,6 +57,22 @@ def filesystem_type(path: Path) -> str:
     except OSError:
         pass
     return kind
+
+
+def filesystem_of(path: str | os.PathLike) -> str:
+    """'<device> (<type>) at <mount point>' of the file system that holds ``path``."""
+    target, best = os.path.realpath(path), ("?", "?", "/")
+    try:
+        with open("/proc/self/mounts") as mounts:
+            for line in mounts:
+                source, point, kind = line.split()[:3]
+                point = point.replace("\\040", " ")
+                if (target == point or target.startswith(point.rstrip("/") + "/")) and \
+                        len(point) >= len(best[2]):
+                    best = (source, kind, point)
+    except OSError:
+        pass
+    return f"{best[0]} ({best[1]}) at {best[2]}"
 
 
 def needs_polling(path: Path) -> bool:

@@ -5,7 +5,8 @@ The run directory stays the source of truth: Slurm is asked to run a batch scrip
 the exit are files in the attempt directory on the shared filesystem
 (slurm_shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
 job is and why it ended when the files cannot. Slurm's commands run through
-``SlurmClient`` (slurm_client.py), off the event loop. Nothing a command prints, nor a
+``SlurmClient`` (slurm_client.py), off the event loop; what it knows of each attempt's
+job and of each node's probe is in slurm_jobs.py. Nothing a command prints, nor a
 file a peer wrote, makes this module raise. See docs/OPERATIONS.md, *Running on Slurm*.
 """
 
@@ -18,7 +19,6 @@ import selectors
 import signal
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -30,17 +30,17 @@ from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_du
 from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.slurm_client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
-    SlurmUnavailable, job_options, outcome, refused_placements, run_tag, slurm_safe, tasks,
-    write_spec,
+    SlurmUnavailable, job_options, outcome, refused_placements, tasks, write_spec,
 )
 from praxist_fs.backends.slurm_config import parse_slurm_config
 from praxist_fs.backends.slurm_doorbell import open_doorbell
+from praxist_fs.backends.slurm_jobs import NodeProbes, Tracked, warning_reason
 from praxist_fs.backends.slurm_new_nodes import NewNodes
 from praxist_fs.backends.slurm_stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
-from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome, NodeProbeStarted
+from praxist_fs.core.events import AttemptObserved, Event, NodeOutcome
 
 if TYPE_CHECKING:
     from praxist_fs.core.model import Attempt, Job
@@ -58,40 +58,6 @@ STOP_WAIT_SECONDS = 30.0  # a stop waits this long for Slurm to end the run's jo
 # a command whose node went down under it (NODE_FAIL) was TERMed: its shim may still be
 # writing exit.json, which has the command's own exit; its end waits this long for it
 NODE_FAIL_EXIT_WAIT_SECONDS = 5.0
-
-
-@dataclass
-class Tracked:
-    """One attempt's Slurm job as this coordinator knows it."""
-
-    slurm_id: str
-    name: str
-    state: SlurmState | None = None  # the last squeue answer; None: unknown to Slurm
-    polled: bool = False  # a squeue answer came after the submission (None is news then)
-    final: FinalExit | None = None  # sacct's record, for an end without exit.json
-    final_asked: bool = False  # sacct was asked (it may have no record: no jobcomp)
-    asked: str | None = None  # "cancel", "stop": what praxist_fs asked of it
-    kill_at: float | None = None  # scancel --signal=KILL then (monotonic)
-    killed_at: float | None = None  # when KILL was sent (wall clock): its command's end
-    node_told: bool = False  # its end was reported against its node (R-BUD-2), once
-    running_since: float | None = None  # (monotonic) when a poll first said it runs
-    node: str = ""  # where a poll last said it runs
-    no_ready: str | None = None  # why it was cancelled: no READY within the launch timeout
-    exclude: list[str] | None = None  # its --exclude as last set; None: unknown (a restart)
-    node_failed: float | None = None  # (monotonic) when Slurm first said its node failed
-
-
-def _warned(exit_record: dict[str, Any]) -> str | None:
-    """What a failure after the time limit's warning says (the shim's ``warned``): a
-    command that does not handle the signal dies of it, before Slurm's TIMEOUT."""
-    warned = exit_record.get("warned")
-    if not isinstance(warned, int) or isinstance(warned, bool):
-        return None
-    try:
-        name = signal.Signals(warned).name
-    except ValueError:
-        name = f"signal {warned}"
-    return f"it ended after Slurm's warning before its time limit ({name})"
 
 
 def refused_by_slurm(policy: Policy, run_dir: Path) -> list[str]:
@@ -120,7 +86,6 @@ class SlurmBackend:
         self.layout = layout
         self.lookup = lookup
         self.nodes = nodes  # the core's node registry (R-BUD-2), read-only
-        self.probes: dict[str, str] = {}  # node -> the Slurm job id of its probe
         self.profiles = policy.profiles
         self.config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
         self.client = client or SlurmClient(self.config, layout.root)
@@ -129,7 +94,6 @@ class SlurmBackend:
         self.unresolved: set[AttemptKey] = set()  # launched, sbatch's answer lost: find()
         self.spawned: list[SpawnAttempt] = []
         self.partition = self.config.partition or "default"  # as the node registry knows it
-        self.probe_states: dict[str, SlurmState | None] = {}  # a probe's id -> its last state
         self.swept = False
         self.cluster_recorded = False
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="praxist-slurm-poll")
@@ -143,6 +107,7 @@ class SlurmBackend:
         self.selector = selector
         selector.register(self._wake_read, selectors.EVENT_READ, ("backend", ("poll",)))
         self.doorbell = open_doorbell(self.config.notify_host)  # READY, exit.json: at once
+        self.node_probes = NodeProbes(self.client, layout.root, self.partition, nodes)
         self.new_nodes = NewNodes(self.client, self.partition, self.config.probe_new_nodes,
                                   self._pool, self._wake)
         self.new_nodes.ask()  # before the first job, if asked: a probe before its first
@@ -361,7 +326,7 @@ class SlurmBackend:
                 alive=False, exited=True, exit_code=code, signal=exit_record.get("signal"),
                 ended_at=exit_record.get("ended_at"),
                 error=exit_record.get("error") or (reason if verdict == "failed" else None)
-                or (_warned(exit_record) if code else None),
+                or (warning_reason(exit_record) if code else None),
                 failure=task_report(attempt_dir / "failure.json"), **base)
         if not tracked.polled:
             return AttemptObserved(alive=True, **base)
@@ -485,60 +450,9 @@ class SlurmBackend:
             # a submission under way has a job in Slurm before its id is tracked
             self._sweep_strays({t.slurm_id for t in self.tracked.values()})
         self.new_nodes.ask()  # again, if sinfo did not answer
-        events += self._probe(time.time())
+        events += self.node_probes.due(time.time())
         self._kick(time.monotonic())
         return events
-
-    def _probe(self, now: float) -> list[Event]:
-        """R-BUD-2: an offline node whose cool-down is over gets one probe, a tiny job
-        pinned to it (``--nodelist``): it runs once the node takes work again, and its
-        end brings the node back online or restarts the cool-down. A probe the journal
-        placed but Slurm does not know (a restart) is closed without a verdict."""
-        registry = self.nodes()
-        events: list[Event] = []
-        for name, node in registry.nodes.items():
-            if node.probe_placed is not None and name not in self.probes:
-                found = self._probe_job(name)
-                if found is None:
-                    events.append(NodeOutcome(at=now, node=name, partition=self.partition,
-                                              infrastructure=None, probe=True,
-                                              reason="its probe was not found in Slurm"))
-                else:
-                    self.probes[name] = found
-        for name in registry.probes_due(now):
-            if self._submit_probe(name):
-                events.append(NodeProbeStarted(at=now, node=name))
-        for name, slurm_id in list(self.probes.items()):
-            if slurm_id not in self.probe_states:
-                continue  # not polled since it was placed
-            state = self.probe_states.pop(slurm_id)
-            if state is not None and state.state in PENDING_STATES | RUNNING_STATES:
-                self.probe_states[slurm_id] = state
-                continue
-            del self.probes[name]
-            events.append(NodeOutcome(
-                at=now, node=name, partition=self.partition, probe=True,
-                infrastructure=None if state is None else state.state != "COMPLETED",
-                reason=f"probe: Slurm {state.state if state else 'purged it unseen'}"))
-        return events
-
-    def _probe_name(self, node: str) -> str:
-        return f"pxprobe-{run_tag(self.layout.root)}-{slurm_safe(node)}"  # never swept
-
-    def _probe_job(self, node: str) -> str | None:
-        try:
-            found = self.client.find(self._probe_name(node))
-        except SlurmUnavailable:
-            return None
-        return found[0] if found else None
-
-    def _submit_probe(self, node: str) -> bool:
-        try:
-            self.probes[node] = self.client.probe(node, self._probe_name(node))
-        except (SlurmRefused, SlurmUnavailable) as exc:
-            log.warning("node %s: its probe could not be submitted: %s", node, exc)
-            return False
-        return True
 
     def _sweep_strays(self, known: set[str]) -> None:
         try:
@@ -584,7 +498,7 @@ class SlurmBackend:
                 events += self._told(key, self.observe(job, job.current))
             else:
                 del self.tracked[key]  # settled: Slurm's word on it is no longer needed
-        return events + self._probe(time.time())
+        return events + self.node_probes.due(time.time())
 
     def _rung(self) -> list[Event]:
         """The attempts whose shims rang (READY or exit.json written), observed from their
@@ -603,9 +517,7 @@ class SlurmBackend:
         """Slurm's answer about the ids ``asked``: one missing from it is unknown to Slurm.
         Jobs submitted after the question was put wait for the next answer."""
         asked_ids = set(asked)
-        for slurm_id in self.probes.values():
-            if slurm_id in asked_ids:  # None: unknown to Slurm (purged)
-                self.probe_states[slurm_id] = states.get(slurm_id)
+        self.node_probes.take(asked_ids, states)
         for tracked in self.tracked.values():
             if tracked.slurm_id in asked_ids:
                 tracked.state = states.get(tracked.slurm_id)
@@ -642,14 +554,14 @@ class SlurmBackend:
 
     def _kick(self, now: float) -> None:
         """Start the next squeue on the worker thread when it is due and none runs."""
-        if self._polling is not None or now < self._next_poll or not (self.tracked or
-                                                                        self.probes):
+        if self._polling is not None or now < self._next_poll or not (
+                self.tracked or self.node_probes.probes):
             return
         waiting = any(t.state is None or t.state.state in PENDING_STATES
                       for t in self.tracked.values())
         self._next_poll = now + (self.config.poll_pending_s if waiting
                                  else self.config.poll_running_s)
-        ids = [t.slurm_id for t in self.tracked.values()] + list(self.probes.values())
+        ids = [t.slurm_id for t in self.tracked.values()] + list(self.node_probes.probes.values())
         ended = [t.slurm_id for t in self.tracked.values() if not t.final_asked and (
             t.state is not None and t.state.state not in PENDING_STATES | RUNNING_STATES)]
         excluded = self.nodes().excluded()
@@ -750,7 +662,7 @@ class SlurmBackend:
 
     def next_timer(self) -> float:
         kills = [t.kill_at for t in self.tracked.values() if t.kill_at is not None]
-        polls = [self._next_poll] if (self.tracked or self.probes) and \
+        polls = [self._next_poll] if (self.tracked or self.node_probes.probes) and \
             self._polling is None else []
         return min(kills + polls, default=math.inf)
 

@@ -27,7 +27,7 @@ listing the directory, not by stat):
   command's group as they are, so that it may checkpoint; then it records the exit in
   exit.json, fsynced, in the local shim's format, and exits with the command's code.
 
-Reading, running and recording are the local shim's own functions (backends/shim.py).
+Reading, running and recording it shares with the local shim: backends/shim_command.py.
 """
 
 import _json
@@ -37,7 +37,7 @@ import posix
 import sys
 import time
 
-from praxist_fs.backends import shim
+from praxist_fs.backends import shim_command
 
 SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)  # the command is to end
@@ -55,7 +55,7 @@ _warnings = []  # the warnings passed on (or to pass on once the command runs)
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not argv[0].startswith("/"):
-        shim.tell(2, b"usage: slurm_shim ATTEMPT_DIR (an absolute path)\n")
+        shim_command.tell(2, b"usage: slurm_shim ATTEMPT_DIR (an absolute path)\n")
         return 2
     return serve(argv[0].rstrip("/") or "/", dict(os.environ))
 
@@ -63,9 +63,9 @@ def main(argv=None):
 def serve(attempt_dir, environ):
     """Run the attempt in ``attempt_dir`` once; the batch script's exit code."""
     restarts = environ.get("SLURM_RESTART_COUNT", "0")
-    if restarts not in ("", "0") or shim.exists(attempt_dir + "/READY"):
-        shim.tell(2, b"praxist_fs: this attempt has run before (Slurm restart count %s); "
-                     b"refusing to run it twice\n" % restarts.encode())
+    if restarts not in ("", "0") or shim_command.exists(attempt_dir + "/READY"):
+        shim_command.tell(2, b"praxist_fs: this attempt has run before (Slurm restart count "
+                             b"%s); refusing to run it twice\n" % restarts.encode())
         return EX_TEMPFAIL
     for signum in TRAPPED:
         _signal.signal(signum, forward_term)
@@ -79,20 +79,21 @@ def serve(attempt_dir, environ):
         with open(spec_path, "rb") as handle:
             spec = parse_json(handle.read().decode())
     except (OSError, ValueError) as exc:  # no READY: the coordinator sees a failed start
-        shim.tell(2, b"praxist_fs: cannot read the attempt's spec: %s\n" % str(exc).encode())
+        shim_command.tell(2, b"praxist_fs: cannot read the attempt's spec: %s\n"
+                          % str(exc).encode())
         return EX_NOINPUT
     finally:
         remove(spec_path)
     gpus = slurm_gpus(environ)
-    ready = dict(shim.own_identity(), at=time.time(), host=posix.uname().nodename,
+    ready = dict(shim_command.own_identity(), at=time.time(), host=posix.uname().nodename,
                  slurm_job_id=environ.get("SLURM_JOB_ID"),
                  slurm_node=environ.get("SLURMD_NODENAME"),
                  cuda_visible_devices=environ.get("CUDA_VISIBLE_DEVICES"),
                  gpus=",".join(gpus))
     # durable: on a shared filesystem READY's absence is the coordinator's proof that the
     # command never ran (its GO is given as soon as sbatch answers)
-    for _ in shim.write_until_written(attempt_dir + "/READY", shim.to_json(ready),
-                                      durable=True):
+    for _ in shim_command.write_until_written(attempt_dir + "/READY",
+                                              shim_command.to_json(ready), durable=True):
         if "ABORT" in listing(attempt_dir):
             return 0
     ring(spec.get("notify"), attempt_dir)
@@ -103,15 +104,15 @@ def serve(attempt_dir, environ):
         spec = across_tasks(spec, attempt_dir, environ)
     status_fd = posix.open("/dev/null", posix.O_WRONLY | posix.O_CLOEXEC)  # no coordinator pipe
     try:
-        result = shim.run(spec, status_fd, own_group=True, on_start=_started)
+        result = shim_command.run(spec, status_fd, own_group=True, on_start=_started)
     finally:
         posix.close(status_fd)
     if spec.get("tasks"):
         result = first_failure(result, attempt_dir)
     if _warnings:  # the time limit's warning came: a failure may be its doing
         result = dict(result, warned=_warnings[-1])
-    for _ in shim.write_until_written(attempt_dir + "/exit.json", shim.to_json(result),
-                                      durable=True):
+    for _ in shim_command.write_until_written(attempt_dir + "/exit.json",
+                                              shim_command.to_json(result), durable=True):
         pass  # the exit exists only here until written: no giving up
     ring(spec.get("notify"), attempt_dir)
     return min(result["exit_code"], 255)
@@ -314,7 +315,7 @@ def wait_for_go(attempt_dir, timeout):
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(shim.POLL_SECONDS)
+        time.sleep(shim_command.POLL_SECONDS)
 
 
 def remove(path):

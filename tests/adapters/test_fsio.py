@@ -14,7 +14,7 @@ import pytest
 from praxist_fs.adapters.fsio import (
     TEMP_PATTERN, create, makedirs, read_spool_file, rename, temp_name, write_atomic, write_json,
 )
-from praxist_fs.backends import shim
+from praxist_fs.backends import shim_command
 from praxist_fs.errors import BadRequest
 from tests.disks import small_tmpfs
 
@@ -46,7 +46,7 @@ def test_temporary_names_are_hidden_beside_their_file_and_never_repeat(tmp_path)
     sweeps the pattern. The shim cannot import fsio, so it makes the same form itself."""
     target = str(tmp_path / "exit.json")
     form = re.compile(r"\.exit\.json\.%d\.\d+\.tmp" % os.getpid())
-    for make in (temp_name, shim.temp_name):
+    for make in (temp_name, shim_command.temp_name):
         names = [make(target) for _ in range(3)]
         assert len(set(names)) == 3
         for name in names:
@@ -60,7 +60,7 @@ def test_only_the_two_temp_name_functions_spell_a_temporary_name():
     twin: a string with ``.tmp`` anywhere else is a temporary file named by hand."""
     allowed = {("praxist_fs/adapters/fsio.py", "temp_name"),
                ("praxist_fs/adapters/fsio.py", None),  # TEMP_PATTERN, the sweep's glob
-               ("praxist_fs/backends/shim.py", "temp_name")}
+               ("praxist_fs/backends/shim_command.py", "temp_name")}
     found = set()
     for path in sorted([*(ROOT / "praxist_fs").rglob("*.py"), *(ROOT / "tools").glob("*.py")]):
         name = str(path.relative_to(ROOT))

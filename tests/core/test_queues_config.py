@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from praxist_fs import config
+from praxist_fs import config_checks
 from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
 from praxist_fs.core.pickers import PICKERS, JobPicker
 from praxist_fs.core.policy import WORK_CLASSES, Policy
@@ -278,7 +278,7 @@ class Lottery(JobPicker):
 def entry_points(monkeypatch):
     """Pretend these entry points are installed; forget what discovery registered after."""
     installed: list[FakeEntryPoint] = []
-    monkeypatch.setattr(config, "_discovered", False)
+    monkeypatch.setattr(config_checks, "_discovered", False)
     monkeypatch.setattr(importlib.metadata, "entry_points",
                         lambda group: [e for e in installed if group == "praxist_fs.pickers"])
     yield installed
@@ -302,4 +302,4 @@ def test_a_broken_picker_plugin_is_named_in_the_error(entry_points):
 def test_builtins_need_no_discovery(entry_points):
     entry_points.append(FakeEntryPoint("broken", ImportError("never loaded")))
     assert load("job_picker: backfill").job_picker == "backfill"
-    assert config._discovered is False
+    assert config_checks._discovered is False

@@ -159,7 +159,7 @@ def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attem
     """A command without a USR2 handler dies of the warning (exit 140), as under srun;
     exit.json says the warning came (``warned``), which the backend adds to the reason:
     a failure before the time limit is not taken for the command's own."""
-    from praxist_fs.backends.slurm import _warned
+    from praxist_fs.backends.slurm_jobs import warning_reason
     spec(attempt, "echo started; sleep 60")
     (attempt / "GO").touch()
     shim = start(attempt)
@@ -169,8 +169,9 @@ def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attem
     assert ended(shim) == 140
     record = read(attempt / "exit.json")
     assert (record["exit_code"], record["warned"]) == (140, signal.SIGUSR2)
-    assert _warned(record) == "it ended after Slurm's warning before its time limit (SIGUSR2)"
-    assert _warned({"exit_code": 3}) is None
+    assert warning_reason(record) == \
+        "it ended after Slurm's warning before its time limit (SIGUSR2)"
+    assert warning_reason({"exit_code": 3}) is None
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
@@ -237,7 +238,7 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
                if line.startswith(b"import time:")}
     assert {module for module in modules if module.startswith("praxist_fs")} == {
         "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
-        "praxist_fs.backends.shim"}
+        "praxist_fs.backends.shim_command"}
     assert "psutil" not in modules
 
 

@@ -40,7 +40,7 @@ from praxist_fs.adapters.ownership import own_directories
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
 from praxist_fs.core.effects import SpawnAttempt
 
-SHIM = Path(__file__).parent.parent / "shim.py"  # backends/shim.py: Slurm's runs it too
+SHIM = Path(__file__).parent.parent / "shim.py"  # it imports shim_command.py beside it
 # -S: no site, so a peer's sitecustomize cannot run in the shim (and start-up is faster).
 PYTHON_FLAGS = ("-S",)
 # The shim is imported rather than run as ``python -S shim.py``: a script is compiled

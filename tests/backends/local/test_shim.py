@@ -492,12 +492,12 @@ def test_the_shim_imports_only_what_it_must(layout, tmp_path, monkeypatch):
     "\udcff lone surrogate", 0, -3, 2**40, 1.5, 1733000000.123456, 1e-7, 1e22, None, True, False,
 ])
 def test_the_shim_json_writer_matches_json(value):
-    from praxist_fs.backends import shim
+    from praxist_fs.backends import shim_command
 
     document = {"key": value, "k\"\\\n": value}
-    assert json.loads(shim.to_json(document)) == json.loads(json.dumps(document))
-    assert json.loads(shim.to_json(document)) == document
-    assert shim.to_json({"a": 1, "b": None}) == json.dumps({"a": 1, "b": None}).encode()
+    assert json.loads(shim_command.to_json(document)) == json.loads(json.dumps(document))
+    assert json.loads(shim_command.to_json(document)) == document
+    assert shim_command.to_json({"a": 1, "b": None}) == json.dumps({"a": 1, "b": None}).encode()
 
 
 def _comm(pid):

@@ -1,0 +1,383 @@
+"""What every shim does, whichever backend runs it: start the attempt's command, wait
+for it and its orphans, and record its exit durably. Standard library only.
+
+The local backend's shim (shim.py) and the Slurm-mode shim (slurm_shim.py) both run an
+attempt's command and write READY and exit.json with these functions; what only the local
+shim does (the barrier on a pipe, warm shims, the fork server and its supervisors) stays
+in shim.py, so the Slurm shim loads none of it. The local shim imports this module as
+``shim_command`` (its directory is sys.path[0], with no package), the Slurm shim and the
+tests as ``praxist_fs.backends.shim_command``: it imports nothing of the package.
+
+Start-up time is on every job's submit-to-start path, so this file imports only
+modules built into the interpreter (``posix``, ``_signal``, ``errno``, ``time``):
+``os``, ``signal`` (which pulls in ``enum``), ``json`` (``re``), ``subprocess`` and
+``ctypes`` each cost milliseconds. Hence READY and exit.json are written by a small JSON
+writer, and the command is started by posix_spawn (no Python runs in its child), or, to
+run it as another uid (R-SEC-3), by a fork that switches uid and execs. While a full (or
+failing) disk keeps READY or exit.json from being written, the shim holds them in memory
+and tries again until they are written (write_until_written).
+"""
+
+import _signal
+import errno
+import posix
+import time
+
+POLL_SECONDS = 0.2
+DEFAULT_PATH = "/bin:/usr/bin"  # os.defpath: what subprocess searches when env has no PATH
+CAUGHT = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)
+# Python ignores these at start-up; an ignored disposition survives exec.
+RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
+# Errors of a full disk or quota, or a failing disk: READY and exit.json are written again
+# until they are written, since the shim holds what they say in its memory alone.
+RETRIED = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+RETRY_FIRST_S = 0.1  # the first pause between tries; it doubles ...
+RETRY_MAX_S = 5.0  # ... up to this
+_written = 0  # files this process began to write: their temp names' serial number
+
+
+def to_json(document):
+    """The few JSON documents we write: flat objects of str, int, float and None."""
+    return ("{%s}" % ", ".join(
+        "%s: %s" % (_json_str(key), _json_value(value)) for key, value in document.items())
+    ).encode("ascii")
+
+
+def _json_value(value):
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _json_str(value)
+    if isinstance(value, float):
+        if value != value:
+            return "NaN"  # as json.dumps writes them; json.loads reads them back
+        if value in (float("inf"), float("-inf")):
+            return "Infinity" if value > 0 else "-Infinity"
+        return float.__repr__(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    raise TypeError("cannot write %r as JSON" % (value,))
+
+
+def _json_str(text):
+    """Like json.dumps: ASCII only, so a lone surrogate (surrogateescape) is written too."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char == '"' or char == "\\":
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code > 0xFFFF:
+            code -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 | code >> 10, 0xDC00 | code & 0x3FF))
+        else:
+            out.append("\\u%04x" % code)
+    return '"%s"' % "".join(out)
+
+
+def exists(path):
+    try:
+        posix.stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def read_small(path):
+    return read_all(posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC))
+
+
+def read_all(fd):
+    """Everything until EOF; ``fd`` is closed."""
+    try:
+        chunks = []
+        while True:
+            chunk = posix.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        posix.close(fd)
+
+
+def temp_name(path):
+    """The hidden name ``path`` is written under before its rename: ``.NAME.<pid>.<n>.tmp``
+    beside it, the form of fsio.temp_name (PROTOCOL.md section 1). Paths here are absolute."""
+    global _written
+    _written += 1
+    directory, _, name = path.rpartition("/")
+    return "%s/.%s.%d.%d.tmp" % (directory, name, posix.getpid(), _written)
+
+
+def write_file(path, data, durable):
+    """``data`` as ``path``, atomically; with ``durable``, fsynced, and its directory too.
+    A try that fails leaves no temp file behind."""
+    tmp = temp_name(path)
+    fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[posix.write(fd, view):]
+            if durable:
+                posix.fsync(fd)
+        finally:
+            posix.close(fd)
+        posix.replace(tmp, path)
+    except BaseException:
+        try:
+            posix.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        dfd = posix.open(path[:path.rindex("/")] or "/", posix.O_RDONLY | posix.O_DIRECTORY)
+        try:
+            posix.fsync(dfd)
+        finally:
+            posix.close(dfd)
+
+
+def write_until_written(path, data, durable):
+    """write_file, tried again while the disk is full (or failing): what ``data`` says may
+    exist nowhere else. A generator: after each such failure it yields the number of
+    failed tries so far, then pauses (RETRY_FIRST_S, doubling up to RETRY_MAX_S); the
+    caller may give up by leaving the loop. Any other error propagates. Each try is a new
+    temp file, so no fsync is ever repeated on pages a failed one may have dropped."""
+    pause, failures = RETRY_FIRST_S, 0
+    while True:
+        try:
+            write_file(path, data, durable)
+        except OSError as exc:
+            if exc.errno not in RETRIED:
+                raise
+            failures += 1
+            if failures == 1:
+                first = exc
+            yield failures
+            time.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX_S)
+        else:
+            if failures:  # shim.log: why the file came late (the disk has room again)
+                tell(2, b"%s written at try %d (the first failed: %s)\n" % (
+                    path.encode("utf-8", "surrogateescape"), failures + 1, str(first).encode()))
+            return
+
+
+def tell(fd, message):
+    """Write ``message`` to a pipe or log that may be gone: the coordinator may have died
+    (the next one reads the files), the disk of shim.log may be full."""
+    try:
+        posix.write(fd, message)
+    except OSError:
+        pass
+
+
+def own_start_time():
+    data = read_small("/proc/self/stat")
+    return int(data[data.rfind(b")") + 2:].split()[19])
+
+
+def boot_id():
+    try:
+        return read_small("/proc/sys/kernel/random/boot_id").decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
+
+
+def own_identity():
+    """What READY says of us: how a later coordinator recognises this process."""
+    return {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id()}
+
+
+def run(spec, status_fd, own_group=False, on_start=None):
+    """The command's exit record (the body of exit.json). ``own_group``: the command leads
+    a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
+    told its pid once it runs."""
+    argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
+    started = time.time()
+    try:
+        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"),
+                    own_group)
+    except OSError as exc:  # the log
+        failure = (exc.errno, str(exc))
+    except CouldNotStart as exc:  # cwd, exec, a bad argv or env
+        failure = exc.args
+    else:
+        failure = None
+    if failure is not None:
+        return {"exit_code": 127 if failure[0] == errno.ENOENT else 126, "signal": None,
+                "started_at": started, "ended_at": time.time(),
+                "error": "could not start the command: %s" % failure[1]}
+    if on_start is not None:
+        on_start(pid)
+    status = posix.waitpid(pid, 0)[1]  # retried on EINTR (PEP 475): our handlers return
+    reap_orphans()
+    if posix.WIFSIGNALED(status):
+        signum = posix.WTERMSIG(status)
+        return {"exit_code": 128 + signum, "signal": signum, "started_at": started,
+                "ended_at": time.time(), "error": None}
+    return {"exit_code": posix.WEXITSTATUS(status), "signal": None, "started_at": started,
+            "ended_at": time.time(), "error": None}
+
+
+class CouldNotStart(Exception):
+    """(errno or 0, message) of a command that could not be started: cwd, exec, a bad
+    argv or env."""
+
+
+def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
+    """The command's pid, started by posix_spawn: glibc's runs the child in our memory
+    (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
+    pages are copied nor any Python runs in the child. ``user``: (uid, gid, groups) to
+    run it as, another uid's (R-SEC-3): see start_as. ``own_group``: in a new process
+    group (the local shim leads its own session, whose group the command shares).
+
+    Its dispositions are reset and its signal mask restored before the exec: no signal
+    reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
+    change to the command's cwd first: the shim uses absolute paths only."""
+    log = open_log(log_path, user)
+    try:
+        if user is not None:
+            return start_as(user, argv, env, cwd, log, status_fd, own_group)
+        try:
+            posix.chdir(cwd)
+        except OSError as exc:
+            raise CouldNotStart(exc.errno, str(exc)) from None
+        actions = [(posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
+                   (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
+                   (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
+        mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
+        group = {"setpgroup": 0} if own_group else {}  # None is not "unset" to posix_spawn
+        return each_candidate(argv[0], env, lambda candidate: posix.posix_spawn(
+            candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED,
+            **group))
+    finally:
+        posix.close(log)
+
+
+def open_log(log_path, user=None):
+    """The command's log, for appending: never through a symlink, and only a regular file
+    with one link that we own (or, once handed over, ``user`` owns), else CouldNotStart:
+    the attempt is refused and says why, nothing is written (R-SEC-4). For a command run
+    as another uid the log becomes that uid's file: whatever its command prints is that
+    uid's to have written, never a file of ours (root's) holding a peer's bytes, which
+    could pass for ours wherever a file's owner is its author (the spool). Its directory
+    stays ours, so the peer can neither rename nor replace it."""
+    try:
+        log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                         | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO no one reads
+            raise CouldNotStart(exc.errno, "the log %s is %s: refusing to write through it"
+                                % (log_path, "a symbolic link" if exc.errno == errno.ELOOP
+                                   else "not a regular file")) from None
+        raise
+    owners = (posix.geteuid(),) if user is None else (posix.geteuid(), user[0])
+    info = posix.fstat(log)
+    problem = None
+    if (info.st_mode & 0o170000) != 0o100000:
+        problem = "is not a regular file"
+    elif info.st_nlink != 1:
+        problem = "has %d hard links" % info.st_nlink
+    elif info.st_uid not in owners:
+        problem = "is owned by uid %d" % info.st_uid
+    if problem is None and user is not None and info.st_uid != user[0] and \
+            posix.geteuid() == 0:  # else the switch to the user fails next, and says so
+        try:
+            posix.fchown(log, user[0], -1)
+        except OSError as exc:
+            problem = "cannot be given to uid %d (%s)" % (user[0], exc)
+    if problem is not None:
+        posix.close(log)
+        raise CouldNotStart(0, "the log %s %s: refusing to write through it" % (log_path,
+                                                                                problem))
+    posix.set_blocking(log, True)  # O_NONBLOCK was for the open alone (a FIFO's)
+    return log
+
+
+def each_candidate(executable, env, launch):
+    """``launch(path)`` for each path the command's own PATH gives ``executable`` (as
+    subprocess and os.execvpe search) until one succeeds; else CouldNotStart with the
+    first error other than "not here", as subprocess reports it."""
+    if "/" in executable:
+        candidates = [executable]
+    else:
+        candidates = [(directory + "/" if directory else "") + executable
+                      for directory in (env.get("PATH") or DEFAULT_PATH).split(":")]
+    saved = last = None
+    for candidate in candidates:
+        try:
+            return launch(candidate)
+        except OSError as exc:
+            last = exc
+            if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                saved = exc
+        except (ValueError, TypeError) as exc:  # a bad argv or env: NUL, '=' in a name
+            raise CouldNotStart(0, "%s: %s" % (type(exc).__name__, exc)) from None
+    code = (saved or last).errno
+    raise CouldNotStart(code, "[Errno %d] %s: %r" % (code, posix.strerror(code), executable))
+
+
+def start_as(user, argv, env, cwd, log, status_fd, own_group=False):
+    """The command's pid, run as ``user`` = (uid, gid, groups). posix_spawn cannot change
+    uids, so the child is forked: it takes the supplementary groups, the gid, then the
+    uid (each step needs the rights the next gives up), changes to ``cwd`` as that user,
+    and execs. We keep our own uid, to write exit.json into the coordinator's attempt
+    directory. Why the child could not start comes back on a close-on-exec pipe whose
+    EOF means the exec succeeded, as subprocess does it."""
+    uid, gid, groups = user
+    report_read, report_write = posix.pipe2(posix.O_CLOEXEC)
+    pid = posix.fork()
+    if pid == 0:  # never back into the shim, whatever happens
+        failure = b"0:the child failed before its exec"
+        try:
+            posix.close(report_read)
+            for signum in RESTORED:
+                _signal.signal(signum, _signal.SIG_DFL)
+            null = posix.open("/dev/null", posix.O_RDONLY | posix.O_CLOEXEC)
+            posix.dup2(null, 0)
+            posix.dup2(log, 1)
+            posix.dup2(log, 2)
+            posix.close(status_fd)  # its EOF: the shim exited
+            if own_group:
+                posix.setpgid(0, 0)
+            try:
+                posix.setgroups(groups)
+                posix.setgid(gid)
+                posix.setuid(uid)
+            except OSError as exc:
+                raise CouldNotStart(exc.errno, "could not switch to uid %d: %s"
+                                    % (uid, exc)) from None
+            try:
+                posix.chdir(cwd)
+            except OSError as exc:
+                raise CouldNotStart(exc.errno, str(exc)) from None
+            each_candidate(argv[0], env, lambda candidate: posix.execve(candidate, argv, env))
+        except CouldNotStart as exc:
+            failure = ("%d:%s" % exc.args).encode("utf-8", "surrogateescape")
+        except OSError as exc:
+            failure = ("%d:%s" % (exc.errno or 0, exc)).encode("utf-8", "surrogateescape")
+        finally:
+            tell(report_write, failure)
+            posix._exit(127)
+    posix.close(report_write)
+    report = read_all(report_read)
+    if not report:
+        return pid
+    posix.waitpid(pid, 0)
+    code, _, message = report.partition(b":")
+    raise CouldNotStart(int(code), message.decode("utf-8", "surrogateescape"))
+
+
+def reap_orphans():
+    while True:
+        try:
+            posix.wait()
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
