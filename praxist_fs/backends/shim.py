@@ -39,7 +39,7 @@ and it serves that attempt as a warm shim would; once the attempt is over
 holds only itself (it is the subreaper: it waited for every descendant), it
 says ``D`` on the attempt's status pipe, closes it, and waits on its pool
 socket again, idle. An idle supervisor exits on SIGTERM, SIGINT or
-SIGHUP, and when the pool socket closes (the coordinator closed it, or is
+SIGHUP (one that came once its attempt was over counts), and when the pool socket closes (the coordinator closed it, or is
 gone): so none outlives its coordinator by more than the attempt it serves.
 The server exits when the coordinator closes its end; its children carry on.
 
@@ -154,10 +154,23 @@ def main():
     return serve(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
 
 
+# the signals that came once the attempt was over (``serve``: from just before ``D``),
+# before a supervisor is idle again: they are the idle supervisor's, raised again then
+_after_attempt = []
+_attempt_over = [False]
+
+
 def catch_signals():
+    _attempt_over[0] = False
+    del _after_attempt[:]
     for signum in shim_command.CAUGHT:
-        # The group's signals reach the command directly; we stay to record its exit.
-        _signal.signal(signum, lambda *_: None)
+        _signal.signal(signum, _caught)
+
+
+def _caught(signum, _frame):
+    """The group's signals reach the command directly; we stay to record its exit."""
+    if _attempt_over[0]:
+        _after_attempt.append(signum)
 
 
 def serve_forks(attempts, sock_fd):
@@ -252,6 +265,8 @@ def supervise(attempts, pool, prctl):
             return 0  # told no attempt (dismissed), or one outside the run's attempts
         for signum in shim_command.CAUGHT:  # idle: nothing of an attempt is left to record
             _signal.signal(signum, _signal.SIG_DFL)
+        for signum in _after_attempt:  # sent to an idle supervisor: it ends as one would
+            posix.kill(posix.getpid(), signum)
         posix.chdir("/")
         posix.dup2(null, 1)
         posix.dup2(null, 2)
@@ -301,6 +316,7 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
     try:
         serve_attempt(attempt_dir, go_fd, status_fd, identity, spec)
         # over, and nothing of it runs (we waited for every descendant)
+        _attempt_over[0] = True
         shim_command.tell(status_fd, b"D")
     finally:
         posix.close(status_fd)
