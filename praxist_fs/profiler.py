@@ -443,9 +443,12 @@ class _Tree:
                 with proc.oneshot():
                     if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
                         continue
+                    resident = proc.memory_info().rss
+                    if not resident:  # its memory is gone: exiting, a zombie in a moment
+                        continue
                     key = (proc.pid, proc.create_time())
                     times = proc.cpu_times()
-                    rss += proc.memory_info().rss
+                    rss += resident
                     try:
                         io = proc.io_counters()
                         counters = (io.read_bytes, io.write_bytes)
