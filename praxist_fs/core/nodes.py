@@ -1,6 +1,7 @@
 """The node registry (R-BUD-2): which nodes of a cluster backend get new attempts.
 
-Every rule of node health lives here. Like the rest of the core it knows no clock,
+Every rule of node health lives here; the moves between its states are
+``NODE_TRANSITIONS`` in core/states.py, beside the other machines. Like the rest of the core it knows no clock,
 path or Slurm command: time comes in as ``at``, facts as the journaled events
 ``NodeOutcome`` and ``NodeProbeStarted``, and ``handle`` is the only mutator, so
 replaying the journal rebuilds the registry; ``to_dict`` / ``from_dict`` are its
@@ -38,22 +39,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 from ..errors import InvalidTransition
 from .events import Event, NodeListed, NodeOutcome, NodeProbeStarted, node_name_problem
 from .policy import NODE_COOLDOWN_S as COOLDOWN_S  # the task file's default
+from .states import NodeState, NodeTrigger, node_transition
 
 FAILURES_TO_OFFLINE = 2  # R-BUD-2: this many infrastructure failures in a row
 LOCAL_NODE = "local"  # seed 003's implicit local node: this host, never declared
-
-
-class NodeState(str, Enum):
-    ONLINE = "online"    # takes work
-    SUSPECT = "suspect"  # failing, but the last node of a partition: still takes work
-    OFFLINE = "offline"  # excluded from new attempts until a success
-    PROBING = "probing"  # offline with its cool-down over; shown, never stored
 
 
 _STORED = (NodeState.ONLINE, NodeState.SUSPECT, NodeState.OFFLINE)
@@ -219,20 +213,22 @@ class NodeRegistry:
         node.last_failure = reason
         if node.failures < FAILURES_TO_OFFLINE:
             if node.state is NodeState.OFFLINE:  # new, its first probe failed: cool down
-                self._enter(node, NodeState.OFFLINE, at)
+                self._enter(node, NodeTrigger.FAIL, at)
             return
         if not self._last_of(node):
-            self._enter(node, NodeState.OFFLINE, at)
+            self._enter(node, NodeTrigger.FAIL, at)
         elif node.state is not NodeState.SUSPECT:
-            self._enter(node, NodeState.SUSPECT, at)
+            self._enter(node, NodeTrigger.FAIL_LAST, at)
 
     def _succeeded(self, node: Node, at: float) -> None:
         node.failures, node.last_failure = 0, None
         if node.state is not NodeState.ONLINE:
-            self._enter(node, NodeState.ONLINE, at)
+            self._enter(node, NodeTrigger.SUCCEED, at)
 
-    def _enter(self, node: Node, state: NodeState, at: float) -> None:
-        """``since`` starts again, and an offline node's cool-down with it."""
+    def _enter(self, node: Node, trigger: NodeTrigger, at: float) -> None:
+        """The state ``trigger`` leads to from the node's (core/states.py's table):
+        ``since`` starts again, and an offline node's cool-down with it."""
+        state = node_transition(node.name, node.state, trigger)
         node.state, node.since = state, at
         node.probe_after = at + self.cooldown_s if state is NodeState.OFFLINE else None
         if state is NodeState.SUSPECT:
@@ -244,7 +240,7 @@ class NodeRegistry:
         """``node`` takes work: a suspect that it leaves no longer the last goes offline."""
         for name in sorted(self._suspects - {node.name}):
             if not self._last_of(self.nodes[name]):
-                self._enter(self.nodes[name], NodeState.OFFLINE, at)
+                self._enter(self.nodes[name], NodeTrigger.RELIEVE, at)
 
     def _last_of(self, node: Node) -> list[str]:
         """The partitions of ``node`` where no other node takes work."""
@@ -255,7 +251,7 @@ class NodeRegistry:
     @staticmethod
     def _shown(node: Node, at: float) -> NodeState:
         if node.state is NodeState.OFFLINE and at >= node.probe_after:
-            return NodeState.PROBING
+            return node_transition(node.name, node.state, NodeTrigger.COOL)
         return node.state
 
     def _reason(self, node: Node, at: float) -> str | None:

@@ -2,8 +2,9 @@
 
 Rule 1: every change of a job's state goes through ``transition()``, of an
 attempt's phase through ``attempt_transition()``, of a generation's phase through
-``generation_transition()``, of a lease's state through ``lease_transition()``, and
-every reply's outcome is checked by ``reply_transition()``. A pair missing from
+``generation_transition()``, of a lease's state through ``lease_transition()``, of a
+cluster node's health through ``node_transition()``, and every reply's outcome is
+checked by ``reply_transition()``. A pair missing from
 its table is a bug in the scheduler and raises ``InvalidTransition`` naming the
 thing, the state and the trigger, before anything changed.
 Rule 2: states are plain strings on disk (``str`` enums: ``json.dumps`` writes
@@ -212,6 +213,42 @@ LEASE_TRANSITIONS: dict[tuple[LeaseState, LeaseTrigger], LeaseState] = {
 
 def lease_transition(lease_id: str, state: LeaseState, trigger: LeaseTrigger) -> LeaseState:
     return _step(LEASE_TRANSITIONS, "lease", lease_id, state, trigger)
+
+
+class NodeState(StrEnum):
+    """A cluster node's health (R-BUD-2, core/nodes.py): whether new attempts go there.
+    ``probing`` is shown, never stored: an offline node whose cool-down is over."""
+
+    ONLINE = "online"    # takes work
+    SUSPECT = "suspect"  # failing, but the last node of a partition: still takes work
+    OFFLINE = "offline"  # excluded from new attempts until a success
+    PROBING = "probing"  # offline with its cool-down over: its one probe may go there
+
+
+class NodeTrigger(StrEnum):
+    SUCCEED = "succeed"      # an attempt there ran its command and ended (its probe, say)
+    FAIL = "fail"            # failing: out of rotation (again: its cool-down restarts)
+    FAIL_LAST = "fail_last"  # failing, but the last node of a partition that takes work
+    RELIEVE = "relieve"      # another node of its partitions takes work again
+    COOL = "cool"            # its cool-down is over (shown only: its stored state stands)
+
+
+NODE_TRANSITIONS: dict[tuple[NodeState, NodeTrigger], NodeState] = {
+    (NodeState.SUSPECT, NodeTrigger.SUCCEED): NodeState.ONLINE,
+    (NodeState.OFFLINE, NodeTrigger.SUCCEED): NodeState.ONLINE,
+    # the second failure in a row, or a new node's first probe failed
+    (NodeState.ONLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.SUSPECT, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.OFFLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.ONLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
+    (NodeState.OFFLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
+    (NodeState.SUSPECT, NodeTrigger.RELIEVE): NodeState.OFFLINE,
+    (NodeState.OFFLINE, NodeTrigger.COOL): NodeState.PROBING,
+}
+
+
+def node_transition(node: str, state: NodeState, trigger: NodeTrigger) -> NodeState:
+    return _step(NODE_TRANSITIONS, "node", node, state, trigger)
 
 
 class Verdict(StrEnum):

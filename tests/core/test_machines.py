@@ -1,5 +1,5 @@
 """The core's other state machines (issue 16): attempt phase, generation phase, lease
-life cycle and reply outcomes, each a str enum with one table, like the jobs'.
+life cycle, node health (issue 30) and reply outcomes, each a str enum with one table, like the jobs'.
 
 A pair missing from a table raises ``InvalidTransition`` naming the thing, its
 state and the trigger; the values stay the strings the journal, snapshots, job
@@ -18,10 +18,11 @@ from praxist_fs.core.events import ControlSeen, GenerationPhase, LeaseGranted, t
 from praxist_fs.core.request import ControlRequest
 from praxist_fs.core.snapshot import load, render
 from praxist_fs.core.states import (
-    ATTEMPT_TRANSITIONS, GENERATION_TRANSITIONS, LEASE_TRANSITIONS, REPLY_TRANSITIONS,
-    TRANSITIONS, AttemptPhase, AttemptTrigger, GenerationStage, GenerationTrigger, JobState,
-    LeaseState, LeaseTrigger, ReplyOutcome, attempt_transition, generation_transition,
-    lease_transition, reply_transition,
+    ATTEMPT_TRANSITIONS, GENERATION_TRANSITIONS, LEASE_TRANSITIONS, NODE_TRANSITIONS,
+    REPLY_TRANSITIONS, TRANSITIONS, AttemptPhase, AttemptTrigger, GenerationStage,
+    GenerationTrigger, JobState, LeaseState, LeaseTrigger, NodeState, NodeTrigger,
+    ReplyOutcome, attempt_transition, generation_transition, lease_transition,
+    node_transition, reply_transition,
 )
 from praxist_fs.errors import InvalidTransition
 
@@ -47,6 +48,17 @@ EXPECTED_LEASE = {
     (LeaseState.GRANTED, LeaseTrigger.EXPIRE): LeaseState.EXPIRED,
     (LeaseState.GRANTED, LeaseTrigger.REVOKE): LeaseState.REVOKED,
 }
+EXPECTED_NODE = {
+    (NodeState.SUSPECT, NodeTrigger.SUCCEED): NodeState.ONLINE,
+    (NodeState.OFFLINE, NodeTrigger.SUCCEED): NodeState.ONLINE,
+    (NodeState.ONLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.SUSPECT, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.OFFLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
+    (NodeState.ONLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
+    (NodeState.OFFLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
+    (NodeState.SUSPECT, NodeTrigger.RELIEVE): NodeState.OFFLINE,
+    (NodeState.OFFLINE, NodeTrigger.COOL): NodeState.PROBING,
+}
 _REPLAYABLE = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETED,
                JobState.DRAINED_UNKNOWN)
 _RERUNNABLE = (JobState.FAILED, JobState.REJECTED, JobState.CANCELLED)
@@ -69,6 +81,8 @@ MACHINES = {
                    list(GenerationStage), list(GenerationTrigger)),
     "lease": (LEASE_TRANSITIONS, EXPECTED_LEASE, lease_transition,
               list(LeaseState), list(LeaseTrigger)),
+    "node": (NODE_TRANSITIONS, EXPECTED_NODE, node_transition,
+             list(NodeState), list(NodeTrigger)),
     "reply": (REPLY_TRANSITIONS, EXPECTED_REPLY, reply_transition,
               [None, *JobState], list(ReplyOutcome)),
 }
@@ -114,6 +128,14 @@ def test_ended_things_stay_ended():
     assert {state for state, _ in LEASE_TRANSITIONS} == {LeaseState.GRANTED}
 
 
+def test_a_probing_node_is_shown_never_stored():
+    """Only a cool-down leads to probing, and nothing leaves it: the registry keeps the
+    node offline, so its probe's outcome moves it from there (R-BUD-2)."""
+    assert not [pair for pair in NODE_TRANSITIONS if pair[0] is NodeState.PROBING]
+    assert [pair for pair, target in NODE_TRANSITIONS.items()
+            if target is NodeState.PROBING] == [(NodeState.OFFLINE, NodeTrigger.COOL)]
+
+
 def test_a_reply_that_queues_work_again_is_a_job_transition():
     """seed 000 "Submission": "Without the flag, a terminal duplicate is reported
     explicitly instead of silently rerunning": only accepted (an expired job) and
@@ -130,6 +152,7 @@ def test_a_reply_that_queues_work_again_is_a_job_transition():
     (AttemptPhase, {"launching", "barrier", "running", "ended"}),
     (GenerationStage, {"open", "assessment", "closing", "closed"}),
     (LeaseState, {"granted", "consumed", "declined", "expired", "revoked"}),
+    (NodeState, {"online", "suspect", "offline", "probing"}),
     (ReplyOutcome, {"accepted", "duplicate", "terminal_duplicate", "retry_accepted",
                     "rejected"}),
 ])
