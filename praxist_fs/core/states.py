@@ -13,14 +13,15 @@ the value too, since their states are spelled into reasons and replies as they a
 So are the outcomes a machine ends or answers in (an attempt's outcome, a control
 reply's, a lease's use, the budget's verdict) and a queue's preemption mode: each is
 one of a closed set of words that files carry, named once here.
-docs/PROTOCOL.md's state diagram is generated from the job table.
+Rule 3: docs/PROTOCOL.md draws every table here (``TABLES``, by
+``tools/state_diagram.py``), and a test fails when a drawing and its table differ.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum, StrEnum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import InvalidTransition
 
@@ -318,6 +319,17 @@ def reply_transition(request_id: str, state: JobState | None, outcome: ReplyOutc
     """The state the job is in once answered ``outcome`` (``state`` before the request)."""
     return _step(REPLY_TRANSITIONS, "request", request_id, state, outcome)
 
+
+# Every table above by the name its drawing carries in docs/PROTOCOL.md
+# (tools/state_diagram.py draws them; a test checks each drawing against its table).
+TABLES: dict[str, Mapping[tuple[Any, Enum], Any]] = {
+    "job": TRANSITIONS,
+    "attempt": ATTEMPT_TRANSITIONS,
+    "generation": GENERATION_TRANSITIONS,
+    "lease": LEASE_TRANSITIONS,
+    "node": NODE_TRANSITIONS,
+    "reply": REPLY_TRANSITIONS,
+}
 
 _S = TypeVar("_S")
 

@@ -7,19 +7,23 @@ and it keeps a fake "disk" (the last WriteJob / WriteReply per id) so tests can
 assert the job and reply files a user would read. Around it: control requests, a
 coordinator of a given uid, a picker that records what the loop asks, a harness
 that journals (preemption), a backfill cluster on a virtual clock, and a workload
-driven through the real driver on the in-memory backend. The deterministic
+driven through the real driver on the in-memory backend, and the state tables as
+docs/PROTOCOL.md draws them. The deterministic
 simulation lives apart, in simulation.py.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 import random
 from collections import deque
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from praxist_fs.backends.memory import MemoryBackend
@@ -39,6 +43,7 @@ from praxist_fs.core.request import (
     Request, parse_control, parse_request, request_id_from_filename,
 )
 from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.core.states import TABLES
 from praxist_fs.driver import VirtualLoop
 from praxist_fs.errors import BadRequest
 
@@ -303,6 +308,42 @@ def replayed(journal: list[dict[str, Any]]) -> Scheduler:
     for record in journal:
         sched.handle(from_record(record))
     return sched
+
+
+# -- the state tables as docs/PROTOCOL.md draws them -------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
+
+
+def state_diagram_tool() -> ModuleType:
+    """tools/state_diagram.py, the script that draws and checks the tables."""
+    spec = importlib.util.spec_from_file_location("state_diagram",
+                                                  ROOT / "tools" / "state_diagram.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def documented_table(name: str) -> dict[tuple[Any, Enum], Any]:
+    """Machine ``name``'s table as docs/PROTOCOL.md draws it, in the enums of its code
+    table (``none``: None): the copy a reader checks, which tests compare the code with."""
+    table = TABLES[name]
+    trigger_type = type(next(iter(table))[1])
+    state_type = type(next(state for state, _ in table if state is not None))
+    member = {"none": None, **{state.value: state for state in state_type}}
+    text = PROTOCOL.read_text(encoding="utf-8")
+    first, last = state_diagram_tool().blocks(text)[name]
+    lines = text.splitlines()[first + 1:last]
+    drawn = [line.strip() for line in lines if "-->" in line]
+    table_drawn = {}
+    for line in drawn:
+        source, rest = line.split(" --> ")
+        target, trigger = rest.split(": ")
+        table_drawn[(member[source], trigger_type(trigger))] = member[target]
+    assert len(table_drawn) == len(drawn), f"the {name} drawing repeats a move"
+    return table_drawn
 
 
 # -- backfill: a cluster of eight GPUs whose jobs run exactly their ETA --------------

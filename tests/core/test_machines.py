@@ -1,5 +1,6 @@
 """The core's other state machines (issue 16): attempt phase, generation phase, lease
-life cycle, node health (issue 30) and reply outcomes, each a str enum with one table, like the jobs'.
+life cycle, node health (issue 30) and reply outcomes, each a str enum with one table,
+like the jobs', drawn in docs/PROTOCOL.md: the drawing is what the table must equal.
 
 A pair missing from a table raises ``InvalidTransition`` naming the thing, its
 state and the trigger; the values stay the strings the journal, snapshots, job
@@ -26,64 +27,21 @@ from praxist_fs.core.states import (
 )
 from praxist_fs.errors import InvalidTransition
 
-from .helpers import Harness
+from .helpers import Harness, documented_table
 
-EXPECTED_ATTEMPT = {
-    (AttemptPhase.LAUNCHING, AttemptTrigger.SHIM_SEEN): AttemptPhase.BARRIER,
-    (AttemptPhase.BARRIER, AttemptTrigger.GO): AttemptPhase.RUNNING,
-    (AttemptPhase.LAUNCHING, AttemptTrigger.END): AttemptPhase.ENDED,
-    (AttemptPhase.BARRIER, AttemptTrigger.END): AttemptPhase.ENDED,
-    (AttemptPhase.RUNNING, AttemptTrigger.END): AttemptPhase.ENDED,
-}
-EXPECTED_GENERATION = {
-    (GenerationStage.OPEN, GenerationTrigger.ASSESS): GenerationStage.ASSESSMENT,
-    (GenerationStage.ASSESSMENT, GenerationTrigger.ASSESS): GenerationStage.ASSESSMENT,
-    (GenerationStage.OPEN, GenerationTrigger.CLOSE): GenerationStage.CLOSING,
-    (GenerationStage.ASSESSMENT, GenerationTrigger.CLOSE): GenerationStage.CLOSING,
-    (GenerationStage.CLOSING, GenerationTrigger.DRAIN): GenerationStage.CLOSED,
-}
-EXPECTED_LEASE = {
-    (LeaseState.GRANTED, LeaseTrigger.CONSUME): LeaseState.CONSUMED,
-    (LeaseState.GRANTED, LeaseTrigger.DECLINE): LeaseState.DECLINED,
-    (LeaseState.GRANTED, LeaseTrigger.EXPIRE): LeaseState.EXPIRED,
-    (LeaseState.GRANTED, LeaseTrigger.REVOKE): LeaseState.REVOKED,
-}
-EXPECTED_NODE = {
-    (NodeState.SUSPECT, NodeTrigger.SUCCEED): NodeState.ONLINE,
-    (NodeState.OFFLINE, NodeTrigger.SUCCEED): NodeState.ONLINE,
-    (NodeState.ONLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
-    (NodeState.SUSPECT, NodeTrigger.FAIL): NodeState.OFFLINE,
-    (NodeState.OFFLINE, NodeTrigger.FAIL): NodeState.OFFLINE,
-    (NodeState.ONLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
-    (NodeState.OFFLINE, NodeTrigger.FAIL_LAST): NodeState.SUSPECT,
-    (NodeState.SUSPECT, NodeTrigger.RELIEVE): NodeState.OFFLINE,
-    (NodeState.OFFLINE, NodeTrigger.COOL): NodeState.PROBING,
-}
-_REPLAYABLE = (JobState.QUEUED, JobState.RUNNING, JobState.SUSPENDED, JobState.COMPLETED,
-               JobState.DRAINED_UNKNOWN)
 _RERUNNABLE = (JobState.FAILED, JobState.REJECTED, JobState.CANCELLED)
-# docs/PROTOCOL.md section 4, "The outcome depends on whether a job with this tag exists,
-# its state, the fingerprint and retry_terminal": (the job's state before, outcome) -> after
-EXPECTED_REPLY = {
-    (None, ReplyOutcome.ACCEPTED): JobState.QUEUED,
-    (JobState.EXPIRED, ReplyOutcome.ACCEPTED): JobState.QUEUED,
-    **{(s, ReplyOutcome.DUPLICATE): s for s in _REPLAYABLE},
-    **{(s, ReplyOutcome.TERMINAL_DUPLICATE): s for s in _RERUNNABLE},
-    **{(s, ReplyOutcome.RETRY_ACCEPTED): JobState.QUEUED for s in _RERUNNABLE},
-    **{(s, ReplyOutcome.REJECTED): s for s in (None, *JobState)},
-}
 
-# (table, expected, its checked step, states, triggers)
+# (table, expected: docs/PROTOCOL.md's drawing, its checked step, states, triggers)
 MACHINES = {
-    "attempt": (ATTEMPT_TRANSITIONS, EXPECTED_ATTEMPT, attempt_transition,
+    "attempt": (ATTEMPT_TRANSITIONS, documented_table("attempt"), attempt_transition,
                 list(AttemptPhase), list(AttemptTrigger)),
-    "generation": (GENERATION_TRANSITIONS, EXPECTED_GENERATION, generation_transition,
+    "generation": (GENERATION_TRANSITIONS, documented_table("generation"), generation_transition,
                    list(GenerationStage), list(GenerationTrigger)),
-    "lease": (LEASE_TRANSITIONS, EXPECTED_LEASE, lease_transition,
+    "lease": (LEASE_TRANSITIONS, documented_table("lease"), lease_transition,
               list(LeaseState), list(LeaseTrigger)),
-    "node": (NODE_TRANSITIONS, EXPECTED_NODE, node_transition,
+    "node": (NODE_TRANSITIONS, documented_table("node"), node_transition,
              list(NodeState), list(NodeTrigger)),
-    "reply": (REPLY_TRANSITIONS, EXPECTED_REPLY, reply_transition,
+    "reply": (REPLY_TRANSITIONS, documented_table("reply"), reply_transition,
               [None, *JobState], list(ReplyOutcome)),
 }
 LEGAL = [(machine, pair) for machine, (_, expected, *_rest) in MACHINES.items()

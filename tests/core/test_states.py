@@ -12,33 +12,10 @@ from praxist_fs.core.events import AttemptLaunched, AttemptObserved
 from praxist_fs.core.states import TRANSITIONS, JobState, Trigger, transition
 from praxist_fs.errors import InvalidTransition
 
-from .helpers import Harness
+from .helpers import Harness, documented_table
 
-EXPECTED_TABLE = {
-    (JobState.QUEUED, Trigger.LAUNCH): JobState.RUNNING,
-    (JobState.QUEUED, Trigger.FREEZE): JobState.REJECTED,
-    (JobState.QUEUED, Trigger.CANCEL): JobState.CANCELLED,
-    (JobState.RUNNING, Trigger.CANCEL): JobState.CANCELLED,
-    (JobState.RUNNING, Trigger.EXIT_OK): JobState.COMPLETED,
-    (JobState.RUNNING, Trigger.EXIT_RETRY): JobState.QUEUED,
-    (JobState.RUNNING, Trigger.EXIT_FAIL): JobState.FAILED,
-    (JobState.RUNNING, Trigger.RELEASE): JobState.QUEUED,
-    (JobState.RUNNING, Trigger.LOST): JobState.DRAINED_UNKNOWN,
-    (JobState.RUNNING, Trigger.SUSPEND): JobState.SUSPENDED,
-    (JobState.RUNNING, Trigger.PREEMPT): JobState.QUEUED,
-    (JobState.SUSPENDED, Trigger.RESUME): JobState.RUNNING,
-    (JobState.SUSPENDED, Trigger.CANCEL): JobState.CANCELLED,
-    (JobState.SUSPENDED, Trigger.EXIT_OK): JobState.COMPLETED,
-    (JobState.SUSPENDED, Trigger.EXIT_RETRY): JobState.QUEUED,
-    (JobState.SUSPENDED, Trigger.EXIT_FAIL): JobState.FAILED,
-    (JobState.SUSPENDED, Trigger.RELEASE): JobState.QUEUED,
-    (JobState.SUSPENDED, Trigger.LOST): JobState.DRAINED_UNKNOWN,
-    (JobState.FAILED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
-    (JobState.REJECTED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
-    (JobState.CANCELLED, Trigger.RETRY_TERMINAL): JobState.QUEUED,
-    (JobState.QUEUED, Trigger.EXPIRE): JobState.EXPIRED,
-    (JobState.EXPIRED, Trigger.RESUBMIT): JobState.QUEUED,
-}
+# docs/PROTOCOL.md's drawing: the copy a reader sees, which the table must equal
+EXPECTED_TABLE = documented_table("job")
 
 ALL_PAIRS = list(itertools.product(JobState, Trigger))
 UNLISTED = [pair for pair in ALL_PAIRS if pair not in EXPECTED_TABLE]

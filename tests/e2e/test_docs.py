@@ -490,7 +490,7 @@ def test_python_sweep_example_runs_verbatim_and_again_without_rerunning(served, 
     assert all(len(doc["attempts"]) == 1 for doc in ended().values())  # nothing ran again
 
 
-def test_state_diagram_in_protocol_matches_the_transition_table():
+def test_state_diagrams_in_protocol_match_their_tables():
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "state_diagram.py"),
                              "--check", str(PROTOCOL)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
