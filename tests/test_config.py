@@ -7,40 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs.config import load_policy, parse_task_text, policy_from_mapping
+from praxist_fs.config import DEFAULT_TASK_YAML, load_policy, parse_task_text, policy_from_mapping
 from praxist_fs.core.policy import DEFAULT_PRESSURE_THRESHOLDS, Policy, PressureThreshold, Profile
 from praxist_fs.errors import PolicyError
 
 TASKS = Path(__file__).resolve().parent.parent / "fixtures" / "tasks"
 RS = "compute_budget.resource_scheduler"
-
-SEED_000_CONTRACT = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
-    supply_signal_enabled: true
-    supply_idle_samples: 3
-    supply_lease_seconds: 600
-    mature_supply_fraction: 0.25
-    mature_supply_redundancy: 3.0
-    mature_assessment_min_completion_probability: 0.25
-    exploration_reserve: 1
-    infrastructure_retries: 1
-    default_profile: gpu_work
-    profiles:
-      cpu_ordinary:
-        accelerator: cpu
-        pressure_domains: [cpu, memory, io]
-      gpu_work:
-        accelerator: gpu
-        gpu_count: 1
-        gpu_memory_gb: 20
-        gpu_utilization_pct: 45
-        pressure_domains: [cpu, memory, io]
-"""
 
 
 def scheduler(body: str, mode: str | None = "central", extra: str = "") -> str:
@@ -70,9 +42,9 @@ def assert_policy_error(exc: PolicyError, key_path: str, value: object, expected
 
 
 def test_embedded_default_is_seed_000_and_policy_defaults():
+    """Every value of seed 000's Task Contract (config.DEFAULT_TASK_YAML), spelled out."""
     policy = load_policy(None)
     assert policy == Policy()
-    assert policy == load_policy_text(SEED_000_CONTRACT)
     assert (policy.mode, policy.initial_concurrent_experiments, policy.min_concurrent_experiments,
             policy.max_concurrent_experiments) == ("central", 2, 1, 8)
     assert policy.supply_signal_enabled is True
@@ -84,6 +56,8 @@ def test_embedded_default_is_seed_000_and_policy_defaults():
     assert policy.profiles["gpu_work"] == Profile(
         name="gpu_work", accelerator="gpu", gpu_count=1, gpu_memory_gb=20.0,
         gpu_utilization_pct=45.0, pressure_domains=("cpu", "memory", "io"))
+    assert policy.profiles["cpu_ordinary"] == Profile(
+        name="cpu_ordinary", accelerator="cpu", pressure_domains=("cpu", "memory", "io"))
     assert policy.profiles["cpu_ordinary"].gpu_count == 0
     assert policy.normalizations == ()
 
@@ -646,7 +620,7 @@ def test_a_budget_loads_with_rates_and_round_trips():
 
 
 def test_no_budget_block_means_no_limits_and_no_rates():
-    for text in (SEED_000_CONTRACT, scheduler(BUDGET_PROFILES + "budget:")):
+    for text in (DEFAULT_TASK_YAML, scheduler(BUDGET_PROFILES + "budget:")):
         budget = load_policy_text(text).budget
         assert not budget.limited and budget.rates == {} and budget.at_fraction == 0.9
 
