@@ -28,19 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_coordinator import TASK_YAML
 from fixture import build_run
 
-TASK_YAML = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
-    default_profile: cpu_light
-    profiles:
-      cpu_light: {accelerator: cpu}
-"""
 TARGET_S = 0.5
 PER_HOUR = 1000
 
@@ -97,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-jobs-"))
     try:
         task = scratch / "task.yaml"
-        task.write_text(TASK_YAML)
+        task.write_text(TASK_YAML.format(concurrency=2, maximum=8))
         run_dir = scratch / "run"
         built = build_run(run_dir, task, finished=args.finished, spacing=3600 / PER_HOUR,
                           last_at=time.time() - 60)
