@@ -27,18 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_coordinator import TASK_YAML
+
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: {slots}
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: {slots}
-    default_profile: cpu_light
-    profiles:
-      cpu_light: {{accelerator: cpu}}
-"""
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -58,7 +49,7 @@ def measure(repo: Path, jobs: int, slots: int) -> dict:
     coordinator = None
     try:
         run = scratch / "run"
-        (scratch / "task.yaml").write_text(TASK.format(slots=slots))
+        (scratch / "task.yaml").write_text(TASK_YAML.format(concurrency=slots, maximum=slots))
         with open(scratch / "coordinator.log", "wb") as log:
             coordinator = subprocess.Popen(
                 ["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" -m praxist_fs serve '

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +19,25 @@ from pathlib import Path
 import psutil
 import pytest
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: {slots}
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
-    infrastructure_retries: {retries}
-    default_profile: cpu
-    profiles:
-      cpu: {{accelerator: cpu, pressure_domains: [cpu]}}
-      other_cpu: {{accelerator: cpu}}
-      gpu_work: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
-"""
+def scheduler_task(body: str) -> str:
+    """A task file in central mode whose resource_scheduler block holds ``body``: its own
+    YAML lines, written unindented, so a test spells only what it is about
+    (``str.format`` placeholders and ``{{`` escapes in ``body`` stand)."""
+    return "compute_budget:\n  resource_scheduler:\n    mode: central\n" + textwrap.indent(
+        body, "    ")
+
+
+TASK = scheduler_task("""\
+initial_concurrent_experiments: {slots}
+min_concurrent_experiments: 1
+max_concurrent_experiments: 8
+infrastructure_retries: {retries}
+default_profile: cpu
+profiles:
+  cpu: {{accelerator: cpu, pressure_domains: [cpu]}}
+  other_cpu: {{accelerator: cpu}}
+  gpu_work: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
+""")
 
 
 def wait_for(predicate, timeout=15.0, interval=0.02, message="condition"):
@@ -266,15 +272,27 @@ def gone(process: psutil.Process) -> bool:
         return True
 
 
-CPU_ONLY = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
+CPU_ONLY = scheduler_task("""\
+initial_concurrent_experiments: 2
+max_concurrent_experiments: 2
+default_profile: cpu
+profiles:
+  cpu: {accelerator: cpu}
+""")
+# a run on the fake Slurm cluster (tests/slurm): one CPU profile; add its ``slurm:`` block
+SLURM_CPU = scheduler_task("""\
+backend: slurm
+max_concurrent_experiments: 2
+default_profile: cpu
+profiles:
+  cpu: {accelerator: cpu}
+""")
+# ... polling the fake cluster fast, each job one CPU and 64 MB
+SLURM_TASK = SLURM_CPU + """\
+    slurm:
+      default_resources: {cpus: 1, mem_mb: 64}
+      poll_pending_s: 0.2
+      poll_running_s: 1.0
 """
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .conftest import Run, read_json, request, wait_for
+from .conftest import SLURM_TASK, Run, read_json, request, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL = ROOT / "docs" / "PROTOCOL.md"
@@ -387,21 +387,6 @@ def test_operations_examples_run_verbatim_against_a_live_coordinator(make_run, s
     assert report.stdout.startswith(f"report written to {run.root}-report.html (")
     assert '<g class="bar' in Path(f"{run.root}-report.html").read_text()
 
-
-SLURM_TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    backend: slurm
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
-    slurm:
-      default_resources: {cpus: 1, mem_mb: 64}
-      poll_pending_s: 0.2
-      poll_running_s: 1.0
-"""
 
 
 def test_the_slurm_warning_example_checkpoints_and_completes(fake_cluster, make_run, shell):

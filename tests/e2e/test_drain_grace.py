@@ -7,20 +7,17 @@ import os
 import subprocess
 import sys
 
-from .conftest import read_json, request, wait_for
+from .conftest import read_json, request, scheduler_task, wait_for
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    drain_grace_min_seconds: 1
-    drain_grace_max_seconds: 2
-    profiles:
-      cpu: {accelerator: cpu}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: 2
+max_concurrent_experiments: 2
+default_profile: cpu
+drain_grace_min_seconds: 1
+drain_grace_max_seconds: 2
+profiles:
+  cpu: {accelerator: cpu}
+""")
 
 CLI = [sys.executable, "-m", "praxist_fs"]
 

@@ -7,24 +7,21 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import request, wait_for
+from .conftest import request, scheduler_task, wait_for
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "gpus"
 MIB = 1024 * 1024
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 4
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
-    infrastructure_retries: 1
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu, pressure_domains: [cpu]}
-      gpu45: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: 4
+min_concurrent_experiments: 1
+max_concurrent_experiments: 8
+infrastructure_retries: 1
+default_profile: cpu
+profiles:
+  cpu: {accelerator: cpu, pressure_domains: [cpu]}
+  gpu45: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
+""")
 
 
 def samples(path: Path) -> dict[tuple[str, frozenset], float] | None:

@@ -9,24 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Host, request, wait_for
+from .conftest import Host, request, scheduler_task, wait_for
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: {slots}
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: {max_slots}
-    calm_samples: 2
-    default_profile: gpu45
-    profiles:
-      gpu45: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
-      gpu_pair: {{accelerator: gpu, gpu_count: 2, gpu_memory_gb: 10, gpu_utilization_pct: 30}}
-      gpu_unknown: {{accelerator: gpu, gpu_count: 1}}
-      cpu_hot: {{accelerator: cpu, pressure_domains: [cpu]}}
-      cpu_free: {{accelerator: cpu}}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: {slots}
+min_concurrent_experiments: 1
+max_concurrent_experiments: {max_slots}
+calm_samples: 2
+default_profile: gpu45
+profiles:
+  gpu45: {{accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}}
+  gpu_pair: {{accelerator: gpu, gpu_count: 2, gpu_memory_gb: 10, gpu_utilization_pct: 30}}
+  gpu_unknown: {{accelerator: gpu, gpu_count: 1}}
+  cpu_hot: {{accelerator: cpu, pressure_domains: [cpu]}}
+  cpu_free: {{accelerator: cpu}}
+""")
 
 
 @pytest.fixture

@@ -21,24 +21,21 @@ import psutil
 
 from praxist_fs.adapters import fence, procs
 
-from .conftest import request, stop, wait_for
+from .conftest import request, scheduler_task, stop, wait_for
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 1
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 1
-    infrastructure_retries: 1
-    default_profile: cpu
-    profiles:
-      cpu: {{accelerator: cpu}}
-    queues:
-      urgent: {{priority: 10, work_classes: [mature], preemptible_queues: [background],
-               preempt: {mode}}}
-      background: {{work_classes: [scout, ordinary]}}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: 1
+min_concurrent_experiments: 1
+max_concurrent_experiments: 1
+infrastructure_retries: 1
+default_profile: cpu
+profiles:
+  cpu: {{accelerator: cpu}}
+queues:
+  urgent: {{priority: 10, work_classes: [mature], preemptible_queues: [background],
+           preempt: {mode}}}
+  background: {{work_classes: [scout, ordinary]}}
+""")
 FROZEN_WINDOW = 1.0  # seconds a suspended counter is watched not to move
 TWO_SLOTS = TASK.replace("initial_concurrent_experiments: 1", "initial_concurrent_experiments: 2"
                          ).replace("max_concurrent_experiments: 1", "max_concurrent_experiments: 2")

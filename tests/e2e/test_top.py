@@ -15,22 +15,19 @@ import pytest
 
 from praxist_fs.commands.render import top_summary
 
-from .conftest import request, wait_for
+from .conftest import request, scheduler_task, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "img" / "top.txt"  # rewritten with PRAXIST_UPDATE_SCREENSHOTS=1
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 1
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 1
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
-      gpu_work: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: 1
+min_concurrent_experiments: 1
+max_concurrent_experiments: 1
+default_profile: cpu
+profiles:
+  cpu: {accelerator: cpu}
+  gpu_work: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
+""")
 
 
 @pytest.fixture(scope="module")

@@ -9,34 +9,17 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import make_run, read_json, wait_for  # noqa: F401 (fixture)
+from tests.e2e.conftest import SLURM_TASK, make_run, read_json, wait_for  # noqa: F401 (fixture)
 
 TIMEOUT_S = 60  # for any one thing to show on a loaded host
-
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    backend: slurm
-    max_concurrent_experiments: 2
-    infrastructure_retries: 1
-    default_profile: cpu
-    profiles:
-      cpu: {{accelerator: cpu}}
-    slurm:
-      default_resources: {{cpus: 1, mem_mb: 64}}
-      poll_pending_s: 0.2
-      poll_running_s: 1.0
-      launch_timeout_s: {launch_timeout_s}
-{python}"""
 
 
 @pytest.fixture
 def cluster_run(fake_cluster, make_run):
     def make(launch_timeout_s: float, python: str | None = None):
-        run = make_run(task_text=TASK.format(
-            launch_timeout_s=launch_timeout_s,
-            python=f"      python: {python}\n" if python else ""))
+        run = make_run(task_text=SLURM_TASK + f"      launch_timeout_s: {launch_timeout_s}\n"
+                       + (f"      python: {python}\n" if python else "")
+                       + "    infrastructure_retries: 1\n")
         run.start()
         return run
     return make

@@ -21,7 +21,7 @@ from praxist_fs.core.policy import Profile
 from praxist_fs.core.request import parse_request
 from praxist_fs.errors import BadRequest, PolicyError
 from tests.core.helpers import Harness, make_policy
-from tests.e2e.conftest import make_run  # noqa: F401 (fixture)
+from tests.e2e.conftest import SLURM_CPU, make_run  # noqa: F401 (fixture)
 
 CPU = {"name": "cpu", "accelerator": "cpu", "gpu_count": 0}
 
@@ -120,17 +120,7 @@ def test_the_core_takes_only_what_the_task_allows():
                                                       "time_limit_minutes": 5}
 
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    backend: slurm
-    max_concurrent_experiments: 2
-    default_profile: cpu
-    profiles:
-      cpu: {accelerator: cpu}
-    slurm:
-"""
+TASK = SLURM_CPU + "    slurm:\n"
 
 
 @pytest.mark.parametrize("slurm, key, expected", [
