@@ -24,26 +24,23 @@ import pytest
 
 from praxist_fs.adapters.journal import Journal
 
-from .conftest import request
+from .conftest import request, scheduler_task
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "gpus"
 LANE_H = 34  # praxist_fs.report's lane height: a 45% share is 45% of its bar area
 
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 4
-    min_concurrent_experiments: 1
-    max_concurrent_experiments: 8
-    calm_samples: 2
-    infrastructure_retries: 1
-    default_profile: gpu45
-    profiles:
-      gpu45: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
-      cpu_free: {accelerator: cpu}
-"""
+TASK = scheduler_task("""\
+initial_concurrent_experiments: 4
+min_concurrent_experiments: 1
+max_concurrent_experiments: 8
+calm_samples: 2
+infrastructure_retries: 1
+default_profile: gpu45
+profiles:
+  gpu45: {accelerator: gpu, gpu_count: 1, gpu_memory_gb: 20, gpu_utilization_pct: 45}
+  cpu_free: {accelerator: cpu}
+""")
 
 
 class Bars(HTMLParser):
@@ -170,15 +167,22 @@ def test_report_of_a_stopped_run(finished_run, tmp_path):
     assert '<span><i class="p0"></i>ordinary</span>' in text  # every job's queue here
 
 
+def refused_report(run_dir: Path, tmp_path: Path) -> str:
+    """``praxist-fs report`` of ``run_dir``, which must exit 1 with a message, not a
+    traceback, writing nothing: its stderr."""
+    done = subprocess.run([sys.executable, "-m", "praxist_fs", "report", "--run-dir",
+                           str(run_dir), "-o", str(tmp_path / "r.html")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and not (tmp_path / "r.html").exists()
+    return done.stderr
+
+
 def test_report_needs_a_run(tmp_path):
     """A directory without a journal is refused with a message, not a traceback."""
     (tmp_path / "empty").mkdir()
-    done = subprocess.run([sys.executable, "-m", "praxist_fs", "report", "--run-dir",
-                           str(tmp_path / "empty"), "-o", str(tmp_path / "r.html")],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert "praxist-fs report:" in done.stderr and "no journal" in done.stderr
-    assert "Traceback" not in done.stderr and not (tmp_path / "r.html").exists()
+    stderr = refused_report(tmp_path / "empty", tmp_path)
+    assert "praxist-fs report:" in stderr and "no journal" in stderr
 
 
 # -- in a real browser ---------------------------------------------------------------
@@ -249,9 +253,5 @@ def test_report_of_a_journal_it_cannot_replay(tmp_path):
     journal.append({"type": "from_the_future", "at": 1.0})
     journal.commit()
     journal.close()
-    done = subprocess.run([sys.executable, "-m", "praxist_fs", "report", "--run-dir",
-                           str(tmp_path / "run"), "-o", str(tmp_path / "r.html")],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
-    assert "cannot replay" in done.stderr and "from_the_future" in done.stderr
-    assert "Traceback" not in done.stderr and not (tmp_path / "r.html").exists()
+    stderr = refused_report(tmp_path / "run", tmp_path)
+    assert "cannot replay" in stderr and "from_the_future" in stderr
