@@ -64,24 +64,24 @@ def alive(run: Run) -> None:
                              + log_tail(run))
 
 
-def answer(run: Run, request_id: str, timeout: float = 20.0) -> dict:
-    """The reply to ``request_id``; fails at once if the coordinator died meanwhile."""
-    path = run.sched / "spool" / "replies" / f"{request_id}.json"
+def written(run: Run, path: str, timeout: float = 20.0) -> dict:
+    """The JSON file at ``path`` under the run's spool once written; fails at once if the
+    coordinator died meanwhile."""
 
     def ready():
         alive(run)
-        return read_json(path)
-    return wait_for(ready, timeout, message=f"reply {request_id}")
+        return read_json(run.sched / "spool" / path)
+    return wait_for(ready, timeout, message=path)
+
+
+def answer(run: Run, request_id: str, timeout: float = 20.0) -> dict:
+    """The reply to ``request_id``."""
+    return written(run, f"replies/{request_id}.json", timeout)
 
 
 def filed(run: Run, name: str, timeout: float = 20.0) -> dict:
-    """The .error.json of a rejected file; fails at once if the coordinator died."""
-    path = run.sched / "spool" / "rejected" / f"{name}.error.json"
-
-    def ready():
-        alive(run)
-        return read_json(path)
-    return wait_for(ready, timeout, message=f"rejected/{name}.error.json")
+    """The .error.json of a rejected file."""
+    return written(run, f"rejected/{name}.error.json", timeout)
 
 
 def next_good_is_accepted(run: Run, tag: str) -> None:
