@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 from datetime import datetime
+from pathlib import Path
 
 from .conftest import JOBS, TASK, jobs, listed, read_json, request, wait_for
 
@@ -94,13 +95,19 @@ def test_jobs_rejects_bad_filters(run):
         assert result.returncode == 2 and args[0] in result.stderr
 
 
-def test_the_index_is_rebuilt_at_start_when_missing_stale_or_damaged(run):
-    first = accepted(run, request("early-1"))
-    run.wait_state(first, "completed")
+def index_of_one_job(run, tag: str) -> tuple[Path, Path]:
+    """Run ``tag`` to completion and stop: the run's index, and a copy of it as it is now
+    (what it says of one job)."""
+    run.wait_state(accepted(run, request(tag)), "completed")
     run.stop()
     index = run.sched / "index" / "jobs.sqlite"
-    early = index.with_name("early.sqlite")
-    shutil.copy(index, early)  # what it said then: one job
+    then = index.with_name("then.sqlite")
+    shutil.copy(index, then)
+    return index, then
+
+
+def test_the_index_is_rebuilt_at_start_when_missing_stale_or_damaged(run):
+    index, early = index_of_one_job(run, "early-1")
     run.start()
     later = [accepted(run, request(f"later-{n}")) for n in (2, 3)]
     for job_id in later:
@@ -133,12 +140,7 @@ def test_the_index_is_rebuilt_at_start_when_missing_stale_or_damaged(run):
 
 
 def test_an_index_another_coordinator_left_behind_is_not_trusted(run):
-    first = accepted(run, request("seen-1"))
-    run.wait_state(first, "completed")
-    run.stop()
-    index = run.sched / "index" / "jobs.sqlite"
-    left = index.with_name("left.sqlite")
-    shutil.copy(index, left)
+    index, left = index_of_one_job(run, "seen-1")
     run.start()
     second = accepted(run, request("unseen-2"))
     run.wait_state(second, "completed")
