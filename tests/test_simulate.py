@@ -629,6 +629,15 @@ def test_the_recommended_cap_leaves_the_gpus_the_only_limit(tmp_path, capsys):
     assert r["mean_delay_s"] == 0
 
 
+def derive_fractional(path: Path, tmp_path: Path, *flags: str) -> list[TraceJob]:
+    """The trace at ``path`` as bench/derive_fractional_trace.py derives it with ``flags``."""
+    out = tmp_path / "derived.csv"
+    with out.open("w") as handle:
+        subprocess.run([sys.executable, str(ROOT / "bench" / "derive_fractional_trace.py"),
+                        "--trace", str(path), *flags], stdout=handle, check=True, cwd=ROOT)
+    return load_trace(out)
+
+
 def test_the_fractional_variant_keeps_the_trace_and_gives_one_gpu_jobs_a_hashed_share(
         tmp_path):
     """issue 18 item 4: bench/derive_fractional_trace.py, the variant docs/SIMULATE.md's
@@ -637,14 +646,9 @@ def test_the_fractional_variant_keeps_the_trace_and_gives_one_gpu_jobs_a_hashed_
     is derived; a wider job 100 % and 70 GiB."""
     path = trace(tmp_path, *(f"j{i},{i * 7.5},{100 + i},{8 if i % 10 == 0 else 1},u{i % 3}"
                              for i in range(1000)))
-    script = ROOT / "bench" / "derive_fractional_trace.py"
 
     def derived(*flags: str) -> list[TraceJob]:
-        out = tmp_path / "fractional.csv"
-        with out.open("w") as handle:
-            subprocess.run([sys.executable, str(script), "--trace", str(path), *flags],
-                           stdout=handle, check=True, cwd=ROOT)
-        return load_trace(out)
+        return derive_fractional(path, tmp_path, *flags)
 
     whole, every = load_trace(path), derived()
     assert [replace(j, gpu_util_pct=None, gpu_mem_gb=None) for j in every] == whole
@@ -663,14 +667,9 @@ def test_the_work_class_variant_gives_a_quarter_scouts_half_ordinary_a_quarter_m
     leaves the GPUs whole (the classes alone)."""
     path = trace(tmp_path, *(f"j{i},{i},{100 + i},{8 if i % 10 == 0 else 1},u"
                              for i in range(2000)))
-    script = ROOT / "bench" / "derive_fractional_trace.py"
 
     def derived(*flags: str) -> list[TraceJob]:
-        out = tmp_path / "derived.csv"
-        with out.open("w") as handle:
-            subprocess.run([sys.executable, str(script), "--trace", str(path), *flags],
-                           stdout=handle, check=True, cwd=ROOT)
-        return load_trace(out)
+        return derive_fractional(path, tmp_path, *flags)
 
     classed, shared = derived("--work-classes"), derived()
     assert [replace(j, work_class=shared[0].work_class) for j in classed] == shared
