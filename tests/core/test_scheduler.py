@@ -362,12 +362,17 @@ def _advance(h: Harness, job_id: str, state: str) -> None:
     assert h.job(job_id)["state"] == state
 
 
-@pytest.mark.parametrize("state", LIVE_STATES)
-def test_retransmitted_retry_is_idempotent(state):
+def _live_retry(state: str) -> tuple[Harness, str, dict]:
+    """A job retried and brought to ``state``: the harness, its id, and its file then."""
     h = Harness()
     job_id = retried_job(h)
     _advance(h, job_id, state)
-    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    return h, job_id, copy.deepcopy(h.sched.jobs[job_id].to_dict())
+
+
+@pytest.mark.parametrize("state", LIVE_STATES)
+def test_retransmitted_retry_is_idempotent(state):
+    h, job_id, before = _live_retry(state)
     reply = h.submit("exp-1", retry_terminal=True, **BASE_SUBMIT)  # a new request id
     check_reply(reply, "duplicate", job_id, state)
     assert h.sched.jobs[job_id].to_dict() == before
@@ -376,10 +381,7 @@ def test_retransmitted_retry_is_idempotent(state):
 
 @pytest.mark.parametrize("state", LIVE_STATES)
 def test_changed_retry_is_rejected_while_the_retry_is_live(state):
-    h = Harness()
-    job_id = retried_job(h)
-    _advance(h, job_id, state)
-    before = copy.deepcopy(h.sched.jobs[job_id].to_dict())
+    h, job_id, before = _live_retry(state)
     reply = h.submit("exp-1", retry_terminal=True, **{**BASE_SUBMIT, "argv": ("other",)})
     check_reply(reply, "rejected", job_id, state)
     assert reply["field"] == "tag"
