@@ -412,6 +412,17 @@ NORMALIZE = [
      "profiles.gpu_work.gpu_utilization_pct", 150.0, 100.0),
     ("profiles:\n  gpu_work: {accelerator: gpu, gpu_utilization_pct: 0}",
      "profiles.gpu_work.gpu_utilization_pct", 0.0, 1.0),
+    # the newer keys: calm samples, experiment memory, pressure thresholds
+    ("calm_samples: 0", "calm_samples", 0, 1),
+    ("calm_samples: -3", "calm_samples", -3, 1),
+    ("calm_samples: 1000", "calm_samples", 1000, 100),
+    ("experiment_memory_gb: 4096", "experiment_memory_gb", 4096.0, 1024.0),
+    ("pressure_thresholds:\n  cpu: {high: 120, low: 40}",
+     "pressure_thresholds.cpu.high", 120.0, 100.0),
+    ("pressure_thresholds:\n  cpu: {high: 80, low: -5}",
+     "pressure_thresholds.cpu.low", -5.0, 0.0),
+    ("pressure_thresholds:\n  memory: {high: 10, low: 30}",
+     "pressure_thresholds.memory.low", 30.0, 10.0),
 ]
 
 
@@ -540,29 +551,6 @@ def test_new_keys_reject_malformed_values(body, key, value, expected):
     with pytest.raises(PolicyError) as info:
         load_policy_text(scheduler(body))
     assert_policy_error(info.value, f"{RS}.{key}", value, expected)
-
-
-NEW_KEY_NORMALIZE = [
-    # body, key path (under RS), given, used
-    ("calm_samples: 0", "calm_samples", 0, 1),
-    ("calm_samples: -3", "calm_samples", -3, 1),
-    ("calm_samples: 1000", "calm_samples", 1000, 100),
-    ("experiment_memory_gb: 4096", "experiment_memory_gb", 4096.0, 1024.0),
-    ("pressure_thresholds:\n  cpu: {high: 120, low: 40}",
-     "pressure_thresholds.cpu.high", 120.0, 100.0),
-    ("pressure_thresholds:\n  cpu: {high: 80, low: -5}",
-     "pressure_thresholds.cpu.low", -5.0, 0.0),
-    ("pressure_thresholds:\n  memory: {high: 10, low: 30}",
-     "pressure_thresholds.memory.low", 30.0, 10.0),
-]
-
-
-@pytest.mark.parametrize("body,key,given,used", NEW_KEY_NORMALIZE)
-def test_new_keys_out_of_range_are_moved_and_recorded(body, key, given, used):
-    policy = load_policy_text(scheduler(body))
-    [note] = policy.normalizations
-    assert (note.key_path, note.given, note.used) == (f"{RS}.{key}", given, used)
-    assert type(note.used) is type(given)
 
 
 def test_negative_high_moves_low_with_it():
