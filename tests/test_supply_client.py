@@ -67,6 +67,16 @@ class Later:
             raise self.error
 
 
+def lease_while(layout: RunLayout, *steps, **options) -> dict:
+    """Alice's ``lease_wait`` (10 s at most) while ``steps`` run as ``Later``'s."""
+    later = Later(*steps)
+    try:
+        return sc.lease_wait(layout.root, "alice", **{"timeout": 10, "out": io.StringIO(),
+                                                      **options})
+    finally:
+        later.join()
+
+
 def grant(layout: RunLayout, doc: dict, generation: int = 1, peer: str = "alice"):
     def step() -> None:
         directory = sc.leases_dir(layout, generation)
@@ -113,12 +123,8 @@ def test_lease_wait_returns_a_granted_lease(layout):
 def test_lease_wait_ignores_the_lease_already_there(layout):
     set_generation(layout, 2)
     grant(layout, lease_doc("OLD", generation=2), generation=2)()
-    later = Later((0.3, grant(layout, lease_doc("OLD", generation=2), generation=2)),
-                  (0.3, grant(layout, lease_doc("NEW", generation=2), generation=2)))
-    try:
-        lease = sc.lease_wait(layout.root, "alice", timeout=10, out=io.StringIO())
-    finally:
-        later.join()
+    lease = lease_while(layout, (0.3, grant(layout, lease_doc("OLD", generation=2), generation=2)),
+                        (0.3, grant(layout, lease_doc("NEW", generation=2), generation=2)))
     assert lease["lease_id"] == "NEW"
 
 
@@ -129,12 +135,7 @@ def test_lease_wait_ignores_states_other_than_granted(layout):
     steps += [(0.1, grant(layout, lease_doc("OTHER", peer="bob"))),       # not ours
               (0.1, grant(layout, lease_doc("G9", generation=9))),        # wrong generation
               (0.3, grant(layout, lease_doc("GOOD")))]
-    later = Later(*steps)
-    try:
-        lease = sc.lease_wait(layout.root, "alice", timeout=10, out=io.StringIO())
-    finally:
-        later.join()
-    assert lease["lease_id"] == "GOOD"
+    assert lease_while(layout, *steps)["lease_id"] == "GOOD"
 
 
 def test_lease_wait_times_out_cleanly(layout):
@@ -152,12 +153,8 @@ def test_lease_wait_times_out_cleanly(layout):
 
 
 def test_lease_wait_explicit_generation_without_status(layout):
-    later = Later((0.2, grant(layout, lease_doc("L3", generation=3), generation=3)))
-    try:
-        lease = sc.lease_wait(layout.root, "alice", generation=3, timeout=10,
-                              out=io.StringIO())
-    finally:
-        later.join()
+    lease = lease_while(layout, (0.2, grant(layout, lease_doc("L3", generation=3), generation=3)),
+                        generation=3)
     assert lease["generation"] == 3
 
 
@@ -166,12 +163,7 @@ def test_lease_wait_rechecks_without_a_doorbell(layout, monkeypatch):
     set_generation(layout, 1)
     monkeypatch.setattr(sc._Doorbell, "__init__",
                         lambda self, directory, bell: setattr(self, "observer", None))
-    later = Later((0.1, grant(layout, lease_doc("L1"))))
-    try:
-        lease = sc.lease_wait(layout.root, "alice", timeout=10, out=io.StringIO())
-    finally:
-        later.join()
-    assert lease["lease_id"] == "L1"
+    assert lease_while(layout, (0.1, grant(layout, lease_doc("L1"))))["lease_id"] == "L1"
 
 
 def test_lease_wait_needs_a_generation(layout):
