@@ -75,6 +75,17 @@ def oldest_first():
     del PICKERS["preempt"]["oldest_first"]
 
 
+def two_running_then_high(run: PreemptRun, victim: str) -> None:
+    """Attempts "old" then "young" run in the low queue and a mature job arrives: it
+    suspends ``victim`` and launches; the other attempt still runs."""
+    started = {tag: run.start(tag) for tag in ("old", "young")}
+    high = run.submit("high", work_class="mature")["job_id"]
+    assert kinds(run.decide()) == [("AttemptPreempted", started[victim], "suspend"),
+                                   ("AttemptLaunched", high, "")]
+    [spared] = started.keys() - {victim}
+    assert run.state(started[spared]) == "running"
+
+
 @pytest.mark.parametrize("where", ["queue", "global"])
 def test_a_registered_preempt_policy_chooses_the_victims(oldest_first, where):
     """seed 002 "Level 3: Preemption ... victims = preempt_policy.select_victims(job)",
@@ -84,12 +95,7 @@ def test_a_registered_preempt_policy_chooses_the_victims(oldest_first, where):
     policy_queues = (Queue(name="high", priority=10, work_classes=("mature",), **on_queue),
                      Queue(name="low", work_classes=("scout", "ordinary"), preemptible=True))
     overrides = {"preempt_policy": "oldest_first"} if where == "global" else {}
-    run = PreemptRun(slots=2, queues=policy_queues, **overrides)
-    old, young = run.start("old"), run.start("young")
-    high = run.submit("high", work_class="mature")["job_id"]
-    assert kinds(run.decide()) == [("AttemptPreempted", old, "suspend"),
-                                   ("AttemptLaunched", high, "")]
-    assert run.state(young) == "running"
+    two_running_then_high(PreemptRun(slots=2, queues=policy_queues, **overrides), "old")
 
 
 def test_the_builtin_preempt_policy_takes_the_youngest():
@@ -97,12 +103,7 @@ def test_the_builtin_preempt_policy_takes_the_youngest():
     then the youngest attempt."""
     policy_queues = (Queue(name="high", priority=10, work_classes=("mature",)),
                      Queue(name="low", work_classes=("scout", "ordinary"), preemptible=True))
-    run = PreemptRun(slots=2, queues=policy_queues)
-    old, young = run.start("old"), run.start("young")
-    high = run.submit("high", work_class="mature")["job_id"]
-    assert kinds(run.decide()) == [("AttemptPreempted", young, "suspend"),
-                                   ("AttemptLaunched", high, "")]
-    assert run.state(old) == "running"
+    two_running_then_high(PreemptRun(slots=2, queues=policy_queues), "young")
 
 
 # -- time windows -----------------------------------------------------------------------
