@@ -140,16 +140,24 @@ def test_no_go_in_time_runs_nothing(attempt):
     assert not (attempt.parent / "ran").exists() and not (attempt / "exit.json").exists()
 
 
-def test_a_warning_signal_reaches_the_command_as_it_is(attempt):
-    """R-DIST-2: Slurm's warning before the time limit (``--signal=B:USR2@90``) reaches
-    the batch script; the shim passes USR2 on to the command's group, which may
-    checkpoint and exit as it likes (here 0), and the shim records that exit."""
-    spec(attempt, "trap 'echo warned; exit 0' USR2; echo started; sleep 60 & wait")
+def warned_once_started(attempt, command: str):
+    """The shim of ``command`` given GO, sent Slurm's USR2 warning once the command has
+    printed ``started``."""
+    spec(attempt, command)
     (attempt / "GO").touch()
     shim = start(attempt)
     wait_for(lambda: (attempt / "out.log").exists()
              and (attempt / "out.log").read_text() == "started\n", message="the command")
     shim.send_signal(signal.SIGUSR2)
+    return shim
+
+
+def test_a_warning_signal_reaches_the_command_as_it_is(attempt):
+    """R-DIST-2: Slurm's warning before the time limit (``--signal=B:USR2@90``) reaches
+    the batch script; the shim passes USR2 on to the command's group, which may
+    checkpoint and exit as it likes (here 0), and the shim records that exit."""
+    shim = warned_once_started(attempt, "trap 'echo warned; exit 0' USR2; echo started; "
+                                        "sleep 60 & wait")
     assert ended(shim) == 0
     assert (attempt / "out.log").read_text() == "started\nwarned\n"
     assert read(attempt / "exit.json")["exit_code"] == 0
@@ -160,12 +168,7 @@ def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attem
     exit.json says the warning came (``warned``), which the backend adds to the reason:
     a failure before the time limit is not taken for the command's own."""
     from praxist_fs.backends.slurm_jobs import warning_reason
-    spec(attempt, "echo started; sleep 60")
-    (attempt / "GO").touch()
-    shim = start(attempt)
-    wait_for(lambda: (attempt / "out.log").exists()
-             and (attempt / "out.log").read_text() == "started\n", message="the command")
-    shim.send_signal(signal.SIGUSR2)
+    shim = warned_once_started(attempt, "echo started; sleep 60")
     assert ended(shim) == 140
     record = read(attempt / "exit.json")
     assert (record["exit_code"], record["warned"]) == (140, signal.SIGUSR2)
