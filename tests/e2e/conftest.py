@@ -40,6 +40,13 @@ profiles:
 """)
 
 
+def accepted(run, doc: dict) -> str:
+    """The job id of ``doc``, a request ``run`` must accept."""
+    reply = run.reply(run.submit(doc))
+    assert reply["outcome"] == "accepted", reply
+    return reply["job_id"]
+
+
 def wait_for(predicate, timeout=15.0, interval=0.02, message="condition"):
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout

@@ -9,24 +9,29 @@ import sys
 
 import psutil
 
-from .conftest import request, wait_for
+from .conftest import accepted, request, scheduler_task, wait_for
 
 CLI = [sys.executable, "-m", "praxist_fs"]
 
 
 def task(hooks: str, timeout: float = 60) -> str:
-    return f"""\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 2
-    max_concurrent_experiments: 4
-    default_profile: cpu
-    profiles:
-      cpu: {{accelerator: cpu}}
-    hooks:
-      timeout_seconds: {timeout}
-{hooks}"""
+    """A task file whose ``hooks`` block holds ``hooks`` (lines indented as in the file)."""
+    return scheduler_task(f"""\
+initial_concurrent_experiments: 2
+max_concurrent_experiments: 4
+default_profile: cpu
+profiles:
+  cpu: {{accelerator: cpu}}
+hooks:
+  timeout_seconds: {timeout}
+""") + hooks
+
+
+def started(make_run, hooks: str, timeout: float = 60):
+    """A coordinator serving a run whose ``hooks`` block also holds ``hooks``."""
+    run = make_run(task_text=task(hooks, timeout))
+    run.start()
+    return run
 
 
 def alive(pid: int) -> bool:
@@ -48,14 +53,13 @@ def test_a_hook_gets_the_job_document_and_praxist_variables(make_run, tmp_path):
     PRAXIST_* variables, a timeout, output under logs/hooks/"."""
     out = tmp_path / "hook-out"
     out.mkdir()
-    run = make_run(task_text=task(f"""\
+    run = started(make_run, f"""\
       on_job_end:
         - [sh, -c, 'cat > {out}/"$PRAXIST_JOB_ID".json; env | grep ^PRAXIST_ | sort > {out}/"$PRAXIST_JOB_ID".env; echo said on stdout']
       on_generation_close:
         - [sh, -c, 'cat > {out}/gen-"$PRAXIST_GENERATION".json']
-"""))
-    run.start()
-    job = run.reply(run.submit(request("fails", ["sh", "-c", "exit 3"])))["job_id"]
+""")
+    job = accepted(run, request("fails", ["sh", "-c", "exit 3"]))
     run.wait_state(job, "failed")
     doc = wait_for(lambda: (p := out / f"{job}.json").exists() and p.read_text().endswith("\n")
                    and json.loads(p.read_text()), message="the hook's copy of its stdin")
@@ -89,17 +93,16 @@ def test_a_hanging_hook_is_killed_at_its_timeout_while_the_coordinator_serves(
     coordinator": a hook that hangs holds nothing up, and its process group (a child it
     started included) is killed at timeout_seconds."""
     pids = tmp_path / "hook-pids"
-    run = make_run(task_text=task(f"""\
+    run = started(make_run, f"""\
       on_job_end:
         - [sh, -c, 'sleep 600 & echo $$ $! >> {pids}; wait']
-""", timeout=5))
-    run.start()
-    first = run.reply(run.submit(request("first", ["true"])))["job_id"]
+""", timeout=5)
+    first = accepted(run, request("first", ["true"]))
     run.wait_state(first, "completed")
     shell, child = map(int, wait_for(lambda: pids.exists() and pids.read_text().split(),
                                      message="the hanging hook's pids")[:2])
     # while it hangs, the coordinator takes and runs the next job
-    second = run.reply(run.submit(request("second", ["true"])))["job_id"]
+    second = accepted(run, request("second", ["true"]))
     run.wait_state(second, "completed")
     assert alive(child) and alive(shell)  # the hook hangs still: the loop never waited on it
     wait_for(lambda: not alive(shell) and not alive(child),
@@ -115,13 +118,12 @@ def test_failing_hooks_change_nothing(make_run, tmp_path):
     """Issue 17 item 4: "a failing or hanging hook never affects the job or the
     coordinator": one that exits non-zero, and one that cannot even start, are noted in
     their logs; the job keeps its state and exit code, and the next job runs."""
-    run = make_run(task_text=task(f"""\
+    run = started(make_run, f"""\
       on_job_end:
         - [sh, -c, 'echo about to fail >&2; exit 7']
         - [{tmp_path}/no-such-program]
-"""))
-    run.start()
-    job = run.reply(run.submit(request("ok", ["true"])))["job_id"]
+""")
+    job = accepted(run, request("ok", ["true"]))
     run.wait_state(job, "completed")
     assert "exited 7" in wait_for(lambda: hook_log(run, f"job_end-{job}-0").count("\n") >= 2
                                   and hook_log(run, f"job_end-{job}-0"),
@@ -131,7 +133,7 @@ def test_failing_hooks_change_nothing(make_run, tmp_path):
                                          message="the missing program's log")
     done = run.job(job)
     assert (done["state"], done["exit_code"]) == ("completed", 0)
-    after = run.reply(run.submit(request("after", ["true"])))["job_id"]
+    after = accepted(run, request("after", ["true"]))
     run.wait_state(after, "completed")
     assert run.stop() == 0
     assert os.path.isdir(run.root / "logs" / "hooks")
@@ -144,16 +146,15 @@ def test_a_restart_runs_no_hook_again_and_a_stop_kills_a_running_one(make_run, t
     short grace instead of outliving it with no timeout."""
     ran = tmp_path / "ran"
     pids = tmp_path / "pids"
-    run = make_run(task_text=task(f"""\
+    run = started(make_run, f"""\
       on_job_end:
         - [sh, -c, 'echo "$PRAXIST_JOB_ID" >> {ran}; [ "$PRAXIST_TAG" = hang ] || exit 0; echo $$ >> {pids}; exec sleep 600']
-"""))
-    run.start()
-    first = run.reply(run.submit(request("first", ["true"])))["job_id"]
+""")
+    first = accepted(run, request("first", ["true"]))
     wait_for(lambda: ran.exists() and first in ran.read_text(), message="the first hook")
     assert run.stop() == 0
     run.start()
-    second = run.reply(run.submit(request("hang", ["true"])))["job_id"]
+    second = accepted(run, request("hang", ["true"]))
     hook = int(wait_for(lambda: pids.exists() and pids.read_text().strip(),
                         message="the second hook running"))
     assert ran.read_text().split() == [first, second]  # the first job's hook ran once

@@ -9,17 +9,11 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from .conftest import JOBS, TASK, jobs, listed, read_json, request, wait_for
+from .conftest import JOBS, TASK, accepted, jobs, listed, read_json, request, wait_for
 
 
 def states(run, *args: str) -> dict[str, str]:
     return {row["tag"]: row["state"] for row in listed(run, *args)["jobs"]}
-
-
-def accepted(run, doc: dict) -> str:
-    reply = run.reply(run.submit(doc))
-    assert reply["outcome"] == "accepted", reply
-    return reply["job_id"]
 
 
 def test_jobs_lists_the_held_jobs(run):

@@ -8,7 +8,7 @@ import select
 import subprocess
 import sys
 
-from .conftest import request
+from .conftest import accepted, request
 
 CLI = [sys.executable, "-m", "praxist_fs"]
 HEADER = r"==> attempt {} \(started \d\d:\d\d:\d\d, {}\) <=="
@@ -39,12 +39,6 @@ def first_line(proc: subprocess.Popen, timeout: float = 30.0) -> str:
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     assert ready, "the follower printed nothing"
     return proc.stdout.readline().decode()
-
-
-def accepted(run, doc: dict) -> str:
-    reply = run.reply(run.submit(doc))
-    assert reply["outcome"] == "accepted", reply
-    return reply["job_id"]
 
 
 def retried_once(tmp_path, gate=None) -> list[str]:
