@@ -170,6 +170,25 @@ def px_first_job(n: int) -> dict:
     return {"coordinators": n, "submit_to_start": summary_ms(to_start)}
 
 
+def wait_in_order(paths: list[Path], deadline: float, poll_s: float, missing: str) -> None:
+    """Until each of ``paths`` exists, oldest first; past ``deadline`` (monotonic), a
+    TimeoutError says ``missing`` with ``{name}`` the first file missing."""
+    for path in paths:
+        while not path.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(missing.format(name=path.name))
+            time.sleep(poll_s)
+
+
+def tally(paths: list[Path], key: str) -> dict[str, int]:
+    """How many of the JSON files at ``paths`` hold each value of ``key``."""
+    counts: dict[str, int] = {}
+    for path in paths:
+        value = (read_json(path) or {}).get(key, "unreadable")
+        counts[value] = counts.get(value, 0) + 1
+    return counts
+
+
 def px_throughput(n: int, python_args: tuple[str, ...] = (), slots: int = 2) -> dict:
     with Coordinator("throughput", concurrency=slots, python_args=python_args) as co:
         run = time.time_ns()
@@ -177,22 +196,13 @@ def px_throughput(n: int, python_args: tuple[str, ...] = (), slots: int = 2) -> 
         names = [co.prepare(tag, tag, [TRUE]) for tag in tags]
         done_paths = [co.done / f"{job_id_for(tag)}.json" for tag in tags]
         cpu0 = co.own_cpu_s()
-        start = time.monotonic()
-        for name in names:
-            co.drop(name)
-        dropped = time.monotonic()
-        deadline = start + max(300.0, n * 0.5)
-        for path in done_paths:  # oldest first at two slots: wait for each in turn
-            while not path.exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"praxist throughput: {path.name} not done")
-                time.sleep(0.002)
+        start, dropped = co.drop_all(names)
+        # oldest first at two slots: wait for each in turn
+        wait_in_order(done_paths, start + max(300.0, n * 0.5), 0.002,
+                      "praxist throughput: {name} not done")
         end = time.monotonic()
         cpu = co.own_cpu_s() - cpu0
-        states: dict[str, int] = {}
-        for path in done_paths:
-            state = (read_json(path) or {}).get("state", "unreadable")
-            states[state] = states.get(state, 0) + 1
+        states = tally(done_paths, "state")
     wall = end - start
     return {"jobs": n, "slots": slots, "command": [TRUE], "wall_s": round(wall, 3),
             "jobs_per_s": round(n / wall, 2), "drop_s": round(dropped - start, 4),
@@ -207,22 +217,11 @@ def accept_batch(co: Coordinator, n: int, label: str) -> dict:
     names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
     reply_paths = [co.replies / f"{rid}.json" for rid in ids]
     cpu0 = co.own_cpu_s()
-    start = time.monotonic()
-    for name in names:
-        co.drop(name)
-    dropped = time.monotonic()
-    deadline = start + max(120.0, n * 0.2)
-    for path in reply_paths:
-        while not path.exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"acceptance: no reply {path.name}")
-            time.sleep(0.001)
+    start, dropped = co.drop_all(names)
+    wait_in_order(reply_paths, start + max(120.0, n * 0.2), 0.001, "acceptance: no reply {name}")
     end = time.monotonic()
     cpu = co.own_cpu_s() - cpu0
-    outcomes: dict[str, int] = {}
-    for path in reply_paths:
-        outcome = (read_json(path) or {}).get("outcome", "unreadable")
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    outcomes = tally(reply_paths, "outcome")
     wall = end - start
     return {"requests": n, "wall_s": round(wall, 4), "per_request_ms": round(wall * 1000 / n, 4),
             "drop_s": round(dropped - start, 4), "coordinator_cpu_s": round(cpu, 3),

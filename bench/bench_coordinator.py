@@ -245,6 +245,14 @@ class Coordinator:
     def drop(self, name: str) -> None:
         os.rename(self.tmp / name, self.incoming / name)
 
+    def drop_all(self, names: list[str]) -> tuple[float, float]:
+        """Rename the prepared ``names`` in, back to back: (monotonic time before the
+        first, after the last)."""
+        start = time.monotonic()
+        for name in names:
+            self.drop(name)
+        return start, time.monotonic()
+
     def reply(self, request_id: str):
         return read_json(self.replies / f"{request_id}.json")
 
@@ -345,10 +353,7 @@ def bench_throughput_and_idle(n: int, idle_s: float) -> tuple[dict, dict]:
                  for i in range(n)]
         rss_before = co.ps.memory_info().rss
         cpu_before = co.own_cpu_s()
-        start = time.monotonic()
-        for name in names:
-            co.drop(name)
-        dropped = time.monotonic()
+        start, dropped = co.drop_all(names)
         all_replied = None
         deadline = start + max(300.0, n * 0.5)
         while True:
@@ -447,10 +452,7 @@ def bench_acceptance(n: int) -> dict:
         ids = [f"acc-{stamp}-{i:05d}" for i in range(n)]
         names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
         cpu_before = co.own_cpu_s()
-        start = time.monotonic()
-        for name in names:
-            co.drop(name)
-        dropped = time.monotonic()
+        start, dropped = co.drop_all(names)
         first_reply = None
         deadline = start + max(120.0, n * 0.2)
         while True:
