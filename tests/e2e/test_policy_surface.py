@@ -9,7 +9,7 @@ from pathlib import Path
 
 from praxist_fs.core.queues import DAYS
 
-from .conftest import request, scheduler_task, wait_for
+from .conftest import CPU_ONLY, request, wait_for
 
 PROJECTS_TASK = """\
 compute_budget:
@@ -80,16 +80,11 @@ def test_fair_share_across_projects_and_a_preemptible_queue(make_run, tmp_path):
 
 
 def windows_task(closed_day: str) -> str:
-    return scheduler_task(f"""\
-initial_concurrent_experiments: 2
-max_concurrent_experiments: 2
-default_profile: cpu
-profiles:
-  cpu: {{accelerator: cpu}}
-queues:
-  day: {{priority: 5, work_classes: [mature, ordinary]}}
-  scavenger: {{work_classes: [scout], windows: [{{days: [{closed_day}]}}]}}
-""")
+    return CPU_ONLY + f"""\
+    queues:
+      day: {{priority: 5, work_classes: [mature, ordinary]}}
+      scavenger: {{work_classes: [scout], windows: [{{days: [{closed_day}]}}]}}
+"""
 
 
 def test_a_queue_outside_its_time_window_holds_its_work_and_says_when_it_opens(
