@@ -181,18 +181,24 @@ def project_run(picker: str, shares: tuple[float, float] = (1.0, 1.0), slots: in
     return PreemptRun(slots=slots, queues=queues, projects=projects, project_picker=picker)
 
 
+def launched_when_one_ends(run: PreemptRun, running: list[str], ending: str) -> str:
+    """The ``running`` jobs start their commands and, 100 s later, ``ending`` exits 0: the
+    tag of the one job launched in its place."""
+    for job_id in running:
+        run.go(job_id, "a1")
+    run.now += 100
+    run.exit(ending, "a1", 0)
+    (launch,) = run.decide()
+    return run.sched.jobs[launch.job_id].request.tag
+
+
 def next_after_one_vision_job_ends(run: PreemptRun) -> str:
     """cv fills both slots first (its jobs are older); one of them ends after 100 s."""
     first = [run.submit(f"v{i}", work_class="scout")["job_id"] for i in range(4)]
     run.submit("n1")
     launched = [e.job_id for e in run.decide()]
     assert launched == first[:2]
-    for job_id in launched:
-        run.go(job_id, "a1")
-    run.now += 100
-    run.exit(first[0], "a1", 0)
-    (launch,) = run.decide()
-    return run.sched.jobs[launch.job_id].request.tag
+    return launched_when_one_ends(run, launched, first[0])
 
 
 def test_fair_share_across_projects_gives_a_freed_slot_to_the_project_that_used_less():
@@ -215,12 +221,7 @@ def test_a_project_share_weighs_its_usage():
         assert launched == [*vision, lang]
         run.submit("v2", work_class="scout")
         run.submit("n1")
-        for job_id in launched:
-            run.go(job_id, "a1")
-        run.now += 100
-        run.exit(vision[0], "a1", 0)
-        (launch,) = run.decide()
-        return run.sched.jobs[launch.job_id].request.tag
+        return launched_when_one_ends(run, launched, vision[0])
 
     assert freed_slot_goes_to((1.0, 1.0)) == "n1"
     assert freed_slot_goes_to((1000.0, 1.0)) == "v2"
