@@ -346,6 +346,22 @@ def _p50(values_ns: list[int]) -> float | None:
     return round(percentile([v / 1e6 for v in values_ns], 50), 3) if values_ns else None
 
 
+def poll_until(n: int, count, mark, start: float, deadline: float, poll_s: float,
+               what: str, noun: str) -> float | None:
+    """Every ``poll_s`` until ``count()`` reaches ``n``: the monotonic time ``mark(count)``
+    first held (None if it never did). Past ``deadline``, a TimeoutError says how many."""
+    marked = None
+    while True:
+        got = count()
+        if marked is None and mark(got):
+            marked = time.monotonic()
+        if got >= n:
+            return marked
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: only {got} of {n} {noun} after {deadline - start:.0f}s")
+        time.sleep(poll_s)
+
+
 def bench_throughput_and_idle(n: int, idle_s: float) -> tuple[dict, dict]:
     with Coordinator("throughput", concurrency=2) as co:
         stamp = time.time_ns()
@@ -354,18 +370,10 @@ def bench_throughput_and_idle(n: int, idle_s: float) -> tuple[dict, dict]:
         rss_before = co.ps.memory_info().rss
         cpu_before = co.own_cpu_s()
         start, dropped = co.drop_all(names)
-        all_replied = None
-        deadline = start + max(300.0, n * 0.5)
-        while True:
-            done = count_json(co.done)
-            if all_replied is None and count_json(co.replies) >= n:
-                all_replied = time.monotonic()
-            if done >= n:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"throughput: only {done} of {n} jobs done after "
-                                   f"{deadline - start:.0f}s")
-            time.sleep(0.01)
+        all_replied = poll_until(n, lambda: count_json(co.done),
+                                 lambda done: count_json(co.replies) >= n,
+                                 start, start + max(300.0, n * 0.5), 0.01,
+                                 "throughput", "jobs done")
         end = time.monotonic()
         if all_replied is None:
             all_replied = end
@@ -453,18 +461,10 @@ def bench_acceptance(n: int) -> dict:
         names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
         cpu_before = co.own_cpu_s()
         start, dropped = co.drop_all(names)
-        first_reply = None
-        deadline = start + max(120.0, n * 0.2)
-        while True:
-            replied = count_json(co.replies) - 1  # the blocker's reply
-            if first_reply is None and replied > 0:
-                first_reply = time.monotonic()
-            if replied >= n:
-                break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"acceptance: only {replied} of {n} replies after "
-                                   f"{deadline - start:.0f}s")
-            time.sleep(0.002)
+        first_reply = poll_until(n, lambda: count_json(co.replies) - 1,  # the blocker's reply
+                                 lambda replied: replied > 0,
+                                 start, start + max(120.0, n * 0.2), 0.002,
+                                 "acceptance", "replies")
         end = time.monotonic()
         cpu_busy = co.own_cpu_s() - cpu_before
         outcomes: dict[str, int] = {}
