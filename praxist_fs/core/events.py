@@ -16,7 +16,7 @@ from .budget import VERDICTS
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
 from .queues import PREEMPT_MODES
 from .request import ControlRequest, Request
-from .states import PreemptMode, Verdict
+from .states import GenerationStage, PreemptMode, Verdict
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -263,8 +263,12 @@ class GenerationPhase(Event):
 
     kind: ClassVar[str] = "generation_phase"
     generation: int
-    phase: str
+    phase: GenerationStage
     reason: str
+
+    def __post_init__(self) -> None:
+        Event.__post_init__(self)
+        _hold_as_member(self, "phase", tuple(GenerationStage))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,9 @@ import json
 
 import pytest
 
-from praxist_fs.core.events import ControlSeen, GenerationPhase, LeaseGranted, to_record
+from praxist_fs.core.events import (
+    ControlSeen, GenerationPhase, LeaseGranted, from_record, to_record,
+)
 from praxist_fs.core.request import ControlRequest
 from praxist_fs.core.snapshot import load, render
 from praxist_fs.core.states import (
@@ -181,10 +183,14 @@ def test_a_snapshot_restores_the_members_and_dumps_the_same_bytes():
         ReplyOutcome.ACCEPTED, ReplyOutcome.DUPLICATE, ReplyOutcome.REJECTED}
 
 
-def test_a_journaled_phase_is_the_plain_string():
+def test_a_journaled_phase_is_the_plain_string_and_replays_as_the_member():
     event = GenerationPhase(at=1.0, generation=1, phase=GenerationStage.CLOSED, reason="drained")
     assert json.dumps(to_record(event)) == json.dumps(to_record(GenerationPhase(
         at=1.0, generation=1, phase="closed", reason="drained")))
+    replayed = from_record(json.loads(json.dumps(to_record(event))))
+    assert replayed == event and replayed.phase is GenerationStage.CLOSED
+    with pytest.raises(ValueError, match=r"GenerationPhase.phase must be one of \('open', "):
+        GenerationPhase(at=1.0, generation=1, phase="shut", reason="a damaged record")
 
 
 def test_draining_a_generation_that_is_not_closing_raises_and_changes_nothing():
