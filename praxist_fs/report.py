@@ -39,7 +39,7 @@ from .core.budget import Spend, attempt_spend, verdict
 from .core.model import Attempt, Job
 from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
-from .core.states import AttemptOutcome, JobState
+from .core.states import AttemptOutcome, JobState, PreemptMode
 from .errors import PraxistError
 from .simulate import percentile
 
@@ -423,7 +423,7 @@ def waited(job: JobRow, until: float) -> float:
         if before is not None and before.round == attempt.round and before.ended_at is not None:
             total += max(0.0, attempt.started_at - before.ended_at)
         total += sum((p["resumed_at"] or attempt.ended_at or until) - p["at"]
-                     for p in attempt.preemptions if p["mode"] == "suspend")
+                     for p in attempt.preemptions if p["mode"] == PreemptMode.SUSPEND)
     return total
 
 

@@ -29,6 +29,7 @@ from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
 from .backends.slurm_stop import end_run_in_slurm
+from .core.states import ControlOutcome
 from .errors import OwnerBusy
 
 OWNER_WAIT = 2.0  # a legacy launch holds the owner lock for milliseconds
@@ -117,7 +118,7 @@ def _through_coordinator(layout: RunLayout, timeout: float) -> None:
         if time.monotonic() > deadline or live_endpoint(layout) is None:
             raise TimeoutError("the coordinator did not confirm the freeze")
         time.sleep(0.05)
-    if reply["outcome"] != "ok":
+    if reply["outcome"] != ControlOutcome.OK:
         raise RuntimeError(f"the coordinator refused: {reply['reason']}")
     while live_endpoint(layout) is not None:  # it exits once its work is gone
         if time.monotonic() > deadline:
