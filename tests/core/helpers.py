@@ -349,19 +349,17 @@ def documented_table(name: str) -> dict[tuple[Any, Enum], Any]:
 # -- backfill: a cluster of eight GPUs whose jobs run exactly their ETA --------------
 
 
-BACKFILL_PROFILES = {
-    "cpu": Profile(name="cpu", accelerator="cpu"),
-    "g1": Profile(name="g1", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g8": Profile(name="g8", accelerator="gpu", gpu_count=8, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g2": Profile(name="g2", accelerator="gpu", gpu_count=2, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "g3": Profile(name="g3", accelerator="gpu", gpu_count=3, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=60.0),
-    "small": Profile(name="small", accelerator="gpu", gpu_count=1, gpu_memory_gb=5.0,
-                     gpu_utilization_pct=30.0),
-}
+def gpu_profiles(**shapes: tuple[int, float | None, float | None]) -> dict[str, Profile]:
+    """"cpu" and GPU profiles by name, each (GPU count, memory GB, utilization %): a
+    demand given as None is unknown (R-CFG-5)."""
+    return {"cpu": Profile(name="cpu", accelerator="cpu"), **{
+        name: Profile(name=name, accelerator="gpu", gpu_count=count, gpu_memory_gb=memory,
+                      gpu_utilization_pct=utilization)
+        for name, (count, memory, utilization) in shapes.items()}}
+
+
+BACKFILL_PROFILES = gpu_profiles(g1=(1, 30.0, 60.0), g8=(8, 30.0, 60.0), g2=(2, 30.0, 60.0),
+                                 g3=(3, 30.0, 60.0), small=(1, 5.0, 30.0))
 
 
 def backfill_policy(job_picker: str = "backfill", slots: int = 16, **overrides: Any) -> Policy:

@@ -21,12 +21,12 @@ from praxist_fs.core.pickers import context as pass_module
 from praxist_fs.core.events import HostSampled, RequestSeen
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
 from praxist_fs.core.pickers import PICKERS, Usage, picker_class, register_picker
-from praxist_fs.core.policy import Policy, Profile
+from praxist_fs.core.policy import Policy
 from praxist_fs.core.queues import Queue, default_queues
 from praxist_fs.core.request import Request
 
 
-from .helpers import Harness, Recorder, cpu_harness, launched_tags, make_policy
+from .helpers import Harness, Recorder, cpu_harness, gpu_profiles, launched_tags, make_policy
 from .simulation import Simulation
 
 # -- today's behaviour, pinned ---------------------------------------------------------
@@ -69,16 +69,8 @@ def simulation_trace(seed: int, steps: int = 600, **options: Any) -> str:
     return digest([launches, reasons])
 
 
-BUSY_PROFILES = {
-    "cpu": Profile(name="cpu", accelerator="cpu"),
-    "g1": Profile(name="g1", accelerator="gpu", gpu_count=1, gpu_memory_gb=30.0,
-                  gpu_utilization_pct=40.0),
-    "g2": Profile(name="g2", accelerator="gpu", gpu_count=2, gpu_memory_gb=60.0,
-                  gpu_utilization_pct=70.0),
-    "gx": Profile(name="gx", accelerator="gpu", gpu_count=1),
-    "g4": Profile(name="g4", accelerator="gpu", gpu_count=4, gpu_memory_gb=20.0,
-                  gpu_utilization_pct=30.0),
-}
+BUSY_PROFILES = gpu_profiles(g1=(1, 30.0, 40.0), g2=(2, 60.0, 70.0), gx=(1, None, None),
+                             g4=(4, 20.0, 30.0))
 
 
 def gpus(count: int = 4, total: float = 81920.0) -> GpuSample:
