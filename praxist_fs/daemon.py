@@ -63,7 +63,7 @@ from .driver import Driver
 from .errors import NoRoomToStart
 from .housekeeping import DONE_SWEEP_SECONDS, Housekeeper
 from .inboxes import Inboxes
-from .sinks import HookSink, Sink, StatusSink
+from .sinks import HookSink, SecretsSink, Sink, StatusSink
 from .stopper import fenced_reason
 from .views import Unsettled, Views
 
@@ -87,8 +87,9 @@ class Coordinator:
                  metrics_textfile_dir: str | None = None) -> None:
         self.layout = RunLayout.at(run_dir)
         self.metrics_textfile_dir = metrics_textfile_dir  # for metrics.prom's copy
-        # outputs after each commit (sinks.py): the task's hooks once the journal is open,
-        # status.json and metrics.prom once the host is known; a caller may add its own
+        # outputs after each commit (sinks.py): the vault and the task's hooks once the
+        # journal is open, status.json and metrics.prom once the host is known; a caller
+        # may add its own
         self.sinks: list[Sink] = []
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self.dropped_record = False  # it was taken: this start looks at every derived file
@@ -184,8 +185,9 @@ class Coordinator:
         self.journal = self.driver.journal = Journal(self.layout.journal, after=after,
                                                      keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
+        self.sinks.append(SecretsSink(self.vault))
         if self.policy.hooks.on_job_end or self.policy.hooks.on_generation_close:
-            self.sinks.insert(0, HookSink(HookRunner(
+            self.sinks.append(HookSink(HookRunner(
                 self.layout.hook_logs, self.layout.root, self.policy.hooks.timeout_seconds),
                 str(self.layout.root)))
         reach("start.after_journal_open")

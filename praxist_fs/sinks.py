@@ -3,14 +3,15 @@
 
 A sink is handed each committed batch (``Commit``: the events, the effects the core
 decided of them, carried out, with the notices of ``core/notices.py``: jobs ended,
-generations closed, hooks to run; and the core, to read, never to feed), and a turn of
+generations closed, hooks to run, secrets to let go; and the core, to read, never to feed), and a turn of
 the loop for an output kept at a cadence of its own. The core decides; a sink only
 writes or starts what it is told. Three ship with the coordinator: ``StatusSink``
 (status.json and metrics.prom, at the status cadence), ``HookSink`` (the task's
-completion hooks) and, for a new output (a file, a metric, a notification), whatever a
-caller appends to ``Coordinator.sinks`` or hands a ``Driver``: ``tests/test_sinks.py``
-is a whole sink in one file. A sink never blocks the loop and never raises for what it
-could not do (the status files at most degrade the run, as a full disk does).
+completion hooks) and ``SecretsSink`` (the vault's secrets let go); a new output (a
+file, a metric, a notification) is one more, appended to ``Coordinator.sinks`` or
+handed to a ``Driver``: ``tests/test_sinks.py`` is a whole sink in one file. A sink
+never blocks the loop; an OSError it lets out is the loop's (a full disk degrades the
+run, as anywhere in a turn).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .adapters.crashpoints import reach
 from .adapters.fsio import write_atomic, write_json
 from .adapters.hooks import HookCall, HookRunner
 from .adapters.taskreports import progress, task_report
-from .core.effects import Effect, RunHook
+from .core.effects import Effect, RunHook, ScrubSecrets
 from .core.events import Event
 from .core.metrics import Histogram, render_metrics
 from .core.scheduler import Scheduler
@@ -36,6 +37,7 @@ from .core.states import JobState
 from .core.status import render_status
 
 if TYPE_CHECKING:
+    from .adapters.vault import Vault
     from .views import Views
 
 log = logging.getLogger("praxist_fs")
@@ -86,6 +88,19 @@ class HookSink(Sink):
 
     def close(self, sched: Scheduler) -> None:
         self.runner.close()
+
+
+class SecretsSink(Sink):
+    """Lets go of what the vault keeps of a request's secrets once the core says no
+    launch will need them (``ScrubSecrets``: its job ended, or it queued nothing)."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+
+    def committed(self, commit: Commit) -> None:
+        for effect in commit.effects:
+            if isinstance(effect, ScrubSecrets):
+                self.vault.scrub(effect.request_id)
 
 
 class StatusSink(Sink):

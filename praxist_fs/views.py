@@ -1,6 +1,6 @@
 """Every file derived from the journal: job files, replies, control replies, generation
-files, the spool's consumed and rejected requests, and the vault's secrets let go of
-(status.json and metrics.prom are a sink's: ``sinks.py``).
+files, the spool's consumed and rejected requests (status.json, metrics.prom and the
+vault's secrets let go are sinks': ``sinks.py``).
 
 One mapping from effect to path (``Views.path``) serves both carrying an effect out
 (``execute``) and repairing the files at start (``repair``), so the two cannot disagree
@@ -25,7 +25,7 @@ from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.vault import Vault
 from .core.effects import (
-    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest, ScrubSecrets,
+    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
     WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
 )
 from .core.metrics import AttemptTally
@@ -110,9 +110,6 @@ class Views:
 
     def execute(self, effect: Effect, sched: Scheduler) -> None:
         """Carry out one file effect of a committed batch (no fsync: repaired at start)."""
-        if isinstance(effect, ScrubSecrets):  # the core's word (core/notices.py)
-            self.vault.scrub(effect.request_id)
-            return
         path = self.path(effect)
         if isinstance(effect, WriteJob):
             self._write_job(effect, path, sched)

@@ -161,17 +161,9 @@ class ConsumeDecline(Effect):
     name: str
 
 
-@effect
-class ScrubSecrets(Effect):
-    """The request's secrets are no longer needed (its job ended, or it will never
-    launch): remove what the vault keeps of them (R-SEC-2)."""
-
-    request_id: str
-
-
-# Notices (``core/notices.py``): what a committed batch did that no file effect says by
-# itself. The driver carries none out; it hands them, with the rest of the batch, to the
-# sinks after the commit (``praxist_fs/sinks.py``).
+# Notices (``core/notices.py``): what a committed batch did or allows that no file effect
+# says by itself. The driver carries none out; it hands them, with the rest of the batch,
+# to the sinks after the commit (``praxist_fs/sinks.py``).
 
 
 @effect
@@ -203,4 +195,15 @@ class RunHook(Effect):
     env: dict[str, str]
 
 
-NOTICES = (JobEnded, GenerationClosed, RunHook)  # for the sinks, not carried out by the driver
+@effect
+class ScrubSecrets(Effect):
+    """The request's secrets are no longer needed (its job ended, or it will never
+    launch): what the vault keeps of them may go (R-SEC-2; ``SecretsSink``). Not a
+    file effect: a start sweeps the vault of every request not queued or in flight, so
+    none is owed to a crash."""
+
+    request_id: str
+
+
+# for the sinks: the driver carries none of these out
+NOTICES = (JobEnded, GenerationClosed, RunHook, ScrubSecrets)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from praxist_fs.backends.base import AttemptKey
 from praxist_fs.backends.memory import MemoryBackend
 from praxist_fs.core.effects import (
-    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest, ScrubSecrets,
-    SpawnAttempt, WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
+    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
+    WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
 )
 from praxist_fs.core.events import Event
 from praxist_fs.core.scheduler import Scheduler
@@ -39,7 +39,6 @@ class Disk:
     generation: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
     go: set[tuple[str, str]] = field(default_factory=set)
     abort: set[tuple[str, str]] = field(default_factory=set)
-    scrubbed: set[str] = field(default_factory=set)  # requests whose secrets were let go
 
 
 class Watched(Scheduler):
@@ -109,8 +108,6 @@ class Files:
             disk.generation[(effect.generation, effect.kind, effect.name)] = effect.document
         elif isinstance(effect, ConsumeDecline):
             sim.declines.get(effect.generation, {}).pop(effect.name, None)
-        elif isinstance(effect, ScrubSecrets):
-            disk.scrubbed.add(effect.request_id)
         else:
             raise AssertionError(f"no view writes {effect}")
 
