@@ -621,6 +621,7 @@ class Coordinator:
                 "quarantined": sum(len(case["items"]) for case in self.problems),
                 "gpu_inventory": self.inventory.source}
 
+
 def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:
     """The attempt tally as the snapshot saved it (of ``sched`` as restored, before the
     journal's tail: ``_count`` brings it up to date); counted afresh from every job when

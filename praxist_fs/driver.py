@@ -9,10 +9,11 @@ What the backend answers is the next batch, until nothing is left.
 
 The simulator's driver has no journal and no views: the core's state is all there is
 (``VirtualLoop``, around the in-memory backend's virtual host).
-The daemon's has both, and its sinks (``sinks.py``: status.json, metrics.prom, the
-task's hooks), each handed every committed batch once its effects are out, notices and
-all (the core's word that a job ended or a generation closed, which the driver carries
-out nowhere else); and leaves to the loop what is the loop's (``waited_out``: a full
+The daemon's has both, and its sinks (``sinks.py``: status.json and metrics.prom, the
+task's hooks, the vault's scrub), each handed every committed batch once its effects
+are out, notices and all (the core's word that a job ended, a generation closed, a hook
+is due or a request's secrets may go, which the driver carries out nowhere else); and
+leaves to the loop what is the loop's (``waited_out``: a full
 disk degrades it; ``watch_generation``).
 Crash points (``reach``) mark the commit and every effect, as OPERATIONS.md lists them.
 """
