@@ -9,9 +9,9 @@ writes or starts what it is told. Three ship with the coordinator: ``StatusSink`
 (status.json and metrics.prom, at the status cadence), ``HookSink`` (the task's
 completion hooks) and ``SecretsSink`` (the vault's secrets let go); a new output (a
 file, a metric, a notification) is one more, appended to ``Coordinator.sinks`` or
-handed to a ``Driver``: ``tests/test_sinks.py`` is a whole sink in one file. A sink
-never blocks the loop; an OSError it lets out is the loop's (a full disk degrades the
-run, as anywhere in a turn).
+handed to a ``Driver``: ``tests/test_sinks.py`` and ``tests/e2e/test_sink.py`` are each
+a whole sink in one file. A sink never blocks the loop; an OSError it lets out is the
+loop's (a full disk degrades the run, as anywhere in a turn).
 """
 
 from __future__ import annotations
