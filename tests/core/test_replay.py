@@ -20,8 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from praxist_fs.backends.base import AttemptKey
-from praxist_fs.core.effects import Effect, SpawnAttempt, WriteJob, WriteReply
+from praxist_fs.core.effects import Effect, WriteJob, WriteReply
 from praxist_fs.core.events import (
     AttemptObserved, ControlSeen, CoordinatorStarted, Event, RequestSeen, from_record,
     to_record,
@@ -33,7 +32,7 @@ from praxist_fs.driver import Driver as ProductionDriver
 from praxist_fs.errors import BadRequest
 
 from .helpers import make_policy
-from .twins import Disk, Files, MemoryJournal
+from .twins import Barrier, Disk, Files, MemoryJournal
 
 TAGS = ["exp-a", "exp-b", "exp-c"]
 ARGVS = [["python", "a.py"], ["python", "b.py"]]
@@ -75,40 +74,6 @@ class Checked(Scheduler):
         return effects
 
 
-class Barrier:
-    """The backend's twin: each attempt's barrier (GO never twice, never after ABORT nor
-    before the shim's pid is known). It starts nothing: the test draws what each shim is
-    seen doing (``Driver.observe``)."""
-
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
-
-    def bind(self, effects: list[Effect]) -> list[Event]:
-        return []
-
-    def start(self, launch: SpawnAttempt, environment: Any) -> list[Event]:
-        return []
-
-    def go(self, key: AttemptKey) -> None:
-        assert key not in self.driver.disk.go, "GO written twice"
-        assert key not in self.driver.disk.abort, "GO after ABORT"
-        assert self.driver.attempt(*key).pid is not None, "GO before the pid was recorded"
-        self.driver.disk.go.add(key)
-
-    def abort(self, key: AttemptKey) -> None:
-        assert key not in self.driver.disk.go, "abort after GO"
-        self.driver.disk.abort.add(key)
-
-    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
-        pass  # a cancel: the test draws the attempt's end
-
-    def settle(self) -> None:
-        pass
-
-    def roll_back(self) -> None:
-        pass
-
-
 class Driver:
     """What the test drives: the production driver around a ``Checked`` core, its
     journal, views and backend twins, and the peers' inboxes the views consume."""
@@ -126,7 +91,8 @@ class Driver:
         self.declines: dict[int, dict[str, bytes]] = {}
         self.journal = MemoryJournal(self.records)
         self.driver = ProductionDriver(self.checked(Checked(policy)),
-                                       Barrier(self), journal=self.journal,
+                                       Barrier(self.disk, lambda: self.sched),
+                                       journal=self.journal,
                                        views=Files(self), clock=lambda: self.now)
         self.feed(CoordinatorStarted(at=self.tick(), policy=policy.to_dict(), pid=1,
                                      host="host", boot_id="boot"))
@@ -151,9 +117,6 @@ class Driver:
         assert self.driver.process(list(events), launch=launch)
         assert not self.journal.pending, "a batch left records uncommitted"
         self.check_invariants()
-
-    def attempt(self, job_id: str, attempt_id: str):
-        return next(a for a in self.sched.jobs[job_id].attempts if a.attempt_id == attempt_id)
 
     def restart(self) -> None:
         fresh = replay(self.records, Checked())
