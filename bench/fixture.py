@@ -50,6 +50,14 @@ def request_document(request_id: str, tag: str, argv: list[str], cwd: str) -> di
 
 
 class _Builder:
+    """Hand-made events straight into a core and a journal, on purpose not through
+    ``praxist_fs.driver.Driver``: a fixture of a million jobs wants group commits of
+    COMMIT_EVERY records and no effects carried out (the views are written once, at the
+    end, from the core's ``derived_views``), where the driver commits and writes per
+    batch. What it builds is only ever read back by the real start (replay and repair);
+    the driver's batching is tested where it runs (tests/core/test_replay.py, the
+    simulation's crash/replay property test, tests/test_driver.py)."""
+
     def __init__(self, run_dir: Path, task: Path) -> None:
         self.layout = RunLayout.at(run_dir)
         self.layout.create()

@@ -35,7 +35,7 @@ from .adapters.crashpoints import reach
 from .adapters.capacity import read_host_capacity
 from .adapters.fsio import create, temp_name, unlink, write_json
 from .adapters.gpus import attribute_processes, open_inventory
-from .adapters.hooks import HookCall, HookRunner
+from .adapters.hooks import HookRunner
 from .adapters.hostclaims import HostRegistry, default_directory
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
@@ -51,8 +51,7 @@ from .backends.base import ExecutionBackend, RunContext
 from .backends.local import launcher
 from .core.effects import Effect, SpawnAttempt, WriteJob
 from .core.events import (
-    ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
-    HostSampled, RunStopRequested,
+    ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, HostSampled, RunStopRequested,
 )
 from .core.metrics import AttemptTally
 from .core.model import Job
@@ -64,6 +63,7 @@ from .driver import Driver
 from .errors import NoRoomToStart
 from .housekeeping import DONE_SWEEP_SECONDS, Housekeeper
 from .inboxes import Inboxes
+from .sinks import HookSink, SecretsSink, Sink, StatusSink
 from .stopper import fenced_reason
 from .views import Unsettled, Views
 
@@ -87,7 +87,10 @@ class Coordinator:
                  metrics_textfile_dir: str | None = None) -> None:
         self.layout = RunLayout.at(run_dir)
         self.metrics_textfile_dir = metrics_textfile_dir  # for metrics.prom's copy
-        self.hooks: HookRunner | None = None  # runs the task's completion hooks, if it has any
+        # outputs after each commit (sinks.py): the vault and the task's hooks once the
+        # journal is open, status.json and metrics.prom once the host is known; a caller
+        # may add its own
+        self.sinks: list[Sink] = []
         self.drop_damaged_record = drop_damaged_record  # an operator's decision, for one seq
         self.dropped_record = False  # it was taken: this start looks at every derived file
         self.problems: list[dict[str, Any]] = []   # every quarantine case: in status.json
@@ -106,7 +109,7 @@ class Coordinator:
         self.driver = Driver(Scheduler(), self.backend, environment=self._environment,
                              waited_out=self._disk_error,
                              watch_generation=self._watch_generation,
-                             after_commit=self._run_hooks)
+                             sinks=self.sinks)
         self.stop_requested = False
         self.observer = None
         self.polling = False
@@ -182,9 +185,11 @@ class Coordinator:
         self.journal = self.driver.journal = Journal(self.layout.journal, after=after,
                                                      keep_damaged=self._keep_damaged)
         self.vault = Vault(self.layout)
+        self.sinks.append(SecretsSink(self.vault))
         if self.policy.hooks.on_job_end or self.policy.hooks.on_generation_close:
-            self.hooks = HookRunner(self.layout.hook_logs, self.layout.root,
-                                    self.policy.hooks.timeout_seconds)
+            self.sinks.append(HookSink(HookRunner(
+                self.layout.hook_logs, self.layout.root, self.policy.hooks.timeout_seconds),
+                str(self.layout.root)))
         reach("start.after_journal_open")
         if self.journal.truncated_bytes:
             log.warning("journal: truncated a torn tail of %d bytes", self.journal.truncated_bytes)
@@ -213,7 +218,11 @@ class Coordinator:
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
-            tally, self.metrics_textfile_dir)
+            tally)
+        self.status = StatusSink(self.views, self.driver.commits, self._runtime,
+                                 lambda: self.journal.seq, self.metrics_textfile_dir,
+                                 busy=lambda: bool(self.selector.select(0)),
+                                 failed=self._disk_error)
         self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
                                                          self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -229,6 +238,7 @@ class Coordinator:
         write_json(self.layout.policy, self.policy.to_dict(), durable=True, indent=2)
         self.inventory = open_inventory(self.fake_gpus)
         self.pressure = PressureSampler(self.psi_root)
+        self.sinks.append(self.status)  # it shows the host's inventory: from now on
         if any(p.uses_gpu and not self.policy.capabilities_of(p).places_gpus
                for p in self.policy.profiles.values()):  # the core places this host's GPUs
             directory = Path(self.host_registry) if self.host_registry else default_directory()
@@ -256,7 +266,7 @@ class Coordinator:
                           for job in (*self.sched.queued(), *self.sched.in_flight())})
         self.filesystem = filesystem_type(self.layout.root)
         self.polling = needs_polling(self.layout.root)
-        self._write_status(force=True)
+        self.status.tick(self.sched, force=True)
         self._start_observer()
         self._read_inboxes()  # what waited for this start is answered before the collection
         _return_memory()
@@ -278,13 +288,11 @@ class Coordinator:
             self.observer.stop()
             self.observer.join(timeout=5)
         self.backend.close()
-        if self.hooks is not None:
-            self.hooks.close()
+        for sink in self.sinks:  # the status sink's is there once the start served
+            sink.close(self.sched)
         if hasattr(self, "inventory"):
             self.inventory.close()
         if hasattr(self, "journal"):
-            if hasattr(self, "inventory"):  # else the start failed before it served
-                self._write_status(force=True, state="stopped")
             if hasattr(self, "compactor"):
                 self.compactor.wait(self.journal, self.sched)
             if clean and self.degraded is None:  # else views are owed: the start repairs
@@ -321,7 +329,8 @@ class Coordinator:
                 self._publish_claims()
             else:
                 self._retry_degraded()
-            self._write_status()
+            for sink in self.sinks:
+                sink.tick(self.sched)
             now = time.monotonic()
             quiet = self._quiet()
             if not quiet:  # work arrived while the cadence was slow
@@ -329,7 +338,7 @@ class Coordinator:
                 next_reconcile = min(next_reconcile, now + RECONCILE_SECONDS)
                 next_sample = min(next_sample, now + SAMPLE_SECONDS)
             deadline = min(next_scan, next_reconcile, next_sample,
-                           self.views.status_deadline(self.sched, now),
+                           self.status.status_deadline(self.sched, now),
                            self.backend.next_timer(),
                            self._retry_at if self.degraded else float("inf"),
                            now if self.views.indexing else float("inf"))
@@ -395,7 +404,7 @@ class Coordinator:
         swept for junk (``Housekeeper.tidy_jobs``); a new quarantine case is reported."""
         if self.housekeeper.tidy_jobs(self.sched, self.views, ("queued", "running")):
             self.problems = quarantine.notes(self.layout)
-            self.views.status_outdated()  # status.json counts them at its next write
+            self.status.status_outdated()  # status.json counts them at its next write
 
     def _no_room_to_start(self, exc: OSError) -> NoRoomToStart:
         """The error a start that hit a full disk ends with: the cause, and that nothing was
@@ -421,7 +430,7 @@ class Coordinator:
                       self.degraded, exc.errno, exc.strerror)
             self._retry_delay = DEGRADED_RETRY_SECONDS[0]
             self._retry_at = time.monotonic() + self._retry_delay
-            self.views.status_outdated()  # to say so, if it can
+            self.status.status_outdated()  # to say so, if it can
         return True
 
     def _roll_back(self) -> None:
@@ -459,7 +468,7 @@ class Coordinator:
         log.warning("resumed: %s no longer (a retry found room); reading requests again",
                     self.degraded)
         self.degraded = None
-        self.views.status_outdated()
+        self.status.status_outdated()
         self.driver.settle()
         self._sample()
         self._process([self.backend.observe(job, job.current)
@@ -477,37 +486,6 @@ class Coordinator:
         if self.degraded is None and not self.driver.process(
                 events, launch=launch and self.registry is None):
             self._roll_back()
-
-    def _run_hooks(self, events: list[Event], effects: list[Effect]) -> None:
-        """The task's hooks for the jobs this batch ended (moved into jobs/done/) and the
-        generations it closed: after the commit and the job files, so a hook reads what
-        the run holds. Queued to the hook runner's thread; this returns at once."""
-        if self.hooks is None:
-            return
-        hooks, run_dir = self.policy.hooks, str(self.layout.root)
-        calls = []
-        for effect in effects:
-            if isinstance(effect, WriteJob) and effect.directory == "done" and effect.replaces:
-                doc = effect.document
-                exit_code = doc["exit_code"]
-                calls += [("job_end", effect.job_id, hooks.on_job_end, doc, {
-                    "PRAXIST_JOB_ID": effect.job_id, "PRAXIST_JOB_STATE": doc["state"],
-                    "PRAXIST_EXIT_CODE": "" if exit_code is None else str(exit_code),
-                    "PRAXIST_TAG": doc["tag"], "PRAXIST_PEER": doc["peer"],
-                    "PRAXIST_GENERATION": "" if doc["generation"] is None
-                    else str(doc["generation"])})]
-        for event in events:
-            if isinstance(event, GenerationPhase) and event.phase == "closed":
-                gen = self.sched.generations[event.generation]
-                calls += [("generation_close", str(gen.number), hooks.on_generation_close,
-                           self.sched.generation_status(gen, soft=False),
-                           {"PRAXIST_GENERATION": str(gen.number),
-                            "PRAXIST_CLOSE_REASON": event.reason})]
-        for kind, subject, commands, document, env in calls:
-            for n, argv in enumerate(commands):
-                self.hooks.submit(HookCall(
-                    name=f"{kind}-{subject}-{n}", argv=argv, document=document,
-                    env={"PRAXIST_HOOK": kind, "PRAXIST_RUN_DIR": run_dir, **env}))
 
     def _launch(self) -> None:
         """Scheduling passes until nothing more starts. GPU placement runs under the host
@@ -633,30 +611,15 @@ class Coordinator:
         self.views.repair(self.sched, durable_ns, self.journal.seq, self.housekeeper.keep,
                           unsettled)
 
-    def _write_status(self, force: bool = False, state: str = "serving") -> None:
-        """status.json and metrics.prom at their cadence (``Views.status_due``), with what
-        only the coordinator knows; never ahead of a request or an exit waiting."""
-        now = time.time()
-        if not force and (not self.views.status_due(self.sched, now) or
-                          self.views.status_recent(now) and self.selector.select(0)):
-            return
-        if self.sched.stopped and state == "serving":
-            state = f"stopped: {self.sched.stopped} (admits nothing)"
-        runtime = {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
-                   "observer": "polling" if self.polling else "inotify",
-                   "filesystem": self.filesystem,
-                   "journal_seq": self.journal.seq, "problems": self.problems,
-                   "degraded": self.degraded,
-                   "quarantined": sum(len(case["items"]) for case in self.problems),
-                   "gpu_inventory": self.inventory.source}
-        started = time.monotonic()
-        try:
-            self.views.write_status(self.sched, now, runtime, self.journal.seq,
-                                    self.driver.commits, serving=state != "stopped")
-        except OSError as exc:  # tried again at the usual cadence, not at every turn
-            if not self._disk_error(exc, self.layout.status):
-                raise
-        self.views.status_written(self.sched, now, time.monotonic() - started)
+    def _runtime(self, state: str) -> dict[str, Any]:
+        """What status.json shows that only the coordinator knows (``StatusSink``)."""
+        return {"state": state, "pid": os.getpid(), "run_dir": str(self.layout.root),
+                "observer": "polling" if self.polling else "inotify",
+                "filesystem": self.filesystem,
+                "journal_seq": self.journal.seq, "problems": self.problems,
+                "degraded": self.degraded,
+                "quarantined": sum(len(case["items"]) for case in self.problems),
+                "gpu_inventory": self.inventory.source}
 
 
 def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:

@@ -9,22 +9,26 @@ What the backend answers is the next batch, until nothing is left.
 
 The simulator's driver has no journal and no views: the core's state is all there is
 (``VirtualLoop``, around the in-memory backend's virtual host).
-The daemon's has both, and leaves to the loop what is the loop's (``waited_out``: a
-full disk degrades it; ``watch_generation``; ``after_commit``: the task's hooks).
+The daemon's has both, and its sinks (``sinks.py``: status.json and metrics.prom, the
+task's hooks, the vault's scrub), each handed every committed batch once its effects
+are out, notices and all (the core's word that a job ended, a generation closed, a hook
+is due or a request's secrets may go, which the driver carries out nowhere else); and
+leaves to the loop what is the loop's (``waited_out``: a full
+disk degrades it; ``watch_generation``).
 Crash points (``reach``) mark the commit and every effect, as OPERATIONS.md lists them.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .adapters.crashpoints import reach
 from .core.effects import (
-    AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
+    NOTICES, AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
     SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
 )
 from .core.events import AttemptObserved, Event, to_record
@@ -32,10 +36,12 @@ from .core.metrics import COMMIT_BUCKETS, Histogram
 from .core.model import Job
 from .core.scheduler import Scheduler
 from .core.states import JobState
+from .sinks import Commit
 
 if TYPE_CHECKING:  # the simulator's driver has neither: it need not import them
     from .backends.base import ExecutionBackend
     from .backends.memory import MemoryBackend
+    from .sinks import Sink
     from .views import Views
 
 EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evicts an attempt
@@ -98,7 +104,7 @@ class Driver:
                  clock: Callable[[], float] = time.time,
                  waited_out: WaitedOut | None = None,
                  watch_generation: Callable[[int], None] | None = None,
-                 after_commit: Callable[[list[Event], list[Effect]], None] | None = None,
+                 sinks: Sequence[Sink] = (),
                  crash_hook: CrashHook = reach) -> None:
         self.sched = sched
         self.backend = backend
@@ -109,7 +115,7 @@ class Driver:
         self.clock = clock  # the scheduling pass's time: the wall's, or a virtual host's
         self.waited_out = waited_out  # a full disk's error: the loop degrades, not dies
         self.watch_generation = watch_generation  # before a generation's first file
-        self.after_commit = after_commit  # a committed batch, once its effects are out
+        self.sinks = sinks  # handed a committed batch once its effects are out
         self.reach = crash_hook  # PRAXIST_CRASH_AT's exit, or a test's simulated kill -9
         self.commits = Histogram(COMMIT_BUCKETS)  # journal commit latency
 
@@ -146,12 +152,14 @@ class Driver:
                     return False
                 self.reach("journal.after_commit")
             batch, events = events, []
-            if self.views is not None or self.after_commit is not None:
+            if self.views is not None or self.sinks:
                 # a simulation writes no job files: which write of a job is the last
                 # does not matter there (60,000 copies of WriteJob on a Philly replay)
                 effects = _last_job_writes(effects)
             degraded = False
             for effect in sorted(effects, key=_launch_path_first):
+                if isinstance(effect, NOTICES):  # the sinks', below
+                    continue
                 point = f"effect.{_effect_name(effect)}"
                 self.reach(f"{point}.before")
                 try:
@@ -162,8 +170,10 @@ class Driver:
                     degraded = True
                 self.reach(f"{point}.after")
             degraded |= not self.settle()
-            if committed and self.after_commit is not None:
-                self.after_commit(batch, effects)
+            if committed and self.sinks:
+                commit = Commit(batch, effects, self.sched)
+                for sink in self.sinks:
+                    sink.committed(commit)
             if degraded:
                 break
         return True

@@ -1,5 +1,6 @@
 """Every file derived from the journal: job files, replies, control replies, generation
-files, the spool's consumed and rejected requests, status.json and metrics.prom.
+files, the spool's consumed and rejected requests (status.json, metrics.prom and the
+vault's secrets let go are sinks': ``sinks.py``).
 
 One mapping from effect to path (``Views.path``) serves both carrying an effect out
 (``execute``) and repairing the files at start (``repair``), so the two cannot disagree
@@ -9,11 +10,9 @@ coordinator's own facts) and return nothing to feed back: only the loop feeds th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,28 +23,22 @@ from .adapters.crashpoints import reach
 from .adapters.fsio import dumps, unlink, write_atomic, write_json
 from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
-from .adapters.taskreports import progress, task_report
 from .adapters.vault import Vault
 from .core.effects import (
     ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
     WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
 )
-from .core.metrics import AttemptTally, Histogram, render_metrics
+from .core.metrics import AttemptTally
 from .core.model import Job
 from .core.scheduler import FINISHED, Scheduler
 from .core.states import JobState
-from .core.status import render_status
 
 log = logging.getLogger("praxist_fs")
 
-STATUS_MIN_GAP = 0.2      # status.json is rewritten at most this often ...
-STATUS_MAX_AGE = 5.0      # ... and at least this often while serving
-STATUS_COST_SHARE = 0.05  # and at most this share of the loop's time goes to writing it
 # Job files remembered as written (``Views.wrote``) until a sweep of jobs/ passes them;
 # past this many (a burst between two sweeps of jobs/done/, or sweeps held up by a full
 # disk) they are forgotten, and read back instead.
 WRITTEN_MEMORY = 20_000
-STATUS_BUSY_GAP = 1.0     # while requests or exits wait, they go first for up to this long
 INDEX_SLICE = 1_000       # finished jobs put into a job index being rebuilt a loop turn (~30 ms)
 
 # (path, its bytes, why): where repair sets aside a forged job file before rewriting it
@@ -72,25 +65,17 @@ class Unsettled:
 
 
 class Views:
-    """The derived files of one run, and what writing them keeps: the job index, the
-    attempt tally metrics.prom counts, and status.json's cadence."""
+    """The derived files of one run, and what writing them keeps: the job index and the
+    attempt tally metrics.prom counts."""
 
-    def __init__(self, layout: RunLayout, vault: Vault, index: JobIndex, tally: AttemptTally,
-                 metrics_textfile_dir: str | None = None) -> None:
+    def __init__(self, layout: RunLayout, vault: Vault, index: JobIndex,
+                 tally: AttemptTally) -> None:
         self.layout = layout
         self.vault = vault
         self.index = index
         self.tally = tally  # metrics.prom's attempts: every job write updates it
-        # metrics.prom, and a copy for node_exporter's textfile collector if asked for
-        self.metrics_files = [layout.metrics] + (
-            [Path(metrics_textfile_dir) / metrics_file_name(layout.root)]
-            if metrics_textfile_dir else [])
-        self._metrics_error: str | None = None  # the textfile copy's last failure, logged
         self._generations_made: set[int] = set()
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
-        self._status_version: tuple[int, int] = (-1, -1)
-        self._status_at = 0.0
-        self._status_gap = STATUS_MIN_GAP  # widened when status writes grow costly
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
         # the job index's rebuild from the shelf: the last job id indexed, and the time
         # up to which the files of jobs/done/ are vouched for (``index_history``)
@@ -132,11 +117,6 @@ class Views:
             if isinstance(effect, WriteGenerationFile):
                 self.make_generation(effect.generation)
             write_json(path, effect.document, sync=False)
-            if isinstance(effect, WriteReply):
-                state = sched.state_of(effect.document["job_id"] or "")
-                if effect.document["outcome"] not in ("accepted", "retry_accepted") or \
-                        (state is not None and state.terminal):
-                    self.vault.scrub(effect.request_id)  # this request will never launch
         elif isinstance(effect, (RejectRequest, DisposeControl)) and effect.error is not None:
             rejected = self.layout.rejected if isinstance(effect, RejectRequest) \
                 else self.layout.control_rejected
@@ -158,8 +138,6 @@ class Views:
             replaced = self._job_file(effect.replaces, effect.job_id)
             unlink(replaced)
             self._written.pop(replaced, None)
-        if effect.directory == "done":  # terminal: its secrets are no longer needed
-            self.vault.scrub(effect.document["request_id"])
 
     def wrote(self, path: str, found: os.stat_result) -> bool:
         """Whether ``found``, a job file a sweep of jobs/ lists as ``path``, is the very
@@ -302,83 +280,10 @@ class Views:
         document = sched.job_document(job)
         return document, dumps(document).decode()
 
-    # -- status.json and metrics.prom -----------------------------------------
-
-    def status_due(self, sched: Scheduler, now: float) -> bool:
-        """Whether status.json is owed: it changed and was written over STATUS_MIN_GAP
-        ago (more where it costs: ``status_written``), or it is STATUS_MAX_AGE old."""
-        changed = _status_stamp(sched) != self._status_version
-        return (changed and now - self._status_at >= self._status_gap) or \
-            now - self._status_at >= STATUS_MAX_AGE
-
-    def status_recent(self, now: float) -> bool:
-        """Written within STATUS_BUSY_GAP: a status owed now may wait for waiting work."""
-        return now - self._status_at < STATUS_BUSY_GAP
-
-    def status_deadline(self, sched: Scheduler, now: float) -> float:
-        """When (on ``now``'s clock, monotonic) status.json is next owed."""
-        if _status_stamp(sched) != self._status_version:
-            return now + max(0.0, self._status_at + self._status_gap - time.time())
-        return now + STATUS_MAX_AGE
-
-    def status_outdated(self) -> None:
-        """Something status.json shows changed outside the core (problems, degraded)."""
-        self._status_version = (-1, -1)
-
-    def status_written(self, sched: Scheduler, now: float, took: float) -> None:
-        """Tried at ``now``: a failure is tried again at the usual cadence, not every turn.
-        A write that took ``took`` seconds (its pending reasons walk the whole queue: 0.1 s
-        at 10,000 jobs) is not owed again before ``took / STATUS_COST_SHARE``, so that a
-        long queue's status does not take the time its jobs' exits and launches need."""
-        self._status_version, self._status_at = _status_stamp(sched), now
-        self._status_gap = min(STATUS_MAX_AGE, max(STATUS_MIN_GAP, took / STATUS_COST_SHARE))
-
-    def write_status(self, sched: Scheduler, now: float, runtime: dict[str, Any],
-                     journal_seq: int, commits: Histogram, serving: bool) -> None:
-        """status.json (the coordinator's ``runtime`` facts, with the running jobs' own
-        reports), the pending reasons' job files and the job index at the same cadence,
-        and metrics.prom."""
-        reports = {}
-        for job in sched.running():
-            attempt_dir = self.layout.attempt_dir(job.job_id, job.current.attempt_id)
-            reports[job.job_id] = {"progress": progress(attempt_dir / "progress.json"),
-                                   "failure": task_report(attempt_dir / "failure.json")}
-        for effect in sched.reason_updates():  # pending reasons, at status cadence
-            self.execute(effect, sched)
-        self.index.flush(journal_seq)  # the job index too: a commit costs ~0.2 ms
-        reach("status.before_write")
-        write_json(self.layout.status, render_status(sched, now, runtime, reports),
-                   sync=False, indent=2)
-        reach("status.after_write")
-        self._write_metrics(sched, now, journal_seq, commits, serving)
-
-    def _write_metrics(self, sched: Scheduler, now: float, journal_seq: int,
-                       commits: Histogram, serving: bool) -> None:
-        """metrics.prom beside status.json; the textfile directory's copy is the
-        operator's: a failure there is logged, once per error, never fatal."""
-        data = render_metrics(sched, now, str(self.layout.root), journal_seq,
-                              self.tally, commits, serving).encode()
-        write_atomic(self.metrics_files[0], data, sync=False)
-        for path in self.metrics_files[1:]:
-            try:
-                write_atomic(path, data, sync=False)
-                self._metrics_error = None
-            except OSError as exc:
-                error = f"{path}: {exc.strerror}"  # not the temp file's name: new each time
-                if error != self._metrics_error:
-                    log.warning("metrics textfile not written: %s", error)
-                self._metrics_error = error
-
 
 def _made(written: os.stat_result) -> tuple[int, int, int]:
     """What tells a file as written from one rewritten in its place (``Views.wrote``)."""
     return written.st_ino, written.st_size, written.st_mtime_ns
-
-
-def metrics_file_name(run_dir: Path) -> str:
-    """``<run dir name>-<hash of its path>.prom``: one file per run in a shared directory."""
-    path = os.path.realpath(run_dir)
-    return f"{os.path.basename(path)}-{hashlib.sha256(path.encode()).hexdigest()[:8]}.prom"
 
 
 def forged(sched: Scheduler, job: Job, data: bytes) -> str | None:
@@ -424,12 +329,6 @@ def read_bytes(path: str | os.PathLike) -> bytes | None:
             return handle.read()
     except OSError:
         return None
-
-
-def _status_stamp(sched: Scheduler) -> tuple[int, int]:
-    """What status.json shows changed: state, or a new host sample while there is work."""
-    busy = sched.count(JobState.QUEUED) or sched.in_flight()
-    return sched.version, sched.samples_seen if busy else 0
 
 
 def _mtimes(directory: str | os.PathLike) -> dict[str, int]:

@@ -17,12 +17,13 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.vault import Vault
 from praxist_fs.core.effects import WriteJob, WriteReply
 from praxist_fs.core.events import ControlSeen, CoordinatorStarted, RequestSeen
-from praxist_fs.core.metrics import AttemptTally
+from praxist_fs.core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram
 from praxist_fs.core.policy import Policy
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.inboxes import Inboxes
-from praxist_fs import views as views_module
+from praxist_fs import sinks
 from tests.e2e.conftest import wait_for
+from praxist_fs.sinks import StatusSink
 from praxist_fs.views import Unsettled, Views
 
 
@@ -164,17 +165,18 @@ def test_a_costly_status_write_is_owed_again_only_after_twenty_times_its_cost(la
     views = Views(layout, Vault(layout), JobIndex(layout.job_index, journal_seq=0,
                                                   boot_id="boot", clean=False),
                   AttemptTally.of(sched.jobs.values()))
+    status = StatusSink(views, Histogram(COMMIT_BUCKETS), lambda state: {}, lambda: 0)
     now = time.time()
 
     def owed_after(took: float) -> float:
-        views.status_written(sched, now, took)
-        views.status_outdated()  # what it shows changed at once
-        return views.status_deadline(sched, 0.0) + (time.time() - now)  # from ``now``
+        status.status_written(sched, now, took)
+        status.status_outdated()  # what it shows changed at once
+        return status.status_deadline(sched, 0.0) + (time.time() - now)  # from ``now``
 
     assert owed_after(0.05) == pytest.approx(1.0, abs=0.05)
-    assert not views.status_due(sched, now + 0.5) and views.status_due(sched, now + 1.0)
-    assert owed_after(0.001) == pytest.approx(views_module.STATUS_MIN_GAP, abs=0.05)
-    assert owed_after(10.0) == pytest.approx(views_module.STATUS_MAX_AGE, abs=0.05)
+    assert not status.status_due(sched, now + 0.5) and status.status_due(sched, now + 1.0)
+    assert owed_after(0.001) == pytest.approx(sinks.STATUS_MIN_GAP, abs=0.05)
+    assert owed_after(10.0) == pytest.approx(sinks.STATUS_MAX_AGE, abs=0.05)
 
 
 def test_a_sweep_knows_a_job_file_as_written_and_not_one_rewritten_in_its_place(layout):

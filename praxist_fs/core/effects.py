@@ -10,12 +10,38 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+effect = dataclass(frozen=True, slots=True, kw_only=True)  # every effect: a frozen record
+
+
+@effect
 class Effect:
     pass
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@effect
+class _Reply(Effect):
+    """A reply file: a request's (spool/replies/) or a control request's."""
+
+    request_id: str
+    document: dict[str, Any]
+
+
+@effect
+class _InboxFile(Effect):
+    """A file a peer wrote into an inbox, done with: ``name`` there."""
+
+    name: str
+
+
+@effect
+class _AttemptSignal(Effect):
+    """What is told to one attempt's barrier or process group."""
+
+    job_id: str
+    attempt_id: str
+
+
+@effect
 class WriteJob(Effect):
     """Place jobs/<directory>/<job_id>.json with ``document``; when the job moved,
     remove its file from ``replaces``, the directory it was in (start-up repair, not
@@ -27,28 +53,24 @@ class WriteJob(Effect):
     replaces: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteReply(Effect):
-    request_id: str
-    document: dict[str, Any]
+@effect
+class WriteReply(_Reply):
+    """spool/replies/<request_id>.json: what became of a request."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConsumeRequest(Effect):
+@effect
+class ConsumeRequest(_InboxFile):
     """The request is answered and journaled: remove it from spool/incoming."""
 
-    name: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RejectRequest(Effect):
+@effect
+class RejectRequest(_InboxFile):
     """Move the request to spool/rejected/ beside ``<name>.error.json``."""
 
-    name: str
     error: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@effect
 class SpawnAttempt(Effect):
     """Start the attempt's shim in a new session; it waits for GO before the command."""
 
@@ -64,23 +86,17 @@ class SpawnAttempt(Effect):
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteGo(Effect):
+@effect
+class WriteGo(_AttemptSignal):
     """Open the launch barrier: the intent, pid and allocation are journaled."""
 
-    job_id: str
-    attempt_id: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AbortAttempt(Effect):
+@effect
+class AbortAttempt(_AttemptSignal):
     """Tell a shim that never got GO to exit without running the command."""
 
-    job_id: str
-    attempt_id: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
+@effect
 class TerminateAttempts(Effect):
     """The run is stopping: signal these attempts' process groups (TERM, grace, KILL),
     revalidating each process's identity before every signal."""
@@ -88,61 +104,48 @@ class TerminateAttempts(Effect):
     attempts: tuple[tuple[str, str], ...]  # (job_id, attempt_id)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SuspendAttempt(Effect):
+@effect
+class SuspendAttempt(_AttemptSignal):
     """Preempted by suspension (R-POL-3): SIGTSTP, then SIGSTOP, to the attempt's process
     group and its shim's descendants, their identity revalidated before each signal; the
     job it makes room for starts its command only once they are all stopped. Stopping a
     stopped group is a no-op."""
 
-    job_id: str
-    attempt_id: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ResumeAttempt(Effect):
+@effect
+class ResumeAttempt(_AttemptSignal):
     """A suspended attempt continues: SIGCONT to its group, identity revalidated."""
 
-    job_id: str
-    attempt_id: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EvictAttempt(Effect):
+@effect
+class EvictAttempt(_AttemptSignal):
     """Preempted for requeue (R-POL-3): TERM the attempt's group (ABORT it if still at the
     barrier), KILL it after a grace; its end is then observed like any other. Unlike
     ``TerminateAttempts`` it touches this one group only, and does not wait."""
 
-    job_id: str
-    attempt_id: str
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CancelAttempt(Effect):
+@effect
+class CancelAttempt(_AttemptSignal):
     """Cancelled (R-CTL-1): like ``EvictAttempt`` (ABORT at the barrier, TERM to the group,
     KILL after ``grace`` seconds), but a suspended group gets SIGCONT first, since a
     stopped process does not act on TERM. Its end is observed like any other."""
 
-    job_id: str
-    attempt_id: str
     grace: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WriteControlReply(Effect):
-    request_id: str
-    document: dict[str, Any]
+@effect
+class WriteControlReply(_Reply):
+    """control/replies/<request_id>.json: what became of a control request."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DisposeControl(Effect):
+@effect
+class DisposeControl(_InboxFile):
     """Remove an answered control file; a rejected one is kept with its error."""
 
-    name: str
     error: dict[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@effect
 class WriteGenerationFile(Effect):
     """A coordinator-owned file of gen_<N>/: ``kind`` is lease, stats, peer or closing."""
 
@@ -152,7 +155,55 @@ class WriteGenerationFile(Effect):
     document: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@effect
 class ConsumeDecline(Effect):
     generation: int
     name: str
+
+
+# Notices (``core/notices.py``): what a committed batch did or allows that no file effect
+# says by itself. The driver carries none out; it hands them, with the rest of the batch,
+# to the sinks after the commit (``praxist_fs/sinks.py``).
+
+
+@effect
+class JobEnded(Effect):
+    """The job reached ``state``, a terminal one (its file moves to jobs/done/); a sink
+    reads the rest from the core it is handed."""
+
+    job_id: str
+    state: str
+
+
+@effect
+class GenerationClosed(Effect):
+    """The generation closed (drained, or its grace is over), for ``reason``."""
+
+    generation: int
+    reason: str
+
+
+@effect
+class RunHook(Effect):
+    """Start one of the task's completion hook commands (``core/notices.py`` decides which):
+    ``name`` is its log's stem, ``document`` goes to its stdin, ``env`` over the
+    coordinator's environment (the shell adds what only it knows: the run directory)."""
+
+    name: str
+    argv: tuple[str, ...]
+    document: dict[str, Any]
+    env: dict[str, str]
+
+
+@effect
+class ScrubSecrets(Effect):
+    """The request's secrets are no longer needed (its job ended, or it will never
+    launch): what the vault keeps of them may go (R-SEC-2; ``SecretsSink``). Not a
+    file effect: a start sweeps the vault of every request not queued or in flight, so
+    none is owed to a crash."""
+
+    request_id: str
+
+
+# for the sinks: the driver carries none of these out
+NOTICES = (JobEnded, GenerationClosed, RunHook, ScrubSecrets)

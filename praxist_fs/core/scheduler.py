@@ -52,6 +52,7 @@ from .events import (
 )
 from .generations import GenerationDesk
 from .nodes import NodeRegistry
+from .notices import notices
 from .jobcontrol import JobControlDesk
 from .model import Attempt, Job, Reply
 from .observations import Envelope
@@ -105,6 +106,7 @@ class Scheduler:
         # R-BUD-2: a cluster backend's nodes and their health
         self.nodes = NodeRegistry(self.policy.node_cooldown_s)
         self._moved_from: dict[str, str] = {}    # scratch: a moved job's old directory
+        self._ended: list[str] = []              # scratch: the jobs an event ended
         # Soft state, rebuilt from live observation after a restart and never journaled:
         self.host: HostSampled | None = None
         self.controller = ConcurrencyController.start(self.policy)
@@ -131,10 +133,11 @@ class Scheduler:
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise InvalidTransition(f"can't handle event {type(event).__name__}")
+        self._ended = []
         effects = handler(self, event)
         if self.jobcontrol.settled:  # jobs that others wait for changed state (R-CTL-5)
             effects += self.jobcontrol.settle_dependents(event.at)
-        return effects
+        return effects + notices(self, event, effects, self._ended)
 
     def _on_node(self, ev: NodeOutcome | NodeProbeStarted | NodeListed) -> list[Effect]:
         """R-BUD-2: what an attempt's end says of its node (core/nodes.py decides)."""
@@ -578,6 +581,8 @@ class Scheduler:
             self.passes.running_moved(job.job_id)
         if new.directory != job.state.directory:
             self._moved_from.setdefault(job.job_id, job.state.directory)
+            if new.terminal:
+                self._ended.append(job.job_id)
         if new is JobState.QUEUED:
             self._enter_queue(job)  # before the per-state index knows it (``_queue``)
         del self._by_state[job.state][job.job_id]

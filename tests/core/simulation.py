@@ -51,6 +51,7 @@ import json
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -523,38 +524,33 @@ class Simulation(Invariants):
     # -- scans: the spool, control/ and the generations' inboxes ---------------
 
     def scan_incoming(self) -> None:
-        events = []
-        for name in sorted(self.incoming):
-            data = self.incoming[name]
-            digest = hashlib.sha256(data).hexdigest()
-            try:
-                request = parse_request(name, data)
-            except BadRequest as exc:
-                events.append(RequestSeen(at=self.now, name=name, digest=digest,
-                                          request_id=request_id_from_filename(name),
-                                          error_field=exc.field, error_problem=exc.problem))
-            else:
-                events.append(RequestSeen(at=self.now, name=name, digest=digest,
-                                          request_id=request.request_id, request=request))
-        self.process(events, launch=True)
+        self.process(self.seen(self.incoming, parse_request, RequestSeen, "request"),
+                     launch=True)
         assert not self.incoming, f"requests left unanswered: {sorted(self.incoming)}"
 
     def scan_control(self) -> None:
-        events = []
-        for name in sorted(self.control_inbox):
-            data = self.control_inbox[name]
+        self.process(self.seen(self.control_inbox, parse_control, ControlSeen, "control"))
+        assert not self.control_inbox, f"control files left: {sorted(self.control_inbox)}"
+
+    def seen(self, inbox: dict[str, bytes], parse: Callable[[str, bytes], Any],
+             kind: type[RequestSeen] | type[ControlSeen], field: str) -> list[Event]:
+        """Each file of ``inbox`` (name -> bytes), in name order, as the event of ``kind``
+        the daemon's inboxes make of it: what ``parse`` read (as ``field``), or the
+        field it got wrong and why."""
+        events: list[Event] = []
+        for name in sorted(inbox):
+            data = inbox[name]
             digest = hashlib.sha256(data).hexdigest()
             try:
-                control = parse_control(name, data)
+                parsed = parse(name, data)
             except BadRequest as exc:
-                events.append(ControlSeen(at=self.now, name=name, digest=digest,
-                                          request_id=request_id_from_filename(name),
-                                          error_field=exc.field, error_problem=exc.problem))
+                events.append(kind(at=self.now, name=name, digest=digest,
+                                   request_id=request_id_from_filename(name),
+                                   error_field=exc.field, error_problem=exc.problem))
             else:
-                events.append(ControlSeen(at=self.now, name=name, digest=digest,
-                                          request_id=control.request_id, control=control))
-        self.process(events)
-        assert not self.control_inbox, f"control files left: {sorted(self.control_inbox)}"
+                events.append(kind(at=self.now, name=name, digest=digest,
+                                   request_id=parsed.request_id, **{field: parsed}))
+        return events
 
     def scan_generations(self) -> None:
         events: list[Event] = []

@@ -1,8 +1,10 @@
-"""The simulation's twins of what the daemon hands its ``Driver`` (tests/core/simulation.py):
+"""The twins of what the daemon hands its ``Driver``, for the simulation
+(tests/core/simulation.py) and the replay property test (tests/core/test_replay.py):
 the journal (``MemoryJournal`` behind ``driver.Journal``), the views (``Files``, onto the
 simulated run directory, ``Disk``) and the backend (``Shims``, the memory backend with
-what the barrier files and shims show checked), and the core itself (``Watched``: each
-decision shown to the simulation's checks before it is applied).
+what the barrier files and shims show checked; ``Barrier``, the barrier alone, where the
+test draws what each shim does), and the core itself (``Watched``: each decision shown
+to the simulation's checks before it is applied).
 
 The driver between them is the production one: the crash/replay property test runs the
 daemon's batching, commit and effect order, and its crash points."""
@@ -110,6 +112,41 @@ class Files:
             sim.declines.get(effect.generation, {}).pop(effect.name, None)
         else:
             raise AssertionError(f"no view writes {effect}")
+
+
+class Barrier:
+    """A backend that starts nothing and keeps each attempt's barrier (GO never twice,
+    never after ABORT nor before the shim's pid is known) on ``disk``: the replay test
+    draws what each shim is seen doing. ``sched``: the core as the driver has it now."""
+
+    def __init__(self, disk: Disk, sched: Callable[[], Scheduler]) -> None:
+        self.disk, self.sched = disk, sched
+
+    def bind(self, effects: list[Effect]) -> list[Event]:
+        return []
+
+    def start(self, launch: SpawnAttempt, environment: Any) -> list[Event]:
+        return []
+
+    def go(self, key: AttemptKey) -> None:
+        assert key not in self.disk.go, "GO written twice"
+        assert key not in self.disk.abort, "GO after ABORT"
+        attempt = next(a for a in self.sched().jobs[key[0]].attempts if a.attempt_id == key[1])
+        assert attempt.pid is not None, "GO before the pid was recorded"
+        self.disk.go.add(key)
+
+    def abort(self, key: AttemptKey) -> None:
+        assert key not in self.disk.go, "abort after GO"
+        self.disk.abort.add(key)
+
+    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
+        pass  # a cancel: the test draws the attempt's end
+
+    def settle(self) -> None:
+        pass
+
+    def roll_back(self) -> None:
+        pass
 
 
 class Shims:
