@@ -78,7 +78,8 @@ class SlurmBackend:
 
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        can_suspend=False, places_gpus=True, on_this_host=False)
+        can_suspend=False, places_gpus=True, on_this_host=False, queues_attempts=True,
+        takes_slurm_options=True)
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], policy: Policy,

@@ -226,8 +226,9 @@ class Policy:
     _queue_set: tuple[Queue, ...] = field(init=False, repr=False, compare=False)
     _queue_of_class: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
-    def capabilities_of(self, profile: Profile) -> Capabilities:
-        """What the backend that runs ``profile``'s jobs can do (``backend_of``)."""
+    def capabilities_of(self, profile: Profile | None) -> Capabilities:
+        """What the backend that runs ``profile``'s jobs can do (``backend_of``; an unknown
+        profile's, None: the run's own)."""
         routed = self.backend_of(profile)
         return self.capabilities if routed == self.backend else self.backends[routed]
 
@@ -370,9 +371,10 @@ class Policy:
         # journaled before the key existed: such a run rejected changed requests, and a
         # replay decides as it did
         values.setdefault("same_tag_different_request", "reject")
-        values["capabilities"] = (Capabilities.from_dict(data["capabilities"])
+        values["capabilities"] = (Capabilities.from_dict(data["capabilities"],
+                                                         data.get("backend", "local"))
                                   if "capabilities" in data else
                                   BEFORE_CAPABILITIES[data.get("backend", "local")])
-        values["backends"] = {name: Capabilities.from_dict(can)  # none before issue 28
+        values["backends"] = {name: Capabilities.from_dict(can, name)  # none before issue 28
                               for name, can in data.get("backends", {}).items()}
         return cls(**values)
