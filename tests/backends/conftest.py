@@ -176,10 +176,7 @@ class RealRig:
         attempt = job.current if job is not None else None
         if attempt is None or attempt.attempt_id != event.attempt_id:
             return
-        if attempt.pid is None and event.pid is not None:
-            attempt.pid, attempt.pid_start, attempt.boot_id = (event.pid, event.pid_start,
-                                                               event.boot_id)
-        attempt.handle = event.handle or attempt.handle
+        attempt.handle = attempt.handle or event.handle
         if event.exited or not event.alive:
             attempt.phase = AttemptPhase.ENDED
 
@@ -328,7 +325,8 @@ class Entry:
 
 
 ON_HOST = Capabilities(can_suspend=True, places_gpus=False, on_this_host=True)
-CLUSTER = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False)
+CLUSTER = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False,
+                       queues_attempts=True, takes_slurm_options=True)
 RIGS: dict[str, Entry] = {
     "memory": Entry(lambda tmp_path: MemoryRig(), ON_HOST),
     "local": Entry(local_rig, ON_HOST),
@@ -372,7 +370,6 @@ def core_view(launch: SpawnAttempt, handle: AttemptObserved) -> tuple[Job, Attem
     job = Job(job_id=launch.job_id, request=request, profile=launch.profile,
               fingerprint=launch.job_id, submitted_at=handle.at, order=1)
     attempt = Attempt(attempt_id=launch.attempt_id, number=1, round=1, started_at=handle.at,
-                      gpus=launch.gpus, pid=handle.pid, pid_start=handle.pid_start,
-                      boot_id=handle.boot_id, handle=handle.handle)
+                      gpus=launch.gpus, handle=handle.handle)
     job.attempts.append(attempt)
     return job, attempt
