@@ -48,7 +48,7 @@ from .adapters.watcher import (
 )
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
-from .backends.local import launcher
+from .backends.local import launcher, shim_of
 from .core.effects import Effect, SpawnAttempt, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
@@ -534,12 +534,13 @@ class Coordinator:
             return
         allocations = []
         for envelope in self.sched.held_envelopes():
-            attempt = self.sched.jobs[envelope.owner].current
+            pid, started, boot = shim_of(self.sched.jobs[envelope.owner].current.handle) \
+                or (None, None, None)
             allocations.append({"job_id": envelope.owner, "uuid": envelope.uuid,
                                 "utilization_pct": envelope.utilization_pct,
                                 "memory_mib": envelope.memory_mib,
-                                "exclusive": envelope.exclusive, "shim_pid": attempt.pid,
-                                "shim_start": attempt.pid_start, "boot_id": attempt.boot_id})
+                                "exclusive": envelope.exclusive, "shim_pid": pid,
+                                "shim_start": started, "boot_id": boot})
         claims = [{"lease_id": lease.lease_id, "expires_at": lease.expires_at, **lease.claim}
                   for gen in self.sched.generations.values() for lease in gen.outstanding()
                   if lease.claim]

@@ -15,10 +15,15 @@ and ``memory`` (no processes: a virtual clock, for the simulator, the core's
 simulation tests and bench). A run that uses several gets them behind one seam
 (routed.py), each attempt carried out by the backend its profile routes to.
 
-The core sees an attempt's identity as an opaque *handle* journaled with the
-``AttemptObserved`` that first reports it: the local backend's is the shim's pid,
-start time and boot id (the job file's ``pid``/``pid_start``, a public field);
-Slurm's is ``{"backend": "slurm", "cluster", "job_id", "job_name"}``.
+The core sees an attempt's identity as an opaque *handle*, a JSON object journaled with
+the ``AttemptObserved`` that first reports it and given back to the backend with the
+attempt (``observe``, ``adopt``, the ``lookup``). The backend reads its own fields out
+of it; the core reads only documented keys: a process on this host is named by ``pid``,
+``pid_start`` and ``boot_id`` (core/model.py's ``PROCESS_KEYS``: the job file shows the
+first two, a public field, and the boot id says whether the host restarted since). The
+local backend's handle is just that (local/backend.py's ``shim_handle``); Slurm's is
+``{"backend": "slurm", "cluster", "job_id", "job_name"}`` and, once known, ``node`` and
+``started_at``.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from .budget import Ledger
 from .calibration import Calibration
-from .model import Attempt, Job, Reply
+from .model import Attempt, Job, Reply, identity_into_handle, kept_handle
 from .nodes import NodeRegistry
 from .pickers.ledger import Usage
 from .policy import Policy
@@ -412,8 +412,7 @@ def _built_job(line: bytes) -> Job:
 def _attempt(attempt: Attempt) -> dict[str, Any]:
     return {"attempt_id": attempt.attempt_id, "number": attempt.number, "round": attempt.round,
             "started_at": attempt.started_at, "gpus": list(attempt.gpus),
-            "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
-            "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
+            "phase": attempt.phase, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
             "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel,
@@ -423,7 +422,9 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:
-    attempt = Attempt(**data)
+    attempt = Attempt(**identity_into_handle(data))
+    if attempt.handle is not None:
+        attempt.handle = kept_handle(attempt.handle)
     attempt.gpus = tuple(attempt.gpus)
     if attempt.preemptions:
         attempt.preemptions = tuple({**p, "mode": PreemptMode(p["mode"])}

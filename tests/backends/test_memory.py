@@ -74,7 +74,8 @@ def test_a_backend_reports_only_the_attempts_it_started_or_adopted():
     second = MemoryBackend(lambda _: Run(1.0), host)
     [handle] = first.start(launch("j"), {})
     first.go(("j", "a1"))
-    assert handle.alive and handle.pid == 1 and handle.boot_id == host.boot_id
+    assert handle.alive and (handle.handle["pid"], handle.handle["boot_id"]) == (
+        1, host.boot_id)
     assert second.on_timer(2.0) == []
     assert [(e.job_id, e.exit_code) for e in first.on_timer(2.0)] == [("j", 0)]
     assert first.on_timer(3.0) == []
@@ -85,7 +86,7 @@ def test_a_shim_that_cannot_start_is_an_exit_127_with_its_error():
     ``error``)": no handle, nothing on the host to adopt later."""
     backend = MemoryBackend(lambda _: Run(1.0, start_error="could not start the shim"))
     [event] = backend.start(launch("j"), {})
-    assert (event.alive, event.exited, event.exit_code, event.error, event.pid) == (
+    assert (event.alive, event.exited, event.exit_code, event.error, event.handle) == (
         False, True, 127, "could not start the shim", None)
     assert ("j", "a1") not in backend.host.attempts
 
@@ -100,11 +101,12 @@ def test_observe_looks_at_the_files_and_at_the_process_its_handle_names():
     spawn = launch("j")
     [handle] = backend.start(spawn, {})
     job, attempt = core_view(spawn, handle)
-    unjournaled = replace(attempt, pid=None, pid_start=None, boot_id=None)
+    unjournaled = replace(attempt, handle=None)
     assert not backend.observe(job, unjournaled).alive  # no handle, no READY: not found
     host.ready(("j", "a1"))
-    assert backend.observe(job, unjournaled).pid == handle.pid  # READY names it
-    assert not backend.observe(job, replace(attempt, pid=handle.pid + 1)).alive
+    assert backend.observe(job, unjournaled).handle == handle.handle  # READY names it
+    another = {**handle.handle, "pid": handle.handle["pid"] + 1}
+    assert not backend.observe(job, replace(attempt, handle=another)).alive
     backend.go(("j", "a1"))
     host.die(("j", "a1"))
     gone = backend.observe(job, attempt)
