@@ -119,16 +119,19 @@ class Attempt:
             "preemptions": [dict(p) for p in self.preemptions],
             "cancel": self.cancel,
             "budget": self.budget,
-            **({"handle": handle} if (handle := self._handle_shown()) else {}),
+            **({"handle": handle} if (handle := self.shown_handle) else {}),
             **({"infrastructure": self.infrastructure} if self.infrastructure else {}),
         }
 
-    def _handle_shown(self) -> dict[str, Any] | None:
-        """The job file's ``handle``: the handle less a process's identity, which the job
-        file shows as ``pid`` and ``pid_start`` (R-FS-5); none when nothing is left."""
+    @property
+    def shown_handle(self) -> dict[str, Any] | None:
+        """The ``handle`` the job file and status.json show: the handle less a process's
+        identity, which they show as ``pid`` and ``pid_start`` (R-FS-5); None when
+        nothing is left (a local attempt's)."""
         if self.handle is None:
             return None
-        return {key: value for key, value in self.handle.items() if key not in PROCESS_KEYS}
+        return {key: value for key, value in self.handle.items()
+                if key not in PROCESS_KEYS} or None
 
 
 PRIORITY_SPAN = PRIORITY_RANGE[1]  # ``Job.rank`` keeps every rank positive

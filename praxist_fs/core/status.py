@@ -246,7 +246,7 @@ def _active(job: Job, now: float, sample: GpuSample | None,
         "phase": attempt.phase,
         "go": attempt.go,
         "pid": attempt.pid,
-        "handle": attempt.handle,  # a cluster backend's: Slurm's job id and node
+        "handle": attempt.shown_handle,  # a cluster backend's: Slurm's job id and node
         "reason": job.reason,
         "gpus": list(attempt.gpus),
         "age_s": round(now - attempt.started_at, 3),

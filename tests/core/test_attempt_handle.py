@@ -13,6 +13,7 @@ import pytest
 
 from praxist_fs.core.events import AttemptObserved, CoordinatorStarted
 from praxist_fs.core.snapshot import capture, restore
+from praxist_fs.core.status import render_status
 
 from .helpers import PreemptRun, replayed, shim
 
@@ -47,6 +48,8 @@ def test_a_local_attempts_job_file_shows_its_pid_and_no_handle():
     assert (attempt["pid"], attempt["pid_start"]) == (run.pids, 77)
     assert "handle" not in attempt and "boot_id" not in attempt
     assert run.sched.jobs[job_id].current.handle == shim(run.pids)
+    [active] = render_status(run.sched, run.tick(), {})["active"]
+    assert (active["pid"], active["handle"]) == (run.pids, None)  # status.json alike
 
 
 @pytest.mark.parametrize("boot, outcome", [("boot", "released"), ("the next boot", "lost")])
