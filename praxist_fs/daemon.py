@@ -48,8 +48,9 @@ from .adapters.watcher import (
 )
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
-from .backends.local import launcher, shim_of
-from .core.effects import Effect, SpawnAttempt, WriteJob
+from .backends.environment import CommandEnvironment
+from .backends.local import shim_of
+from .core.effects import Effect, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, GenerationPhase,
     HostSampled, RunStopRequested,
@@ -101,9 +102,9 @@ class Coordinator:
         self.selector = selectors.DefaultSelector()
         self.backend: ExecutionBackend = backends.make(RunContext(
             self.layout, self.selector, self._job, policy, lambda: self.sched.nodes,
-            frozenset(DISK_ERRORS)))
+            frozenset(DISK_ERRORS), CommandEnvironment(self.layout)))
         # the journal and the views join it once the start has opened them
-        self.driver = Driver(Scheduler(), self.backend, environment=self._environment,
+        self.driver = Driver(Scheduler(), self.backend,
                              waited_out=self._disk_error,
                              watch_generation=self._watch_generation,
                              after_commit=self._run_hooks)
@@ -609,11 +610,6 @@ class Coordinator:
         for directory in (self.layout.results(number), self.layout.idle(number)):
             watch(self.observer, directory)
         self._watched.add(number)
-
-    def _environment(self, launch: SpawnAttempt) -> dict[str, str]:
-        """A launch's command environment, its secrets revealed (only when it is used)."""
-        return self.vault.reveal(launch.metadata["request_id"],
-                                 launcher.attempt_environment(self.layout, launch))
 
     # -- derived files --------------------------------------------------------
 

@@ -54,7 +54,9 @@ class RunContext:
     what it watches with the data ``("backend", token)``; ``lookup``: the core's job by id,
     read-only; ``policy``: the run's, its ``slurm`` (or other) mapping checked already;
     ``nodes``: the core's node registry (R-BUD-2), read-only; ``disk_errors``: errnos of a
-    full disk, which ``start`` re-raises when it started nothing (the loop waits them out)."""
+    full disk, which ``start`` re-raises when it started nothing (the loop waits them out);
+    ``environment``: a launch's command environment, secrets revealed (environment.py's
+    ``CommandEnvironment``), to ask only when the backend uses it."""
 
     layout: RunLayout
     selector: selectors.BaseSelector
@@ -62,6 +64,7 @@ class RunContext:
     policy: Policy
     nodes: Callable[[], NodeRegistry]
     disk_errors: frozenset[int]
+    environment: Callable[[SpawnAttempt], dict[str, str]]
 
 
 class ExecutionBackend(Protocol):
@@ -86,13 +89,12 @@ class ExecutionBackend(Protocol):
     def roll_back(self) -> None:
         """The batch ``bind`` served was never journaled: forget what it bound."""
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         """Begin the attempt (journaled by the core already) up to its barrier: the events
         that report its handle, or that it could not be started (an exit with the
         reason in ``error``); or none yet, when they come later through ``on_ready``
-        (Slurm submits off the loop). Nothing runs before ``go``. ``environment()``: the
-        command's environment, secrets revealed; asked for only when it is used."""
+        (Slurm submits off the loop). Nothing runs before ``go``. The command's
+        environment is the ``RunContext``'s to build, when the backend uses it."""
 
     def settle(self) -> None:
         """After a batch's launches are on their way: the work kept off the launch path

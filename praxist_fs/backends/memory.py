@@ -194,8 +194,7 @@ class MemoryBackend:
 
     # -- the contract ----------------------------------------------------------
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         """Its shim at once, with a fresh pid on the host for a handle (READY too, unless
         the plan waits for it); a shim that cannot start is an exit 127 with the error.
         Nothing runs, so the environment is never asked for."""

@@ -112,11 +112,10 @@ class RoutedBackend:
         for backend in self.backends.values():
             backend.roll_back()
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         name = self._of_profile(launch.profile)
         self.routes[(launch.job_id, launch.attempt_id)] = name
-        return self.backends[name].start(launch, environment)
+        return self.backends[name].start(launch)
 
     def settle(self) -> None:
         for backend in self.backends.values():

@@ -83,9 +83,12 @@ class SlurmBackend:
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], policy: Policy,
-                 nodes: Callable[[], NodeRegistry], client: SlurmClient | None = None) -> None:
+                 nodes: Callable[[], NodeRegistry],
+                 environment: Callable[[SpawnAttempt], dict[str, str]],
+                 client: SlurmClient | None = None) -> None:
         self.layout = layout
         self.lookup = lookup
+        self.environment = environment  # a launch's, secrets revealed: built at its submission
         self.nodes = nodes  # the core's node registry (R-BUD-2), read-only
         self.profiles = policy.profiles
         self.config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
@@ -118,7 +121,7 @@ class SlurmBackend:
     @classmethod
     def made(cls, context: RunContext) -> SlurmBackend:
         return cls(context.layout, context.selector, context.lookup, context.policy,
-                   context.nodes)
+                   context.nodes, context.environment)
 
     # -- launching ------------------------------------------------------------------
 
@@ -131,8 +134,7 @@ class SlurmBackend:
     def prepare(self, stopped: bool) -> None:
         pass
 
-    def start(self, effect: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, effect: SpawnAttempt) -> list[Event]:
         """Write the attempt's spec and submit it on a submitter thread (a down slurmctld
         blocks sbatch for seconds: never the loop); its handle, or why Slurm refused it,
         comes through ``on_ready``. A submission whose answer was lost (sbatch timed
@@ -153,7 +155,7 @@ class SlurmBackend:
         requested = job.request.slurm if job is not None else None
         write_spec(attempt_dir, {
             "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-            "cwd": effect.cwd or str(self.layout.root), "env": environment(),
+            "cwd": effect.cwd or str(self.layout.root), "env": self.environment(effect),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S,
             "notify": self.doorbell.address if self.doorbell is not None else None,
             "tasks": tasks(job_options(self.config, effect.profile, requested))})

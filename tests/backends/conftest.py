@@ -271,16 +271,22 @@ class RealRig:
                 child.wait(timeout=10)
 
 
+def rig_environment(launch: SpawnAttempt) -> dict[str, str]:
+    """The command environment the rigs' backends are made with (``RunContext.environment``):
+    a PATH, and the launch's job id, which the contract suite looks for in a command."""
+    return {"PATH": os.defpath, "PRAXIST_TEST_JOB": launch.job_id}
+
+
 def local_rig(tmp_path: Path) -> RealRig:
     return RealRig(tmp_path / "run", lambda rig: LocalBackend(
-        rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
+        rig.layout, rig.selector, rig.lookup, frozenset(), rig_environment, stop_grace=1.0))
 
 
 def toy_rig(tmp_path: Path) -> RealRig:
     """The toy backend of tests/backends/toy.py, made as the daemon makes a backend."""
     policy = Policy(backend="toy", capabilities=ToyBackend.capabilities)
     return RealRig(tmp_path / "run", lambda rig: ToyBackend.made(RunContext(
-        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset())))
+        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset(), rig_environment)))
 
 
 def slurm_rig(tmp_path: Path) -> RealRig:
@@ -292,12 +298,12 @@ def slurm_rig(tmp_path: Path) -> RealRig:
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     return RealRig(tmp_path / "run", lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry(), rig_environment))
 
 
 def _quick_local(context: RunContext) -> LocalBackend:
     return LocalBackend(context.layout, context.selector, context.lookup, frozenset(),
-                        stop_grace=1.0)
+                        context.environment, stop_grace=1.0)
 
 
 def routed_rig(tmp_path: Path, to: str) -> RealRig:
@@ -310,7 +316,8 @@ def routed_rig(tmp_path: Path, to: str) -> RealRig:
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     return RealRig(tmp_path / "run", lambda rig: RoutedBackend(
-        RunContext(rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset()),
+        RunContext(rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset(),
+                   rig_environment),
         {"local": _quick_local, "slurm": SlurmBackend.made}))
 
 

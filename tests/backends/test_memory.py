@@ -20,7 +20,7 @@ def launch(job_id: str) -> SpawnAttempt:
 
 def released(backend: MemoryBackend, *job_ids: str) -> None:
     for job_id in job_ids:
-        backend.start(launch(job_id), {})
+        backend.start(launch(job_id))
         backend.go((job_id, "a1"))
 
 
@@ -72,7 +72,7 @@ def test_a_backend_reports_only_the_attempts_it_started_or_adopted():
     host = VirtualHost()
     first = MemoryBackend(lambda _: Run(1.0), host)
     second = MemoryBackend(lambda _: Run(1.0), host)
-    [handle] = first.start(launch("j"), {})
+    [handle] = first.start(launch("j"))
     first.go(("j", "a1"))
     assert handle.alive and (handle.handle["pid"], handle.handle["boot_id"]) == (
         1, host.boot_id)
@@ -85,7 +85,7 @@ def test_a_shim_that_cannot_start_is_an_exit_127_with_its_error():
     """The contract's "or that it could not be started (an exit with the reason in
     ``error``)": no handle, nothing on the host to adopt later."""
     backend = MemoryBackend(lambda _: Run(1.0, start_error="could not start the shim"))
-    [event] = backend.start(launch("j"), {})
+    [event] = backend.start(launch("j"))
     assert (event.alive, event.exited, event.exit_code, event.error, event.handle) == (
         False, True, 127, "could not start the shim", None)
     assert ("j", "a1") not in backend.host.attempts
@@ -99,7 +99,7 @@ def test_observe_looks_at_the_files_and_at_the_process_its_handle_names():
     host = VirtualHost()
     backend = MemoryBackend(lambda _: Run(float("inf"), ready=False), host)
     spawn = launch("j")
-    [handle] = backend.start(spawn, {})
+    [handle] = backend.start(spawn)
     job, attempt = core_view(spawn, handle)
     unjournaled = replace(attempt, handle=None)
     assert not backend.observe(job, unjournaled).alive  # no handle, no READY: not found

@@ -79,10 +79,12 @@ class LocalBackend:
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], disk_errors: frozenset[int],
+                 environment: Callable[[SpawnAttempt], dict[str, str]],
                  stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.layout = layout
         self.selector = selector
         self.lookup = lookup
+        self.environment = environment  # a launch's, secrets revealed: built at its start
         self.disk_errors = disk_errors
         self.stop_grace = stop_grace  # a stop's TERM to KILL
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
@@ -111,7 +113,8 @@ class LocalBackend:
 
     @classmethod
     def made(cls, context: RunContext) -> LocalBackend:
-        return cls(context.layout, context.selector, context.lookup, context.disk_errors)
+        return cls(context.layout, context.selector, context.lookup, context.disk_errors,
+                   context.environment)
 
     # -- ahead of the launches ------------------------------------------------
 
@@ -233,14 +236,13 @@ class LocalBackend:
 
     # -- launching ------------------------------------------------------------
 
-    def start(self, effect: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, effect: SpawnAttempt) -> list[Event]:
         """Start the attempt's shim: the one bound to it in its commit, else a new one,
         whose pid is then journaled before GO."""
         key = (effect.job_id, effect.attempt_id)
         bound = self.bound.pop(key, None)
         try:
-            handle = launcher.spawn(self.layout, effect, environment(), bound)
+            handle = launcher.spawn(self.layout, effect, self.environment(effect), bound)
         except UnsafeLayout as exc:  # nothing written through it, nothing started
             if bound is not None:  # its GO, journaled with it, is not written either
                 bound.dismiss()
