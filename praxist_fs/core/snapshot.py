@@ -32,8 +32,9 @@ from .states import (
 )
 from .supply import STAT_KEYS, Generation, Lease
 
-FORMAT = 2  # a key added later must be optional in ``_restore``: older snapshots lack it
-READS = (1, 2)  # 1: every finished job's id in by_state, its line found by reading them all
+FORMAT = 3  # a key added later must be optional in ``_restore``: older snapshots lack it
+READS = (1, 2, 3)  # 1: every finished job's id in by_state, its line found by reading them all
+# 2: an attempt's shim identity (pid, pid_start, boot_id) beside its handle; 3: inside it
 # each machine's states by value (JobState(value) is slow at 100k jobs): str enums compare
 # equal to their values, but a restored scheduler holds the very members replay would
 _STATES = {state.value: state for state in JobState}

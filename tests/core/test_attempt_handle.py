@@ -75,7 +75,7 @@ def test_a_snapshot_with_the_shims_identity_beside_the_handle_restores_into_it()
     run = PreemptRun()
     job_id = run.start("t1")
     doc = capture(run.sched)
-    old = copy.deepcopy(doc)
+    old = {**copy.deepcopy(doc), "format": 2}
     for job in old["jobs"]:
         job["attempts"] = [identity_beside(attempt) for attempt in job["attempts"]]
     assert "pid" in old["jobs"][0]["attempts"][0]
