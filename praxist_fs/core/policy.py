@@ -215,7 +215,7 @@ class Policy:
     normalizations: tuple[Normalization, ...] = ()
     # R-DIST-1: where attempts run: a registered backend's name (backends/registry.py),
     # "local" (this host) or "slurm" (a cluster), and what it can do, which is all the core
-    # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm_config.py)
+    # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm/config.py)
     backend: str = "local"
     capabilities: Capabilities = ON_THIS_HOST
     # issue 28: the other backends the run uses (``backends:``, this host among them), by
@@ -248,7 +248,7 @@ class Policy:
     @property
     def node_cooldown_s(self) -> float:
         """R-BUD-2: an offline node's wait before its probe (``slurm.node_cooldown_s``,
-        checked with the rest of the mapping by backends/slurm_config.py)."""
+        checked with the rest of the mapping by backends/slurm/config.py)."""
         return float((self.slurm or {}).get("node_cooldown_s", NODE_COOLDOWN_S))
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ file's warning signal; 0: none), ``options``: further sbatch options, each
 (``slurm.allowed_options``), and for a job of several processes (R-DIST-3) ``nodes``
 (``--nodes``), ``tasks_per_node`` (``--ntasks-per-node``: the command runs once per
 task) and ``gpus_per_node`` (``--gpus-per-node``). Pure: the Slurm backend turns them into sbatch's
-arguments (backends/slurm_client.py), the core only checks a request against the task.
+arguments (backends/slurm/client.py), the core only checks a request against the task.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ import pytest
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend, RunContext
 from praxist_fs.backends.local import LocalBackend
-from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm.backend import SlurmBackend
 from praxist_fs.backends.routed import RoutedBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt

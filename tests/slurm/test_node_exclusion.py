@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm.backend import SlurmBackend
 from tests.backends.conftest import rig_environment
 from praxist_fs.core.events import NodeOutcome
 from praxist_fs.core.nodes import NodeRegistry

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import threading
 
-from praxist_fs.backends.slurm import SlurmBackend
-from praxist_fs.backends.slurm_client import SlurmClient, run_command
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm.backend import SlurmBackend
+from praxist_fs.backends.slurm.client import SlurmClient, run_command
+from praxist_fs.backends.slurm.config import parse_slurm_config
 from tests.backends.conftest import rig_environment
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm_client import ENTRY, entry_script, write_spec
+from praxist_fs.backends.slurm.client import ENTRY, entry_script, write_spec
 from tests.e2e.conftest import wait_for
 
 SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
@@ -95,7 +95,7 @@ def test_the_command_gets_slurms_gpus_bound_as_praxist_fs_binds_its_own(attempt,
 def test_slurms_ordinals_become_uuids_where_nvml_knows_them():
     """What NVML on the node says of Slurm's ordinals; as given where it cannot say, and
     names Slurm gave already (UUIDs, MIG devices) kept."""
-    from praxist_fs.backends.slurm_shim import slurm_gpus
+    from praxist_fs.backends.slurm.shim import slurm_gpus
     uuids = {0: "GPU-aaaa", 1: "GPU-bbbb"}
 
     def nvml(ordinals):
@@ -159,7 +159,7 @@ def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attem
     """A command without a USR2 handler dies of the warning (exit 140), as under srun;
     exit.json says the warning came (``warned``), which the backend adds to the reason:
     a failure before the time limit is not taken for the command's own."""
-    from praxist_fs.backends.slurm_jobs import warning_reason
+    from praxist_fs.backends.slurm.jobs import warning_reason
     spec(attempt, "echo started; sleep 60")
     (attempt / "GO").touch()
     shim = start(attempt)
@@ -228,7 +228,8 @@ def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
 
 def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     """Its start-up is on every Slurm job's path: of praxist_fs it loads the two shim
-    modules and the package they sit in, never the backends, the core or psutil."""
+    modules and the packages they sit in (backends/slurm/ imports nothing), never the
+    backends, the core or psutil."""
     spec(attempt, "exit 0")
     (attempt / "GO").touch()
     shim = start(attempt, PYTHONPROFILEIMPORTTIME="1")
@@ -237,8 +238,8 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     modules = {line.rsplit(b"|", 1)[1].strip().decode() for line in out.splitlines()
                if line.startswith(b"import time:")}
     assert {module for module in modules if module.startswith("praxist_fs")} == {
-        "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
-        "praxist_fs.backends.shim_command"}
+        "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm",
+        "praxist_fs.backends.slurm.shim", "praxist_fs.backends.shim_command"}
     assert "psutil" not in modules
 
 
@@ -246,7 +247,7 @@ def test_a_job_of_several_processes_exits_with_its_first_failure(tmp_path):
     """R-DIST-3: each task's wrapper records its exit and when; the job's exit is that of
     the first task that failed (by time, then rank), not srun's highest; 0 when all
     exited 0; srun's own where no task said."""
-    from praxist_fs.backends.slurm_shim import first_failure
+    from praxist_fs.backends.slurm.shim import first_failure
     srun = {"exit_code": 137, "signal": None, "started_at": 1.0, "ended_at": 2.0,
             "error": None}
     for rank, (code, at) in enumerate([(137, 300), (3, 200), (5, 250)]):
@@ -262,7 +263,7 @@ def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
     """R-DIST-3: srun starts the command once per task, behind a wrapper that sets RANK,
     LOCAL_RANK, NODE_RANK, WORLD_SIZE from Slurm's own; MASTER_ADDR is the first node
     (where the batch script runs), MASTER_PORT follows from the job id."""
-    from praxist_fs.backends.slurm_shim import TASK_WRAPPER, across_tasks
+    from praxist_fs.backends.slurm.shim import TASK_WRAPPER, across_tasks
     spec = {"argv": ["python", "train.py"], "command": None, "env": {"A": "1"}}
     spread = across_tasks(spec, str(tmp_path), {"SLURM_JOB_ID": "431"})
     assert spread["argv"][:6] == ["srun", "--kill-on-bad-exit=1", "--export=ALL", "/bin/sh",
@@ -278,3 +279,4 @@ def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
                            env=env, capture_output=True, text=True, timeout=30)
     assert (shown.returncode, shown.stdout) == (4, "3 1 1 4 2 1\n")
     assert (tmp_path / "rank-3.exit").read_text().split()[0] == "4"
+

@@ -1,7 +1,7 @@
 """The shim in Slurm mode: the batch script of one attempt's Slurm job (R-DIST-1).
 
 Run by the entry script the Slurm backend submits, as
-``python -S -c BOOTSTRAP ATTEMPT_DIR`` (or ``python -m praxist_fs.backends.slurm_shim
+``python -S -c BOOTSTRAP ATTEMPT_DIR`` (or ``python -m praxist_fs.backends.slurm.shim
 ATTEMPT_DIR``), on whichever node Slurm chose, with the attempt directory on a
 filesystem every node shares. It speaks to the coordinator through files only, since
 no pipe reaches another node (and NFS caches attributes, so GO and ABORT are found by
@@ -55,7 +55,7 @@ _warnings = []  # the warnings passed on (or to pass on once the command runs)
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1 or not argv[0].startswith("/"):
-        shim_command.tell(2, b"usage: slurm_shim ATTEMPT_DIR (an absolute path)\n")
+        shim_command.tell(2, b"usage: praxist_fs.backends.slurm.shim ATTEMPT_DIR (an absolute path)\n")
         return 2
     return serve(argv[0].rstrip("/") or "/", dict(os.environ))
 
@@ -279,7 +279,7 @@ def _send(group, signum):
 
 def ring(notify, attempt_dir):
     """One datagram, ``<job id>/<attempt id>``, to the coordinator's doorbell (``notify``:
-    [numeric address, port]; slurm_doorbell.py): look at my files now. A hint it may
+    [numeric address, port]; slurm/doorbell.py): look at my files now. A hint it may
     never get: its polls find them anyway. Numeric, so no resolver is waited on."""
     if not notify:
         return

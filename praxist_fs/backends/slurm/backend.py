@@ -3,10 +3,10 @@
 The run directory stays the source of truth: Slurm is asked to run a batch script
 (``sbatch --parsable --no-requeue``) under a deterministic job name, the barrier and
 the exit are files in the attempt directory on the shared filesystem
-(slurm_shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
+(slurm/shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
 job is and why it ended when the files cannot. Slurm's commands run through
-``SlurmClient`` (slurm_client.py), off the event loop; what it knows of each attempt's
-job and of each node's probe is in slurm_jobs.py. Nothing a command prints, nor a
+``SlurmClient`` (slurm/client.py), off the event loop; what it knows of each attempt's
+job and of each node's probe is in slurm/jobs.py. Nothing a command prints, nor a
 file a peer wrote, makes this module raise. See docs/OPERATIONS.md, *Running on Slurm*.
 """
 
@@ -28,15 +28,15 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
     SlurmUnavailable, job_options, outcome, refused_placements, tasks, write_spec,
 )
-from praxist_fs.backends.slurm_config import parse_slurm_config
-from praxist_fs.backends.slurm_doorbell import open_doorbell
-from praxist_fs.backends.slurm_jobs import NodeProbes, Tracked, warning_reason
-from praxist_fs.backends.slurm_new_nodes import NewNodes
-from praxist_fs.backends.slurm_stop import record_cluster
+from praxist_fs.backends.slurm.config import parse_slurm_config
+from praxist_fs.backends.slurm.doorbell import open_doorbell
+from praxist_fs.backends.slurm.jobs import NodeProbes, Tracked, warning_reason
+from praxist_fs.backends.slurm.new_nodes import NewNodes
+from praxist_fs.backends.slurm.stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
@@ -144,7 +144,7 @@ class SlurmBackend:
             return [self._could_not_start(key, (
                 f"backend slurm runs every command as the coordinator's user (uid "
                 f"{os.geteuid()}); a job of uid {effect.uid} is not run for it"))]
-        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm_stop.py)
+        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm/stop.py)
             record_cluster(self.layout, self.config)
             self.cluster_recorded = True
         attempt_dir = self.layout.attempt_dir(*key)
