@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm.client import ENTRY, entry_script, write_spec
+from praxist_fs.backends.slurm.client import ENTRY, PACKAGE_ROOT, entry_script, write_spec
 from tests.e2e.conftest import wait_for
 
 SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
@@ -280,3 +281,27 @@ def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
     assert (shown.returncode, shown.stdout) == (4, "3 1 1 4 2 1\n")
     assert (tmp_path / "rank-3.exit").read_text().split()[0] == "4"
 
+
+# The batch script sbatch was given by the releases before backends/slurm/ was a package
+# (their slurm_client.entry_script): a job already queued in Slurm when the coordinator is
+# upgraded runs this once Slurm starts it.
+SUBMITTED_BEFORE_THE_PACKAGE = (
+    "#!/bin/sh\n# praxist_fs: an attempt's Slurm-mode shim (praxist_fs/backends/slurm_shim.py)"
+    "\nexec %s -S -c %s \"$@\"\n")
+
+
+def test_a_job_submitted_before_the_upgrade_runs_the_shim_of_today(attempt):
+    """An attempt whose Slurm job was queued by the release before the Slurm backend was
+    a package still runs: its script's ``slurm_shim`` is today's shim, barrier and all."""
+    bootstrap = ("import sys; sys.path[0] = %r; from praxist_fs.backends import slurm_shim; "
+                 "sys.exit(slurm_shim.main())" % str(PACKAGE_ROOT))
+    (attempt / ENTRY).write_text(SUBMITTED_BEFORE_THE_PACKAGE % (
+        shlex.quote(sys.executable), shlex.quote(bootstrap)))
+    spec(attempt, "echo ran; exit 4")
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "READY").exists(), message="READY")
+    assert not (attempt / "out.log").exists()
+    (attempt / "GO").touch()
+    assert ended(shim) == 4
+    assert read(attempt / "exit.json")["exit_code"] == 4
+    assert (attempt / "out.log").read_text() == "ran\n"
