@@ -40,6 +40,7 @@ from pathlib import Path
 
 from praxist_fs.adapters.fsio import write_atomic
 from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 
@@ -64,7 +65,7 @@ def read_status(fd: int) -> bytes:
 def start_attempt(layout: RunLayout, number: int, warm: launcher.WarmShim | None
                   ) -> tuple[launcher.ShimHandle, Path]:
     effect = trivial(number, layout.root)
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    handle = launcher.spawn(layout, effect, attempt_environment(layout, effect), warm)
     if read_status(handle.status_fd) != b"R":
         raise SystemExit(f"attempt {number}: no READY")
     return handle, layout.attempt_dir(effect.job_id, effect.attempt_id)

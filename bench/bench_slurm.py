@@ -48,8 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from praxist_fs.backends.slurm_client import SlurmClient  # noqa: E402
-from praxist_fs.backends.slurm_config import parse_slurm_config  # noqa: E402
+from praxist_fs.backends.slurm.client import SlurmClient  # noqa: E402
+from praxist_fs.backends.slurm.config import parse_slurm_config  # noqa: E402
 from praxist_fs.core.identity import job_id_for  # noqa: E402
 
 RUNNING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")

@@ -93,7 +93,8 @@ class _Builder:
     def finish(self, job_id: str, at: float, pid: int, boot: str) -> None:
         self.process(AttemptLaunched(at=at, job_id=job_id, attempt_id="a1"))
         self.process(AttemptObserved(at=at + 0.001, job_id=job_id, attempt_id="a1", alive=True,
-                                     pid=pid, pid_start=1000 + pid, boot_id=boot))
+                                     handle={"pid": pid, "pid_start": 1000 + pid,
+                                             "boot_id": boot}))
         self.process(AttemptObserved(at=at + 0.03, job_id=job_id, attempt_id="a1", alive=False,
                                      ready=True, go=True, exited=True, exit_code=0,
                                      ended_at=at + 0.03))

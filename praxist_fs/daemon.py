@@ -48,8 +48,9 @@ from .adapters.watcher import (
 )
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
-from .backends.local import launcher
-from .core.effects import Effect, SpawnAttempt, WriteJob
+from .backends.environment import CommandEnvironment
+from .backends.local import shim_of
+from .core.effects import Effect, WriteJob
 from .core.events import (
     ClaimsReleased, ClaimsSeen, CoordinatorStarted, Event, HostSampled, RunStopRequested,
 )
@@ -104,9 +105,9 @@ class Coordinator:
         self.selector = selectors.DefaultSelector()
         self.backend: ExecutionBackend = backends.make(RunContext(
             self.layout, self.selector, self._job, policy, lambda: self.sched.nodes,
-            frozenset(DISK_ERRORS)))
+            frozenset(DISK_ERRORS), CommandEnvironment(self.layout)))
         # the journal and the views join it once the start has opened them
-        self.driver = Driver(Scheduler(), self.backend, environment=self._environment,
+        self.driver = Driver(Scheduler(), self.backend,
                              waited_out=self._disk_error,
                              watch_generation=self._watch_generation,
                              sinks=self.sinks)
@@ -512,12 +513,13 @@ class Coordinator:
             return
         allocations = []
         for envelope in self.sched.held_envelopes():
-            attempt = self.sched.jobs[envelope.owner].current
+            pid, started, boot = shim_of(self.sched.jobs[envelope.owner].current.handle) \
+                or (None, None, None)
             allocations.append({"job_id": envelope.owner, "uuid": envelope.uuid,
                                 "utilization_pct": envelope.utilization_pct,
                                 "memory_mib": envelope.memory_mib,
-                                "exclusive": envelope.exclusive, "shim_pid": attempt.pid,
-                                "shim_start": attempt.pid_start, "boot_id": attempt.boot_id})
+                                "exclusive": envelope.exclusive, "shim_pid": pid,
+                                "shim_start": started, "boot_id": boot})
         claims = [{"lease_id": lease.lease_id, "expires_at": lease.expires_at, **lease.claim}
                   for gen in self.sched.generations.values() for lease in gen.outstanding()
                   if lease.claim]
@@ -586,11 +588,6 @@ class Coordinator:
         for directory in (self.layout.results(number), self.layout.idle(number)):
             watch(self.observer, directory)
         self._watched.add(number)
-
-    def _environment(self, launch: SpawnAttempt) -> dict[str, str]:
-        """A launch's command environment, its secrets revealed (only when it is used)."""
-        return self.vault.reveal(launch.metadata["request_id"],
-                                 launcher.attempt_environment(self.layout, launch))
 
     # -- derived files --------------------------------------------------------
 

@@ -49,7 +49,6 @@ EVICT_GRACE_SECONDS = 10.0  # between TERM and KILL when requeue preemption evic
 ATTEMPT_EFFECTS = (SpawnAttempt, WriteGo, AbortAttempt, TerminateAttempts, SuspendAttempt,
                    ResumeAttempt, EvictAttempt, CancelAttempt)
 
-Environment = Callable[[SpawnAttempt], dict[str, str]]  # a launch's command environment
 WaitedOut = Callable[[OSError, "str | PathLike[str]"], bool]
 CrashHook = Callable[[str], None]  # called at each crash point by name (OPERATIONS.md)
 
@@ -67,11 +66,11 @@ class Journal(Protocol):
 
 
 def carry_out(backend: ExecutionBackend, effect: Effect, jobs: dict[str, Job],
-              environment: Environment, evict_grace: float) -> list[Event]:
+              evict_grace: float) -> list[Event]:
     """Hand one of the core's attempt effects to ``backend``; what it returns goes back
-    to the core. ``environment`` is asked for only when the backend uses it."""
+    to the core."""
     if isinstance(effect, SpawnAttempt):
-        return backend.start(effect, lambda: environment(effect))
+        return backend.start(effect)
     if isinstance(effect, TerminateAttempts):
         return backend.terminate(list(effect.attempts))
     key = (effect.job_id, effect.attempt_id)
@@ -99,7 +98,6 @@ class Driver:
 
     def __init__(self, sched: Scheduler, backend: ExecutionBackend, *,
                  journal: Journal | None = None, views: Views | None = None,
-                 environment: Environment = lambda launch: dict(launch.env),
                  evict_grace: float = EVICT_GRACE_SECONDS,
                  clock: Callable[[], float] = time.time,
                  waited_out: WaitedOut | None = None,
@@ -110,7 +108,6 @@ class Driver:
         self.backend = backend
         self.journal = journal
         self.views = views
-        self.environment = environment
         self.evict_grace = evict_grace
         self.clock = clock  # the scheduling pass's time: the wall's, or a virtual host's
         self.waited_out = waited_out  # a full disk's error: the loop degrades, not dies
@@ -205,7 +202,7 @@ class Driver:
     def _carry_out(self, effect: Effect) -> list[Event]:
         """Attempt effects go to the backend; every other effect is a file: a view."""
         if isinstance(effect, ATTEMPT_EFFECTS):
-            return carry_out(self.backend, effect, self.sched.jobs, self.environment,
+            return carry_out(self.backend, effect, self.sched.jobs,
                              self.evict_grace)
         if self.views is not None:
             if isinstance(effect, WriteGenerationFile) and self.watch_generation is not None:

@@ -9,7 +9,7 @@ begin), writes the STOP sentinel that every later coordinator honours, and
 terminates the attempts' process groups and the groups its protected-PID
 manifests list; a run a Slurm-backend coordinator served also gets ABORT for every
 attempt not yet started and scancel for every Slurm job of the run
-(backends/slurm_stop.py), recorded in the STOP sentinel. A run that can be neither stopped through its coordinator nor
+(backends/slurm/stop.py), recorded in the STOP sentinel. A run that can be neither stopped through its coordinator nor
 fenced, or whose manifests list live processes that cannot be verified as its
 own, is reported in ``failed_run_ids``. ``--all`` stops every run of the host's
 run registry that way, then sweeps once more for escaped descendants, unless a
@@ -28,7 +28,7 @@ from .adapters import fence, manifests, runs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, live_endpoint
-from .backends.slurm_stop import end_run_in_slurm
+from .backends.slurm.stop import end_run_in_slurm
 from .core.states import ControlOutcome
 from .errors import OwnerBusy
 

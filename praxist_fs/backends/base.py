@@ -15,10 +15,15 @@ and ``memory`` (no processes: a virtual clock, for the simulator, the core's
 simulation tests and bench). A run that uses several gets them behind one seam
 (routed.py), each attempt carried out by the backend its profile routes to.
 
-The core sees an attempt's identity as an opaque *handle* journaled with the
-``AttemptObserved`` that first reports it: the local backend's is the shim's pid,
-start time and boot id (the job file's ``pid``/``pid_start``, a public field);
-Slurm's is ``{"backend": "slurm", "cluster", "job_id", "job_name"}``.
+The core sees an attempt's identity as an opaque *handle*, a JSON object journaled with
+the ``AttemptObserved`` that first reports it and given back to the backend with the
+attempt (``observe``, ``adopt``, the ``lookup``). The backend reads its own fields out
+of it; the core reads only documented keys: a process on this host is named by ``pid``,
+``pid_start`` and ``boot_id`` (core/model.py's ``PROCESS_KEYS``: the job file shows the
+first two, a public field, and the boot id says whether the host restarted since). The
+local backend's handle is just that (local/backend.py's ``shim_handle``); Slurm's is
+``{"backend": "slurm", "cluster", "job_id", "job_name"}`` and, once known, ``node`` and
+``started_at``.
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ class RunContext:
     what it watches with the data ``("backend", token)``; ``lookup``: the core's job by id,
     read-only; ``policy``: the run's, its ``slurm`` (or other) mapping checked already;
     ``nodes``: the core's node registry (R-BUD-2), read-only; ``disk_errors``: errnos of a
-    full disk, which ``start`` re-raises when it started nothing (the loop waits them out)."""
+    full disk, which ``start`` re-raises when it started nothing (the loop waits them out);
+    ``environment``: a launch's command environment, secrets revealed (environment.py's
+    ``CommandEnvironment``), to ask only when the backend uses it."""
 
     layout: RunLayout
     selector: selectors.BaseSelector
@@ -57,6 +64,7 @@ class RunContext:
     policy: Policy
     nodes: Callable[[], NodeRegistry]
     disk_errors: frozenset[int]
+    environment: Callable[[SpawnAttempt], dict[str, str]]
 
 
 class ExecutionBackend(Protocol):
@@ -81,13 +89,12 @@ class ExecutionBackend(Protocol):
     def roll_back(self) -> None:
         """The batch ``bind`` served was never journaled: forget what it bound."""
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         """Begin the attempt (journaled by the core already) up to its barrier: the events
         that report its handle, or that it could not be started (an exit with the
         reason in ``error``); or none yet, when they come later through ``on_ready``
-        (Slurm submits off the loop). Nothing runs before ``go``. ``environment()``: the
-        command's environment, secrets revealed; asked for only when it is used."""
+        (Slurm submits off the loop). Nothing runs before ``go``. The command's
+        environment is the ``RunContext``'s to build, when the backend uses it."""
 
     def settle(self) -> None:
         """After a batch's launches are on their way: the work kept off the launch path

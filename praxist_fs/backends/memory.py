@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
-from praxist_fs.core.model import Attempt, Job
+from praxist_fs.core.model import PROCESS_KEYS, Attempt, Job
 
 from .base import NO_TIMER, AttemptKey, Capabilities
 
@@ -194,8 +194,7 @@ class MemoryBackend:
 
     # -- the contract ----------------------------------------------------------
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         """Its shim at once, with a fresh pid on the host for a handle (READY too, unless
         the plan waits for it); a shim that cannot start is an exit 127 with the error.
         Nothing runs, so the environment is never asked for."""
@@ -321,8 +320,10 @@ class MemoryBackend:
         code, signal = attempt.exit or (None, None)
         return AttemptObserved(
             at=at, job_id=job_id, attempt_id=attempt_id, alive=alive,
-            pid=attempt.pid if alive else None, pid_start=attempt.pid if alive else None,
-            boot_id=self.host.boot_id if alive else None, ready=attempt.ready, go=attempt.go,
+            # a virtual shim's, as the local backend's is: pid, its "start", the host's boot
+            handle=dict(zip(PROCESS_KEYS, (attempt.pid, attempt.pid, self.host.boot_id)))
+            if alive else None,
+            ready=attempt.ready, go=attempt.go,
             exited=attempt.exit is not None, exit_code=code, signal=signal,
             ended_at=attempt.ended_at if attempt.exit is not None else None)
 

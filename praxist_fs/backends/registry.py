@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 from praxist_fs.backends.local import LocalBackend
 from praxist_fs.backends.routed import RoutedBackend
-from praxist_fs.backends.slurm import SlurmBackend, refused_by_slurm
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm.backend import SlurmBackend, refused_by_slurm
+from praxist_fs.backends.slurm.config import parse_slurm_config
 from praxist_fs.core.capabilities import Capabilities
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
 from praxist_fs.backends.base import AttemptKey, ExecutionBackend, RunContext
+from praxist_fs.backends.local import shim_of
 from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
 from praxist_fs.core.events import AttemptObserved, Event
@@ -79,7 +80,7 @@ class RoutedBackend:
         if key not in self.routes:
             handle = attempt.handle or {}
             self.routes[key] = handle["backend"] if handle.get("backend") in self.backends \
-                else LOCAL if attempt.pid is not None and LOCAL in self.backends \
+                else LOCAL if shim_of(attempt.handle) is not None and LOCAL in self.backends \
                 else self._of_profile(job.profile)
         return self.routes[key]
 
@@ -111,11 +112,10 @@ class RoutedBackend:
         for backend in self.backends.values():
             backend.roll_back()
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         name = self._of_profile(launch.profile)
         self.routes[(launch.job_id, launch.attempt_id)] = name
-        return self.backends[name].start(launch, environment)
+        return self.backends[name].start(launch)
 
     def settle(self) -> None:
         for backend in self.backends.values():

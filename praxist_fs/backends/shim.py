@@ -2,7 +2,7 @@
 
 The local backend's shim, started through its launcher: the pipes, warm shims and
 supervisors below are the local backend's alone. Starting the command and recording its
-exit, which the Slurm-mode shim (slurm_shim.py) does too, are in shim_command.py.
+exit, which the Slurm-mode shim (slurm/shim.py) does too, are in shim_command.py.
 
 Run as ``python -S shim.py ATTEMPT_DIR GO_FD STATUS_FD`` in a new session, so
 a peer's sitecustomize cannot run here (the launcher imports this file with

@@ -1,7 +1,7 @@
 """What every shim does, whichever backend runs it: start the attempt's command, wait
 for it and its orphans, and record its exit durably. Standard library only.
 
-The local backend's shim (shim.py) and the Slurm-mode shim (slurm_shim.py) both run an
+The local backend's shim (shim.py) and the Slurm-mode shim (slurm/shim.py) both run an
 attempt's command and write READY and exit.json with these functions; what only the local
 shim does (the barrier on a pipe, warm shims, the fork server and its supervisors) stays
 in shim.py, so the Slurm shim loads none of it. The local shim imports this module as

@@ -26,7 +26,7 @@ from . import trust
 from .budget import INFRA_EXIT_CODE, kind_of
 from .effects import AbortAttempt, Effect, SpawnAttempt, WriteGo, WriteJob
 from .events import AttemptLaunched, AttemptObserved
-from .model import Attempt, Job
+from .model import Attempt, Job, kept_handle
 from .queues import queue_of_class
 from .states import (
     AttemptOutcome, AttemptPhase, AttemptTrigger, JobState, Trigger, attempt_transition,
@@ -141,17 +141,15 @@ class AttemptDesk:
                 f"attempt {attempt.attempt_id} never started (see attempts/{job.job_id}/"
                 f"{attempt.attempt_id}/shim.log); requeued"))]
         effects: list[Effect] = []
-        if not attempt.seen and (ev.pid is not None or ev.handle is not None):
+        if not attempt.seen and ev.handle is not None:
             attempt.phase = self._attempt_step(job, attempt, AttemptTrigger.SHIM_SEEN)
-            attempt.pid, attempt.pid_start = ev.pid, ev.pid_start
-            attempt.boot_id = sys.intern(ev.boot_id) if ev.boot_id is not None else None
-            attempt.handle = ev.handle
+            attempt.handle = kept_handle(ev.handle)
             job.reason = ev.note or f"attempt {attempt.attempt_id} running"
             board.version += 1
             effects.append(board._write_job(job))
         elif attempt.handle is not None and ev.handle is not None and (
                 ev.handle != attempt.handle or (ev.note and ev.note != job.reason)):
-            attempt.handle = ev.handle  # where it runs, why it waits: for status and jobs
+            attempt.handle = kept_handle(ev.handle)  # where it runs, why it waits: for status
             job.reason = ev.note or job.reason
             board.version += 1
             effects.append(board._write_job(job))
@@ -173,13 +171,15 @@ class AttemptDesk:
         return effects
 
     def _rebooted_since(self, attempt: Attempt) -> bool:
-        """The host restarted since the attempt's shim was recorded (or we cannot tell). A
-        cluster backend's attempt (``handle``) did not run on this host: whether it may
-        have run is its own observation's ``go`` (its durable READY and GO)."""
-        if attempt.handle is not None:
+        """The host restarted since the attempt's shim was recorded (or we cannot tell). An
+        attempt whose handle names no boot of this host (a cluster backend's) did not run
+        here: whether it may have run is its own observation's ``go`` (its durable READY
+        and GO)."""
+        handle = attempt.handle
+        if handle is not None and "boot_id" not in handle:
             return False
         coordinator = self.board.coordinator
-        return coordinator is None or attempt.boot_id != coordinator["boot_id"]
+        return coordinator is None or handle is None or handle["boot_id"] != coordinator["boot_id"]
 
     def _fenced(self, job: Job, attempt: Attempt, ev: AttemptObserved) -> list[Effect]:
         """Its shim died while its command ran, and the coordinator terminated what was
@@ -272,3 +272,4 @@ class AttemptDesk:
 
 def _find(job: Job, attempt_id: str) -> Attempt | None:
     return next((a for a in job.attempts if a.attempt_id == attempt_id), None)
+

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from .budget import VERDICTS
+from .model import identity_into_handle
 from .observations import Envelope, GpuSample, HostCapacity, PressureSample
 from .queues import PREEMPT_MODES
 from .request import ControlRequest, Request
@@ -113,9 +114,6 @@ class AttemptObserved(Event):
     job_id: str
     attempt_id: str
     alive: bool
-    pid: int | None = None
-    pid_start: int | None = None
-    boot_id: str | None = None
     ready: bool = False
     go: bool = False
     exited: bool = False
@@ -125,8 +123,9 @@ class AttemptObserved(Event):
     error: str | None = None
     failure: dict[str, Any] | None = None  # the task's own failure.json summary (R-OPS-3)
     fenced: bool = False
-    # a backend's own identity of the attempt where it is not a local shim's pid (Slurm:
-    # {"backend", "cluster", "job_id", "job_name", "node"}): opaque to the core, journaled
+    # the backend's own identity of the attempt, opaque to the core but for its documented
+    # keys (model.PROCESS_KEYS; Slurm's {"backend", "cluster", "job_id", "job_name",
+    # "node"}): journaled, and kept by the attempt the first time it is reported
     handle: dict[str, Any] | None = None
     # what the backend says of it while it waits or runs (Slurm's pending reason): the
     # job's reason while it is in flight
@@ -360,6 +359,8 @@ def to_record(event: Event) -> dict[str, Any]:
 def from_record(record: dict[str, Any]) -> Event:
     values = dict(record)
     cls = EVENT_TYPES[values.pop("type")]
+    if cls is AttemptObserved:
+        values = identity_into_handle(values)
     if values.get("request") is not None:
         values["request"] = Request.from_dict(values["request"])
     if values.get("control") is not None:

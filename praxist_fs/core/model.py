@@ -7,11 +7,39 @@ used by the replay-equivalence tests.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 from .request import PRIORITY_RANGE, Request
 from .states import AttemptOutcome, AttemptPhase, JobState, PreemptMode, ReplyOutcome
+
+
+# The keys of a handle for a process on this host (the local backend's shim): its pid,
+# the pid's start time (a reused pid is another process) and the host's boot id. The job
+# file shows the first two (``pid``, ``pid_start``: R-FS-5); the core reads ``boot_id`` to
+# tell whether the host restarted since the attempt was recorded.
+PROCESS_KEYS = ("pid", "pid_start", "boot_id")
+
+
+def identity_into_handle(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (an AttemptObserved or a snapshot's attempt) as it is now: one written
+    before a process's identity moved into the handle carries ``pid``, ``pid_start`` and
+    ``boot_id`` beside it (null when unknown), which become its handle."""
+    if not any(key in record for key in PROCESS_KEYS):
+        return record
+    record = dict(record)
+    identity = {key: record.pop(key, None) for key in PROCESS_KEYS}
+    if identity["pid"] is not None and record.get("handle") is None:
+        record["handle"] = identity
+    return record
+
+
+def kept_handle(handle: dict[str, Any]) -> dict[str, Any]:
+    """A handle as its attempt keeps it, its strings interned: a run's attempts share their
+    host's boot id (or their cluster's name) instead of holding a copy each."""
+    return {key: sys.intern(value) if type(value) is str else value
+            for key, value in handle.items()}
 
 
 @dataclass(slots=True, kw_only=True)
@@ -22,10 +50,10 @@ class Attempt:
     started_at: float
     gpus: tuple[str, ...] = ()
     phase: AttemptPhase = AttemptPhase.LAUNCHING  # changed by ``attempt_transition`` only
-    pid: int | None = None
-    pid_start: int | None = None
-    boot_id: str | None = None
-    handle: dict[str, Any] | None = None  # a non-local backend's identity (AttemptObserved)
+    # its backend's identity of it, from the AttemptObserved that first reported it: opaque
+    # to the core but for the documented keys (PROCESS_KEYS, Slurm's ``node`` and
+    # ``started_at``); None until its backend has reported it
+    handle: dict[str, Any] | None = None
     # GO decided and journaled: after a power cut the command may have run even if the GO
     # file (written without fsync) is gone, so a shim dead without an exit record is lost
     go: bool = False
@@ -54,7 +82,13 @@ class Attempt:
     @property
     def seen(self) -> bool:
         """Its backend has reported it (a shim's pid, a Slurm job id): it can be signalled."""
-        return self.pid is not None or self.handle is not None
+        return self.handle is not None
+
+    @property
+    def pid(self) -> int | None:
+        """The pid of the process on this host that carries it (the local backend's shim),
+        as the job file and status.json show it; None for any other backend's."""
+        return self.handle.get("pid") if self.handle is not None else None
 
     @property
     def evicting(self) -> dict[str, Any] | None:
@@ -78,16 +112,26 @@ class Attempt:
             "outcome": self.outcome,
             "signal": self.signal,
             "pid": self.pid,
-            "pid_start": self.pid_start,
+            "pid_start": self.handle.get("pid_start") if self.handle is not None else None,
             "round": self.round,
             "failure": self.failure,
             "error": self.error,
             "preemptions": [dict(p) for p in self.preemptions],
             "cancel": self.cancel,
             "budget": self.budget,
-            **({"handle": self.handle} if self.handle is not None else {}),
+            **({"handle": handle} if (handle := self.shown_handle) else {}),
             **({"infrastructure": self.infrastructure} if self.infrastructure else {}),
         }
+
+    @property
+    def shown_handle(self) -> dict[str, Any] | None:
+        """The ``handle`` the job file and status.json show: the handle less a process's
+        identity, which they show as ``pid`` and ``pid_start`` (R-FS-5); None when
+        nothing is left (a local attempt's)."""
+        if self.handle is None:
+            return None
+        return {key: value for key, value in self.handle.items()
+                if key not in PROCESS_KEYS} or None
 
 
 PRIORITY_SPAN = PRIORITY_RANGE[1]  # ``Job.rank`` keeps every rank positive

@@ -215,7 +215,7 @@ class Policy:
     normalizations: tuple[Normalization, ...] = ()
     # R-DIST-1: where attempts run: a registered backend's name (backends/registry.py),
     # "local" (this host) or "slurm" (a cluster), and what it can do, which is all the core
-    # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm_config.py)
+    # reads of it; the ``slurm`` mapping as the task file gave it (backends/slurm/config.py)
     backend: str = "local"
     capabilities: Capabilities = ON_THIS_HOST
     # issue 28: the other backends the run uses (``backends:``, this host among them), by
@@ -226,8 +226,9 @@ class Policy:
     _queue_set: tuple[Queue, ...] = field(init=False, repr=False, compare=False)
     _queue_of_class: dict[str, Queue] = field(init=False, repr=False, compare=False)
 
-    def capabilities_of(self, profile: Profile) -> Capabilities:
-        """What the backend that runs ``profile``'s jobs can do (``backend_of``)."""
+    def capabilities_of(self, profile: Profile | None) -> Capabilities:
+        """What the backend that runs ``profile``'s jobs can do (``backend_of``; an unknown
+        profile's, None: the run's own)."""
         routed = self.backend_of(profile)
         return self.capabilities if routed == self.backend else self.backends[routed]
 
@@ -247,7 +248,7 @@ class Policy:
     @property
     def node_cooldown_s(self) -> float:
         """R-BUD-2: an offline node's wait before its probe (``slurm.node_cooldown_s``,
-        checked with the rest of the mapping by backends/slurm_config.py)."""
+        checked with the rest of the mapping by backends/slurm/config.py)."""
         return float((self.slurm or {}).get("node_cooldown_s", NODE_COOLDOWN_S))
 
     def __post_init__(self) -> None:
@@ -370,9 +371,10 @@ class Policy:
         # journaled before the key existed: such a run rejected changed requests, and a
         # replay decides as it did
         values.setdefault("same_tag_different_request", "reject")
-        values["capabilities"] = (Capabilities.from_dict(data["capabilities"])
+        values["capabilities"] = (Capabilities.from_dict(data["capabilities"],
+                                                         data.get("backend", "local"))
                                   if "capabilities" in data else
                                   BEFORE_CAPABILITIES[data.get("backend", "local")])
-        values["backends"] = {name: Capabilities.from_dict(can)  # none before issue 28
+        values["backends"] = {name: Capabilities.from_dict(can, name)  # none before issue 28
                               for name, can in data.get("backends", {}).items()}
         return cls(**values)

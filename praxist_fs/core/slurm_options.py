@@ -10,7 +10,7 @@ file's warning signal; 0: none), ``options``: further sbatch options, each
 (``slurm.allowed_options``), and for a job of several processes (R-DIST-3) ``nodes``
 (``--nodes``), ``tasks_per_node`` (``--ntasks-per-node``: the command runs once per
 task) and ``gpus_per_node`` (``--gpus-per-node``). Pure: the Slurm backend turns them into sbatch's
-arguments (backends/slurm_client.py), the core only checks a request against the task.
+arguments (backends/slurm/client.py), the core only checks a request against the task.
 """
 
 from __future__ import annotations
@@ -72,16 +72,19 @@ def option_name(option: str) -> str:
 def refusal(options: dict[str, Any], policy: Policy,
             profile: str | None = None) -> tuple[str, str] | None:
     """Why a request's Slurm options cannot be taken by this task, as (field, problem):
-    its backend is not Slurm (the run's, or in a run of several the one its ``profile``
-    routes to), or an sbatch option is not one the task file allows."""
+    no backend of the run takes them (``Capabilities.takes_slurm_options``), or not the
+    one its ``profile`` routes to in a run of several, or an sbatch option is not one
+    the task file allows."""
     backend, allowed = policy.backend, (policy.slurm or {}).get("allowed_options", [])
-    if "slurm" not in policy.backend_names():
+    if not any(can.takes_slurm_options for can in (policy.capabilities,
+                                                   *policy.backends.values())):
         return "slurm", (f"the run's backend is {backend}, which submits no Slurm job; "
                          "slurm options need backend: slurm")
-    routed = policy.backend_of(policy.profiles.get(profile or ""))
-    if routed != "slurm":
-        return "slurm", (f"profile {profile} runs on {routed}, which submits no Slurm job; "
-                         "slurm options need a profile with backend: slurm")
+    known = policy.profiles.get(profile or "")
+    if not policy.capabilities_of(known).takes_slurm_options:
+        return "slurm", (f"profile {profile} runs on {policy.backend_of(known)}, which "
+                         "submits no Slurm job; slurm options need a profile with "
+                         "backend: slurm")
     for index, option in enumerate(options.get("options", ())):
         if option_name(option) not in allowed:
             return f"slurm.options[{index}]", (

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from .budget import Ledger
 from .calibration import Calibration
-from .model import Attempt, Job, Reply
+from .model import Attempt, Job, Reply, identity_into_handle, kept_handle
 from .nodes import NodeRegistry
 from .pickers.ledger import Usage
 from .policy import Policy
@@ -32,8 +32,9 @@ from .states import (
 )
 from .supply import STAT_KEYS, Generation, Lease
 
-FORMAT = 2  # a key added later must be optional in ``_restore``: older snapshots lack it
-READS = (1, 2)  # 1: every finished job's id in by_state, its line found by reading them all
+FORMAT = 3  # a key added later must be optional in ``_restore``: older snapshots lack it
+READS = (1, 2, 3)  # 1: every finished job's id in by_state, its line found by reading them all
+# 2: an attempt's shim identity (pid, pid_start, boot_id) beside its handle; 3: inside it
 # each machine's states by value (JobState(value) is slow at 100k jobs): str enums compare
 # equal to their values, but a restored scheduler holds the very members replay would
 _STATES = {state.value: state for state in JobState}
@@ -412,8 +413,7 @@ def _built_job(line: bytes) -> Job:
 def _attempt(attempt: Attempt) -> dict[str, Any]:
     return {"attempt_id": attempt.attempt_id, "number": attempt.number, "round": attempt.round,
             "started_at": attempt.started_at, "gpus": list(attempt.gpus),
-            "phase": attempt.phase, "pid": attempt.pid, "pid_start": attempt.pid_start,
-            "boot_id": attempt.boot_id, "go": attempt.go, "ended_at": attempt.ended_at,
+            "phase": attempt.phase, "go": attempt.go, "ended_at": attempt.ended_at,
             "exit_code": attempt.exit_code, "signal": attempt.signal,
             "outcome": attempt.outcome, "failure": attempt.failure, "error": attempt.error,
             "preemptions": [dict(p) for p in attempt.preemptions], "cancel": attempt.cancel,
@@ -423,7 +423,9 @@ def _attempt(attempt: Attempt) -> dict[str, Any]:
 
 
 def _to_attempt(data: dict[str, Any]) -> Attempt:
-    attempt = Attempt(**data)
+    attempt = Attempt(**identity_into_handle(data))
+    if attempt.handle is not None:
+        attempt.handle = kept_handle(attempt.handle)
     attempt.gpus = tuple(attempt.gpus)
     if attempt.preemptions:
         attempt.preemptions = tuple({**p, "mode": PreemptMode(p["mode"])}

@@ -45,8 +45,10 @@ def render_status(sched: Scheduler, now: float, runtime: dict[str, Any],
         "running": len(running),
         # of those, admitted but waiting in a cluster scheduler's queue (their command has
         # not started: no ``started_at`` in the handle yet)
-        "pending_in_slurm": sum(1 for a in active if (a["handle"] or {}).get("backend")
-                                == "slurm" and not a["handle"].get("started_at")),
+        "pending_in_slurm": sum(
+            1 for job in running if sched.policy.capabilities_of(
+                sched.policy.profiles.get(job.profile)).queues_attempts
+            and (handle := job.current.handle) is not None and not handle.get("started_at")),
         "running_activity": dict(Counter(a["resource_activity"] for a in active)),
         "peers": {"max_concurrent_per_peer": sched.policy.max_concurrent_per_peer,
                   "running": dict(sorted(Counter(j.request.peer for j in running).items()))},
@@ -244,7 +246,7 @@ def _active(job: Job, now: float, sample: GpuSample | None,
         "phase": attempt.phase,
         "go": attempt.go,
         "pid": attempt.pid,
-        "handle": attempt.handle,  # a cluster backend's: Slurm's job id and node
+        "handle": attempt.shown_handle,  # a cluster backend's: Slurm's job id and node
         "reason": job.reason,
         "gpus": list(attempt.gpus),
         "age_s": round(now - attempt.started_at, 3),

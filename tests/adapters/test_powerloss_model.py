@@ -10,6 +10,7 @@ import pytest
 
 from praxist_fs.adapters import fsio
 from praxist_fs.backends.attempt_dir import make_durable
+from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.core.effects import SpawnAttempt
@@ -243,7 +244,7 @@ def test_exit_json_survives_in_a_job_directory_a_killed_coordinator_never_fsynce
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=("true",), command=None,
                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect))
+    handle = launcher.spawn(layout, effect, attempt_environment(layout, effect))
     make_durable(layout, [("job-1", "a1")])
     attempt_dir = layout.attempt_dir("job-1", "a1")
     fsio.write_atomic(attempt_dir / "GO", b"", sync=False)  # the decision is in the journal

@@ -42,7 +42,7 @@ import pytest
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends.base import AttemptKey, Capabilities, ExecutionBackend, RunContext
 from praxist_fs.backends.local import LocalBackend
-from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm.backend import SlurmBackend
 from praxist_fs.backends.routed import RoutedBackend
 from praxist_fs.backends.memory import KILL_EXIT, TERM_EXIT, MemoryBackend, Run, VirtualHost
 from praxist_fs.core.effects import SpawnAttempt
@@ -176,10 +176,7 @@ class RealRig:
         attempt = job.current if job is not None else None
         if attempt is None or attempt.attempt_id != event.attempt_id:
             return
-        if attempt.pid is None and event.pid is not None:
-            attempt.pid, attempt.pid_start, attempt.boot_id = (event.pid, event.pid_start,
-                                                               event.boot_id)
-        attempt.handle = event.handle or attempt.handle
+        attempt.handle = attempt.handle or event.handle
         if event.exited or not event.alive:
             attempt.phase = AttemptPhase.ENDED
 
@@ -274,16 +271,22 @@ class RealRig:
                 child.wait(timeout=10)
 
 
+def rig_environment(launch: SpawnAttempt) -> dict[str, str]:
+    """The command environment the rigs' backends are made with (``RunContext.environment``):
+    a PATH, and the launch's job id, which the contract suite looks for in a command."""
+    return {"PATH": os.defpath, "PRAXIST_TEST_JOB": launch.job_id}
+
+
 def local_rig(tmp_path: Path) -> RealRig:
     return RealRig(tmp_path / "run", lambda rig: LocalBackend(
-        rig.layout, rig.selector, rig.lookup, frozenset(), stop_grace=1.0))
+        rig.layout, rig.selector, rig.lookup, frozenset(), rig_environment, stop_grace=1.0))
 
 
 def toy_rig(tmp_path: Path) -> RealRig:
     """The toy backend of tests/backends/toy.py, made as the daemon makes a backend."""
     policy = Policy(backend="toy", capabilities=ToyBackend.capabilities)
     return RealRig(tmp_path / "run", lambda rig: ToyBackend.made(RunContext(
-        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset())))
+        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset(), rig_environment)))
 
 
 def slurm_rig(tmp_path: Path) -> RealRig:
@@ -295,12 +298,12 @@ def slurm_rig(tmp_path: Path) -> RealRig:
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     return RealRig(tmp_path / "run", lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry(), rig_environment))
 
 
 def _quick_local(context: RunContext) -> LocalBackend:
     return LocalBackend(context.layout, context.selector, context.lookup, frozenset(),
-                        stop_grace=1.0)
+                        context.environment, stop_grace=1.0)
 
 
 def routed_rig(tmp_path: Path, to: str) -> RealRig:
@@ -313,7 +316,8 @@ def routed_rig(tmp_path: Path, to: str) -> RealRig:
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 256},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     return RealRig(tmp_path / "run", lambda rig: RoutedBackend(
-        RunContext(rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset()),
+        RunContext(rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, frozenset(),
+                   rig_environment),
         {"local": _quick_local, "slurm": SlurmBackend.made}))
 
 
@@ -328,7 +332,8 @@ class Entry:
 
 
 ON_HOST = Capabilities(can_suspend=True, places_gpus=False, on_this_host=True)
-CLUSTER = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False)
+CLUSTER = Capabilities(can_suspend=False, places_gpus=True, on_this_host=False,
+                       queues_attempts=True, takes_slurm_options=True)
 RIGS: dict[str, Entry] = {
     "memory": Entry(lambda tmp_path: MemoryRig(), ON_HOST),
     "local": Entry(local_rig, ON_HOST),
@@ -372,7 +377,6 @@ def core_view(launch: SpawnAttempt, handle: AttemptObserved) -> tuple[Job, Attem
     job = Job(job_id=launch.job_id, request=request, profile=launch.profile,
               fingerprint=launch.job_id, submitted_at=handle.at, order=1)
     attempt = Attempt(attempt_id=launch.attempt_id, number=1, round=1, started_at=handle.at,
-                      gpus=launch.gpus, pid=handle.pid, pid_start=handle.pid_start,
-                      boot_id=handle.boot_id, handle=handle.handle)
+                      gpus=launch.gpus, handle=handle.handle)
     job.attempts.append(attempt)
     return job, attempt

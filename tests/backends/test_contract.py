@@ -12,13 +12,15 @@ cannot turn one semantic experiment into duplicate work."
 
 from __future__ import annotations
 
-import os
+
+import sys
+from dataclasses import replace
 
 import pytest
 
 from praxist_fs.backends.routed import RoutedBackend
 
-from .conftest import core_view
+from .conftest import MemoryRig, core_view
 
 TIMEOUT = 15.0  # seconds (virtual ones for the memory backend) for any one end to show
 LONG = 600.0    # a command that would outlive the test
@@ -27,7 +29,7 @@ LONG = 600.0    # a command that would outlive the test
 def started(rig, job_id, command):
     """Start ``job_id``'s attempt running ``command``: its key, job and attempt."""
     launch = rig.launch(job_id, command)
-    rig.seen.add(rig.backend.start(launch, lambda: {"PATH": os.defpath}))
+    rig.seen.add(rig.backend.start(launch))
     key = (launch.job_id, launch.attempt_id)
     rig.settle(lambda: key in rig.seen.last, TIMEOUT)  # a handle may come after start()
     assert key in rig.seen.last, "the backend reported nothing of the attempt"
@@ -55,6 +57,24 @@ def test_start_reports_the_handle_and_runs_nothing_before_go(backend_factory):
     assert key not in rig.seen.exits, "the command ran before GO"
     now = rig.backend.observe(job, attempt)
     assert now.alive and not now.go and not now.exited
+
+
+def test_the_command_runs_in_the_environment_the_run_builds_for_its_launch(backend_factory):
+    """A backend is given the run's environment builder when it is made (``RunContext``:
+    the command's variables, secrets revealed) and runs each command in what it builds
+    for that launch; nothing is handed over per start (issue 30)."""
+    rig, _ = backend_factory()
+    if isinstance(rig, MemoryRig):
+        pytest.skip("the memory backend runs no command")
+    launch = rig.launch("j1", rig.command(0, 0.0))
+    checks = replace(launch, argv=(sys.executable, "-c", (
+        "import os, sys; sys.exit(0 if os.environ.get('PRAXIST_TEST_JOB') == 'j1' else 3)")))
+    rig.seen.add(rig.backend.start(checks))
+    key = (launch.job_id, launch.attempt_id)
+    rig.settle(lambda: key in rig.seen.last, TIMEOUT)
+    rig.backend.go(key)
+    rig.settle(lambda: rig.seen.ended(key), TIMEOUT)
+    assert [end.exit_code for end in rig.seen.exits[key]] == [0]
 
 
 @pytest.mark.parametrize("code", [0, 3, 75])

@@ -20,7 +20,7 @@ def launch(job_id: str) -> SpawnAttempt:
 
 def released(backend: MemoryBackend, *job_ids: str) -> None:
     for job_id in job_ids:
-        backend.start(launch(job_id), {})
+        backend.start(launch(job_id))
         backend.go((job_id, "a1"))
 
 
@@ -72,9 +72,10 @@ def test_a_backend_reports_only_the_attempts_it_started_or_adopted():
     host = VirtualHost()
     first = MemoryBackend(lambda _: Run(1.0), host)
     second = MemoryBackend(lambda _: Run(1.0), host)
-    [handle] = first.start(launch("j"), {})
+    [handle] = first.start(launch("j"))
     first.go(("j", "a1"))
-    assert handle.alive and handle.pid == 1 and handle.boot_id == host.boot_id
+    assert handle.alive and (handle.handle["pid"], handle.handle["boot_id"]) == (
+        1, host.boot_id)
     assert second.on_timer(2.0) == []
     assert [(e.job_id, e.exit_code) for e in first.on_timer(2.0)] == [("j", 0)]
     assert first.on_timer(3.0) == []
@@ -84,8 +85,8 @@ def test_a_shim_that_cannot_start_is_an_exit_127_with_its_error():
     """The contract's "or that it could not be started (an exit with the reason in
     ``error``)": no handle, nothing on the host to adopt later."""
     backend = MemoryBackend(lambda _: Run(1.0, start_error="could not start the shim"))
-    [event] = backend.start(launch("j"), {})
-    assert (event.alive, event.exited, event.exit_code, event.error, event.pid) == (
+    [event] = backend.start(launch("j"))
+    assert (event.alive, event.exited, event.exit_code, event.error, event.handle) == (
         False, True, 127, "could not start the shim", None)
     assert ("j", "a1") not in backend.host.attempts
 
@@ -98,13 +99,14 @@ def test_observe_looks_at_the_files_and_at_the_process_its_handle_names():
     host = VirtualHost()
     backend = MemoryBackend(lambda _: Run(float("inf"), ready=False), host)
     spawn = launch("j")
-    [handle] = backend.start(spawn, {})
+    [handle] = backend.start(spawn)
     job, attempt = core_view(spawn, handle)
-    unjournaled = replace(attempt, pid=None, pid_start=None, boot_id=None)
+    unjournaled = replace(attempt, handle=None)
     assert not backend.observe(job, unjournaled).alive  # no handle, no READY: not found
     host.ready(("j", "a1"))
-    assert backend.observe(job, unjournaled).pid == handle.pid  # READY names it
-    assert not backend.observe(job, replace(attempt, pid=handle.pid + 1)).alive
+    assert backend.observe(job, unjournaled).handle == handle.handle  # READY names it
+    another = {**handle.handle, "pid": handle.handle["pid"] + 1}
+    assert not backend.observe(job, replace(attempt, handle=another)).alive
     backend.go(("j", "a1"))
     host.die(("j", "a1"))
     gone = backend.observe(job, attempt)

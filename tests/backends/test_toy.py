@@ -15,6 +15,7 @@ import pytest
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.backends import registry
 from praxist_fs.backends.base import RunContext
+from tests.backends.conftest import rig_environment
 from praxist_fs.config import parse_task_text, policy_from_mapping
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.errors import PolicyError
@@ -68,7 +69,7 @@ def test_the_registry_makes_the_runs_backend_as_the_daemon_does(toy_registered,
     layout.create()
     with selectors.DefaultSelector() as selector:
         backend = registry.make(RunContext(layout, selector, lambda job_id: None, policy,
-                                           NodeRegistry, frozenset()))
+                                           NodeRegistry, frozenset(), rig_environment))
         assert isinstance(backend, ToyBackend)
         assert backend.root == layout.root / "toy"
         backend.close()

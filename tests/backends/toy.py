@@ -63,7 +63,6 @@ RUNNER_WAIT_SECONDS = 5.0  # for the runner to say its pid
 class ToyAttempt:
     launch: SpawnAttempt | None  # None: adopted after a restart
     directory: Path
-    environment: Callable[[], dict[str, str]] | None = None  # asked for at GO only
     go: bool = False
     ended: bool = False
     pid: int | None = None
@@ -79,32 +78,32 @@ class ToyBackend:
     capabilities: ClassVar[Capabilities] = Capabilities(
         can_suspend=True, places_gpus=False, on_this_host=True)
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, environment: Callable[[SpawnAttempt], dict[str, str]]) -> None:
         self.root = root
+        self.environment = environment  # a launch's command environment, asked for at GO
         self.attempts: dict[AttemptKey, ToyAttempt] = {}
         self.news: list[Event] = []  # what the next ``on_timer`` reports
 
     @classmethod
     def made(cls, context: RunContext) -> ToyBackend:
-        return cls(context.layout.root / "toy")
+        return cls(context.layout.root / "toy", context.environment)
 
     # -- to the barrier, and through it ----------------------------------------
 
-    def start(self, launch: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         key = (launch.job_id, launch.attempt_id)
         directory = self.root / f"{launch.job_id}.{launch.attempt_id}"
         directory.mkdir(parents=True, exist_ok=True)
-        self.attempts[key] = ToyAttempt(launch, directory, environment)
+        self.attempts[key] = ToyAttempt(launch, directory)
         return [self._seen(key, alive=True)]
 
     def go(self, key: AttemptKey) -> None:
         toy = self.attempts.get(key)
-        if toy is None or toy.ended or toy.go or toy.launch is None or toy.environment is None:
+        if toy is None or toy.ended or toy.go or toy.launch is None:
             return  # released the other way already, or not ours
         argv = list(toy.launch.argv or ("/bin/sh", "-c", toy.launch.command or "true"))
         subprocess.run([sys.executable, "-c", RUNNER, str(toy.directory), *argv],
-                       cwd=toy.launch.cwd or str(self.root), env=toy.environment(),
+                       cwd=toy.launch.cwd or str(self.root), env=self.environment(toy.launch),
                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, check=True)  # it forks and leaves
         toy.go = True

@@ -53,6 +53,11 @@ GPU = Profile(name="gpu", accelerator="gpu", gpu_count=1, gpu_memory_gb=10.0,
               gpu_utilization_pct=40.0)
 
 
+def shim(pid: int, started: int = 77, boot: str = "boot") -> dict[str, Any]:
+    """The handle the local backend reports for an attempt led by the shim ``pid``."""
+    return {"pid": pid, "pid_start": started, "boot_id": boot}
+
+
 def make_policy(**overrides: Any) -> Policy:
     values: dict[str, Any] = {"profiles": {"cpu": CPU, "gpu": GPU}, "default_profile": "cpu"}
     values.update(overrides)
@@ -135,7 +140,7 @@ class Harness:
 
     def spawn(self, job_id: str, attempt_id: str) -> list[Effect]:
         self.pids += 1
-        return self.observe(job_id, attempt_id, pid=self.pids, pid_start=77, boot_id="boot")
+        return self.observe(job_id, attempt_id, handle=shim(self.pids))
 
     def go(self, job_id: str, attempt_id: str) -> list[Effect]:
         """Spawn the shim, see READY; return the effects of the READY sighting."""

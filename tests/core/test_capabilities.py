@@ -4,10 +4,14 @@ and what a journal written before capabilities were journaled meant."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+import praxist_fs.core
+from praxist_fs.backends.registry import BACKENDS
 from praxist_fs.core.capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
 from praxist_fs.core.events import HostSampled, NodeOutcome
 from praxist_fs.core.observations import PressureSample
@@ -151,3 +155,66 @@ def test_this_hosts_target_rises_for_work_waiting_here_not_for_work_waiting_else
             h.handle(HostSampled(at=h.tick(), pressure=PressureSample(
                 source="psi", cpu=0.0, memory=0.0, io=0.0)))
         assert (h.sched.controller.target > 1) is rises, queued_here
+
+
+def backend_name_comparisons(tree: ast.AST, names: set[str]) -> list[str]:
+    """Each comparison with a backend's name in ``tree`` (``x == "slurm"``, ``"slurm" in
+    names``, ``x in ("local", ...)``, a ``case "slurm":``), as its source."""
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(map(named, node.elts))
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(map(named, [node.left, *node.comparators])):
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.MatchValue) and named(node.value):
+            found.append(f"case {ast.unparse(node.value)}")
+    return found
+
+
+def test_the_core_has_no_branch_on_a_backends_name():
+    """What the core decides for an attempt comes from its backend's ``Capabilities``: a
+    comparison with a registered backend's name anywhere under core/ is a branch a new
+    backend could not take part in (issue 30)."""
+    names = set(BACKENDS) | {"toy"}
+    assert backend_name_comparisons(ast.parse('x == "slurm" or "local" in y\n'
+                                              'match x:\n    case "slurm": pass'), names) == [
+        "x == 'slurm'", "'local' in y", "case 'slurm'"]
+    core = Path(praxist_fs.core.__file__).parent
+    found = {str(path.relative_to(core)): hits for path in sorted(core.rglob("*.py"))
+             if (hits := backend_name_comparisons(ast.parse(path.read_text("utf-8")), names))}
+    assert found == {}
+
+
+def test_slurm_options_and_slurms_queue_are_capabilities_of_whatever_backend_has_them():
+    """A request's ``slurm`` options are taken where its job runs on a backend that takes
+    them, whatever its name, and refused elsewhere; status.json counts an attempt whose
+    backend queues it and whose command has not started as waiting in that queue."""
+    queuing = replace(ELSEWHERE, queues_attempts=True, takes_slurm_options=True)
+    h = Harness(make_policy(backend="toy", capabilities=queuing, max_concurrent_experiments=2,
+                            initial_concurrent_experiments=2))
+    taken = h.submit("t1", profile="cpu", slurm={"time_limit_minutes": 5})
+    assert taken["outcome"] == "accepted", taken
+    refused = Harness(make_policy(backend="toy", capabilities=ELSEWHERE)).submit(
+        "t1", profile="cpu", slurm={"time_limit_minutes": 5})
+    assert (refused["outcome"], refused["field"]) == ("rejected", "slurm")
+    [(job_id, attempt_id)] = h.launch_all()
+    h.observe(job_id, attempt_id, handle={"job_id": "7"})
+    assert render_status(h.sched, h.tick(), {})["pending_in_slurm"] == 1
+    h.observe(job_id, attempt_id, handle={"job_id": "7", "started_at": h.tick()})
+    assert render_status(h.sched, h.tick(), {})["pending_in_slurm"] == 0
+
+
+def test_a_capability_journaled_before_it_existed_is_what_its_backend_then_could():
+    """A run journaled with its capabilities, but before ``queues_attempts`` and
+    ``takes_slurm_options`` existed, replays with what its backend did then: a Slurm run
+    took per-job options, a local one did not."""
+    for name in ("slurm", "local"):
+        journaled = Policy(backend=name, capabilities=BEFORE_CAPABILITIES[name]).to_dict()
+        for key in ("queues_attempts", "takes_slurm_options"):
+            del journaled["capabilities"][key]
+        assert Policy.from_dict(journaled).capabilities == BEFORE_CAPABILITIES[name]
+    assert BEFORE_CAPABILITIES["slurm"].takes_slurm_options
+    assert not BEFORE_CAPABILITIES["local"].takes_slurm_options

@@ -31,7 +31,7 @@ from praxist_fs.core.states import JobState
 from praxist_fs.driver import Driver as ProductionDriver
 from praxist_fs.errors import BadRequest
 
-from .helpers import make_policy
+from .helpers import make_policy, shim
 from .twins import Barrier, Disk, Files, MemoryJournal
 
 TAGS = ["exp-a", "exp-b", "exp-c"]
@@ -205,10 +205,9 @@ class Driver:
             if attempt.pid is None:
                 self.pids += 1
             pid = attempt.pid or self.pids
-            event = AttemptObserved(**base, alive=True, pid=pid, pid_start=pid * 7,
-                                    boot_id="boot", go=go)
+            event = AttemptObserved(**base, alive=True, handle=shim(pid, pid * 7), go=go)
         elif action == "ready":
-            event = AttemptObserved(**base, alive=True, pid=attempt.pid, ready=True, go=go)
+            event = AttemptObserved(**base, alive=True, handle=attempt.handle, ready=True, go=go)
         elif action == "dead":
             fenced = go and data.draw(st.booleans())  # what it left running was terminated
             event = AttemptObserved(**base, alive=False, ready=data.draw(st.booleans()), go=go,

@@ -14,7 +14,7 @@ from praxist_fs.core.events import AttemptLaunched, CoordinatorStarted, RequestS
 from praxist_fs.core.secrets import placeholder
 from praxist_fs.core.status import render_status
 
-from .helpers import Harness, make_policy
+from .helpers import Harness, make_policy, shim
 
 REPLY_KEYS = {"request_id", "outcome", "job_id", "state", "reason"}
 JOB_KEYS = {"job_id", "tag", "peer", "profile", "work_class", "state", "exit_code", "reason",
@@ -515,7 +515,7 @@ def test_go_needs_the_pid_recorded_first():
     # READY seen before the shim's pid is known: no GO
     assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo) == []
     version = h.sched.version
-    effects = h.observe(job_id, "a1", pid=4242, pid_start=9, boot_id="b")
+    effects = h.observe(job_id, "a1", handle=shim(4242, 9, "b"))
     assert effects_of(effects, WriteGo) == []  # pid but no READY yet
     assert h.sched.version > version  # the pid is a journaled fact
     assert h.job(job_id)["attempts"][0]["pid"] == 4242
@@ -526,7 +526,7 @@ def test_go_needs_the_pid_recorded_first():
 def test_pid_and_ready_in_one_sighting_records_pid_before_go():
     h, job_id = launched()
     version = h.sched.version
-    effects = h.observe(job_id, "a1", pid=4242, pid_start=9, ready=True)
+    effects = h.observe(job_id, "a1", handle=shim(4242, 9), ready=True)
     kinds = [type(e) for e in effects]
     assert WriteGo in kinds and WriteJob in kinds
     assert kinds.index(WriteJob) < kinds.index(WriteGo)
@@ -808,7 +808,7 @@ def test_status_shows_each_attempt_phase_and_running_once_go_is_given():
     h.spawn(cold, "a1")
     assert phases()[cold] == "barrier"
     h.observe(cold, "a1", ready=True)
-    h.observe(warm, "a1", pid=5000, pid_start=1, boot_id="boot", ready=True)
+    h.observe(warm, "a1", handle=shim(5000, 1), ready=True)
     assert phases() == {cold: "running", warm: "running"}
     h.observe(cold, "a1", ready=True)  # READY seen again before the GO file: still running
     assert phases()[cold] == "running"

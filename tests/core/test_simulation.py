@@ -25,6 +25,7 @@ from praxist_fs.core.request import parse_control, parse_request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
 
+from .helpers import shim
 from .simulation import (
     BOOT, PEERS, PROFILES, Simulation, SimulationFailure, replay, run_seed,
 )
@@ -220,7 +221,7 @@ def test_work_requeued_while_its_generation_closes_is_frozen_not_launched_again(
     (launch,) = sched.next_launches(T0 + 3)
     job_id = launch.job_id
     journaled(sched, [launch, AttemptObserved(at=T0 + 4, job_id=job_id, attempt_id="a1",
-                                              alive=True, pid=77, pid_start=1, boot_id=BOOT),
+                                              alive=True, handle=shim(77, 1, BOOT)),
                       control(T0 + 5, "close", "generation_close")])
     assert sched.generations[1].phase == "closing"       # the running job drains
     journaled(sched, [AttemptObserved(at=T0 + 6, job_id=job_id, attempt_id="a1",
@@ -260,8 +261,8 @@ def test_a_stop_interrupted_by_a_crash_is_finished_by_the_next_coordinator():
         request=parse_request("r.json", data))])
     (launch,) = live.next_launches(T0 + 2)
     more, _ = journaled(live, [launch, AttemptObserved(
-        at=T0 + 3, job_id=launch.job_id, attempt_id="a1", alive=True, pid=77, pid_start=1,
-        boot_id=BOOT)])                                  # spawned, READY not yet written
+        at=T0 + 3, job_id=launch.job_id, attempt_id="a1", alive=True,
+        handle=shim(77, 1, BOOT))])                                  # spawned, READY not yet written
     stop = ControlSeen(at=T0 + 4, name="stop.json", digest="s", request_id="stop",
                        control=parse_control("stop.json", b'{"action": "run_stop"}'))
     last, effects = journaled(live, [stop])
@@ -273,7 +274,7 @@ def test_a_stop_interrupted_by_a_crash_is_finished_by_the_next_coordinator():
     assert [e for e in effects if isinstance(e, TerminateAttempts)] == [
         TerminateAttempts(attempts=((launch.job_id, "a1"),))]
     _, effects = journaled(restarted, [AttemptObserved(
-        at=T0 + 6, job_id=launch.job_id, attempt_id="a1", alive=True, pid=77, pid_start=1,
-        boot_id=BOOT, ready=True)])
+        at=T0 + 6, job_id=launch.job_id, attempt_id="a1", alive=True,
+        handle=shim(77, 1, BOOT), ready=True)])
     assert not any(isinstance(e, WriteGo) for e in effects), "GO written in a stopped run"
     assert AbortAttempt(job_id=launch.job_id, attempt_id="a1") in effects

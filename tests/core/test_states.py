@@ -12,7 +12,7 @@ from praxist_fs.core.events import AttemptLaunched, AttemptObserved
 from praxist_fs.core.states import TRANSITIONS, JobState, Trigger, transition
 from praxist_fs.errors import InvalidTransition
 
-from .helpers import Harness, documented_table
+from .helpers import Harness, documented_table, shim
 
 # docs/PROTOCOL.md's drawing: the copy a reader sees, which the table must equal
 EXPECTED_TABLE = documented_table("job")
@@ -157,7 +157,7 @@ def test_late_observation_of_a_settled_attempt_changes_nothing():
         AttemptObserved(at=h.tick(), job_id=job_id, attempt_id="a1", alive=False, go=True),
         AttemptObserved(at=h.tick(), job_id=job_id, attempt_id="a1", alive=False,
                         exited=True, exit_code=3),
-        AttemptObserved(at=h.tick(), job_id=job_id, attempt_id="a9", alive=True, pid=5),
+        AttemptObserved(at=h.tick(), job_id=job_id, attempt_id="a9", alive=True, handle=shim(5)),
     ):
         assert h.sched.handle(event) == []
     assert h.sched.version == version

@@ -125,7 +125,7 @@ class Barrier:
     def bind(self, effects: list[Effect]) -> list[Event]:
         return []
 
-    def start(self, launch: SpawnAttempt, environment: Any) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         return []
 
     def go(self, key: AttemptKey) -> None:
@@ -165,7 +165,7 @@ class Shims:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def start(self, launch: SpawnAttempt, environment: Any) -> list[Event]:
+    def start(self, launch: SpawnAttempt) -> list[Event]:
         sim, key = self.sim, (launch.job_id, launch.attempt_id)
         assert key not in sim.host.attempts, f"{key} spawned twice"
         job = sim.sched.jobs[launch.job_id]
@@ -173,7 +173,7 @@ class Shims:
         assert attempt.attempt_id == launch.attempt_id and launch.gpus == attempt.gpus
         assert launch.metadata["gpus"] == list(attempt.gpus)
         assert launch.profile == job.profile and launch.argv == job.request.argv
-        events = self.inner.start(launch, environment)
+        events = self.inner.start(launch)
         if key not in sim.host.attempts:
             sim.spawn_failed.add(key)
             sim.stats["spawn_failed"] += 1

@@ -47,7 +47,7 @@ def test_the_launch_decision_the_shims_pid_and_go_share_one_commit(make_run, tmp
                   if any(r["type"] == "attempt_launched" and r["job_id"] == job_id
                          for r in batch))
     bound = [r for r in launch if r["type"] == "attempt_observed" and r["job_id"] == job_id]
-    assert bound and bound[0]["pid"] and bound[0]["ready"], launch  # GO decided with them
+    assert bound and bound[0]["handle"]["pid"] and bound[0]["ready"], launch  # GO decided with them
     assert any(r["type"] == "request_seen" for r in launch)  # and the acceptance too
 
 

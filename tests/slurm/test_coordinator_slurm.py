@@ -17,7 +17,7 @@ import sys
 import psutil
 import pytest
 
-from praxist_fs.backends.slurm_client import of_run, run_tag
+from praxist_fs.backends.slurm.client import of_run, run_tag
 from praxist_fs.core.identity import job_id_for
 from tests.e2e.conftest import make_run, read_json, wait_for  # noqa: F401 (fixture)
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm.backend import SlurmBackend
+from tests.backends.conftest import rig_environment
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
 from tests.backends.conftest import RealRig
@@ -25,7 +26,7 @@ def slurm_rig(root, poll_pending_s: float, poll_running_s: float) -> RealRig:
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
                            "poll_pending_s": poll_pending_s, "poll_running_s": poll_running_s})
     return RealRig(root, lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry()))
+        rig.layout, rig.selector, rig.lookup, policy, lambda: NodeRegistry(), rig_environment))
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_a_job_slurm_has_purged_ends_with_the_exit_code_of_its_exit_json(rig):
     """Slurm's squeue no longer knows the job by the time it is asked: the attempt is
     not lost, it exited 3 as its exit.json says, on the node its READY names."""
     launch = rig.launch("j1", rig.command(3, 0.0))
-    rig.seen.add(rig.backend.start(launch, lambda: {"PATH": "/usr/bin:/bin"}))
+    rig.seen.add(rig.backend.start(launch))
     key = ("j1", "a1")
     rig.settle(lambda: key in rig.seen.last, TIMEOUT_S)
     rig.backend.go(key)
@@ -63,7 +64,7 @@ def test_a_shim_rings_the_doorbell_once_ready_and_once_ended(fake_cluster, tmp_p
     rig = slurm_rig(tmp_path / "run", 60, 600)
     try:
         launch = rig.launch("j1", rig.command(0, 0.0))
-        rig.seen.add(rig.backend.start(launch, lambda: {"PATH": "/usr/bin:/bin"}))
+        rig.seen.add(rig.backend.start(launch))
         key = ("j1", "a1")
         rig.settle(lambda: key in rig.seen.last, TIMEOUT_S)  # submitted: tracked
         rig.backend.go(key)

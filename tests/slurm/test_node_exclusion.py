@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm import SlurmBackend
+from praxist_fs.backends.slurm.backend import SlurmBackend
+from tests.backends.conftest import rig_environment
 from praxist_fs.core.events import NodeOutcome
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
@@ -35,7 +36,7 @@ def rig(fake_cluster, tmp_path):
                     slurm={"default_resources": {"cpus": 1, "mem_mb": 64},
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     rig = RealRig(tmp_path / "run", lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, lambda: registry))
+        rig.layout, rig.selector, rig.lookup, policy, lambda: registry, rig_environment))
     rig.registry = registry
     yield rig
     rig.close()
@@ -52,7 +53,7 @@ def test_a_pending_attempt_runs_once_its_excluded_node_is_back(rig, fake_cluster
     job's exclusion (``scontrol update jobid=N ExcNodeList=``), and it runs there to its
     own exit, as the same Slurm job."""
     launch = rig.launch("j1", rig.command(0, 0.0))
-    rig.seen.add(rig.backend.start(launch, lambda: {"PATH": "/usr/bin:/bin"}))
+    rig.seen.add(rig.backend.start(launch))
     key = ("j1", "a1")
     rig.settle(lambda: key in rig.seen.last, TIMEOUT_S)
     rig.backend.go(key)

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     ENDED_STATES,
     INFRASTRUCTURE_STATES,
     FinalExit,
@@ -21,7 +21,7 @@ from praxist_fs.backends.slurm_client import (
     outcome,
     write_spec,
 )
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm.config import parse_slurm_config
 from tests.e2e.conftest import wait_for
 
 CPU = {"name": "cpu_ordinary", "accelerator": "cpu", "gpu_count": 0}

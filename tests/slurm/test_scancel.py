@@ -5,12 +5,12 @@ the test lets it through, as an unanswering slurmctld would."""
 
 from __future__ import annotations
 
-import os
 import threading
 
-from praxist_fs.backends.slurm import SlurmBackend
-from praxist_fs.backends.slurm_client import SlurmClient, run_command
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm.backend import SlurmBackend
+from praxist_fs.backends.slurm.client import SlurmClient, run_command
+from praxist_fs.backends.slurm.config import parse_slurm_config
+from tests.backends.conftest import rig_environment
 from praxist_fs.core.nodes import NodeRegistry
 from praxist_fs.core.policy import Policy, Profile
 from tests.backends.conftest import RealRig
@@ -38,11 +38,11 @@ def test_a_cancel_whose_scancel_hangs_holds_up_nothing(fake_cluster, tmp_path):
                            "poll_pending_s": 0.2, "poll_running_s": 1.0})
     config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
     rig = RealRig(tmp_path / "run", lambda rig: SlurmBackend(
-        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry,
+        rig.layout, rig.selector, rig.lookup, policy, NodeRegistry, rig_environment,
         client=SlurmClient(config, rig.layout.root, unanswering)))
     try:
         launch = rig.launch("j1", rig.command(0, 600.0))
-        rig.seen.add(rig.backend.start(launch, lambda: {"PATH": os.defpath}))
+        rig.seen.add(rig.backend.start(launch))
         key = ("j1", "a1")
         rig.settle(lambda: key in rig.seen.last, TIMEOUT_S)
         rig.backend.go(key)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     ENTRY,
     FinalExit,
     SlurmClient,
@@ -21,7 +21,7 @@ from praxist_fs.backends.slurm_client import (
     SlurmUnavailable,
     run_tag,
 )
-from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
+from praxist_fs.backends.slurm.config import SlurmConfig, parse_slurm_config
 from tests.conftest import UNAVAILABLE
 from tests.slurm.conftest import HERE
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs.backends.slurm import SlurmBackend
-from praxist_fs.backends.slurm_client import refused_placements, sbatch_argv
-from praxist_fs.backends.slurm_config import parse_slurm_config
+from praxist_fs.backends.slurm.backend import SlurmBackend
+from praxist_fs.backends.slurm.client import refused_placements, sbatch_argv
+from praxist_fs.backends.slurm.config import parse_slurm_config
 from praxist_fs.commands.slurm_flags import megabytes, minutes
 from praxist_fs.config import parse_task_text, policy_from_mapping
 from praxist_fs.core.policy import Profile

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     ENTRY,
     FinalExit,
     SlurmState,
@@ -19,7 +19,7 @@ from praxist_fs.backends.slurm_client import (
     parse_squeue,
     sbatch_argv,
 )
-from praxist_fs.backends.slurm_config import SlurmConfig, parse_slurm_config
+from praxist_fs.backends.slurm.config import SlurmConfig, parse_slurm_config
 from praxist_fs.errors import PolicyError
 
 GPU = {"name": "gpu_work", "accelerator": "gpu", "gpu_count": 1, "gpu_memory_gb": None,
@@ -209,7 +209,7 @@ def test_config_errors_name_the_field(raw, key_path, expected):
 
 
 def test_entry_script_runs_the_slurm_shim_of_this_checkout(tmp_path):
-    from praxist_fs.backends.slurm_client import PACKAGE_ROOT, entry_script
+    from praxist_fs.backends.slurm.client import PACKAGE_ROOT, entry_script
 
     script = entry_script("/opt/py/bin/python3").decode()
     assert script.startswith("#!/bin/sh\n")

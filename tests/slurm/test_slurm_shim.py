@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from praxist_fs.backends.slurm_client import ENTRY, entry_script, write_spec
+from praxist_fs.backends.slurm.client import ENTRY, PACKAGE_ROOT, entry_script, write_spec
 from tests.e2e.conftest import wait_for
 
 SLURM_ENV = {"SLURM_JOB_ID": "77", "CUDA_VISIBLE_DEVICES": "1", "SLURM_RESTART_COUNT": "0"}
@@ -95,7 +96,7 @@ def test_the_command_gets_slurms_gpus_bound_as_praxist_fs_binds_its_own(attempt,
 def test_slurms_ordinals_become_uuids_where_nvml_knows_them():
     """What NVML on the node says of Slurm's ordinals; as given where it cannot say, and
     names Slurm gave already (UUIDs, MIG devices) kept."""
-    from praxist_fs.backends.slurm_shim import slurm_gpus
+    from praxist_fs.backends.slurm.shim import slurm_gpus
     uuids = {0: "GPU-aaaa", 1: "GPU-bbbb"}
 
     def nvml(ordinals):
@@ -167,7 +168,7 @@ def test_a_command_that_does_not_handle_the_warning_dies_of_it_and_says_so(attem
     """A command without a USR2 handler dies of the warning (exit 140), as under srun;
     exit.json says the warning came (``warned``), which the backend adds to the reason:
     a failure before the time limit is not taken for the command's own."""
-    from praxist_fs.backends.slurm_jobs import warning_reason
+    from praxist_fs.backends.slurm.jobs import warning_reason
     shim = warned_once_started(attempt, "echo started; sleep 60")
     assert ended(shim) == 140
     record = read(attempt / "exit.json")
@@ -231,7 +232,8 @@ def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
 
 def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     """Its start-up is on every Slurm job's path: of praxist_fs it loads the two shim
-    modules and the package they sit in, never the backends, the core or psutil."""
+    modules and the packages they sit in (backends/slurm/ imports nothing), never the
+    backends, the core or psutil."""
     spec(attempt, "exit 0")
     (attempt / "GO").touch()
     shim = start(attempt, PYTHONPROFILEIMPORTTIME="1")
@@ -240,8 +242,8 @@ def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     modules = {line.rsplit(b"|", 1)[1].strip().decode() for line in out.splitlines()
                if line.startswith(b"import time:")}
     assert {module for module in modules if module.startswith("praxist_fs")} == {
-        "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm_shim",
-        "praxist_fs.backends.shim_command"}
+        "praxist_fs", "praxist_fs.backends", "praxist_fs.backends.slurm",
+        "praxist_fs.backends.slurm.shim", "praxist_fs.backends.shim_command"}
     assert "psutil" not in modules
 
 
@@ -249,7 +251,7 @@ def test_a_job_of_several_processes_exits_with_its_first_failure(tmp_path):
     """R-DIST-3: each task's wrapper records its exit and when; the job's exit is that of
     the first task that failed (by time, then rank), not srun's highest; 0 when all
     exited 0; srun's own where no task said."""
-    from praxist_fs.backends.slurm_shim import first_failure
+    from praxist_fs.backends.slurm.shim import first_failure
     srun = {"exit_code": 137, "signal": None, "started_at": 1.0, "ended_at": 2.0,
             "error": None}
     for rank, (code, at) in enumerate([(137, 300), (3, 200), (5, 250)]):
@@ -265,7 +267,7 @@ def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
     """R-DIST-3: srun starts the command once per task, behind a wrapper that sets RANK,
     LOCAL_RANK, NODE_RANK, WORLD_SIZE from Slurm's own; MASTER_ADDR is the first node
     (where the batch script runs), MASTER_PORT follows from the job id."""
-    from praxist_fs.backends.slurm_shim import TASK_WRAPPER, across_tasks
+    from praxist_fs.backends.slurm.shim import TASK_WRAPPER, across_tasks
     spec = {"argv": ["python", "train.py"], "command": None, "env": {"A": "1"}}
     spread = across_tasks(spec, str(tmp_path), {"SLURM_JOB_ID": "431"})
     assert spread["argv"][:6] == ["srun", "--kill-on-bad-exit=1", "--export=ALL", "/bin/sh",
@@ -281,3 +283,28 @@ def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):
                            env=env, capture_output=True, text=True, timeout=30)
     assert (shown.returncode, shown.stdout) == (4, "3 1 1 4 2 1\n")
     assert (tmp_path / "rank-3.exit").read_text().split()[0] == "4"
+
+
+# The batch script sbatch was given by the releases before backends/slurm/ was a package
+# (their slurm_client.entry_script): a job already queued in Slurm when the coordinator is
+# upgraded runs this once Slurm starts it.
+SUBMITTED_BEFORE_THE_PACKAGE = (
+    "#!/bin/sh\n# praxist_fs: an attempt's Slurm-mode shim (praxist_fs/backends/slurm_shim.py)"
+    "\nexec %s -S -c %s \"$@\"\n")
+
+
+def test_a_job_submitted_before_the_upgrade_runs_the_shim_of_today(attempt):
+    """An attempt whose Slurm job was queued by the release before the Slurm backend was
+    a package still runs: its script's ``slurm_shim`` is today's shim, barrier and all."""
+    bootstrap = ("import sys; sys.path[0] = %r; from praxist_fs.backends import slurm_shim; "
+                 "sys.exit(slurm_shim.main())" % str(PACKAGE_ROOT))
+    (attempt / ENTRY).write_text(SUBMITTED_BEFORE_THE_PACKAGE % (
+        shlex.quote(sys.executable), shlex.quote(bootstrap)))
+    spec(attempt, "echo ran; exit 4")
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "READY").exists(), message="READY")
+    assert not (attempt / "out.log").exists()
+    (attempt / "GO").touch()
+    assert ended(shim) == 4
+    assert read(attempt / "exit.json")["exit_code"] == 4
+    assert (attempt / "out.log").read_text() == "ran\n"

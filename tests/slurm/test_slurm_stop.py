@@ -1,4 +1,4 @@
-"""A stop of a Slurm run without a live coordinator (backends/slurm_stop.py, R-DIST-4),
+"""A stop of a Slurm run without a live coordinator (backends/slurm/stop.py, R-DIST-4),
 against the fake cluster of tests/slurm/fake/cluster (its sbatch really runs the batch
 script): ABORT for what has not started, scancel for every job of the run, and the
 cluster the coordinator recorded, whatever the environment of the stop. The same on a
@@ -14,9 +14,9 @@ import pytest
 
 from praxist_fs.adapters.fsio import dumps, write_atomic
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.backends.slurm_client import SlurmClient, run_tag
-from praxist_fs.backends.slurm_config import parse_slurm_config
-from praxist_fs.backends.slurm_stop import end_run_in_slurm, record_cluster
+from praxist_fs.backends.slurm.client import SlurmClient, run_tag
+from praxist_fs.backends.slurm.config import parse_slurm_config
+from praxist_fs.backends.slurm.stop import end_run_in_slurm, record_cluster
 from praxist_fs.stopper import fenced_reason
 
 CPU = {"name": "cpu", "accelerator": "cpu", "gpu_count": 0}

@@ -28,7 +28,8 @@ def test_backend_slurm_with_its_mapping_is_kept_and_journaled():
     assert not resolved.capabilities.can_suspend and resolved.capabilities.places_gpus
     assert resolved.to_dict()["slurm"] == {"partition": "gpu", "poll_running_s": 5}
     assert resolved.to_dict()["capabilities"] == {
-        "can_suspend": False, "places_gpus": True, "on_this_host": False}
+        "can_suspend": False, "places_gpus": True, "on_this_host": False,
+        "queues_attempts": True, "takes_slurm_options": True}
     local = policy("")
     assert local.backend == "local" and local.capabilities.on_this_host
     assert local.capabilities.can_suspend and not local.capabilities.places_gpus
@@ -104,7 +105,8 @@ def test_a_run_of_this_host_and_slurm_routes_a_profile_to_the_cluster():
     assert resolved.capabilities_of(resolved.profiles["big"]).places_gpus
     assert resolved.capabilities_of(resolved.profiles["cpu"]).on_this_host
     assert resolved.to_dict()["backends"] == {
-        "slurm": {"can_suspend": False, "places_gpus": True, "on_this_host": False}}
+        "slurm": {"can_suspend": False, "places_gpus": True, "on_this_host": False,
+                  "queues_attempts": True, "takes_slurm_options": True}}
     assert resolved.slurm == {"partition": "gpu"}
     on_cluster = policy("    backend: slurm\n    backends: [slurm]\n")
     assert on_cluster.backend_names() == ("slurm", "local")  # this host is implicit

@@ -8,6 +8,6 @@ records its exit (backends/shim_command.py), and the attempt directory's barrier
 (process identity from /proc) and ``fence`` (terminating what a dead shim left running).
 """
 
-from praxist_fs.backends.local.backend import LocalBackend
+from praxist_fs.backends.local.backend import LocalBackend, shim_handle, shim_of
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "shim_handle", "shim_of"]

@@ -52,6 +52,21 @@ SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or 
 FORK_WAIT_SECONDS = 0.25
 
 
+def shim_handle(pid: int, started: int | None, boot: str | None) -> dict[str, Any]:
+    """The handle of an attempt led by the shim ``pid``: its identity on this host, under
+    the keys the core documents for a process here (core/model.py's PROCESS_KEYS; the
+    job file shows ``pid`` and ``pid_start``, R-FS-5)."""
+    return {"pid": pid, "pid_start": started, "boot_id": boot}
+
+
+def shim_of(handle: dict[str, Any] | None) -> fence.Shim | None:
+    """The identity of the shim an attempt's handle names, or None: not reported yet, or
+    not an attempt on this host."""
+    if handle is None or handle.get("pid") is None:
+        return None
+    return handle["pid"], handle.get("pid_start"), handle.get("boot_id")
+
+
 class LocalBackend:
     """Attempts as shim-led process groups on this host (R-EXE-*).
 
@@ -64,10 +79,12 @@ class LocalBackend:
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], disk_errors: frozenset[int],
+                 environment: Callable[[SpawnAttempt], dict[str, str]],
                  stop_grace: float = STOP_GRACE_SECONDS) -> None:
         self.layout = layout
         self.selector = selector
         self.lookup = lookup
+        self.environment = environment  # a launch's, secrets revealed: built at its start
         self.disk_errors = disk_errors
         self.stop_grace = stop_grace  # a stop's TERM to KILL
         self.handles: dict[AttemptKey, launcher.ShimHandle] = {}
@@ -96,7 +113,8 @@ class LocalBackend:
 
     @classmethod
     def made(cls, context: RunContext) -> LocalBackend:
-        return cls(context.layout, context.selector, context.lookup, context.disk_errors)
+        return cls(context.layout, context.selector, context.lookup, context.disk_errors,
+                   context.environment)
 
     # -- ahead of the launches ------------------------------------------------
 
@@ -207,7 +225,7 @@ class LocalBackend:
                 self.bound[key] = warm
                 events.append(AttemptObserved(
                     at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
-                    alive=True, pid=shim.pid, pid_start=started, boot_id=procs.boot_id(),
+                    alive=True, handle=shim_handle(shim.pid, started, procs.boot_id()),
                     ready=True))
         return events
 
@@ -218,14 +236,13 @@ class LocalBackend:
 
     # -- launching ------------------------------------------------------------
 
-    def start(self, effect: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, effect: SpawnAttempt) -> list[Event]:
         """Start the attempt's shim: the one bound to it in its commit, else a new one,
         whose pid is then journaled before GO."""
         key = (effect.job_id, effect.attempt_id)
         bound = self.bound.pop(key, None)
         try:
-            handle = launcher.spawn(self.layout, effect, environment(), bound)
+            handle = launcher.spawn(self.layout, effect, self.environment(effect), bound)
         except UnsafeLayout as exc:  # nothing written through it, nothing started
             if bound is not None:  # its GO, journaled with it, is not written either
                 bound.dismiss()
@@ -252,8 +269,8 @@ class LocalBackend:
             return []
         pid = handle.popen.pid
         return [AttemptObserved(at=time.time(), job_id=effect.job_id,
-                                attempt_id=effect.attempt_id, alive=True, pid=pid,
-                                pid_start=procs.start_time(pid), boot_id=procs.boot_id())]
+                                attempt_id=effect.attempt_id, alive=True,
+                                handle=shim_handle(pid, procs.start_time(pid), procs.boot_id()))]
 
     def settle(self) -> None:
         """Once the batch's commands are on their way (their GO is journaled and sent):
@@ -376,7 +393,7 @@ class LocalBackend:
     def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         """What the disk and /proc say about an attempt, as an event for the core."""
         attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
-        pid, started, boot = attempt.pid, attempt.pid_start, attempt.boot_id
+        pid, started, boot = shim_of(attempt.handle) or (None, None, None)
         ready = read_json(attempt_dir / "READY")
         if pid is None and isinstance(ready, dict):
             pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
@@ -396,8 +413,8 @@ class LocalBackend:
         failure = task_report(attempt_dir / "failure.json") if exited else None
         return AttemptObserved(
             at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
-            pid=pid if alive else None, pid_start=started if alive else None,
-            boot_id=boot if alive else None, ready=isinstance(ready, dict),
+            handle=shim_handle(pid, started, boot) if alive else None,
+            ready=isinstance(ready, dict),
             go=(attempt_dir / "GO").exists(), exited=exited,
             exit_code=exit_record["exit_code"] if exited else None,
             signal=exit_record.get("signal") if exited else None,
@@ -410,13 +427,14 @@ class LocalBackend:
         key = (job.job_id, attempt.attempt_id)
         events = self._observe_key(key)
         seen = next((e for e in events if isinstance(e, AttemptObserved)), None)
-        if seen is None or not seen.alive or seen.pid is None:
+        shim = shim_of(seen.handle) if seen is not None and seen.alive else None
+        if shim is None:
             return events
         try:
-            pidfd = os.pidfd_open(seen.pid)
+            pidfd = os.pidfd_open(shim[0])
         except OSError:
             return events + self._observe_key(key)
-        if not procs.is_alive(seen.pid, seen.pid_start, seen.boot_id):
+        if not procs.is_alive(*shim):
             os.close(pidfd)  # the pid was reused or it just exited
             return events + self._observe_key(key)
         self.pidfds[key] = pidfd
@@ -458,9 +476,9 @@ class LocalBackend:
         """The identity of an attempt's shim, the leader of its process group, if known."""
         job = self.lookup(key[0])
         attempt = job.current if job is not None else None
-        if attempt is None or attempt.attempt_id != key[1] or attempt.pid is None:
+        if attempt is None or attempt.attempt_id != key[1]:
             return None
-        return attempt.pid, attempt.pid_start, attempt.boot_id
+        return shim_of(attempt.handle)
 
     # -- signalling -------------------------------------------------------------
 

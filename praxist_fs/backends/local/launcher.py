@@ -23,7 +23,6 @@ import fcntl
 import json
 import marshal
 import os
-import pwd
 import select
 import signal
 import socket
@@ -38,6 +37,7 @@ from praxist_fs.adapters.fsio import create, open_log, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
+from praxist_fs.backends.environment import account
 from praxist_fs.core.effects import SpawnAttempt
 
 SHIM = Path(__file__).parent.parent / "shim.py"  # it imports shim_command.py beside it
@@ -201,45 +201,6 @@ class ShimHandle:
         """Our ends of the attempt's pipes; a supervisor lives on (``Supervisor.retire``)."""
         self.release_barrier(b"")
         os.close(self.status_fd)
-
-
-def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, str]:
-    """The submitted environment plus the attempt's identity and GPU binding.
-
-    A request whose ``env`` has no ``PATH`` gets the coordinator's own: a peer that
-    submits ``["python3", ...]`` with printf and mv should not have to spell one out
-    (PROTOCOL.md section 6). It is added here, at launch, so the request, its
-    fingerprint and the journal stay as submitted. A command that runs as another
-    uid (R-SEC-3) gets that user's HOME, USER and LOGNAME the same way."""
-    gpus = ",".join(effect.gpus)
-    default = {} if "PATH" in effect.env or "PATH" not in os.environ else {
-        "PATH": os.environ["PATH"]}
-    if effect.uid is not None:  # as login and cron set them (the request's own win)
-        user = account(effect.uid)
-        default.update(HOME=user.pw_dir, USER=user.pw_name, LOGNAME=user.pw_name)
-    return {
-        **default,
-        **effect.env,
-        "PRAXIST_RUN_DIR": str(layout.root),
-        "PRAXIST_PEER_ID": effect.metadata.get("peer", ""),
-        "PRAXIST_EXPERIMENT_ID": effect.job_id,
-        "PRAXIST_EXPERIMENT_ATTEMPT_ID": effect.attempt_id,
-        "PRAXIST_EXPERIMENT_ATTEMPT_DIR": str(layout.attempt_dir(effect.job_id, effect.attempt_id)),
-        "PRAXIST_RESOURCE_PROFILE": effect.profile,
-        "PRAXIST_ASSIGNED_GPU_UUIDS": gpus,
-        "CUDA_VISIBLE_DEVICES": gpus,
-        "NVIDIA_VISIBLE_DEVICES": gpus,
-    }
-
-
-def account(uid: int) -> pwd.struct_passwd:
-    """The user database's entry of the uid a command runs as; OSError if it has none
-    (its gid and groups, hence its rights, would be guesswork)."""
-    try:
-        return pwd.getpwuid(uid)
-    except KeyError:
-        raise OSError(errno.ENOENT, f"uid {uid}, whose command this is, has no entry in "
-                      "the user database: it cannot run as that user") from None
 
 
 def credentials(uid: int | None) -> tuple[int, int, list[int]] | None:

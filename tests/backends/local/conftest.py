@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from praxist_fs.adapters.fsio import write_atomic
+from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 from tests.e2e.conftest import read_json, wait_for
@@ -30,7 +31,7 @@ def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
                           command=f"touch {marker}; {body}", cwd=str(tmp_path),
                           env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=gpus,
                           metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    handle = launcher.spawn(layout, effect, attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir("job-1", "a1"), marker
 
 

@@ -12,6 +12,7 @@ import signal
 import pytest
 
 from praxist_fs.adapters.fsio import write_atomic
+from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 from tests.backends.local.conftest import (
@@ -294,7 +295,7 @@ def spawn_argv(layout, argv, cwd, env=None, warm=None, uid=None):
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=tuple(argv), command=None,
                           cwd=str(cwd), env=env or {"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), uid=uid, metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    handle = launcher.spawn(layout, effect, attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir("job-1", "a1")
 
 

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from praxist_fs.adapters.fsio import write_atomic
+from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 from tests.backends.local.conftest import finish, go_and_wait, group_members, parent_pid, spawn
@@ -246,7 +247,7 @@ def attempt(layout, tmp_path, job_id, body, warm):
     effect = SpawnAttempt(job_id=job_id, attempt_id="a1", argv=None, command=body,
                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={"peer": "p"})
-    handle = launcher.spawn(layout, effect, launcher.attempt_environment(layout, effect), warm)
+    handle = launcher.spawn(layout, effect, attempt_environment(layout, effect), warm)
     return handle, layout.attempt_dir(job_id, "a1")
 
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from praxist_fs.adapters.fsio import read_json, write_json
 from praxist_fs.adapters.layout import RunLayout
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     PENDING_STATES, RUNNING_STATES, SlurmClient, SlurmUnavailable, run_command,
 )
-from praxist_fs.backends.slurm_config import SlurmConfig
+from praxist_fs.backends.slurm.config import SlurmConfig
 
 CLUSTER = "slurm.json"  # in resource_scheduler/: the cluster the run's jobs go to
 

@@ -4,7 +4,7 @@ of Slurm's answers (pure), the mapping of Slurm's states to an attempt's outcome
 with the coordinator's environment (``SLURM_CONF`` selects the cluster) and a timeout:
 a down slurmctld blocks client commands for about 9 s, so call them off the event loop.
 Nothing a command prints makes this module raise anything but the two errors below.
-The backend that drives it is slurm.py; docs/OPERATIONS.md, *Running on Slurm*.
+The backend that drives it is backend.py; docs/OPERATIONS.md, *Running on Slurm*.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from praxist_fs.adapters.fsio import makedirs, write_atomic, write_json
-from praxist_fs.backends.slurm_config import SLURM_PATH, SlurmConfig
+from praxist_fs.backends.slurm.config import SLURM_PATH, SlurmConfig
 from praxist_fs.errors import PraxistError
 
 log = logging.getLogger("praxist_fs")
 ENTRY = "slurm-entry.sh"  # the batch script, in the attempt directory
-SPEC = "spec.json"  # what slurm_shim runs (0600): the local spec's keys, as JSON
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory praxist_fs is in
-SHIM_BOOTSTRAP = ("import sys; sys.path[0] = %r; from praxist_fs.backends import slurm_shim; "
-                  "sys.exit(slurm_shim.main())" % str(PACKAGE_ROOT))
+SPEC = "spec.json"  # what the Slurm-mode shim runs (0600): the local spec's keys, as JSON
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the directory praxist_fs is in
+SHIM_BOOTSTRAP = ("import sys; sys.path[0] = %r; from praxist_fs.backends.slurm import shim; "
+                  "sys.exit(shim.main())" % str(PACKAGE_ROOT))
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
                             "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT", "SUSPENDED",
@@ -293,7 +293,7 @@ def entry_script(python: str) -> bytes:
     """The batch script: the Slurm-mode shim, by the interpreter named (on the shared
     filesystem), with ``-S`` so no site customisation runs before it."""
     return ("#!/bin/sh\n# praxist_fs: an attempt's Slurm-mode shim (praxist_fs/backends/"
-            "slurm_shim.py)\nexec %s -S -c %s \"$@\"\n" % (
+            "slurm/shim.py)\nexec %s -S -c %s \"$@\"\n" % (
                 shlex.quote(python), shlex.quote(SHIM_BOOTSTRAP))).encode()
 
 

@@ -3,10 +3,10 @@
 The run directory stays the source of truth: Slurm is asked to run a batch script
 (``sbatch --parsable --no-requeue``) under a deterministic job name, the barrier and
 the exit are files in the attempt directory on the shared filesystem
-(slurm_shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
+(slurm/shim.py), and Slurm's own view (``squeue``, ``sacct -c``) only says where a
 job is and why it ended when the files cannot. Slurm's commands run through
-``SlurmClient`` (slurm_client.py), off the event loop; what it knows of each attempt's
-job and of each node's probe is in slurm_jobs.py. Nothing a command prints, nor a
+``SlurmClient`` (slurm/client.py), off the event loop; what it knows of each attempt's
+job and of each node's probe is in slurm/jobs.py. Nothing a command prints, nor a
 file a peer wrote, makes this module raise. See docs/OPERATIONS.md, *Running on Slurm*.
 """
 
@@ -28,15 +28,15 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
     SlurmUnavailable, job_options, outcome, refused_placements, tasks, write_spec,
 )
-from praxist_fs.backends.slurm_config import parse_slurm_config
-from praxist_fs.backends.slurm_doorbell import open_doorbell
-from praxist_fs.backends.slurm_jobs import NodeProbes, Tracked, warning_reason
-from praxist_fs.backends.slurm_new_nodes import NewNodes
-from praxist_fs.backends.slurm_stop import record_cluster
+from praxist_fs.backends.slurm.config import parse_slurm_config
+from praxist_fs.backends.slurm.doorbell import open_doorbell
+from praxist_fs.backends.slurm.jobs import NodeProbes, Tracked, warning_reason
+from praxist_fs.backends.slurm.new_nodes import NewNodes
+from praxist_fs.backends.slurm.stop import record_cluster
 from praxist_fs.core.budget import INFRA_EXIT_CODE
 from praxist_fs.core.capabilities import Capabilities
 from praxist_fs.core.effects import Effect, SpawnAttempt
@@ -78,13 +78,17 @@ class SlurmBackend:
 
     name: ClassVar[str] = "slurm"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        can_suspend=False, places_gpus=True, on_this_host=False)
+        can_suspend=False, places_gpus=True, on_this_host=False, queues_attempts=True,
+        takes_slurm_options=True)
 
     def __init__(self, layout: RunLayout, selector: selectors.BaseSelector,
                  lookup: Callable[[str], Job | None], policy: Policy,
-                 nodes: Callable[[], NodeRegistry], client: SlurmClient | None = None) -> None:
+                 nodes: Callable[[], NodeRegistry],
+                 environment: Callable[[SpawnAttempt], dict[str, str]],
+                 client: SlurmClient | None = None) -> None:
         self.layout = layout
         self.lookup = lookup
+        self.environment = environment  # a launch's, secrets revealed: built at its submission
         self.nodes = nodes  # the core's node registry (R-BUD-2), read-only
         self.profiles = policy.profiles
         self.config = parse_slurm_config(policy.slurm, tuple(policy.profiles))
@@ -117,7 +121,7 @@ class SlurmBackend:
     @classmethod
     def made(cls, context: RunContext) -> SlurmBackend:
         return cls(context.layout, context.selector, context.lookup, context.policy,
-                   context.nodes)
+                   context.nodes, context.environment)
 
     # -- launching ------------------------------------------------------------------
 
@@ -130,8 +134,7 @@ class SlurmBackend:
     def prepare(self, stopped: bool) -> None:
         pass
 
-    def start(self, effect: SpawnAttempt,
-              environment: Callable[[], dict[str, str]]) -> list[Event]:
+    def start(self, effect: SpawnAttempt) -> list[Event]:
         """Write the attempt's spec and submit it on a submitter thread (a down slurmctld
         blocks sbatch for seconds: never the loop); its handle, or why Slurm refused it,
         comes through ``on_ready``. A submission whose answer was lost (sbatch timed
@@ -141,7 +144,7 @@ class SlurmBackend:
             return [self._could_not_start(key, (
                 f"backend slurm runs every command as the coordinator's user (uid "
                 f"{os.geteuid()}); a job of uid {effect.uid} is not run for it"))]
-        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm_stop.py)
+        if not self.cluster_recorded:  # for a stop that finds no coordinator (slurm/stop.py)
             record_cluster(self.layout, self.config)
             self.cluster_recorded = True
         attempt_dir = self.layout.attempt_dir(*key)
@@ -152,7 +155,7 @@ class SlurmBackend:
         requested = job.request.slurm if job is not None else None
         write_spec(attempt_dir, {
             "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-            "cwd": effect.cwd or str(self.layout.root), "env": environment(),
+            "cwd": effect.cwd or str(self.layout.root), "env": self.environment(effect),
             "log": str(log_path), "barrier_timeout_s": BARRIER_TIMEOUT_S,
             "notify": self.doorbell.address if self.doorbell is not None else None,
             "tasks": tasks(job_options(self.config, effect.profile, requested))})

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Callable
 
-from praxist_fs.backends.slurm_client import SlurmClient, SlurmUnavailable
+from praxist_fs.backends.slurm.client import SlurmClient, SlurmUnavailable
 from praxist_fs.core.events import Event, NodeListed
 
 if TYPE_CHECKING:

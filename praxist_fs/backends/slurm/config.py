@@ -65,7 +65,7 @@ class SlurmConfig:
     node_cooldown_s: float = NODE_COOLDOWN_S
     # R-BUD-2: longest wait from Slurm running the job on a node to the shim's READY
     launch_timeout_s: float = 300.0
-    # where the shims ring the coordinator's doorbell (slurm_doorbell.py): its host name's
+    # where the shims ring the coordinator's doorbell (slurm/doorbell.py): its host name's
     # address, unless this names another (a name or address the nodes can reach)
     notify_host: str | None = None
     # issue 28: list the partition's nodes (sinfo) at the start, and give each node that

@@ -1,7 +1,7 @@
 """The Slurm jobs the Slurm backend watches: each attempt's (``Tracked``) and each
 offline node's probe (``NodeProbes``, R-BUD-2).
 
-Apart from the backend (slurm.py), which drives them from its loop turns and squeue's
+Apart from the backend (backend.py), which drives them from its loop turns and squeue's
 answers: what it knows of a Slurm job between two polls, and the probes' own life
 (placed, polled, settled into a node's outcome), which shares nothing with an attempt's
 but the client and the poll.
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from praxist_fs.backends.slurm_client import (
+from praxist_fs.backends.slurm.client import (
     PENDING_STATES, RUNNING_STATES, FinalExit, SlurmClient, SlurmRefused, SlurmState,
     SlurmUnavailable, run_tag, slurm_safe,
 )
