@@ -113,6 +113,9 @@ class PreemptionDesk:
     def __init__(self, board: PreemptionBoard) -> None:
         self.board = board
         self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
+        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, the room)
+        self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
+                                   list[DeviceLoad]] | None = None
 
     def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
         """``preemptible_classes(queues)``, known by the tuple's identity: a pass asks at
@@ -274,11 +277,17 @@ class PreemptionDesk:
             ordered = list(each(ctx, "preempt",
                                 queue.preempt_policy or self.board.policy.preempt_policy,
                                 VictimScope(job, queue, tuple(candidates))))
-            for candidate in ordered:
+            # more victims never take room away, so when all of them together make none,
+            # no fewer do: one placement says so instead of one per victim
+            hopeless_room = demand is not None and bool(ordered) and bool(place(
+                demand, self._everyone(loads, ordered, queue.preempt), avoid, ctx.packing)[1])
+            for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
                 if fits(victims) is not None:
                     break
             else:
+                if hopeless_room:
+                    victims = list(ordered)  # where trying each in turn leaves them
                 if spared and fits(victims + spared) is not None:
                     # the bound holds it, not its demand: a job like it may still preempt
                     self.board._hold(job, f"{reason}; not preempting "
@@ -324,6 +333,15 @@ class PreemptionDesk:
         held = [e for victim in victims for e in self.envelopes(victim)]
         loads = without_envelopes(loads, held)
         return with_envelopes(loads, paused(held)) if mode == PreemptMode.SUSPEND else loads
+
+    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                  mode: PreemptMode) -> list[DeviceLoad]:
+        """``_room`` of every candidate victim, kept while the loads and the candidates stay
+        the same: a pass asks it for each demand that waits, of the same running jobs."""
+        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
+        if memo is None or memo[0] is not loads or memo[1] != ids or memo[2] != mode:
+            memo = self._everyone_memo = (loads, ids, mode, self._room(loads, victims, mode))
+        return memo[3]
 
     def _unroom(self, loads: list[DeviceLoad], victims: list[Job],
                 mode: PreemptMode) -> list[DeviceLoad]:
