@@ -266,14 +266,16 @@ def test_the_picker_keys_are_checked_clamped_and_documented(tmp_path: Path):
         load_policy(task)
     task.write_text(base + "    shortest_first_aging: -1\n    multifactor_max_age_seconds: 1\n"
                     "    shortest_first_starvation_seconds: 1\n    job_picker: multifactor\n"
-                    "    shortest_first_starvation_factor: 500\n")
+                    "    shortest_first_starvation_factor: 500\n"
+                    "    shortest_first_priority_seconds: 0.5\n")
     policy = load_policy(task)
     assert (policy.shortest_first_aging, policy.multifactor_max_age_seconds,
-            policy.shortest_first_starvation_seconds,
-            policy.shortest_first_starvation_factor) == (0.0, 60.0, 60.0, 100.0)
+            policy.shortest_first_starvation_seconds, policy.shortest_first_starvation_factor,
+            policy.shortest_first_priority_seconds) == (0.0, 60.0, 60.0, 100.0, 1.0)
     assert [n.key_path.rsplit(".", 1)[1] for n in policy.normalizations] == [
         "shortest_first_aging", "shortest_first_starvation_seconds",
-        "shortest_first_starvation_factor", "multifactor_max_age_seconds"]
+        "shortest_first_starvation_factor", "shortest_first_priority_seconds",
+        "multifactor_max_age_seconds"]
     assert Policy.from_dict(policy.to_dict()) == policy
     doc = (Path(__file__).resolve().parents[2] / "docs" / "CONFIG.md").read_text()
     for key in ("placement", "shortest_first_aging", "multifactor_weight_age",
