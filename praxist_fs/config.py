@@ -143,6 +143,8 @@ _SCHEDULER_KEYS: dict[str, Key] = {
         clamp(MIN_STARVATION_S, MAX_STARVATION_S))),
     "shortest_first_starvation_factor": Key(check_positive_or_null, unless_null(
         clamp(MIN_STARVATION_FACTOR, MAX_STARVATION_FACTOR))),
+    "shortest_first_priority_seconds": Key(check_positive_or_null, unless_null(
+        clamp(1, MAX_STARVATION_S))),
     "multifactor_weight_age": Key(check_number, clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_size": Key(check_number, clamp(0, MAX_FACTOR_WEIGHT)),
     "multifactor_weight_fair_share": Key(check_number, clamp(0, MAX_FACTOR_WEIGHT)),

@@ -599,7 +599,8 @@ def test_the_recommended_policy_is_the_one_docs_simulate_names():
     for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
                  "`shortest_first_by: gpu_seconds`", "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
                  "`shortest_first_starvation_factor: 4`",
-                 "bench/policy_table.py"):
+                 "`shortest_first_priority_seconds: 86400`",
+                 "bench/policy_table.py", "bench/shipped_table.py"):
         assert said in choosing
 
 
@@ -616,6 +617,22 @@ def test_the_recommended_policy_packs_shares_and_runs_short_jobs_first(tmp_path,
     recommended, fcfs = out["results"]
     assert recommended["mean_delay_s"] == (0 + 0 + 0 + (102 - 3) + (101 - 4)) / 5
     assert fcfs["mean_delay_s"] == (0 + 0 + (100 - 2) + (101 - 3) + (200 - 4)) / 5
+
+
+def test_the_recommended_policy_gives_mature_work_a_head_start_not_the_whole_queue(
+        tmp_path, capsys):
+    """Issue 32 item 4: with work classes, mature's priority is a day's head start in
+    the recommended order (shortest_first_priority_seconds), not a tier above every
+    other job. On one GPU, once busy ends at 100, a 10 s scout job goes before a
+    100,000 s mature job (100,000 - 86,400 > 10 GPU-seconds of key): the scout waits
+    98 s, the mature job 109 s. Strict tiers ran the mature job first and kept the
+    scout waiting 100,098 s."""
+    path = trace(tmp_path, "busy,0,100,1,u,ordinary", "mature,1,100000,1,u,mature",
+                 "scout,2,10,1,u,scout", header=HEADER + ",work_class")
+    [r] = run_json(capsys, "--trace", str(path), "--gpus", "1", "--policy",
+                   str(RECOMMENDED))["results"]
+    assert r["by_class"]["scout"]["max_delay_s"] == 98
+    assert r["by_class"]["mature"]["max_delay_s"] == 109
 
 
 def test_the_recommended_cap_leaves_the_gpus_the_only_limit(tmp_path, capsys):

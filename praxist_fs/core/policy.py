@@ -183,6 +183,9 @@ class Policy:
     # shortest_expected_first: a job also starves once it has waited this many times as
     # long as the median queued job of its priority (core/starvation.py); None: never
     shortest_first_starvation_factor: float | None = None
+    # shortest_expected_first: queue priority as a head start of this many seconds of key
+    # per step, the queues in one tier, instead of strict tiers; None: strict
+    shortest_first_priority_seconds: float | None = None
     # multifactor (Slurm's multifactor priority): each factor in 0..1, times its weight
     multifactor_weight_age: float = 1000.0
     multifactor_weight_size: float = 1000.0
@@ -321,6 +324,7 @@ class Policy:
             "shortest_first_by": self.shortest_first_by,
             "shortest_first_starvation_seconds": self.shortest_first_starvation_seconds,
             "shortest_first_starvation_factor": self.shortest_first_starvation_factor,
+            "shortest_first_priority_seconds": self.shortest_first_priority_seconds,
             "multifactor_weight_age": self.multifactor_weight_age,
             "multifactor_weight_size": self.multifactor_weight_size,
             "multifactor_weight_fair_share": self.multifactor_weight_fair_share,

@@ -113,6 +113,9 @@ class PreemptionDesk:
     def __init__(self, board: PreemptionBoard) -> None:
         self.board = board
         self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
+        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, the room)
+        self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
+                                   list[DeviceLoad]] | None = None
 
     def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
         """``preemptible_classes(queues)``, known by the tuple's identity: a pass asks at
@@ -226,6 +229,26 @@ class PreemptionDesk:
         loads = self._room(ctx.loads, mine, PreemptMode.REQUEUE) if demand else ctx.loads
         free = ctx.free + len(mine)
 
+        # the loads once the victims tried so far made room, by their ids: each try adds
+        # one victim to the last or takes one away, so the room is changed by that one
+        # (``_room``, ``_unroom``) instead of made anew from every victim's envelopes
+        rooms: dict[tuple[str, ...], list[DeviceLoad]] = {(): loads}
+
+        def room(victims: list[Job]) -> list[DeviceLoad]:
+            key = tuple(v.job_id for v in victims)
+            if (found := rooms.get(key)) is None:
+                if (shorter := rooms.get(key[:-1])) is not None:
+                    found = self._room(shorter, victims[-1:], queue.preempt)
+                elif len(held_by) == len(key) + 1 and (longer := rooms.get(
+                        tuple(v.job_id for v in held_by))) is not None:
+                    kept = set(key)
+                    found = self._unroom(longer, [v for v in held_by if v.job_id not in kept],
+                                         queue.preempt)
+                else:
+                    found = self._room(loads, victims, queue.preempt)
+                rooms[key] = found
+            return found
+
         def fits(victims: list[Job]) -> tuple[str, ...] | None:
             """The job's devices once ``victims`` made room (() for CPU work), or None:
             also when its own queue's rules would keep that room for others, such as a
@@ -238,11 +261,11 @@ class PreemptionDesk:
                 return None
             if demand is None:
                 return ()
-            gpus, why = place(demand, self._room(loads, victims, queue.preempt), avoid,
-                              ctx.packing)
+            gpus, why = place(demand, room(victims), avoid, ctx.packing)
             return None if why else gpus
 
         victims: list[Job] = []
+        held_by: list[Job] = victims  # the victims ``room`` takes one away from
         if (gpus := fits([])) is None:
             candidates, spared = [], []
             for j in ctx.running:
@@ -254,11 +277,17 @@ class PreemptionDesk:
             ordered = list(each(ctx, "preempt",
                                 queue.preempt_policy or self.board.policy.preempt_policy,
                                 VictimScope(job, queue, tuple(candidates))))
-            for candidate in ordered:
+            # more victims never take room away, so when all of them together make none,
+            # no fewer do: one placement says so instead of one per victim
+            hopeless_room = demand is not None and bool(ordered) and bool(place(
+                demand, self._everyone(loads, ordered, queue.preempt), avoid, ctx.packing)[1])
+            for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
                 if fits(victims) is not None:
                     break
             else:
+                if hopeless_room:
+                    victims = list(ordered)  # where trying each in turn leaves them
                 if spared and fits(victims + spared) is not None:
                     # the bound holds it, not its demand: a job like it may still preempt
                     self.board._hold(job, f"{reason}; not preempting "
@@ -270,6 +299,7 @@ class PreemptionDesk:
                 return None
             for victim in reversed(victims):  # the fewest: the most valuable go first
                 rest = [v for v in victims if v is not victim]
+                held_by = victims
                 if fits(rest) is not None:
                     victims = rest
             gpus = fits(victims)
@@ -303,6 +333,23 @@ class PreemptionDesk:
         held = [e for victim in victims for e in self.envelopes(victim)]
         loads = without_envelopes(loads, held)
         return with_envelopes(loads, paused(held)) if mode == PreemptMode.SUSPEND else loads
+
+    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                  mode: PreemptMode) -> list[DeviceLoad]:
+        """``_room`` of every candidate victim, kept while the loads and the candidates stay
+        the same: a pass asks it for each demand that waits, of the same running jobs."""
+        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
+        if memo is None or memo[0] is not loads or memo[1] != ids or memo[2] != mode:
+            memo = self._everyone_memo = (loads, ids, mode, self._room(loads, victims, mode))
+        return memo[3]
+
+    def _unroom(self, loads: list[DeviceLoad], victims: list[Job],
+                mode: PreemptMode) -> list[DeviceLoad]:
+        """``loads`` with ``victims`` back as they were before ``_room``: its inverse."""
+        held = [e for victim in victims for e in self.envelopes(victim)]
+        if mode == PreemptMode.SUSPEND:
+            loads = without_envelopes(loads, paused(held))
+        return with_envelopes(loads, held)
 
     def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
                ) -> list[Event]:

@@ -109,7 +109,12 @@ class ShortestExpectedFirst(JobPicker):
     ``shortest_first_starvation_factor`` times its queue's median wait): the starving go
     first, in the same order, after each job's own priority, and the first of them that
     cannot be placed gets an EASY backfill reservation (``Pass.reserve``), so its wait
-    is bounded while the cost of reserving is paid only in the tail."""
+    is bounded while the cost of reserving is paid only in the tail.
+
+    With ``shortest_first_priority_seconds`` the queues of a project share one tier
+    (``StrictPriority``) and a job's key is lowered by that many seconds per step of its
+    queue's priority: a higher queue's job goes first among jobs alike, not before
+    every job of a lower queue."""
 
     def init(self, ctx: Pass, scope: JobScope) -> None:
         # whose wait is long for the whole queue, not just its own tier's
@@ -120,14 +125,21 @@ class ShortestExpectedFirst(JobPicker):
         by = ctx.policy.shortest_first_by
         width = _widths(ctx.policy.profiles) if by == "gpu_seconds" else {}
 
+        # queue priority as a head start, where the queues share this tier (``StrictPriority``)
+        ahead = ctx.policy.shortest_first_priority_seconds
+        head_start = {c: ahead * ctx.by_class[c].priority for q in scope.queues
+                      for c in q.work_classes} if ahead is not None else {}
+
         def key(run: Hashable, job: Job, position: int) -> tuple[int, float, int]:
-            _, priority, step, profile = run  # priority, then by rank
+            work_class, priority, step, profile = run  # priority, then by rank
             return -priority, math.pow(2.0, (unknown if step is None else step) / ETA_STEPS) \
-                * ratio * width.get(profile, 1) + aging * job.submitted_at, job.order
+                * ratio * width.get(profile, 1) + aging * job.submitted_at \
+                - head_start.get(work_class, 0.0), job.order
 
         # the keys do not change with time: the backlog keeps the runs' heads while
-        # aging, calibration and (with jobs that gave no ETA) the longest ETA stay
-        token = (aging, ratio, unknown if lacking else None, by)
+        # aging, calibration, (with jobs that gave no ETA) the longest ETA and the
+        # head starts stay
+        token = (aging, ratio, unknown if lacking else None, by, ahead)
         heads = ctx.heads("eta", scope.jobs, runs, token, key)
         hungry = self._starving
         if hungry is None:
