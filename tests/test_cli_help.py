@@ -57,3 +57,27 @@ def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, tmp_path
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert "praxist_fs.client" in loaded, done.stderr  # it did look for the job
     assert "praxist_fs.core.request" not in loaded
+
+
+@pytest.mark.parametrize("verb", [["status"], ["jobs", "--limit", "20"]])
+def test_a_reading_verb_loads_no_socket_hashing_or_logging(verb, tmp_path):
+    """``status`` and ``jobs`` name no job and log nothing: they start without socket
+    (the endpoint's host is the kernel's nodename), hashlib (OpenSSL, for job ids) and
+    logging (the coordinator's), a few milliseconds of every call (R-PERF-3)."""
+    import json
+    import subprocess
+    import sys
+
+    from praxist_fs.adapters.layout import RunLayout
+
+    RunLayout.at(tmp_path / "run").create()
+    code = ("import sys\nfrom praxist_fs.cli import main\ntry:\n"
+            f"    main([*{verb!r}, '--run-dir', {str(tmp_path / 'run')!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "praxist_fs.client" in loaded, done.stderr  # it did read the run
+    assert loaded.isdisjoint({"socket", "hashlib", "logging"}), loaded & {"socket", "hashlib",
+                                                                          "logging"}

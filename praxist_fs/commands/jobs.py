@@ -10,7 +10,6 @@ import argparse
 import re
 import sys
 import time
-from datetime import datetime
 
 from .. import client
 from ..adapters.layout import RunLayout
@@ -88,6 +87,8 @@ def _since(text: str) -> float:
     """``2h``, ``30m``, ``1d`` (that long ago) or an ISO-8601 time, as epoch seconds."""
     if match := DURATION_RE.fullmatch(text.strip()):
         return time.time() - float(match[1]) * UNITS[match[2]]
+    from datetime import datetime  # here: most calls give a duration or no --since
+
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:
