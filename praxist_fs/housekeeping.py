@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,11 @@ log = logging.getLogger("praxist_fs")
 
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
-DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+# ... a slice of each a reconcile, sized to take about SLICE_SECONDS: the loop waits for
+# it, and an entry costs 6-40 us (a stat, a lookup in a shelf of 100,000) as the machine
+# is loaded, so that a fixed 5,000 once held the loop for 0.1-0.7 s
+SLICE_SECONDS = 0.010
+FIRST_SLICE, LEAST_SLICE, DONE_SLICE = 500, 100, 5_000  # entries: the first, the bounds
 HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
@@ -41,9 +45,11 @@ class Housekeeper:
     """One coordinator's housekeeping: its quarantine case and where each ``jobs/``
     sweep stands. ``done_sweep``: seconds between two passes over jobs/done/."""
 
-    def __init__(self, layout: RunLayout, done_sweep: float = DONE_SWEEP_SECONDS) -> None:
+    def __init__(self, layout: RunLayout, done_sweep: float = DONE_SWEEP_SECONDS,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """``clock``: what a slice's time is measured with (a test's own)."""
         self.layout = layout
-        self.done_sweep = done_sweep
+        self.done_sweep, self._clock = done_sweep, clock
         self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
         # jobs/ directory (or "replies") -> when its last sweep began
         self._swept_ns: dict[str, int] = {}
@@ -52,6 +58,7 @@ class Housekeeper:
         self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
         self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
+        self._slice_size = dict.fromkeys(HISTORY, FIRST_SLICE)  # entries of the next slice
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -159,9 +166,8 @@ class Housekeeper:
         return moved and not start
 
     def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
-        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, DONE_SLICE entries
-        each a reconcile (a stat each: 100,000 at once would hold the loop for half a
-        second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
+        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of each a
+        reconcile (``_slice``: 100,000 at once would hold the loop for a second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
         since the last sweep (or since the start vouched for them all) that says other
         than the journal is rewritten, one of a request the journal does not know is set
         aside, a temp file a crash left behind is removed; and a pass that found fewer
@@ -169,6 +175,7 @@ class Housekeeper:
         an earlier slice is judged on the state of now: between batches still."""
         moved = False
         for directory in HISTORY:
+            began = self._clock()
             entries, ended = self._slice(directory)
             since = self._since[directory]
             since = None if since is None else since - MTIME_SLACK_NS
@@ -179,13 +186,23 @@ class Housekeeper:
                 found, own = self._sweep_replies(sched, views, entries, since)
             moved |= found
             self._accounted[directory] += own
+            if entries:
+                self._resize(directory, len(entries), self._clock() - began)
             if ended:
                 self._write_missing(sched, views, directory)
         return moved
 
+    def _resize(self, directory: str, swept: int, seconds: float) -> None:
+        """The next slice of ``directory`` as many entries as take SLICE_SECONDS at the
+        pace of the last (``swept`` in ``seconds``): at most twice as many, so that one
+        fast slice (a page cache still warm) does not make the next one long."""
+        fit = swept * SLICE_SECONDS / seconds if seconds > 0 else DONE_SLICE
+        self._slice_size[directory] = max(LEAST_SLICE, min(
+            DONE_SLICE, 2 * self._slice_size[directory], int(fit)))
+
     def _slice(self, directory: str) -> tuple[list[os.DirEntry], bool]:
-        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY), and
-        whether the pass ends with them; none between two passes."""
+        """The next slice of a sweep of ``directory`` (one of HISTORY: ``_slice_size``
+        entries), and whether the pass ends with it; none between two passes."""
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
                 return [], False
@@ -197,8 +214,9 @@ class Housekeeper:
             except FileNotFoundError:
                 self._next_sweep[directory] = time.monotonic() + self.done_sweep
                 return [], False
-        entries = list(itertools.islice(self._listing[directory], DONE_SLICE))
-        if len(entries) < DONE_SLICE:
+        size = self._slice_size[directory]
+        entries = list(itertools.islice(self._listing[directory], size))
+        if len(entries) < size:
             self._listing[directory].close()
             self._listing[directory] = None
             self._next_sweep[directory] = time.monotonic() + self.done_sweep
