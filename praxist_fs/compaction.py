@@ -22,6 +22,7 @@ import pickle
 import signal
 import tempfile
 import time
+from collections.abc import Callable
 from typing import BinaryIO, NoReturn
 
 from .adapters import crashpoints
@@ -35,7 +36,9 @@ from .adapters.journal import Journal
 from .adapters.layout import RunLayout
 from .core.scheduler import Scheduler
 from .core.metrics import AttemptTally
-from .core.snapshot import Captured, Rendered, Restored, SnapshotError, read, render, shelve, watch
+from .core.snapshot import (
+    Captured, Restored, SnapshotError, read, render, shelve, shelve_jobs, shelve_replies, watch,
+)
 from .errors import JournalCorrupt
 
 log = logging.getLogger("praxist_fs")
@@ -138,21 +141,32 @@ class Compactor:
     """Compacts the journal in the background once it holds ``every`` records: a forked
     child renders and writes the snapshot from its copy of the state (copy-on-write: the
     state of the moment it was forked, exactly, while the loop goes on changing its own),
-    and the loop finishes the compaction at a later turn (``turn``)."""
+    and the loop finishes the compaction at later turns, a step a turn (``turn``)."""
 
     def __init__(self, layout: RunLayout, every: int, wake_fd: int) -> None:
         self.layout, self.every, self.wake_fd = layout, every, wake_fd
         self.running: Background | None = None
         self.not_before = 0.0  # after a failed one
+        self.collect_due = False  # one finished: the next turn collects its garbage
+
+    @property
+    def finishing(self) -> bool:
+        """A step of finishing one waits for the next turn: the loop should not sleep."""
+        return self.collect_due or (self.running is not None and self.running.stepping)
 
     def turn(self, journal: Journal, sched: Scheduler, index: JobIndex,
              tally: AttemptTally) -> bool:
-        """Between loop turns: finish the compaction whose child has ended, or begin one
-        when the journal's tail is due. True when one finished (garbage to collect)."""
+        """Between loop turns: take the next step of finishing the compaction whose child
+        has ended (``Background.step``), or begin one when the journal's tail is due.
+        True on the turn after one finished, which does nothing else: the garbage it
+        left is the loop's to collect then, in a turn of its own."""
+        if self.collect_due:
+            self.collect_due = False
+            return True
         if self.running is not None:
-            if not self.running.ended():
-                return False
-            return self._finish(journal, sched)
+            if self.running.ended():
+                self._step(journal, sched)
+            return False
         if journal.tail >= self.every and time.monotonic() >= self.not_before:
             try:
                 self.running = Background.begin(self.layout, journal, sched, index, tally,
@@ -165,17 +179,22 @@ class Compactor:
         return False
 
     def wait(self, journal: Journal, sched: Scheduler) -> None:
-        """At a stop: the compaction under way is finished first (its child waited for)."""
+        """At a stop: the compaction under way is finished first (its child waited for,
+        its steps taken at once)."""
         if self.running is not None:
             self.running.wait()
-            self._finish(journal, sched)
+        while self.running is not None:
+            self._step(journal, sched)
 
-    def _finish(self, journal: Journal, sched: Scheduler) -> bool:
-        running, self.running = self.running, None
-        if running.finish(self.layout, journal, sched):
-            return True
-        self.not_before = time.monotonic() + RETRY_SECONDS
-        return False
+    def _step(self, journal: Journal, sched: Scheduler) -> None:
+        written = self.running.step(self.layout, journal, sched)
+        if written is None:
+            return  # more steps to come
+        self.running = None
+        if written:
+            self.collect_due = True
+        else:
+            self.not_before = time.monotonic() + RETRY_SECONDS
 
 
 class Background:
@@ -187,6 +206,13 @@ class Background:
         self.pid, self.result, self.sched = pid, result, sched
         self.seq, self.end, self.captured, self.due = seq, end, captured, due
         self.status: int | None = None
+        self.outcome: tuple | None = None  # the child's, once read (``step``)
+        self.read_at: Callable[[int], bytes] | None = None  # its snapshot's, jobs shelved
+
+    @property
+    def stepping(self) -> bool:
+        """Its first step is taken: the rest follow a turn each."""
+        return self.outcome is not None
 
     @classmethod
     def begin(cls, layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
@@ -226,10 +252,36 @@ class Background:
         if self.status is None:
             self.status = os.waitpid(self.pid, 0)[1]
 
-    def finish(self, layout: RunLayout, journal: Journal, sched: Scheduler) -> bool:
-        """The child has ended: if its snapshot is written, the journal keeps only the
-        records after it and the finished jobs it holds leave memory (all but those
-        looked up to change since it was forked). False when it failed (logged)."""
+    def step(self, layout: RunLayout, journal: Journal, sched: Scheduler) -> bool | None:
+        """The child has ended: finish, one step a loop turn (in one, the whole held the
+        loop for 90-190 ms at 100,000 finished jobs). First the journal keeps only the
+        records after the snapshot; then the finished jobs it holds leave memory; then
+        its replies do (all but those looked up to change since it was forked: the loop
+        goes on between steps, and what it looks up stays watched until its shelf is
+        replaced; until then the shelf reads the last snapshot, still open). None while
+        steps remain; then whether the snapshot was written (False: logged)."""
+        if self.outcome is None:
+            return self._replace_journal(journal, sched)
+        if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
+            return True
+        _, jobs, replies = self.outcome
+        if self.read_at is None:
+            try:
+                handle = open(layout.snapshot, "rb")
+            except OSError as exc:
+                log.warning("%s: %s; finished jobs stay in memory until the next compaction",
+                            layout.snapshot, exc)
+                _stop_watching(sched)
+                return True
+            self.read_at = line_reader(handle)
+            shelve_jobs(sched, jobs, self.read_at, self.captured[0])
+            return None
+        shelve_replies(sched, replies, self.read_at, self.captured[1])
+        return True
+
+    def _replace_journal(self, journal: Journal, sched: Scheduler) -> bool | None:
+        """The first step: the child's outcome read and, if its snapshot is written, the
+        journal keeps only the records after it."""
         code = os.waitstatus_to_exitcode(self.status)
         if code == CRASH_EXIT_CODE and any(self.due):
             crashpoints.crash()  # the child crashed at a crash point: so does the coordinator
@@ -255,16 +307,8 @@ class Background:
             log.info("journal compacted into a snapshot at seq %d", self.seq)
         if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
             return True
-        try:
-            handle = open(layout.snapshot, "rb")
-        except OSError as exc:
-            log.warning("%s: %s; finished jobs stay in memory until the next compaction",
-                        layout.snapshot, exc)
-            _stop_watching(sched)
-            return True
-        _, jobs, replies = outcome
-        shelve(sched, Rendered(b"", jobs, replies), line_reader(handle), self.captured)
-        return True
+        self.outcome = outcome
+        return None
 
 
 def _stop_watching(sched: Scheduler) -> None:
