@@ -21,8 +21,8 @@ import os
 import pickle
 import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable
 from typing import BinaryIO, NoReturn
 
 from .adapters import crashpoints
@@ -30,7 +30,7 @@ from .adapters.crashpoints import CRASH_EXIT_CODE, reach
 from .adapters.fsio import (
     TEMP_PATTERN, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
 )
-from .adapters.history import line_reader
+from .adapters.history import LineReader, line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
@@ -207,7 +207,8 @@ class Background:
         self.seq, self.end, self.captured, self.due = seq, end, captured, due
         self.status: int | None = None
         self.outcome: tuple | None = None  # the child's, once read (``step``)
-        self.read_at: Callable[[int], bytes] | None = None  # its snapshot's, jobs shelved
+        self.journal_replaced = False
+        self.read_at: LineReader | None = None  # its snapshot's, once the jobs are shelved
 
     @property
     def stepping(self) -> bool:
@@ -254,14 +255,18 @@ class Background:
 
     def step(self, layout: RunLayout, journal: Journal, sched: Scheduler) -> bool | None:
         """The child has ended: finish, one step a loop turn (in one, the whole held the
-        loop for 90-190 ms at 100,000 finished jobs). First the journal keeps only the
-        records after the snapshot; then the finished jobs it holds leave memory; then
-        its replies do (all but those looked up to change since it was forked: the loop
-        goes on between steps, and what it looks up stays watched until its shelf is
-        replaced; until then the shelf reads the last snapshot, still open). None while
-        steps remain; then whether the snapshot was written (False: logged)."""
+        loop for 90-190 ms at 100,000 finished jobs, loaded). The child's outcome read;
+        the journal keeps only the records after the snapshot; the finished jobs it
+        holds leave memory; then its replies do, and the last snapshot's file is closed
+        aside (``_close_aside``). All but those looked up to change since the fork leave:
+        the loop goes on between steps, and what it looks up stays watched until its
+        shelf is replaced; until then the shelf reads the last snapshot, still open.
+        None while steps remain; then whether the snapshot was written (False: logged)."""
         if self.outcome is None:
-            return self._replace_journal(journal, sched)
+            return self._read_outcome(sched)
+        if not self.journal_replaced:
+            self._replace_journal(journal)
+            return True if sched is not self.sched else None  # rolled back: restored anew
         if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
             return True
         _, jobs, replies = self.outcome
@@ -276,12 +281,14 @@ class Background:
             self.read_at = line_reader(handle)
             shelve_jobs(sched, jobs, self.read_at, self.captured[0])
             return None
+        last = sched.replies.reader
         shelve_replies(sched, replies, self.read_at, self.captured[1])
+        if isinstance(last, LineReader) and last is not sched.jobs.reader:
+            _close_aside(last.handle)
         return True
 
-    def _replace_journal(self, journal: Journal, sched: Scheduler) -> bool | None:
-        """The first step: the child's outcome read and, if its snapshot is written, the
-        journal keeps only the records after it."""
+    def _read_outcome(self, sched: Scheduler) -> bool | None:
+        """The first step: what the child said (False: it failed, logged)."""
         code = os.waitstatus_to_exitcode(self.status)
         if code == CRASH_EXIT_CODE and any(self.due):
             crashpoints.crash()  # the child crashed at a crash point: so does the coordinator
@@ -297,6 +304,13 @@ class Background:
                         outcome[1], RETRY_SECONDS)
             _stop_watching(sched)
             return False
+        self.outcome = outcome
+        return None
+
+    def _replace_journal(self, journal: Journal) -> None:
+        """The second step: the snapshot is written, so the journal keeps only the
+        records after it."""
+        self.journal_replaced = True
         try:
             journal.keep_after(self.seq, self.end)
         except OSError as exc:  # the old journal stays: its first records are skipped
@@ -305,10 +319,13 @@ class Background:
         else:
             reach("snapshot.after_truncate")
             log.info("journal compacted into a snapshot at seq %d", self.seq)
-        if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
-            return True
-        self.outcome = outcome
-        return None
+
+
+def _close_aside(handle: BinaryIO) -> None:
+    """Close a replaced snapshot's file in a thread of its own: renamed over, its last
+    close frees its blocks and cached pages (~135 MB at 100,000 finished jobs), 40-60 ms
+    that the loop need not wait for (a close lets the other threads run)."""
+    threading.Thread(target=handle.close, name="praxist-snapshot-close", daemon=True).start()
 
 
 def _stop_watching(sched: Scheduler) -> None:
