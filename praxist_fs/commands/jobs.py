@@ -12,9 +12,8 @@ import sys
 import time
 
 from .. import client
-from ..adapters.layout import RunLayout
 from ..core.states import JobState
-from . import NO_RUN_DIR, add_run_dir
+from . import add_run_dir, run_layout
 from .render import format_jobs, job_row, jobs_json
 
 DEFAULT_LIMIT = 100
@@ -48,12 +47,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    if not args.run_dir:
-        print(f"praxist-fs jobs: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, "praxist-fs jobs")) is None:
         return 2
     from ..adapters.jobindex import JobQuery, list_jobs  # sqlite3: launch processes stay lean
 
-    layout = RunLayout.at(args.run_dir)
     if not layout.scheduler.is_dir():
         print(f"praxist-fs jobs: {args.run_dir} is not a run directory (no "
               "resource_scheduler/)", file=sys.stderr)
