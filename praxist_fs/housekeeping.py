@@ -32,11 +32,12 @@ log = logging.getLogger("praxist_fs")
 
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
-# ... a slice of each a reconcile, sized to take about SLICE_SECONDS: the loop waits for
-# it, and an entry costs 6-40 us (a stat, a lookup in a shelf of 100,000) as the machine
-# is loaded, so that a fixed 5,000 once held the loop for 0.1-0.7 s
+# ... a slice of each a reconcile: CHUNK entries at a time until SLICE_SECONDS passed,
+# DONE_SLICE at most. The loop waits for it, and an entry costs 6-40 us (a stat, a
+# lookup in a shelf of 100,000) as the machine is loaded: 5,000 a slice once held the
+# loop for 0.1-0.7 s
 SLICE_SECONDS = 0.010
-FIRST_SLICE, LEAST_SLICE, DONE_SLICE = 500, 100, 5_000  # entries: the first, the bounds
+CHUNK, DONE_SLICE = 100, 5_000
 HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
@@ -59,7 +60,6 @@ class Housekeeper:
         self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
         self._expected = dict.fromkeys(HISTORY, 0)  # ... and how many it had as it began
-        self._slice_size = dict.fromkeys(HISTORY, FIRST_SLICE)  # entries of the next slice
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -168,42 +168,38 @@ class Housekeeper:
 
     def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
         """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of each a
-        reconcile (``_slice``: 100,000 at once would hold the loop for a second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
-        since the last sweep (or since the start vouched for them all) that says other
-        than the journal is rewritten, one of a request the journal does not know is set
-        aside, a temp file a crash left behind is removed; and a pass that found fewer
-        files than the journal accounts for writes the missing ones. An entry listed in
-        an earlier slice is judged on the state of now: between batches still."""
+        reconcile (100,000 at once would hold the loop for a second): chunks
+        (``_slice``) until SLICE_SECONDS passed, however loaded the machine. Besides
+        the junk of jobs/done/ (``_set_aside_junk``): a reply changed since the last
+        sweep (or since the start vouched for them all) that says other than the
+        journal is rewritten, one of a request the journal does not know is set aside,
+        a temp file a crash left behind is removed; and a pass that found fewer files
+        than the journal accounts for writes the missing ones. An entry listed in an
+        earlier slice is judged on the state of now: between batches still."""
         moved = False
         for directory in HISTORY:
-            began = self._clock()
-            entries, ended = self._slice(sched, directory)
-            since = self._since[directory]
-            since = None if since is None else since - MTIME_SLACK_NS
-            if directory == "done":
-                found, own = self._set_aside_junk(sched, views, "done", entries, False, True,
-                                                  self._since[directory])
-            else:
-                found, own = self._sweep_replies(sched, views, entries, since)
-            moved |= found
-            self._accounted[directory] += own
-            if entries:
-                self._resize(directory, len(entries), self._clock() - began)
-            if ended:
-                self._write_missing(sched, views, directory)
+            began, swept = self._clock(), 0
+            while swept < DONE_SLICE:
+                entries, ended = self._slice(sched, directory)
+                since = self._since[directory]
+                since = None if since is None else since - MTIME_SLACK_NS
+                if directory == "done":
+                    found, own = self._set_aside_junk(sched, views, "done", entries, False,
+                                                      True, self._since[directory])
+                else:
+                    found, own = self._sweep_replies(sched, views, entries, since)
+                moved |= found
+                self._accounted[directory] += own
+                swept += len(entries)
+                if ended:
+                    self._write_missing(sched, views, directory)
+                if ended or not entries or self._clock() - began >= SLICE_SECONDS:
+                    break
         return moved
 
-    def _resize(self, directory: str, swept: int, seconds: float) -> None:
-        """The next slice of ``directory`` as many entries as take SLICE_SECONDS at the
-        pace of the last (``swept`` in ``seconds``): at most twice as many, so that one
-        fast slice (a page cache still warm) does not make the next one long."""
-        fit = swept * SLICE_SECONDS / seconds if seconds > 0 else DONE_SLICE
-        self._slice_size[directory] = max(LEAST_SLICE, min(
-            DONE_SLICE, 2 * self._slice_size[directory], int(fit)))
-
     def _slice(self, sched: Scheduler, directory: str) -> tuple[list[os.DirEntry], bool]:
-        """The next slice of a sweep of ``directory`` (one of HISTORY: ``_slice_size``
-        entries), and whether the pass ends with it; none between two passes."""
+        """The next CHUNK entries of a sweep of ``directory`` (one of HISTORY), and
+        whether the pass ends with them; none between two passes."""
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
                 return [], False
@@ -216,9 +212,8 @@ class Housekeeper:
             except FileNotFoundError:
                 self._next_sweep[directory] = time.monotonic() + self.done_sweep
                 return [], False
-        size = self._slice_size[directory]
-        entries = list(itertools.islice(self._listing[directory], size))
-        if len(entries) < size:
+        entries = list(itertools.islice(self._listing[directory], CHUNK))
+        if len(entries) < CHUNK:
             self._listing[directory].close()
             self._listing[directory] = None
             self._next_sweep[directory] = time.monotonic() + self.done_sweep
