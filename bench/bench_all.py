@@ -29,7 +29,10 @@ praxist_fs / task-spooler):
 praxist_fs alone: acceptance per request with 0 / 10,000 / 100,000 finished jobs
 already in the run; a scheduling pass over 10,000 queued jobs on the fake 8-GPU
 inventory; journal replay of 100,000 events (cold start to serving); idle CPU
-and RSS with 10,000 finished jobs; and the physical floor of this machine.
+and RSS with 10,000 finished jobs; and the physical floor of this machine. At
+100,000 finished (10,000 quick; bench/perf3_rows.py): each CLI verb's start, the
+longest reply wait while the journal compacts, the report's peak RSS; and a burst of
+10,000 invalid requests (2,000 quick).
 Existing jobs are a journal written directly (bench/fixture.py), not run.
 
 The table goes to stdout, everything to bench/results/bench-<timestamp>.json.
@@ -68,13 +71,15 @@ FULL = {"rounds": 3, "latency": 200, "throughput": 1000, "submit": 1000,
         "accept_levels": [0, 10_000, 100_000], "accept_rounds": 3, "accept_batch": 1000,
         "accept_seq": 100,
         "idle_level": 10_000, "idle_s": 30.0, "replay_events": 100_000,
-        "sched_jobs": 10_000, "sched_rounds": 10, "floor": 200}
+        "sched_jobs": 10_000, "sched_rounds": 10, "floor": 200, "history": 100_000,
+        "burst": 10_000}
 QUICK = {"rounds": 1, "latency": 50, "throughput": 200, "submit": 200,
          "shell_latency": 50, "throughput16": 1000, "first_job": 3,
          "accept_levels": [0, 1_000, 10_000], "accept_rounds": 1, "accept_batch": 200,
          "accept_seq": 30,
          "idle_level": 10_000, "idle_s": 5.0, "replay_events": 20_000,
-         "sched_jobs": 10_000, "sched_rounds": 3, "floor": 50}
+         "sched_jobs": 10_000, "sched_rounds": 3, "floor": 50, "history": 10_000,
+         "burst": 2_000}
 
 
 def stamp_command(path: Path) -> str:
@@ -617,7 +622,9 @@ def build_rows(r: dict) -> list[dict]:
     rows.append(row("floor: posix_spawn true + wait (p50)", fl["spawn_true_and_wait"]["p50_ms"],
                     None, None, "reference", None, "ms"))
     rows.append(row("floor: sum", fl["sum_p50_ms"], None, None, "reference", None, "ms"))
-    return rows
+    import perf3_rows
+
+    return rows + perf3_rows.rows(r["perf3"], row)
 
 
 def _fmt(value) -> str:
@@ -739,6 +746,12 @@ def main(argv: list[str] | None = None) -> int:
         counts["accept_levels"], counts["accept_rounds"], counts["accept_batch"],
         counts["accept_seq"],
         counts["idle_level"], counts["idle_s"])
+    log(f"CLI verbs, compaction stall, report memory at {counts['history']:,} finished; "
+        f"a burst of {counts['burst']:,} invalid requests ...")
+    import perf3_rows  # here: it imports bench_compaction, which imports this module
+
+    results["perf3"] = perf3_rows.measure(counts["history"], counts["burst"],
+                                          counts["floor"] // 10, 4000)
     if args.profile:
         path = HERE / "results" / f"profile-throughput-{stamp}.pstats"
         log(f"cProfile: {counts['throughput']} jobs at 2 slots, coordinator under cProfile ...")

@@ -5,8 +5,8 @@ Builds a run with N finished and M queued jobs (bench/fixture.py), replays its j
 in-process into a scheduler, and times a housekeeper's sweeps as the daemon
 runs them: at start (names and kinds only: the repair reads the files), every reconcile
 (``queued/`` and ``running/``: a stat of each file), every DONE_SWEEP_SECONDS
-(``done/``, in slices of DONE_SLICE entries, one a reconcile: the total and the slowest
-slice), and the worst case, a ``done/`` pass that finds every file changed since the last
+(``done/``, a slice a reconcile, SLICE_SECONDS or DONE_SLICE entries: the total and
+the slowest slice), and the worst case, a ``done/`` pass that finds every file changed since the last
 (each read and compared with the journal's document). Best of R runs each.
 
 Usage: bench/bench_tidy.py [--finished N] [--queued M] [--runs R]

@@ -14,6 +14,7 @@ or calls the loop.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import gc
 import logging
@@ -29,13 +30,15 @@ from .adapters.crashpoints import CRASH_EXIT_CODE, reach
 from .adapters.fsio import (
     TEMP_PATTERN, fsync_dir, read_json, sync_all, unlink, write_atomic, write_json,
 )
-from .adapters.history import line_reader
+from .adapters.history import LineReader, line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
 from .core.scheduler import Scheduler
 from .core.metrics import AttemptTally
-from .core.snapshot import Captured, Rendered, Restored, SnapshotError, read, render, shelve, watch
+from .core.snapshot import (
+    Captured, Restored, SnapshotError, read, render, shelve, shelve_jobs, shelve_replies, watch,
+)
 from .errors import JournalCorrupt
 
 log = logging.getLogger("praxist_fs")
@@ -138,21 +141,32 @@ class Compactor:
     """Compacts the journal in the background once it holds ``every`` records: a forked
     child renders and writes the snapshot from its copy of the state (copy-on-write: the
     state of the moment it was forked, exactly, while the loop goes on changing its own),
-    and the loop finishes the compaction at a later turn (``turn``)."""
+    and the loop finishes the compaction at later turns, a step a turn (``turn``)."""
 
     def __init__(self, layout: RunLayout, every: int, wake_fd: int) -> None:
         self.layout, self.every, self.wake_fd = layout, every, wake_fd
         self.running: Background | None = None
         self.not_before = 0.0  # after a failed one
+        self.collect_due = False  # one finished: the next turn collects its garbage
+
+    @property
+    def finishing(self) -> bool:
+        """A step of finishing one waits for the next turn: the loop should not sleep."""
+        return self.collect_due or (self.running is not None and self.running.stepping)
 
     def turn(self, journal: Journal, sched: Scheduler, index: JobIndex,
              tally: AttemptTally) -> bool:
-        """Between loop turns: finish the compaction whose child has ended, or begin one
-        when the journal's tail is due. True when one finished (garbage to collect)."""
+        """Between loop turns: take the next step of finishing the compaction whose child
+        has ended (``Background.step``), or begin one when the journal's tail is due.
+        True on the turn after one finished, which does nothing else: the garbage it
+        left is the loop's to collect then, in a turn of its own."""
+        if self.collect_due:
+            self.collect_due = False
+            return True
         if self.running is not None:
-            if not self.running.ended():
-                return False
-            return self._finish(journal, sched)
+            if self.running.ended():
+                self._step(journal, sched)
+            return False
         if journal.tail >= self.every and time.monotonic() >= self.not_before:
             try:
                 self.running = Background.begin(self.layout, journal, sched, index, tally,
@@ -165,17 +179,22 @@ class Compactor:
         return False
 
     def wait(self, journal: Journal, sched: Scheduler) -> None:
-        """At a stop: the compaction under way is finished first (its child waited for)."""
+        """At a stop: the compaction under way is finished first (its child waited for,
+        its steps taken at once)."""
         if self.running is not None:
             self.running.wait()
-            self._finish(journal, sched)
+        while self.running is not None:
+            self._step(journal, sched)
 
-    def _finish(self, journal: Journal, sched: Scheduler) -> bool:
-        running, self.running = self.running, None
-        if running.finish(self.layout, journal, sched):
-            return True
-        self.not_before = time.monotonic() + RETRY_SECONDS
-        return False
+    def _step(self, journal: Journal, sched: Scheduler) -> None:
+        written = self.running.step(self.layout, journal, sched)
+        if written is None:
+            return  # more steps to come
+        self.running = None
+        if written:
+            self.collect_due = True
+        else:
+            self.not_before = time.monotonic() + RETRY_SECONDS
 
 
 class Background:
@@ -187,6 +206,14 @@ class Background:
         self.pid, self.result, self.sched = pid, result, sched
         self.seq, self.end, self.captured, self.due = seq, end, captured, due
         self.status: int | None = None
+        self.outcome: tuple | None = None  # the child's, once read (``step``)
+        self.journal_replaced = False
+        self.read_at: LineReader | None = None  # its snapshot's, once the jobs are shelved
+
+    @property
+    def stepping(self) -> bool:
+        """Its first step is taken: the rest follow a turn each."""
+        return self.outcome is not None
 
     @classmethod
     def begin(cls, layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
@@ -226,10 +253,42 @@ class Background:
         if self.status is None:
             self.status = os.waitpid(self.pid, 0)[1]
 
-    def finish(self, layout: RunLayout, journal: Journal, sched: Scheduler) -> bool:
-        """The child has ended: if its snapshot is written, the journal keeps only the
-        records after it and the finished jobs it holds leave memory (all but those
-        looked up to change since it was forked). False when it failed (logged)."""
+    def step(self, layout: RunLayout, journal: Journal, sched: Scheduler) -> bool | None:
+        """The child has ended: finish, one step a loop turn (in one, the whole held the
+        loop for 90-190 ms at 100,000 finished jobs, loaded). The child's outcome read;
+        the journal keeps only the records after the snapshot; the finished jobs it
+        holds leave memory; then its replies do, and the last snapshot's file is closed
+        aside (``_close_aside``). All but those looked up to change since the fork leave:
+        the loop goes on between steps, and what it looks up stays watched until its
+        shelf is replaced; until then the shelf reads the last snapshot, still open.
+        None while steps remain; then whether the snapshot was written (False: logged)."""
+        if self.outcome is None:
+            return self._read_outcome(sched)
+        if not self.journal_replaced:
+            self._replace_journal(journal)
+            return True if sched is not self.sched else None  # rolled back: restored anew
+        if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
+            return True
+        _, jobs, replies = self.outcome
+        if self.read_at is None:
+            try:
+                handle = open(layout.snapshot, "rb")
+            except OSError as exc:
+                log.warning("%s: %s; finished jobs stay in memory until the next compaction",
+                            layout.snapshot, exc)
+                _stop_watching(sched)
+                return True
+            self.read_at = line_reader(handle)
+            shelve_jobs(sched, jobs, self.read_at, self.captured[0])
+            return None
+        last = sched.replies.reader
+        shelve_replies(sched, replies, self.read_at, self.captured[1])
+        if isinstance(last, LineReader) and last is not sched.jobs.reader:
+            _close_aside(last.handle)
+        return True
+
+    def _read_outcome(self, sched: Scheduler) -> bool | None:
+        """The first step: what the child said (False: it failed, logged)."""
         code = os.waitstatus_to_exitcode(self.status)
         if code == CRASH_EXIT_CODE and any(self.due):
             crashpoints.crash()  # the child crashed at a crash point: so does the coordinator
@@ -245,6 +304,13 @@ class Background:
                         outcome[1], RETRY_SECONDS)
             _stop_watching(sched)
             return False
+        self.outcome = outcome
+        return None
+
+    def _replace_journal(self, journal: Journal) -> None:
+        """The second step: the snapshot is written, so the journal keeps only the
+        records after it."""
+        self.journal_replaced = True
         try:
             journal.keep_after(self.seq, self.end)
         except OSError as exc:  # the old journal stays: its first records are skipped
@@ -253,18 +319,15 @@ class Background:
         else:
             reach("snapshot.after_truncate")
             log.info("journal compacted into a snapshot at seq %d", self.seq)
-        if sched is not self.sched:  # a batch rolled back since: a new state, restored anew
-            return True
-        try:
-            handle = open(layout.snapshot, "rb")
-        except OSError as exc:
-            log.warning("%s: %s; finished jobs stay in memory until the next compaction",
-                        layout.snapshot, exc)
-            _stop_watching(sched)
-            return True
-        _, jobs, replies = outcome
-        shelve(sched, Rendered(b"", jobs, replies), line_reader(handle), self.captured)
-        return True
+
+
+def _close_aside(handle: BinaryIO) -> None:
+    """Close a replaced snapshot's file in a thread of its own: renamed over, its last
+    close frees its blocks and cached pages (~135 MB at 100,000 finished jobs), 40-60 ms
+    that the loop need not wait for (a close lets the other threads run). ``_thread``'s
+    start, not ``threading``'s, which waits until the new thread runs: 20 ms and more on
+    a loaded machine."""
+    _thread.start_new_thread(handle.close, ())
 
 
 def _stop_watching(sched: Scheduler) -> None:

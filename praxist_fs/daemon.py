@@ -342,7 +342,8 @@ class Coordinator:
                            self.status.status_deadline(self.sched, now),
                            self.backend.next_timer(),
                            self._retry_at if self.degraded else float("inf"),
-                           now if self.views.indexing else float("inf"))
+                           now if self.views.indexing or self.compactor.finishing
+                           else float("inf"))
             scan = False
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, token = key.data
@@ -364,9 +365,9 @@ class Coordinator:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
             self.views.index_history(self.sched, self.journal.seq)  # a slice, if rebuilding
-            if self.degraded is None and self.compactor.turn(
+            if self.degraded is None and self.compactor.turn(  # a step a turn
                     self.journal, self.sched, self.views.index, self.views.tally):
-                _return_memory()  # the jobs the snapshot took leave memory
+                _return_memory()  # the jobs the snapshot took leave memory (a turn alone)
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,

@@ -15,7 +15,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,12 @@ log = logging.getLogger("praxist_fs")
 
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
-DONE_SLICE = 5_000  # ... this many entries a reconcile (~30 ms with 100,000 there)
+# ... a slice of each a reconcile: CHUNK entries at a time until SLICE_SECONDS passed,
+# DONE_SLICE at most. The loop waits for it, and an entry costs 6-40 us (a stat, a
+# lookup in a shelf of 100,000) as the machine is loaded: 5,000 a slice once held the
+# loop for 0.1-0.7 s
+SLICE_SECONDS = 0.010
+CHUNK, DONE_SLICE = 100, 5_000
 HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
@@ -41,9 +46,11 @@ class Housekeeper:
     """One coordinator's housekeeping: its quarantine case and where each ``jobs/``
     sweep stands. ``done_sweep``: seconds between two passes over jobs/done/."""
 
-    def __init__(self, layout: RunLayout, done_sweep: float = DONE_SWEEP_SECONDS) -> None:
+    def __init__(self, layout: RunLayout, done_sweep: float = DONE_SWEEP_SECONDS,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """``clock``: what a slice's time is measured with (a test's own)."""
         self.layout = layout
-        self.done_sweep = done_sweep
+        self.done_sweep, self._clock = done_sweep, clock
         self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
         # jobs/ directory (or "replies") -> when its last sweep began
         self._swept_ns: dict[str, int] = {}
@@ -52,6 +59,7 @@ class Housekeeper:
         self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
         self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
+        self._expected = dict.fromkeys(HISTORY, 0)  # ... and how many it had as it began
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -159,32 +167,38 @@ class Housekeeper:
         return moved and not start
 
     def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
-        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, DONE_SLICE entries
-        each a reconcile (a stat each: 100,000 at once would hold the loop for half a
-        second). Besides the junk of jobs/done/ (``_set_aside_junk``): a reply changed
-        since the last sweep (or since the start vouched for them all) that says other
-        than the journal is rewritten, one of a request the journal does not know is set
-        aside, a temp file a crash left behind is removed; and a pass that found fewer
-        files than the journal accounts for writes the missing ones. An entry listed in
-        an earlier slice is judged on the state of now: between batches still."""
+        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of each a
+        reconcile (100,000 at once would hold the loop for a second): chunks
+        (``_slice``) until SLICE_SECONDS passed, however loaded the machine. Besides
+        the junk of jobs/done/ (``_set_aside_junk``): a reply changed since the last
+        sweep (or since the start vouched for them all) that says other than the
+        journal is rewritten, one of a request the journal does not know is set aside,
+        a temp file a crash left behind is removed; and a pass that found fewer files
+        than the journal accounts for writes the missing ones. An entry listed in an
+        earlier slice is judged on the state of now: between batches still."""
         moved = False
         for directory in HISTORY:
-            entries, ended = self._slice(directory)
-            since = self._since[directory]
-            since = None if since is None else since - MTIME_SLACK_NS
-            if directory == "done":
-                found, own = self._set_aside_junk(sched, views, "done", entries, False, True,
-                                                  self._since[directory])
-            else:
-                found, own = self._sweep_replies(sched, views, entries, since)
-            moved |= found
-            self._accounted[directory] += own
-            if ended:
-                self._write_missing(sched, views, directory)
+            began, swept = self._clock(), 0
+            while swept < DONE_SLICE:
+                entries, ended = self._slice(sched, directory)
+                since = self._since[directory]
+                since = None if since is None else since - MTIME_SLACK_NS
+                if directory == "done":
+                    found, own = self._set_aside_junk(sched, views, "done", entries, False,
+                                                      True, self._since[directory])
+                else:
+                    found, own = self._sweep_replies(sched, views, entries, since)
+                moved |= found
+                self._accounted[directory] += own
+                swept += len(entries)
+                if ended:
+                    self._write_missing(sched, views, directory)
+                if ended or not entries or self._clock() - began >= SLICE_SECONDS:
+                    break
         return moved
 
-    def _slice(self, directory: str) -> tuple[list[os.DirEntry], bool]:
-        """The next DONE_SLICE entries of a sweep of ``directory`` (one of HISTORY), and
+    def _slice(self, sched: Scheduler, directory: str) -> tuple[list[os.DirEntry], bool]:
+        """The next CHUNK entries of a sweep of ``directory`` (one of HISTORY), and
         whether the pass ends with them; none between two passes."""
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
@@ -192,13 +206,14 @@ class Housekeeper:
             self._since[directory] = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
             self._accounted[directory] = 0
+            self._expected[directory] = _accounted_for(sched, directory)
             try:
                 self._listing[directory] = os.scandir(self._history(directory))
             except FileNotFoundError:
                 self._next_sweep[directory] = time.monotonic() + self.done_sweep
                 return [], False
-        entries = list(itertools.islice(self._listing[directory], DONE_SLICE))
-        if len(entries) < DONE_SLICE:
+        entries = list(itertools.islice(self._listing[directory], CHUNK))
+        if len(entries) < CHUNK:
             self._listing[directory].close()
             self._listing[directory] = None
             self._next_sweep[directory] = time.monotonic() + self.done_sweep
@@ -250,16 +265,20 @@ class Housekeeper:
 
     def _write_missing(self, sched: Scheduler, views: Views, directory: str) -> None:
         """At the end of a pass over ``directory`` (one of HISTORY): when it found fewer
-        files than the journal accounts for (a file removed by hand since the last
-        compaction made it durable), list it again and write the missing ones."""
+        files than the journal accounted for as the pass began (a file removed by hand
+        since the last compaction made it durable), list it again and write the missing
+        ones. Against the count of now, the files of jobs that ended during the pass
+        (which a listing may or may not show) made nearly every pass of a busy run list
+        it all again: 0.3-0.6 s of the loop at 100,000. (A file removed while as many
+        new ones were listed waits for the next pass.)"""
+        if self._accounted[directory] >= self._expected[directory]:
+            return
         if directory == "done":
-            shelf, expected = sched.jobs, sum(sched.count(state) for state in FINISHED)
+            shelf = sched.jobs
             in_memory = [job.job_id for job in sched.jobs.live() if job.state.terminal]
         else:
-            shelf, expected = sched.replies, len(sched.replies)
+            shelf = sched.replies
             in_memory = [reply.request_id for reply in sched.replies.live()]
-        if self._accounted[directory] >= expected:
-            return
         names = set(_names(self._history(directory)))
         missing = {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(names)}
         missing.update(key for key in in_memory if f"{key}.json" not in names)
@@ -330,6 +349,13 @@ class Housekeeper:
         self.quarantine().move(attempt_dir, (
             "an attempt whose launch record was lost; its command never started (no GO): "
             "aborted, and its job launches again"))
+
+
+def _accounted_for(sched: Scheduler, directory: str) -> int:
+    """How many files the journal accounts for in ``directory`` (one of HISTORY)."""
+    if directory == "done":
+        return sum(sched.count(state) for state in FINISHED)
+    return len(sched.replies)
 
 
 def _junk(sched: Scheduler, views: Views | None, directory: str, entry: os.DirEntry,

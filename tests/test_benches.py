@@ -121,3 +121,24 @@ def test_a_compacted_runs_report_holds_a_row_per_job_not_its_document(tmp_path):
     numbers = json.loads(done.stdout[done.stdout.index("{"):])
     assert numbers["jobs"] == jobs
     assert numbers["peak_rss_mb"] - numbers["rss_mb_before"] < bound_mb, numbers
+
+
+def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
+    """bench_all's rows of issue 31 (bench/perf3_rows.py): every verb timed, two
+    compactions probed, the report's memory and a burst measured, and the rows rendered
+    as bench_all renders its table."""
+    done = bench("bench/perf3_rows.py", "--finished", "30", "--burst", "20", "--runs", "1",
+                 "--compact-after", "20", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result["cli_ms"]) == {"python -c pass", "status", "jobs --limit 20", "logs",
+                                     "wait", "cancel"}
+    assert result["compaction"]["compactions"] >= 2
+    assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
+    (tmp_path / "result.json").write_text(done.stdout)
+    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all, "
+                  "perf3_rows; print(bench_all.render_table(perf3_rows.rows(json.load(open("
+                  f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "CLI cancel, 30 finished" in table.stdout
+    assert "20 invalid requests answered" in table.stdout

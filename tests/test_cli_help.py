@@ -57,3 +57,45 @@ def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, tmp_path
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert "praxist_fs.client" in loaded, done.stderr  # it did look for the job
     assert "praxist_fs.core.request" not in loaded
+
+
+@pytest.mark.parametrize("verb", [["status"], ["jobs", "--limit", "20"]])
+def test_a_reading_verb_loads_no_socket_hashing_or_logging(verb, tmp_path):
+    """``status`` and ``jobs`` name no job and log nothing: they start without socket
+    (the endpoint's host is the kernel's nodename), hashlib (OpenSSL, for job ids) and
+    logging (the coordinator's), a few milliseconds of every call (R-PERF-3)."""
+    import json
+    import subprocess
+    import sys
+
+    from praxist_fs.adapters.layout import RunLayout
+
+    RunLayout.at(tmp_path / "run").create()
+    code = ("import sys\nfrom praxist_fs.cli import main\ntry:\n"
+            f"    main([*{verb!r}, '--run-dir', {str(tmp_path / 'run')!r}])\n"
+            "except SystemExit:\n    pass\n"
+            "import json\nprint(json.dumps(sorted(sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "praxist_fs.client" in loaded, done.stderr  # it did read the run
+    assert loaded.isdisjoint({"socket", "hashlib", "logging"}), loaded & {"socket", "hashlib",
+                                                                          "logging"}
+
+
+def test_launch_starts_without_the_config_and_the_backends():
+    """``launch`` to a live coordinator only writes a request and follows it: the task
+    file's loader, the backends and the peer-local launcher (about 80 ms of imports) are
+    loaded only when no coordinator is live (R-PERF-3)."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys, json\nimport praxist_fs.cli\nimport praxist_fs.commands.launch\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('praxist_fs'))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "praxist_fs.commands.launch" in loaded, done.stderr
+    assert not {m for m in loaded if m in ("praxist_fs.legacy", "praxist_fs.config")
+                or m.startswith("praxist_fs.backends")}

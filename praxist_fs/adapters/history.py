@@ -44,11 +44,22 @@ def read_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
                          if layout.journal.exists() else ())
 
 
-def line_reader(handle: BinaryIO) -> Callable[[int], bytes]:
+def line_reader(handle: BinaryIO) -> LineReader:
     """Reads a line of ``handle``'s file by its place (``shelf.place``); the file stays
     open while the reader is kept (a later snapshot renamed over it leaves this one
     readable until the shelf lets it go)."""
-    def read_at(where: int) -> bytes:
+    return LineReader(handle)
+
+
+class LineReader:
+    """``line_reader``'s: a callable that keeps its file (``handle``), so that whoever
+    lets it go last can close it where the loop does not wait (compaction.py)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle = handle
+
+    def __call__(self, where: int) -> bytes:
         offset, length = offset_and_length(where)
-        return os.pread(handle.fileno(), length, offset)
-    return read_at
+        return os.pread(self.handle.fileno(), length, offset)

@@ -37,7 +37,6 @@ shape and run the same query on it.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -48,7 +47,14 @@ from ..core.states import JobState
 from .fsio import TEMP_PATTERN, temp_name
 from .layout import JOB_DIRECTORIES, RunLayout
 
-log = logging.getLogger("praxist_fs")
+
+def _log():
+    """The coordinator's logger; imported here, as only the coordinator logs: a CLI
+    call that reads the index does not pay for logging."""
+    import logging
+
+    return logging.getLogger("praxist_fs")
+
 
 SCHEMA = 1
 HELD = "held"  # not a state of its own: a queued job with a hold (R-CTL-5), as jobs --state
@@ -243,7 +249,7 @@ class JobIndex:
         self.staged.clear()
         self.meta.clear()
         self.seq, self.behind = journal_seq, False
-        log.info("job index rebuilt")
+        _log().info("job index rebuilt")
 
     def serve(self, *, boot_id: str, owner: float) -> None:
         """This coordinator keeps the index current from now on: recorded with the next
@@ -264,7 +270,7 @@ class JobIndex:
             self.db = None
 
     def _abandon(self, exc: Exception) -> None:
-        log.warning("job index %s: %s; removed, rebuilt at the next start (praxist-fs jobs "
+        _log().warning("job index %s: %s; removed, rebuilt at the next start (praxist-fs jobs "
                     "reads the job files meanwhile)", self.path, exc)
         self.close()
         self.staged.clear()

@@ -8,7 +8,7 @@ alive, never because an environment variable says so.
 
 from __future__ import annotations
 
-import socket
+import os
 import time
 from typing import Any
 
@@ -41,6 +41,12 @@ class OwnerLock:
         self._lock.release()
 
 
+def _hostname() -> str:
+    """This host's name, as ``socket.gethostname`` gives it (the kernel's nodename)
+    without importing socket: every CLI call checks the endpoint's host."""
+    return os.uname().nodename
+
+
 def describe_owner(layout: RunLayout) -> str:
     endpoint = read_json(layout.endpoint)
     if not isinstance(endpoint, dict):
@@ -55,7 +61,7 @@ def write_endpoint(layout: RunLayout, *, since: float) -> dict[str, Any]:
     endpoint = {
         "pid": pid,
         "start_time": started,
-        "host": socket.gethostname(),
+        "host": _hostname(),
         "boot_id": boot,
         "protocol_version": PROTOCOL_VERSION,
         "run_dir": str(layout.root),
@@ -75,7 +81,7 @@ def live_endpoint(layout: RunLayout) -> dict[str, Any] | None:
     endpoint = read_json(layout.endpoint)
     if not isinstance(endpoint, dict):
         return None
-    if endpoint.get("host") != socket.gethostname():
+    if endpoint.get("host") != _hostname():
         return None
     if procs.is_alive(endpoint.get("pid"), endpoint.get("start_time"), endpoint.get("boot_id")):
         return endpoint

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+
+from ..adapters.layout import RunLayout
 
 NO_RUN_DIR = "needs --run-dir (or PRAXIST_RUN_DIR)"
 
@@ -20,3 +23,12 @@ def add_owner(parser: argparse.ArgumentParser) -> None:
     operator."""
     parser.add_argument("--uid", type=int, metavar="UID",
                         help="the tags named are this uid's (default: your own)")
+
+
+def run_layout(args: argparse.Namespace, command: str) -> RunLayout | None:
+    """The run ``--run-dir`` names, or None after saying that ``command`` (``praxist-fs
+    COMMAND``) needs one."""
+    if not args.run_dir:
+        print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
+        return None
+    return RunLayout.at(args.run_dir)

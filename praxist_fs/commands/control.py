@@ -17,7 +17,7 @@ from typing import Any
 from .. import client
 from ..adapters.layout import RunLayout
 from ..core.bounds import PRIORITY_RANGE, SELECTABLE_STATES
-from . import NO_RUN_DIR, add_owner, add_run_dir
+from . import add_owner, add_run_dir, run_layout
 from .render import format_control_reply, format_json
 
 EXIT_REFUSED = 2          # invalid input, unknown job, or a selection that needs --yes
@@ -90,15 +90,13 @@ def _answer_options(parser: argparse.ArgumentParser) -> None:
 
 def cmd_control(args: argparse.Namespace) -> int:
     command = f"praxist-fs {args.action}"
-    if not args.run_dir:
-        print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, command)) is None:
         return EXIT_REFUSED
     states = [s for value in args.state for s in value.split(",") if s]
     if not (args.jobs or args.peer or states):
         print(f"{command}: name jobs (ids or tags), or select them with --peer/--state",
               file=sys.stderr)
         return EXIT_REFUSED
-    layout = RunLayout.at(args.run_dir)
     if not args.jobs and not args.yes:
         selected = client.select_jobs(layout, args.peer, states)
         if len(selected) > 1:
@@ -115,8 +113,7 @@ def cmd_control(args: argparse.Namespace) -> int:
 
 def cmd_raise_budget(args: argparse.Namespace) -> int:
     command = "praxist-fs raise-budget"
-    if not args.run_dir:
-        print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, command)) is None:
         return EXIT_REFUSED
     if args.cost is None and args.gpu_hours is None:
         print(f"{command}: give the new ceiling: --cost and/or --gpu-hours", file=sys.stderr)
@@ -124,7 +121,7 @@ def cmd_raise_budget(args: argparse.Namespace) -> int:
     request = client.without_unset({"request_id": client.new_request_id("budget"),
                               "action": args.action, "cost": args.cost,
                               "gpu_hours": args.gpu_hours})
-    return _send(args, RunLayout.at(args.run_dir), request, command)
+    return _send(args, layout, request, command)
 
 
 def _send(args: argparse.Namespace, layout: RunLayout, request: dict[str, Any],

@@ -10,12 +10,10 @@ import argparse
 import re
 import sys
 import time
-from datetime import datetime
 
 from .. import client
-from ..adapters.layout import RunLayout
 from ..core.states import JobState
-from . import NO_RUN_DIR, add_run_dir
+from . import add_run_dir, run_layout
 from .render import format_jobs, job_row, jobs_json
 
 DEFAULT_LIMIT = 100
@@ -49,12 +47,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    if not args.run_dir:
-        print(f"praxist-fs jobs: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, "praxist-fs jobs")) is None:
         return 2
     from ..adapters.jobindex import JobQuery, list_jobs  # sqlite3: launch processes stay lean
 
-    layout = RunLayout.at(args.run_dir)
     if not layout.scheduler.is_dir():
         print(f"praxist-fs jobs: {args.run_dir} is not a run directory (no "
               "resource_scheduler/)", file=sys.stderr)
@@ -88,6 +84,8 @@ def _since(text: str) -> float:
     """``2h``, ``30m``, ``1d`` (that long ago) or an ISO-8601 time, as epoch seconds."""
     if match := DURATION_RE.fullmatch(text.strip()):
         return time.time() - float(match[1]) * UNITS[match[2]]
+    from datetime import datetime  # here: most calls give a duration or no --since
+
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except ValueError:

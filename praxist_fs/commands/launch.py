@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from .. import client, legacy
+from .. import client
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
 from ..core.admission import reason_kind
@@ -111,16 +111,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
     except client.NotInAttempt as exc:
         print(f"praxist-fs launch: refusing nested launch: {exc}", file=sys.stderr)
         return EXIT_REJECTED
-    try:  # a live coordinator decides, whatever the task file or the environment says
-        local = live_endpoint(layout) is None and legacy.peer_local(layout, args.config)
-    except PolicyError as exc:
-        print(f"praxist-fs launch: invalid task file: {exc}", file=sys.stderr)
-        return EXIT_REJECTED
-    if local:
+    if live_endpoint(layout) is None:  # a live coordinator decides, whatever the task says
+        # Imported here: the task file's policy, config and backends; a launch to a live
+        # coordinator needs none of them (and starts in a blink, R-PERF-3).
+        from .. import legacy
+
         try:
-            return _launch_peer_local(args, layout, cmd)
-        except legacy.Deferred:
-            pass  # a coordinator took the run meanwhile: the request goes to it
+            local = legacy.peer_local(layout, args.config)
+        except PolicyError as exc:
+            print(f"praxist-fs launch: invalid task file: {exc}", file=sys.stderr)
+            return EXIT_REJECTED
+        if local:
+            try:
+                return _launch_peer_local(args, layout, cmd)
+            except legacy.Deferred:
+                pass  # a coordinator took the run meanwhile: the request goes to it
     with _ends_noted() as ends:
         return _submit_and_follow(args, layout, cmd, ends)
 
@@ -224,6 +229,8 @@ def _launch_peer_local(args: argparse.Namespace, layout: RunLayout, cmd: list[st
               else f"{needs[0]} needs a coordinator (the task is not 'mode: central')"),
               file=sys.stderr)
         return EXIT_REJECTED
+    from .. import legacy
+
     try:
         return legacy.launch(layout, peer=args.peer, tag=args.tag, argv=cmd,
                              host_registry=args.host_registry, wait=args.wait_coordinator)

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from .. import client
 from ..adapters.layout import RunLayout
-from . import NO_RUN_DIR, add_owner, add_run_dir
+from . import add_owner, add_run_dir, run_layout
 from .render import attempt_header
 
 EXIT_UNKNOWN_JOB = 2
@@ -58,7 +58,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    layout = _layout(args, "logs")
+    layout = run_layout(args, "praxist-fs logs")
     found = layout and _find(layout, [args.job], "logs", args.uid)
     if not found:
         return EXIT_UNKNOWN_JOB
@@ -123,7 +123,7 @@ def _write_slurm_output(layout: RunLayout, job_id: str, attempt: dict, out: Bina
 
 
 def cmd_wait(args: argparse.Namespace) -> int:
-    layout = _layout(args, "wait")
+    layout = run_layout(args, "praxist-fs wait")
     if layout is None:
         return EXIT_UNKNOWN_JOB
     if not (args.jobs or args.tag or args.all):
@@ -152,14 +152,6 @@ def cmd_wait(args: argparse.Namespace) -> int:
     for job_id, doc in failed.items():
         print(f"praxist-fs wait: job {job_id} {doc['state']}: {doc['reason']}", file=sys.stderr)
     return EXIT_TIMEOUT if pending else EXIT_NOT_COMPLETED if failed else 0
-
-
-def _layout(args: argparse.Namespace, command: str) -> RunLayout | None:
-    """The run directory named, or None after saying it is needed."""
-    if not args.run_dir:
-        print(f"praxist-fs {command}: {NO_RUN_DIR}", file=sys.stderr)
-        return None
-    return RunLayout.at(args.run_dir)
 
 
 def _find(layout: RunLayout, names: list[str], command: str, uid: int | None

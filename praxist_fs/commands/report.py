@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..adapters.layout import RunLayout
 from ..report import COLOUR_BY, ReportError, report_of, write
-from . import NO_RUN_DIR, add_run_dir
+from . import add_run_dir, run_layout
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -23,11 +22,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    if not args.run_dir:
-        print(f"praxist-fs report: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, "praxist-fs report")) is None:
         return 2
     try:
-        document, jobs = report_of(RunLayout.at(args.run_dir), args.colour_by)
+        document, jobs = report_of(layout, args.colour_by)
     except ReportError as exc:
         print(f"praxist-fs report: {exc}", file=sys.stderr)
         return 1

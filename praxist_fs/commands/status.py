@@ -9,7 +9,7 @@ from .. import client
 from ..adapters import manifests
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
-from . import NO_RUN_DIR, add_run_dir
+from . import add_run_dir, run_layout
 from .render import format_json, format_peer_local, format_status
 
 
@@ -22,10 +22,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    if not args.run_dir:
-        print(f"praxist-fs status: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, "praxist-fs status")) is None:
         return 2
-    layout = RunLayout.at(args.run_dir)
     doc = client.current_status(layout)
     local = [{**launch, "age_s": manifests.age(launch)} for launch in manifests.launches(layout)]
     if doc is None and not local:

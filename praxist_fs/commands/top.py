@@ -27,7 +27,7 @@ from .. import client
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
 from ..adapters.watcher import needs_polling, start_observer
-from . import NO_RUN_DIR, add_run_dir
+from . import add_run_dir, run_layout
 from .logs import write_logs
 from .render import TOP_JOB_HEADER, format_control_reply, top_jobs, top_summary
 
@@ -54,10 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    if not args.run_dir:
-        print(f"praxist-fs top: {NO_RUN_DIR}", file=sys.stderr)
+    if (layout := run_layout(args, "praxist-fs top")) is None:
         return 2
-    layout = RunLayout.at(args.run_dir)
     if not layout.root.is_dir():
         print(f"praxist-fs top: no run directory {layout.root}", file=sys.stderr)
         return 2

@@ -13,7 +13,6 @@ rejected with ``differences``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import TYPE_CHECKING
 
@@ -28,6 +27,8 @@ def job_id_for(tag: str, uid: int | None = None) -> str:
     of the uid whose tag it is unless that is the coordinator's own (``uid`` None: core/
     tenancy.py's namespace). '/' never occurs in a tag, so no tag alone hashes as one of
     another uid's."""
+    import hashlib  # here: status and jobs never name a job, and it loads OpenSSL
+
     key = tag if uid is None else f"{uid}/{tag}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"{tag[:64]}-{digest}"
@@ -45,6 +46,8 @@ def fingerprint(request: Request, profile: str) -> str:
         sort_keys=True,
         separators=(",", ":"),
     )
+    import hashlib
+
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -153,6 +153,11 @@ class Shelf(MutableMapping[str, V], Generic[V]):
         self._touched: set[str] | None = None  # looked up to change since ``watch``
         self._gone_at_watch: set[str] = set()  # ``_gone`` then
 
+    @property
+    def reader(self) -> Callable[[int], bytes] | None:
+        """What reads the shelved entries' lines now (the last ``shelve``'s ``read``)."""
+        return self._read
+
     def watch(self, on: bool = True) -> None:
         """Remember from now on every key looked up the way a caller that may change its
         entry does (``[]``, ``get``, setting, deleting), until the next ``shelve`` (or

@@ -154,11 +154,24 @@ def shelve(sched: Scheduler, rendered: Rendered, read_at: Callable[[int], bytes]
     ``place`` in, a line out): its finished jobs and every reply wait there from now on,
     not in memory (``Shelf``), but for those looked up to change since ``watch``."""
     jobs, replies = captured if captured is not None else (None, None)
-    sched.jobs.shelve(rendered.jobs, read_at, _built_job, jobs)
-    sched.replies.shelve(rendered.replies, read_at, _built_reply, replies)
+    shelve_jobs(sched, rendered.jobs, read_at, jobs)
+    shelve_replies(sched, rendered.replies, read_at, replies)
+
+
+def shelve_jobs(sched: Scheduler, index: Shelved, read_at: Callable[[int], bytes],
+                captured: Iterable[str] | None = None) -> None:
+    """``shelve``'s first half, the finished jobs (a compaction's finish takes each half
+    in a turn of its own: together they held the loop for 60-90 ms at 100,000)."""
+    sched.jobs.shelve(index, read_at, _built_job, captured)
     for state in FINISHED:  # the finished jobs left in memory (none, as ``render`` writes)
         sched._by_state[state] = {job_id: None for job_id in sched._by_state[state]
                                   if sched.jobs.in_memory(job_id) is not None}
+
+
+def shelve_replies(sched: Scheduler, index: Shelved, read_at: Callable[[int], bytes],
+                   captured: Iterable[str] | None = None) -> None:
+    """``shelve``'s second half, the replies."""
+    sched.replies.shelve(index, read_at, _built_reply, captured)
 
 
 def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:

@@ -106,3 +106,17 @@ def settled_invariants(run, timeout: float, **checks) -> None:
         raise AssertionError(f"after {timeout}s: {check_run(run.root, **checks)}; the "
                              f"coordinator {'serves' if alive else 'has exited'}; its log "
                              "ends:\n" + "\n".join(tail)) from None
+
+
+def more_records_until_it_dies(run, proc, starts, most=20):
+    """A compaction runs in a child while the loop goes on, and the next one begins only
+    once it is done (its finish a step a loop turn): how many the scenario's records
+    bring depends on the machine's speed. Trivial jobs add records until the coordinator reaches the point (its nth
+    compaction) and dies; each marks its start in ``starts``, as the scenario's do."""
+    for n in range(most):
+        try:
+            proc.wait(timeout=2)
+            return
+        except subprocess.TimeoutExpired:
+            run.submit(request(f"more-{n}", ["sh", "-c",
+                                             f'echo "$PRAXIST_EXPERIMENT_ID" >> {starts}']))

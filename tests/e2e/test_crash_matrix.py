@@ -20,7 +20,7 @@ import pytest
 from .conftest import request, wait_for
 from .crashes import (
     BASIC, COMPACTION, COMPACT_OFTEN, CRASH_EXIT, CRASH_TASK, GENERATION, basic_scenario,
-    job_ids, settle, settled_invariants, start_crashing,
+    job_ids, more_records_until_it_dies, settle, settled_invariants, start_crashing,
 )
 
 
@@ -45,20 +45,6 @@ def test_crash_at_point_loses_nothing_and_runs_nothing_twice(make_run, tmp_path,
     assert run.reply("bad")["outcome"] == "rejected"
     settled_invariants(run, timeout=10, starts=tmp_path / "starts",
                        registry=run.root.parent / "host-registry")
-
-
-def more_records_until_it_dies(run, proc, starts, most=20):
-    """A compaction runs in a child while the loop goes on, and the next one begins only
-    once it is done: how many the scenario's records bring depends on the machine's
-    speed. Trivial jobs add records until the coordinator reaches the point (its nth
-    compaction) and dies; each marks its start in ``starts``, as the scenario's do."""
-    for n in range(most):
-        try:
-            proc.wait(timeout=2)
-            return
-        except subprocess.TimeoutExpired:
-            run.submit(request(f"more-{n}", ["sh", "-c",
-                                             f'echo "$PRAXIST_EXPERIMENT_ID" >> {starts}']))
 
 
 def cli(run, *args):

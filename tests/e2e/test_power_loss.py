@@ -32,7 +32,7 @@ from ..invariants import check_run
 from .conftest import read_json, request, wait_for
 from .crashes import (
     BASIC, COMPACTION, COMPACT_OFTEN, CRASH_EXIT, CRASH_TASK, GENERATION, basic_scenario,
-    job_ids, settled_invariants,
+    job_ids, more_records_until_it_dies, settled_invariants,
 )
 
 DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
@@ -138,6 +138,8 @@ def test_power_loss_at_point_keeps_every_acknowledgement(make_run, tmp_path, poi
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger, env)
     ids = basic_scenario(run, tmp_path)
+    if point in COMPACTION:
+        more_records_until_it_dies(run, proc, tmp_path / "starts")
     before_cut = cut_power(run, proc, point, ledger)
     run.start({**env, **NEW_BOOT})
     assert_recovered(run, tmp_path, ids, [before_cut])

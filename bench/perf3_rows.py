@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The rows of ``make bench`` for issue 31's targets that a long history and a hostile
+spool measure (SPEC R-PERF-3): how fast each CLI verb starts and answers, the longest a
+reply waits while the journal compacts, the peak memory of ``praxist-fs report``, all on
+a run of ``--finished`` finished jobs (100,000 in a full ``make bench``, 10,000 quick),
+and a burst of invalid requests.
+
+Each row is one of the benches that measure it alone, called here: bench_cli.py (a
+verb's median wall time), bench_compaction.py (rename -> reply max while it compacts:
+a loop turn that takes S seconds delays a reply by about S), bench_report.py --run-dir
+(in a process of its own, whose peak RSS is the report's) and bench_burst.py. The
+history fixture is built once (bench_compaction.served_fixture: served and stopped
+cleanly) and read, never changed (the compaction probe serves a copy).
+
+Usage: .venv/bin/python bench/perf3_rows.py [--finished N] [--burst N] [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bench_burst  # noqa: E402
+import bench_cli  # noqa: E402
+from bench_compaction import serve_and_probe, served_fixture  # noqa: E402
+
+VERB_MS, STALL_MS, BURST_S, BURST_MB = 60.0, 50.0, 18.0, 50.0  # issue 31's targets
+
+
+def verbs(job: str) -> list[tuple[str, list[str]]]:
+    """The read and control verbs a user types, with the arguments each needs (``cancel``
+    finds no coordinator serving the run, and says so without waiting for one)."""
+    return [("status", ["status"]), ("jobs --limit 20", ["jobs", "--limit", "20"]),
+            ("logs", ["logs", job]), ("wait", ["wait", job]),
+            ("cancel", ["cancel", job, "--timeout", "0"])]
+
+
+def measure(finished: int, burst: int, runs: int, compact_after: int) -> dict:
+    source = Path(tempfile.mkdtemp(prefix="praxist-bench-perf3-"))
+    try:
+        served_fixture(source, finished)
+        run = source / "run"
+        job = bench_cli.an_ended_job(run)
+        cli = [sys.executable, "-m", "praxist_fs"]
+        started = {"python -c pass": bench_cli.timed([sys.executable, "-c", "pass"], runs)[0]}
+        for label, argv in verbs(job):
+            started[label] = bench_cli.timed([*cli, *argv, "--run-dir", str(run)], runs)[0]
+        report = subprocess.run([sys.executable, str(HERE / "bench_report.py"),
+                                 "--run-dir", str(run)], capture_output=True, text=True,
+                                check=True, cwd=HERE.parent)
+        compaction = serve_and_probe(source, compact_after, 2)
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+    return {"finished": finished, "load": os.getloadavg(),
+            "cli_ms": {label: round(ms, 1) for label, ms in started.items()},
+            "report": json.loads(report.stdout), "compaction": compaction,
+            "burst": bench_burst.measure(burst)}
+
+
+def rows(result: dict, row) -> list[dict]:
+    """The table's rows (``row`` is bench_all's) of what ``measure`` found."""
+    n = f"{result['finished']:,} finished"
+    found = [row(f"CLI {label}, {n} (wall, median)", ms, None, None,
+                 "reference" if label.startswith("python") else f"<= {VERB_MS:.0f}",
+                 None if label.startswith("python") else ms <= VERB_MS, "ms")
+             for label, ms in result["cli_ms"].items()]
+    stall = result["compaction"]["reply_max_ms"]
+    found.append(row(f"longest reply wait while compacting, {n}", stall, None, None,
+                     f"<= {STALL_MS:.0f} (a loop stall)", stall <= STALL_MS, "ms"))
+    found.append(row(f"report peak RSS, {n}", result["report"]["peak_rss_mb"], None, None,
+                     "reference (flat in history)", None, "MB"))
+    burst = result["burst"]
+    found.append(row(f"{burst['count']:,} invalid requests answered", burst["answered_s"],
+                     None, None, f"<= {BURST_S:.0f}", burst["answered_s"] <= BURST_S, "s"))
+    found.append(row("  coordinator RSS after the burst", burst["rss_mb"], None, None,
+                     f"<= {BURST_MB:.0f}", burst["rss_mb"] <= BURST_MB, "MB"))
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--finished", type=int, default=100_000)
+    parser.add_argument("--burst", type=int, default=10_000, help="invalid requests")
+    parser.add_argument("--runs", type=int, default=11, help="runs per CLI verb")
+    parser.add_argument("--compact-after", type=int, default=4000,
+                        help="PRAXIST_COMPACT_AFTER of the compaction probe (records)")
+    args = parser.parse_args(argv)
+    print(json.dumps(measure(args.finished, args.burst, args.runs, args.compact_after),
+                     indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
