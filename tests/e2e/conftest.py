@@ -195,24 +195,54 @@ class Run:
         return read_json(self.sched / "status.json")
 
     def kill_attempt_groups(self) -> None:
-        """Test cleanup: no shim or command of this run may outlive the test.
+        """Test cleanup, and the power cut of the power-loss tests: no shim or command of
+        this run may outlive the test, and none may see another die first.
 
         Shims are found by their command line (a shim that has not written READY yet
-        has no other trace), their commands by the process group the shim leads, and
-        what left that group (setsid), or outlived its shim, by the run in its
-        environment."""
-        attempts = str(self.sched / "attempts")
-        for proc in psutil.process_iter(["pid", "cmdline", "environ"]):
+        has no other trace), their commands by the process group the shim leads, what
+        left that group (its own group, setsid), or outlived its shim, by the run in its
+        environment, and the shim of such a command by being its parent (a warm shim's
+        command line names no attempt). Every one is stopped before any is killed, as a
+        machine losing power stops them all at once: a shim killed after its command
+        would have recorded an exit (137) that no shim could record in a power cut."""
+        stopped: dict[int, bool] = {}  # pid -> it leads a group of the run's
+        while found := {pid: group for pid, group in self._attempt_processes()
+                        if pid not in stopped}:
+            for pid, group in found.items():
+                _signal_process(pid, signal.SIGSTOP, group)
+            stopped.update(found)
+        for pid, group in stopped.items():
+            _signal_process(pid, signal.SIGKILL, group)
+
+    def _attempt_processes(self) -> list[tuple[int, bool]]:
+        """(pid, whether to signal its whole group) of every process of this run's attempts."""
+        attempts, found = str(self.sched / "attempts"), []
+        for proc in psutil.process_iter(["pid", "ppid", "cmdline", "environ"]):
+            if proc.info["pid"] == os.getpid():  # stopped, the test would never go on
+                continue
             if any(attempts in part for part in proc.info["cmdline"] or ()):
-                try:
-                    os.killpg(proc.info["pid"], signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                found.append((proc.info["pid"], True))
             elif (proc.info["environ"] or {}).get("PRAXIST_RUN_DIR") == str(self.root):
+                found.append((proc.info["pid"], False))
                 try:
-                    proc.kill()
+                    parent = psutil.Process(proc.info["ppid"])
+                    if any("import shim" in part for part in parent.cmdline()):
+                        found.append((parent.pid, False))
                 except psutil.Error:
                     pass
+        return found
+
+
+def _signal_process(pid: int, signum: int, group: bool) -> None:
+    """``signum`` to ``pid``'s group when it leads one (``group``), else to ``pid``; one
+    already gone is no error."""
+    try:
+        if group:
+            os.killpg(pid, signum)
+        else:
+            os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 @pytest.fixture
