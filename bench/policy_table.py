@@ -121,12 +121,19 @@ def row(case: Case, result: Result, marks: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def table_parser(doc: str, limit: int, loads: str) -> argparse.ArgumentParser:
+    """The arguments every replay table here takes: the trace, the head of it to replay,
+    and the capacities as multiples of its offered load."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--trace", default=str(PHILLY))
-    parser.add_argument("--limit", type=int, default=2000)
-    parser.add_argument("--loads", default="0.8,1,1.25,1.5",
+    parser.add_argument("--limit", type=int, default=limit)
+    parser.add_argument("--loads", default=loads,
                         help="capacities as multiples of the offered load")
+    return parser
+
+
+def main() -> None:
+    parser = table_parser(__doc__, 2000, "0.8,1,1.25,1.5")
     parser.add_argument("--eta-noise", type=float, default=1.0, metavar="SIGMA",
                         help="also replay the ETA-reading pickers with noisy ETAs (0: not)")
     parser.add_argument("--workers", type=int, default=2)

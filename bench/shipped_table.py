@@ -27,7 +27,6 @@ longest wait are greedy's or less.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
@@ -36,8 +35,8 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
-from derive_fractional_trace import PHILLY, with_work_class
-from policy_table import TRACES, jobs, offered_load
+from derive_fractional_trace import with_work_class
+from policy_table import TRACES, jobs, offered_load, table_parser
 
 import praxist_fs
 from praxist_fs.config import parse_task_text, policy_from_mapping
@@ -118,11 +117,7 @@ def days(seconds: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(PHILLY))
-    parser.add_argument("--limit", type=int, default=15000)
-    parser.add_argument("--loads", default="0.8,1,1.25,1.5",
-                        help="capacities as multiples of the offered load")
+    parser = table_parser(__doc__, 15000, "0.8,1,1.25,1.5")
     parser.add_argument("--eta-noise", type=float, default=1.0, metavar="SIGMA",
                         help="the noisy ETAs' σ (0: exact ETAs only)")
     parser.add_argument("--workers", type=int, default=2)

@@ -16,12 +16,10 @@ more), and each replay's wall time. The whole trace takes minutes per replay.
 
 from __future__ import annotations
 
-import argparse
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from derive_fractional_trace import PHILLY
-from policy_table import RECOMMENDED, TRACES, jobs, offered_load
+from policy_table import RECOMMENDED, TRACES, jobs, offered_load, table_parser
 
 from praxist_fs.commands.render import _span as span
 from praxist_fs.config import parse_task_text, policy_from_mapping
@@ -56,11 +54,7 @@ def one(case: tuple[str, str, int, int, str, float | None]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", default=str(PHILLY))
-    parser.add_argument("--limit", type=int, default=15000)
-    parser.add_argument("--loads", default="1,1.25",
-                        help="capacities as multiples of the offered load")
+    parser = table_parser(__doc__, 15000, "1,1.25")
     parser.add_argument("--factors", default="off,4",
                         help="shortest_first_starvation_factor values to replay besides "
                         "recommended.yaml's own (off: none)")
