@@ -204,46 +204,32 @@ def test_a_snapshot_written_before_the_shelf_index_restores_and_goes_on_deciding
     assert _state(read(*_file(rendered.data)).sched) == _state(sched)
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["at-once", "a-half-at-a-time"])
 @pytest.mark.parametrize("seed", range(1, 9))
-def test_a_snapshot_written_while_the_scheduler_went_on_shelves_only_what_it_still_holds(seed):
+def test_a_snapshot_shelved_while_the_scheduler_went_on_is_the_same_state(seed, halves):
     """As ``compaction.Compactor`` does: the snapshot is rendered from the state of one
     moment (a forked child's copy) and shelved some records later, while the scheduler
     went on (jobs reopened, retried, replies replaced): what changed since stays in
-    memory, the rest leaves it, and the state is the same as if nothing was shelved."""
+    memory, the rest leaves it, and the state is the same as if nothing was shelved.
+    ``halves``: as ``compaction.Background.step`` does, the finished jobs are shelved
+    at one turn of the loop and the replies records later (each half of a 100,000-job
+    shelving held the loop for 30-45 ms), the scheduler going on between them too."""
     journal = run_seed(seed, 250).journal
     whole = _state(replay(journal))
     sched, pending = replay([]), None
     for cut, record in enumerate(journal):
         sched.handle(from_record(_through_json(record)))
-        if pending is not None and cut % 61 == 40:
-            rendered, captured = pending
-            shelve(sched, rendered, _file(rendered.data)[1], captured)
-            pending = None
-        if cut % 61 == 0:  # the fork: rendered now, shelved 40 records later
-            captured = watch(sched)
-            pending = render(sched, cut), captured
-    assert _state(sched) == whole
-
-
-@pytest.mark.parametrize("seed", range(1, 9))
-def test_a_snapshot_shelved_a_half_at_a_time_while_the_scheduler_went_on_is_the_same_state(
-        seed):
-    """As ``compaction.Background.step`` does: the finished jobs are shelved at one turn
-    of the loop and the replies records later (each half of a 100,000-job shelving held
-    the loop for 30-45 ms), the scheduler going on before, between and after: the state
-    is the same as if nothing was shelved."""
-    journal = run_seed(seed, 250).journal
-    whole = _state(replay(journal))
-    sched, pending = replay([]), None
-    for cut, record in enumerate(journal):
-        sched.handle(from_record(_through_json(record)))
-        if pending is not None and cut % 61 == 20:
+        if pending is not None and halves and cut % 61 == 20:
             rendered, captured, read_at = pending
             shelve_jobs(sched, rendered.jobs, read_at, captured[0])
         if pending is not None and cut % 61 == 40:
-            shelve_replies(sched, rendered.replies, read_at, captured[1])
+            rendered, captured, read_at = pending
+            if halves:
+                shelve_replies(sched, rendered.replies, read_at, captured[1])
+            else:
+                shelve(sched, rendered, read_at, captured)
             pending = None
-        if cut % 61 == 0:  # the fork: rendered now, shelved a half 20 and 40 records later
+        if cut % 61 == 0:  # the fork: rendered now, shelved (a half) 20 and 40 records later
             captured = watch(sched)
             rendered = render(sched, cut)
             pending = rendered, captured, _file(rendered.data)[1]
