@@ -15,6 +15,7 @@ from typing import Any
 from .budget import Budget
 from .capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
 from .queues import Project, Queue, default_queues, queue_of_class
+from .records import field_values
 
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
@@ -53,14 +54,8 @@ class Profile:
         return self.gpu_memory_gb is not None and self.gpu_utilization_pct is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "accelerator": self.accelerator,
-            "gpu_count": self.gpu_count,
-            "gpu_memory_gb": self.gpu_memory_gb,
-            "gpu_utilization_pct": self.gpu_utilization_pct,
-            "pressure_domains": list(self.pressure_domains),
-            **({"backend": self.backend} if self.backend is not None else {}),
-        }
+        return field_values(self, omit=("name",), omit_none=("backend",)) | {
+            "pressure_domains": list(self.pressure_domains)}
 
     @classmethod
     def from_dict(cls, name: str, data: dict[str, Any]) -> Profile:
@@ -290,65 +285,19 @@ class Policy:
         return (Project(name="default", queues=tuple(q.name for q in self.queue_set())),)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "initial_concurrent_experiments": self.initial_concurrent_experiments,
-            "min_concurrent_experiments": self.min_concurrent_experiments,
-            "max_concurrent_experiments": self.max_concurrent_experiments,
-            "supply_signal_enabled": self.supply_signal_enabled,
-            "supply_idle_samples": self.supply_idle_samples,
-            "supply_lease_seconds": self.supply_lease_seconds,
-            "mature_supply_fraction": self.mature_supply_fraction,
-            "mature_supply_redundancy": self.mature_supply_redundancy,
-            "mature_assessment_min_completion_probability": (
-                self.mature_assessment_min_completion_probability
-            ),
-            "exploration_reserve": self.exploration_reserve,
-            "infrastructure_retries": self.infrastructure_retries,
-            "max_concurrent_per_peer": self.max_concurrent_per_peer,
-            "default_profile": self.default_profile,
+        return field_values(self) | {
             "profiles": {name: p.to_dict() for name, p in sorted(self.profiles.items())},
-            "mature_quorum_fraction": self.mature_quorum_fraction,
             "pressure_thresholds": {d: t.to_dict() for d, t in self.pressure_thresholds.items()},
-            "calm_samples": self.calm_samples,
-            "experiment_memory_gb": self.experiment_memory_gb,
             "queues": None if self.queues is None else {q.name: q.to_dict() for q in self.queues},
             "projects": None if self.projects is None
             else {p.name: p.to_dict() for p in self.projects},
-            "project_picker": self.project_picker,
-            "queue_picker": self.queue_picker,
-            "job_picker": self.job_picker,
-            "preempt_policy": self.preempt_policy,
-            "placement": self.placement,
-            "shortest_first_aging": self.shortest_first_aging,
-            "shortest_first_by": self.shortest_first_by,
-            "shortest_first_starvation_seconds": self.shortest_first_starvation_seconds,
-            "shortest_first_starvation_factor": self.shortest_first_starvation_factor,
-            "shortest_first_priority_seconds": self.shortest_first_priority_seconds,
-            "multifactor_weight_age": self.multifactor_weight_age,
-            "multifactor_weight_size": self.multifactor_weight_size,
-            "multifactor_weight_fair_share": self.multifactor_weight_fair_share,
-            "multifactor_weight_priority": self.multifactor_weight_priority,
-            "multifactor_max_age_seconds": self.multifactor_max_age_seconds,
-            "windows_utc_offset_minutes": self.windows_utc_offset_minutes,
-            "fair_share_half_life_seconds": self.fair_share_half_life_seconds,
-            "cancel_grace_seconds": self.cancel_grace_seconds,
-            "admission_timeout_seconds": self.admission_timeout_seconds,
-            "drain_grace_min_seconds": self.drain_grace_min_seconds,
-            "drain_grace_max_seconds": self.drain_grace_max_seconds,
-            "dependency_failure": self.dependency_failure,
             "budget": self.budget.to_dict(),
             "hooks": self.hooks.to_dict(),
             "trusted_uids": list(self.trusted_uids),
             "operators": list(self.operators),
-            "same_tag_different_request": self.same_tag_different_request,
-            "spool_quota_requests": self.spool_quota_requests,
-            "spool_quota_bytes": self.spool_quota_bytes,
             "normalizations": [n.to_dict() for n in self.normalizations],
-            "backend": self.backend,
             "capabilities": self.capabilities.to_dict(),
             "backends": {name: can.to_dict() for name, can in self.backends.items()},
-            "slurm": self.slurm,
         }
 
     @classmethod

@@ -22,6 +22,7 @@ from ..errors import BadRequest
 from .bounds import NAME_EXPECTED, NAME_PATTERN, NAME_RE, PRIORITY_RANGE, SELECTABLE_STATES
 from .budget import LIMITS
 from .policy import WORK_CLASSES
+from .records import field_values
 from .slurm_options import OptionProblem, job_options
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -84,26 +85,10 @@ class Request:
         object.__setattr__(self, "env", {_shared(k): _shared(v) for k, v in self.env.items()})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "peer": self.peer,
-            "tag": self.tag,
-            "profile": self.profile,
-            "work_class": self.work_class,
-            "eta_s": self.eta_s,
+        return field_values(self, omit_none=("slurm",)) | {
             "argv": list(self.argv) if self.argv is not None else None,
-            "command": self.command,
-            "cwd": self.cwd,
             "env": dict(self.env),
-            "retry_terminal": self.retry_terminal,
-            "lease": self.lease,
-            "generation": self.generation,
-            "max_cost": self.max_cost,
             "after": [{"job": job, "when": when} for job, when in self.after],
-            "hold": self.hold,
-            "priority": self.priority,
-            "admission_timeout_s": self.admission_timeout_s,
-            **({"slurm": self.slurm} if self.slurm is not None else {}),
         }
 
     @classmethod
