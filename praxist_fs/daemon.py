@@ -43,6 +43,7 @@ from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
+from .adapters.wakepipe import drain
 from .adapters.watcher import (
     filesystem_of, filesystem_type, needs_polling, start_observer, watch,
 )
@@ -379,11 +380,7 @@ class Coordinator:
                     or any(sched.idle_peers.values()))
 
     def _drain_wake(self) -> bool:
-        try:
-            while os.read(self._wake_read, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self._wake_read)
         return True
 
     def _ring(self) -> None:

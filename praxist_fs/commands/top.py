@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from .. import client
+from ..adapters import wakepipe
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
 from ..adapters.watcher import needs_polling, start_observer
@@ -97,11 +98,7 @@ class Doorbell:
         os.write(self.write_fd, b".")  # a full pipe already rings: the guard drops the error
 
     def drain(self) -> None:
-        try:
-            while os.read(self.read_fd, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        wakepipe.drain(self.read_fd)
 
     def close(self) -> None:
         if self.observer is not None:

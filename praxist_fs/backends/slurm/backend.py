@@ -26,6 +26,7 @@ from praxist_fs.adapters.crashpoints import reach
 from praxist_fs.adapters.fsio import makedirs, read_json, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
+from praxist_fs.adapters.wakepipe import drain
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.slurm.client import (
@@ -475,11 +476,7 @@ class SlurmBackend:
         the doorbell: its attempt is looked at now."""
         if token == ("rung",):
             return self._rung()
-        try:
-            while os.read(self._wake_read, 4096):
-                pass
-        except BlockingIOError:
-            pass
+        drain(self._wake_read)
         events = self._submitted() + self.new_nodes.answered(self.nodes())
         if self._polling is None or not self._polling.done():
             return events
