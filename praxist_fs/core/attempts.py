@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidTransition
 from . import trust
+from .board import JobBoard
 from .budget import INFRA_EXIT_CODE, kind_of
-from .effects import AbortAttempt, Effect, SpawnAttempt, WriteGo, WriteJob
+from .effects import AbortAttempt, Effect, SpawnAttempt, WriteGo
 from .events import AttemptLaunched, AttemptObserved
 from .model import Attempt, Job, kept_handle
 from .queues import queue_of_class
@@ -33,36 +34,23 @@ from .states import (
 )
 
 if TYPE_CHECKING:
-    from .budget import Ledger, Spend
-    from .calibration import Calibration
-    from .jobcontrol import JobControlDesk
+    from .budget import Spend
     from .pickers.ledger import Usage
-    from .policy import Policy
     from .preemption import PreemptionDesk
-    from .shelf import Shelf
 
 
-class AttemptBoard(Protocol):
-    """What the attempt desk reads and changes of the scheduler that owns it."""
+class AttemptBoard(JobBoard, Protocol):
+    """What the attempt desk reads and changes of the scheduler that owns it, beyond
+    a ``JobBoard``: an end with an ETA calibrates (R-SUP-7), every end is charged
+    to fair share's ledgers and the budget's, a cancelled attempt's end is decided by
+    job control, and one evicted for requeue ends in the preemption desk."""
 
-    policy: Policy
-    version: int
-    stopped: str | None
-    jobs: Shelf[Job]
     coordinator: dict[str, Any] | None
-    coordinator_uid: int | None
-    calibration: Calibration  # an end with an ETA calibrates them (R-SUP-7)
-    usage: Usage              # fair share's ledgers and the budget's: charged at each end
+    usage: Usage
     queue_usage: Usage
-    ledger: Ledger
-    preemption: PreemptionDesk  # an attempt evicted for requeue ends there
-    jobcontrol: JobControlDesk  # a cancelled attempt's end is decided there
+    preemption: PreemptionDesk
 
-    def _job(self, job_id: str) -> Job: ...
-    def _transition(self, job: Job, trigger: Trigger) -> None: ...
-    def _write_job(self, job: Job) -> WriteJob: ...
     def _spent(self, job: Job, attempt: Attempt, until: float) -> Spend: ...
-    def _closed_to_new_work(self, generation: int | None) -> str | None: ...
     def budget_snapshot(self, at: float) -> dict[str, Any] | None: ...
 
 

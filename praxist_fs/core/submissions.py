@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidTransition
 from . import tenancy, trust
+from .board import JobBoard
 from .budget import estimate
-from .effects import ConsumeRequest, Effect, RejectRequest, WriteJob, WriteReply
+from .effects import ConsumeRequest, Effect, RejectRequest, WriteReply
 from .events import AdmissionExpired, Event, RequestSeen
 from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import utc_iso
@@ -39,42 +40,29 @@ from .states import (
 
 if TYPE_CHECKING:
     from .backlog import Backlog
-    from .budget import Ledger
-    from .calibration import Calibration
     from .generations import GenerationDesk
-    from .jobcontrol import JobControlDesk
-    from .policy import Policy
     from .shelf import Shelf
     from .supply import Generation
 
 
-class SubmissionBoard(Protocol):
-    """What the submission desk reads and changes of the scheduler that owns it."""
+class SubmissionBoard(JobBoard, Protocol):
+    """What the submission desk reads and changes of the scheduler that owns it, beyond
+    a ``JobBoard``: a cost estimate uses the calibrated ratio (R-BUD-1), work
+    enqueued while the budget is not under is alerted, and job control keeps the tags,
+    the dependencies (``after``) and who asked for a hold."""
 
-    policy: Policy
-    version: int
-    stopped: str | None
-    jobs: Shelf[Job]
     replies: Shelf[Reply]
-    coordinator_uid: int | None
-    calibration: Calibration  # a cost estimate's calibrated ratio (R-BUD-1)
-    ledger: Ledger            # work enqueued while the budget is not under is alerted
     generations: dict[int, Generation]
     generation_jobs: dict[int, dict[str, str]]  # generation -> {job id: its peer}
     generations_desk: GenerationDesk  # a request may carry a lease (R-SUP-4)
-    jobcontrol: JobControlDesk  # tags, dependencies (``after``) and who asked for a hold
     pending: dict[str, str]   # why each queued job waits: what an expiry says it waited for
     _deadlines: list[tuple[float, str]]  # (admission deadline, job id), a heap (``_queue``)
 
     def current_generation(self) -> Generation | None: ...
     def _not_theirs(self, job: Job, uid: int | None) -> str | None: ...
-    def _closed_to_new_work(self, generation: int | None) -> str | None: ...
     def _take_order(self) -> int: ...
-    def _job(self, job_id: str) -> Job: ...
     def _queue(self) -> Backlog: ...
     def _enter(self, job: Job) -> None: ...
-    def _transition(self, job: Job, trigger: Trigger) -> None: ...
-    def _write_job(self, job: Job) -> WriteJob: ...
 
 
 class SubmissionDesk:

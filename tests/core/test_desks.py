@@ -38,11 +38,13 @@ from .helpers import Harness, make_policy
 
 
 class Guarded:
-    """A scheduler as one desk may see it: the members of its board, nothing else."""
+    """A scheduler as one desk may see it: the members of its board (and of the boards it
+    extends), nothing else."""
 
     def __init__(self, sched: Any, board: type) -> None:
-        members = set(board.__annotations__) | {
-            name for name, value in vars(board).items()
+        boards = [b for b in board.__mro__ if b.__module__.startswith("praxist_fs.")]
+        members = {name for b in boards for name in b.__annotations__} | {
+            name for b in boards for name, value in vars(b).items()
             if callable(value) and not name.startswith("__")}
         object.__setattr__(self, "_sched", sched)
         object.__setattr__(self, "_members", frozenset(members))
