@@ -219,17 +219,7 @@ class Client:
 
     # -- submitting ------------------------------------------------------------------
 
-    def submit(self, argv: Iterable[str] | None = None, *, tag: str,
-               command: str | None = None,
-               cwd: str | os.PathLike[str] | None | _Inherit = INHERIT,
-               env: Mapping[str, str] | None | _Inherit = INHERIT,
-               profile: str | None = None, work_class: str | None = None,
-               eta_s: float | None = None, retry_terminal: bool = False,
-               after: Iterable[JobRef | Mapping[str, str]] = (),
-               after_any: Iterable[JobRef] = (), after_notok: Iterable[JobRef] = (),
-               hold: bool = False, priority: int | None = None,
-               max_cost: float | None = None, admission_timeout_s: float | None = None,
-               lease: str | None = None, generation: int | None = None) -> Reply:
+    def submit(self, argv: Iterable[str] | None = None, *, tag: str, **options: Any) -> Reply:
         """Submit a job and return the coordinator's reply (PROTOCOL.md sections 3-4):
         ``accepted``, ``duplicate`` (the tag's job exists: this names it),
         ``retry_accepted`` or ``terminal_duplicate`` (it ended failed, rejected or
@@ -242,14 +232,10 @@ class Client:
         variables but the coordinator's ``PATH``. ``after`` jobs must complete first;
         ``after_any`` end in any way, ``after_notok`` end other than completed (each a
         job id, tag, ``Job`` or ``Reply``). ``hold=True`` queues it held until
-        ``release``; ``priority`` (-100..100) orders it inside its queue."""
-        request_id = self.send(
-            argv, tag=tag, command=command, cwd=cwd, env=env, profile=profile,
-            work_class=work_class, eta_s=eta_s, retry_terminal=retry_terminal, after=after,
-            after_any=after_any, after_notok=after_notok, hold=hold, priority=priority,
-            max_cost=max_cost, admission_timeout_s=admission_timeout_s, lease=lease,
-            generation=generation)
-        return self.wait_reply(request_id)
+        ``release``; ``priority`` (-100..100) orders it inside its queue. The keywords
+        are ``send``'s (its signature gives their types and defaults): ``submit`` is
+        ``send`` and then ``wait_reply``."""
+        return self.wait_reply(self.send(argv, tag=tag, **options))
 
     def send(self, argv: Iterable[str] | None = None, *, tag: str,
              command: str | None = None,
