@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import time
 
 from ..adapters.layout import RunLayout
 
 NO_RUN_DIR = "needs --run-dir (or PRAXIST_RUN_DIR)"
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def add_run_dir(parser: argparse.ArgumentParser) -> None:
@@ -32,3 +36,18 @@ def run_layout(args: argparse.Namespace, command: str) -> RunLayout | None:
         print(f"{command}: {NO_RUN_DIR}", file=sys.stderr)
         return None
     return RunLayout.at(args.run_dir)
+
+
+def since(text: str) -> float:
+    """``--since WHEN``, as ``jobs`` and ``simulate`` read it: ``2h``, ``30m``, ``1d`` (that
+    long ago) or an ISO-8601 time, as epoch seconds."""
+    if match := DURATION_RE.fullmatch(text.strip()):
+        return time.time() - float(match[1]) * UNITS[match[2]]
+    from datetime import datetime  # here: most calls give a duration or no --since
+
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected a duration (90s, 30m, 2h, 1d, 1w) or an ISO-8601 time "
+            "(2024-05-01, 2024-05-01T14:30, 2024-05-01T14:30+02:00)") from None

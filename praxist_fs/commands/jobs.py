@@ -7,18 +7,15 @@ coordinator and from any uid that can read the run.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 
 from .. import client
 from ..core.states import JobState
-from . import add_run_dir, run_layout
+from . import add_run_dir, run_layout, since
 from .render import format_jobs, job_row, jobs_json
 
 DEFAULT_LIMIT = 100
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +31,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     jobs.add_argument("--peer", help="only this peer's jobs")
     jobs.add_argument("--tag", metavar="GLOB",
                       help="only tags matching GLOB (case-sensitive; * ? [abc] [^abc])")
-    jobs.add_argument("--since", type=_since, metavar="2h|30m|1d|ISO-8601",
+    jobs.add_argument("--since", type=since, metavar="2h|30m|1d|ISO-8601",
                       help="only jobs active since then: not ended yet, or submitted, "
                       "started or ended since (ISO times without a zone are local)")
     jobs.add_argument("--limit", type=_count, default=DEFAULT_LIMIT, metavar="N",
@@ -78,20 +75,6 @@ def _states(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(
             f"unknown state {', '.join(unknown) or repr(text)}; one of {', '.join(sorted(known))}")
     return states
-
-
-def _since(text: str) -> float:
-    """``2h``, ``30m``, ``1d`` (that long ago) or an ISO-8601 time, as epoch seconds."""
-    if match := DURATION_RE.fullmatch(text.strip()):
-        return time.time() - float(match[1]) * UNITS[match[2]]
-    from datetime import datetime  # here: most calls give a duration or no --since
-
-    try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected a duration (90s, 30m, 2h, 1d, 1w) or an ISO-8601 time "
-            "(2024-05-01, 2024-05-01T14:30, 2024-05-01T14:30+02:00)") from None
 
 
 def _count(text: str) -> int:

@@ -15,12 +15,12 @@ from ..adapters.layout import RunLayout
 from ..config import load_policy
 from ..core.snapshot import SnapshotError
 from ..errors import PolicyError
-from .jobs import _since
 from ..report import devices_of, end_of, job_rows, render, write
 from ..simulate import (
     H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
     load_trace, replay, trace_from_history, write_jobs_csv,
 )
+from . import since
 from .render import cap_bound, format_json, format_simulation, write_plot
 
 
@@ -35,7 +35,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                         help="replay a run's own history instead: its jobs' submit times, "
                         "peers, work classes, declared GPU demand and actual run times, from "
                         "its journal")
-    sim.add_argument("--since", type=_since, metavar="WHEN",
+    sim.add_argument("--since", type=since, metavar="WHEN",
                      help="with --from-run, only the jobs submitted since: a duration (7d, "
                      "12h) ago or an ISO-8601 time")
     sim.add_argument("--gpus", required=True, type=int, metavar="N",
