@@ -129,6 +129,12 @@ class StatusSink(Sink):
         self._status_at = 0.0
         self._status_gap = STATUS_MIN_GAP  # widened when status writes grow costly
 
+    def committed(self, commit: Commit) -> None:
+        """The job index at once, not at the cadence, when the batch ended a job that no
+        commit had shown: until then no reader could find it (``list_jobs``)."""
+        if self.views.index.owes_an_end:
+            self.views.index.flush(self.journal_seq())
+
     def tick(self, sched: Scheduler, force: bool = False, state: str = "serving") -> None:
         """Write both files if owed (``status_due``), or now with ``force``."""
         now = time.time()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,48 @@ def test_after_a_crash_the_repair_reads_back_and_reindexes_only_what_the_tail_ch
     listing = list_jobs(layout, JobQuery(), owner=sched.coordinator["since"])
     assert listing.source == "index"
     assert sorted(doc["tag"] for doc in listing.documents) == ["settled", "unsettled"]
+
+
+def test_a_job_that_ended_before_any_index_commit_showed_it_is_listed_once_it_ended(layout):
+    """The job index is committed at status.json's cadence (up to seconds apart), and a
+    reader looks in jobs/done/ only for the jobs the index shows unended (done/ holds
+    every finished job: never scanned). A short job accepted and ended between two
+    commits was in neither: `praxist-fs jobs` and ``Client.jobs`` left it out until the
+    next status write (docs/PYTHON.md's example missed `eval.seed1` under load). The
+    batch that ends such a job commits the index."""
+    sched, vault = Scheduler(), Vault(layout)
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=1, boot_id="boot",
+                                          clean=False), AttemptTally.of(sched.jobs.values()))
+    views.repair(sched, None, 1, lambda path, data, why: pytest.fail(f"set aside {path}"))
+    status = StatusSink(views, Histogram(COMMIT_BUCKETS), lambda state: {}, lambda: 3)
+
+    def tags() -> list[tuple[str, str]]:
+        listing = list_jobs(layout, JobQuery(), owner=sched.coordinator["since"])
+        assert listing.source == "index"
+        return sorted((doc["tag"], doc["state"]) for doc in listing.documents)
+
+    drop_request(layout, "shown")
+    requests, _ = Inboxes(layout, vault).requests()
+    for effect in [effect for event in requests for effect in sched.handle(event)]:
+        views.execute(effect, sched)
+    views.index.flush(2)  # a status write: "shown" is in a commit, queued
+    drop_request(layout, "quick")
+    requests, _ = Inboxes(layout, vault).requests()
+    accepted = [effect for event in requests for effect in sched.handle(event)]
+    for effect in accepted:
+        views.execute(effect, sched)
+    [queued] = [effect for effect in accepted if isinstance(effect, WriteJob)]
+
+    def ended(write: WriteJob) -> WriteJob:
+        return replace(write, directory="done", replaces="queued",
+                       document={**write.document, "state": "completed", "exit_code": 0})
+
+    views.execute(ended(queued), sched)  # "quick" ran and ended: in no commit yet
+    status.committed(sinks.Commit(events=[], effects=[], sched=sched))
+    assert tags() == [("quick", "completed"), ("shown", "queued")]
+
 
 
 def test_a_costly_status_write_is_owed_again_only_after_twenty_times_its_cost(layout):

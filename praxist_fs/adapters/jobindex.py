@@ -84,6 +84,7 @@ _INDEXES = (
 )
 _UPSERT = "INSERT OR REPLACE INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?)"
 _SET_META = "INSERT OR REPLACE INTO meta VALUES (?, ?)"
+_SHOWS = "SELECT 1 FROM jobs WHERE job_id = ?"
 
 
 def _columns(document: dict[str, Any], text: str) -> tuple:
@@ -124,6 +125,9 @@ class JobIndex:
         self.meta: dict[str, Any] = {}  # to record with the next commit
         self.seq = journal_seq
         self.behind = False
+        # a job ended that no commit has shown: readers look in done/ only for the jobs
+        # the index shows unended, so it is not listed until the next commit
+        self.owes_an_end = False
         self._building: sqlite3.Connection | None = None  # the rebuild's, in ``_tmp``
         self._tmp = path
         try:
@@ -161,6 +165,19 @@ class JobIndex:
         given up."""
         if self.db is not None or self._building is not None:
             self.staged[document["job_id"]] = (document, data.decode())
+        if self.db is not None and not self.owes_an_end and \
+                document.get("state") not in ACTIVE_STATES:
+            self.owes_an_end = not self._shows(document["job_id"])
+
+    def _shows(self, job_id: str) -> bool:
+        """Whether a commit has shown the job (a primary-key lookup: a few microseconds,
+        once per job, at its end). On an error, as if it had not: a commit then comes
+        sooner, never later."""
+        assert self.db is not None
+        try:
+            return self.db.execute(_SHOWS, (job_id,)).fetchone() is not None
+        except sqlite3.Error:
+            return False
 
     def flush(self, journal_seq: int) -> None:
         """Commit what was staged, and that the index reflects ``journal_seq``: one
@@ -184,7 +201,7 @@ class JobIndex:
             return
         self.staged.clear()
         self.meta.clear()
-        self.seq, self.behind = journal_seq, False
+        self.seq, self.behind, self.owes_an_end = journal_seq, False, False
 
     @property
     def rebuilding(self) -> bool:
@@ -330,7 +347,9 @@ def list_jobs(layout: RunLayout, query: JobQuery, owner: float | None) -> Listin
     ended since its last commit is read from its job file, in place of its row: the
     files of queued/ and running/ written since a little before the index's own last
     write (``INDEX_LAG_S``; as many as jobs not ended), and the file in done/ of each
-    job the index still shows not ended. A ``launch --detach`` that returned has its job
+    job the index still shows not ended. A job that ended before any commit showed it
+    is in neither: the coordinator commits after the batch that ended it
+    (``JobIndex.owes_an_end``). A ``launch --detach`` that returned has its job
     listed at once; done/ (every finished job) is never scanned."""
     try:
         db = sqlite3.connect(f"{layout.job_index.as_uri()}?mode=ro", uri=True,
