@@ -57,7 +57,7 @@ def test_a_full_house_suspends_the_low_job_and_the_high_one_starts_in_the_same_p
     run.exit(high, "a1", 0)
     assert kinds(run.decide()) == [("AttemptResumed", low, "")]
     assert run.state(low) == "running" and run.job(low)["reason"] == "attempt a1 running (resumed)"
-    assert run.effects[-1] == ResumeAttempt(job_id=low, attempt_id="a1")
+    assert run.last_effects[0] == ResumeAttempt(job_id=low, attempt_id="a1")  # files after
     run.exit(low, "a1", 0)
     assert run.state(low) == "completed" and run.sched.jobs[low].current.outcome == "completed"
 
@@ -248,7 +248,7 @@ def test_requeue_terminates_the_victim_and_the_high_job_waits_for_its_end():
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "requeue")]
-    assert run.effects[-1] == EvictAttempt(job_id=low, attempt_id="a1")
+    assert run.last_effects[0] == EvictAttempt(job_id=low, attempt_id="a1")  # files after
     assert run.state(low) == "running" and run.job(low)["reason"].endswith(
         ": terminating, to be requeued")
     waiting = f"waiting for a slot: 1 of 1 running; preempting {low}: waiting for it to end"

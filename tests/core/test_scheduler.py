@@ -10,7 +10,9 @@ import pytest
 from praxist_fs.core.effects import (
     AbortAttempt, ConsumeRequest, RejectRequest, SpawnAttempt, WriteGo, WriteJob, WriteReply,
 )
-from praxist_fs.core.events import AttemptLaunched, CoordinatorStarted, RequestSeen
+from praxist_fs.core.events import (
+    AttemptLaunched, AttemptObserved, CoordinatorStarted, RequestSeen, from_record,
+)
 from praxist_fs.core.secrets import placeholder
 from praxist_fs.core.status import render_status
 
@@ -524,13 +526,16 @@ def test_go_needs_the_pid_recorded_first():
 
 
 def test_pid_and_ready_in_one_sighting_records_pid_before_go():
+    """The pid and GO come of one sighting: the driver commits the sighting (the pid)
+    before it writes GO (the backend twin checks that no record is left uncommitted at a
+    GO), and the job file shows the pid."""
     h, job_id = launched()
-    version = h.sched.version
     effects = h.observe(job_id, "a1", handle=shim(4242, 9), ready=True)
-    kinds = [type(e) for e in effects]
-    assert WriteGo in kinds and WriteJob in kinds
-    assert kinds.index(WriteJob) < kinds.index(WriteGo)
-    assert h.sched.version > version  # so the daemon journals it before writing GO
+    assert effects_of(effects, WriteGo) == [WriteGo(job_id=job_id, attempt_id="a1")]
+    record = from_record(h.records[-1])
+    assert isinstance(record, AttemptObserved) and record.handle == shim(4242, 9)
+    (written,) = effects_of(effects, WriteJob)
+    assert written.document["attempts"][0]["pid"] == 4242 == h.job(job_id)["attempts"][0]["pid"]
 
 
 def started(boot_id: str):
@@ -563,6 +568,7 @@ def test_go_journaled_without_a_go_file_in_the_same_boot(ready, state, outcome):
     h, job_id = launched()
     h.handle(started("boot"))
     h.go(job_id, "a1")
+    h.disk.go.clear()  # killed before the GO file was written
     h.handle(started("boot"))
     h.observe(job_id, "a1", alive=False, ready=ready, go=False)
     job = h.job(job_id)
@@ -574,7 +580,9 @@ def test_go_decided_but_its_file_missing_is_written_again_without_a_new_record()
     h.go(job_id, "a1")
     version = h.sched.version
     # a coordinator that crashed between its commit and the GO file: the next one rewrites it
+    h.disk.go.clear()
     assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo)
+    assert h.disk.go == {(job_id, "a1")}
     assert h.sched.version == version
 
 
