@@ -29,7 +29,7 @@ from typing import Any
 from praxist_fs.backends.memory import MemoryBackend
 from praxist_fs.backends.memory import Run as Plan
 from praxist_fs.core.admission import upper_bound
-from praxist_fs.core.effects import Effect, WriteReply
+from praxist_fs.core.effects import Effect, WriteJob, WriteReply
 from praxist_fs.core.events import (
     AttemptLaunched, AttemptObserved, ControlSeen, CoordinatorStarted, Event, HostSampled,
     RequestSeen, from_record,
@@ -43,7 +43,7 @@ from praxist_fs.core.request import (
     Request, parse_control, parse_request, request_id_from_filename,
 )
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.states import TABLES
+from praxist_fs.core.states import TABLES, JobState
 from praxist_fs.driver import Driver, VirtualLoop
 from praxist_fs.errors import BadRequest
 
@@ -120,7 +120,29 @@ class Harness:
         assert self.driver.process(list(events), launch=launch)
         assert not self.journal_twin.pending, "a batch left records uncommitted"
         self.last_effects = list(self.carried)
+        for job_id in {e.job_id for e in self.last_effects if isinstance(e, WriteJob)}:
+            self._written_as_it_stands(job_id)
         return self.last_effects
+
+    def _written_as_it_stands(self, job_id: str) -> None:
+        """A job the batch wrote has one file, in its state's directory, saying what the
+        job is once the batch is done (its last write wins); a queued job's reason is
+        soft (rewritten when it changes in kind), checked by ``job``."""
+        live = self.sched.jobs[job_id]
+        assert self.directory(job_id) == live.state.directory, f"{job_id} in the wrong place"
+        written = dict(self.disk.jobs[live.state.directory][job_id])
+        expected = self.sched.job_document(live)
+        if live.state is JobState.QUEUED:
+            written.pop("reason", None)
+            expected.pop("reason", None)
+        assert written == expected, f"{job_id}'s file is stale once its batch is done"
+
+    def core_only(self, event: Event) -> list[Effect]:
+        """``Scheduler.handle`` alone, past the driver: for the few tests of the pure core's
+        answer to one event (an illegal event raises and changes nothing), and a setup of
+        thousands of requests that must not run a pass each. Nothing is journaled,
+        committed or carried out."""
+        return self.sched.handle(event)
 
     def request_event(self, doc: dict[str, Any], name: str | None = None,
                       uid: int | None = None) -> RequestSeen:

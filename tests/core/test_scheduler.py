@@ -129,6 +129,38 @@ def test_without_a_cap_one_peer_may_fill_every_slot():
         "max_concurrent_per_peer": None, "running": {"alice": 3}}
 
 
+def test_an_acceptance_and_its_launch_in_one_batch_write_one_job_file_before_the_reply():
+    """The daemon hands requests over with the scheduling pass in their batch: the
+    acceptance and the launch share one commit, the shim is told first, and the job's
+    two writes are one, in running/ (never a copy in queued/), there before the reply
+    that says the job was accepted (a peer reads it next)."""
+    h = Harness()
+    event = h.request_event({"peer": "p", "tag": "exp-1", "argv": ["x"]}, name="r1.json")
+    effects = h.feed([event], launch=True)
+    (written,) = effects_of(effects, WriteJob)  # in running/, whatever queued/ held gone
+    assert (written.directory, written.replaces) == ("running", "queued")
+    assert h.job(written.job_id)["state"] == "running" and h.disk.jobs["queued"] == {}
+    kinds = [type(e) for e in effects]
+    assert kinds[0] is SpawnAttempt and kinds.index(WriteJob) < kinds.index(WriteReply)
+    assert [record["type"] for record in h.records] == ["request_seen", "attempt_launched"]
+    assert h.reply_files[event.request_id]["outcome"] == "accepted"
+    assert h.incoming == {}  # the request file is consumed
+
+
+def test_a_job_accepted_with_no_slot_free_says_why_in_its_one_job_file():
+    """An accepted job that finds no slot in its batch's pass is written once, saying why
+    it waits: no status tick needed for its file to say it."""
+    h = Harness(make_policy(initial_concurrent_experiments=1, max_concurrent_experiments=1))
+    h.submit("exp-1")
+    h.launch_all()
+    effects = h.feed([h.request_event({"peer": "p", "tag": "exp-2", "argv": ["x"]})],
+                     launch=True)
+    (written,) = effects_of(effects, WriteJob)
+    waiting = written.job_id
+    assert written.document["reason"] == "waiting for a slot: 1 of 1 running"
+    assert h.job(waiting)["reason"] == "waiting for a slot: 1 of 1 running"
+
+
 def test_spawn_effect_carries_the_request():
     h = Harness()
     job_id = h.submit("exp-1", argv=["python", "-m", "x"], cwd="/srv/w", env={"SEED": "4"},
