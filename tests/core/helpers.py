@@ -137,6 +137,14 @@ class Harness:
             expected.pop("reason", None)
         assert written == expected, f"{job_id}'s file is stale once its batch is done"
 
+    def restart(self, sched: Scheduler, boot_id: str = "boot") -> list[Effect]:
+        """A new coordinator on the run: the driver goes on with ``sched`` (the core rebuilt
+        from the journal or a snapshot), started as the daemon starts it; what the start
+        carried out (a decision under way is carried out again)."""
+        self.driver.sched = sched
+        return self.handle(CoordinatorStarted(at=self.tick(), policy=sched.policy.to_dict(),
+                                              pid=2, host="h", boot_id=boot_id))
+
     def core_only(self, event: Event) -> list[Effect]:
         """``Scheduler.handle`` alone, past the driver: for the few tests of the pure core's
         answer to one event (an illegal event raises and changes nothing), and a setup of

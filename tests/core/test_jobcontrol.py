@@ -159,9 +159,7 @@ def test_a_restart_carries_out_a_cancel_under_way_again():
     h = Harness()
     job_id = running(h, "exp")
     control(h, "cancel", jobs=[job_id])
-    sched = restarted(h)
-    effects = sched.handle(CoordinatorStarted(at=h.tick(), policy=sched.policy.to_dict(),
-                                              pid=2, host="h", boot_id="boot"))
+    effects = h.restart(restarted(h))
     assert CancelAttempt(job_id=job_id, attempt_id="a1", grace=10.0) in effects
 
 
