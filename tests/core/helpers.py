@@ -1,10 +1,10 @@
 """What the core's tests share (one module: tests import helpers from here, never from
 each other).
 
-The harness is a small driver for the sans-IO scheduler that builds events the way
-the daemon does: requests go through ``parse_request`` (real bytes, real digest),
-and it keeps a fake "disk" (the last WriteJob / WriteReply per id) so tests can
-assert the job and reply files a user would read. Around it: control requests, a
+The harness runs the sans-IO scheduler under the daemon's own ``Driver`` on in-memory
+twins (tests/core/twins.py) and builds events the way the daemon does: requests go
+through ``parse_request`` (real bytes, real digest), so tests assert the job and reply
+files a user would read after the daemon's batching. Around it: control requests, a
 coordinator of a given uid, a picker that records what the loop asks, a harness
 that journals (preemption), a backfill cluster on a virtual clock, and a workload
 driven through the real driver on the in-memory backend, and the state tables as
@@ -32,7 +32,7 @@ from praxist_fs.core.admission import upper_bound
 from praxist_fs.core.effects import Effect, WriteJob, WriteReply
 from praxist_fs.core.events import (
     AttemptLaunched, AttemptObserved, ControlSeen, CoordinatorStarted, Event, HostSampled,
-    RequestSeen, from_record, to_record,
+    RequestSeen, from_record,
 )
 from praxist_fs.core.model import Job
 from praxist_fs.core.observations import GpuDevice, GpuSample, PressureSample
@@ -43,9 +43,11 @@ from praxist_fs.core.request import (
     Request, parse_control, parse_request, request_id_from_filename,
 )
 from praxist_fs.core.scheduler import Scheduler
-from praxist_fs.core.states import TABLES
-from praxist_fs.driver import VirtualLoop
+from praxist_fs.core.states import TABLES, JobState
+from praxist_fs.driver import Driver, VirtualLoop
 from praxist_fs.errors import BadRequest
+
+from .twins import Disk, Drawn, Logged, MemoryJournal, Noticed
 
 CALM = PressureSample(source="psi", cpu=0.0, memory=0.0, io=0.0)
 CPU = Profile(name="cpu", accelerator="cpu")
@@ -65,14 +67,41 @@ def make_policy(**overrides: Any) -> Policy:
 
 
 class Harness:
+    """The core under the daemon's own ``Driver`` (praxist_fs/driver.py), on the twins of
+    tests/core/twins.py: each event a test feeds is a batch, as the daemon's loop hands
+    it over, journaled (``records``), committed once, its effects carried out launches
+    first, a job's writes in the batch merged into one, the job files of jobs left queued
+    rewritten with their pending reasons, the notices handed to the sinks. The backend
+    starts nothing: a test draws each shim's sightings (``spawn``, ``go``, ``exit``), as
+    the backend would report them, as the next batch.
+
+    What a test reads is what the driver carried out: the files on ``disk`` (jobs by
+    directory, replies, ...), and ``last_effects``, the effects of the last batch in the
+    order they were carried out (the backend's calls and the views' writes, as effects),
+    then the batch's notices."""
+
     def __init__(self, policy: Policy | None = None) -> None:
-        self.sched = Scheduler(policy or make_policy())
         self.now = 1000.0
         self.counter = 0
-        self.job_files: dict[str, WriteJob] = {}
-        self.reply_files: dict[str, dict[str, Any]] = {}
-        self.last_effects: list[Effect] = []
         self.pids = 4000
+        self.disk = Disk()
+        self.reply_files = self.disk.replies
+        self.incoming: dict[str, bytes] = {}  # what the views consume: the spool's requests
+        self.control_inbox: dict[str, bytes] = {}
+        self.declines: dict[int, dict[str, bytes]] = {}
+        self.records: list[dict[str, Any]] = []  # the journal, committed
+        self.carried: list[Effect] = []
+        self.journal_twin = MemoryJournal(self.records)
+        self.backend = Drawn(self.disk, lambda: self.sched, self.carried, self.journal_twin)
+        self.driver = Driver(Scheduler(policy or make_policy()), self.backend,
+                             journal=self.journal_twin, views=Logged(self, self.carried),
+                             clock=lambda: self.now, sinks=(Noticed(self.carried),),
+                             crash_hook=self.backend.reached)
+        self.last_effects: list[Effect] = []
+
+    @property
+    def sched(self) -> Scheduler:
+        return self.driver.sched
 
     def tick(self) -> float:
         self.now += 1.0
@@ -81,23 +110,58 @@ class Harness:
     # -- feeding events -------------------------------------------------
 
     def handle(self, event: Event) -> list[Effect]:
-        effects = self.sched.handle(event)
-        for effect in effects:
-            if isinstance(effect, WriteJob):
-                self.job_files[effect.job_id] = effect
-            elif isinstance(effect, WriteReply):
-                self.reply_files[effect.request_id] = effect.document
-        self.last_effects = effects
-        return effects
+        """``event`` as one batch; what the driver carried out for it."""
+        return self.feed([event])
+
+    def feed(self, events: list[Event], launch: bool = False) -> list[Effect]:
+        """One batch through the driver (with the scheduling pass in it, ``launch``), and
+        what the backend answered, until nothing is left; what was carried out."""
+        self.carried.clear()
+        assert self.driver.process(list(events), launch=launch)
+        assert not self.journal_twin.pending, "a batch left records uncommitted"
+        self.last_effects = list(self.carried)
+        for job_id in {e.job_id for e in self.last_effects if isinstance(e, WriteJob)}:
+            self._written_as_it_stands(job_id)
+        return self.last_effects
+
+    def _written_as_it_stands(self, job_id: str) -> None:
+        """A job the batch wrote has one file, in its state's directory, saying what the
+        job is once the batch is done (its last write wins); a queued job's reason is
+        soft (rewritten when it changes in kind), checked by ``job``."""
+        live = self.sched.jobs[job_id]
+        assert self.directory(job_id) == live.state.directory, f"{job_id} in the wrong place"
+        written = dict(self.disk.jobs[live.state.directory][job_id])
+        expected = self.sched.job_document(live)
+        if live.state is JobState.QUEUED:
+            written.pop("reason", None)
+            expected.pop("reason", None)
+        assert written == expected, f"{job_id}'s file is stale once its batch is done"
+
+    def restart(self, sched: Scheduler, boot_id: str = "boot") -> list[Effect]:
+        """A new coordinator on the run: the driver goes on with ``sched`` (the core rebuilt
+        from the journal or a snapshot), started as the daemon starts it; what the start
+        carried out (a decision under way is carried out again)."""
+        self.driver.sched = sched
+        return self.handle(CoordinatorStarted(at=self.tick(), policy=sched.policy.to_dict(),
+                                              pid=2, host="h", boot_id=boot_id))
+
+    def core_only(self, event: Event) -> list[Effect]:
+        """``Scheduler.handle`` alone, past the driver: for the few tests of the pure core's
+        answer to one event (an illegal event raises and changes nothing), and a setup of
+        thousands of requests that must not run a pass each. Nothing is journaled,
+        committed or carried out."""
+        return self.sched.handle(event)
 
     def request_event(self, doc: dict[str, Any], name: str | None = None,
                       uid: int | None = None) -> RequestSeen:
-        """``uid``: the request file's owner, as the daemon sees it (R-SEC-3)."""
+        """The request file ``name`` in the spool (``uid``: its owner, as the daemon sees
+        it, R-SEC-3), as the daemon reads it."""
         if name is None:
             self.counter += 1
             name = f"req-{self.counter}.json"
         data = json.dumps(doc, sort_keys=True).encode()
         digest = hashlib.sha256(data).hexdigest()
+        self.incoming[name] = data
         try:
             request = parse_request(name, data)
         except BadRequest as exc:
@@ -124,14 +188,21 @@ class Harness:
         return replies[0] if replies else {}
 
     def launch_all(self) -> list[tuple[str, str]]:
-        """One scheduling pass as the daemon runs it: launches, then reason rewrites."""
-        launched = []
-        for event in self.sched.next_launches(self.tick()):
-            self.handle(event)
-            launched.append((event.job_id, event.attempt_id))
+        """One scheduling pass as the daemon runs it (a turn of ``Daemon._launch``): its
+        launches one batch; then the pending reasons at status cadence. ``last_effects``:
+        all that was carried out."""
+        events = self.sched.next_launches(self.tick())
+        carried = self.feed(list(events))
+        self.carried.clear()
+        self.status()
+        self.last_effects = carried + self.carried
+        return [(event.job_id, event.attempt_id) for event in events]
+
+    def status(self) -> None:
+        """What the daemon writes at status cadence besides status.json: the job files of
+        queued jobs whose pending reason changed in kind (``StatusSink``)."""
         for effect in self.sched.reason_updates():
-            self.job_files[effect.job_id] = effect
-        return launched
+            self.driver.views.execute(effect, self.sched)
 
     def observe(self, job_id: str, attempt_id: str, **fields: Any) -> list[Effect]:
         fields.setdefault("alive", True)
@@ -156,19 +227,21 @@ class Harness:
     # -- views -------------------------------------------------------------
 
     def job(self, job_id: str) -> dict[str, Any]:
-        """The job file as last written (R-FS-6), checked against the live state."""
-        written = self.job_files[job_id]
+        """The job file as a user reads it (R-FS-6): one, in its state's directory, and
+        what the live state says."""
         live = self.sched.jobs[job_id]
         expected = live.to_dict()
         if live.state.value == "queued" and job_id in self.sched.pending:
             expected["reason"] = self.sched.pending[job_id]  # the soft "why pending"
-        assert written.document == expected, "job file is stale"
-        assert written.directory == live.state.directory
-        return written.document
+        assert self.directory(job_id) == live.state.directory
+        written = self.disk.jobs[live.state.directory][job_id]
+        assert written == expected, "job file is stale"
+        return written
 
     def directory(self, job_id: str) -> str:
-        return self.job_files[job_id].directory
-
+        """The one jobs/ directory that holds the job's file."""
+        (found,) = [d for d, files in self.disk.jobs.items() if job_id in files]
+        return found
 
 
 # -- control requests, and a coordinator of a given uid ------------------------------
@@ -179,6 +252,7 @@ def control(h: Harness, action: str, uid: int | None = None, **fields: Any) -> d
     h.counter += 1
     data = json.dumps({"action": action, **fields}).encode()
     name = f"ctl-{h.counter}.json"
+    h.control_inbox[name] = data
     parsed = parse_control(name, data)
     effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=hashlib.sha256(data).hexdigest(),
                                    request_id=parsed.request_id, control=parsed, uid=uid))
@@ -258,7 +332,8 @@ def queues(mode: str = "suspend", low_priority: int = 0, **high: Any) -> tuple[Q
 
 
 class PreemptRun(Harness):
-    """The harness, with every decision of a pass fed back as the daemon does."""
+    """The harness, with every decision of a pass fed back as the daemon does; ``journal``:
+    the records the driver committed, through JSON."""
 
     def __init__(self, slots: int = 1, mode: str = "suspend", gpus: int = 0,
                  profiles: tuple[Profile, ...] = (), **overrides: Any) -> None:
@@ -267,7 +342,7 @@ class PreemptRun(Harness):
             profiles={p.name: p for p in (CPU, GPU, WIDE, BIG, MID, EXCL, *profiles)},
             initial_concurrent_experiments=slots, min_concurrent_experiments=1,
             max_concurrent_experiments=slots, **overrides))
-        self.journal: list[dict[str, Any]] = []
+        self.journal = self.records
         self.effects: list[Effect] = []
         self.handle(CoordinatorStarted(at=self.tick(), policy=self.sched.policy.to_dict(), pid=1,
                                        host="h", boot_id="boot"))
@@ -276,20 +351,16 @@ class PreemptRun(Harness):
                 GpuDevice(uuid=f"GPU-{i}", index=i, name="fake", memory_total_mib=81920.0,
                           memory_used_mib=0.0, utilization_pct=0.0) for i in range(gpus)))))
 
-    def handle(self, event: Event) -> list[Effect]:
-        version = self.sched.version
-        effects = super().handle(event)
-        if self.sched.version != version:
-            self.journal.append(json.loads(json.dumps(to_record(event))))
+    def feed(self, events: list[Event], launch: bool = False) -> list[Effect]:
+        effects = super().feed(events, launch)
         self.effects += effects
         return effects
 
     def decide(self) -> list[Event]:
-        """One pass, its decisions handled in order; then every reason, as status asks."""
+        """One pass, its decisions one batch; then every reason, as status asks."""
         events = list(self.sched.next_launches(self.tick()))
-        for event in events:
-            self.handle(event)
-        self.sched.refresh_reasons()
+        self.feed(events)
+        self.status()
         return events
 
     def start(self, tag: str, work_class: str = "ordinary", profile: str = "cpu") -> str:
@@ -405,8 +476,9 @@ class Cluster:
 
     def schedule(self) -> list[str]:
         launched = []
-        for event in self.h.sched.next_launches(self.h.now):
-            self.h.handle(event)
+        events = self.h.sched.next_launches(self.h.now)
+        self.h.feed(list(events))
+        for event in events:
             self.h.go(event.job_id, event.attempt_id)
             tag = self.h.sched.jobs[event.job_id].request.tag
             self.started[tag] = event.at

@@ -14,7 +14,7 @@ from praxist_fs.core.budget import (
 )
 from praxist_fs.core.effects import SpawnAttempt
 from praxist_fs.core.events import (
-    AttemptLaunched, BudgetAlert, BudgetVerdict, ControlSeen, CoordinatorStarted, Event,
+    AttemptLaunched, BudgetAlert, BudgetVerdict, ControlSeen, CoordinatorStarted,
     from_record, to_record,
 )
 from praxist_fs.core.policy import Policy
@@ -32,20 +32,13 @@ HOUR = 3600.0
 
 
 class Journaled(Harness):
-    """The harness, journaling what the daemon would: each event that changed the version."""
+    """The harness, started as the daemon starts; ``journal``: what the driver committed."""
 
     def __init__(self, policy: Policy) -> None:
         super().__init__(policy)
-        self.journal: list[dict] = []
+        self.journal = self.records
         self.handle(CoordinatorStarted(at=self.tick(), policy=policy.to_dict(), pid=1,
                                        host="h", boot_id="boot"))
-
-    def handle(self, event: Event):
-        before = self.sched.version
-        effects = super().handle(event)
-        if self.sched.version != before:
-            self.journal.append(to_record(event))
-        return effects
 
     def due(self, at: float) -> list[BudgetVerdict | BudgetAlert]:
         """What the daemon's loop does with ``due``: handle every budget decision."""

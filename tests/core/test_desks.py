@@ -75,8 +75,8 @@ class Run(Harness):
         self.handle(CoordinatorStarted(at=self.tick(), policy=sched.policy.to_dict(), pid=1,
                                        host="h", boot_id="boot"))
 
-    def handle(self, event: Event) -> list:
-        effects = super().handle(event)
+    def feed(self, events: list[Event], launch: bool = False) -> list:
+        effects = super().feed(events, launch)
         self.effects += effects
         return effects
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from praxist_fs.core.effects import AbortAttempt, CancelAttempt, WriteGo
-from praxist_fs.core.events import AttemptObserved, CoordinatorStarted, from_record, to_record
+from praxist_fs.core.events import AttemptObserved, CoordinatorStarted, from_record
 from praxist_fs.core.request import parse_control, parse_request
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.snapshot import capture, restore
@@ -159,9 +159,7 @@ def test_a_restart_carries_out_a_cancel_under_way_again():
     h = Harness()
     job_id = running(h, "exp")
     control(h, "cancel", jobs=[job_id])
-    sched = restarted(h)
-    effects = sched.handle(CoordinatorStarted(at=h.tick(), policy=sched.policy.to_dict(),
-                                              pid=2, host="h", boot_id="boot"))
+    effects = h.restart(restarted(h))
     assert CancelAttempt(job_id=job_id, attempt_id="a1", grace=10.0) in effects
 
 
@@ -306,17 +304,6 @@ def test_a_dependency_cycle_through_a_retry_is_rejected():
 
 def test_dependencies_holds_and_priorities_survive_replay_and_snapshots():
     h = Harness(make_policy(initial_concurrent_experiments=1))
-    records = []
-    original = h.handle
-
-    def journaled(event):
-        version = h.sched.version
-        effects = original(event)
-        if h.sched.version != version:
-            records.append(json.loads(json.dumps(to_record(event))))
-        return effects
-
-    h.handle = journaled
     train = running(h, "train")
     h.submit("eval", after=["train"])
     h.submit("held", hold=True)
@@ -324,7 +311,7 @@ def test_dependencies_holds_and_priorities_survive_replay_and_snapshots():
     control(h, "update", jobs=["held"], priority=-3)
     control(h, "cancel", jobs=["train"])
     replayed = Scheduler(h.sched.policy)
-    for record in records:
+    for record in h.records:  # the journal the driver committed
         replayed.handle(from_record(record))
     assert replayed.snapshot() == h.sched.snapshot()
     restored = restarted(h)

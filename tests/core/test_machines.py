@@ -200,7 +200,7 @@ def test_draining_a_generation_that_is_not_closing_raises_and_changes_nothing():
     version = h.sched.version
     for phase in ("closed", "open"):
         with pytest.raises(InvalidTransition) as info:
-            h.sched.handle(GenerationPhase(at=h.tick(), generation=1, phase=phase,
+            h.core_only(GenerationPhase(at=h.tick(), generation=1, phase=phase,
                                            reason="stray"))
         assert "generation 1" in str(info.value)
     assert h.sched.version == version

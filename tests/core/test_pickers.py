@@ -223,8 +223,8 @@ def test_a_demand_that_failed_is_not_tried_again_in_the_pass(recorder, monkeypat
     for i in range(10_000):
         request = Request(request_id=f"r{i}", peer="p", tag=f"t{i}", profile="gpu",
                           argv=("x",))
-        h.sched.handle(RequestSeen(at=h.now, name=f"r{i}.json", digest=str(i),
-                                   request_id=f"r{i}", request=request))
+        h.core_only(RequestSeen(at=h.now, name=f"r{i}.json", digest=str(i),
+                                request_id=f"r{i}", request=request))
     assert h.sched.next_launches(h.tick()) == []
     assert len(set(h.sched.pending.values())) == 1
     assert len(calls) == 1

@@ -15,7 +15,7 @@ from praxist_fs.core.effects import (
     EvictAttempt, ResumeAttempt, SpawnAttempt, SuspendAttempt, TerminateAttempts,
 )
 from praxist_fs.core.events import (
-    AttemptObserved, AttemptPreempted, AttemptResumed, ControlSeen, CoordinatorStarted,
+    AttemptObserved, AttemptPreempted, AttemptResumed, ControlSeen,
 )
 from praxist_fs.core.policy import Profile
 from praxist_fs.core.preemption import MAX_PREEMPTIONS_FOR_ONE
@@ -57,7 +57,7 @@ def test_a_full_house_suspends_the_low_job_and_the_high_one_starts_in_the_same_p
     run.exit(high, "a1", 0)
     assert kinds(run.decide()) == [("AttemptResumed", low, "")]
     assert run.state(low) == "running" and run.job(low)["reason"] == "attempt a1 running (resumed)"
-    assert run.effects[-1] == ResumeAttempt(job_id=low, attempt_id="a1")
+    assert run.last_effects[0] == ResumeAttempt(job_id=low, attempt_id="a1")  # files after
     run.exit(low, "a1", 0)
     assert run.state(low) == "completed" and run.sched.jobs[low].current.outcome == "completed"
 
@@ -248,7 +248,7 @@ def test_requeue_terminates_the_victim_and_the_high_job_waits_for_its_end():
     low = run.start("low")
     high = run.submit("high", work_class="mature")["job_id"]
     assert kinds(run.decide()) == [("AttemptPreempted", low, "requeue")]
-    assert run.effects[-1] == EvictAttempt(job_id=low, attempt_id="a1")
+    assert run.last_effects[0] == EvictAttempt(job_id=low, attempt_id="a1")  # files after
     assert run.state(low) == "running" and run.job(low)["reason"].endswith(
         ": terminating, to be requeued")
     waiting = f"waiting for a slot: 1 of 1 running; preempting {low}: waiting for it to end"
@@ -342,16 +342,13 @@ def test_a_restart_carries_out_every_preemption_again():
     second = run.submit("high-2", work_class="mature")["job_id"]
     run.decide()                     # now it is the only low job: suspended again
     assert run.state(resumed) == "suspended" and run.state(second) == "running"
-    sched = replayed(run.journal)
-    effects = sched.handle(CoordinatorStarted(at=run.tick(), policy=sched.policy.to_dict(),
-                                              pid=2, host="h", boot_id="boot"))
+    effects = run.restart(replayed(run.journal))
     assert SuspendAttempt(job_id=resumed, attempt_id="a1") in effects
     run.exit(high, "a1", 0)
     run.exit(second, "a1", 0)
     run.decide()
     assert run.state(resumed) == "running"
-    effects = replayed(run.journal).handle(CoordinatorStarted(
-        at=run.tick(), policy=sched.policy.to_dict(), pid=3, host="h", boot_id="boot"))
+    effects = run.restart(replayed(run.journal))
     assert ResumeAttempt(job_id=resumed, attempt_id="a1") in effects
 
 
@@ -360,8 +357,7 @@ def test_a_restart_terminates_an_eviction_again_and_a_stop_takes_suspended_work_
     low = run.start("low")
     run.submit("high", work_class="mature")
     run.decide()
-    effects = replayed(run.journal).handle(CoordinatorStarted(
-        at=run.tick(), policy=run.sched.policy.to_dict(), pid=2, host="h", boot_id="boot"))
+    effects = run.restart(replayed(run.journal))
     assert EvictAttempt(job_id=low, attempt_id="a1") in effects
     run = PreemptRun(slots=1)
     low = run.start("low")

@@ -10,7 +10,9 @@ import pytest
 from praxist_fs.core.effects import (
     AbortAttempt, ConsumeRequest, RejectRequest, SpawnAttempt, WriteGo, WriteJob, WriteReply,
 )
-from praxist_fs.core.events import AttemptLaunched, CoordinatorStarted, RequestSeen
+from praxist_fs.core.events import (
+    AttemptLaunched, AttemptObserved, CoordinatorStarted, RequestSeen, from_record,
+)
 from praxist_fs.core.secrets import placeholder
 from praxist_fs.core.status import render_status
 
@@ -125,6 +127,38 @@ def test_without_a_cap_one_peer_may_fill_every_slot():
     assert h.launch_all() == [(j, "a1") for j in jobs]
     assert render_status(h.sched, h.now, {})["peers"] == {
         "max_concurrent_per_peer": None, "running": {"alice": 3}}
+
+
+def test_an_acceptance_and_its_launch_in_one_batch_write_one_job_file_before_the_reply():
+    """The daemon hands requests over with the scheduling pass in their batch: the
+    acceptance and the launch share one commit, the shim is told first, and the job's
+    two writes are one, in running/ (never a copy in queued/), there before the reply
+    that says the job was accepted (a peer reads it next)."""
+    h = Harness()
+    event = h.request_event({"peer": "p", "tag": "exp-1", "argv": ["x"]}, name="r1.json")
+    effects = h.feed([event], launch=True)
+    (written,) = effects_of(effects, WriteJob)  # in running/, whatever queued/ held gone
+    assert (written.directory, written.replaces) == ("running", "queued")
+    assert h.job(written.job_id)["state"] == "running" and h.disk.jobs["queued"] == {}
+    kinds = [type(e) for e in effects]
+    assert kinds[0] is SpawnAttempt and kinds.index(WriteJob) < kinds.index(WriteReply)
+    assert [record["type"] for record in h.records] == ["request_seen", "attempt_launched"]
+    assert h.reply_files[event.request_id]["outcome"] == "accepted"
+    assert h.incoming == {}  # the request file is consumed
+
+
+def test_a_job_accepted_with_no_slot_free_says_why_in_its_one_job_file():
+    """An accepted job that finds no slot in its batch's pass is written once, saying why
+    it waits: no status tick needed for its file to say it."""
+    h = Harness(make_policy(initial_concurrent_experiments=1, max_concurrent_experiments=1))
+    h.submit("exp-1")
+    h.launch_all()
+    effects = h.feed([h.request_event({"peer": "p", "tag": "exp-2", "argv": ["x"]})],
+                     launch=True)
+    (written,) = effects_of(effects, WriteJob)
+    waiting = written.job_id
+    assert written.document["reason"] == "waiting for a slot: 1 of 1 running"
+    assert h.job(waiting)["reason"] == "waiting for a slot: 1 of 1 running"
 
 
 def test_spawn_effect_carries_the_request():
@@ -524,13 +558,16 @@ def test_go_needs_the_pid_recorded_first():
 
 
 def test_pid_and_ready_in_one_sighting_records_pid_before_go():
+    """The pid and GO come of one sighting: the driver commits the sighting (the pid)
+    before it writes GO (the backend twin checks that no record is left uncommitted at a
+    GO), and the job file shows the pid."""
     h, job_id = launched()
-    version = h.sched.version
     effects = h.observe(job_id, "a1", handle=shim(4242, 9), ready=True)
-    kinds = [type(e) for e in effects]
-    assert WriteGo in kinds and WriteJob in kinds
-    assert kinds.index(WriteJob) < kinds.index(WriteGo)
-    assert h.sched.version > version  # so the daemon journals it before writing GO
+    assert effects_of(effects, WriteGo) == [WriteGo(job_id=job_id, attempt_id="a1")]
+    record = from_record(h.records[-1])
+    assert isinstance(record, AttemptObserved) and record.handle == shim(4242, 9)
+    (written,) = effects_of(effects, WriteJob)
+    assert written.document["attempts"][0]["pid"] == 4242 == h.job(job_id)["attempts"][0]["pid"]
 
 
 def started(boot_id: str):
@@ -563,6 +600,7 @@ def test_go_journaled_without_a_go_file_in_the_same_boot(ready, state, outcome):
     h, job_id = launched()
     h.handle(started("boot"))
     h.go(job_id, "a1")
+    h.disk.go.clear()  # killed before the GO file was written
     h.handle(started("boot"))
     h.observe(job_id, "a1", alive=False, ready=ready, go=False)
     job = h.job(job_id)
@@ -574,7 +612,9 @@ def test_go_decided_but_its_file_missing_is_written_again_without_a_new_record()
     h.go(job_id, "a1")
     version = h.sched.version
     # a coordinator that crashed between its commit and the GO file: the next one rewrites it
+    h.disk.go.clear()
     assert effects_of(h.observe(job_id, "a1", ready=True), WriteGo)
+    assert h.disk.go == {(job_id, "a1")}
     assert h.sched.version == version
 
 

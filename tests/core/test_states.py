@@ -134,7 +134,7 @@ def test_illegal_event_raises_and_changes_nothing(case):
     before = copy.deepcopy(h.sched.snapshot())
     version = h.sched.version
     with pytest.raises(InvalidTransition):
-        h.sched.handle(make_event(job_id, h.tick()))
+        h.core_only(make_event(job_id, h.tick()))
     assert h.sched.version == version
     assert h.sched.snapshot() == before
     # and the scheduler still works afterwards
@@ -144,7 +144,7 @@ def test_illegal_event_raises_and_changes_nothing(case):
 def test_illegal_launch_names_the_job():
     h, job_id = _completed_job()
     with pytest.raises(InvalidTransition) as info:
-        h.sched.handle(AttemptLaunched(at=h.tick(), job_id=job_id, attempt_id="a2"))
+        h.core_only(AttemptLaunched(at=h.tick(), job_id=job_id, attempt_id="a2"))
     assert job_id in str(info.value)
     assert "completed" in str(info.value)
 
@@ -159,6 +159,6 @@ def test_late_observation_of_a_settled_attempt_changes_nothing():
                         exited=True, exit_code=3),
         AttemptObserved(at=h.tick(), job_id=job_id, attempt_id="a9", alive=True, handle=shim(5)),
     ):
-        assert h.sched.handle(event) == []
+        assert h.handle(event) == []  # nothing carried out: no file, no signal
     assert h.sched.version == version
     assert h.sched.snapshot() == before

@@ -1,10 +1,13 @@
 """The twins of what the daemon hands its ``Driver``, for the simulation
-(tests/core/simulation.py) and the replay property test (tests/core/test_replay.py):
+(tests/core/simulation.py), the replay property test (tests/core/test_replay.py) and the
+core tests' ``Harness`` (tests/core/helpers.py):
 the journal (``MemoryJournal`` behind ``driver.Journal``), the views (``Files``, onto the
 simulated run directory, ``Disk``) and the backend (``Shims``, the memory backend with
 what the barrier files and shims show checked; ``Barrier``, the barrier alone, where the
-test draws what each shim does), and the core itself (``Watched``: each decision shown
-to the simulation's checks before it is applied).
+test draws what each shim does; ``Drawn``, the barrier with each signal logged as the
+effect the driver carried out), the sinks (``Noticed``: the notices of each commit), and
+the core itself (``Watched``: each decision shown to the simulation's checks before it is
+applied).
 
 The driver between them is the production one: the crash/replay property test runs the
 daemon's batching, commit and effect order, and its crash points."""
@@ -19,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 from praxist_fs.backends.base import AttemptKey
 from praxist_fs.backends.memory import MemoryBackend
 from praxist_fs.core.effects import (
-    ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest, SpawnAttempt,
-    WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
+    NOTICES, AbortAttempt, CancelAttempt, ConsumeDecline, ConsumeRequest, DisposeControl,
+    Effect, EvictAttempt, RejectRequest, ResumeAttempt, SpawnAttempt, SuspendAttempt,
+    TerminateAttempts, WriteControlReply, WriteGenerationFile, WriteGo, WriteJob, WriteReply,
 )
 from praxist_fs.core.events import Event
 from praxist_fs.core.scheduler import Scheduler
+from praxist_fs.sinks import Commit, Sink
 
 if TYPE_CHECKING:
     from .simulation import Simulation
@@ -116,7 +121,7 @@ class Files:
 
 class Barrier:
     """A backend that starts nothing and keeps each attempt's barrier (GO never twice,
-    never after ABORT nor before the shim's pid is known) on ``disk``: the replay test
+    never after ABORT nor before the attempt's handle is known) on ``disk``: the replay test
     draws what each shim is seen doing. ``sched``: the core as the driver has it now."""
 
     def __init__(self, disk: Disk, sched: Callable[[], Scheduler]) -> None:
@@ -130,9 +135,13 @@ class Barrier:
 
     def go(self, key: AttemptKey) -> None:
         assert key not in self.disk.go, "GO written twice"
+        self.write_go(key)
+
+    def write_go(self, key: AttemptKey) -> None:
         assert key not in self.disk.abort, "GO after ABORT"
         attempt = next(a for a in self.sched().jobs[key[0]].attempts if a.attempt_id == key[1])
-        assert attempt.pid is not None, "GO before the pid was recorded"
+        # the backend's handle (the local shim's pid, a Slurm job id): the core's to journal
+        assert attempt.handle is not None, "GO before the attempt's handle was recorded"
         self.disk.go.add(key)
 
     def abort(self, key: AttemptKey) -> None:
@@ -147,6 +156,79 @@ class Barrier:
 
     def roll_back(self) -> None:
         pass
+
+
+class Drawn(Barrier):
+    """The barrier twin for the core tests' ``Harness``: it starts nothing (the test draws
+    each shim's sightings) and logs each call the driver made as the effect it carried
+    out, into ``carried`` (the views' ``Logged`` logs the file effects into the same list,
+    in the driver's order). It checks the barrier as ``Barrier`` does, but for a GO
+    written again, which a core asks for when a shim shows READY and no GO (the file may
+    be lost in a crash); and that a GO goes out only once its batch is committed to
+    ``journal``. The driver's crash hook (``reached``) names the effect being carried out:
+    it tells an eviction's ``end`` from a cancel's."""
+
+    def __init__(self, disk: Disk, sched: Callable[[], Scheduler], carried: list[Effect],
+                 journal: MemoryJournal) -> None:
+        super().__init__(disk, sched)
+        self.carried = carried
+        self.journal = journal
+        self.point = ""
+
+    def reached(self, point: str) -> None:
+        self.point = point
+
+    def start(self, launch: SpawnAttempt) -> list[Event]:
+        self.carried.append(launch)
+        return []
+
+    def go(self, key: AttemptKey) -> None:
+        assert not self.journal.pending, "GO before its batch was committed"
+        self.write_go(key)
+        self.carried.append(WriteGo(job_id=key[0], attempt_id=key[1]))
+
+    def abort(self, key: AttemptKey) -> None:
+        super().abort(key)
+        self.carried.append(AbortAttempt(job_id=key[0], attempt_id=key[1]))
+
+    def suspend(self, key: AttemptKey, by: str) -> None:
+        self.carried.append(SuspendAttempt(job_id=key[0], attempt_id=key[1]))
+
+    def resume(self, key: AttemptKey) -> None:
+        self.carried.append(ResumeAttempt(job_id=key[0], attempt_id=key[1]))
+
+    def end(self, key: AttemptKey, grace: float, suspended: bool) -> None:
+        if self.point == "effect.EvictAttempt.before":
+            self.carried.append(EvictAttempt(job_id=key[0], attempt_id=key[1]))
+        else:
+            self.carried.append(CancelAttempt(job_id=key[0], attempt_id=key[1], grace=grace))
+
+    def terminate(self, keys: list[AttemptKey]) -> list[Event]:
+        self.carried.append(TerminateAttempts(attempts=tuple(keys)))
+        return []
+
+
+class Logged(Files):
+    """``Files``, logging each file effect it carries out into ``carried``."""
+
+    def __init__(self, sim: Any, carried: list[Effect]) -> None:
+        super().__init__(sim)
+        self.carried = carried
+
+    def execute(self, effect: Effect, sched: Scheduler) -> None:
+        self.carried.append(effect)
+        super().execute(effect, sched)
+
+
+class Noticed(Sink):
+    """A sink that logs each committed batch's notices (which the driver hands the sinks
+    and carries out nowhere else) into ``carried``, after the batch's effects."""
+
+    def __init__(self, carried: list[Effect]) -> None:
+        self.carried = carried
+
+    def committed(self, commit: Commit) -> None:
+        self.carried += [e for e in commit.effects if isinstance(e, NOTICES)]
 
 
 class Shims:
