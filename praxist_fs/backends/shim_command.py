@@ -36,8 +36,22 @@ RETRY_MAX_S = 5.0  # ... up to this
 _written = 0  # files this process began to write: their temp names' serial number
 
 
+def _open_ledger():
+    """The power-loss ledger a test names (fsio.LEDGER_ENV; the launcher passes it on to
+    the shims it starts), open for appending; else None."""
+    path = posix.environ.get(b"PRAXIST_POWERLOSS_LEDGER")
+    if not path:
+        return None
+    return posix.open(path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC,
+                      0o600)
+
+
+LEDGER = _open_ledger()
+
+
 def to_json(document):
-    """The few JSON documents we write: flat objects of str, int, float and None."""
+    """The few JSON documents we write: flat objects of str, int, float, None and lists of
+    them."""
     return ("{%s}" % ", ".join(
         "%s: %s" % (_json_str(key), _json_value(value)) for key, value in document.items())
     ).encode("ascii")
@@ -58,6 +72,8 @@ def _json_value(value):
         return float.__repr__(value)
     if isinstance(value, int):
         return int.__repr__(value)
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(_json_value(item) for item in value)
     raise TypeError("cannot write %r as JSON" % (value,))
 
 
@@ -134,11 +150,22 @@ def write_file(path, data, durable):
             pass
         raise
     if durable:
-        dfd = posix.open(path[:path.rindex("/")] or "/", posix.O_RDONLY | posix.O_DIRECTORY)
-        try:
-            posix.fsync(dfd)
-        finally:
-            posix.close(dfd)
+        fsync_directory(path[:path.rindex("/")] or "/")
+
+
+def fsync_directory(path):
+    """fsync the directory ``path``: the entries it holds now survive a power cut. Told to
+    the power-loss ledger when a test gave us one (fsio's format: tests/powerloss.py
+    learns a shim's fsyncs from it as it learns the coordinator's)."""
+    dfd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    try:
+        posix.fsync(dfd)
+        if LEDGER is not None:
+            names = sorted(posix.listdir(path))
+            posix.write(LEDGER, to_json({"op": "fsync_dir", "path": path, "names": names})
+                        + b"\n")
+    finally:
+        posix.close(dfd)
 
 
 def write_until_written(path, data, durable):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from praxist_fs.adapters import procs
-from praxist_fs.adapters.fsio import create, open_log, unlink
+from praxist_fs.adapters.fsio import LEDGER_ENV, create, open_log, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
@@ -291,7 +291,7 @@ class ShimServer:
                 pass_fds=(theirs.fileno(),), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, cwd="/",
-                env={"PATH": os.environ.get("PATH", os.defpath)})
+                env=shim_environment())
         except OSError:
             ours.close()
             raise
@@ -409,7 +409,7 @@ def _start_shim(leading: list[str], log: str | os.PathLike | None, cwd: str | os
                  str(go_read), str(status_write)],
                 pass_fds=(*keep, go_read, status_write), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=shim_log, stderr=subprocess.STDOUT,
-                cwd=cwd, env={"PATH": os.environ.get("PATH", os.defpath)})
+                cwd=cwd, env=shim_environment())
     except OSError:
         for fd in (go_write, status_read):
             os.close(fd)
@@ -419,6 +419,15 @@ def _start_shim(leading: list[str], log: str | os.PathLike | None, cwd: str | os
         os.close(status_write)
     os.set_blocking(status_read, False)
     return ShimHandle(popen=popen, go_fd=go_write, status_fd=status_read)
+
+
+def shim_environment() -> dict[str, str]:
+    """A shim's whole environment: ``PATH``, and in a power-loss test its ledger, in which
+    the shim records its directory fsyncs beside ours (shim_command.fsync_directory)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    if ledger := os.environ.get(LEDGER_ENV):
+        env[LEDGER_ENV] = ledger
+    return env
 
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
