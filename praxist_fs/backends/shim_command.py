@@ -223,10 +223,13 @@ def own_identity():
 def run(spec, status_fd, own_group=False, on_start=None):
     """The command's exit record (the body of exit.json). ``own_group``: the command leads
     a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
-    told its pid once it runs."""
+    told its pid once it runs. With ``log_dir_mode`` in ``spec``, the log's directory is
+    made here (own_directory) rather than by the coordinator."""
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
     try:
+        if spec.get("log_dir_mode") is not None:  # the local shim's: its log's directory
+            own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
         pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"),
                     own_group)
     except OSError as exc:  # the log
@@ -284,6 +287,32 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
             **group))
     finally:
         posix.close(log)
+
+
+def own_directory(path, mode):
+    """Make the directory ``path`` (its parent is one of the run's, which the coordinator
+    checked), or find it: a real directory of ours that nobody else may write to, never
+    a link; else CouldNotStart, and nothing is written through it (R-SEC-4). The same
+    test as the coordinator's for its state directories (ownership.state_directory_problem),
+    made here so that the mkdir is off the coordinator's loop."""
+    try:
+        posix.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    info = posix.lstat(path)
+    kind = info.st_mode & 0o170000
+    problem = None
+    if kind == 0o120000:
+        problem = "is a symbolic link"
+    elif kind != 0o040000:
+        problem = "is not a directory"
+    elif info.st_uid != posix.geteuid():
+        problem = "is owned by uid %d" % info.st_uid
+    elif info.st_mode & 0o022 and not info.st_mode & 0o1000:
+        problem = "is writable by others (mode %04o) and not sticky" % (info.st_mode & 0o7777)
+    if problem is not None:
+        raise CouldNotStart(0, "the log directory %s %s: refusing to write through it"
+                            % (path, problem))
 
 
 def open_log(log_path, user=None):

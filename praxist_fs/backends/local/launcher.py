@@ -48,6 +48,7 @@ PYTHON_FLAGS = ("-S",)
 # __pycache__. sys.path[0] is then the shim's directory, as it would be for the script.
 SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main())" % str(
     SHIM.parent)
+LOG_DIR_MODE = 0o755  # logs/experiments/<job_id>/, made by the shim (own_directories' mode)
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
@@ -432,7 +433,8 @@ def shim_environment() -> dict[str, str]:
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
-    """Write the attempt's files and give them to a shim: ``warm``, one started ahead of
+    """Make the attempt's directory (its log's is the shim's to make), write its files and
+    give them to a shim: ``warm``, one started ahead of
     need (whose pid the caller may have journaled already), else a new one. Raises
     OSError if that shim cannot be started, or ``warm`` is gone.
 
@@ -442,10 +444,10 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
     log = layout.log(effect.job_id, effect.attempt_id)
-    own_directories(str(layout.logs), effect.job_id)
-    spec = marshal.dumps({
+    spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode), off our loop
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
+        "log_dir_mode": LOG_DIR_MODE,
         "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S})
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)
