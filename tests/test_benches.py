@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,16 @@ def test_the_shim_bench_runs_attempts_on_every_path(tmp_path):
     assert done.returncode == 0, done.stderr
     assert {"server", "supervisor", "cold"} <= {line.split()[0] for line in
                                                  done.stdout.splitlines() if line.strip()}
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_the_file_ops_bench_counts_each_jobs_fsyncs_by_process(tmp_path):
+    done = bench("bench/bench_file_ops.py", "--jobs", "5", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    counts = json.loads(done.stdout)["per_job"]
+    # every job's journal commit is the coordinator's; every exit.json is fsynced by a shim
+    assert counts["coordinator"]["fsync"] >= 0.2 and counts["shim"]["fsync"] >= 1
+    assert counts["coordinator"]["create"] >= 1 and counts["shim"]["create"] >= 1
 
 
 def test_the_burst_bench_answers_a_small_burst(tmp_path):

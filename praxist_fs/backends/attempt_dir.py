@@ -3,7 +3,9 @@
 The local backend's shim and the Slurm-mode shim alike wait in ``attempts/<job>/<attempt>/``
 for GO or ABORT and record exit.json there; so the barrier's patience, the description
 of an attempt (attempt.json) and the fsync that keeps exit.json through a power cut are
-the same for both, and live here rather than in either backend.
+the same for both, and live here rather than in either backend. (The local shim makes
+its own directory durable while its command runs, shim.make_durable; the local backend
+uses this fsync only for a shim it re-adopted.)
 """
 
 from __future__ import annotations

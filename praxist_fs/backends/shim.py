@@ -353,13 +353,37 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
         become_subreaper()
     if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
         return
-    result = shim_command.to_json(shim_command.run(spec, status_fd))
+    started = []  # the command's pid, once it runs
+
+    def on_start(pid):
+        started.append(pid)
+        make_durable(attempt_dir)  # while the command runs
+
+    result = shim_command.run(spec, status_fd, on_start=on_start)
+    if not started:  # it could not start: the exit.json that says why needs it durable too
+        make_durable(attempt_dir)
+    result = shim_command.to_json(result)
     # Until exit.json is durable the exit exists only here: no giving up, whatever it
     # takes (a later coordinator reads nothing else, and cannot tell us it journaled it).
     for failures in shim_command.write_until_written(attempt_dir + "/exit.json", result,
                                                      durable=True):
         if failures == 1:  # a coordinator still connected journals it, and acts on it
             shim_command.tell(status_fd, b"X" + result + b"\n")
+
+def make_durable(attempt_dir):
+    """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,
+    while the command runs and before exit.json is written, so that the exit.json we fsync
+    into it cannot vanish with the directory in a power cut. The coordinator made both
+    and left their fsyncs to us, off its loop. A failure is told to shim.log: the exit
+    is still written, but a power cut may take it along (the attempt then reads lost)."""
+    job_dir = attempt_dir[:attempt_dir.rindex("/")]
+    for directory in (job_dir, job_dir[:job_dir.rindex("/")]):
+        try:
+            shim_command.fsync_directory(directory)
+        except OSError as exc:
+            shim_command.tell(2, b"could not make %s durable: %s\n" % (
+                directory.encode("utf-8", "surrogateescape"), str(exc).encode()))
+
 
 if __name__ == "__main__":
     sys.exit(main())

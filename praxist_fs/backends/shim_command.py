@@ -36,8 +36,22 @@ RETRY_MAX_S = 5.0  # ... up to this
 _written = 0  # files this process began to write: their temp names' serial number
 
 
+def _open_ledger():
+    """The power-loss ledger a test names (fsio.LEDGER_ENV; the launcher passes it on to
+    the shims it starts), open for appending; else None."""
+    path = posix.environ.get(b"PRAXIST_POWERLOSS_LEDGER")
+    if not path:
+        return None
+    return posix.open(path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND | posix.O_CLOEXEC,
+                      0o600)
+
+
+LEDGER = _open_ledger()
+
+
 def to_json(document):
-    """The few JSON documents we write: flat objects of str, int, float and None."""
+    """The few JSON documents we write: flat objects of str, int, float, None and lists of
+    them."""
     return ("{%s}" % ", ".join(
         "%s: %s" % (_json_str(key), _json_value(value)) for key, value in document.items())
     ).encode("ascii")
@@ -58,6 +72,8 @@ def _json_value(value):
         return float.__repr__(value)
     if isinstance(value, int):
         return int.__repr__(value)
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(_json_value(item) for item in value)
     raise TypeError("cannot write %r as JSON" % (value,))
 
 
@@ -134,11 +150,22 @@ def write_file(path, data, durable):
             pass
         raise
     if durable:
-        dfd = posix.open(path[:path.rindex("/")] or "/", posix.O_RDONLY | posix.O_DIRECTORY)
-        try:
-            posix.fsync(dfd)
-        finally:
-            posix.close(dfd)
+        fsync_directory(path[:path.rindex("/")] or "/")
+
+
+def fsync_directory(path):
+    """fsync the directory ``path``: the entries it holds now survive a power cut. Told to
+    the power-loss ledger when a test gave us one (fsio's format: tests/powerloss.py
+    learns a shim's fsyncs from it as it learns the coordinator's)."""
+    dfd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+    try:
+        posix.fsync(dfd)
+        if LEDGER is not None:
+            names = sorted(posix.listdir(path))
+            posix.write(LEDGER, to_json({"op": "fsync_dir", "path": path, "names": names})
+                        + b"\n")
+    finally:
+        posix.close(dfd)
 
 
 def write_until_written(path, data, durable):
@@ -196,10 +223,13 @@ def own_identity():
 def run(spec, status_fd, own_group=False, on_start=None):
     """The command's exit record (the body of exit.json). ``own_group``: the command leads
     a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
-    told its pid once it runs."""
+    told its pid once it runs. With ``log_dir_mode`` in ``spec``, the log's directory is
+    made here (own_directory) rather than by the coordinator."""
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
     try:
+        if spec.get("log_dir_mode") is not None:  # the local shim's: its log's directory
+            own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
         pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"),
                     own_group)
     except OSError as exc:  # the log
@@ -257,6 +287,32 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
             **group))
     finally:
         posix.close(log)
+
+
+def own_directory(path, mode):
+    """Make the directory ``path`` (its parent is one of the run's, which the coordinator
+    checked), or find it: a real directory of ours that nobody else may write to, never
+    a link; else CouldNotStart, and nothing is written through it (R-SEC-4). The same
+    test as the coordinator's for its state directories (ownership.state_directory_problem),
+    made here so that the mkdir is off the coordinator's loop."""
+    try:
+        posix.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    info = posix.lstat(path)
+    kind = info.st_mode & 0o170000
+    problem = None
+    if kind == 0o120000:
+        problem = "is a symbolic link"
+    elif kind != 0o040000:
+        problem = "is not a directory"
+    elif info.st_uid != posix.geteuid():
+        problem = "is owned by uid %d" % info.st_uid
+    elif info.st_mode & 0o022 and not info.st_mode & 0o1000:
+        problem = "is writable by others (mode %04o) and not sticky" % (info.st_mode & 0o7777)
+    if problem is not None:
+        raise CouldNotStart(0, "the log directory %s %s: refusing to write through it"
+                            % (path, problem))
 
 
 def open_log(log_path, user=None):

@@ -202,10 +202,12 @@ def test_paths_outside_the_run_directory_are_left_alone(ledger, tmp_path):
 
 @pytest.fixture
 def recording(tmp_path, monkeypatch):
-    """fsio writing its ledger, as the coordinator does under PRAXIST_POWERLOSS_LEDGER."""
+    """fsio writing its ledger, as the coordinator does under PRAXIST_POWERLOSS_LEDGER;
+    the shims it starts write theirs into it too."""
     path = tmp_path / "ledger.jsonl"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     monkeypatch.setattr(fsio, "_ledger", fd)
+    monkeypatch.setenv(fsio.LEDGER_ENV, str(path))
     yield path
     os.close(fd)
 
@@ -253,6 +255,28 @@ def test_exit_json_survives_in_a_job_directory_a_killed_coordinator_never_fsynce
     handle.close()
     powerloss.apply(recording, layout.root)
     assert (attempt_dir / "exit.json").exists()  # the shim fsynced it into a durable directory
+
+
+def spawn_true(layout, tmp_path, job_id):
+    effect = SpawnAttempt(job_id=job_id, attempt_id="a1", argv=("true",), command=None,
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    return launcher.spawn(layout, effect, attempt_environment(layout, effect))
+
+
+def test_exit_json_survives_in_directories_only_its_shim_fsynced(tmp_path, recording):
+    """The launch path fsyncs no directory: the shim makes its attempt directory durable
+    in attempts/<job>/ and attempts/ while the command runs, before its exit.json."""
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    handle = spawn_true(layout, tmp_path, "job-1")
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    fsio.write_atomic(attempt_dir / "GO", b"", sync=False)
+    handle.release_barrier(b"G")
+    assert handle.popen.wait(timeout=15) == 0
+    handle.close()
+    powerloss.apply(recording, layout.root)
+    assert (attempt_dir / "exit.json").exists()
 
 
 def test_without_a_ledger_fsio_records_nothing(tmp_path):

@@ -96,7 +96,6 @@ class LocalBackend:
         self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
         self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe
-        self.unsynced: list[AttemptKey] = []  # attempts whose directories are not durable yet
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
@@ -264,7 +263,6 @@ class LocalBackend:
         self.handles[key] = handle
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
         self.spawned.append(effect)
-        self.unsynced.append(key)
         if bound is not None:
             return []
         pid = handle.popen.pid
@@ -274,36 +272,29 @@ class LocalBackend:
 
     def settle(self) -> None:
         """Once the batch's commands are on their way (their GO is journaled and sent):
-        attempt.json for each attempt it started, off the launch path; and the
-        directories of those still waiting for their GO made durable (``go``). An
-        OSError leaves them for the next call."""
+        attempt.json for each attempt it started, off the launch path. An OSError leaves
+        them for the next call."""
         for effect in self.spawned:
             describe(self.layout, effect)
         self.spawned.clear()
-        self._make_durable()
-
-    def _make_durable(self) -> None:
-        """exit.json, fsynced by the shim into its attempt directory, must not vanish with
-        the directory after a power cut: no command starts before its directory is
-        fsynced into its parents. A batch's attempts together, each parent once, at the
-        first GO after their spawns (which come first: ``driver._launch_path_first``)."""
-        if self.unsynced:
-            make_durable(self.layout, self.unsynced)
-            self.unsynced.clear()
 
     def go(self, key: AttemptKey) -> None:
         """GO, journaled already: the shim's pipe first, so the command starts while the
         GO file is written (without fsync: the journal holds the decision). A shim
         without a pipe to us (a re-adopted one) polls for the file. Held while a job it
-        preempts by suspension is not wholly stopped yet (``_forget_suspension``). Either
-        way its directory is durable first; a re-adopted one's too, which a coordinator
-        killed before its fsync may have made."""
+        preempts by suspension is not wholly stopped yet (``_forget_suspension``).
+
+        exit.json, fsynced by the shim into the attempt directory, must not vanish with
+        the directory in a power cut: the shim fsyncs the directory into its parents
+        itself, while the command runs and before it writes exit.json (shim.make_durable),
+        so that no fsync of ours is on the launch path. A re-adopted shim's directory is
+        fsynced here before its GO all the same: a shim of an older version, started by
+        an earlier coordinator, may count on it."""
         if key in self.refused:  # its directory is not ours: nothing goes through it
             self.refused.discard(key)
             return
-        if key not in self.handles and key not in self.unsynced:
-            self.unsynced.append(key)
-        self._make_durable()
+        if key not in self.handles:
+            make_durable(self.layout, [key])
         if any(by == key[0] for _, by in self.suspending.values()):
             self.held_go.add(key)
             return

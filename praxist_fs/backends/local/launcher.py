@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from praxist_fs.adapters import procs
-from praxist_fs.adapters.fsio import create, open_log, unlink
+from praxist_fs.adapters.fsio import LEDGER_ENV, create, open_log, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
@@ -48,6 +48,7 @@ PYTHON_FLAGS = ("-S",)
 # __pycache__. sys.path[0] is then the shim's directory, as it would be for the script.
 SHIM_BOOTSTRAP = "import sys; sys.path[0] = %r; import shim; sys.exit(shim.main())" % str(
     SHIM.parent)
+LOG_DIR_MODE = 0o755  # logs/experiments/<job_id>/, made by the shim (own_directories' mode)
 # A fork takes a millisecond: a server that has not answered by then is wedged.
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
@@ -291,7 +292,7 @@ class ShimServer:
                 pass_fds=(theirs.fileno(),), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, cwd="/",
-                env={"PATH": os.environ.get("PATH", os.defpath)})
+                env=shim_environment())
         except OSError:
             ours.close()
             raise
@@ -409,7 +410,7 @@ def _start_shim(leading: list[str], log: str | os.PathLike | None, cwd: str | os
                  str(go_read), str(status_write)],
                 pass_fds=(*keep, go_read, status_write), start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=shim_log, stderr=subprocess.STDOUT,
-                cwd=cwd, env={"PATH": os.environ.get("PATH", os.defpath)})
+                cwd=cwd, env=shim_environment())
     except OSError:
         for fd in (go_write, status_read):
             os.close(fd)
@@ -421,9 +422,19 @@ def _start_shim(leading: list[str], log: str | os.PathLike | None, cwd: str | os
     return ShimHandle(popen=popen, go_fd=go_write, status_fd=status_read)
 
 
+def shim_environment() -> dict[str, str]:
+    """A shim's whole environment: ``PATH``, and in a power-loss test its ledger, in which
+    the shim records its directory fsyncs beside ours (shim_command.fsync_directory)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath)}
+    if ledger := os.environ.get(LEDGER_ENV):
+        env[LEDGER_ENV] = ledger
+    return env
+
+
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
-    """Write the attempt's files and give them to a shim: ``warm``, one started ahead of
+    """Make the attempt's directory (its log's is the shim's to make), write its files and
+    give them to a shim: ``warm``, one started ahead of
     need (whose pid the caller may have journaled already), else a new one. Raises
     OSError if that shim cannot be started, or ``warm`` is gone.
 
@@ -433,10 +444,10 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
     log = layout.log(effect.job_id, effect.attempt_id)
-    own_directories(str(layout.logs), effect.job_id)
-    spec = marshal.dumps({
+    spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode), off our loop
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
+        "log_dir_mode": LOG_DIR_MODE,
         "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S})
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)

@@ -332,6 +332,27 @@ def test_a_bad_cwd_is_recorded(layout, tmp_path, name, code):
     assert record["error"].startswith("could not start the command: [Errno ")
 
 
+@pytest.mark.parametrize("plant, words", [
+    (lambda logs, elsewhere: os.symlink(elsewhere, logs), "is a symbolic link"),
+    (lambda logs, elsewhere: logs.write_text(""), "is not a directory"),
+    (lambda logs, elsewhere: logs.mkdir(mode=0o777) or logs.chmod(0o777),
+     "is writable by others (mode 0777) and not sticky"),
+])
+def test_the_shim_refuses_a_log_directory_it_did_not_make_its_own(layout, tmp_path, plant,
+                                                                 words):
+    """The shim makes logs/experiments/<job_id>/ (off the coordinator's loop): one planted
+    there that is not a private directory of ours is never written through."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    plant(layout.log("job-1", "a1").parent, elsewhere)
+    handle, attempt_dir = spawn_argv(layout, ["sh", "-c", "echo ran > %s/ran" % tmp_path],
+                                     tmp_path)
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 126 and words in record["error"], record
+    assert record["error"].startswith("could not start the command: the log directory ")
+    assert not os.listdir(elsewhere) and not (tmp_path / "ran").exists()
+
+
 def test_a_command_killed_by_a_signal(layout, tmp_path):
     handle, attempt_dir, _ = spawn(layout, tmp_path, body="kill -KILL $$")
     record = go_and_wait(handle, attempt_dir)
