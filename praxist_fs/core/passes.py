@@ -37,8 +37,8 @@ from .pickers.base import JobPicker, each, tier_pickers
 from .pickers.context import Pass
 from .pickers.ledger import Usage
 from .pickers.walk import Openings
-from .placement import Demand, DeviceLoad, KeptLoads, device_loads
-from .preemption import preemptible_classes
+from .placement import Demand, DeviceLoad, KeptLoads
+from .preemption import paused, preemptible_classes
 from .states import AttemptOutcome, GenerationStage, JobState
 
 if TYPE_CHECKING:
@@ -382,32 +382,40 @@ class PassDesk:
         """Per-device load as placement sees it (real allocations; claims never block).
 
         Kept from call to call (``KeptLoads``) while the sample, the others' envelopes
-        and the profiles are the same and no job is suspended: only the devices of jobs
-        that started or stopped running since are worked out again, and when none did
-        (an arrival while the devices are busy) the running jobs are not looked at."""
+        and the profiles are the same: only the devices of jobs that started, stopped
+        running or were suspended since are worked out again, and when none did (an
+        arrival while the devices are busy, no job suspended) the running jobs are not
+        looked at. A suspended job holds what it keeps (``paused``) after every running
+        job, as ``held_envelopes`` has it; a resume puts a job back among the running
+        ones, before them, so the loads are then worked out afresh."""
         board = self.board
         sample = board.host.gpus if board.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
         others, kept = board.host.others, self.kept_loads
-        if board.count(JobState.SUSPENDED):  # what they keep holding is made anew each time
-            self.kept_loads = None
-            real = [e for e in others if not e.speculative]
-            return device_loads(sample, [*self.held_envelopes(), *real])
         running = board._by_state[JobState.RUNNING]
+        suspended = board._by_state[JobState.SUSPENDED]
 
-        def holding(job_id: str) -> tuple[Attempt, list[Envelope]]:
-            return running[job_id].attempts[-1], self._held(running[job_id])
+        def holding(holder: str | tuple[str, ...]) -> tuple[Attempt, list[Envelope]]:
+            if isinstance(holder, tuple):  # suspended: what it keeps (``paused``)
+                job = suspended[holder[0]]
+                return job.attempts[-1], paused(board.preemption.envelopes(job))
+            return running[holder].attempts[-1], self._held(running[holder])
 
         if kept is None or kept[0] is not board.policy or kept[1].sample is not sample or \
                 kept[1].others is not others:
             kept = None
-        elif kept[2] is running and kept[3] == self.running_moves:
+        elif kept[2] is running and kept[3] == self.running_moves and not suspended and \
+                len(kept[1].holders) == len(running):  # and none was suspended then
             return list(kept[1].loads)  # no job started or stopped running since
-        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
+        # the running jobs, then the suspended ones (a key apart: a job suspended or
+        # resumed leaves one holder and becomes another), as ``held_envelopes`` has them
+        holders: dict[str | tuple[str, ...], Attempt] = {
+            job_id: job.attempts[-1] for job_id, job in running.items()}
+        holders.update(((job_id,), job.attempts[-1]) for job_id, job in suspended.items())
         if kept is None or not kept[1].update(holders, holding):
             kept = (board.policy, KeptLoads.of(
-                sample, others, {job_id: holding(job_id) for job_id in running}))
+                sample, others, {holder: holding(holder) for holder in holders}))
         self.kept_loads = (*kept[:2], running, self.running_moves)
         return list(kept[1].loads)  # the caller's to change
 
@@ -428,7 +436,6 @@ class PassDesk:
             known = self.held_memo[job.job_id] = (attempt, profile,
                                                   board.preemption.envelopes(job))
         return known[2]
-
 
 
 def release_backoff(releases: int) -> float:

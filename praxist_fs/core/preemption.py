@@ -71,8 +71,8 @@ from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptR
 from .observations import Envelope
 from .pickers.base import VictimScope, each
 from .pickers.context import peer_of
-from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
-    without_envelopes
+from .placement import Demand, DeviceLoad, envelopes_of, holding, place, releasing, \
+    with_envelopes, without_envelopes
 from .queues import Queue
 from .states import AttemptOutcome, JobState, PreemptMode, Trigger
 
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from .events import HostSampled
     from .model import Attempt, Job
     from .pickers.context import Pass
-    from .policy import Policy
+    from .policy import Policy, Profile
 
 
 class PreemptionBoard(Protocol):
@@ -113,9 +113,15 @@ class PreemptionDesk:
     def __init__(self, board: PreemptionBoard) -> None:
         self.board = board
         self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
-        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, the room)
+        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, their
+        # envelopes and what they keep suspended by device, the room)
         self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
+                                   dict[str, tuple[list[Envelope], list[Envelope]]],
                                    list[DeviceLoad]] | None = None
+        # ``_holds``: job id -> (its attempt, profile, envelopes, what it keeps suspended)
+        self._victims: dict[str, tuple[Attempt, Profile | None, list[Envelope],
+                                       list[Envelope]]] = {}
+        self._by_uuid: tuple[list[DeviceLoad] | None, dict[str, DeviceLoad]] = (None, {})
 
     def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
         """``preemptible_classes(queues)``, known by the tuple's identity: a pass asks at
@@ -229,24 +235,30 @@ class PreemptionDesk:
         loads = self._room(ctx.loads, mine, PreemptMode.REQUEUE) if demand else ctx.loads
         free = ctx.free + len(mine)
 
-        # the loads once the victims tried so far made room, by their ids: each try adds
-        # one victim to the last or takes one away, so the room is changed by that one
-        # (``_room``, ``_unroom``) instead of made anew from every victim's envelopes
-        rooms: dict[tuple[str, ...], list[DeviceLoad]] = {(): loads}
+        # the loads once the victims tried so far made room, by their ids, with how many
+        # devices there take the job's demand: each try adds one victim to the last or
+        # takes one away, so the room is changed by that one (``_room``, ``_unroom``)
+        # instead of made anew from every victim's envelopes, and the count by the few
+        # devices it changed. A placement fails exactly when fewer than ``gpu_count``
+        # devices take the demand, so only a try that succeeds places the job.
+        rooms: dict[tuple[str, ...], tuple[list[DeviceLoad], int]] = {}
+        if demand is not None:
+            rooms[()] = (loads, ctx.fitting(demand, avoid) + _gained(
+                demand, avoid, ctx.loads, loads))
 
-        def room(victims: list[Job]) -> list[DeviceLoad]:
+        def room(victims: list[Job]) -> tuple[list[DeviceLoad], int]:
             key = tuple(v.job_id for v in victims)
             if (found := rooms.get(key)) is None:
                 if (shorter := rooms.get(key[:-1])) is not None:
-                    found = self._room(shorter, victims[-1:], queue.preempt)
+                    base, made = shorter, self._room(shorter[0], victims[-1:], queue.preempt)
                 elif len(held_by) == len(key) + 1 and (longer := rooms.get(
                         tuple(v.job_id for v in held_by))) is not None:
                     kept = set(key)
-                    found = self._unroom(longer, [v for v in held_by if v.job_id not in kept],
-                                         queue.preempt)
+                    base, made = longer, self._unroom(
+                        longer[0], [v for v in held_by if v.job_id not in kept], queue.preempt)
                 else:
-                    found = self._room(loads, victims, queue.preempt)
-                rooms[key] = found
+                    base, made = rooms[()], self._room(loads, victims, queue.preempt)
+                found = rooms[key] = (made, base[1] + _gained(demand, avoid, base[0], made))
             return found
 
         def fits(victims: list[Job]) -> tuple[str, ...] | None:
@@ -261,7 +273,10 @@ class PreemptionDesk:
                 return None
             if demand is None:
                 return ()
-            gpus, why = place(demand, room(victims), avoid, ctx.packing)
+            made, count = room(victims)
+            if count < demand.gpu_count:
+                return None
+            gpus, why = place(demand, made, avoid, ctx.packing)
             return None if why else gpus
 
         victims: list[Job] = []
@@ -279,8 +294,9 @@ class PreemptionDesk:
                                 VictimScope(job, queue, tuple(candidates))))
             # more victims never take room away, so when all of them together make none,
             # no fewer do: one placement says so instead of one per victim
-            hopeless_room = demand is not None and bool(ordered) and bool(place(
-                demand, self._everyone(loads, ordered, queue.preempt), avoid, ctx.packing)[1])
+            hopeless_room = demand is not None and bool(ordered) and rooms[()][1] + _gained(
+                demand, avoid, loads, self._everyone(loads, ordered, queue.preempt)
+            ) < demand.gpu_count
             for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
                 if fits(victims) is not None:
@@ -330,26 +346,69 @@ class PreemptionDesk:
         """``loads`` once ``victims`` are suspended (``paused``) or gone (``requeue``)."""
         if not victims:
             return loads
-        held = [e for victim in victims for e in self.envelopes(victim)]
+        held, kept = self._holds(victims)
         loads = without_envelopes(loads, held)
-        return with_envelopes(loads, paused(held)) if mode == PreemptMode.SUSPEND else loads
-
-    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
-                  mode: PreemptMode) -> list[DeviceLoad]:
-        """``_room`` of every candidate victim, kept while the loads and the candidates stay
-        the same: a pass asks it for each demand that waits, of the same running jobs."""
-        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
-        if memo is None or memo[0] is not loads or memo[1] != ids or memo[2] != mode:
-            memo = self._everyone_memo = (loads, ids, mode, self._room(loads, victims, mode))
-        return memo[3]
+        return with_envelopes(loads, kept) if mode == PreemptMode.SUSPEND else loads
 
     def _unroom(self, loads: list[DeviceLoad], victims: list[Job],
                 mode: PreemptMode) -> list[DeviceLoad]:
         """``loads`` with ``victims`` back as they were before ``_room``: its inverse."""
-        held = [e for victim in victims for e in self.envelopes(victim)]
+        held, kept = self._holds(victims)
         if mode == PreemptMode.SUSPEND:
-            loads = without_envelopes(loads, paused(held))
+            loads = without_envelopes(loads, kept)
         return with_envelopes(loads, held)
+
+    def _holds(self, victims: list[Job] | tuple[Job, ...]
+               ) -> tuple[list[Envelope], list[Envelope]]:
+        """What ``victims`` hold (``envelopes``) and what they would keep suspended
+        (``paused``), in their order; each victim's made once while it stays a candidate
+        (``_everyone`` keeps them for the candidates it was last asked about), since a
+        pass tries the same running jobs for every job that waits."""
+        held: list[Envelope] = []
+        kept: list[Envelope] = []
+        for victim in victims:
+            profile = self.board.policy.profiles.get(victim.profile)
+            known = self._victims.get(victim.job_id)
+            if known is None or known[0] is not victim.current or known[1] is not profile:
+                envelopes = self.envelopes(victim)
+                known = self._victims[victim.job_id] = (victim.current, profile, envelopes,
+                                                        paused(envelopes))
+            held += known[2]
+            kept += known[3]
+        return held, kept
+
+    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                  mode: PreemptMode) -> list[DeviceLoad]:
+        """``_room`` of every candidate victim. A pass asks it for each demand that waits,
+        of the same running jobs, and the next pass mostly of the same loads again (the
+        devices no job started or ended on keep their ``DeviceLoad``): a device whose
+        load and victims' envelopes are those of the last answer keeps its room from it,
+        and only the others are worked out (as ``_room`` would, to the last bit)."""
+        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
+        if memo is not None and memo[0] is loads and memo[1] == ids and memo[2] == mode:
+            return memo[4]
+        self._victims = {v.job_id: known for v in victims
+                         if (known := self._victims.get(v.job_id)) is not None}
+        on: dict[str, tuple[list[Envelope], list[Envelope]]] = {}
+        for victim in victims:
+            for envelope, kept in zip(*self._holds((victim,))):
+                mine = on.setdefault(envelope.uuid, ([], []))
+                mine[0].append(envelope)
+                mine[1].append(kept)
+        same = memo is not None and memo[2] == mode and len(memo[0]) == len(loads)
+        last_loads, last_on, last_room = (memo[0], memo[3], memo[4]) if same else ((), {}, ())
+        room = []
+        for index, load in enumerate(loads):
+            mine = on.get(load.device.uuid)
+            if same and load is last_loads[index] and mine == last_on.get(load.device.uuid):
+                room.append(last_room[index])
+            elif mine is None:
+                room.append(load)
+            else:
+                load = releasing(load, mine[0])
+                room.append(holding(load, mine[1]) if mode == PreemptMode.SUSPEND else load)
+        self._everyone_memo = (loads, ids, mode, on, room)
+        return room
 
     def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
                ) -> list[Event]:
@@ -398,7 +457,7 @@ class PreemptionDesk:
             return None
         if ctx.loads is None:
             return "suspended: no usable GPU sample to check its devices"
-        loads = {load.device.uuid: load for load in ctx.loads}
+        loads = self._loads_by_uuid(ctx.loads)
         utilization = Demand(1, demand.utilization_pct, 0.0)
         for uuid in job.current.gpus:
             load = loads.get(uuid)
@@ -407,6 +466,28 @@ class PreemptionDesk:
                 return (f"suspended, its {demand.utilization_pct:g}% utilization does not fit "
                         f"back on {uuid}: {limit}")
         return None
+
+
+    def _loads_by_uuid(self, loads: list[DeviceLoad]) -> dict[str, DeviceLoad]:
+        """``loads`` by device, made once for each list: a pass asks it for every
+        suspended job in turn, and the list only changes when one resumes."""
+        if self._by_uuid[0] is not loads:
+            self._by_uuid = (loads, {load.device.uuid: load for load in loads})
+        return self._by_uuid[1]
+
+
+def _gained(demand: Demand, avoid: tuple[str, ...], before: list[DeviceLoad],
+            after: list[DeviceLoad]) -> int:
+    """How many more devices take one of ``demand``'s shares (keeping off ``avoid``) in
+    ``after`` than in ``before``: the same devices, of which only those whose
+    ``DeviceLoad`` changed are looked at (``with_envelopes`` keeps the others')."""
+    if before is after:
+        return 0
+    gained = 0
+    for old, new in zip(before, after):
+        if old is not new and old.device.uuid not in avoid:
+            gained += (new.fit(demand)[0] is not None) - (old.fit(demand)[0] is not None)
+    return gained
 
 
 def times_preempted(victim: Job, by: str) -> int:
