@@ -261,27 +261,28 @@ class PreemptionDesk:
                 found = rooms[key] = (made, base[1] + _gained(demand, avoid, base[0], made))
             return found
 
-        def fits(victims: list[Job]) -> tuple[str, ...] | None:
-            """The job's devices once ``victims`` made room (() for CPU work), or None:
-            also when its own queue's rules would keep that room for others, such as a
-            reserve for the very queue the requeued victims go back to."""
+        def fits(victims: list[Job]) -> bool:
+            """Whether the job could start once ``victims`` made room: not when its own
+            queue's rules would keep that room for others, such as a reserve for the
+            very queue the requeued victims go back to."""
             if free + len(victims) < 1:
-                return None
+                return False
             requeued = mine + victims if queue.preempt == PreemptMode.REQUEUE else mine
             if ctx.queue_hold(queue, len(mine) + len(victims), Counter(
                     ctx.by_class[v.request.work_class].name for v in requeued)):
-                return None
-            if demand is None:
-                return ()
-            made, count = room(victims)
-            if count < demand.gpu_count:
-                return None
-            gpus, why = place(demand, made, avoid, ctx.packing)
-            return None if why else gpus
+                return False
+            return demand is None or room(victims)[1] >= demand.gpu_count
+
+        def devices(victims: list[Job]) -> tuple[str, ...]:
+            """The job's devices once ``victims`` made room (() for CPU work); they do."""
+            return () if demand is None else place(demand, room(victims)[0], avoid,
+                                                   ctx.packing)[0]
 
         victims: list[Job] = []
         held_by: list[Job] = victims  # the victims ``room`` takes one away from
-        if (gpus := fits([])) is None:
+        if fits([]):
+            gpus = devices([])
+        else:
             candidates, spared = [], []
             for j in ctx.running:
                 if j.request.work_class in classes and j.current.seen and \
@@ -299,12 +300,12 @@ class PreemptionDesk:
             ) < demand.gpu_count
             for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
-                if fits(victims) is not None:
+                if fits(victims):
                     break
             else:
                 if hopeless_room:
                     victims = list(ordered)  # where trying each in turn leaves them
-                if spared and fits(victims + spared) is not None:
+                if spared and fits(victims + spared):
                     # the bound holds it, not its demand: a job like it may still preempt
                     self.board._hold(job, f"{reason}; not preempting "
                                     f"{', '.join(j.job_id for j in spared)} again: "
@@ -316,9 +317,9 @@ class PreemptionDesk:
             for victim in reversed(victims):  # the fewest: the most valuable go first
                 rest = [v for v in victims if v is not victim]
                 held_by = victims
-                if fits(rest) is not None:
+                if fits(rest):
                     victims = rest
-            gpus = fits(victims)
+            gpus = devices(victims)
         ctx.taken.update(v.job_id for v in victims)
         events: list[Event] = [AttemptPreempted(
             at=ctx.at, job_id=v.job_id, attempt_id=v.current.attempt_id, mode=queue.preempt,
