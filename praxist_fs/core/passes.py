@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .generations import GenerationDesk
     from .policy import Policy
     from .preemption import PreemptionDesk
+    from .queues import Queue
     from .supply import Generation
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -190,15 +191,18 @@ class PassDesk:
                                      if (reason := board.generations_desk.assessment_hold(
                                          job, at))}
                    if assessing else {})
-        if not (ctx.assessing or board.count(JobState.SUSPENDED)
-                or preemptible_classes(ctx.queues)):
-            # assessment holds read the live calibration; preemption and resumption start
-            # work that placement alone does not foresee: those passes walk every job
-            ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
-                                    queue.ending_by, queue.younger, queue.ending_after)
-            ctx.openings.update(None)
+        if not ctx.assessing:  # assessment holds read the live calibration: walk every job
+            # preemption and resumption start work that placement alone does not foresee,
+            # and give room back: the walk visits every job until no job still to visit
+            # may preempt and no suspended job may still resume (``_may_open``)
+            preempting = {name for name in preemptible_classes(ctx.queues)
+                          if ctx.waiting[name] > 0}
+            suspended = {ctx.by_class[job.request.work_class].name
+                         for job in board.suspended()} if ctx.suspended else set()
+            ctx.unopened = (Counter(queue.by_profile), preempting, suspended, [])
+            self._may_open(ctx, queue, ())
         launches: list[AttemptLaunched] = []
-        walk = self._walk(ctx, launches)
+        walk = self._walk(ctx, launches, queue)
         if ctx.openings is not None and not ctx.openings.any_open():
             # no job could start: the whole walk would only say why each waits, so all of
             # it is the rest, reading the queue as this pass's copy has it (arrivals
@@ -213,17 +217,45 @@ class PassDesk:
         board.unused_slots = max(0, ctx.free)
         return launches
 
-    def _walk(self, ctx: Pass, launches: list[AttemptLaunched]) -> Iterator[bool]:
+    def _walk(self, ctx: Pass, launches: list[AttemptLaunched], queue: Backlog
+              ) -> Iterator[bool]:
         board, policy = self.board, self.board.policy
         for project in each(ctx, "project", policy.project_picker, None):
             for tier in each(ctx, "queue", policy.queue_picker, project):
-                # R-POL-3: before the tier's new work
-                launches += board.preemption.resume(ctx, tier, board._pending)
+                # R-POL-3: before the tier's new work. A rest (the walk stopped early) is
+                # past every tier whose queues had suspended jobs as the pass began
+                # (``_may_open``): what it would find suspended now, this pass's own
+                # victims, the whole walk did not see suspended
+                if not ctx.resting:
+                    launches += board.preemption.resume(ctx, tier, board._pending)
+                self._may_open(ctx, queue, tier)
                 with tier_pickers(ctx, project, tier) as next_job:
                     yield from self._serve(ctx, next_job, launches)
+                if ctx.unopened is not None:
+                    ctx.unopened[1].difference_update(q.name for q in tier)
         for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
             if board._pending.get(job.job_id) != reason:
                 board._hold(job, reason)
+
+    def _may_open(self, ctx: Pass, queue: Backlog, tier: tuple[Queue, ...]) -> None:
+        """Let the walk stop early and skim (``Openings``) from here on, once nothing
+        still to come in it may preempt or resume: no queued job of a queue that preempts
+        is left to visit in ``tier`` (whose suspended jobs have just had their turn to
+        resume) or after it, and no suspended job is in a queue after it. From then on
+        the pass only takes room away, as a pass without preemption does. The jobs
+        visited so far count as visited."""
+        if (unopened := ctx.unopened) is None:
+            return
+        left, preempting, suspended, walked = unopened
+        suspended.difference_update(q.name for q in tier)
+        if suspended or preempting:
+            return
+        ctx.unopened = None
+        left.subtract(job.profile for job in walked)
+        ctx.openings = Openings(left, partial(self._could_start, ctx), queue.ending_by,
+                                queue.younger, queue.ending_after, seen=walked,
+                                visited=len(walked))
+        ctx.openings.update(ctx.reservation)
 
     def finish_rest(self) -> None:
         """Run the rest of the last pass's walk, if it stopped early: every reason."""
@@ -287,6 +319,8 @@ class PassDesk:
                 return
             if openings is not None:
                 openings.visit(job)
+            elif ctx.unopened is not None:
+                ctx.unopened[3].append(job)
             work_class = job.request.work_class
             reason = _backing_off(job, ctx.at)
             if reason is None:

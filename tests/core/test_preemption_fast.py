@@ -13,21 +13,27 @@ another order than ``device_loads`` sums them may place a job differently."""
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from praxist_fs.config import load_policy
 from praxist_fs.core import preemption
 from praxist_fs.core.passes import PassDesk
 from praxist_fs.core.observations import Envelope, GpuDevice, GpuSample
 from praxist_fs.core.placement import KeptLoads, device_loads, fitting
+from praxist_fs.core.policy import Profile
 from praxist_fs.core.preemption import PreemptionDesk
 from praxist_fs.core.queues import Queue
 from praxist_fs.simulate import TraceJob, replay
 
-from .helpers import PreemptRun, make_policy
+from .helpers import POLICIES, PreemptRun, busy_trace, make_policy
+from .test_walk import passes
 
 
 def plain_loads(self: PassDesk) -> Any:
@@ -149,3 +155,52 @@ def test_a_holder_between_kept_ones_is_summed_where_device_loads_sums_it():
                        lambda name: (attempts[name], [share[name]]))
     assert kept.loads == device_loads(sample, [share[name] for name in order])
     assert kept.loads[0].declared_util == 0.2 + 0.1 + 0.3 != 0.2 + 0.3 + 0.1
+
+
+@pytest.mark.parametrize("mode", ["suspend", "requeue"])
+def test_a_pass_with_preemption_stops_early_and_skims_deciding_as_the_whole_walk(
+        monkeypatch, mode):
+    """A pass of a task file that preempts walks job by job only while a job still to
+    visit may preempt or a suspended one may still resume; past that (or from the start
+    when nothing of either is queued), it stops early and skims runs of jobs known held
+    as a pass without preemption does. Its launches, preemptions, resumes and every
+    pending reason are the whole walk's.
+
+    Three tiers: urgent work (a quarter of the jobs) preempts the lowest queue, with a
+    middle queue between them, so that the walk goes on past the tier where it may
+    stop to a tier whose jobs this pass suspends. Every job declares half a GPU, so
+    that a full cluster fits no job at all while an urgent one may still preempt, and
+    a cluster's cap lets the GPUs, not the slots, hold work back."""
+    rng = random.Random(3)
+    trace = []
+    for arrival in busy_trace(1):
+        profile = Profile(name=f"g{arrival.profile.gpu_count}", accelerator="gpu",
+                          gpu_count=arrival.profile.gpu_count, gpu_utilization_pct=50.0,
+                          gpu_memory_gb=20.0)
+        trace.append(replace(arrival, profile=profile, request=replace(
+            arrival.request, profile=profile.name,
+            work_class=rng.choice(["mature", "scout", "ordinary", "ordinary"]))))
+    policy = replace(load_policy(POLICIES / "preempt.yaml"), max_concurrent_experiments=10000,
+                     queues=(Queue(name="urgent", priority=10, work_classes=("mature",),
+                                   preemptible_queues=("background",), preempt=mode),
+                             Queue(name="middle", priority=5, work_classes=("scout",)),
+                             Queue(name="background", priority=0,
+                                   work_classes=("ordinary",))))
+    stopped, walk = [], PassDesk._pass
+
+    def counted(self: PassDesk, at: float) -> Any:
+        launches = walk(self, at)
+        stopped.append(self.rest is not None and not self.rest_at_capacity)
+        return launches
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PassDesk, "_pass", counted)
+        fast = passes(monkeypatch, trace, policy, False, [])
+    whole = passes(monkeypatch, trace, policy, True, [])
+    assert len(fast) == len(whole)
+    for number, (mine, theirs) in enumerate(zip(fast, whole)):
+        assert mine == theirs, f"pass {number} differs"
+    decided = Counter(type(event).__name__ for events, _ in fast for event in events)
+    assert decided["AttemptPreempted"] >= 10 and decided["AttemptLaunched"] >= 400
+    assert decided["AttemptResumed"] >= 10 or mode == "requeue"
+    assert sum(stopped) >= 100, "too few passes stopped early: nothing was compared"
