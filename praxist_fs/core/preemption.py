@@ -62,17 +62,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidTransition
 from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
-from .pickers.base import VictimScope, each
+from .pickers.base import VictimScope, each, picker_class
 from .pickers.context import peer_of
-from .placement import Demand, DeviceLoad, envelopes_of, holding, place, releasing, \
-    with_envelopes, without_envelopes
+from .placement import Demand, DeviceLoad, envelopes_of, fitting, holding, place, refit, \
+    releasing, with_envelopes, without_envelopes
 from .queues import Queue
 from .states import AttemptOutcome, JobState, PreemptMode, Trigger
 
@@ -118,9 +118,14 @@ class PreemptionDesk:
         self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
                                    dict[str, tuple[list[Envelope], list[Envelope]]],
                                    list[DeviceLoad]] | None = None
+        # ``placement.fitting`` of that room by (utilization, memory, devices avoided)
+        self._everyone_fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = {}
         # ``_holds``: job id -> (its attempt, profile, envelopes, what it keeps suspended)
         self._victims: dict[str, tuple[Attempt, Profile | None, list[Envelope],
                                        list[Envelope]]] = {}
+        # ``_candidates`` of the pass it was made for: (the pass, by (classes, policy))
+        self._pass_candidates: tuple[Pass | None, dict[tuple[frozenset[str], str], tuple[
+            list[Job], list[Job] | None]]] = (None, {})
         self._by_uuid: tuple[list[DeviceLoad] | None, dict[str, DeviceLoad]] = (None, {})
 
     def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
@@ -283,21 +288,24 @@ class PreemptionDesk:
         if fits([]):
             gpus = devices([])
         else:
-            candidates, spared = [], []
-            for j in ctx.running:
-                if j.request.work_class in classes and j.current.seen and \
-                        j.current.evicting is None and j.current.cancel is None and \
-                        j.job_id not in ctx.taken:
-                    (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE
-                     else spared).append(j)
-            ordered = list(each(ctx, "preempt",
-                                queue.preempt_policy or self.board.policy.preempt_policy,
-                                VictimScope(job, queue, tuple(candidates))))
+            name = queue.preempt_policy or self.board.policy.preempt_policy
+            running, in_order = self._candidates(ctx, job, queue, classes, name)
+            candidates, spared, taken = [], [], ctx.taken
+            preempted = self.board.preempted_jobs
+            for j in running:
+                if j.job_id not in taken:
+                    (spared if j.job_id in preempted and times_preempted(j, job.job_id)
+                     >= MAX_PREEMPTIONS_FOR_ONE else candidates).append(j)
+            if in_order is None:
+                ordered = list(each(ctx, "preempt", name,
+                                    VictimScope(job, queue, tuple(candidates))))
+            else:  # the policy's order of these is the order of all of them, less the rest
+                left = {j.job_id for j in candidates}
+                ordered = [j for j in in_order if j.job_id in left]
             # more victims never take room away, so when all of them together make none,
             # no fewer do: one placement says so instead of one per victim
-            hopeless_room = demand is not None and bool(ordered) and rooms[()][1] + _gained(
-                demand, avoid, loads, self._everyone(loads, ordered, queue.preempt)
-            ) < demand.gpu_count
+            hopeless_room = demand is not None and bool(ordered) and self._fitting_everyone(
+                loads, ordered, queue.preempt, demand, avoid) < demand.gpu_count
             for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
                 if fits(victims):
@@ -341,6 +349,25 @@ class PreemptionDesk:
         self.board._hold(job, f"{reason}; preempting {', '.join(names)}: waiting for "
                         f"{'it' if len(names) == 1 else 'them'} to end")
         return events
+
+    def _candidates(self, ctx: Pass, job: Job, queue: Queue, classes: frozenset[str],
+                    name: str) -> tuple[list[Job], list[Job] | None]:
+        """The running jobs of ``classes`` that may be preempted at all in this pass (their
+        shim seen, no eviction or cancel under way), in ``ctx.running``'s order, and in the
+        preempt policy ``name``'s order when that order is theirs alone
+        (``PreemptPolicy.by_victim_alone``), else None. Made once per pass: every blocked
+        job of a queue that preempts asks, and they stay the same all through it."""
+        if self._pass_candidates[0] is not ctx:
+            self._pass_candidates = (ctx, {})
+        known = self._pass_candidates[1]
+        if (found := known.get((classes, name))) is None:
+            running = [j for j in ctx.running if j.request.work_class in classes and
+                       j.current.seen and j.current.evicting is None and
+                       j.current.cancel is None]
+            in_order = list(each(ctx, "preempt", name, VictimScope(job, queue, tuple(running)))) \
+                if picker_class("preempt", name).by_victim_alone else None
+            found = known[(classes, name)] = (running, in_order)
+        return found
 
     def _room(self, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
               mode: PreemptMode) -> list[DeviceLoad]:
@@ -408,8 +435,24 @@ class PreemptionDesk:
             else:
                 load = releasing(load, mine[0])
                 room.append(holding(load, mine[1]) if mode == PreemptMode.SUSPEND else load)
+        if same:
+            refit(self._everyone_fitting, [(old, new) for old, new in zip(last_room, room)
+                                           if old is not new])
+        else:
+            self._everyone_fitting = {}
         self._everyone_memo = (loads, ids, mode, on, room)
         return room
+
+    def _fitting_everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                          mode: PreemptMode, demand: Demand, avoid: tuple[str, ...]) -> int:
+        """How many devices of ``_everyone``'s room take one of ``demand``'s shares,
+        keeping off ``avoid`` (``placement.fitting``): counted once per shape of demand,
+        and carried over to the next room on the devices it changed (``refit``)."""
+        room = self._everyone(loads, victims, mode)
+        key = (demand.utilization_pct, demand.memory_mib, avoid)
+        if key not in self._everyone_fitting:
+            self._everyone_fitting[key] = (demand, fitting(demand, room, avoid))
+        return self._everyone_fitting[key][1][""]
 
     def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
                ) -> list[Event]:
@@ -423,8 +466,9 @@ class PreemptionDesk:
                           and j.current.cancel is None),  # ending: not to run on
                          key=lambda j: (j.current.preemptions[-1]["at"], j.order))
         events: list[Event] = []
+        shapes: dict[str, tuple[str | None, Demand | None]] = {}
         for job in waiting:
-            why = self._resume_hold(ctx, job)
+            why = self._resume_hold(ctx, job, shapes)
             if why is not None:
                 pending[job.job_id] = why
                 continue
@@ -439,35 +483,48 @@ class PreemptionDesk:
                                          attempt_id=job.current.attempt_id))
         return events
 
-    def _resume_hold(self, ctx: Pass, job: Job) -> str | None:
+    def _resume_hold(self, ctx: Pass, job: Job,
+                     shapes: dict[str, tuple[str | None, Demand | None]]) -> str | None:
         """Why a suspended job cannot continue now, or None. Its memory never left its
-        devices (nor did an exclusive hold), so only its utilization must fit again."""
+        devices (nor did an exclusive hold), so only its utilization must fit again.
+        ``shapes``: what its profile asks (``_resume_shape``), by profile, for one call
+        of ``resume``."""
         if ctx.free <= 0:
             return (f"suspended, waiting for a slot to resume: {ctx.target - ctx.free} of "
                     f"{ctx.target} running")
         if held := ctx.queue_hold(ctx.by_class[job.request.work_class]) or ctx.peer_hold(job):
             return f"suspended, {held}"
-        policy, host = self.board.policy, self.board.host
-        profile = policy.profiles.get(job.profile)
-        if profile is None:  # it holds its devices exclusively, and declares no domains
-            return None
-        if held := pressure_hold(policy, profile, host.pressure if host else None):
-            return f"suspended, {held}"
-        demand = Demand.of(profile)
-        if not profile.uses_gpu or demand.exclusive:
-            return None
+        if (shape := shapes.get(job.profile)) is None:
+            shape = shapes[job.profile] = self._resume_shape(job.profile)
+        held, utilization = shape
+        if held is not None or utilization is None:
+            return held
         if ctx.loads is None:
             return "suspended: no usable GPU sample to check its devices"
         loads = self._loads_by_uuid(ctx.loads)
-        utilization = Demand(1, demand.utilization_pct, 0.0)
         for uuid in job.current.gpus:
             load = loads.get(uuid)
             limit = "not in the inventory" if load is None else load.fit(utilization)[1]
             if limit:
-                return (f"suspended, its {demand.utilization_pct:g}% utilization does not fit "
-                        f"back on {uuid}: {limit}")
+                return (f"suspended, its {utilization.utilization_pct:g}% utilization does "
+                        f"not fit back on {uuid}: {limit}")
         return None
 
+    def _resume_shape(self, name: str) -> tuple[str | None, Demand | None]:
+        """What a suspended job of profile ``name`` needs to resume besides a slot and its
+        queue's and peer's leave: (why its pressure domains hold it, or None; the
+        utilization that must fit back on each of its devices, or None when nothing
+        must: no GPU share to fit, or a device held exclusively all along)."""
+        policy, host = self.board.policy, self.board.host
+        profile = policy.profiles.get(name)
+        if profile is None:  # it holds its devices exclusively, and declares no domains
+            return None, None
+        if held := pressure_hold(policy, profile, host.pressure if host else None):
+            return f"suspended, {held}", None
+        demand = Demand.of(profile)
+        if not profile.uses_gpu or demand.exclusive:
+            return None, None
+        return None, Demand(1, demand.utilization_pct, 0.0)
 
     def _loads_by_uuid(self, loads: list[DeviceLoad]) -> dict[str, DeviceLoad]:
         """``loads`` by device, made once for each list: a pass asks it for every

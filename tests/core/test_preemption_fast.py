@@ -1,8 +1,9 @@
 """Preemption's fast paths decide exactly what the plain computation does: the loads kept
 from pass to pass while jobs are suspended (``KeptLoads`` with suspended holders), the
-room every candidate victim makes kept device by device from the last answer
-(``PreemptionDesk._everyone``), and a blocked job's tries counted on the devices one
-victim changed (``preemption._gained``) instead of placed on every device.
+room every candidate victim makes kept device by device from the last answer, with its
+fitting devices counted on the devices that changed (``PreemptionDesk._everyone``,
+``_fitting_everyone``), and a blocked job's tries counted on the devices one victim
+changed (``preemption._gained``) instead of placed on every device.
 
 Each replay runs twice: as shipped, and with those three made plain (the loads made
 anew from every held envelope, the room of every candidate made anew, the fitting
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -51,6 +54,22 @@ def plain_gained(demand: Any, avoid: Any, before: Any, after: Any) -> int:
     return fitting(demand, after, avoid)[""] - fitting(demand, before, avoid)[""]
 
 
+def plain_fitting_everyone(self: PreemptionDesk, loads: Any, victims: Any, mode: Any,
+                           demand: Any, avoid: Any) -> int:
+    """``_fitting_everyone`` on the room of every candidate made anew, counted anew."""
+    return fitting(demand, self._room(loads, victims, mode), avoid)[""]
+
+
+@contextmanager
+def plainly() -> Iterator[None]:
+    """The three fast paths made plain while in it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PassDesk, "real_loads", plain_loads)
+        patch.setattr(PreemptionDesk, "_fitting_everyone", plain_fitting_everyone)
+        patch.setattr(preemption, "_gained", plain_gained)
+        yield
+
+
 def outcome(jobs: list[TraceJob], gpus: int, queues: tuple[Queue, ...]) -> Any:
     result = replay(jobs, gpus=gpus, policy=make_policy(queues=queues))
     return ([(r.job.job_id, r.start, r.end, r.suspended_s, r.preemptions, sorted(r.devices))
@@ -83,11 +102,7 @@ def busy_clusters(draw: st.DrawFn) -> tuple[int, tuple[Queue, ...], list[TraceJo
 def test_preemptions_fast_paths_decide_what_the_plain_computation_does(cluster):
     gpus, queues, jobs = cluster
     fast = outcome(jobs, gpus, queues)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PassDesk, "real_loads", plain_loads)
-        patch.setattr(PreemptionDesk, "_everyone",
-                      lambda self, loads, victims, mode: self._room(loads, victims, mode))
-        patch.setattr(preemption, "_gained", plain_gained)
+    with plainly():
         plain = outcome(jobs, gpus, queues)
     assert fast == plain
 
@@ -114,11 +129,7 @@ def test_the_plain_computation_is_exercised():
         patch.setattr(PreemptionDesk, "on_preempted", counted)
         fast = outcome(jobs, 3, queues)
     assert len(suspended) >= 10 and fast[2] == len(jobs)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(PassDesk, "real_loads", plain_loads)
-        patch.setattr(PreemptionDesk, "_everyone",
-                      lambda self, loads, victims, mode: self._room(loads, victims, mode))
-        patch.setattr(preemption, "_gained", plain_gained)
+    with plainly():
         assert outcome(jobs, 3, queues) == fast
 
 
