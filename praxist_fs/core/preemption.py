@@ -425,16 +425,16 @@ class PreemptionDesk:
                 mine[1].append(kept)
         same = memo is not None and memo[2] == mode and len(memo[0]) == len(loads)
         last_loads, last_on, last_room = (memo[0], memo[3], memo[4]) if same else ((), {}, ())
-        room = []
-        for index, load in enumerate(loads):
-            mine = on.get(load.device.uuid)
-            if same and load is last_loads[index] and mine == last_on.get(load.device.uuid):
-                room.append(last_room[index])
-            elif mine is None:
-                room.append(load)
-            else:
-                load = releasing(load, mine[0])
-                room.append(holding(load, mine[1]) if mode == PreemptMode.SUSPEND else load)
+        if same and on == last_on:  # the same victims: only the loads that changed
+            room = list(last_room)
+            for index in [i for i, (new, old) in enumerate(zip(loads, last_loads))
+                          if new is not old]:
+                room[index] = self._made(loads[index], on.get(loads[index].device.uuid), mode)
+        else:
+            room = [last_room[index] if same and load is last_loads[index]
+                    and on.get(load.device.uuid) == last_on.get(load.device.uuid)
+                    else self._made(load, on.get(load.device.uuid), mode)
+                    for index, load in enumerate(loads)]
         if same:
             refit(self._everyone_fitting, [(old, new) for old, new in zip(last_room, room)
                                            if old is not new])
@@ -442,6 +442,16 @@ class PreemptionDesk:
             self._everyone_fitting = {}
         self._everyone_memo = (loads, ids, mode, on, room)
         return room
+
+    @staticmethod
+    def _made(load: DeviceLoad, mine: tuple[list[Envelope], list[Envelope]] | None,
+              mode: PreemptMode) -> DeviceLoad:
+        """``_room`` on one device, given what the victims hold there and keep there
+        suspended (``without_envelopes``, then ``with_envelopes`` of what they keep)."""
+        if mine is None:
+            return load
+        load = releasing(load, mine[0])
+        return holding(load, mine[1]) if mode == PreemptMode.SUSPEND else load
 
     def _fitting_everyone(self, loads: list[DeviceLoad], victims: list[Job],
                           mode: PreemptMode, demand: Demand, avoid: tuple[str, ...]) -> int:
