@@ -420,8 +420,9 @@ class PassDesk:
         running or were suspended since are worked out again, and when none did (an
         arrival while the devices are busy, no job suspended) the running jobs are not
         looked at. A suspended job holds what it keeps (``paused``) after every running
-        job, as ``held_envelopes`` has it; a resume puts a job back among the running
-        ones, before them, so the loads are then worked out afresh."""
+        job, as ``held_envelopes`` has it; a resumed job goes back among the running
+        ones, before the suspended ones, and its envelopes are summed in that place
+        (``KeptLoads.update``)."""
         board = self.board
         sample = board.host.gpus if board.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw

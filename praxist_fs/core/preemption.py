@@ -114,10 +114,11 @@ class PreemptionDesk:
         self.board = board
         self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
         # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, their
-        # envelopes and what they keep suspended by device, the room)
+        # envelopes and what they keep suspended by device, the room, and the policy and
+        # victims' attempts they were made for)
         self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
                                    dict[str, tuple[list[Envelope], list[Envelope]]],
-                                   list[DeviceLoad]] | None = None
+                                   list[DeviceLoad], tuple[Any, ...]] | None = None
         # ``placement.fitting`` of that room by (utilization, memory, devices avoided)
         self._everyone_fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = {}
         # ``_holds``: job id -> (its attempt, profile, envelopes, what it keeps suspended)
@@ -415,17 +416,24 @@ class PreemptionDesk:
         ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
         if memo is not None and memo[0] is loads and memo[1] == ids and memo[2] == mode:
             return memo[4]
-        self._victims = {v.job_id: known for v in victims
-                         if (known := self._victims.get(v.job_id)) is not None}
-        on: dict[str, tuple[list[Envelope], list[Envelope]]] = {}
-        for victim in victims:
-            for envelope, kept in zip(*self._holds((victim,))):
-                mine = on.setdefault(envelope.uuid, ([], []))
-                mine[0].append(envelope)
-                mine[1].append(kept)
+        # the same victims, in the same attempts, under the same profiles: the same
+        # envelopes, without making them again
+        attempts = (self.board.policy, *(v.current for v in victims))
+        if memo is not None and memo[1] == ids and len(memo[5]) == len(attempts) and all(
+                a is b for a, b in zip(attempts, memo[5])):
+            on = memo[3]
+        else:
+            self._victims = {v.job_id: known for v in victims
+                             if (known := self._victims.get(v.job_id)) is not None}
+            on = {}
+            for victim in victims:
+                for envelope, kept in zip(*self._holds((victim,))):
+                    mine = on.setdefault(envelope.uuid, ([], []))
+                    mine[0].append(envelope)
+                    mine[1].append(kept)
         same = memo is not None and memo[2] == mode and len(memo[0]) == len(loads)
         last_loads, last_on, last_room = (memo[0], memo[3], memo[4]) if same else ((), {}, ())
-        if same and on == last_on:  # the same victims: only the loads that changed
+        if same and (on is last_on or on == last_on):  # the same victims: the loads changed
             room = list(last_room)
             for index in [i for i, (new, old) in enumerate(zip(loads, last_loads))
                           if new is not old]:
@@ -440,7 +448,7 @@ class PreemptionDesk:
                                            if old is not new])
         else:
             self._everyone_fitting = {}
-        self._everyone_memo = (loads, ids, mode, on, room)
+        self._everyone_memo = (loads, ids, mode, on, room, attempts)
         return room
 
     @staticmethod
