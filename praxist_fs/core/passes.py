@@ -198,7 +198,7 @@ class PassDesk:
             preempting = {name for name in preemptible_classes(ctx.queues)
                           if ctx.waiting[name] > 0}
             suspended = {ctx.by_class[job.request.work_class].name
-                         for job in board.suspended()} if ctx.suspended else set()
+                         for job in board._by_state[JobState.SUSPENDED].values()}
             ctx.unopened = (Counter(queue.by_profile), preempting, suspended, [])
             self._may_open(ctx, queue, ())
         launches: list[AttemptLaunched] = []
