@@ -37,8 +37,8 @@ from .pickers.base import JobPicker, each, tier_pickers
 from .pickers.context import Pass
 from .pickers.ledger import Usage
 from .pickers.walk import Openings
-from .placement import Demand, DeviceLoad, KeptLoads, device_loads
-from .preemption import preemptible_classes
+from .placement import Demand, DeviceLoad, KeptLoads
+from .preemption import paused, preemptible_classes
 from .states import AttemptOutcome, GenerationStage, JobState
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .generations import GenerationDesk
     from .policy import Policy
     from .preemption import PreemptionDesk
+    from .queues import Queue
     from .supply import Generation
 
 # R-SUB-4: a barrier that keeps failing backs off (a second release in a row waits 2 s,
@@ -190,15 +191,18 @@ class PassDesk:
                                      if (reason := board.generations_desk.assessment_hold(
                                          job, at))}
                    if assessing else {})
-        if not (ctx.assessing or board.count(JobState.SUSPENDED)
-                or preemptible_classes(ctx.queues)):
-            # assessment holds read the live calibration; preemption and resumption start
-            # work that placement alone does not foresee: those passes walk every job
-            ctx.openings = Openings(Counter(queue.by_profile), partial(self._could_start, ctx),
-                                    queue.ending_by, queue.younger, queue.ending_after)
-            ctx.openings.update(None)
+        if not ctx.assessing:  # assessment holds read the live calibration: walk every job
+            # preemption and resumption start work that placement alone does not foresee,
+            # and give room back: the walk visits every job until no job still to visit
+            # may preempt and no suspended job may still resume (``_may_open``)
+            preempting = {name for name in preemptible_classes(ctx.queues)
+                          if ctx.waiting[name] > 0}
+            suspended = {ctx.by_class[job.request.work_class].name
+                         for job in board._by_state[JobState.SUSPENDED].values()}
+            ctx.unopened = (Counter(queue.by_profile), preempting, suspended, [])
+            self._may_open(ctx, queue, ())
         launches: list[AttemptLaunched] = []
-        walk = self._walk(ctx, launches)
+        walk = self._walk(ctx, launches, queue)
         if ctx.openings is not None and not ctx.openings.any_open():
             # no job could start: the whole walk would only say why each waits, so all of
             # it is the rest, reading the queue as this pass's copy has it (arrivals
@@ -213,17 +217,45 @@ class PassDesk:
         board.unused_slots = max(0, ctx.free)
         return launches
 
-    def _walk(self, ctx: Pass, launches: list[AttemptLaunched]) -> Iterator[bool]:
+    def _walk(self, ctx: Pass, launches: list[AttemptLaunched], queue: Backlog
+              ) -> Iterator[bool]:
         board, policy = self.board, self.board.policy
         for project in each(ctx, "project", policy.project_picker, None):
             for tier in each(ctx, "queue", policy.queue_picker, project):
-                # R-POL-3: before the tier's new work
-                launches += board.preemption.resume(ctx, tier, board._pending)
+                # R-POL-3: before the tier's new work. A rest (the walk stopped early) is
+                # past every tier whose queues had suspended jobs as the pass began
+                # (``_may_open``): what it would find suspended now, this pass's own
+                # victims, the whole walk did not see suspended
+                if not ctx.resting:
+                    launches += board.preemption.resume(ctx, tier, board._pending)
+                self._may_open(ctx, queue, tier)
                 with tier_pickers(ctx, project, tier) as next_job:
                     yield from self._serve(ctx, next_job, launches)
+                if ctx.unopened is not None:
+                    ctx.unopened[1].difference_update(q.name for q in tier)
         for job, reason in ctx.skimmed():  # the jobs ``Pass.skim`` skipped: known held
             if board._pending.get(job.job_id) != reason:
                 board._hold(job, reason)
+
+    def _may_open(self, ctx: Pass, queue: Backlog, tier: tuple[Queue, ...]) -> None:
+        """Let the walk stop early and skim (``Openings``) from here on, once nothing
+        still to come in it may preempt or resume: no queued job of a queue that preempts
+        is left to visit in ``tier`` (whose suspended jobs have just had their turn to
+        resume) or after it, and no suspended job is in a queue after it. From then on
+        the pass only takes room away, as a pass without preemption does. The jobs
+        visited so far count as visited."""
+        if (unopened := ctx.unopened) is None:
+            return
+        left, preempting, suspended, walked = unopened
+        suspended.difference_update(q.name for q in tier)
+        if suspended or preempting:
+            return
+        ctx.unopened = None
+        left.subtract(job.profile for job in walked)
+        ctx.openings = Openings(left, partial(self._could_start, ctx), queue.ending_by,
+                                queue.younger, queue.ending_after, seen=walked,
+                                visited=len(walked))
+        ctx.openings.update(ctx.reservation)
 
     def finish_rest(self) -> None:
         """Run the rest of the last pass's walk, if it stopped early: every reason."""
@@ -287,6 +319,8 @@ class PassDesk:
                 return
             if openings is not None:
                 openings.visit(job)
+            elif ctx.unopened is not None:
+                ctx.unopened[3].append(job)
             work_class = job.request.work_class
             reason = _backing_off(job, ctx.at)
             if reason is None:
@@ -382,32 +416,41 @@ class PassDesk:
         """Per-device load as placement sees it (real allocations; claims never block).
 
         Kept from call to call (``KeptLoads``) while the sample, the others' envelopes
-        and the profiles are the same and no job is suspended: only the devices of jobs
-        that started or stopped running since are worked out again, and when none did
-        (an arrival while the devices are busy) the running jobs are not looked at."""
+        and the profiles are the same: only the devices of jobs that started, stopped
+        running or were suspended since are worked out again, and when none did (an
+        arrival while the devices are busy, no job suspended) the running jobs are not
+        looked at. A suspended job holds what it keeps (``paused``) after every running
+        job, as ``held_envelopes`` has it; a resumed job goes back among the running
+        ones, before the suspended ones, and its envelopes are summed in that place
+        (``KeptLoads.update``)."""
         board = self.board
         sample = board.host.gpus if board.host else None
         if sample is None or not sample.devices:  # a partial sample still places on what it saw
             return None
         others, kept = board.host.others, self.kept_loads
-        if board.count(JobState.SUSPENDED):  # what they keep holding is made anew each time
-            self.kept_loads = None
-            real = [e for e in others if not e.speculative]
-            return device_loads(sample, [*self.held_envelopes(), *real])
         running = board._by_state[JobState.RUNNING]
+        suspended = board._by_state[JobState.SUSPENDED]
 
-        def holding(job_id: str) -> tuple[Attempt, list[Envelope]]:
-            return running[job_id].attempts[-1], self._held(running[job_id])
+        def holding(holder: str | tuple[str, ...]) -> tuple[Attempt, list[Envelope]]:
+            if isinstance(holder, tuple):  # suspended: what it keeps (``paused``)
+                job = suspended[holder[0]]
+                return job.attempts[-1], paused(board.preemption.envelopes(job))
+            return running[holder].attempts[-1], self._held(running[holder])
 
         if kept is None or kept[0] is not board.policy or kept[1].sample is not sample or \
                 kept[1].others is not others:
             kept = None
-        elif kept[2] is running and kept[3] == self.running_moves:
+        elif kept[2] is running and kept[3] == self.running_moves and not suspended and \
+                len(kept[1].holders) == len(running):  # and none was suspended then
             return list(kept[1].loads)  # no job started or stopped running since
-        holders = {job_id: job.attempts[-1] for job_id, job in running.items()}
+        # the running jobs, then the suspended ones (a key apart: a job suspended or
+        # resumed leaves one holder and becomes another), as ``held_envelopes`` has them
+        holders: dict[str | tuple[str, ...], Attempt] = {
+            job_id: job.attempts[-1] for job_id, job in running.items()}
+        holders.update(((job_id,), job.attempts[-1]) for job_id, job in suspended.items())
         if kept is None or not kept[1].update(holders, holding):
             kept = (board.policy, KeptLoads.of(
-                sample, others, {job_id: holding(job_id) for job_id in running}))
+                sample, others, {holder: holding(holder) for holder in holders}))
         self.kept_loads = (*kept[:2], running, self.running_moves)
         return list(kept[1].loads)  # the caller's to change
 
@@ -428,7 +471,6 @@ class PassDesk:
             known = self.held_memo[job.job_id] = (attempt, profile,
                                                   board.preemption.envelopes(job))
         return known[2]
-
 
 
 def release_backoff(releases: int) -> float:

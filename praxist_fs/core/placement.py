@@ -27,7 +27,7 @@ devices"; ``Plan.hosts`` is there for the multi-node split (1 x N, 2 x N/2, ...)
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,8 +138,8 @@ class KeptLoads:
 
     sample: GpuSample
     others: tuple[Envelope, ...]                 # as given, to know them again
-    holders: dict[str, Holding]
-    mine: dict[str, list[Envelope]]              # the holders' envelopes by device, in order
+    holders: dict[Hashable, Holding]
+    mine: dict[str, list[tuple[Hashable, Envelope]]]  # the holders' envelopes by device
     theirs: dict[str, list[Envelope]]            # the others' (non-speculative) by device
     loads: list[DeviceLoad]
     at: dict[str, int]                           # where each device's load is in ``loads``
@@ -149,42 +149,54 @@ class KeptLoads:
 
     @classmethod
     def of(cls, sample: GpuSample, others: tuple[Envelope, ...],
-           holders: dict[str, Holding]) -> KeptLoads:
+           holders: dict[Hashable, Holding]) -> KeptLoads:
         """Every device's load worked out afresh."""
-        mine = by_uuid([e for _, envelopes in holders.values() for e in envelopes])
+        mine: dict[str, list[tuple[Hashable, Envelope]]] = {}
+        for holder, (_, envelopes) in holders.items():
+            for envelope in envelopes:
+                mine.setdefault(envelope.uuid, []).append((holder, envelope))
         theirs = by_uuid([e for e in others if not e.speculative])
         return cls(sample, others, holders, mine, theirs, [
-            load_on(device, mine.get(device.uuid, []) + theirs.get(device.uuid, []))
+            load_on(device, [e for _, e in mine.get(device.uuid, ())]
+                    + theirs.get(device.uuid, []))
             for device in sample.devices],
             {device.uuid: index for index, device in enumerate(sample.devices)})
 
-    def update(self, holders: Mapping[str, object], holding: Callable[[str], Holding]) -> bool:
+    def update(self, holders: Mapping[Hashable, object],
+               holding: Callable[[Hashable], Holding]) -> bool:
         """Follow ``holders`` now (holder -> what it holds for, in order): those gone give
-        up their devices, new ones take theirs. False, changing nothing, unless every
-        holder kept holds for the same as before and the new ones come after them all (as
-        jobs that started running since come after those still running)."""
+        up their devices, new ones take theirs, in their place in that order (a device's
+        envelopes are summed in the holders' order). False, changing nothing, unless every
+        holder kept holds for the same as before, in the same order among themselves (as
+        running jobs stay in the order they started, and suspended ones after them)."""
         kept = self.holders
         gone = kept.keys() - holders.keys()
-        new = list(holders)[len(holders) - len(holders.keys() - kept.keys()):]
-        if any(kept.get(holder, (None,))[0] is not holders[holder] for holder in holders
-               if holder not in new) or not kept.keys().isdisjoint(new):
+        staying = [holder for holder in kept if holder not in gone]
+        if any(kept[holder][0] is not holders[holder] for holder in staying) or \
+                staying != [holder for holder in holders if holder in kept]:
             return False
-        changed = set()
+        changed: set[str] = set()
         for holder in gone:
             for envelope in kept.pop(holder)[1]:
-                self.mine[envelope.uuid].remove(envelope)
+                entries = self.mine[envelope.uuid]
+                entries.remove(next(entry for entry in entries if entry[0] == holder))
                 changed.add(envelope.uuid)
-        for holder in new:
-            kept[holder] = held = holding(holder)
-            for envelope in held[1]:
-                self.mine.setdefault(envelope.uuid, []).append(envelope)
-                changed.add(envelope.uuid)
+        for holder in holders:
+            if holder not in kept:
+                kept[holder] = held = holding(holder)
+                for envelope in held[1]:
+                    self.mine.setdefault(envelope.uuid, []).append((holder, envelope))
+                    changed.add(envelope.uuid)
+        self.holders = {holder: kept[holder] for holder in holders}
         if changed:
+            place_of = {holder: index for index, holder in enumerate(holders)}
             before, self.loads = self.loads, self.loads.copy()
             for uuid in changed.intersection(self.at):
+                entries = self.mine.get(uuid, [])
+                entries.sort(key=lambda entry: place_of[entry[0]])  # stable: a holder's order
                 self.loads[self.at[uuid]] = load_on(
                     self.loads[self.at[uuid]].device,
-                    self.mine.get(uuid, []) + self.theirs.get(uuid, []))
+                    [e for _, e in entries] + self.theirs.get(uuid, []))
             # a new dict: a pass that began before keeps reading the counts of its loads
             self.fitting = {key: (demand, Counter(limits))
                             for key, (demand, limits) in self.fitting.items()}

@@ -62,17 +62,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidTransition
 from .admission import pressure_hold
 from .effects import Effect, EvictAttempt, ResumeAttempt, SuspendAttempt, WriteJob
 from .events import AttemptLaunched, AttemptObserved, AttemptPreempted, AttemptResumed, Event
 from .observations import Envelope
-from .pickers.base import VictimScope, each
+from .pickers.base import VictimScope, each, picker_class
 from .pickers.context import peer_of
-from .placement import Demand, DeviceLoad, envelopes_of, place, with_envelopes, \
-    without_envelopes
+from .placement import Demand, DeviceLoad, envelopes_of, fitting, holding, place, refit, \
+    releasing, with_envelopes, without_envelopes
 from .queues import Queue
 from .states import AttemptOutcome, JobState, PreemptMode, Trigger
 
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from .events import HostSampled
     from .model import Attempt, Job
     from .pickers.context import Pass
-    from .policy import Policy
+    from .policy import Policy, Profile
 
 
 class PreemptionBoard(Protocol):
@@ -113,9 +113,21 @@ class PreemptionDesk:
     def __init__(self, board: PreemptionBoard) -> None:
         self.board = board
         self._preemptors: tuple[tuple[Queue, ...], dict[str, frozenset[str]]] = ((), {})
-        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, the room)
+        # ``_everyone``'s last answer: (the loads, the victims' ids, the mode, their
+        # envelopes and what they keep suspended by device, the room, and the policy and
+        # victims' attempts they were made for)
         self._everyone_memo: tuple[list[DeviceLoad], tuple[str, ...], PreemptMode,
-                                   list[DeviceLoad]] | None = None
+                                   dict[str, tuple[list[Envelope], list[Envelope]]],
+                                   list[DeviceLoad], tuple[Any, ...]] | None = None
+        # ``placement.fitting`` of that room by (utilization, memory, devices avoided)
+        self._everyone_fitting: dict[tuple[Any, ...], tuple[Demand, Counter[str]]] = {}
+        # ``_holds``: job id -> (its attempt, profile, envelopes, what it keeps suspended)
+        self._victims: dict[str, tuple[Attempt, Profile | None, list[Envelope],
+                                       list[Envelope]]] = {}
+        # ``_candidates`` of the pass it was made for: (the pass, by (classes, policy))
+        self._pass_candidates: tuple[Pass | None, dict[tuple[frozenset[str], str], tuple[
+            list[Job], list[Job] | None]]] = (None, {})
+        self._by_uuid: tuple[list[DeviceLoad] | None, dict[str, DeviceLoad]] = (None, {})
 
     def _preemptors_of(self, queues: tuple[Queue, ...]) -> dict[str, frozenset[str]]:
         """``preemptible_classes(queues)``, known by the tuple's identity: a pass asks at
@@ -229,66 +241,80 @@ class PreemptionDesk:
         loads = self._room(ctx.loads, mine, PreemptMode.REQUEUE) if demand else ctx.loads
         free = ctx.free + len(mine)
 
-        # the loads once the victims tried so far made room, by their ids: each try adds
-        # one victim to the last or takes one away, so the room is changed by that one
-        # (``_room``, ``_unroom``) instead of made anew from every victim's envelopes
-        rooms: dict[tuple[str, ...], list[DeviceLoad]] = {(): loads}
+        # the loads once the victims tried so far made room, by their ids, with how many
+        # devices there take the job's demand: each try adds one victim to the last or
+        # takes one away, so the room is changed by that one (``_room``, ``_unroom``)
+        # instead of made anew from every victim's envelopes, and the count by the few
+        # devices it changed. A placement fails exactly when fewer than ``gpu_count``
+        # devices take the demand, so only a try that succeeds places the job.
+        rooms: dict[tuple[str, ...], tuple[list[DeviceLoad], int]] = {}
+        if demand is not None:
+            rooms[()] = (loads, ctx.fitting(demand, avoid) + _gained(
+                demand, avoid, ctx.loads, loads))
 
-        def room(victims: list[Job]) -> list[DeviceLoad]:
+        def room(victims: list[Job]) -> tuple[list[DeviceLoad], int]:
             key = tuple(v.job_id for v in victims)
             if (found := rooms.get(key)) is None:
                 if (shorter := rooms.get(key[:-1])) is not None:
-                    found = self._room(shorter, victims[-1:], queue.preempt)
+                    base, made = shorter, self._room(shorter[0], victims[-1:], queue.preempt)
                 elif len(held_by) == len(key) + 1 and (longer := rooms.get(
                         tuple(v.job_id for v in held_by))) is not None:
                     kept = set(key)
-                    found = self._unroom(longer, [v for v in held_by if v.job_id not in kept],
-                                         queue.preempt)
+                    base, made = longer, self._unroom(
+                        longer[0], [v for v in held_by if v.job_id not in kept], queue.preempt)
                 else:
-                    found = self._room(loads, victims, queue.preempt)
-                rooms[key] = found
+                    base, made = rooms[()], self._room(loads, victims, queue.preempt)
+                found = rooms[key] = (made, base[1] + _gained(demand, avoid, base[0], made))
             return found
 
-        def fits(victims: list[Job]) -> tuple[str, ...] | None:
-            """The job's devices once ``victims`` made room (() for CPU work), or None:
-            also when its own queue's rules would keep that room for others, such as a
-            reserve for the very queue the requeued victims go back to."""
+        def fits(victims: list[Job]) -> bool:
+            """Whether the job could start once ``victims`` made room: not when its own
+            queue's rules would keep that room for others, such as a reserve for the
+            very queue the requeued victims go back to."""
             if free + len(victims) < 1:
-                return None
+                return False
             requeued = mine + victims if queue.preempt == PreemptMode.REQUEUE else mine
             if ctx.queue_hold(queue, len(mine) + len(victims), Counter(
                     ctx.by_class[v.request.work_class].name for v in requeued)):
-                return None
-            if demand is None:
-                return ()
-            gpus, why = place(demand, room(victims), avoid, ctx.packing)
-            return None if why else gpus
+                return False
+            return demand is None or room(victims)[1] >= demand.gpu_count
+
+        def devices(victims: list[Job]) -> tuple[str, ...]:
+            """The job's devices once ``victims`` made room (() for CPU work); they do."""
+            return () if demand is None else place(demand, room(victims)[0], avoid,
+                                                   ctx.packing)[0]
 
         victims: list[Job] = []
         held_by: list[Job] = victims  # the victims ``room`` takes one away from
-        if (gpus := fits([])) is None:
-            candidates, spared = [], []
-            for j in ctx.running:
-                if j.request.work_class in classes and j.current.seen and \
-                        j.current.evicting is None and j.current.cancel is None and \
-                        j.job_id not in ctx.taken:
-                    (candidates if times_preempted(j, job.job_id) < MAX_PREEMPTIONS_FOR_ONE
-                     else spared).append(j)
-            ordered = list(each(ctx, "preempt",
-                                queue.preempt_policy or self.board.policy.preempt_policy,
-                                VictimScope(job, queue, tuple(candidates))))
+        if fits([]):
+            gpus = devices([])
+        else:
+            name = queue.preempt_policy or self.board.policy.preempt_policy
+            running, in_order = self._candidates(ctx, job, queue, classes, name)
+            candidates, spared, taken = [], [], ctx.taken
+            preempted = self.board.preempted_jobs
+            for j in running:
+                if j.job_id not in taken:
+                    (spared if j.job_id in preempted and times_preempted(j, job.job_id)
+                     >= MAX_PREEMPTIONS_FOR_ONE else candidates).append(j)
+            if in_order is None:
+                ordered = list(each(ctx, "preempt", name,
+                                    VictimScope(job, queue, tuple(candidates))))
+            else:  # the policy's order of these is the order of all of them, less the rest
+                left = {j.job_id for j in candidates}
+                ordered = [j for j in in_order if j.job_id in left]
             # more victims never take room away, so when all of them together make none,
             # no fewer do: one placement says so instead of one per victim
-            hopeless_room = demand is not None and bool(ordered) and bool(place(
-                demand, self._everyone(loads, ordered, queue.preempt), avoid, ctx.packing)[1])
+            hopeless_room = demand is not None and bool(ordered) and self._fitting_everyone(
+                loads, ordered, queue.preempt, demand, avoid) < demand.gpu_count
             for candidate in () if hopeless_room else ordered:
                 victims.append(candidate)
-                if fits(victims) is not None:
+                if fits(victims):
                     break
             else:
                 if hopeless_room:
                     victims = list(ordered)  # where trying each in turn leaves them
-                if spared and fits(victims + spared) is not None:
+                if spared and fits(victims + spared):
                     # the bound holds it, not its demand: a job like it may still preempt
                     self.board._hold(job, f"{reason}; not preempting "
                                     f"{', '.join(j.job_id for j in spared)} again: "
@@ -300,9 +326,9 @@ class PreemptionDesk:
             for victim in reversed(victims):  # the fewest: the most valuable go first
                 rest = [v for v in victims if v is not victim]
                 held_by = victims
-                if fits(rest) is not None:
+                if fits(rest):
                     victims = rest
-            gpus = fits(victims)
+            gpus = devices(victims)
         ctx.taken.update(v.job_id for v in victims)
         events: list[Event] = [AttemptPreempted(
             at=ctx.at, job_id=v.job_id, attempt_id=v.current.attempt_id, mode=queue.preempt,
@@ -325,31 +351,126 @@ class PreemptionDesk:
                         f"{'it' if len(names) == 1 else 'them'} to end")
         return events
 
+    def _candidates(self, ctx: Pass, job: Job, queue: Queue, classes: frozenset[str],
+                    name: str) -> tuple[list[Job], list[Job] | None]:
+        """The running jobs of ``classes`` that may be preempted at all in this pass (their
+        shim seen, no eviction or cancel under way), in ``ctx.running``'s order, and in the
+        preempt policy ``name``'s order when that order is theirs alone
+        (``PreemptPolicy.by_victim_alone``), else None. Made once per pass: every blocked
+        job of a queue that preempts asks, and they stay the same all through it."""
+        if self._pass_candidates[0] is not ctx:
+            self._pass_candidates = (ctx, {})
+        known = self._pass_candidates[1]
+        if (found := known.get((classes, name))) is None:
+            running = [j for j in ctx.running if j.request.work_class in classes and
+                       j.current.seen and j.current.evicting is None and
+                       j.current.cancel is None]
+            in_order = list(each(ctx, "preempt", name, VictimScope(job, queue, tuple(running)))) \
+                if picker_class("preempt", name).by_victim_alone else None
+            found = known[(classes, name)] = (running, in_order)
+        return found
+
     def _room(self, loads: list[DeviceLoad], victims: list[Job] | tuple[Job, ...],
               mode: PreemptMode) -> list[DeviceLoad]:
         """``loads`` once ``victims`` are suspended (``paused``) or gone (``requeue``)."""
         if not victims:
             return loads
-        held = [e for victim in victims for e in self.envelopes(victim)]
+        held, kept = self._holds(victims)
         loads = without_envelopes(loads, held)
-        return with_envelopes(loads, paused(held)) if mode == PreemptMode.SUSPEND else loads
-
-    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
-                  mode: PreemptMode) -> list[DeviceLoad]:
-        """``_room`` of every candidate victim, kept while the loads and the candidates stay
-        the same: a pass asks it for each demand that waits, of the same running jobs."""
-        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
-        if memo is None or memo[0] is not loads or memo[1] != ids or memo[2] != mode:
-            memo = self._everyone_memo = (loads, ids, mode, self._room(loads, victims, mode))
-        return memo[3]
+        return with_envelopes(loads, kept) if mode == PreemptMode.SUSPEND else loads
 
     def _unroom(self, loads: list[DeviceLoad], victims: list[Job],
                 mode: PreemptMode) -> list[DeviceLoad]:
         """``loads`` with ``victims`` back as they were before ``_room``: its inverse."""
-        held = [e for victim in victims for e in self.envelopes(victim)]
+        held, kept = self._holds(victims)
         if mode == PreemptMode.SUSPEND:
-            loads = without_envelopes(loads, paused(held))
+            loads = without_envelopes(loads, kept)
         return with_envelopes(loads, held)
+
+    def _holds(self, victims: list[Job] | tuple[Job, ...]
+               ) -> tuple[list[Envelope], list[Envelope]]:
+        """What ``victims`` hold (``envelopes``) and what they would keep suspended
+        (``paused``), in their order; each victim's made once while it stays a candidate
+        (``_everyone`` keeps them for the candidates it was last asked about), since a
+        pass tries the same running jobs for every job that waits."""
+        held: list[Envelope] = []
+        kept: list[Envelope] = []
+        for victim in victims:
+            profile = self.board.policy.profiles.get(victim.profile)
+            known = self._victims.get(victim.job_id)
+            if known is None or known[0] is not victim.current or known[1] is not profile:
+                envelopes = self.envelopes(victim)
+                known = self._victims[victim.job_id] = (victim.current, profile, envelopes,
+                                                        paused(envelopes))
+            held += known[2]
+            kept += known[3]
+        return held, kept
+
+    def _everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                  mode: PreemptMode) -> list[DeviceLoad]:
+        """``_room`` of every candidate victim. A pass asks it for each demand that waits,
+        of the same running jobs, and the next pass mostly of the same loads again (the
+        devices no job started or ended on keep their ``DeviceLoad``): a device whose
+        load and victims' envelopes are those of the last answer keeps its room from it,
+        and only the others are worked out (as ``_room`` would, to the last bit)."""
+        ids, memo = tuple(v.job_id for v in victims), self._everyone_memo
+        if memo is not None and memo[0] is loads and memo[1] == ids and memo[2] == mode:
+            return memo[4]
+        # the same victims, in the same attempts, under the same profiles: the same
+        # envelopes, without making them again
+        attempts = (self.board.policy, *(v.current for v in victims))
+        if memo is not None and memo[1] == ids and len(memo[5]) == len(attempts) and all(
+                a is b for a, b in zip(attempts, memo[5])):
+            on = memo[3]
+        else:
+            self._victims = {v.job_id: known for v in victims
+                             if (known := self._victims.get(v.job_id)) is not None}
+            on = {}
+            for victim in victims:
+                for envelope, kept in zip(*self._holds((victim,))):
+                    mine = on.setdefault(envelope.uuid, ([], []))
+                    mine[0].append(envelope)
+                    mine[1].append(kept)
+        same = memo is not None and memo[2] == mode and len(memo[0]) == len(loads)
+        last_loads, last_on, last_room = (memo[0], memo[3], memo[4]) if same else ((), {}, ())
+        if same and (on is last_on or on == last_on):  # the same victims: the loads changed
+            room = list(last_room)
+            for index in [i for i, (new, old) in enumerate(zip(loads, last_loads))
+                          if new is not old]:
+                room[index] = self._made(loads[index], on.get(loads[index].device.uuid), mode)
+        else:
+            room = [last_room[index] if same and load is last_loads[index]
+                    and on.get(load.device.uuid) == last_on.get(load.device.uuid)
+                    else self._made(load, on.get(load.device.uuid), mode)
+                    for index, load in enumerate(loads)]
+        if same:
+            refit(self._everyone_fitting, [(old, new) for old, new in zip(last_room, room)
+                                           if old is not new])
+        else:
+            self._everyone_fitting = {}
+        self._everyone_memo = (loads, ids, mode, on, room, attempts)
+        return room
+
+    @staticmethod
+    def _made(load: DeviceLoad, mine: tuple[list[Envelope], list[Envelope]] | None,
+              mode: PreemptMode) -> DeviceLoad:
+        """``_room`` on one device, given what the victims hold there and keep there
+        suspended (``without_envelopes``, then ``with_envelopes`` of what they keep)."""
+        if mine is None:
+            return load
+        load = releasing(load, mine[0])
+        return holding(load, mine[1]) if mode == PreemptMode.SUSPEND else load
+
+    def _fitting_everyone(self, loads: list[DeviceLoad], victims: list[Job],
+                          mode: PreemptMode, demand: Demand, avoid: tuple[str, ...]) -> int:
+        """How many devices of ``_everyone``'s room take one of ``demand``'s shares,
+        keeping off ``avoid`` (``placement.fitting``): counted once per shape of demand,
+        and carried over to the next room on the devices it changed (``refit``)."""
+        room = self._everyone(loads, victims, mode)
+        key = (demand.utilization_pct, demand.memory_mib, avoid)
+        if key not in self._everyone_fitting:
+            self._everyone_fitting[key] = (demand, fitting(demand, room, avoid))
+        return self._everyone_fitting[key][1][""]
 
     def resume(self, ctx: Pass, tier: tuple[Queue, ...], pending: dict[str, str]
                ) -> list[Event]:
@@ -363,8 +484,9 @@ class PreemptionDesk:
                           and j.current.cancel is None),  # ending: not to run on
                          key=lambda j: (j.current.preemptions[-1]["at"], j.order))
         events: list[Event] = []
+        shapes: dict[str, tuple[str | None, Demand | None]] = {}
         for job in waiting:
-            why = self._resume_hold(ctx, job)
+            why = self._resume_hold(ctx, job, shapes)
             if why is not None:
                 pending[job.job_id] = why
                 continue
@@ -379,34 +501,69 @@ class PreemptionDesk:
                                          attempt_id=job.current.attempt_id))
         return events
 
-    def _resume_hold(self, ctx: Pass, job: Job) -> str | None:
+    def _resume_hold(self, ctx: Pass, job: Job,
+                     shapes: dict[str, tuple[str | None, Demand | None]]) -> str | None:
         """Why a suspended job cannot continue now, or None. Its memory never left its
-        devices (nor did an exclusive hold), so only its utilization must fit again."""
+        devices (nor did an exclusive hold), so only its utilization must fit again.
+        ``shapes``: what its profile asks (``_resume_shape``), by profile, for one call
+        of ``resume``."""
         if ctx.free <= 0:
             return (f"suspended, waiting for a slot to resume: {ctx.target - ctx.free} of "
                     f"{ctx.target} running")
         if held := ctx.queue_hold(ctx.by_class[job.request.work_class]) or ctx.peer_hold(job):
             return f"suspended, {held}"
-        policy, host = self.board.policy, self.board.host
-        profile = policy.profiles.get(job.profile)
-        if profile is None:  # it holds its devices exclusively, and declares no domains
-            return None
-        if held := pressure_hold(policy, profile, host.pressure if host else None):
-            return f"suspended, {held}"
-        demand = Demand.of(profile)
-        if not profile.uses_gpu or demand.exclusive:
-            return None
+        if (shape := shapes.get(job.profile)) is None:
+            shape = shapes[job.profile] = self._resume_shape(job.profile)
+        held, utilization = shape
+        if held is not None or utilization is None:
+            return held
         if ctx.loads is None:
             return "suspended: no usable GPU sample to check its devices"
-        loads = {load.device.uuid: load for load in ctx.loads}
-        utilization = Demand(1, demand.utilization_pct, 0.0)
+        loads = self._loads_by_uuid(ctx.loads)
         for uuid in job.current.gpus:
             load = loads.get(uuid)
             limit = "not in the inventory" if load is None else load.fit(utilization)[1]
             if limit:
-                return (f"suspended, its {demand.utilization_pct:g}% utilization does not fit "
-                        f"back on {uuid}: {limit}")
+                return (f"suspended, its {utilization.utilization_pct:g}% utilization does "
+                        f"not fit back on {uuid}: {limit}")
         return None
+
+    def _resume_shape(self, name: str) -> tuple[str | None, Demand | None]:
+        """What a suspended job of profile ``name`` needs to resume besides a slot and its
+        queue's and peer's leave: (why its pressure domains hold it, or None; the
+        utilization that must fit back on each of its devices, or None when nothing
+        must: no GPU share to fit, or a device held exclusively all along)."""
+        policy, host = self.board.policy, self.board.host
+        profile = policy.profiles.get(name)
+        if profile is None:  # it holds its devices exclusively, and declares no domains
+            return None, None
+        if held := pressure_hold(policy, profile, host.pressure if host else None):
+            return f"suspended, {held}", None
+        demand = Demand.of(profile)
+        if not profile.uses_gpu or demand.exclusive:
+            return None, None
+        return None, Demand(1, demand.utilization_pct, 0.0)
+
+    def _loads_by_uuid(self, loads: list[DeviceLoad]) -> dict[str, DeviceLoad]:
+        """``loads`` by device, made once for each list: a pass asks it for every
+        suspended job in turn, and the list only changes when one resumes."""
+        if self._by_uuid[0] is not loads:
+            self._by_uuid = (loads, {load.device.uuid: load for load in loads})
+        return self._by_uuid[1]
+
+
+def _gained(demand: Demand, avoid: tuple[str, ...], before: list[DeviceLoad],
+            after: list[DeviceLoad]) -> int:
+    """How many more devices take one of ``demand``'s shares (keeping off ``avoid``) in
+    ``after`` than in ``before``: the same devices, of which only those whose
+    ``DeviceLoad`` changed are looked at (``with_envelopes`` keeps the others')."""
+    if before is after:
+        return 0
+    gained = 0
+    for old, new in zip(before, after):
+        if old is not new and old.device.uuid not in avoid:
+            gained += (new.fit(demand)[0] is not None) - (old.fit(demand)[0] is not None)
+    return gained
 
 
 def times_preempted(victim: Job, by: str) -> int:

@@ -73,7 +73,13 @@ class QueuePicker(Picker):
 
 
 class PreemptPolicy(Picker):
+    """Orders the candidate victims of one job (``VictimScope``). ``by_victim_alone``: the
+    order of any candidates is the order of all of them less the others (it reads no
+    more than each candidate, not the job or which others are there), so a pass may
+    order every running job once and take each blocked job's victims from that."""
+
     kind = "preempt"
+    by_victim_alone: ClassVar[bool] = False
 
 
 class JobPicker(Picker):

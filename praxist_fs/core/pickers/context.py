@@ -79,6 +79,10 @@ class Pass:
     evicting: dict[str, list[Job]] | None = None
     classes: Counter[str] | None = None  # queued jobs by work class; counted here if not given
     openings: Openings | None = None     # None: walk every job (or the walk has ended early)
+    # until preemption and resumption are done with (``PassDesk._may_open``): the queued
+    # jobs by profile as the pass began, the queues that may preempt with jobs still to
+    # visit, those with suspended jobs still to resume, and the jobs visited so far
+    unopened: tuple[Counter[str], set[str], set[str], list[Job]] | None = None
     # the pass cannot run out of slots: no job's reason depends on whether it is read
     # before the last slot goes (``merge`` may pass over jobs ahead of their turn)
     slots_to_spare: bool = False

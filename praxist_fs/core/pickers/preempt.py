@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 class LowestPriorityFirst(PreemptPolicy):
     """The lowest queue priority first, then the youngest attempt (the latest start)."""
 
+    by_victim_alone = True  # a key of each job's own, and no two jobs share one
+
     def init(self, ctx: Pass, scope: VictimScope) -> None:
         self._victims = iter(sorted(scope.candidates, key=lambda j: (
             ctx.by_class[j.request.work_class].priority, -j.current.started_at, -j.order)))
