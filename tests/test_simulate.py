@@ -599,6 +599,7 @@ def test_the_recommended_policy_is_the_one_docs_simulate_names():
     for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
                  "`shortest_first_by: gpu_seconds`", "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
                  "`shortest_first_starvation_factor: 8`",
+                 "`shortest_first_starvation_seconds: 2592000`",
                  "`shortest_first_priority_seconds: 86400`",
                  "bench/policy_table.py", "bench/shipped_table.py"):
         assert said in choosing
@@ -737,6 +738,30 @@ def test_recommended_policy_bounds_the_wait_of_a_wide_job_narrow_jobs_keep_passi
     assert waits["unbounded"][0] > 20 * 3600
     assert waits["bounded"][0] < 2 * 3600
     assert waits["bounded"][1] < waits["unbounded"][1] + 30 * 60
+
+
+def test_recommended_policy_starts_a_wide_job_within_a_month_under_a_backlog_that_never_drains(
+        tmp_path):
+    """Issue 32 item 1: two GPUs, a 2-GPU job of 40 days at 0 and a one-day one-GPU job
+    every 6 hours, twice what the GPUs serve. The queue's median ages at a quarter of
+    the wide job's pace, so no factor of 8 (nor 4) ever starves it, and by GPU-seconds
+    (80 days of key) every narrow job passes it: it starts after all 200, at 100 days.
+    recommended.yaml's backstop (shortest_first_starvation_seconds, 30 days) starves it
+    at 30 days; it starts once the two narrow jobs then running end, at 31."""
+    day = 86400
+    path = trace(tmp_path, f"wide,1,{40 * day},2,w",
+                 *(f"n{i},{i * day // 4},{day},1,u{i % 3}" for i in range(200)))
+    recommended = load_policy(RECOMMENDED)
+    assert recommended.shortest_first_starvation_seconds == 30 * day
+    waits = {}
+    for name, policy in (("recommended", recommended),
+                         ("factor only", replace(recommended,
+                                                 shortest_first_starvation_seconds=None))):
+        result = replay(load_trace(path), gpus=2, policy=policy, placement="declared",
+                        name=name)
+        assert (result.completed, result.capacity_violations) == (201, 0)
+        waits[name] = result.by_gpus["2"]["max_delay_s"]
+    assert waits == {"recommended": 31 * day - 1, "factor only": 100.25 * day - 1}
 
 
 def test_recommended_starvation_bound_holds_no_device_for_a_job_that_stops_starving(tmp_path):
