@@ -598,7 +598,8 @@ def test_the_recommended_policy_is_the_one_docs_simulate_names():
     choosing = doc[doc.index("## Choosing a policy"):]
     for said in ("`job_picker: shortest_expected_first`", "`shortest_first_aging: 1`",
                  "`shortest_first_by: gpu_seconds`", "`placement: best_fit`", "`max_concurrent_experiments: 10000`",
-                 "`shortest_first_starvation_factor: 4`",
+                 "`shortest_first_starvation_factor: 8`",
+                 "`shortest_first_starvation_seconds: 2592000`",
                  "`shortest_first_priority_seconds: 86400`",
                  "bench/policy_table.py", "bench/shipped_table.py"):
         assert said in choosing
@@ -720,13 +721,13 @@ def test_recommended_policy_bounds_the_wait_of_a_wide_job_narrow_jobs_keep_passi
     serve, so a queue builds) and one 4-GPU job at 100 s. By GPU-seconds first the wide
     job soon leads, but each GPU that frees goes to the narrow job behind it, so without
     a bound it starts only once the narrow jobs stop coming, 21 h later. Under
-    recommended.yaml it starves once it has waited 4x the median queued job, gets a
+    recommended.yaml it starves once it has waited 8x the median queued job, gets a
     reservation, and starts within two hours; the narrow jobs' mean wait grows by
     minutes."""
     path = trace(tmp_path, "wide,100,1000,4,w",
                  *(f"n{i},{i * 240},1000,1,u{i % 3}" for i in range(300)))
     bounded = load_policy(RECOMMENDED)
-    assert bounded.shortest_first_starvation_factor == 4
+    assert bounded.shortest_first_starvation_factor == 8
     unbounded = replace(bounded, shortest_first_starvation_factor=None)
     waits = {}
     for name, policy in (("bounded", bounded), ("unbounded", unbounded)):
@@ -737,3 +738,52 @@ def test_recommended_policy_bounds_the_wait_of_a_wide_job_narrow_jobs_keep_passi
     assert waits["unbounded"][0] > 20 * 3600
     assert waits["bounded"][0] < 2 * 3600
     assert waits["bounded"][1] < waits["unbounded"][1] + 30 * 60
+
+
+def test_recommended_policy_starts_a_wide_job_within_a_month_under_a_backlog_that_never_drains(
+        tmp_path):
+    """Issue 32 item 1: two GPUs, a 2-GPU job of 40 days at 0 and a one-day one-GPU job
+    every 6 hours, twice what the GPUs serve. The queue's median ages at a quarter of
+    the wide job's pace, so no factor of 8 (nor 4) ever starves it, and by GPU-seconds
+    (80 days of key) every narrow job passes it: it starts after all 200, at 100 days.
+    recommended.yaml's backstop (shortest_first_starvation_seconds, 30 days) starves it
+    at 30 days; it starts once the two narrow jobs then running end, at 31."""
+    day = 86400
+    path = trace(tmp_path, f"wide,1,{40 * day},2,w",
+                 *(f"n{i},{i * day // 4},{day},1,u{i % 3}" for i in range(200)))
+    recommended = load_policy(RECOMMENDED)
+    assert recommended.shortest_first_starvation_seconds == 30 * day
+    waits = {}
+    for name, policy in (("recommended", recommended),
+                         ("factor only", replace(recommended,
+                                                 shortest_first_starvation_seconds=None))):
+        result = replay(load_trace(path), gpus=2, policy=policy, placement="declared",
+                        name=name)
+        assert (result.completed, result.capacity_violations) == (201, 0)
+        waits[name] = result.by_gpus["2"]["max_delay_s"]
+    assert waits == {"recommended": 31 * day - 1, "factor only": 100.25 * day - 1}
+
+
+def test_recommended_starvation_bound_holds_no_device_for_a_job_that_stops_starving(tmp_path):
+    """Issue 32 item 1: the bound's price is the devices a starving job's reservation
+    idles, and a job that starves against a young queue stops starving as the queue
+    ages. Two GPUs: l1 (10,000 s) and l2 (20,000 s) run from 0; a 2-GPU job waits from 1;
+    three 30,000 s one-GPU jobs come at 8,000. When l1 ends at 10,000 the wide job has
+    waited 5x the median queued job (2,000 s). With a factor of 4 (recommended.yaml until
+    now) it starves and GPU 0 is held for it, idle, until l2 ends at 20,000; by then the
+    median has waited 12,000 s, so it no longer starves and both GPUs go to the narrow
+    jobs: x0, x2 and the wide job each wait 10,000 s longer, for nothing. recommended.yaml's 8 gives GPU 0
+    to x0 at 10,000 and the wide job starts at 70,000 instead of 80,000."""
+    path = trace(tmp_path, "l1,0,10000,1,u", "l2,0,20000,1,u", "wide,1,50000,2,w",
+                 *(f"x{i},8000,30000,1,v" for i in range(3)))
+    recommended = load_policy(RECOMMENDED)
+    starts = {}
+    for factor in (4, recommended.shortest_first_starvation_factor):
+        result = replay(load_trace(path), gpus=2, placement="declared", name=f"{factor}",
+                        policy=replace(recommended, shortest_first_starvation_factor=factor))
+        assert (result.completed, result.capacity_violations) == (6, 0)
+        starts[factor] = {r.job.job_id: r.start for r in result.records}
+    assert starts[4] == {"l1": 0, "l2": 0, "x0": 20000, "x1": 20000, "x2": 50000,
+                         "wide": 80000}
+    assert starts[8] == {"l1": 0, "l2": 0, "x0": 10000, "x1": 20000, "x2": 40000,
+                         "wide": 70000}
