@@ -24,6 +24,7 @@ V = TypeVar("V")
 
 _LENGTH_BITS = 32  # a shelved entry's place: its line's offset << 32 | its length
 _READ_BYTES = 4 << 20  # a snapshot's shelved lines are copied this much at a read
+_WALK_BYTES = 256 << 10  # ... and read this much at a time by a walk that builds each
 
 
 def place(offset: int, length: int) -> int:
@@ -216,17 +217,19 @@ class Shelf(MutableMapping[str, V], Generic[V]):
             if key not in gone:
                 yield key, mark
 
-    def shelved_lines(self) -> Iterator[tuple[str, bytes, int]]:
+    def shelved_lines(self, most: int = _READ_BYTES) -> Iterator[tuple[str, bytes, int]]:
         """(key, line, mark) of every entry still shelved, in key order: what a new
-        snapshot copies (no lookup, no parse; a read per 4 MB of lines)."""
+        snapshot copies (no lookup, no parse; a read per ``most`` bytes of lines, and no
+        list of every key)."""
         index, gone, read = self._index, self._gone, self._read
-        keys, marks = index.keys(), index.marks()
-        for start, end in index.runs(_READ_BYTES):
+        marks = index.marks()
+        for start, end in index.runs(most):
             lines, at = read(index.span(start, end)), 0
             for position in range(start, end):
                 length = index.length(position)
-                if keys[position] not in gone:
-                    yield keys[position], lines[at:at + length], marks[position]
+                key = index[position].decode("utf-8", "surrogatepass")
+                if key not in gone:
+                    yield key, lines[at:at + length], marks[position]
                 at += length
 
     def entries_after(self, key: str | None, most: int) -> list[tuple[str, int | None]]:
@@ -316,9 +319,14 @@ class Shelf(MutableMapping[str, V], Generic[V]):
         return len(self._live) + len(self._index) - len(self._gone)
 
     def values(self) -> Iterator[V]:  # type: ignore[override]
-        for key in self:
-            yield self.peek(key)
+        """Every entry, the shelved ones first (in key order), each built from its line
+        as a read of _WALK_BYTES of lines at a time reaches it (``shelved_lines``: no
+        lookup, no read per entry) and kept by no one here."""
+        for _, value in self.items():
+            yield value
 
     def items(self) -> Iterator[tuple[str, V]]:  # type: ignore[override]
-        for key in self:
-            yield key, self.peek(key)
+        build, live = self._build, list(self._live.items())
+        for key, line, _ in self.shelved_lines(_WALK_BYTES):
+            yield key, build(line)
+        yield from live

@@ -271,3 +271,25 @@ def test_a_walk_of_the_shelf_in_slices_sees_each_entry_not_deleted_once():
     assert seen[7:] == [("job-007", 1), ("job-008", 1), ("job-009", 1), ("job-100", 1),
                         ("é-tag", 1)]
     assert shelf.entries_after("é-tag", 2) == []
+
+
+def test_a_walk_of_every_job_reads_the_shelf_a_run_of_lines_at_a_time():
+    """issue 31 item 3 (`report` and `simulate --from-run` walk every job of a run's
+    history): a walk of a restored scheduler's jobs reads its shelved lines 4 MB at a
+    time, not one read (and one lookup in the index) per finished job, and gives the
+    jobs a lookup of each gives, shelved ones first, in key order."""
+    sched = replay(run_seed(4, 300).journal)
+    handle, read_at = _file(render(sched, 1).data)
+    reads = []
+
+    def counted(where: int) -> bytes:
+        reads.append(where)
+        return read_at(where)
+
+    restored = read(handle, counted).sched
+    shelved = [job_id for job_id, _ in restored.jobs.shelved()]
+    reads.clear()
+    walked = list(restored.jobs.values())
+    assert len(shelved) >= 10 and len(reads) == 1
+    assert [job.job_id for job in walked] == [*shelved, *(j.job_id for j in restored.jobs.live())]
+    assert walked == [restored.jobs.peek(job.job_id) for job in walked]
