@@ -146,10 +146,12 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
                                      "wait", "cancel"}
     assert result["compaction"]["compactions"] >= 2
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
+    assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
     (tmp_path / "result.json").write_text(done.stdout)
     table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all, "
                   "perf3_rows; print(bench_all.render_table(perf3_rows.rows(json.load(open("
                   f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "CLI cancel, 30 finished" in table.stdout
+    assert "report peak RSS, 3 finished" in table.stdout
     assert "20 invalid requests answered" in table.stdout
