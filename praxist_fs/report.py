@@ -116,7 +116,7 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
 
 def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
     """The report of the run at ``layout`` and its job count: a live run's open attempts
-    run until now, a stopped run's until its last journaled instant (``end_of``)."""
+    run until now, a stopped run's until its last journaled instant (``History.end``)."""
     sched, last = load_run(layout)
     history = History.of(sched.jobs.values())
     live = live_endpoint(layout) is not None
