@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from praxist_fs.adapters.history import read_run
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
@@ -171,3 +172,20 @@ def test_a_reports_memory_does_not_hold_a_row_per_finished_job(tmp_path):
             tracemalloc.stop()
         assert jobs == finished
     assert (peaks[2500] - peaks[500]) / 2000 <= 600, peaks
+
+
+def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_path):
+    """issue 31 item 3 (report, simulate --from-run and a start read a run's snapshot):
+    reading a run of 2,500 finished jobs (and their replies) peaks at most 1.5 times
+    above what the read keeps, the shelf's index; reading the header's 5,000 ids and
+    lengths as JSON objects peaked 2.4-3.1 times above it."""
+    layout = RunLayout.at(compacted_run(tmp_path, 2500))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sched, _ = read_run(layout)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(sched.jobs) == 2500
+    assert peak - kept <= 1.5 * (kept - before), (kept - before, peak - kept)

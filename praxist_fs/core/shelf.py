@@ -42,6 +42,19 @@ def encoded(key: str) -> bytes:
     return key.encode("utf-8", "surrogatepass")
 
 
+class PackedKeys:
+    """Keys as ``Shelved`` stores them (``encoded``, in order, one newline between, none
+    in a key), read straight from a file, and how many."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data, self.count = data, count
+
+    def __len__(self) -> int:
+        return self.count
+
+
 class Shelved:
     """Keys in their ``encoded`` order, each with where its line lies (offset, length)
     and a small ``mark`` (a finished job's state): one bytes object for all the keys
@@ -66,6 +79,27 @@ class Shelved:
         self._split = self._keys.count(b"\n") == max(0, len(keys) - 1)  # no key holds one
         if not len(self._offsets) == len(self._lengths) == len(self._marks) == len(keys):
             raise ValueError("a shelf index whose keys, places and marks disagree")
+
+    @classmethod
+    def packed(cls, keys: PackedKeys, offsets: Iterable[int], lengths: Iterable[int],
+               marks: bytes) -> Shelved:
+        """As ``Shelved(keys, ...)``, from keys already encoded and joined by newlines (a
+        snapshot header's, ``snapshot_header``): no string object per key, ever."""
+        shelved = cls([], (), ())
+        data, count = keys.data, len(keys)
+        starts, at = array("Q", [0]), data.find(b"\n")
+        while at >= 0:  # key i ends at the i-th newline: its start less the i newlines
+            starts.append(at - len(starts) + 1)
+            at = data.find(b"\n", at + 1)
+        if count:
+            starts.append(len(data) - count + 1)
+        shelved._keys, shelved._starts, shelved._split = data, starts, True
+        shelved._offsets, shelved._lengths = array("Q", offsets), array("Q", lengths)
+        shelved._marks = marks or bytes(count)
+        if not len(starts) - 1 == len(shelved._offsets) == len(shelved._lengths) == \
+                len(shelved._marks) == count:
+            raise ValueError("a shelf index whose keys, places and marks disagree")
+        return shelved
 
     @classmethod
     def of(cls, entries: Iterable[tuple[str, int, int]]) -> Shelved:
