@@ -199,6 +199,8 @@ def drawn_power_loss_case(make_run, tmp_path, seed):
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger, env)
     ids = basic_scenario(run, tmp_path)
+    if point in COMPACTION:  # the N-th compaction: as many as the machine's speed allows
+        more_records_until_it_dies(run, proc, tmp_path / "starts")
     cuts = [cut_power(run, proc, point, ledger, seed=f"{seed}:1")]
     if again is not None:
         second = tmp_path / "ledger-recovery.jsonl"
