@@ -115,6 +115,19 @@ class RecordingJournal:
         self.pending = []
 
 
+def started_with_one_request(policy) -> list:
+    """A start on a host with GPUS, and one request (tag t1) for one GPU, seen at once."""
+    profile = next(name for name, p in policy.profiles.items()
+                   if p.uses_gpu and p.gpu_count == 1)
+    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
+                      argv=("train",), eta_s=60.0)
+    return [CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                               boot_id="memory"),
+            HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+                source="simulated", cpu=0.0, memory=0.0, io=0.0)),
+            RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1", request=request)]
+
+
 def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     """A batch whose events change nothing (a look at the other runs' claims) may still
     launch, by the pass that runs inside it: that decision is journaled and committed
@@ -127,16 +140,7 @@ def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     sched = Scheduler(policy)
     driver = Driver(sched, MemoryBackend(lambda launch: Run(60.0), host), journal=journal,
                     clock=lambda: host.now, crash_hook=points.append)
-    profile = next(name for name, p in policy.profiles.items()
-                   if p.uses_gpu and p.gpu_count == 1)
-    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
-                      argv=("train",), eta_s=60.0)
-    driver.process([CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
-                                       boot_id="memory"),
-                    HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
-                        source="simulated", cpu=0.0, memory=0.0, io=0.0)),
-                    RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1",
-                                request=request)])  # accepted, without a pass: queued
+    driver.process(started_with_one_request(policy))  # accepted, without a pass: queued
     assert sched.count(JobState.QUEUED) == 1
     points.clear()
     version = sched.version
@@ -167,16 +171,7 @@ def test_each_commit_names_the_moments_of_a_jobs_life_it_journals(monkeypatch):
     driver = Driver(sched, MemoryBackend(plan, host), journal=RecordingJournal([]),
                     clock=lambda: host.now,
                     crash_hook=lambda point: seen.append((point, now[0])))
-    profile = next(name for name, p in policy.profiles.items()
-                   if p.uses_gpu and p.gpu_count == 1)
-    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
-                      argv=("train",), eta_s=60.0)
-    driver.process([CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
-                                       boot_id="memory"),
-                    HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
-                        source="simulated", cpu=0.0, memory=0.0, io=0.0)),
-                    RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1",
-                                request=request)], launch=True)
+    driver.process(started_with_one_request(policy), launch=True)
     while driver.backend.next_timer() < math.inf:
         driver.process(driver.backend.on_timer(driver.backend.next_timer()), launch=True)
     named = [moments for point, moments in seen if point == "journal.after_commit" and moments]
