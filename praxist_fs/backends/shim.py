@@ -351,15 +351,20 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
+    described = []  # attempt.json is written
     if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
+        describe(attempt_dir, spec, described)  # nothing ran, but the attempt was there
         return
     started = []  # the command's pid, once it runs
 
     def on_start(pid):
         started.append(pid)
-        make_durable(attempt_dir)  # while the command runs
+        describe(attempt_dir, spec, described)  # while the command runs, as is
+        make_durable(attempt_dir)
 
     result = shim_command.run(spec, status_fd, on_start=on_start)
+    describe(attempt_dir, spec, described)  # if the command could not start, or a full
+    # disk kept it out then
     if not started:  # it could not start: the exit.json that says why needs it durable too
         make_durable(attempt_dir)
     result = shim_command.to_json(result)
@@ -369,6 +374,23 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
                                                      durable=True):
         if failures == 1:  # a coordinator still connected journals it, and acts on it
             shim_command.tell(status_fd, b"X" + result + b"\n")
+
+def describe(attempt_dir, spec, described):
+    """attempt.json, as the coordinator rendered it into the spec (``attempt_json``), once
+    the barrier is passed (the command runs, or GO never came): the attempt for people and
+    tools, written here so that its file creation is off the coordinator's loop. Not fsynced (a power cut ends us too); a failure (a full
+    disk) is told to shim.log and tried again once the command is over. ``described``
+    holds True once it is written."""
+    data = spec.get("attempt_json")
+    if described or data is None:
+        return
+    try:
+        shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False)
+    except OSError as exc:
+        shim_command.tell(2, b"could not write attempt.json: %s\n" % str(exc).encode())
+        return
+    described.append(True)
+
 
 def make_durable(attempt_dir):
     """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,
