@@ -272,9 +272,10 @@ class LocalBackend:
         pass  # attempt.json is each shim's to write, and its directory's fsyncs too
 
     def go(self, key: AttemptKey) -> None:
-        """GO, journaled already: the shim's pipe first, so the command starts while the
-        GO file is written (without fsync: the journal holds the decision). A shim
-        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
+        """GO, journaled already: on the shim's pipe, and the shim writes the GO file as
+        its command starts (without fsync: the journal holds the decision), off our
+        loop. A shim without a pipe to us (a re-adopted one) polls for the file, which
+        we write. Held while a job it
         preempts by suspension is not wholly stopped yet (``_forget_suspension``).
 
         exit.json, fsynced by the shim into the attempt directory, must not vanish with
@@ -292,8 +293,9 @@ class LocalBackend:
             self.held_go.add(key)
             return
         handle = self.handles.get(key)
-        if handle is not None:
+        if handle is not None:  # told on its pipe, the shim writes the GO file itself
             handle.release_barrier(b"G")
+            return
         try:  # empty, so created in place: there is no half-written GO to rename over
             create(self.layout.attempt_dir(*key) / "GO", b"")
         except (FileExistsError, FileNotFoundError):

@@ -541,3 +541,16 @@ def test_the_shim_writes_attempt_json_once_past_the_barrier(layout, tmp_path, sh
     assert described == {"peer": "p", "argv": argv, "command": None, "cwd": str(tmp_path),
                          "log": str(layout.log("job-1", "a1"))}
     assert b"hunter2" not in (attempt_dir / "attempt.json").read_bytes()
+
+
+def test_a_shim_told_go_on_its_pipe_writes_the_go_file(layout, tmp_path, shim_for):
+    """GO told on the pipe (journaled first) is recorded by the shim, as its command
+    starts, in the GO file the handshake's readers look for (client.enclosing_attempt):
+    the coordinator's loop no longer creates it."""
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 0", warm=shim_for())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    assert not (attempt_dir / "GO").exists()
+    handle.release_barrier(b"G")
+    finish(handle)
+    assert marker.exists() and (attempt_dir / "GO").read_bytes() == b""
+    handle.close()
