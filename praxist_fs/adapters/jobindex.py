@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -298,16 +298,15 @@ class JobIndex:
             pass
 
 
-@dataclass(frozen=True, kw_only=True)
-class JobQuery:
+# JobQuery and Listing are named tuples, not dataclasses: ``dataclasses`` imports
+# ``inspect``, about 10 ms of every ``praxist-fs jobs`` (R-PERF-3).
+class JobQuery(namedtuple("JobQuery", "states peer tag_glob since limit",
+                          defaults=((), None, None, None, None))):
     """Which jobs ``praxist-fs jobs`` lists: every filter given must hold. ``since``:
-    jobs not yet ended, or that record a submission, start or end at or after it."""
+    jobs not yet ended, or that record a submission, start or end at or after it.
+    ``states``: a tuple of state names (and ``held``); ``limit``: None for all."""
 
-    states: tuple[str, ...] = ()
-    peer: str | None = None
-    tag_glob: str | None = None
-    since: float | None = None
-    limit: int | None = None
+    __slots__ = ()
 
     def where(self) -> tuple[str, list[Any]]:
         clauses, params = [], []
@@ -331,12 +330,12 @@ class JobQuery:
         return (f"WHERE {' AND '.join(clauses)}" if clauses else ""), params
 
 
-@dataclass(frozen=True)
-class Listing:
-    documents: list[dict[str, Any]]  # newest submission first
-    matched: int                     # how many match, beyond the limit too
-    source: str                      # "index" or "job files"
-    note: str | None = None          # why the index was not used, when that is news
+class Listing(namedtuple("Listing", "documents matched source note", defaults=(None,))):
+    """What ``list_jobs`` found: ``documents`` newest submission first; ``matched``: how
+    many match, beyond the limit too; ``source``: "index" or "job files"; ``note``: why
+    the index was not used, when that is news."""
+
+    __slots__ = ()
 
 
 def list_jobs(layout: RunLayout, query: JobQuery, owner: float | None) -> Listing:

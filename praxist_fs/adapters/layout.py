@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -28,11 +27,28 @@ PRIVATE = 0o700         # the coordinator alone: the journal, the snapshot, raw 
 MADE_WHEN_NEEDED = frozenset({"resource_scheduler/quarantine"})
 
 
-@dataclass(frozen=True)
 class RunLayout:
     """The paths of one run directory. They are worked out once per layout (pathlib
-    costs microseconds a join, and a launch joins dozens)."""
-    root: Path
+    costs microseconds a join, and a launch joins dozens).
+
+    A value like a frozen dataclass of its ``root``, written out because every CLI call
+    makes one: ``dataclasses`` imports ``inspect`` (and ``ast``, ``dis``, ``tokenize``),
+    about 10 ms of each verb's start (R-PERF-3)."""
+
+    def __init__(self, root: Path) -> None:
+        object.__setattr__(self, "root", root)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"RunLayout is immutable: cannot set {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return self.root == other.root if type(other) is RunLayout else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"RunLayout(root={self.root!r})"
 
     @classmethod
     def at(cls, run_dir: str | os.PathLike) -> RunLayout:
