@@ -12,14 +12,18 @@ import os
 import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
-from typing import Any, BinaryIO
 
 from .adapters import journal, procs
 from .adapters.fsio import dumps, read_json, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .core import tenancy, trust
-from .core.identity import job_id_for
+
+TYPE_CHECKING = False  # ``typing`` is ~3 ms of a CLI call's start (R-PERF-3)
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+    Announce = Callable[[dict[str, Any], dict[str, Any] | None], None]  # follow's
 
 TERMINAL = ("completed", "failed", "rejected", "cancelled", "drained_unknown", "expired")
 EXIT_DRAINED_UNKNOWN = 70  # the attempt vanished without an exit record
@@ -279,6 +283,8 @@ def find_job(layout: RunLayout, job_or_tag: str, uid: int | None = None
     if NAME_RE.fullmatch(job_or_tag) and \
             (doc := job_document(layout, job_or_tag)) is not None:  # never a path out of jobs/
         return job_or_tag, doc
+    from .core.identity import job_id_for  # a tag's: by id, and status, never load it
+
     uid = os.geteuid() if uid is None else uid
     coordinator = coordinator_uid(layout)
     for job_id in dict.fromkeys((job_id_for(job_or_tag, tenancy.namespace(uid, coordinator)),
@@ -316,9 +322,6 @@ def exit_status(document: dict[str, Any]) -> int:
         return EXIT_EXPIRED
     code = document["exit_code"]
     return code if isinstance(code, int) else 1
-
-
-Announce = Callable[[dict[str, Any], dict[str, Any] | None], None]
 
 
 def follow(layout: RunLayout, job_id: str, out: BinaryIO,
