@@ -27,7 +27,6 @@ from .. import client
 from ..adapters import wakepipe
 from ..adapters.layout import RunLayout
 from ..adapters.lock import live_endpoint
-from ..adapters.watcher import needs_polling, start_observer
 from . import add_run_dir, run_layout
 from .logs import write_logs
 from .render import TOP_JOB_HEADER, format_control_reply, top_jobs, top_summary
@@ -76,18 +75,21 @@ def cmd_top(args: argparse.Namespace) -> int:
 
 
 class Doorbell:
-    """A pipe a watchdog observer writes a byte into on any change in ``directory``."""
+    """A pipe a watchdog observer writes a byte into on any change in ``directory``,
+    once armed (``Top.loop`` arms it after the first frame: watchdog's import is tens
+    of milliseconds of ``top``'s start, R-PERF-3)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.read_fd, self.write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.observer = None
-        self.arm()
 
     def arm(self) -> None:
         """Watch once the directory exists: a run whose coordinator never started has
         none yet. Without inotify (its limits reached) the tick alone redraws."""
         if self.observer is None and self.directory.is_dir():
+            from ..adapters.watcher import needs_polling, start_observer
+
             try:
                 self.observer = start_observer([self.directory], self.ring,
                                                polling=needs_polling(self.directory))
@@ -138,7 +140,8 @@ class Top:
         self.screen.keypad(True)
         self.reload()
         self.draw()
-        drawn_at, next_tick, stale = time.monotonic(), time.monotonic() + TICK_SECONDS, False
+        self.bell.arm()  # stale: what changed before it armed is read at the next redraw
+        drawn_at, next_tick, stale = time.monotonic(), time.monotonic() + TICK_SECONDS, True
         while True:
             now = time.monotonic()
             wait = max(0.0, drawn_at + REDRAW_MIN_INTERVAL - now) if stale else next_tick - now
