@@ -1,0 +1,98 @@
+"""The read and control verbs start in a blink (issue 31 item 2, R-PERF-3): each imports
+what it reads and writes, never the coordinator's libraries (yaml for task files, psutil
+for process trees, watchdog for inotify) nor the standard library's slow imports that a
+verb's module can do without (dataclasses and the inspect/ast/dis it loads, typing, shutil
+and the compressors it loads): together tens of milliseconds of every call.
+
+A behaviour check, not a timing (bench/bench_cli.py times them): each verb runs in a
+fresh interpreter against a real run, and the test reads ``sys.modules`` after it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from praxist_fs.cli import VERBS as VERB_MODULES
+
+ROOT = Path(__file__).resolve().parents[1]
+NEVER = {"yaml", "psutil", "watchdog", "dataclasses", "inspect", "typing", "shutil"}
+# ``jobs`` names the job states by core/states.py's JobState, and that module imports typing
+# (core/ is left as it is: bench/shipped_table.py keys its cached replays by core's source).
+
+# Each verb as a user types it (JOB: a finished job of the run), with what it must have
+# done to count: read the run (its module and the client loaded) and answered.
+VERBS = [["status"], ["status", "--json"], ["jobs", "--limit", "20"],
+         ["jobs", "--state", "failed"], ["logs", "JOB"], ["wait", "JOB"],
+         ["cancel", "JOB", "--timeout", "0"], ["hold", "JOB", "--timeout", "0"],
+         ["release", "JOB", "--timeout", "0"],
+         ["update", "JOB", "--priority", "1", "--timeout", "0"],
+         ["raise-budget", "--gpu-hours", "1", "--timeout", "0"], ["top"]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, str]:
+    """A run with three finished jobs as a coordinator that served it and stopped leaves
+    it (status.json, the job index), registered in a host registry of its own."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_compaction import served_fixture
+
+    scratch = tmp_path_factory.mktemp("cli-start")
+    registry = os.environ.get("PRAXIST_HOST_REGISTRY")
+    os.environ["PRAXIST_HOST_REGISTRY"] = str(scratch / "hosts")
+    try:
+        run_dir = served_fixture(scratch / "served", 3) / "run"
+    finally:
+        if registry is None:
+            del os.environ["PRAXIST_HOST_REGISTRY"]
+        else:
+            os.environ["PRAXIST_HOST_REGISTRY"] = registry
+        sys.path.remove(str(ROOT / "bench"))
+    done = sorted((run_dir / "resource_scheduler" / "jobs" / "done").glob("*.json"))
+    return run_dir, json.loads(done[0].read_text())["job_id"]
+
+
+def loaded_by(argv: list[str]) -> tuple[int, str, set[str]]:
+    """(exit status, stdout, the modules loaded) of ``praxist-fs ARGV`` in a fresh
+    interpreter, as the console script runs it."""
+    code = ("import contextlib, io, json, sys\nfrom praxist_fs.cli import main\n"
+            "out = io.TextIOWrapper(io.BytesIO())\n"  # logs writes to sys.stdout.buffer
+            "with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):\n"
+            f"    status = main({argv!r})\n"
+            "out.flush()\n"
+            "print(json.dumps([status, out.buffer.getvalue().decode(), sorted(sys.modules)]))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    status, out, modules = json.loads(done.stdout.strip().splitlines()[-1])
+    return status, out, set(modules)
+
+
+@pytest.mark.parametrize("verb", VERBS, ids=" ".join)
+def test_a_read_or_control_verb_imports_none_of_the_heavy_modules(verb, run):
+    run_dir, job = run
+    argv = [job if word == "JOB" else word for word in verb] + ["--run-dir", str(run_dir)]
+    status, out, modules = loaded_by(argv)
+    assert {"praxist_fs.client", f"praxist_fs.commands.{VERB_MODULES[verb[0]]}"} <= modules
+    never = NEVER - {"typing"} if verb[0] == "jobs" else NEVER  # core/states.py's names
+    assert {m.partition(".")[0] for m in modules} & never == set()
+    if verb[0] in ("status", "jobs", "logs"):  # they read the run and printed it
+        assert status == 0 and out.strip()
+    if verb[0] == "jobs" and "--limit" in verb:
+        assert job in out
+
+
+def test_the_help_keeps_the_terminals_width():
+    """argparse's formatters take their width from cli (not shutil): $COLUMNS still sets
+    it, as argparse's own default does."""
+    widths = {}
+    for columns in ("50", "120"):
+        done = subprocess.run([sys.executable, "-m", "praxist_fs", "jobs", "--help"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": columns})
+        widths[columns] = max(len(line) for line in done.stdout.splitlines())
+    assert widths["50"] <= 55 < 80 < widths["120"], widths
