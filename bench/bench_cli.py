@@ -8,8 +8,15 @@ bench/fixture.py with ``--finished`` finished jobs, 1,000 unless given, then ser
 a coordinator and stopped, as every real run is: the fixture alone has no job index, and
 without one ``jobs`` reads every job file, seconds at 100,000); the median wall
 time and the median CPU time (user + system, which a loaded machine inflates less) are
-printed per verb. The verbs only read, and need no coordinator: status, jobs --limit
-20, jobs --state failed, and logs and wait of an ended job.
+printed per verb. The verbs need no coordinator: status, jobs --limit 20, jobs --state
+failed, and logs and wait of an ended job only read ``--run-dir``; ``cancel`` of an ended
+job writes a control request and withdraws it when no coordinator answers, so it runs on
+a run of its own (``--finished`` jobs, built and served here) and never on ``--run-dir``.
+
+Beside the times, ``python -X importtime`` of each (median of ``--runs``): *imports* is
+what the command imports once the interpreter is up (the sum of the top-level imports
+after ``site``), *site* the interpreter's own start-up imports (an editable install's
+finder among them: every Python of that environment pays it, the bare one too).
 
 Usage: .venv/bin/python bench/bench_cli.py [--run-dir RUN] [--finished N] [--runs N]
 """
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -45,6 +53,24 @@ def timed(argv: list[str], runs: int) -> tuple[float, float]:
     return statistics.median(walls), statistics.median(cpus)
 
 
+def import_ms(argv: list[str], runs: int) -> tuple[float, float]:
+    """Median milliseconds (imports after ``site``, ``site``'s own) of ``python -X
+    importtime`` running ``argv`` (a Python script and its arguments) ``runs`` times."""
+    after, site = [], []
+    for _ in range(runs):
+        done = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                              text=True, check=False)
+        top = [(name.strip(), int(cumulative)) for line in done.stderr.splitlines()
+               if line.startswith("import time:") and "|" in line
+               for _, cumulative, name in [line[len("import time:"):].split("|")]
+               if cumulative.strip().isdigit() and not name[1:].startswith(" ")]
+        names = [name for name, _ in top]
+        first = names.index("site") + 1 if "site" in names else 0
+        site.append(sum(us for _, us in top[:first]) / 1000)
+        after.append(sum(us for _, us in top[first:]) / 1000)
+    return statistics.median(after), statistics.median(site)
+
+
 def built_run(directory: Path, finished: int) -> Path:
     """A run with ``finished`` jobs as a coordinator that served it leaves it."""
     return served_fixture(directory / "served", finished) / "run"
@@ -65,19 +91,26 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-cli."))
     try:
         run = args.run_dir or built_run(scratch, args.finished)
-        job = an_ended_job(run)
+        own = built_run(scratch, args.finished) if args.run_dir else run  # cancel writes
+        job, own_job = an_ended_job(run), an_ended_job(own)
         cli = [sys.executable, "-m", "praxist_fs"]
         rows = [("python -c pass", [sys.executable, "-c", "pass"])]
         for verb in (["status"], ["jobs", "--limit", "20"], ["jobs", "--state", "failed"],
                      ["logs", job], ["wait", job]):
             rows.append((" ".join(verb[:3]).replace(job, "JOB"),
                          [*cli, *verb, "--run-dir", str(run)]))
+        rows.append(("cancel JOB" + (" (own run)" if args.run_dir else ""),
+                     [*cli, "cancel", own_job, "--timeout", "0", "--run-dir", str(own)]))
         if shutil.which("tsp"):
             rows.append(("tsp -l (task-spooler)", ["tsp", "-l"]))
-        print(f"{'command':32}{'wall ms':>10}{'cpu ms':>10}   ({args.runs} runs, median)")
+        print(f"{'command':32}{'wall ms':>10}{'cpu ms':>10}{'imports':>10}{'site':>8}   "
+              f"({args.runs} runs, median; imports, site: -X importtime, ms; load "
+              f"{os.getloadavg()[0]:.1f})")
         for label, argv in rows:
             wall, cpu = timed(argv, args.runs)
-            print(f"{label:32}{wall:10.1f}{cpu:10.1f}")
+            imports = import_ms(argv, args.runs) if argv[0] == sys.executable else None
+            print(f"{label:32}{wall:10.1f}{cpu:10.1f}" + (
+                f"{imports[0]:10.1f}{imports[1]:8.1f}" if imports else f"{'-':>10}{'-':>8}"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

@@ -90,9 +90,13 @@ def test_the_burst_bench_answers_a_small_burst(tmp_path):
 def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path):
     done = bench("bench/bench_cli.py", "--finished", "5", "--runs", "1", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
-    rows = {line[:32].strip(): line.split()[-2:] for line in done.stdout.splitlines()[1:]}
-    assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB"} <= set(rows)
-    assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu in rows.values())
+    rows = {line[:32].strip(): line[32:].split() for line in done.stdout.splitlines()[1:]}
+    assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB",
+            "cancel JOB"} <= set(rows)
+    assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu, *_ in rows.values())
+    # -X importtime: a verb imports something once the interpreter is up; a bare one not
+    assert float(rows["status"][2]) > 0 == float(rows["python -c pass"][2])
+    assert all(float(site) > 0 for _, _, _, site in rows.values() if site != "-")
 
 
 def test_the_compaction_bench_sees_compactions_while_it_times_the_replies(tmp_path):
