@@ -18,7 +18,6 @@ describe what the name held before (``{"kind": "absent" | "file" |
 
 from __future__ import annotations
 
-import base64
 import errno
 import itertools
 import json
@@ -54,6 +53,8 @@ def _record(op: str, path: str | os.PathLike, **fields: Any) -> None:
 
 
 def _encode(data: bytes) -> str:
+    import base64  # here: the power-loss ledger's alone (tests), not every CLI call's
+
     return base64.b64encode(data).decode()
 
 
