@@ -21,13 +21,11 @@ from praxist_fs.cli import VERBS as VERB_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER = {"yaml", "psutil", "watchdog", "dataclasses", "inspect", "typing", "shutil"}
-# ``jobs`` names the job states by core/states.py's JobState, and that module imports typing
-# (core/ is left as it is: bench/shipped_table.py keys its cached replays by core's source).
 
 # Each verb as a user types it (JOB: a finished job of the run), with what it must have
 # done to count: read the run (its module and the client loaded) and answered.
 VERBS = [["status"], ["status", "--json"], ["jobs", "--limit", "20"],
-         ["jobs", "--state", "failed"], ["logs", "JOB"], ["wait", "JOB"],
+         ["jobs", "--state", "failed"], ["logs", "JOB"], ["logs", "TAG"], ["wait", "JOB"],
          ["cancel", "JOB", "--timeout", "0"], ["hold", "JOB", "--timeout", "0"],
          ["release", "JOB", "--timeout", "0"],
          ["update", "JOB", "--priority", "1", "--timeout", "0"],
@@ -35,7 +33,7 @@ VERBS = [["status"], ["status", "--json"], ["jobs", "--limit", "20"],
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> tuple[Path, str]:
+def run(tmp_path_factory) -> tuple[Path, dict]:
     """A run with three finished jobs as a coordinator that served it and stopped leaves
     it (status.json, the job index), registered in a host registry of its own."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -53,7 +51,7 @@ def run(tmp_path_factory) -> tuple[Path, str]:
             os.environ["PRAXIST_HOST_REGISTRY"] = registry
         sys.path.remove(str(ROOT / "bench"))
     done = sorted((run_dir / "resource_scheduler" / "jobs" / "done").glob("*.json"))
-    return run_dir, json.loads(done[0].read_text())["job_id"]
+    return run_dir, json.loads(done[0].read_text())
 
 
 def loaded_by(argv: list[str]) -> tuple[int, str, set[str]]:
@@ -74,12 +72,13 @@ def loaded_by(argv: list[str]) -> tuple[int, str, set[str]]:
 
 @pytest.mark.parametrize("verb", VERBS, ids=" ".join)
 def test_a_read_or_control_verb_imports_none_of_the_heavy_modules(verb, run):
-    run_dir, job = run
-    argv = [job if word == "JOB" else word for word in verb] + ["--run-dir", str(run_dir)]
+    run_dir, job_file = run
+    job = job_file["job_id"]
+    names = {"JOB": job, "TAG": job_file["tag"]}
+    argv = [names.get(word, word) for word in verb] + ["--run-dir", str(run_dir)]
     status, out, modules = loaded_by(argv)
     assert {"praxist_fs.client", f"praxist_fs.commands.{VERB_MODULES[verb[0]]}"} <= modules
-    never = NEVER - {"typing"} if verb[0] == "jobs" else NEVER  # core/states.py's names
-    assert {m.partition(".")[0] for m in modules} & never == set()
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
     if verb[0] in ("status", "jobs", "logs"):  # they read the run and printed it
         assert status == 0 and out.strip()
     if verb[0] == "jobs" and "--limit" in verb:

@@ -42,7 +42,7 @@ import sqlite3
 from collections import namedtuple
 from pathlib import Path
 
-from ..core.states import JobState
+from ..core.job_state import JobState
 from .fsio import TEMP_PATTERN, temp_name
 from .layout import JOB_DIRECTORIES, RunLayout
 

@@ -11,7 +11,7 @@ import sys
 import time
 
 from .. import client
-from ..core.states import JobState
+from ..core.job_state import JobState
 from . import add_run_dir, run_layout, since
 from .render import format_jobs, job_row, jobs_json
 
