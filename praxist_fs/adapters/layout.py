@@ -42,7 +42,7 @@ class RunLayout:
         raise AttributeError(f"RunLayout is immutable: cannot set {name!r}")
 
     def __eq__(self, other: object) -> bool:
-        return self.root == other.root if type(other) is RunLayout else NotImplemented
+        return self.root == other.root if other.__class__ is self.__class__ else NotImplemented
 
     def __hash__(self) -> int:
         return hash(self.root)
