@@ -309,6 +309,7 @@ def serve_warm(attempts, control_fd, go_fd, status_fd, identity):
     refusal = make_attempt_directory(attempt_dir)
     if refusal is not None:  # nothing ran: the coordinator hears why, as of a full disk
         posix.close(go_fd)
+        _attempt_over[0] = True
         shim_command.tell(status_fd, b"X" + shim_command.to_json(refusal) + b"\nD")
         posix.close(status_fd)
         return True
