@@ -401,7 +401,7 @@ class Coordinator:
             self._tidy_jobs()
 
     def _tidy_jobs(self) -> None:
-        """jobs/queued/ and jobs/running/ (and a slice of jobs/done/, at its cadence)
+        """jobs/running/ (and a slice of jobs/queued/, jobs/done/ and spool/replies/)
         swept for junk (``Housekeeper.tidy_jobs``); a new quarantine case is reported."""
         if self.housekeeper.tidy_jobs(self.sched, self.views, ("queued", "running")):
             self.problems = quarantine.notes(self.layout)

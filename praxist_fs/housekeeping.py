@@ -2,7 +2,8 @@
 
 At start, after the replay, the derived files and attempt directories of records the
 journal lost are set aside (``set_aside_orphans``); while serving, ``jobs/*/`` is swept
-for junk between batches (``tidy_jobs``). What is set aside goes to a quarantine case
+for junk between batches (``tidy_jobs``), what grows with the backlog or the history a
+slice at a time. What is set aside goes to a quarantine case
 with a note, never served or signalled. Like the views and the inboxes, a
 ``Housekeeper`` takes data (the core's state, the views to rewrite a job file with)
 and does file work: it never feeds the core nor calls the loop.
@@ -32,14 +33,18 @@ log = logging.getLogger("praxist_fs")
 
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
-# ... a slice of the two a reconcile: CHUNK entries at a time until SLICE_SECONDS passed
-# since the reconcile's tidying began, DONE_SLICE at most. The loop waits for it, and an
-# entry costs 6-40 us (a stat, a lookup in a shelf of 100,000) as the machine is loaded:
-# 5,000 a slice once held the loop for 0.1-0.7 s, and a slice of each directory (10 ms
-# each) after jobs/queued/ and jobs/running/, 40-70 ms at a load of 9 on two cores
+# ... a slice of the sliced directories a reconcile: CHUNK entries at a time until
+# SLICE_SECONDS passed since the reconcile's tidying began, DONE_SLICE at most. The loop
+# waits for it, and an entry costs 6-40 us (a stat, a lookup in a shelf of 100,000) as the
+# machine is loaded: 5,000 a slice once held the loop for 0.1-0.7 s, a slice of each
+# history directory (10 ms each) 40-70 ms at a load of 9 on two cores, and jobs/queued/
+# swept whole with a backlog of 800-1,500 jobs 80-120 ms at a load of 13
 SLICE_SECONDS = 0.010
 CHUNK, DONE_SLICE = 100, 5_000
-HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
+HISTORY = ("done", "replies")  # what a run's history fills
+# swept a slice at a time while serving: the backlog's directory, then the history's;
+# jobs/queued/'s next pass is due as soon as one ends, the history's every done_sweep
+SLICED = ("queued", *HISTORY)
 MTIME_SLACK_NS = 1_000_000_000  # file times lag the clock (coarse kernel clock, NFS skew)
 
 
@@ -55,13 +60,14 @@ class Housekeeper:
         self.case: quarantine.Case | None = None  # what this start (or reconcile) sets aside
         # jobs/ directory (or "replies") -> when its last sweep began
         self._swept_ns: dict[str, int] = {}
-        # of jobs/done/ and spool/replies/ (the whole history), swept a slice at a time:
-        self._next_sweep = dict.fromkeys(HISTORY, 0.0)
-        self._listing: dict[str, Any] = dict.fromkeys(HISTORY)  # the scandir a sweep is in
-        self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
+        # of jobs/queued/, jobs/done/ and spool/replies/ (the backlog and the whole
+        # history), swept a slice at a time:
+        self._next_sweep = dict.fromkeys(SLICED, 0.0)
+        self._listing: dict[str, Any] = dict.fromkeys(SLICED)  # the scandir a sweep is in
+        self._since: dict[str, int | None] = dict.fromkeys(SLICED)  # the sweep before it
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
         self._expected = dict.fromkeys(HISTORY, 0)  # ... and how many it had as it began
-        self._first = HISTORY[0]  # where the next slice begins: after the one cut short
+        self._first = SLICED[0]  # where the next slice begins: after the one cut short
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -87,7 +93,7 @@ class Housekeeper:
         With ``settled_ns`` (when the files of the shelved jobs and replies were vouched
         for: the last compaction's watermark, or a clean stop) jobs/done/ and
         spool/replies/ (the run's history) are left to the reconcile's sliced sweep
-        (``_sweep_history``), which begins at once. Runs after replay, before anything
+        (``_sweep_slices``), which begins at once. Runs after replay, before anything
         is journaled. Returns every quarantine case (``quarantine.notes``), for
         status.json."""
         layout = self.layout
@@ -147,12 +153,15 @@ class Housekeeper:
         our own (``spool.sweep_stale`` takes the temp files). A file in its right place
         that changed since the directory's last sweep and says other than the journal is
         set aside too, then rewritten from it through ``views``; at start the views'
-        repair rewrites those. After the start, jobs/done/ (every job the run had) goes
-        by ``_sweep_history``, with spool/replies/."""
+        repair rewrites those. After the start, jobs/queued/ (the backlog, which may hold
+        thousands) and jobs/done/ (every job the run had) go by ``_sweep_slices``, with
+        spool/replies/: of ``directories`` only the others are swept whole."""
         if not start:
             self.case = None  # each reconcile that finds something opens its own case
         began, moved = self._clock(), False
         for directory in directories:
+            if not start and directory in SLICED:
+                continue
             since = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
             try:
@@ -163,19 +172,20 @@ class Housekeeper:
             moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
                                           None if start else since)[0]
         if not start:
-            moved |= self._sweep_history(sched, views, began)
+            moved |= self._sweep_slices(sched, views, began)
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later
             self._next_sweep["done"] = time.monotonic() + self.done_sweep
         return moved and not start
 
-    def _sweep_history(self, sched: Scheduler, views: Views, began: float | None = None) -> bool:
-        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of the two
-        a reconcile (100,000 at once would hold the loop for a second): chunks
-        (``_slice``), one directory's then the other's, until SLICE_SECONDS passed since
-        ``began`` (the reconcile's tidying; None: now), however loaded the machine, and
-        at least one chunk; the next slice begins with the directory after the one whose
-        chunk used the time up, so neither waits on the other's pass. Besides
-        the junk of jobs/done/ (``_set_aside_junk``): a reply changed since the last
+    def _sweep_slices(self, sched: Scheduler, views: Views, began: float | None = None) -> bool:
+        """jobs/queued/ (a pass as soon as the last one ended), jobs/done/ and
+        spool/replies/ (every ``done_sweep`` seconds): a slice of the three a reconcile
+        (100,000 at once would hold the loop for a second, a backlog of 1,500 for 0.1 s):
+        chunks (``_slice``), one directory's then the next's, until SLICE_SECONDS passed
+        since ``began`` (the reconcile's tidying; None: now), however loaded the machine,
+        and at least one chunk; the next slice begins with the directory after the one
+        whose chunk used the time up, so none waits on another's pass. Besides
+        the junk of jobs/queued/ and jobs/done/ (``_set_aside_junk``): a reply changed since the last
         sweep (or since the start vouched for them all) that says other than the
         journal is rewritten, one of a request the journal does not know is set aside,
         a temp file a crash left behind is removed; and a pass that found fewer files
@@ -183,52 +193,55 @@ class Housekeeper:
         earlier slice is judged on the state of now: between batches still."""
         moved, swept = False, 0
         began = self._clock() if began is None else began
-        first = HISTORY.index(self._first)
-        for directory in HISTORY[first:] + HISTORY[:first]:
+        first = SLICED.index(self._first)
+        for directory in SLICED[first:] + SLICED[:first]:
             while True:
                 entries, ended = self._slice(sched, directory)
                 since = self._since[directory]
-                since = None if since is None else since - MTIME_SLACK_NS
-                if directory == "done":
-                    found, own = self._set_aside_junk(sched, views, "done", entries, False,
-                                                      True, self._since[directory])
+                if directory == "replies":
+                    found, own = self._sweep_replies(
+                        sched, views, entries, None if since is None else since - MTIME_SLACK_NS)
                 else:
-                    found, own = self._sweep_replies(sched, views, entries, since)
+                    found, own = self._set_aside_junk(sched, views, directory, entries, False,
+                                                      True, since)
                 moved |= found
-                self._accounted[directory] += own
                 swept += len(entries)
-                if ended:
-                    self._write_missing(sched, views, directory)
+                if directory in HISTORY:
+                    self._accounted[directory] += own
+                    if ended:
+                        self._write_missing(sched, views, directory)
                 if ended or not entries:
-                    break  # this directory's pass is over, or not due: on to the other
+                    break  # this directory's pass is over, or not due: on to the next
                 if swept >= DONE_SLICE or self._clock() - began >= SLICE_SECONDS:
-                    self._first = HISTORY[(HISTORY.index(directory) + 1) % len(HISTORY)]
+                    self._first = SLICED[(SLICED.index(directory) + 1) % len(SLICED)]
                     return moved
         return moved
 
     def _slice(self, sched: Scheduler, directory: str) -> tuple[list[os.DirEntry], bool]:
-        """The next CHUNK entries of a sweep of ``directory`` (one of HISTORY), and
+        """The next CHUNK entries of a sweep of ``directory`` (one of SLICED), and
         whether the pass ends with them; none between two passes."""
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
                 return [], False
             self._since[directory] = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
-            self._accounted[directory] = 0
-            self._expected[directory] = _accounted_for(sched, directory)
+            if directory in HISTORY:
+                self._accounted[directory] = 0
+                self._expected[directory] = _accounted_for(sched, directory)
             try:
-                self._listing[directory] = os.scandir(self._history(directory))
-            except FileNotFoundError:
+                self._listing[directory] = os.scandir(self._sliced(directory))
+            except FileNotFoundError:  # removed by hand: the next start makes it again
                 self._next_sweep[directory] = time.monotonic() + self.done_sweep
                 return [], False
         entries = list(itertools.islice(self._listing[directory], CHUNK))
         if len(entries) < CHUNK:
             self._listing[directory].close()
             self._listing[directory] = None
-            self._next_sweep[directory] = time.monotonic() + self.done_sweep
+            self._next_sweep[directory] = time.monotonic() + (
+                self.done_sweep if directory in HISTORY else 0.0)
         return entries, self._listing[directory] is None
 
-    def _history(self, directory: str) -> Path:
+    def _sliced(self, directory: str) -> Path:
         return self.layout.replies if directory == "replies" else self.layout.jobs(directory)
 
     def _sweep_replies(self, sched: Scheduler, views: Views, entries: list[os.DirEntry],
@@ -288,7 +301,7 @@ class Housekeeper:
         else:
             shelf = sched.replies
             in_memory = [reply.request_id for reply in sched.replies.live()]
-        names = set(_names(self._history(directory)))
+        names = set(_names(self._sliced(directory)))
         missing = {name[:-5] for name in set(shelf.shelved_keys(".json")).difference(names)}
         missing.update(key for key in in_memory if f"{key}.json" not in names)
         for key in sorted(missing):
@@ -315,7 +328,7 @@ class Housekeeper:
             own_files += own and entry.is_file(follow_symlinks=False)
             why = _junk(sched, views, directory, entry, job_id if state else None, state,
                         start, clean, None if since_ns is None else since_ns - MTIME_SLACK_NS)
-            if why is None:
+            if why is None or not _still_listed(entry):
                 continue
             found = read_bytes(entry.path) \
                 if own and entry.is_file(follow_symlinks=False) else None
@@ -408,6 +421,17 @@ def _junk(sched: Scheduler, views: Views | None, directory: str, entry: os.DirEn
                 "copy, never served or signalled")
     return (f"a {kind} where job {job_id}'s file belongs; set aside, and the "
             "file rewritten from the journal")
+
+
+def _still_listed(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` still names the file it was listed as. A sliced sweep judges an
+    entry listed a reconcile or more ago (a listing is read ahead in blocks): a job file
+    moved since (queued/ to running/, every launch) is gone, one rewritten since is a new
+    file; neither is junk, and the next pass judges what is there."""
+    try:
+        return os.lstat(entry.path).st_ino == entry.inode()
+    except FileNotFoundError:
+        return False
 
 
 def _unknown(names: Iterable[str], known: Iterable[str]) -> set[str]:

@@ -13,8 +13,9 @@ coordinator's code:
   independent (an unsynced move may leave the file in both places or back
   where it was);
 - a directory that is lost takes everything in it along, whoever wrote it;
-- names the coordinator never touched (peers' requests, files a shim wrote)
-  stay as they are, as do paths outside the run directory.
+- names the ledger never mentions (peers' requests, files a shim wrote)
+  stay as they are, as do paths outside the run directory; a shim tells the
+  ledger the attempt directories it makes and the directories it fsyncs.
 
 ``apply(ledger, root)`` rewrites ``root`` to that worst state after the coordinator
 (and, to be a power cut, every process it started) was killed. ``apply(ledger, root,

@@ -69,6 +69,8 @@ PR_SET_CHILD_SUBREAPER = 36
 REQUEST_FDS = 1  # a fork server's request: the pool socket of the supervisor to fork
 ATTEMPT_FDS = 3  # an attempt on a pool socket: the control, GO and status fds of a --warm shim
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
+ATTEMPT_DIR_MODE = 0o755  # attempts/<job_id>/ and its attempts', as own_directories makes them
+INFRA_EXIT_CODE = 75  # core.budget's: an infrastructure failure, retried
 
 
 def become_subreaper(prctl=None):
@@ -152,6 +154,8 @@ def wait_for_go(attempt_dir, go_fd, timeout, word=None):
     posix.close(go_fd)
     if word == b"G":  # the coordinator journaled GO first; we write the GO file
         return True
+    if word == b"A":  # ABORT: its file too, unless our directory was not made yet
+        return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides
         if shim_command.exists(abort_path):
@@ -302,28 +306,68 @@ def serve_warm(attempts, control_fd, go_fd, status_fd, identity):
         posix.close(go_fd)
         posix.close(status_fd)
         return False
+    refusal = make_attempt_directory(attempt_dir)
+    if refusal is not None:  # nothing ran: the coordinator hears why, as of a full disk
+        posix.close(go_fd)
+        _attempt_over[0] = True
+        shim_command.tell(status_fd, b"X" + shim_command.to_json(refusal) + b"\nD")
+        posix.close(status_fd)
+        return True
+    enter(attempt_dir)
     serve(attempt_dir, go_fd, status_fd, identity, spec)
     return True
 
 
 def wait_for_attempt(attempts, control_fd):
     """A warm shim, started ahead of need: block until the coordinator names our attempt
-    and closes the pipe, then become that attempt's shim as if started for it. The
-    message is the attempt's directory under ``attempts`` (one line), then its spec in
-    marshal, or nothing when the spec did not fit the pipe and waits in spec.marshal.
-    (None, None) when the pipe closes first, or names a directory elsewhere. Python
-    start-up is then off the launch path."""
+    and closes the pipe. The message is the attempt's directory
+    ``attempts/<job_id>/<attempt_id>`` (one line), then its spec in marshal, or nothing
+    when the spec did not fit the pipe and waits in spec.marshal. (None, None) when the
+    pipe closes first, or names a directory elsewhere. Python start-up is then off the
+    launch path."""
     line, newline, spec = shim_command.read_all(control_fd).partition(b"\n")
     attempt_dir = line.decode("utf-8", "surrogateescape")
-    if not newline or not attempt_dir.startswith(attempts + "/"):
+    job_id, _, attempt_id = attempt_dir[len(attempts) + 1:].partition("/")
+    if not newline or not attempt_dir.startswith(attempts + "/") or "/" in attempt_id or \
+            {job_id, attempt_id} & {"", ".", ".."}:
         return None, None
+    return attempt_dir, spec or None
+
+
+def make_attempt_directory(attempt_dir):
+    """Make ``attempts/<job_id>/`` and the attempt's directory in it, or find them made
+    (a retry's job directory; the coordinator's, when the spec waits in spec.marshal):
+    real directories of ours, as the coordinator's own_directories would have them
+    (R-SEC-4). Made here, not by the coordinator, to keep two mkdirs per job off its
+    loop; each mkdir is told to the power-loss ledger, and make_durable fsyncs both
+    into their parents while the command runs. None once they are there, else the exit
+    record of an attempt refused (126: not ours to write through) or failed (75: a full
+    disk, say; the job is retried as after an infrastructure failure)."""
+    try:
+        for directory in (attempt_dir[:attempt_dir.rindex("/")], attempt_dir):
+            shim_command.make_directory(directory, ATTEMPT_DIR_MODE, recorded=True)
+            problem = shim_command.directory_problem(directory)
+            if problem is not None:  # as the coordinator's own_directories says it
+                code, error = 126, "refused to start it: %s: %s" % (directory, problem)
+                break
+        else:
+            return None
+    except OSError as exc:
+        code, error = INFRA_EXIT_CODE, "could not make its attempt directory: %s" % exc
+    now = time.time()
+    return {"exit_code": code, "signal": None, "started_at": now, "ended_at": now,
+            "error": error}
+
+
+def enter(attempt_dir):
+    """Become the attempt's shim as if started for it: its directory our cwd, shim.log
+    our output."""
     posix.chdir(attempt_dir)
     log = posix.open(attempt_dir + "/shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
                      | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644)
     posix.dup2(log, 1)
     posix.dup2(log, 2)
     posix.close(log)
-    return attempt_dir, spec or None
 
 
 def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):

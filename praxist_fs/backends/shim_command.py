@@ -292,27 +292,41 @@ def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
 def own_directory(path, mode):
     """Make the directory ``path`` (its parent is one of the run's, which the coordinator
     checked), or find it: a real directory of ours that nobody else may write to, never
-    a link; else CouldNotStart, and nothing is written through it (R-SEC-4). The same
-    test as the coordinator's for its state directories (ownership.state_directory_problem),
-    made here so that the mkdir is off the coordinator's loop."""
-    try:
-        posix.mkdir(path, mode)
-    except FileExistsError:
-        pass
-    info = posix.lstat(path)
-    kind = info.st_mode & 0o170000
-    problem = None
-    if kind == 0o120000:
-        problem = "is a symbolic link"
-    elif kind != 0o040000:
-        problem = "is not a directory"
-    elif info.st_uid != posix.geteuid():
-        problem = "is owned by uid %d" % info.st_uid
-    elif info.st_mode & 0o022 and not info.st_mode & 0o1000:
-        problem = "is writable by others (mode %04o) and not sticky" % (info.st_mode & 0o7777)
+    a link; else CouldNotStart, and nothing is written through it (R-SEC-4). Made here
+    so that the mkdir is off the coordinator's loop."""
+    make_directory(path, mode)
+    problem = directory_problem(path)
     if problem is not None:
         raise CouldNotStart(0, "the log directory %s %s: refusing to write through it"
                             % (path, problem))
+
+
+def make_directory(path, mode, recorded=False):
+    """mkdir ``path``, or find the name taken (directory_problem then looks at it).
+    ``recorded``: the mkdir is told to the power-loss ledger (fsio's format), for a
+    directory whose files must survive a power cut only with it (an attempt's)."""
+    try:
+        posix.mkdir(path, mode)
+    except FileExistsError:
+        return
+    if recorded and LEDGER is not None:
+        posix.write(LEDGER, to_json({"op": "mkdir", "path": path}) + b"\n")
+
+
+def directory_problem(path):
+    """What makes ``path`` unfit to write through, or None: the coordinator's test for its
+    state directories (ownership.state_directory_problem), in our few words."""
+    info = posix.lstat(path)
+    kind = info.st_mode & 0o170000
+    if kind == 0o120000:
+        return "is a symbolic link"
+    if kind != 0o040000:
+        return "is not a directory"
+    if info.st_uid != posix.geteuid():
+        return "is owned by uid %d" % info.st_uid
+    if info.st_mode & 0o022 and not info.st_mode & 0o1000:
+        return "is writable by others (mode %04o) and not sticky" % (info.st_mode & 0o7777)
+    return None
 
 
 def open_log(log_path, user=None):

@@ -16,6 +16,7 @@ from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.core.effects import SpawnAttempt
 
 from .. import powerloss
+from ..e2e.conftest import wait_for
 
 
 class Ledger:
@@ -277,6 +278,47 @@ def test_exit_json_survives_in_directories_only_its_shim_fsynced(tmp_path, recor
     handle.close()
     powerloss.apply(recording, layout.root)
     assert (attempt_dir / "exit.json").exists()
+
+
+def spawn_warm(layout, tmp_path):
+    """A warm shim (started with the ledger in its environment) given its attempt, with
+    its spec on its pipe: it makes the attempt's directories itself."""
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=("true",), command=None,
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    warm = launcher.prestart(layout)
+    return launcher.spawn(layout, effect, attempt_environment(layout, effect), warm)
+
+
+def test_the_ledger_learns_a_shims_mkdirs_and_loses_what_it_never_fsynced(tmp_path,
+                                                                          recording):
+    """A shim killed at the barrier never fsynced the directories it made: a power cut may
+    take them along, with READY in them. The model knows only because the shim tells the
+    ledger its mkdirs (a name nobody recorded is kept as it stands)."""
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    handle = spawn_warm(layout, tmp_path)
+    attempt_dir = layout.attempt_dir("job-1", "a1")
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    handle.popen.kill()
+    handle.popen.wait()
+    handle.close()
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert {"op": "mkdir", "path": str(attempt_dir.parent)} in lines
+    assert {"op": "mkdir", "path": str(attempt_dir)} in lines
+    powerloss.apply(recording, layout.root)
+    assert not attempt_dir.parent.exists() and layout.attempts.is_dir()
+
+
+def test_exit_json_survives_in_directories_a_warm_shim_made_and_fsynced(tmp_path, recording):
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    handle = spawn_warm(layout, tmp_path)
+    handle.release_barrier(b"G")
+    assert handle.popen.wait(timeout=15) == 0
+    handle.close()
+    powerloss.apply(recording, layout.root)
+    assert (layout.attempt_dir("job-1", "a1") / "exit.json").exists()
 
 
 def test_without_a_ledger_fsio_records_nothing(tmp_path):

@@ -269,7 +269,8 @@ class LocalBackend:
                                 handle=shim_handle(pid, procs.start_time(pid), procs.boot_id()))]
 
     def settle(self) -> None:
-        pass  # attempt.json is each shim's to write, and its directory's fsyncs too
+        pass  # attempt.json is each shim's to write, and its directory's fsyncs too (and
+        # a warm shim's, its directory)
 
     def go(self, key: AttemptKey) -> None:
         """GO, journaled already: on the shim's pipe, and the shim writes the GO file as
@@ -303,7 +304,8 @@ class LocalBackend:
 
     def abort(self, key: AttemptKey) -> None:
         """ABORT: durably in the attempt directory (a shim that lost its pipe finds it),
-        and on the pipe."""
+        and on the pipe; on the pipe alone while the directory is not made yet (the shim
+        makes it once told its attempt: launcher.spawn)."""
         self.held_go.discard(key)
         path = self.layout.attempt_dir(*key) / "ABORT"
         if path.parent.exists():

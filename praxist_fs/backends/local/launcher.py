@@ -433,16 +433,17 @@ def shim_environment() -> dict[str, str]:
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
-    """Make the attempt's directory (its log's and attempt.json are the shim's to make),
-    write its files and give them to a shim: ``warm``, one started ahead of
-    need (whose pid the caller may have journaled already), else a new one. Raises
-    OSError if that shim cannot be started, or ``warm`` is gone.
+    """Give the attempt to a shim: ``warm``, one started ahead of need (whose pid the
+    caller may have journaled already), else a new one. Raises OSError if that shim
+    cannot be started, or ``warm`` is gone.
 
     ``env`` is the environment the command gets (secrets revealed). It goes only to
     the shim: through a warm shim's control pipe when it fits, else into spec.marshal
-    (0600), which the shim removes once it has read it."""
+    (0600), which the shim removes once it has read it. A warm shim that carries its
+    spec makes the attempt's directory itself (``attempts/<job_id>/`` too), off our
+    loop, as it makes its log's and writes attempt.json; for spec.marshal, or a shim
+    started for the attempt (its cwd and shim.log are there), it is made here."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
-    own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
     log = layout.log(effect.job_id, effect.attempt_id)
     spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode) and
         # writes attempt.json (its bytes here), off our loop
@@ -453,6 +454,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)
     if not carried:
+        own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
         write_spec(spec_path, spec)
     try:
         if warm is None:

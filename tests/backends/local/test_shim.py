@@ -8,6 +8,7 @@ import marshal
 import os
 import pwd
 import signal
+import stat
 
 import pytest
 
@@ -135,6 +136,70 @@ def test_a_warm_shim_becomes_the_attempts_shim(layout, tmp_path, prestart):
     sid, pgid = map(int, out.read_text().split())
     assert sid == pgid == handle.popen.pid != os.getsid(0)  # its own session, as a cold one
     handle.close()
+
+
+def test_a_warm_shim_makes_its_attempt_directory_not_the_coordinator(layout, tmp_path,
+                                                                      prestart):
+    """The launch makes no directory on the coordinator's loop: a warm shim given its attempt
+    (stopped here, so that it cannot have made them yet) makes attempts/<job>/ and the
+    attempt's directory itself, then runs the attempt in them as before."""
+    warm = prestart()
+    os.kill(warm.handle.popen.pid, signal.SIGSTOP)
+    try:
+        handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm, body="exit 3")
+        assert not attempt_dir.parent.exists()  # nothing made by spawn (the coordinator)
+    finally:
+        os.kill(warm.handle.popen.pid, signal.SIGCONT)
+    ready = wait_for(lambda: read_json(attempt_dir / "READY"))
+    assert ready["pid"] == handle.popen.pid
+    for directory in (attempt_dir.parent, attempt_dir):
+        info = directory.lstat()
+        assert stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+        assert info.st_mode & 0o777 == 0o755 & ~current_umask()
+    assert go_and_wait(handle, attempt_dir)["exit_code"] == 3 and marker.exists()
+    assert (attempt_dir / "shim.log").exists()
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_a_warm_shim_refuses_an_attempt_directory_planted_as_a_link(layout, tmp_path,
+                                                                   prestart):
+    """R-SEC-4, now the shim's to check: attempts/<job>/ found as a link is never written
+    through; the coordinator hears the refusal (126) on the status pipe, as it heard the
+    launcher's before, and nothing runs."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, layout.attempts / "job-1")
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=prestart())
+    handle.release_barrier(b"G")  # GO, as journaled with a warm shim's launch
+    assert finish(handle) == b"X"
+    assert handle.exit_record["exit_code"] == 126
+    assert handle.exit_record["error"] == (
+        f"refused to start it: {layout.attempts / 'job-1'}: is a symbolic link")
+    handle.close()
+    assert not marker.exists() and not os.listdir(elsewhere)
+
+
+def test_an_abort_told_on_the_pipe_ends_the_barrier_without_its_file(layout, tmp_path,
+                                                                    prestart):
+    """A cancel may come before the shim made its directory: the coordinator can then write
+    no ABORT file, and tells it on the pipe alone. The shim leaves at once, running
+    nothing (it used to wait for the file, up to the barrier timeout)."""
+    warm = prestart()
+    os.kill(warm.handle.popen.pid, signal.SIGSTOP)
+    try:
+        handle, attempt_dir, marker = spawn(layout, tmp_path, warm=warm)
+        handle.release_barrier(b"A")
+    finally:
+        os.kill(warm.handle.popen.pid, signal.SIGCONT)
+    assert finish(handle, timeout=10) in (b"", b"R")
+    handle.close()
+    assert not marker.exists() and not (attempt_dir / "exit.json").exists()
+    assert not (attempt_dir / "ABORT").exists()
 
 
 def test_a_warm_shim_nobody_needs_exits_when_dismissed(prestart):
