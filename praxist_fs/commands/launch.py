@@ -158,6 +158,9 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
             after=[{"job": ref, "when": when} for when, refs in (
                 ("ok", args.after), ("any", args.after_any), ("notok", args.after_notok))
                 for ref in refs])
+        # A retry shows its own attempts: those of the job before the request are not. Read
+        # now, not after the reply, by when the retry's first attempt may have run and ended.
+        before = client.find_job(layout, args.tag) if args.retry_terminal else None
         client.submit(layout, request)
         reply = client.wait_for_reply(layout, request["request_id"], args.wait_coordinator)
     except client.NoCoordinator as exc:
@@ -190,10 +193,8 @@ def _submit_and_follow(args: argparse.Namespace, layout: RunLayout, cmd: list[st
                   + (f" (estimated cost {cost['cost']:g})" if cost else "")
                   + (f" (shared: its tag names it; this launch differs in {', '.join(differs)})"
                      if differs else ""), file=sys.stderr, flush=True)
-            earlier = set()
-            if outcome == "retry_accepted":  # show this retry's attempts, not the failed ones
-                doc = client.job_document(layout, job_id) or {"attempts": []}
-                earlier = {a["attempt_id"] for a in doc["attempts"] if a["ended_at"] is not None}
+            earlier = {attempt["attempt_id"] for attempt in before[1]["attempts"]} \
+                if outcome == "retry_accepted" and before and before[0] == job_id else set()
             final = client.follow(layout, job_id, sys.stdout.buffer,
                                   select=lambda attempt: attempt["attempt_id"] not in earlier,
                                   announce=_announce_retry, tick=watch.tick)

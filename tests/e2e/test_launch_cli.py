@@ -15,7 +15,7 @@ import pytest
 from praxist_fs import client
 from praxist_fs.adapters.layout import RunLayout
 
-from .conftest import read_json
+from .conftest import read_json, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,6 +134,29 @@ def test_retry_terminal_shows_only_the_new_attempt(run):
     fixed = launch(run, "--tag=cli-retry", "--retry-terminal", "--", "sh", "-c", "echo second")
     assert fixed.returncode == 0 and fixed.stdout == "second\n"
 
+
+
+def test_retry_terminal_shows_its_attempt_though_it_ended_before_launch_read_the_reply(run):
+    """The retry's attempt runs and ends between the reply and launch's first look at the
+    job (launch stopped meanwhile): it is still this launch's to show, not an earlier one."""
+    assert launch(run, "--tag=cli-late", "--", "sh", "-c", "echo first; exit 3").returncode == 3
+    incoming = run.sched / "spool" / "incoming"
+    os.kill(run.proc.pid, signal.SIGSTOP)
+    try:
+        retry = subprocess.Popen([*LAUNCH, f"--run-dir={run.root}", "--peer=cli", "--tag=cli-late",
+                                  "--retry-terminal", "--", "sh", "-c", "echo second"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: any(path.suffix == ".json" for path in incoming.rglob("*")),
+                 message="the retry's request in the spool")
+        retry.send_signal(signal.SIGSTOP)
+    finally:
+        os.kill(run.proc.pid, signal.SIGCONT)
+    layout = RunLayout(run.root)
+    wait_for(lambda: (found := client.find_job(layout, "cli-late")) is not None
+             and found[1]["state"] == "completed", message="the retry's attempt over")
+    retry.send_signal(signal.SIGCONT)
+    out, err = retry.communicate(timeout=60)
+    assert retry.returncode == 0 and out == "second\n", err
 
 def test_launch_without_a_live_coordinator_fails_after_a_bounded_wait(make_run, tmp_path):
     run = make_run()
