@@ -2,9 +2,9 @@
 
 Shortest expected first with aging lets a wide job be passed for as long as short jobs
 keep arriving: once it leads it may still not fit, and each device that frees goes to
-the next job that does. A *starving* job goes first (among the starving, in the
-picker's own order) and, the first of them that cannot be placed, gets an EASY backfill
-reservation (``Pass.reserve``). A job starves once it has waited
+the next job that does. A *starving* job goes first (among the starving, oldest
+first: ``oldest_first``) and, the first of them that cannot be placed, gets an EASY
+backfill reservation (``Pass.reserve``). A job starves once it has waited
 
 - ``shortest_first_starvation_seconds``, a fixed bound; or
 - ``shortest_first_starvation_factor`` times as long as the median job of its priority
@@ -22,13 +22,12 @@ lazily, as far as a pass walks, and the rest apart.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from .backlog import Heads
+from .backlog import Heads, heads_of
 from .model import Job
 from .policy import Policy
 
@@ -74,13 +73,13 @@ def starving(jobs: list[Job], at: float, policy: Policy) -> Starving | None:
     return Starving(last) if last else None
 
 
-def starving_heads(runs: dict[Hashable, list[Job]], heads: Heads, starving: Starving) -> Heads:
-    """Of ``heads`` (``heads_of(runs)``), the runs that begin with a starving job, apart:
-    a merge of the starving jobs (``Pass.merge`` with ``only``) reads just those, and the
-    merge of the rest may pop ``heads`` meanwhile."""
-    found: Heads = {}
-    for profile, heap in heads.items():
-        if mine := [entry for entry in heap if runs[entry[1]][0] in starving]:
-            heapq.heapify(mine)
-            found[profile] = mine
-    return found
+def oldest_first(run: Hashable, job: Job, position: int) -> int:
+    """The starving jobs' order (a ``RunKey``): rank order, which is each priority's
+    submit order, so the job that has waited longest holds the reservation."""
+    return job.rank
+
+
+def starving_heads(runs: dict[Hashable, list[Job]], starving: Starving) -> Heads:
+    """``heads_of`` the runs that begin with a starving job, ``oldest_first``: a merge of
+    the starving jobs (``Pass.merge`` with ``only``) reads just those."""
+    return heads_of({of: run for of, run in runs.items() if run[0] in starving}, oldest_first)

@@ -132,16 +132,18 @@ def test_a_job_starves_once_it_waited_a_multiple_of_its_queues_median_wait(facto
     assert launched_tags(h) == [first]
 
 
-def test_nobody_starves_while_the_median_job_has_not_waited():
-    """A queue whose median job was just submitted has no scale yet: a factor starves
-    none of it, and the order is shortest expected first's."""
+def test_the_starving_go_oldest_first_not_shortest_first():
+    """Issue 32: among the starving, the job that has waited longest goes first (and,
+    blocked, holds the reservation), not the shortest: by expected run time a short
+    job that starved seconds ago went first. The median job (new-short) has waited 2 s
+    (a second per submission), so a factor of 0.5 starves old-long and new-short."""
     h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
                 shortest_first_starvation_factor=0.5)
     h.submit("old-long", eta_s=5000.0)
     h.now += 3600.0
     for tag in ("new-short", "new-long"):
         h.submit(tag, eta_s=10.0 if tag == "new-short" else 7000.0)
-    assert launched_tags(h) == ["new-short"]
+    assert launched_tags(h) == ["old-long"]
 
 
 def test_a_starving_wide_job_starts_by_its_queues_own_scale_while_short_jobs_arrive():
