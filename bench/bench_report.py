@@ -29,7 +29,8 @@ from pathlib import Path
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.config import load_policy
 from praxist_fs.core import snapshot
-from praxist_fs.report import end_of, job_rows, load_run, render, write
+from praxist_fs.report import load_run, render, write
+from praxist_fs.report_history import History
 from praxist_fs.simulate import load_trace, replay
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "trace_philly.csv"
@@ -69,16 +70,16 @@ def main() -> None:
         layout.snapshot.write_bytes(snapshot.render(result.scheduler, 0).data)
         began = time.perf_counter()
         sched, last = load_run(layout)
-        jobs = job_rows(sched)
+        history = History.of(sched.jobs.values())
         loaded = time.perf_counter()
-        document = render(sched, title="bench", until=end_of(jobs, last), jobs=jobs)
+        document = render(sched, title="bench", until=history.end(last), history=history)
         rendered = time.perf_counter()
         size = write(Path(tmp) / "report.html", document)
         done = time.perf_counter()
     build_s = done - began
     print(json.dumps({
-        "jobs": len(jobs), "attempts": sum(len(j.attempts) for j in jobs),
-        "gpu_lanes": len({g for j in jobs for a in j.attempts for g in a.gpus}),
+        "jobs": history.jobs, "attempts": history.attempts,
+        "gpu_lanes": len({g for j in history.gpu_jobs for a in j.attempts for g in a.gpus}),
         "load_s": round(loaded - began, 3), "render_s": round(rendered - loaded, 3),
         "build_s": round(build_s, 3), "bytes": size,
         "size_ok": size <= MAX_BYTES, "time_ok": build_s <= MAX_BUILD_S}, indent=2))

@@ -3,7 +3,8 @@
 spool measure (SPEC R-PERF-3): how fast each CLI verb starts and answers, the longest a
 reply waits while the journal compacts, the peak memory of ``praxist-fs report``, all on
 a run of ``--finished`` finished jobs (100,000 in a full ``make bench``, 10,000 quick),
-and a burst of invalid requests.
+the report's peak memory again on a run of a tenth as many (memory flat in history: the
+two close), and a burst of invalid requests.
 
 Each row is one of the benches that measure it alone, called here: bench_cli.py (a
 verb's median wall time), bench_compaction.py (rename -> reply max while it compacts:
@@ -54,16 +55,24 @@ def measure(finished: int, burst: int, runs: int, compact_after: int) -> dict:
         started = {"python -c pass": bench_cli.timed([sys.executable, "-c", "pass"], runs)[0]}
         for label, argv in verbs(job):
             started[label] = bench_cli.timed([*cli, *argv, "--run-dir", str(run)], runs)[0]
-        report = subprocess.run([sys.executable, str(HERE / "bench_report.py"),
-                                 "--run-dir", str(run)], capture_output=True, text=True,
-                                check=True, cwd=HERE.parent)
+        report = report_memory(run)
+        tenth = report_memory(served_fixture(source / "tenth", max(1, finished // 10)) / "run")
         compaction = serve_and_probe(source, compact_after, 2)
     finally:
         shutil.rmtree(source, ignore_errors=True)
     return {"finished": finished, "load": os.getloadavg(),
             "cli_ms": {label: round(ms, 1) for label, ms in started.items()},
-            "report": json.loads(report.stdout), "compaction": compaction,
+            "report": report, "report_tenth": tenth, "compaction": compaction,
             "burst": bench_burst.measure(burst)}
+
+
+def report_memory(run: Path) -> dict:
+    """bench_report.py --run-dir ``run``, in a process of its own: its peak RSS is the
+    report's."""
+    done = subprocess.run([sys.executable, str(HERE / "bench_report.py"), "--run-dir",
+                           str(run)], capture_output=True, text=True, check=True,
+                          cwd=HERE.parent)
+    return json.loads(done.stdout)
 
 
 def rows(result: dict, row) -> list[dict]:
@@ -78,6 +87,11 @@ def rows(result: dict, row) -> list[dict]:
                      f"<= {STALL_MS:.0f} (a loop stall)", stall <= STALL_MS, "ms"))
     found.append(row(f"report peak RSS, {n}", result["report"]["peak_rss_mb"], None, None,
                      "reference (flat in history)", None, "MB"))
+    if "report_tenth" in result:  # results of before it was measured lack it
+        tenth = result["report_tenth"]
+        found.append(row(f"  report peak RSS, {tenth['jobs']:,} finished", tenth["peak_rss_mb"],
+                         None, None, "reference (the line above, a tenth the history)", None,
+                         "MB"))
     burst = result["burst"]
     found.append(row(f"{burst['count']:,} invalid requests answered", burst["answered_s"],
                      None, None, f"<= {BURST_S:.0f}", burst["answered_s"] <= BURST_S, "s"))

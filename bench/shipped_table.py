@@ -7,7 +7,7 @@ capacities each, with and without work classes, with exact and noisy ETAs.
         [--cache bench/.shipped_table] [--policies recommended,backfill,...]
 
 Each replay's numbers are kept in ``--cache`` (one JSON file per row, named by a hash
-of the trace, the case, the policy file's text and the scheduler's source), so a run
+of the trace's bytes, the case, the policy file's text and the scheduler's source), so a run
 that was stopped goes on where it was, and a second run prints at once; ``--workers``
 replays run at a time. Work classes are bench/derive_fractional_trace.py's
 (``--work-classes``); σ is the ETA noise (``eta_s`` off by exp(N(0, σ)), seed 0).
@@ -61,10 +61,15 @@ class Case:
     def key(self, path: str, limit: int) -> str:
         """The cache file's name: what decides the replay's numbers."""
         text = "" if self.policy == GREEDY else (POLICIES / f"{self.policy}.yaml").read_text()
-        stat = Path(path).stat()
-        blob = json.dumps([asdict(self), path, stat.st_size, stat.st_mtime_ns, limit, text,
-                           source_digest()])
+        blob = json.dumps([asdict(self), trace_digest(path), limit, text, source_digest()])
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@cache
+def trace_digest(path: str) -> str:
+    """The trace's bytes, not its path or times: a copy of the same trace (a fresh
+    checkout, ../shared copied again) keeps every cached row."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 @cache

@@ -346,12 +346,14 @@ class Coordinator:
                            now if self.views.indexing or self.compactor.finishing
                            else float("inf"))
             scan = False
+            told: list[Event] = []  # every shim that spoke this turn: one batch, one commit
             for key, _ in self.selector.select(max(0.0, deadline - now)):
                 kind, token = key.data
                 if kind == "wake":
                     scan |= self._drain_wake()
                 else:
-                    self._process(self.backend.on_ready(token), launch=True)
+                    told += self.backend.on_ready(token)
+            self._process(told, launch=True)
             self._process(self.backend.on_timer(time.monotonic()), launch=True)
             now = time.monotonic()
             if scan or now >= next_scan:

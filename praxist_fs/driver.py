@@ -26,12 +26,13 @@ from dataclasses import replace
 from os import PathLike
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .adapters import crashpoints
 from .adapters.crashpoints import reach
 from .core.effects import (
-    NOTICES, AbortAttempt, CancelAttempt, Effect, EvictAttempt, ResumeAttempt, SpawnAttempt,
-    SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
+    NOTICES, AbortAttempt, CancelAttempt, Effect, EvictAttempt, JobEnded, ResumeAttempt,
+    SpawnAttempt, SuspendAttempt, TerminateAttempts, WriteGenerationFile, WriteGo, WriteJob,
 )
-from .core.events import AttemptObserved, Event, to_record
+from .core.events import AttemptLaunched, AttemptObserved, Event, RequestSeen, to_record
 from .core.metrics import COMMIT_BUCKETS, Histogram
 from .core.model import Job
 from .core.scheduler import Scheduler
@@ -129,13 +130,17 @@ class Driver:
         the views are repaired on recovery, and what the backend answered is seen again."""
         while events:
             effects: list[Effect] = []
-            committed = self._handle(events, effects)
+            journaled: list[Event] = []
+            self._handle(events, effects, journaled)
             if launch:
-                committed |= self._handle(self.sched.next_launches(self.clock()), effects)
+                self._handle(self.sched.next_launches(self.clock()), effects, journaled)
                 launch = False
             if self.views is not None:  # a simulation writes no job files
                 effects += self.sched.reasons_of_written(effects)
-            committed |= self._handle(self.backend.bind(effects), effects)
+            self._handle(self.backend.bind(effects), effects, journaled)
+            committed = bool(journaled)
+            if crashpoints.WANTS_MOMENTS:  # PRAXIST_CRASH_AT waits on a moment of a job's life
+                crashpoints.within(moments(journaled, effects, self.sched))
             if committed and self.journal is not None:
                 self.reach("journal.before_commit")
                 try:
@@ -146,6 +151,7 @@ class Driver:
                     if not self._waited_out(exc, self.journal.path):
                         raise
                     self.backend.roll_back()
+                    crashpoints.within(())
                     return False
                 self.reach("journal.after_commit")
             batch, events = events, []
@@ -171,6 +177,8 @@ class Driver:
                 commit = Commit(batch, effects, self.sched)
                 for sink in self.sinks:
                     sink.committed(commit)
+            if crashpoints.WANTS_MOMENTS:
+                crashpoints.within(())
             if degraded:
                 break
         return True
@@ -187,17 +195,17 @@ class Driver:
             return False
         return True
 
-    def _handle(self, events: list[Event], effects: list[Effect]) -> bool:
-        """Hand events to the core, journal (uncommitted) those that changed its state."""
-        journaled = False
+    def _handle(self, events: list[Event], effects: list[Effect],
+                journaled: list[Event]) -> None:
+        """Hand events to the core, journal (uncommitted) those that changed its state
+        and add them to ``journaled``."""
         for event in events:
             before = self.sched.version
             effects += self.sched.handle(event)
             if self.sched.version != before:
                 if self.journal is not None:
                     self.journal.append(to_record(event))
-                journaled = True
-        return journaled
+                journaled.append(event)
 
     def _carry_out(self, effect: Effect) -> list[Event]:
         """Attempt effects go to the backend; every other effect is a file: a view."""
@@ -233,6 +241,38 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
             found = effect.replaces if effect.replaces is not None else effect.directory
             kept.append(replace(final, replaces=found if found != final.directory else None))
     return kept
+
+
+def moments(journaled: list[Event], effects: list[Effect], sched: Scheduler) -> set[str]:
+    """What a batch journals, in the words of ``PRAXIST_CRASH_AT=NAME@MOMENT``
+    (adapters/crashpoints.py): ``request:<file>`` a request file seen; by the job's tag (its
+    id if it has none), ``launched:<tag>`` an attempt launched, ``ended:<tag>`` an attempt's
+    end (both also as ``<tag>/<attempt id>``), ``done:<tag>`` the job ended."""
+    named: set[str] = set()
+
+    def tag(job: Job) -> str:
+        return job.request.tag or job.job_id
+
+    for event in journaled:
+        if isinstance(event, RequestSeen):
+            named.add(f"request:{event.name}")
+        elif isinstance(event, (AttemptLaunched, AttemptObserved)):
+            job = sched.jobs.peek(event.job_id)
+            attempt = next((a for a in job.attempts if a.attempt_id == event.attempt_id),
+                           None) if job is not None else None
+            if attempt is None:
+                continue
+            if isinstance(event, AttemptLaunched):
+                what = "launched"
+            elif attempt.outcome is not None:
+                what = "ended"
+            else:
+                continue
+            named |= {f"{what}:{tag(job)}", f"{what}:{tag(job)}/{event.attempt_id}"}
+    for effect in effects:
+        if isinstance(effect, JobEnded) and (job := sched.jobs.peek(effect.job_id)):
+            named.add(f"done:{tag(job)}")
+    return named
 
 
 def _launch_path_first(effect: Effect) -> int:

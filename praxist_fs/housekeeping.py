@@ -32,10 +32,11 @@ log = logging.getLogger("praxist_fs")
 
 ORPHAN_SHIM_WAIT_SECONDS = 5.0  # for a shim to act on ABORT (it polls every 0.2 s)
 DONE_SWEEP_SECONDS = 60.0  # jobs/done/ (every job the run had) is swept for junk this often
-# ... a slice of each a reconcile: CHUNK entries at a time until SLICE_SECONDS passed,
-# DONE_SLICE at most. The loop waits for it, and an entry costs 6-40 us (a stat, a
-# lookup in a shelf of 100,000) as the machine is loaded: 5,000 a slice once held the
-# loop for 0.1-0.7 s
+# ... a slice of the two a reconcile: CHUNK entries at a time until SLICE_SECONDS passed
+# since the reconcile's tidying began, DONE_SLICE at most. The loop waits for it, and an
+# entry costs 6-40 us (a stat, a lookup in a shelf of 100,000) as the machine is loaded:
+# 5,000 a slice once held the loop for 0.1-0.7 s, and a slice of each directory (10 ms
+# each) after jobs/queued/ and jobs/running/, 40-70 ms at a load of 9 on two cores
 SLICE_SECONDS = 0.010
 CHUNK, DONE_SLICE = 100, 5_000
 HISTORY = ("done", "replies")  # what a run's history fills: swept a slice at a time
@@ -60,6 +61,7 @@ class Housekeeper:
         self._since: dict[str, int | None] = dict.fromkeys(HISTORY)  # the sweep before it
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
         self._expected = dict.fromkeys(HISTORY, 0)  # ... and how many it had as it began
+        self._first = HISTORY[0]  # where the next slice begins: after the one cut short
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -149,7 +151,7 @@ class Housekeeper:
         by ``_sweep_history``, with spool/replies/."""
         if not start:
             self.case = None  # each reconcile that finds something opens its own case
-        moved = False
+        began, moved = self._clock(), False
         for directory in directories:
             since = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
@@ -161,25 +163,29 @@ class Housekeeper:
             moved |= self._set_aside_junk(sched, views, directory, entries, start, clean,
                                           None if start else since)[0]
         if not start:
-            moved |= self._sweep_history(sched, views)
+            moved |= self._sweep_history(sched, views, began)
         elif "done" in directories:  # the next pass over jobs/done/ comes a while later
             self._next_sweep["done"] = time.monotonic() + self.done_sweep
         return moved and not start
 
-    def _sweep_history(self, sched: Scheduler, views: Views) -> bool:
-        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of each a
-        reconcile (100,000 at once would hold the loop for a second): chunks
-        (``_slice``) until SLICE_SECONDS passed, however loaded the machine. Besides
+    def _sweep_history(self, sched: Scheduler, views: Views, began: float | None = None) -> bool:
+        """jobs/done/ and spool/replies/, every ``done_sweep`` seconds, a slice of the two
+        a reconcile (100,000 at once would hold the loop for a second): chunks
+        (``_slice``), one directory's then the other's, until SLICE_SECONDS passed since
+        ``began`` (the reconcile's tidying; None: now), however loaded the machine, and
+        at least one chunk; the next slice begins with the directory after the one whose
+        chunk used the time up, so neither waits on the other's pass. Besides
         the junk of jobs/done/ (``_set_aside_junk``): a reply changed since the last
         sweep (or since the start vouched for them all) that says other than the
         journal is rewritten, one of a request the journal does not know is set aside,
         a temp file a crash left behind is removed; and a pass that found fewer files
         than the journal accounts for writes the missing ones. An entry listed in an
         earlier slice is judged on the state of now: between batches still."""
-        moved = False
-        for directory in HISTORY:
-            began, swept = self._clock(), 0
-            while swept < DONE_SLICE:
+        moved, swept = False, 0
+        began = self._clock() if began is None else began
+        first = HISTORY.index(self._first)
+        for directory in HISTORY[first:] + HISTORY[:first]:
+            while True:
                 entries, ended = self._slice(sched, directory)
                 since = self._since[directory]
                 since = None if since is None else since - MTIME_SLACK_NS
@@ -193,8 +199,11 @@ class Housekeeper:
                 swept += len(entries)
                 if ended:
                     self._write_missing(sched, views, directory)
-                if ended or not entries or self._clock() - began >= SLICE_SECONDS:
-                    break
+                if ended or not entries:
+                    break  # this directory's pass is over, or not due: on to the other
+                if swept >= DONE_SLICE or self._clock() - began >= SLICE_SECONDS:
+                    self._first = HISTORY[(HISTORY.index(directory) + 1) % len(HISTORY)]
+                    return moved
         return moved
 
     def _slice(self, sched: Scheduler, directory: str) -> tuple[list[os.DirEntry], bool]:

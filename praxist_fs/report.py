@@ -10,10 +10,10 @@ only, no script and nothing fetched: it opens from a mail attachment or an air-g
 box. The state keeps every attempt's start and end, so a compacted journal loses
 nothing the report shows.
 
-Every section reads ``JobRow``s, not the jobs: the run's jobs are walked once
-(``job_rows``), each built from its snapshot line, cut down to the few fields the report
-draws, and let go, so a report of 100,000 finished jobs holds their rows, not their
-documents (requests, commands, environments).
+Every section reads a ``History`` (report_history.py), not the jobs: the run's jobs are
+walked once, each built from its snapshot line, folded into the sums and lists the
+sections draw, and let go, so the memory a report of 100,000 finished jobs takes grows
+with what it draws (bars, curve points), not with the jobs' documents or a row per job.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import html
 import json
 import math
 import re
-import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
-from typing import Any
 
 from .adapters.fsio import write_atomic
 from .adapters.history import read_run
@@ -36,11 +35,12 @@ from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
 from .client import status_document
 from .core.budget import Spend, attempt_spend, verdict
-from .core.model import Attempt, Job
 from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
-from .core.states import AttemptOutcome, JobState, PreemptMode
 from .errors import PraxistError
+from .report_history import (
+    MAX_FAILURE_ROWS, AttemptRow, History, JobRow, queue_lengths,
+)
 from .simulate import percentile
 
 # Colour-blind-safe (Tableau 10); peers beyond ten share colours, the legend says whose.
@@ -52,7 +52,6 @@ MIN_SHARE = 0.15  # the least height of a bar (of a lane's): a 5 % job is seen, 
 DELAY_BINS = ((1, "<1 s"), (10, "<10 s"), (60, "<1 min"), (600, "<10 min"), (3600, "<1 h"),
               (6 * 3600, "<6 h"), (math.inf, "≥6 h"))
 COLOUR_BY = ("peer", "queue")
-MAX_FAILURE_ROWS = 300  # the newest; a night of crashes would otherwise dwarf the rest
 VIRTUAL_CLOCK = 1e9     # times below this are a simulation's seconds, not the epoch's
 
 
@@ -83,70 +82,6 @@ def devices_of(status: dict | None, sched: Scheduler | None = None) -> list[Devi
                   for d in sched.host.gpus.devices]
     return [Device(d["uuid"], d.get("index"), d.get("name") or "") for d in listed
             if isinstance(d, dict) and isinstance(d.get("uuid"), str)]
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRow:
-    """What the report draws of an attempt: its process, host and budget left out."""
-
-    attempt_id: str
-    number: int
-    round: int
-    started_at: float
-    ended_at: float | None
-    gpus: tuple[str, ...]
-    exit_code: int | None
-    signal: int | None
-    outcome: AttemptOutcome | None
-    failure: dict[str, Any] | None
-    error: str | None
-    preemptions: tuple[dict[str, Any], ...]
-
-    active_seconds = Attempt.active_seconds  # it reads the two fields a row keeps
-
-    @classmethod
-    def of(cls, attempt: Attempt) -> AttemptRow:
-        return cls(sys.intern(attempt.attempt_id), attempt.number, attempt.round,
-                   attempt.started_at, attempt.ended_at, attempt.gpus, attempt.exit_code,
-                   attempt.signal, attempt.outcome, attempt.failure, attempt.error,
-                   attempt.preemptions)
-
-
-@dataclass(frozen=True, slots=True)
-class JobRow:
-    """What the report draws of a job: its request cut down to the three fields it
-    shows, its attempts to ``AttemptRow``s. The strings that repeat from job to job
-    (peer, work class, profile, reason, attempt ids) are interned: one object each."""
-
-    job_id: str
-    order: int
-    submitted_at: float
-    tag: str
-    peer: str
-    work_class: str
-    profile: str
-    state: JobState
-    round: int
-    reason: str
-    attempts: tuple[AttemptRow, ...]
-
-    @classmethod
-    def of(cls, job: Job) -> JobRow:
-        request = job.request
-        return cls(job.job_id, job.order, job.submitted_at, request.tag,
-                   sys.intern(request.peer), sys.intern(request.work_class),
-                   sys.intern(job.profile), job.state, job.round, sys.intern(job.reason),
-                   tuple(map(AttemptRow.of, job.attempts)))
-
-    @property
-    def current(self) -> AttemptRow | None:
-        return self.attempts[-1] if self.attempts else None
-
-
-def job_rows(sched: Scheduler) -> list[JobRow]:
-    """Every job of ``sched`` as a row, in submission order: one walk of its jobs, the
-    finished ones built from the snapshot one at a time and kept as rows only."""
-    return sorted(map(JobRow.of, sched.jobs.values()), key=lambda job: job.order)
 
 
 @dataclass(slots=True)  # not frozen: one is built per bar, and frozen ones build slower
@@ -181,43 +116,34 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
 
 def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
     """The report of the run at ``layout`` and its job count: a live run's open attempts
-    run until now, a stopped run's until its last journaled instant (``end_of``)."""
+    run until now, a stopped run's until its last journaled instant (``History.end``)."""
     sched, last = load_run(layout)
-    jobs = job_rows(sched)
+    history = History.of(sched.jobs.values())
     live = live_endpoint(layout) is not None
     title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
-    until = time.time() if live else end_of(jobs, last)
-    return render(sched, title=title, until=until, colour_by=colour_by, jobs=jobs,
-                  devices=devices_of(status_document(layout))), len(jobs)
-
-
-def end_of(jobs: Iterable[JobRow], last_record: float | None) -> float:
-    """The latest instant the state knows of: a stopped run's report ends there, not at
-    the moment it is built (attempts its coordinator never saw end stop there too)."""
-    latest = max((t for job in jobs for t in (
-        job.submitted_at, *(x for a in job.attempts for x in (a.started_at, a.ended_at)
-                            if x is not None))), default=None)
-    return max((t for t in (latest, last_record) if t is not None), default=0.0)
+    until = time.time() if live else history.end(last)
+    return render(sched, title=title, until=until, colour_by=colour_by, history=history,
+                  devices=devices_of(status_document(layout))), history.jobs
 
 
 def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer",
-           devices: list[Device] = (), jobs: list[JobRow] | None = None) -> str:
+           devices: list[Device] = (), history: History | None = None) -> str:
     """The report's HTML; open attempts are drawn up to ``until``, the timeline's bars
     coloured by ``colour_by`` (one of ``COLOUR_BY``: the job's peer or its queue), one
     lane for each of ``devices`` (idle ones too) and for any other GPU an attempt used.
-    ``jobs``: ``job_rows(sched)`` when the caller has them already (the walk is not
-    repeated)."""
-    jobs = job_rows(sched) if jobs is None else jobs
-    stints = _stints(sched, jobs, until)
-    start = min((job.submitted_at for job in jobs), default=until)
-    span = (start, max(until, start + 1e-9))
+    ``history``: ``History.of`` the scheduler's jobs when the caller has it already (the
+    walk is not repeated); closed here, at ``until``."""
+    history = History.of(sched.jobs.values()) if history is None else history
+    history.close(until)
+    stints = _stints(sched, history.gpu_jobs, until)
+    span = history.span(until)
     key = _peer if colour_by == "peer" else _queue_of(sched)
-    peers, colours = _colours(jobs, _peer), _colours(jobs, key)
-    attempts = sum(len(job.attempts) for job in jobs)
-    states = Counter(job.state.value for job in jobs)
-    summary = (f"{_count(len(jobs), 'job')} "
+    peers = _colours(history.peers)
+    colours = peers if colour_by == "peer" else _colours(_queues(sched, history.work_classes))
+    states = history.states.counter()
+    summary = (f"{_count(history.jobs, 'job')} "
                f"({', '.join(f'{n} {s}' for s, n in states.most_common())}), "
-               f"{_count(attempts, 'attempt')}, "
+               f"{_count(history.attempts, 'attempt')}, "
                f"{_count(len({s.uuid for s in stints}), 'GPU')} used; "
                f"{_when(span[0])} → {_when(span[1])} ({_duration(span[1] - span[0])})")
     sections = [
@@ -226,24 +152,26 @@ def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer
          "Hover a bar for its job.",
          _timeline(stints, span, colours, key, devices)),
         ("Queue length", "Jobs waiting to start (queued, retries included) over time.",
-         _queue_chart(jobs, span)),
+         _queue_chart(history, span)),
         ("Queue delay by work class", "Every wait per job that started: submission to "
          "first start, and each time it was suspended or queued again.",
-         _delays(jobs, until)),
+         _delays(history)),
         ("GPU-hours by peer", "Device-hours of every attempt (suspended time excluded).",
-         _gpu_hours(sched, jobs, until, peers)),
+         _gpu_hours(sched, history, until, peers)),
         ("Failures and retries", "Attempts that did not complete, newest first.",
-         _failures(jobs)),
+         _failures(history)),
         ("Leases by generation", "What the directed leases of each generation came to.",
          _leases(sched)),
     ]
-    body = "".join(f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>'
-                   f"{content}</section>" for name, note, content in sections)
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
-            f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>{body}"
-            f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
-            "</body></html>")
+    parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+             f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
+             f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>"]
+    for name, note, content in sections:  # one join: a long curve is copied once
+        parts += [f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>',
+                  content, "</section>"]
+    parts.append(f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
+                 "</body></html>")
+    return "".join(parts)
 
 
 def write(path: str | Path, document: str) -> int:
@@ -363,81 +291,68 @@ def _legend(colours: dict[str, int]) -> str:
     ) + "</p>"
 
 
-def _queue_chart(jobs: list[JobRow], span: tuple[float, float]) -> str:
-    """A step curve of queued jobs: a job waits from its submission (or the end of an
-    attempt that sent it back) to the start of its next attempt, or to the end when it
-    still waits. Waits whose start or end the state does not keep are left out: of
-    jobs that left the queue without running (cancelled, expired), and of a round that
-    a ``retry_terminal`` resubmission reopened (it waited from the resubmission, not
-    from the failed attempt's end)."""
-    steps: list[tuple[float, int]] = []
-    for job in jobs:
-        since = job.submitted_at
-        for attempt, before in zip(job.attempts, [None, *job.attempts]):
-            if before is None or before.round == attempt.round:
-                steps += [(since, 1), (attempt.started_at, -1)]
-            since = attempt.ended_at if attempt.ended_at is not None else span[1]
-        if job.state is JobState.QUEUED and (
-                not job.attempts or job.attempts[-1].round == job.round):
-            steps += [(since, 1), (span[1], -1)]
-    if not steps:
+def _queue_chart(history: History, span: tuple[float, float]) -> str:
+    """A step curve of queued jobs (``History``'s waits: from a job's submission, or the
+    end of an attempt that sent it back, to the start of its next attempt, or to the end
+    when it still waits)."""
+    if not history.queue_in:
         return '<p class="empty">No job was queued.</p>'
-    steps.sort()
     height, scale = 160, PLOT_W / (span[1] - span[0])
-    length, peak, points = 0, 0, [(span[0], 0)]
-    for at, change in steps:
-        length += change
-        points.append((at, length))
-        peak = max(peak, length)
-    points.append((span[1], length))  # on to the report's end
+    peak = max(0, max(n for _, n in queue_lengths(history)))
     y_of = (height - 10) / max(peak, 1)
-    path = " ".join(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
-                    for at, n in _step_points(points))
-    return (f'<svg class="queue" width="{LABEL_W + PLOT_W}" height="{height + AXIS_H}">'
-            f'<text x="4" y="14" class="lane">peak {peak} queued</text>'
-            f'<text x="{LABEL_W - 6}" y="{height}" text-anchor="end" class="tick">0</text>'
-            f'<polyline points="{path}" class="curve"/>{_axis(span, height)}</svg>')
+    path = _spaced(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
+                   for at, n in _step_points(_corners(history, span)))
+    return "".join([f'<svg class="queue" width="{LABEL_W + PLOT_W}" height="{height + AXIS_H}">'
+                    f'<text x="4" y="14" class="lane">peak {peak} queued</text>'
+                    f'<text x="{LABEL_W - 6}" y="{height}" text-anchor="end" class="tick">0'
+                    '</text><polyline points="', *path,
+                    f'" class="curve"/>{_axis(span, height)}</svg>'])
 
 
-def _step_points(points: list[tuple[float, int]]) -> Iterable[tuple[float, int]]:
-    """A step curve's corners, one change per instant (many jobs start at once)."""
-    merged: dict[float, int] = {}
-    for at, n in points:
-        merged[at] = n
+def _corners(history: History, span: tuple[float, float]) -> Iterator[tuple[float, int]]:
+    """The curve's points, one per instant: 0 at the axis' start, the queue's length at
+    each instant it changes, 0 at the axis' end (every wait has ended by then) — where
+    the start or the end is such an instant, its length is there, in that place."""
+    start, end = span
+    later = (n if at == start else 0 for at, n in queue_lengths(history) if at >= start)
+    yield start, 0 if start == end else next(later, 0)
+    ended = start == end
+    for at, n in queue_lengths(history):
+        if at == start:
+            continue
+        ended = ended or at == end
+        yield at, 0 if at == end else n
+    if not ended:
+        yield end, 0
+
+
+def _step_points(points: Iterable[tuple[float, int]]) -> Iterator[tuple[float, int]]:
+    """A step curve's corners from its points (one per instant: many jobs start at once)."""
     previous = None
-    for at, n in merged.items():
+    for at, n in points:
         if previous is not None:
             yield at, previous
         yield at, n
         previous = n
 
 
-def waited(job: JobRow, until: float) -> float:
-    """Every wait of a job that started (R-SIM-2): from its submission to its first start,
-    from each attempt's end to the next one's start (requeued by a preemption, or
-    retried), and each suspension (until ``until`` if it lasts). As ``_queue_chart``, the
-    wait before the first attempt of a round a ``retry_terminal`` resubmission reopened
-    is not kept, so it is left out."""
-    total = max(0.0, job.attempts[0].started_at - job.submitted_at)
-    for attempt, before in zip(job.attempts, [None, *job.attempts]):
-        if before is not None and before.round == attempt.round and before.ended_at is not None:
-            total += max(0.0, attempt.started_at - before.ended_at)
-        total += sum((p["resumed_at"] or attempt.ended_at or until) - p["at"]
-                     for p in attempt.preemptions if p["mode"] == PreemptMode.SUSPEND)
-    return total
+def _spaced(parts: Iterable[str], chunk: int = 4096) -> list[str]:
+    """``parts`` a space apart, as strings to be joined with nothing between them: a
+    chunk's joined at a time, so that a curve of 200,000 points is never a list of
+    400,000 strings, nor its text copied twice more."""
+    parts, blocks = iter(parts), []
+    while block := list(islice(parts, chunk)):
+        blocks += [" ", " ".join(block)] if blocks else [" ".join(block)]
+    return blocks
 
 
-def _delays(jobs: list[JobRow], until: float) -> str:
-    by_class: dict[str, list[float]] = defaultdict(list)
-    for job in jobs:
-        if job.attempts:
-            by_class[job.work_class].append(waited(job, until))
-    if not by_class:
+def _delays(history: History) -> str:
+    if not history.delays:
         return '<p class="empty">No job has started yet.</p>'
     head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)
     rows = []
-    for work_class, delays in sorted(by_class.items()):
-        delays.sort()
+    for work_class, waits in sorted(history.delays.items()):
+        delays = sorted(waits)
         counts = Counter(next(i for i, (upper, _) in enumerate(DELAY_BINS) if d < upper)
                          for d in delays)
         cells = "".join(
@@ -451,9 +366,11 @@ def _delays(jobs: list[JobRow], until: float) -> str:
             f"<th>p95</th><th>max</th>{head}</tr>{''.join(rows)}</table>")
 
 
-def _gpu_hours(sched: Scheduler, jobs: list[JobRow], until: float, peers: dict[str, int]) -> str:
-    hours: Counter[str] = Counter()
-    for job in jobs:
+def _gpu_hours(sched: Scheduler, history: History, until: float, peers: dict[str, int]) -> str:
+    """Each peer's device-hours, summed in submission order (the jobs that ran on no GPU
+    add nothing: only their peers are listed)."""
+    hours: Counter[str] = Counter({peer: 0.0 for peer in history.spenders})
+    for job in history.gpu_jobs:
         for attempt in job.attempts:
             end = attempt.ended_at if attempt.ended_at is not None else until
             spent = attempt_spend(len(attempt.gpus), attempt.active_seconds(end), None)
@@ -476,21 +393,17 @@ def _gpu_hours(sched: Scheduler, jobs: list[JobRow], until: float, peers: dict[s
             f"<th>GPU-hours</th><th></th></tr>{rows}</table>")
 
 
-def _failures(jobs: list[JobRow]) -> str:
-    failed = sorted(((attempt, job) for job in jobs for attempt in job.attempts
-                     if attempt.outcome not in (None, "completed")),
-                    key=lambda pair: -(pair[0].ended_at or pair[0].started_at))
-    if not failed:
+def _failures(history: History) -> str:
+    if not history.failed:
         return '<p class="empty">Every attempt that ended completed.</p>'
-    outcomes = Counter(attempt.outcome for attempt, _ in failed)
-    retried = sum(1 for job in jobs if len(job.attempts) > 1)
+    outcomes, retried = history.outcomes.counter(), history.retried
     rows = "".join(
         f"<tr><td>{_when(attempt.ended_at or attempt.started_at)}</td><td>{_e(job.job_id)}</td>"
         f"<td>{_e(job.tag)}</td><td>{_e(job.peer)}</td><td>{attempt.number}</td>"
         f"<td>{_e(attempt.outcome)}</td><td>{_exit(attempt)}</td><td>{_e(_why(attempt, job))}</td>"
-        "</tr>" for attempt, job in failed[:MAX_FAILURE_ROWS])
-    more = (f'<p class="note">… and {len(failed) - MAX_FAILURE_ROWS} older ones.</p>'
-            if len(failed) > MAX_FAILURE_ROWS else "")
+        "</tr>" for attempt, job in history.failures())
+    more = (f'<p class="note">… and {history.failed - MAX_FAILURE_ROWS} older ones.</p>'
+            if history.failed > MAX_FAILURE_ROWS else "")
     counts = ", ".join(f"{n} {outcome}" for outcome, n in outcomes.most_common())
     return (f"<p>{counts}; {_count(retried, 'job')} ran more than once.</p>"
             "<table class=\"failures\">"
@@ -535,12 +448,19 @@ def _leases(sched: Scheduler) -> str:
 # -- helpers -----------------------------------------------------------------------
 
 
-def _colours(jobs: list[JobRow], key: Callable[[JobRow], str]) -> dict[str, int]:
-    """Each peer's (or queue's) palette index, in order of first submission."""
+def _colours(names: Iterable[str]) -> dict[str, int]:
+    """Each peer's (or queue's) palette index, ``names`` in order of first submission."""
     colours: dict[str, int] = {}
-    for job in jobs:
-        colours.setdefault(key(job), len(colours) % len(PALETTE))
+    for name in names:
+        colours.setdefault(name, len(colours) % len(PALETTE))
     return colours
+
+
+def _queues(sched: Scheduler, work_classes: Iterable[str]) -> Iterator[str]:
+    """The queue of each of ``work_classes`` (in order of first submission): the queues
+    in order of first submission, some more than once."""
+    queues = queue_of_class(sched.policy.queue_set())
+    return (queues[work_class].name for work_class in work_classes)
 
 
 def _peer(job: JobRow) -> str:

@@ -210,7 +210,7 @@ def draw_case(seed: int, index: int):
     if kind == "fault":  # a tmpfs is mounted only by root
         nodes = [n for n in FAULT_TESTS if os.geteuid() == 0 or "full_disk" not in n]
         return kind, rng.choice(nodes), fault_test_case, rng
-    base = rng.choice(BASIC + GENERATION).partition(":")[0]
+    base = rng.choice(BASIC + GENERATION).partition("@")[0].partition(":")[0]
     return kind, f"{base}:{rng.randint(1, 4)}", random_case, rng
 
 

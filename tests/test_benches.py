@@ -146,10 +146,51 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
                                      "wait", "cancel"}
     assert result["compaction"]["compactions"] >= 2
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
+    assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
     (tmp_path / "result.json").write_text(done.stdout)
     table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all, "
                   "perf3_rows; print(bench_all.render_table(perf3_rows.rows(json.load(open("
                   f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "CLI cancel, 30 finished" in table.stdout
+    assert "report peak RSS, 3 finished" in table.stdout
     assert "20 invalid requests answered" in table.stdout
+
+
+def test_the_shipped_tables_cached_rows_follow_the_traces_bytes_not_its_copy(
+        tmp_path, monkeypatch):
+    """bench/shipped_table.py keys each cached row by the trace's bytes: a fresh copy
+    of the same trace (../shared copied again at a session's start, a new checkout)
+    keeps every row (its size and mtime once keyed them, and a copy threw away hours of
+    replays); a changed trace does not."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import shipped_table
+
+    first, again = tmp_path / "a" / "trace.csv", tmp_path / "b" / "trace.csv"
+    for path in (first, again):
+        path.parent.mkdir()
+        path.write_text("job_id,submit_s,duration_s,gpus,user\nj1,0,10,1,u\n")
+    os.utime(again, ns=(1, 1))
+    case = shipped_table.Case("whole-GPU", 4, False, 0.0, "backfill")
+    assert case.key(str(first), 10) == case.key(str(again), 10)
+    shipped_table.trace_digest.cache_clear()
+    again.write_text("job_id,submit_s,duration_s,gpus,user\nj1,0,11,1,u\n")
+    assert case.key(str(first), 10) != case.key(str(again), 10)
+
+
+def test_the_backfill_reservations_bench_follows_a_reservation_to_its_start(tmp_path):
+    """bench/backfill_reservations.py on a trace worked by hand: two 1-GPU jobs hold both
+    GPUs (for 50 and 100 s), a 2-GPU job arrives, then a 1-GPU job of 1,000 s. Backfill
+    reserves both GPUs for the wide job from 100 s (exact ETAs), keeps the long job off
+    the GPU that frees at 50, and the wide job starts at 100 as reserved: the bench
+    finds its one reservation and that it started 0 h late."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_s,duration_s,gpus,user\na,0,50,1,u\nb,0,100,1,u\n"
+                     "wide,1,100,2,v\nlong,2,1000,1,w\n")
+    done = bench("bench/backfill_reservations.py", "--trace", str(trace), "--limit", "4",
+                 "--load", "0.003", "--eta-noise", "0", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "4 jobs, whole-GPU, 2 GPUs" in out
+    assert "reservations: 1 jobs" in out
+    assert "started after the first reservation's start by median 0.0 h" in out

@@ -13,6 +13,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from praxist_fs.adapters import crashpoints
 from praxist_fs.adapters.journal import Journal
 from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.config import load_policy
@@ -114,6 +115,19 @@ class RecordingJournal:
         self.pending = []
 
 
+def started_with_one_request(policy) -> list:
+    """A start on a host with GPUS, and one request (tag t1) for one GPU, seen at once."""
+    profile = next(name for name, p in policy.profiles.items()
+                   if p.uses_gpu and p.gpu_count == 1)
+    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
+                      argv=("train",), eta_s=60.0)
+    return [CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
+                               boot_id="memory"),
+            HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
+                source="simulated", cpu=0.0, memory=0.0, io=0.0)),
+            RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1", request=request)]
+
+
 def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     """A batch whose events change nothing (a look at the other runs' claims) may still
     launch, by the pass that runs inside it: that decision is journaled and committed
@@ -126,16 +140,7 @@ def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     sched = Scheduler(policy)
     driver = Driver(sched, MemoryBackend(lambda launch: Run(60.0), host), journal=journal,
                     clock=lambda: host.now, crash_hook=points.append)
-    profile = next(name for name, p in policy.profiles.items()
-                   if p.uses_gpu and p.gpu_count == 1)
-    request = Request(request_id="r1", peer="p1", tag="t1", profile=profile,
-                      argv=("train",), eta_s=60.0)
-    driver.process([CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
-                                       boot_id="memory"),
-                    HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
-                        source="simulated", cpu=0.0, memory=0.0, io=0.0)),
-                    RequestSeen(at=1.0, name="r1.json", digest="r1", request_id="r1",
-                                request=request)])  # accepted, without a pass: queued
+    driver.process(started_with_one_request(policy))  # accepted, without a pass: queued
     assert sched.count(JobState.QUEUED) == 1
     points.clear()
     version = sched.version
@@ -144,3 +149,34 @@ def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     assert sched.count(JobState.RUNNING) == 1
     assert points.index("commit") < points.index("effect.SpawnAttempt.before"), points
     assert not journal.pending
+
+
+def test_each_commit_names_the_moments_of_a_jobs_life_it_journals(monkeypatch):
+    """``PRAXIST_CRASH_AT=NAME@MOMENT`` (adapters/crashpoints.py) crashes inside the batch
+    that journals a moment of a job's life, however many commits came before it: the
+    driver names each batch's moments before its commit, and none once it is done."""
+    policy = load_policy(str(FCFS))
+    seen: list[tuple[str, frozenset[str]]] = []
+    now: list[frozenset[str]] = [frozenset()]
+    monkeypatch.setattr(crashpoints, "WANTS_MOMENTS", True)
+    monkeypatch.setattr(crashpoints, "within",
+                        lambda moments: now.__setitem__(0, frozenset(moments)))
+    host = VirtualHost()
+    sched = Scheduler(policy)
+    retried = Run(60.0, exit_code=75)  # the first attempt's end is retried
+
+    def plan(launch: SpawnAttempt) -> Run:
+        return retried if launch.attempt_id == "a1" else Run(60.0)
+
+    driver = Driver(sched, MemoryBackend(plan, host), journal=RecordingJournal([]),
+                    clock=lambda: host.now,
+                    crash_hook=lambda point: seen.append((point, now[0])))
+    driver.process(started_with_one_request(policy), launch=True)
+    while driver.backend.next_timer() < math.inf:
+        driver.process(driver.backend.on_timer(driver.backend.next_timer()), launch=True)
+    named = [moments for point, moments in seen if point == "journal.after_commit" and moments]
+    assert named == [{"request:r1.json", "launched:t1", "launched:t1/a1"},
+                     {"ended:t1", "ended:t1/a1", "launched:t1", "launched:t1/a2"},
+                     {"ended:t1", "ended:t1/a2", "done:t1"}]
+    assert now[0] == frozenset()  # between batches no moment holds
+    assert ("effect.SpawnAttempt.before", named[1]) in seen  # the retry's, in its batch

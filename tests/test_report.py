@@ -4,18 +4,24 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from praxist_fs.adapters.history import read_run
+from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
-from praxist_fs.report import MIN_SHARE, Device, _lane_order, devices_of, render
+from praxist_fs.report import MIN_SHARE, Device, _lane_order, devices_of, render, report_of
 from praxist_fs.simulate import load_trace, replay
 
 HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
 LANE = 32  # praxist_fs.report.LANE_H less the gap between lanes
-POLICIES = Path(__file__).resolve().parents[1] / "fixtures" / "policies"
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "fixtures" / "policies"
 
 
 def bars(text: str) -> dict[str, list[tuple[float, float, float]]]:
@@ -137,3 +143,49 @@ def test_queue_delay_counts_the_time_suspended_and_requeued(tmp_path):
         text = render(result.scheduler, title="t", until=200.0)
         rows = dict(re.findall(r"<tr><th>(\w+)</th><td>1</td><td>([^<]+)</td>", text))
         assert rows == {"mature": "0.00 s", "ordinary": "20 s"}, name
+
+
+def compacted_run(tmp_path: Path, finished: int) -> Path:
+    """A run of ``finished`` completed jobs, compacted: they lie in its snapshot's shelf,
+    as a long-served run's history does (bench/fixture.py builds and compacts it)."""
+    run = tmp_path / f"run-{finished}"
+    for extra in ((), ("--compact",)):
+        subprocess.run([sys.executable, "bench/fixture.py", str(run),
+                        "fixtures/tasks/example.yaml", "--finished", str(finished), *extra],
+                       cwd=ROOT, check=True, capture_output=True, timeout=120)
+    return run
+
+
+def test_a_reports_memory_does_not_hold_a_row_per_finished_job(tmp_path):
+    """issue 31 item 3 ("report ... stream history instead of loading it all (memory
+    flat in history)"): building the report of 2,500 finished jobs takes at most 600
+    bytes more per job, at its peak, than that of 500 (what grows is the shelf's index
+    and the queue curve's points; a row kept per job cost ~1,250 bytes)."""
+    peaks = {}
+    for finished in (500, 2500):
+        layout = RunLayout.at(compacted_run(tmp_path, finished))
+        tracemalloc.start()
+        try:
+            _, jobs = report_of(layout)
+            peaks[finished] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert jobs == finished
+    assert (peaks[2500] - peaks[500]) / 2000 <= 600, peaks
+
+
+def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_path):
+    """issue 31 item 3 (report, simulate --from-run and a start read a run's snapshot):
+    reading a run of 2,500 finished jobs (and their replies) peaks at most 1.5 times
+    above what the read keeps, the shelf's index; reading the header's 5,000 ids and
+    lengths as JSON objects peaked 2.4-3.1 times above it."""
+    layout = RunLayout.at(compacted_run(tmp_path, 2500))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sched, _ = read_run(layout)
+        kept, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(sched.jobs) == 2500
+    assert peak - kept <= 1.5 * (kept - before), (kept - before, peak - kept)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from praxist_fs.adapters.fsio import fsync_dir, write_json
+from praxist_fs.adapters.fsio import dumps, fsync_dir, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.core.effects import SpawnAttempt
 
@@ -20,15 +20,22 @@ from praxist_fs.core.effects import SpawnAttempt
 BARRIER_TIMEOUT_S = 600
 
 
-def describe(layout: RunLayout, effect: SpawnAttempt) -> None:
-    """attempt.json: the attempt for people and tools, not the shim, so it is written once
-    the batch's shims have their attempts and GO. A description: a power cut ends the
-    shim too, so no fsync."""
-    write_json(layout.attempt_dir(effect.job_id, effect.attempt_id) / "attempt.json", {
+def description(layout: RunLayout, effect: SpawnAttempt) -> bytes:
+    """attempt.json's bytes: the attempt for people and tools, not for the shim that runs
+    it (no environment)."""
+    return dumps({
         **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
         "command": effect.command, "cwd": effect.cwd or str(layout.root),
         "log": str(layout.log(effect.job_id, effect.attempt_id)),
-    }, sync=False)
+    })
+
+
+def describe(layout: RunLayout, effect: SpawnAttempt) -> None:
+    """attempt.json, written once the batch's attempts are on their way (the Slurm
+    backend's; the local shim writes its own while its command runs). A description: a
+    power cut ends the shim too, so no fsync."""
+    write_atomic(layout.attempt_dir(effect.job_id, effect.attempt_id) / "attempt.json",
+                 description(layout, effect), sync=False)
 
 
 def make_durable(layout: RunLayout, attempts: Iterable[tuple[str, str]]) -> None:

@@ -120,17 +120,37 @@ def given_go(go_fd):
         posix.set_blocking(go_fd, True)
 
 
+def read_go(go_fd):
+    """What the coordinator says on the GO pipe, waiting for it: b"G", b"A", or b"" (it
+    closed the pipe, or went away)."""
+    try:
+        return posix.read(go_fd, 1)
+    except OSError:
+        return b""
+
+
+def record_go(attempt_dir):
+    """The GO file, for a GO told on the pipe (journaled first): empty, created in place,
+    not fsynced (the journal holds the decision); for the tools that read the handshake
+    (client.enclosing_attempt) and a later coordinator's look. One already there (a later
+    coordinator's) is as good; a failure (a full disk) is told to shim.log."""
+    try:
+        posix.close(posix.open(attempt_dir + "/GO", posix.O_WRONLY | posix.O_CREAT
+                               | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        shim_command.tell(2, b"could not write GO: %s\n" % str(exc).encode())
+
+
 def wait_for_go(attempt_dir, go_fd, timeout, word=None):
     """True once GO is given (``word``: what the pipe gave already); False on ABORT or
     when no coordinator gave GO in time."""
     go_path, abort_path = attempt_dir + "/GO", attempt_dir + "/ABORT"
     if word is None:
-        try:
-            word = posix.read(go_fd, 1)
-        except OSError:
-            word = b""
+        word = read_go(go_fd)
     posix.close(go_fd)
-    if word == b"G":  # the coordinator journaled GO first; it writes the GO file next
+    if word == b"G":  # the coordinator journaled GO first; we write the GO file
         return True
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides
@@ -351,15 +371,26 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
+    described = []  # attempt.json is written
+    if word is None:
+        word = read_go(go_fd)
     if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
+        describe(attempt_dir, spec, described)  # nothing ran, but the attempt was there
         return
     started = []  # the command's pid, once it runs
 
     def on_start(pid):
         started.append(pid)
-        make_durable(attempt_dir)  # while the command runs
+        if word == b"G":  # told on the pipe: the GO file is ours to write
+            record_go(attempt_dir)
+        describe(attempt_dir, spec, described)  # while the command runs, as is
+        make_durable(attempt_dir)
 
     result = shim_command.run(spec, status_fd, on_start=on_start)
+    if not started and word == b"G":
+        record_go(attempt_dir)
+    describe(attempt_dir, spec, described)  # if the command could not start, or a full
+    # disk kept it out then
     if not started:  # it could not start: the exit.json that says why needs it durable too
         make_durable(attempt_dir)
     result = shim_command.to_json(result)
@@ -369,6 +400,23 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
                                                      durable=True):
         if failures == 1:  # a coordinator still connected journals it, and acts on it
             shim_command.tell(status_fd, b"X" + result + b"\n")
+
+def describe(attempt_dir, spec, described):
+    """attempt.json, as the coordinator rendered it into the spec (``attempt_json``), once
+    the barrier is passed (the command runs, or GO never came): the attempt for people and
+    tools, written here so that its file creation is off the coordinator's loop. Not fsynced (a power cut ends us too); a failure (a full
+    disk) is told to shim.log and tried again once the command is over. ``described``
+    holds True once it is written."""
+    data = spec.get("attempt_json")
+    if described or data is None:
+        return
+    try:
+        shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False)
+    except OSError as exc:
+        shim_command.tell(2, b"could not write attempt.json: %s\n" % str(exc).encode())
+        return
+    described.append(True)
+
 
 def make_durable(attempt_dir):
     """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,

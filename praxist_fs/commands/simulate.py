@@ -15,7 +15,8 @@ from ..adapters.layout import RunLayout
 from ..config import load_policy
 from ..core.snapshot import SnapshotError
 from ..errors import PolicyError
-from ..report import devices_of, end_of, job_rows, render, write
+from ..report import devices_of, render, write
+from ..report_history import History
 from ..simulate import (
     H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
     load_trace, replay, trace_from_history, write_jobs_csv,
@@ -155,8 +156,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.report:
         for result, path in zip(results, _report_paths(args.report, results)):
             sched = result.scheduler
-            jobs = job_rows(sched)
-            size = write(path, render(sched, until=end_of(jobs, None), jobs=jobs, title=(
+            history = History.of(sched.jobs.values())
+            size = write(path, render(sched, until=history.end(None), history=history, title=(
                 f"praxist-fs simulate: {args.trace or '--from-run ' + args.from_run} on "
                 f"{args.gpus} GPUs, policy "
                 f"{result.policy}, {result.placement} placement"),

@@ -350,6 +350,10 @@ class PassDesk:
                     (made := board.preemption.preempt(ctx, job, reason)) is not None:
                 launches += made  # R-POL-3: preemptions that make room, maybe its launch
                 continue
+            if work_class in ctx.ruled and reason == _slot_wait(ctx):
+                # every slot taken: the next one freed may be kept from this job too
+                # (leave_slots), and then that, not the slot, is why it waits
+                reason = ctx.queue_hold(ctx.by_class[work_class], freed=1) or reason
             if pending.get(job.job_id) != reason:
                 board._hold(job, reason)
             if ctx.resting and self.slot_limited and not limited:
@@ -368,7 +372,7 @@ class PassDesk:
         self.slot_limited |= verdict is None and not self.board.policy.backends  # not this host's
         if verdict is not None:
             return verdict
-        reason = f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"
+        reason = _slot_wait(ctx)
         ctx.liftable.add(reason)  # preemption may free a slot
         return reason
 
@@ -491,3 +495,8 @@ def _backing_off(job: Job, at: float) -> str | None:
     return (f"launch barrier released {releases} times in a row (last: attempt "
             f"{last.attempt_id}, see attempts/{job.job_id}/{last.attempt_id}/shim.log); "
             f"backing off until {utc_iso(until)}")
+
+
+def _slot_wait(ctx: Pass) -> str:
+    """Why a job waits that would start in the next free slot."""
+    return f"waiting for a slot: {ctx.target - ctx.free} of {ctx.target} running"

@@ -24,6 +24,7 @@ V = TypeVar("V")
 
 _LENGTH_BITS = 32  # a shelved entry's place: its line's offset << 32 | its length
 _READ_BYTES = 4 << 20  # a snapshot's shelved lines are copied this much at a read
+_WALK_BYTES = 256 << 10  # ... and read this much at a time by a walk that builds each
 
 
 def place(offset: int, length: int) -> int:
@@ -39,6 +40,19 @@ def offset_and_length(where: int) -> tuple[int, int]:
 def encoded(key: str) -> bytes:
     """A key as the index stores and orders it."""
     return key.encode("utf-8", "surrogatepass")
+
+
+class PackedKeys:
+    """Keys as ``Shelved`` stores them (``encoded``, in order, one newline between, none
+    in a key), read straight from a file, and how many."""
+
+    __slots__ = ("data", "count")
+
+    def __init__(self, data: bytes, count: int) -> None:
+        self.data, self.count = data, count
+
+    def __len__(self) -> int:
+        return self.count
 
 
 class Shelved:
@@ -65,6 +79,27 @@ class Shelved:
         self._split = self._keys.count(b"\n") == max(0, len(keys) - 1)  # no key holds one
         if not len(self._offsets) == len(self._lengths) == len(self._marks) == len(keys):
             raise ValueError("a shelf index whose keys, places and marks disagree")
+
+    @classmethod
+    def packed(cls, keys: PackedKeys, offsets: Iterable[int], lengths: Iterable[int],
+               marks: bytes) -> Shelved:
+        """As ``Shelved(keys, ...)``, from keys already encoded and joined by newlines (a
+        snapshot header's, ``snapshot_header``): no string object per key, ever."""
+        shelved = cls([], (), ())
+        data, count = keys.data, len(keys)
+        starts, at = array("Q", [0]), data.find(b"\n")
+        while at >= 0:  # key i ends at the i-th newline: its start less the i newlines
+            starts.append(at - len(starts) + 1)
+            at = data.find(b"\n", at + 1)
+        if count:
+            starts.append(len(data) - count + 1)
+        shelved._keys, shelved._starts, shelved._split = data, starts, True
+        shelved._offsets, shelved._lengths = array("Q", offsets), array("Q", lengths)
+        shelved._marks = marks or bytes(count)
+        if not len(starts) - 1 == len(shelved._offsets) == len(shelved._lengths) == \
+                len(shelved._marks) == count:
+            raise ValueError("a shelf index whose keys, places and marks disagree")
+        return shelved
 
     @classmethod
     def of(cls, entries: Iterable[tuple[str, int, int]]) -> Shelved:
@@ -216,17 +251,19 @@ class Shelf(MutableMapping[str, V], Generic[V]):
             if key not in gone:
                 yield key, mark
 
-    def shelved_lines(self) -> Iterator[tuple[str, bytes, int]]:
+    def shelved_lines(self, most: int = _READ_BYTES) -> Iterator[tuple[str, bytes, int]]:
         """(key, line, mark) of every entry still shelved, in key order: what a new
-        snapshot copies (no lookup, no parse; a read per 4 MB of lines)."""
+        snapshot copies (no lookup, no parse; a read per ``most`` bytes of lines, and no
+        list of every key)."""
         index, gone, read = self._index, self._gone, self._read
-        keys, marks = index.keys(), index.marks()
-        for start, end in index.runs(_READ_BYTES):
+        marks = index.marks()
+        for start, end in index.runs(most):
             lines, at = read(index.span(start, end)), 0
             for position in range(start, end):
                 length = index.length(position)
-                if keys[position] not in gone:
-                    yield keys[position], lines[at:at + length], marks[position]
+                key = index[position].decode("utf-8", "surrogatepass")
+                if key not in gone:
+                    yield key, lines[at:at + length], marks[position]
                 at += length
 
     def entries_after(self, key: str | None, most: int) -> list[tuple[str, int | None]]:
@@ -316,9 +353,14 @@ class Shelf(MutableMapping[str, V], Generic[V]):
         return len(self._live) + len(self._index) - len(self._gone)
 
     def values(self) -> Iterator[V]:  # type: ignore[override]
-        for key in self:
-            yield self.peek(key)
+        """Every entry, the shelved ones first (in key order), each built from its line
+        as a read of _WALK_BYTES of lines at a time reaches it (``shelved_lines``: no
+        lookup, no read per entry) and kept by no one here."""
+        for _, value in self.items():
+            yield value
 
     def items(self) -> Iterator[tuple[str, V]]:  # type: ignore[override]
-        for key in self:
-            yield key, self.peek(key)
+        build, live = self._build, list(self._live.items())
+        for key, line, _ in self.shelved_lines(_WALK_BYTES):
+            yield key, build(line)
+        yield from live

@@ -25,7 +25,8 @@ from .pickers.ledger import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import FINISHED, Scheduler
-from .shelf import Shelved, encoded, place
+from .shelf import PackedKeys, Shelved, encoded, place
+from .snapshot_header import read_header
 from .states import (
     AttemptOutcome, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState,
     PreemptMode, ReplyOutcome, attempt_transition,
@@ -191,7 +192,7 @@ def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) 
     lines = iter(lines)
     try:
         first = next(lines, b"null")
-        header = json.loads(first)
+        header = json.loads(first) if read_at is None else read_header(first)
         if isinstance(header, dict) and "shelf" in header:
             sched = _read_shelf(header, len(first), lines, read_at)
         elif read_at is None or "generation_jobs" not in header:
@@ -245,8 +246,16 @@ def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
         if len(line) != length or not line.endswith(b"\n"):
             raise SnapshotError("damaged snapshot: it ends early")
     return restore({**header, "jobs": live, "replies": []}, (
-        Shelved(job_ids, job_offsets, job_lengths, job_marks),
-        Shelved(reply_ids, reply_offsets, reply_lengths), read_at))
+        _shelved(job_ids, job_offsets, job_lengths, job_marks),
+        _shelved(reply_ids, reply_offsets, reply_lengths, b""), read_at))
+
+
+def _shelved(ids: list[str] | PackedKeys, offsets: array, lengths: Iterable[int],
+             marks: bytes) -> Shelved:
+    """A section's index, from its ids as ``json.loads`` or ``read_header`` gave them."""
+    if isinstance(ids, PackedKeys):
+        return Shelved.packed(ids, offsets, lengths, marks)
+    return Shelved(ids, offsets, lengths, marks)
 
 
 def _lines(lines: Iterator[bytes], count: int) -> Iterator[bytes]:

@@ -41,12 +41,15 @@ from .simulation import Simulation
 # simulations kill shims before READY. All six when the simulation began to run the
 # daemon's Driver (acceptance and launch in one batch, its effect order and crash points):
 # the workload moved, the scheduler did not (its simulator output is byte-identical).
+# Seed 5 and all six busy traces when a job that exploration_reserve would keep from the
+# next free slot began to say so while every slot is taken (it said only that it waited
+# for a slot): the launches of every trace are unchanged, only those reasons moved.
 SIMULATION_GOLDEN = {1: '33e33b3c6dc96e45', 2: '4f1114f32b98a83e', 3: 'e1c81aee5ee2827c',
-                     4: '4944813e6e4a8a94', 5: '4c010e1c24377e80', 6: '6d6e65651daf4e83'}
+                     4: '4944813e6e4a8a94', 5: 'e9a6170d8bd4507c', 6: '6d6e65651daf4e83'}
 
-# sha256[:16] of busy_trace(seed), same provenance.
-BUSY_GOLDEN = {1: 'f3053dca003544b2', 2: '37916026872c5512', 3: '007b822fb97adb4f',
-               4: 'b37846f39e336aca', 5: '369c1cc68512aa7f', 6: '295f7f51d21fcd95'}
+# sha256[:16] of busy_trace(seed), same provenance (and the same recomputations).
+BUSY_GOLDEN = {1: '62444b1a95031d9b', 2: 'c8b0bd5f71dcde61', 3: '101abe15f025de5a',
+               4: '4725e76c5ea6eb61', 5: 'f8d8565c70d1b09b', 6: 'abb26bd295c871b2'}
 
 
 def digest(value: Any) -> str:
@@ -255,6 +258,27 @@ def test_leave_slots_keeps_slots_for_the_queues_it_names():
     assert h.sched.pending[mature[1]] == \
         "queues.mature.leave_slots: 1 slot(s) kept for queued explore"
     assert explore not in h.sched.pending
+
+
+def test_a_job_held_for_a_kept_slot_says_so_while_every_slot_is_taken():
+    """Once the pass that kept a slot has filled it, a later pass (the next sample's, or
+    the daemon's loop asking again) finds no slot free: the mature job would still not
+    take the next one while exploration waits, and says so, not only that it waits for
+    a slot. The exploration job still waiting waits for a slot."""
+    queues = (Queue(name="mature", priority=1, work_classes=("mature",), leave_slots=1,
+                    leave_slots_for=("explore",)),
+              Queue(name="explore", work_classes=("scout", "ordinary")))
+    h = cpu_harness(slots=2, queues=queues)
+    explore = [h.submit(f"e{i}")["job_id"] for i in range(2)]
+    mature = [h.submit(f"m{i}", work_class="mature")["job_id"] for i in range(2)]
+    assert launched_tags(h) == ["m0", "e0"]
+    kept = "queues.mature.leave_slots: 1 slot(s) kept for queued explore"
+    assert h.sched.pending[mature[1]] == kept
+    h.handle(HostSampled(at=h.tick()))  # a new sample: the next pass restates every reason
+    assert h.sched.next_launches(h.tick()) == []
+    h.sched.refresh_reasons()  # as status.json's next write asks
+    assert h.sched.pending[mature[1]] == kept
+    assert h.sched.pending[explore[1]] == "waiting for a slot: 2 of 2 running"
 
 
 # -- fair share --------------------------------------------------------------------------

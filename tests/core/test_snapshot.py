@@ -17,11 +17,12 @@ import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import FINISHED, Scheduler
-from praxist_fs.core.shelf import Shelf, Shelved, encoded, offset_and_length
+from praxist_fs.core.shelf import PackedKeys, Shelf, Shelved, encoded, offset_and_length
 from praxist_fs.core.snapshot import (
     READS, SnapshotError, capture, load, read, render, restore, shelve, shelve_jobs,
     shelve_replies, watch,
 )
+from praxist_fs.core.snapshot_header import read_header
 
 from .simulation import replay, run_seed
 
@@ -271,3 +272,64 @@ def test_a_walk_of_the_shelf_in_slices_sees_each_entry_not_deleted_once():
     assert seen[7:] == [("job-007", 1), ("job-008", 1), ("job-009", 1), ("job-100", 1),
                         ("é-tag", 1)]
     assert shelf.entries_after("é-tag", 2) == []
+
+
+def test_a_walk_of_every_job_reads_the_shelf_a_run_of_lines_at_a_time():
+    """issue 31 item 3 (`report` and `simulate --from-run` walk every job of a run's
+    history): a walk of a restored scheduler's jobs reads its shelved lines 4 MB at a
+    time, not one read (and one lookup in the index) per finished job, and gives the
+    jobs a lookup of each gives, shelved ones first, in key order."""
+    sched = replay(run_seed(4, 300).journal)
+    handle, read_at = _file(render(sched, 1).data)
+    reads = []
+
+    def counted(where: int) -> bytes:
+        reads.append(where)
+        return read_at(where)
+
+    restored = read(handle, counted).sched
+    shelved = [job_id for job_id, _ in restored.jobs.shelved()]
+    reads.clear()
+    walked = list(restored.jobs.values())
+    assert len(shelved) >= 10 and len(reads) == 1
+    assert [job.job_id for job in walked] == [*shelved, *(j.job_id for j in restored.jobs.live())]
+    assert walked == [restored.jobs.peek(job.job_id) for job in walked]
+
+
+def _header_line(job_ids: list[str], reply_ids: list[str]) -> bytes:
+    """A header as ``render`` writes one, with these shelved ids (lengths made up)."""
+    def section(ids):
+        return {"ids": ids, "lengths": [100 + n for n in range(len(ids))],
+                "states": "0" * len(ids)}
+    header = {"format": 3, "journal_seq": 7, "live_jobs": 0,
+              "shelf": {"finished": ["completed", "failed"], "jobs": section(job_ids),
+                        "replies": section(reply_ids)}, "views_durable_ns": 5, "tally": {"a": 1}}
+    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+@pytest.mark.parametrize("job_ids", [
+    [], ["a-1"], ["b-2", "a-1", "ü-3", ""],
+    ['quo"te-1', "plain-2"], ["back\\slash-1"], ["new\nline-1"], ['x","y-1'],
+])
+def test_a_header_reads_as_json_reads_it_its_plain_ids_packed(job_ids):
+    """issue 31 item 3: a snapshot's header is read without a string and an int object per
+    shelved entry where no id holds an escape (``read_header``), and the index built from
+    it is the one JSON's lists build; a header with an id that holds a quote, a
+    backslash or a newline is read by JSON whole, as before."""
+    line = _header_line(sorted(job_ids, key=encoded), ["r-1", "r-2"])
+    header, plain = read_header(line), json.loads(line)
+    assert {k: v for k, v in header.items() if k != "shelf"} == \
+        {k: v for k, v in plain.items() if k != "shelf"}
+    for name in ("jobs", "replies"):
+        ours, theirs = header["shelf"][name], plain["shelf"][name]
+        packed = isinstance(ours["ids"], PackedKeys)
+        assert packed == (not any(c in key for key in job_ids for c in '"\\\n'))
+        assert list(ours["lengths"]) == theirs["lengths"] and ours["states"] == theirs["states"]
+        built = (Shelved.packed(ours["ids"], ours["lengths"], ours["lengths"], b"") if packed
+                 else Shelved(ours["ids"], ours["lengths"], ours["lengths"]))
+        expected = Shelved(theirs["ids"], theirs["lengths"], theirs["lengths"])
+        assert built.keys() == expected.keys() and len(built) == len(expected)
+        for key in [*theirs["ids"], "absent"]:
+            assert built.find(key) == expected.find(key)
+            if key != "absent":
+                assert built.place(built.find(key)) == expected.place(expected.find(key))

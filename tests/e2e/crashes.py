@@ -13,10 +13,14 @@ from .conftest import request, wait_for
 CRASH_EXIT = 86
 
 
+# A commit is named by the moment of a job's life it journals (``NAME@MOMENT``,
+# adapters/crashpoints.py), not by its count: the loop's batching decides how many
+# commits come before it. b's first end (exit 75) is journaled with its retry, c's end
+# late in the scenario (every other job started by then).
 BASIC = [
     "start.after_journal_open", "start.after_repair", "start.after_adopt",
-    "journal.before_commit", "journal.after_commit", "journal.before_commit:4",
-    "journal.after_commit:6",
+    "journal.before_commit", "journal.after_commit", "journal.before_commit@ended:b/a1",
+    "journal.after_commit@done:c",
     "effect.WriteJob.before", "effect.WriteJob.after", "effect.WriteJob.before:5",
     "effect.WriteReply.before", "effect.WriteReply.after",
     "effect.ConsumeRequest.before", "effect.ConsumeRequest.after",

@@ -10,8 +10,10 @@ import signal
 import psutil
 
 from .conftest import (
-    CPU_ONLY, forked_at_start, gone, held_start, read_json, request, shim_server, wait_for,
+    CPU_ONLY, counting, forked_at_start, gone, held_start, read_json, request, shim_server,
+    starts, wait_for,
 )
+from .crashes import CRASH_EXIT
 
 
 def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run, tmp_path):
@@ -27,6 +29,14 @@ def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run
     assert os.getsid(server.pid) == server.pid  # the server too is in a session of its own
 
 
+def journal_batches(ledger) -> list[list[dict]]:
+    """The journal's records as the power-loss ledger saw them appended: one list a commit."""
+    appends = [json.loads(line) for line in ledger.read_text().splitlines()]
+    return [[json.loads(record.split(b" ", 2)[2])
+             for record in base64.b64decode(op["data"]).splitlines()]
+            for op in appends if op["op"] == "append" and op["path"].endswith("journal.log")]
+
+
 def test_the_launch_decision_the_shims_pid_and_go_share_one_commit(make_run, tmp_path):
     # (with GPU profiles the pass runs under the host registry's lock, in a commit of its
     # own after the acceptance's; the pid and GO still share the decision's)
@@ -39,11 +49,7 @@ def test_the_launch_decision_the_shims_pid_and_go_share_one_commit(make_run, tmp
     # by now the coordinator holds warm shims whatever the timing of the first launch
     job_id = run.reply(run.submit(request("second")))["job_id"]
     run.wait_state(job_id, "completed")
-    appends = [json.loads(line) for line in ledger.read_text().splitlines()]
-    batches = [[json.loads(record.split(b" ", 2)[2])
-                for record in base64.b64decode(op["data"]).splitlines()]
-               for op in appends if op["op"] == "append" and op["path"].endswith("journal.log")]
-    launch = next(batch for batch in batches
+    launch = next(batch for batch in journal_batches(ledger)
                   if any(r["type"] == "attempt_launched" and r["job_id"] == job_id
                          for r in batch))
     bound = [r for r in launch if r["type"] == "attempt_observed" and r["job_id"] == job_id]
@@ -126,3 +132,63 @@ def test_a_coordinator_killed_during_its_start_leaves_no_server_or_supervisor(
     run.start()  # and the run starts as usual
     job_id = run.reply(run.submit(request("after")))["job_id"]
     assert run.wait_state(job_id, "completed")["exit_code"] == 0
+
+
+ENDS = {"x": 0, "y": 3}  # tag -> exit code
+
+
+def end_both_while_the_coordinator_is_stopped(run, tmp_path) -> list[str]:
+    """Two running jobs (``ENDS``) whose commands end while the coordinator is stopped
+    (SIGSTOP), so that it sees both ends in its next loop turn; their job ids. Each marks
+    its start in ``tmp_path / "starts"``."""
+    gate, marker = tmp_path / "gate", tmp_path / "starts"
+    jobs = [run.reply(run.submit(request(tag, counting(marker, (
+        f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {code}")))))["job_id"]
+        for tag, code in ENDS.items()]
+    shims = [psutil.Process(run.wait_attempt_field(job_id, "pid")) for job_id in jobs]
+
+    def told(shim: psutil.Process) -> bool:
+        """The shim is done with its attempt and said so on its pipe (exit.json is written
+        by then): a supervisor leaves the attempt's directory for /, a shim of its own
+        exits."""
+        try:
+            return shim.status() == psutil.STATUS_ZOMBIE or shim.cwd() == "/"
+        except psutil.NoSuchProcess:
+            return True
+    os.kill(run.proc.pid, signal.SIGSTOP)
+    try:
+        gate.touch()
+        wait_for(lambda: all(map(told, shims)), message="both commands over and told")
+    finally:
+        os.kill(run.proc.pid, signal.SIGCONT)
+    return jobs
+
+
+def test_jobs_that_end_in_one_loop_turn_share_one_commit(make_run, tmp_path):
+    """Issue 31: the ends the coordinator sees in one loop turn are journaled in one commit
+    (one fsync), with the launches they allow, not one commit each."""
+    run = make_run(task_text=CPU_ONLY)
+    ledger = tmp_path / "ledger.jsonl"
+    run.start({"PRAXIST_POWERLOSS_LEDGER": str(ledger)})
+    jobs = end_both_while_the_coordinator_is_stopped(run, tmp_path)
+    for job_id in jobs:
+        run.wait_state(job_id, "completed", "failed")
+    ends = [{r["job_id"] for r in batch if r["type"] == "attempt_observed" and r["exited"]}
+            for batch in journal_batches(ledger)]
+    assert [found for found in ends if found] == [set(jobs)]
+
+
+def test_a_crash_after_the_commit_of_ends_seen_together_loses_neither(make_run, tmp_path):
+    """A crash keyed to a moment (``journal.after_commit@done:x``) is reached whatever the
+    batching: here right after the one commit of both ends, before anything was done
+    about them. The next coordinator finds both ended with their own exit codes and runs
+    neither again."""
+    run = make_run(task_text=CPU_ONLY)
+    run.start({"PRAXIST_CRASH_AT": "journal.after_commit@done:x"})
+    jobs = end_both_while_the_coordinator_is_stopped(run, tmp_path)
+    assert run.proc.wait(timeout=30) == CRASH_EXIT, "journal.after_commit@done:x never reached"
+    run.start()
+    docs = [run.wait_state(job_id, "completed", "failed") for job_id in jobs]
+    assert [(d["state"], d["exit_code"], len(d["attempts"])) for d in docs] == \
+        [("completed", 0, 1), ("failed", 3, 1)]
+    assert sorted(starts(tmp_path / "starts")) == sorted(jobs)

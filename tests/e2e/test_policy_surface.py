@@ -107,3 +107,40 @@ def test_a_queue_outside_its_time_window_holds_its_work_and_says_when_it_opens(
     assert run.job(job)["state"] == "queued"
     status = wait_for(lambda: (s := run.status()) and s.get("counts", {}).get("completed") and s)
     assert status["counts"]["queued"] == 1
+
+
+LEAVE_SLOTS_TASK = CPU_ONLY + """\
+    queues:
+      mature: {priority: 1, work_classes: [mature], leave_slots: {slots: 1, for: [explore]}}
+      explore: {work_classes: [scout, ordinary]}
+"""
+
+
+def test_a_job_held_for_a_kept_slot_says_so_once_the_slots_fill(make_run, tmp_path):
+    """Seed 002's leave_slots through a real coordinator: of two mature jobs and two
+    exploration jobs seen together at two slots, a mature job and an exploration job
+    start; the other mature job waits because the slot it could take is kept for the
+    exploration job still queued, and says so in status.json and its job file once both
+    started jobs run (the loop's later passes find no slot free: they must not restate
+    it as only waiting for a slot, which the exploration job does)."""
+    run = make_run(task_text=LEAVE_SLOTS_TASK)
+    work = tmp_path / "work"
+    work.mkdir()
+    ids = {}
+    for tag, work_class in (("e0", "ordinary"), ("e1", "ordinary"), ("m0", "mature"),
+                            ("m1", "mature")):
+        ids[tag] = run.submit(request(tag, held_until(work, tag), work_class=work_class))
+    run.start()  # all four seen in one batch, by one pass
+    jobs = {tag: run.reply(rid)["job_id"] for tag, rid in ids.items()}
+    run.wait_state(jobs["m0"], "running")
+    run.wait_state(jobs["e0"], "running")
+    status = wait_for(lambda: (s := run.status()) and s["running"] == 2 and s,
+                      message="status.json with both started jobs running")
+    kept = "queues.mature.leave_slots: 1 slot(s) kept for queued explore"
+    assert {q["job_id"]: q["reason"] for q in status["queue"]} == {
+        jobs["m1"]: kept, jobs["e1"]: "waiting for a slot: 2 of 2 running"}
+    assert run.job(jobs["m1"])["reason"] == kept
+    for tag in jobs:
+        (work / tag).touch()
+    for tag in jobs:
+        run.wait_state(jobs[tag], "completed")

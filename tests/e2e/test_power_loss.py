@@ -38,7 +38,7 @@ from .crashes import (
 DRAWS = int(os.environ.get("PRAXIST_POWERLOSS_DRAWS", "0"))
 
 # Points reached only later in the basic scenario: retries, exits and their job moves.
-LATE = ["journal.after_commit:7", "effect.WriteJob.after:9", "effect.WriteReply.after:5",
+LATE = ["journal.after_commit@done:d", "effect.WriteJob.after:9", "effect.WriteReply.after:5",
         "effect.ConsumeRequest.after:4", "effect.WriteGo.after:4"]
 # What each basic job's attempts exit with when nothing is lost (one exits 75 once).
 EXIT_CODES = {"a": [0], "b": [75, 0], "c": [3], "d": [0]}
@@ -170,8 +170,10 @@ def assert_recovered(run, tmp_path, ids, cuts):
 
 
 # Where a drawn cut comes: the named points, and between a journal append and its
-# fsync (the only moment a torn record can exist), at the first commits and later ones.
-TORN = ["journal.after_append", "journal.after_append:3", "journal.after_append:7"]
+# fsync (the only moment a torn record can exist), at the first commit, at b's first end
+# and its retry, and at the last job's end (d sleeps: it ends last).
+TORN = ["journal.after_append", "journal.after_append@ended:b/a1",
+        "journal.after_append@done:d"]
 # Where the boot after a power cut is cut again: each step of recovery, and its first
 # commits and writes (reached in every scenario: the lost attempts are journaled).
 RECOVERY = ["start.after_journal_open", "start.after_repair", "start.after_adopt",
@@ -197,6 +199,8 @@ def drawn_power_loss_case(make_run, tmp_path, seed):
     ledger = tmp_path / "ledger.jsonl"
     proc = start_recording(run, point, ledger, env)
     ids = basic_scenario(run, tmp_path)
+    if point in COMPACTION:  # the N-th compaction: as many as the machine's speed allows
+        more_records_until_it_dies(run, proc, tmp_path / "starts")
     cuts = [cut_power(run, proc, point, ledger, seed=f"{seed}:1")]
     if again is not None:
         second = tmp_path / "ledger-recovery.jsonl"

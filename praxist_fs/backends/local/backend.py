@@ -28,7 +28,7 @@ from praxist_fs.adapters import fence, procs
 from praxist_fs.adapters.fsio import create, read_json, write_atomic
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.taskreports import task_report
-from praxist_fs.backends.attempt_dir import describe, make_durable
+from praxist_fs.backends.attempt_dir import make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.budget import INFRA_EXIT_CODE
@@ -95,7 +95,6 @@ class LocalBackend:
         # shims ready ahead of need: fresh forks first, then idle supervisors, latest last
         self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
-        self.spawned: list[SpawnAttempt] = []  # this batch's attempts: to describe
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
         self.pidfds: dict[AttemptKey, int] = {}
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
@@ -262,7 +261,6 @@ class LocalBackend:
                                     exit_code=127, error=f"could not start the shim: {exc}")]
         self.handles[key] = handle
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
-        self.spawned.append(effect)
         if bound is not None:
             return []
         pid = handle.popen.pid
@@ -271,17 +269,13 @@ class LocalBackend:
                                 handle=shim_handle(pid, procs.start_time(pid), procs.boot_id()))]
 
     def settle(self) -> None:
-        """Once the batch's commands are on their way (their GO is journaled and sent):
-        attempt.json for each attempt it started, off the launch path. An OSError leaves
-        them for the next call."""
-        for effect in self.spawned:
-            describe(self.layout, effect)
-        self.spawned.clear()
+        pass  # attempt.json is each shim's to write, and its directory's fsyncs too
 
     def go(self, key: AttemptKey) -> None:
-        """GO, journaled already: the shim's pipe first, so the command starts while the
-        GO file is written (without fsync: the journal holds the decision). A shim
-        without a pipe to us (a re-adopted one) polls for the file. Held while a job it
+        """GO, journaled already: on the shim's pipe, and the shim writes the GO file as
+        its command starts (without fsync: the journal holds the decision), off our
+        loop. A shim without a pipe to us (a re-adopted one) polls for the file, which
+        we write. Held while a job it
         preempts by suspension is not wholly stopped yet (``_forget_suspension``).
 
         exit.json, fsynced by the shim into the attempt directory, must not vanish with
@@ -299,8 +293,9 @@ class LocalBackend:
             self.held_go.add(key)
             return
         handle = self.handles.get(key)
-        if handle is not None:
+        if handle is not None:  # told on its pipe, the shim writes the GO file itself
             handle.release_barrier(b"G")
+            return
         try:  # empty, so created in place: there is no half-written GO to rename over
             create(self.layout.attempt_dir(*key) / "GO", b"")
         except (FileExistsError, FileNotFoundError):

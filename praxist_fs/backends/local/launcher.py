@@ -36,7 +36,7 @@ from praxist_fs.adapters import procs
 from praxist_fs.adapters.fsio import LEDGER_ENV, create, open_log, unlink
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.adapters.ownership import own_directories
-from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S
+from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, description
 from praxist_fs.backends.environment import account
 from praxist_fs.core.effects import SpawnAttempt
 
@@ -433,8 +433,8 @@ def shim_environment() -> dict[str, str]:
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
-    """Make the attempt's directory (its log's is the shim's to make), write its files and
-    give them to a shim: ``warm``, one started ahead of
+    """Make the attempt's directory (its log's and attempt.json are the shim's to make),
+    write its files and give them to a shim: ``warm``, one started ahead of
     need (whose pid the caller may have journaled already), else a new one. Raises
     OSError if that shim cannot be started, or ``warm`` is gone.
 
@@ -444,10 +444,11 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     own_directories(str(layout.attempts), effect.job_id, effect.attempt_id)
     log = layout.log(effect.job_id, effect.attempt_id)
-    spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode), off our loop
+    spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode) and
+        # writes attempt.json (its bytes here), off our loop
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
-        "log_dir_mode": LOG_DIR_MODE,
+        "log_dir_mode": LOG_DIR_MODE, "attempt_json": description(layout, effect),
         "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S})
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)

@@ -525,3 +525,32 @@ def test_the_shim_json_writer_matches_json(value):
 def _comm(pid):
     fields = stat_fields(pid)
     return fields[0] if fields else None
+
+
+@pytest.mark.parametrize("argv", [["true"], ["no-such-command-praxist"]])
+def test_the_shim_writes_attempt_json_once_past_the_barrier(layout, tmp_path, shim_for, argv):
+    """attempt.json comes from the shim, not the coordinator's loop (PROTOCOL.md section 6):
+    the description spawn rendered, once GO is given, whether the command could start or
+    not; nothing of the command's environment."""
+    handle, attempt_dir = spawn_argv(layout, argv, tmp_path, env={
+        "PATH": "/usr/bin:/bin", "SECRET_TOKEN": "hunter2"}, warm=shim_for())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    assert not (attempt_dir / "attempt.json").exists()  # nothing written before GO
+    go_and_wait(handle, attempt_dir)
+    described = read_json(attempt_dir / "attempt.json")
+    assert described == {"peer": "p", "argv": argv, "command": None, "cwd": str(tmp_path),
+                         "log": str(layout.log("job-1", "a1"))}
+    assert b"hunter2" not in (attempt_dir / "attempt.json").read_bytes()
+
+
+def test_a_shim_told_go_on_its_pipe_writes_the_go_file(layout, tmp_path, shim_for):
+    """GO told on the pipe (journaled first) is recorded by the shim, as its command
+    starts, in the GO file the handshake's readers look for (client.enclosing_attempt):
+    the coordinator's loop no longer creates it."""
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 0", warm=shim_for())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    assert not (attempt_dir / "GO").exists()
+    handle.release_barrier(b"G")
+    finish(handle)
+    assert marker.exists() and (attempt_dir / "GO").read_bytes() == b""
+    handle.close()
