@@ -764,6 +764,46 @@ def test_recommended_policy_starts_a_wide_job_within_a_month_under_a_backlog_tha
     assert waits == {"recommended": 31 * day - 1, "factor only": 100.25 * day - 1}
 
 
+def test_recommended_policy_reserves_for_the_oldest_starving_job_not_the_shortest(tmp_path):
+    """Issue 32 item 1: two GPUs kept busy by a one-day one-GPU job every 6 hours (twice
+    what they serve); a 2-GPU job of 10 days at 0 and five 2-GPU jobs of a day a minute
+    apart just after. Narrow jobs pass them all, so all six starve at recommended.yaml's
+    30-day backstop, the long one first. It holds the reservation and starts at 30.25
+    days, once both GPUs are free; the others wait for it. By GPU-seconds among the
+    starving (until issue 32's third round) each short one took the reservation as it
+    starved, a minute later, and the long one waited for all five: 35.25 days (on the
+    whole Philly trace at 443 GPUs: an 8-GPU job 21 days after it starved)."""
+    day = 86400
+    path = trace(tmp_path, f"long,0,{10 * day},2,w",
+                 *(f"w{i},{i * 60},{day},2,v" for i in range(1, 6)),
+                 *(f"n{i},{i * day // 4},{day},1,u{i % 3}" for i in range(200)))
+    result = replay(load_trace(path), gpus=2, policy=load_policy(RECOMMENDED),
+                    placement="declared", name="recommended")
+    assert (result.completed, result.capacity_violations) == (206, 0)
+    starts = {r.job.job_id: r.start for r in result.records if r.job.gpus == 2}
+    assert starts["long"] == 30.25 * day
+    assert starts["long"] + 10 * day <= min(starts[f"w{i}"] for i in range(1, 6))
+
+
+def test_recommended_policy_starves_nobody_by_the_factor_while_the_median_job_has_not_waited(
+        tmp_path):
+    """Issue 32: docs/CONFIG.md's promise that a queue whose median job has not waited
+    starves nobody by shortest_first_starvation_factor. One GPU, busy until 100; a
+    1,000 s job waits from 10, and three 10 s jobs arrive at 100, as it frees: the
+    median queued job has waited 0 s, so by GPU-seconds s1 goes first. At 110 the old
+    job has waited 100 s, 10x the median's 10 s (s2's), and starves by recommended.yaml's
+    factor of 8. Until issue 32's third round the factor's bound was then 0 and every
+    job older than the instant starved: the old job started at 100, the short ones
+    after it."""
+    path = trace(tmp_path, "busy,0,100,1,u", "old,10,1000,1,v",
+                 *(f"s{i},100,10,1,w" for i in range(1, 4)))
+    result = replay(load_trace(path), gpus=1, policy=load_policy(RECOMMENDED),
+                    placement="declared", name="recommended")
+    assert (result.completed, result.capacity_violations) == (5, 0)
+    starts = {r.job.job_id: r.start for r in result.records}
+    assert starts == {"busy": 0, "s1": 100, "old": 110, "s2": 1110, "s3": 1120}
+
+
 def test_recommended_starvation_bound_holds_no_device_for_a_job_that_stops_starving(tmp_path):
     """Issue 32 item 1: the bound's price is the devices a starving job's reservation
     idles, and a job that starves against a young queue stops starving as the queue

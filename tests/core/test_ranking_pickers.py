@@ -132,9 +132,12 @@ def test_a_job_starves_once_it_waited_a_multiple_of_its_queues_median_wait(facto
     assert launched_tags(h) == [first]
 
 
-def test_nobody_starves_while_the_median_job_has_not_waited():
-    """A queue whose median job was just submitted has no scale yet: a factor starves
-    none of it, and the order is shortest expected first's."""
+def test_the_starving_by_the_factor_go_by_key_shortest_first():
+    """Issue 32: a job starving by the factor alone (against a young queue, which
+    drains) keeps the picker's order among the starving: the shortest goes first. The
+    median job (new-short) has waited 2 s (a second per submission), so a factor of 0.5
+    starves old-long and new-short, and new-short leads (oldest first it was old-long,
+    which cost the wide jobs' p95 on the whole Philly trace at 831 GPUs)."""
     h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
                 shortest_first_starvation_factor=0.5)
     h.submit("old-long", eta_s=5000.0)
@@ -142,6 +145,23 @@ def test_nobody_starves_while_the_median_job_has_not_waited():
     for tag in ("new-short", "new-long"):
         h.submit(tag, eta_s=10.0 if tag == "new-short" else 7000.0)
     assert launched_tags(h) == ["new-short"]
+
+
+def test_the_starving_past_the_fixed_bound_go_oldest_first_before_the_others():
+    """Issue 32: among jobs past shortest_first_starvation_seconds the one that has
+    waited longest goes first (and, blocked, holds the reservation), not the shortest,
+    and before a job starving by the factor alone. old-long and old-short are past the
+    1-hour bound; new-short (the median has waited 1 s, a factor of 0.5) starves by the
+    factor. By key the shortest of the starving (new-short, then old-short) went first."""
+    h = harness("shortest_expected_first", slots=1, shortest_first_aging=0.0,
+                shortest_first_starvation_seconds=3600.0, shortest_first_starvation_factor=0.5)
+    h.submit("old-long", eta_s=5000.0)
+    h.now += 100.0
+    h.submit("old-short", eta_s=50.0)
+    h.now += 3600.0
+    for tag in ("new-short", "new-long"):
+        h.submit(tag, eta_s=10.0 if tag == "new-short" else 7000.0)
+    assert launched_tags(h) == ["old-long"]
 
 
 def test_a_starving_wide_job_starts_by_its_queues_own_scale_while_short_jobs_arrive():

@@ -20,7 +20,7 @@ from ..backlog import ETA_STEPS
 from ..model import Job
 from ..policy import Profile
 from ..request import PRIORITY_RANGE
-from ..starvation import starving, starving_heads
+from ..starvation import starving
 from .base import RANK, JobPicker, JobScope, register_picker
 
 if TYPE_CHECKING:
@@ -107,9 +107,13 @@ class ShortestExpectedFirst(JobPicker):
     a wide job needs many devices free at once. A job that has waited a bound is
     starving (``core/starvation.py``: ``shortest_first_starvation_seconds``, or
     ``shortest_first_starvation_factor`` times its queue's median wait): the starving go
-    first, in the same order, after each job's own priority, and the first of them that
-    cannot be placed gets an EASY backfill reservation (``Pass.reserve``), so its wait
-    is bounded while the cost of reserving is paid only in the tail.
+    first, after each job's own priority, and the first of them that cannot be placed
+    gets an EASY backfill reservation (``Pass.reserve``), so its wait is bounded while
+    the cost of reserving is paid only in the tail. Among the starving, those past the
+    fixed bound go oldest first and the rest by key (``Starving.order`` says why: by
+    key alone, under a backlog that never drains, a narrower starving job always held
+    the reservation; oldest first alone cost the wide jobs' p95 where the factor
+    starves jobs against a young queue).
 
     With ``shortest_first_priority_seconds`` the queues of a project share one tier
     (``StrictPriority``) and a job's key is lowered by that many seconds per step of its
@@ -145,8 +149,9 @@ class ShortestExpectedFirst(JobPicker):
         if hungry is None:
             order = ctx.merge(scope.jobs, runs, key, type(self), heads)
         else:  # the starving first, then the rest, which the merge reads without them
-            first = ctx.merge(scope.jobs, runs, key, type(self),
-                              starving_heads(runs, heads, hungry), only=hungry.__contains__)
+            order_starving = hungry.order(key)
+            first = ctx.merge(scope.jobs, runs, order_starving, type(self),
+                              hungry.heads(runs, order_starving), only=hungry.__contains__)
             rest = ctx.merge(scope.jobs, runs, key, type(self), heads, apart=hungry.__contains__)
             order = heapq.merge(first, rest, key=lambda job: (job.rank >> 40, job not in hungry))
         self.next = partial(next, order, None)
