@@ -15,12 +15,12 @@ It writes READY (its own identity), waits until the coordinator gives GO on its
 pipe (telling it READY there only when GO is not waiting already), or writes
 the GO file (the intent, pid, allocation and the GO decision
 are journaled by then), runs the command with the
-submitted environment, and records the exit durably in exit.json, which
+submitted environment, tells its exit on the status pipe (``X``: the coordinator
+journals it and acts on it at once), then records it durably in exit.json, which
 survives a coordinator crash. While a full (or failing) disk keeps READY or
 exit.json from being written, the shim holds them in memory and tries again
 until they are written, never giving up on exit.json (nothing else holds the
-exit for a later coordinator); a coordinator still connected is told the exit
-on the status pipe meanwhile. If the coordinator dies while we wait, we poll
+exit for a coordinator that died before it journaled it). If the coordinator dies while we wait, we poll
 for GO or ABORT written by the next one, for at most the barrier timeout;
 giving up is safe because nothing ran, and the next coordinator then releases
 the attempt without consuming it. As a child subreaper we also wait for
@@ -394,12 +394,16 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
     if not started:  # it could not start: the exit.json that says why needs it durable too
         make_durable(attempt_dir)
     result = shim_command.to_json(result)
-    # Until exit.json is durable the exit exists only here: no giving up, whatever it
-    # takes (a later coordinator reads nothing else, and cannot tell us it journaled it).
-    for failures in shim_command.write_until_written(attempt_dir + "/exit.json", result,
-                                                     durable=True):
-        if failures == 1:  # a coordinator still connected journals it, and acts on it
-            shim_command.tell(status_fd, b"X" + result + b"\n")
+    # The exit on the status pipe first: a coordinator still connected journals it (its
+    # commit is then the end's durable record) and acts on it while we write exit.json,
+    # whose fsyncs are then off the path from one command's end to the next one's start.
+    shim_command.tell(status_fd, b"X" + result + b"\n")
+    # exit.json, for a coordinator that never heard us (it died before its commit: the
+    # next one re-adopts the attempt and reads the file). Until it is durable the exit may
+    # exist only here: no giving up, whatever it takes (we cannot learn whether the
+    # coordinator journaled it).
+    for _ in shim_command.write_until_written(attempt_dir + "/exit.json", result, durable=True):
+        pass
 
 def describe(attempt_dir, spec, described):
     """attempt.json, as the coordinator rendered it into the spec (``attempt_json``), once

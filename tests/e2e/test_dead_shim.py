@@ -65,3 +65,23 @@ def test_a_shim_killed_while_the_coordinator_is_down_is_fenced_at_start(make_run
     doc = run.wait_state(job_id, *ENDED)
     assert [a["outcome"] for a in doc["attempts"]] == ["lost", "completed"]
     assert_lost_and_terminated(doc, attempt_dir)
+
+
+def test_a_shim_that_dies_after_telling_the_exit_on_its_pipe_loses_nothing(make_run, tmp_path):
+    """The shim tells the exit on its status pipe before it writes exit.json: one that dies
+    in between leaves the coordinator the exit all the same, journaled from the pipe, so
+    the job ends with its command's own code (not `drained_unknown`, as an end nobody
+    recorded), and nothing runs again. Here exit.json cannot be written at all: the
+    command left a directory in its place, and the shim's rename onto it fails."""
+    run = make_run(retries=1)
+    run.start()
+    command = (f'mkdir "$PRAXIST_EXPERIMENT_ATTEMPT_DIR/exit.json"; echo ran >> {tmp_path}/runs; '
+               "exit 3")
+    rid = run.submit(request("told", ["sh", "-c", command]))
+    job_id = run.reply(rid)["job_id"]
+    doc = run.wait_state(job_id, *ENDED)
+    assert (doc["state"], doc["exit_code"]) == ("failed", 3), doc["reason"]
+    assert [(a["outcome"], a["exit_code"]) for a in doc["attempts"]] == [("failed", 3)]
+    attempt_dir = run.sched / "attempts" / job_id / "a1"
+    assert (attempt_dir / "exit.json").is_dir()  # no exit.json: the pipe alone told it
+    assert (tmp_path / "runs").read_text() == "ran\n"  # it ran once

@@ -166,7 +166,7 @@ def assert_recovered(run, tmp_path, ids, cuts):
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
     # each command started once per attempt that ran, and at most once per lost one
-    settled_invariants(run, timeout=10, starts=tmp_path / "starts")
+    settled_invariants(run, timeout=10, starts=tmp_path / "starts", power_lost=True)
 
 
 # Where a drawn cut comes: the named points, and between a journal append and its
@@ -262,8 +262,8 @@ def test_power_loss_in_a_generation_keeps_leases_and_stats_consistent(make_run, 
     run.start(NEW_BOOT)
     wait_for(lambda: (run.sched / "control" / "replies" / "open.json").exists(), timeout=30)
     assert_nothing_acknowledged_was_lost(run, *before_cut)
-    wait_for(lambda: not check_run(run.root, settled=False), timeout=15,
-             message=f"invariants: {check_run(run.root, settled=False)}")
+    wait_for(lambda: not check_run(run.root, settled=False, power_lost=True), timeout=15,
+             message=f"invariants: {check_run(run.root, settled=False, power_lost=True)}")
     stats = read_json(run.root / "gen_1" / "resource_supply" / "stats.json")
     assert stats is not None and stats["granted"] >= stats["consumed"]
 

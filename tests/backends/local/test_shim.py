@@ -193,7 +193,7 @@ def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_
     warm = prestart()
     warm.handle.release_barrier(b"G")  # journaled with the attempt: sent before it is known
     handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 3", warm=warm)
-    assert finish(handle) == b""  # no "R": only the end of its attempt
+    assert finish(handle) == b"X"  # no "R": only the end of its attempt
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 3 and marker.exists()
     assert read_json(attempt_dir / "READY")["pid"] == handle.popen.pid  # READY all the same
     handle.close()
