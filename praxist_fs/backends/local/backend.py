@@ -370,8 +370,9 @@ class LocalBackend:
         if key in self.fencing:
             return []  # its dead shim's processes are being terminated: told once they are gone
         job = self.lookup(key[0])
-        if job is None or job.current is None or job.current.attempt_id != key[1]:
-            return []
+        if job is None or job.current is None or job.current.attempt_id != key[1] or \
+                job.current.phase == AttemptPhase.ENDED:
+            return []  # not this attempt, or its end is recorded (told by ``X``): no news
         observed = self.observe(job, job.current)
         if not (observed.alive or observed.exited) and death is not None and \
                 self._fence(key, death):

@@ -155,7 +155,9 @@ class ShimHandle:
         written yet, and ``exit_record`` now holds it). ``D`` (the attempt is over and
         nothing of it runs) is not returned but sets ``over``. b"" at EOF: the shim is
         done with the attempt (a supervisor that said ``D`` is idle, any other shim
-        exited). None when nothing whole has come."""
+        exited); an EOF already waiting behind ``D`` is read in the same call, so that
+        the shim's last words take one loop turn, not two. None when nothing whole has
+        come."""
         try:
             data = os.read(self.status_fd, 4096)
         except BlockingIOError:
@@ -178,7 +180,17 @@ class ShimHandle:
                 said += word
             heard = rest
         self._heard = heard
+        if self.over and self._ended():
+            return b""  # what it said before ``D`` is in ``exit_record`` or no longer news
         return said or None
+
+    def _ended(self) -> bool:
+        """Whether the EOF that follows ``D`` is already there (the shim closes its end
+        right after saying it)."""
+        try:
+            return not os.read(self.status_fd, 1)
+        except BlockingIOError:
+            return False
 
     def release_barrier(self, word: bytes) -> None:
         if self.go_fd is None:
