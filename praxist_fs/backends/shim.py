@@ -20,10 +20,10 @@ journals it and acts on it at once), then records it durably in exit.json, which
 survives a coordinator crash. While a full (or failing) disk keeps READY or
 exit.json from being written, the shim holds them in memory and tries again
 until they are written, never giving up on exit.json (nothing else holds the
-exit for a coordinator that died before it journaled it). If the coordinator dies while we wait, we poll
-for GO or ABORT written by the next one, for at most the barrier timeout;
-giving up is safe because nothing ran, and the next coordinator then releases
-the attempt without consuming it. As a child subreaper we also wait for
+exit for a coordinator that died before it journaled it). If the coordinator
+dies while we wait, we poll for GO or ABORT written by the next one, for at
+most the barrier timeout; giving up is safe because nothing ran, and the next
+coordinator then releases the attempt without consuming it. As a child subreaper we also wait for
 orphaned descendants, so the attempt counts as running until its whole tree
 is gone.
 

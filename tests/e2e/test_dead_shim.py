@@ -11,8 +11,10 @@ import signal
 
 
 from .conftest import (
-    ENDED, assert_lost_and_terminated, dead, orphaning, processes_of, request, wait_for,
+    ENDED, assert_lost_and_terminated, dead, no_exit_json, orphaning, processes_of, request,
+    wait_for,
 )
+from .crashes import CRASH_EXIT, CRASH_TASK, start_crashing
 
 
 def start_orphaning(run, tmp_path):
@@ -75,9 +77,7 @@ def test_a_shim_that_dies_after_telling_the_exit_on_its_pipe_loses_nothing(make_
     command left a directory in its place, and the shim's rename onto it fails."""
     run = make_run(retries=1)
     run.start()
-    command = (f'mkdir "$PRAXIST_EXPERIMENT_ATTEMPT_DIR/exit.json"; echo ran >> {tmp_path}/runs; '
-               "exit 3")
-    rid = run.submit(request("told", ["sh", "-c", command]))
+    rid = run.submit(request("told", no_exit_json(tmp_path)))
     job_id = run.reply(rid)["job_id"]
     doc = run.wait_state(job_id, *ENDED)
     assert (doc["state"], doc["exit_code"]) == ("failed", 3), doc["reason"]
@@ -85,3 +85,19 @@ def test_a_shim_that_dies_after_telling_the_exit_on_its_pipe_loses_nothing(make_
     attempt_dir = run.sched / "attempts" / job_id / "a1"
     assert (attempt_dir / "exit.json").is_dir()  # no exit.json: the pipe alone told it
     assert (tmp_path / "runs").read_text() == "ran\n"  # it ran once
+
+
+def test_a_coordinator_that_dies_before_journaling_a_told_exit_runs_nothing_twice(
+        make_run, tmp_path):
+    """The coordinator read the exit on the pipe and died before its commit, and the shim
+    died before exit.json: nobody recorded how the command ended, so the next coordinator
+    finds an attempt given GO with no exit record: `drained_unknown`, never run again."""
+    run = make_run(task_text=CRASH_TASK)
+    proc = start_crashing(run, "journal.before_commit@ended:told/a1")
+    rid = run.submit(request("told", no_exit_json(tmp_path)), name="told.json")
+    assert proc.wait(timeout=30) == CRASH_EXIT
+    run.start()
+    doc = run.wait_state(run.reply(rid)["job_id"], *ENDED)
+    assert doc["state"] == "drained_unknown", doc["reason"]
+    assert [a["outcome"] for a in doc["attempts"]] == ["lost"]
+    assert (tmp_path / "runs").read_text() == "ran\n"  # it ran once, and only once
