@@ -384,20 +384,18 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
         if word == b"G":  # told on the pipe: the GO file is ours to write
             record_go(attempt_dir)
         describe(attempt_dir, spec, described)  # while the command runs, as is
-        make_durable(attempt_dir)
 
     result = shim_command.run(spec, status_fd, on_start=on_start)
     if not started and word == b"G":
         record_go(attempt_dir)
     describe(attempt_dir, spec, described)  # if the command could not start, or a full
     # disk kept it out then
-    if not started:  # it could not start: the exit.json that says why needs it durable too
-        make_durable(attempt_dir)
     result = shim_command.to_json(result)
     # The exit on the status pipe first: a coordinator still connected journals it (its
     # commit is then the end's durable record) and acts on it while we write exit.json,
     # whose fsyncs are then off the path from one command's end to the next one's start.
     shim_command.tell(status_fd, b"X" + result + b"\n")
+    make_durable(attempt_dir)  # after X: a short command's end waits on none of its fsyncs
     # exit.json, for a coordinator that never heard us (it died before its commit: the
     # next one re-adopts the attempt and reads the file). Until it is durable the exit may
     # exist only here: no giving up, whatever it takes (we cannot learn whether the
@@ -424,10 +422,13 @@ def describe(attempt_dir, spec, described):
 
 def make_durable(attempt_dir):
     """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,
-    while the command runs and before exit.json is written, so that the exit.json we fsync
-    into it cannot vanish with the directory in a power cut. The coordinator made both
-    and left their fsyncs to us, off its loop. A failure is told to shim.log: the exit
-    is still written, but a power cut may take it along (the attempt then reads lost)."""
+    before exit.json is written, so that the exit.json we fsync into it cannot vanish with
+    the directory in a power cut. The coordinator made both and left their fsyncs to us,
+    off its loop; we do them once the exit is told on the status pipe, so that they are
+    not between the command's end and the coordinator's hearing of it (nothing but
+    exit.json needs the directory durable: the journal holds the rest). A failure is told
+    to shim.log: the exit is still written, but a power cut may take it along (the
+    attempt then reads lost, unless the coordinator journaled the exit it was told)."""
     job_dir = attempt_dir[:attempt_dir.rindex("/")]
     for directory in (job_dir, job_dir[:job_dir.rindex("/")]):
         try:

@@ -293,8 +293,8 @@ def test_a_reply_lost_to_the_power_cut_is_answered_again_from_the_journal(make_r
 def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_path):
     """A command that ends at once, while the batch that gave its GO is still being
     carried out: its shim fsyncs exit.json into the attempt directory, which must be
-    durable in its parents before exit.json is (the shim fsyncs them while the command
-    runs), or the power cut takes the exit along and the job reads `drained_unknown`
+    durable in its parents before exit.json is (the shim fsyncs them once it told the
+    exit, before exit.json), or the power cut takes the exit along and the job reads `drained_unknown`
     (its command "lost") instead of its real end."""
     run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"

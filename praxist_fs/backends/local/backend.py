@@ -281,8 +281,8 @@ class LocalBackend:
 
         exit.json, fsynced by the shim into the attempt directory, must not vanish with
         the directory in a power cut: the shim fsyncs the directory into its parents
-        itself, while the command runs and before it writes exit.json (shim.make_durable),
-        so that no fsync of ours is on the launch path. A re-adopted shim's directory is
+        itself, once it told the exit on its pipe and before it writes exit.json
+        (shim.make_durable), so that no fsync of ours is on the launch path. A re-adopted shim's directory is
         fsynced here before its GO all the same: a shim of an older version, started by
         an earlier coordinator, may count on it."""
         if key in self.refused:  # its directory is not ours: nothing goes through it
