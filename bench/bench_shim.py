@@ -78,8 +78,10 @@ def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool) -> 
     said = b""
     while chunk := read_status(handle.status_fd):
         said += chunk
-    if said != b"D":
-        raise SystemExit(f"{attempt_dir}: {said!r} after READY on the status pipe, not D")
+    told, _, last = said.rpartition(b"\n")  # X and exit.json's bytes, when it ran
+    if last != b"D" or go != told.startswith(b"X"):
+        raise SystemExit(f"{attempt_dir}: {said!r} after READY on the status pipe, not "
+                         f"{'X and ' if go else ''}D")
     if not isinstance(handle.popen, launcher.Supervisor):
         handle.popen.wait(timeout=READY_TIMEOUT_S)
     handle.close()

@@ -74,8 +74,11 @@ def check_index(path: Path, jobs: dict[str, dict]) -> list[str]:
 
 
 def check_run(root: Path, *, settled: bool = True, starts: Path | None = None,
-              registry: Path | None = None) -> list[str]:
-    """Promises that hold for any run directory; ``settled``: no work is left in flight."""
+              registry: Path | None = None, power_lost: bool = False) -> list[str]:
+    """Promises that hold for any run directory; ``settled``: no work is left in flight;
+    ``power_lost``: the machine went down (shims killed, what was not fsynced dropped), so
+    an attempt whose end the journal holds, as its shim told it on the status pipe, may
+    have no exit.json (the shim writes that file after telling the exit)."""
     sched = root / "resource_scheduler"
     problems = check_journal(sched / "journal" / "journal.log")
     jobs, places = {}, Counter()
@@ -103,7 +106,8 @@ def check_run(root: Path, *, settled: bool = True, starts: Path | None = None,
             problems.append(f"job {job_id}: attempt ids {ids}")
         for attempt in job["attempts"]:
             record = _json(sched / "attempts" / job_id / attempt["attempt_id"] / "exit.json")
-            if attempt["outcome"] in RAN and (record is None or
+            if attempt["outcome"] in RAN and (record is None and not power_lost or
+                                              record is not None and
                                               record["exit_code"] != attempt["exit_code"]):
                 problems.append(f"job {job_id} {attempt['attempt_id']}: exit code "
                                 f"{attempt['exit_code']} but exit.json says {record}")

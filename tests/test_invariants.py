@@ -45,3 +45,20 @@ def test_an_attempt_that_ran_and_a_lost_one_allow_one_or_two_starts(tmp_path, st
     root, starts = _run_with(tmp_path, ["infra_retry", "lost"], "drained_unknown", started)
     problems = check_run(root, settled=False, starts=starts)
     assert bool(problems) == broken, problems
+
+
+@pytest.mark.parametrize("exit_json, power_lost, broken", [
+    (None, False, True), (None, True, False), (75, True, False), (3, True, True)])
+def test_an_ended_attempt_without_exit_json_passes_only_after_a_power_cut(
+        tmp_path, exit_json, power_lost, broken):
+    """The shim tells the exit on its pipe before it writes exit.json: after a power cut
+    (or a killed shim) the journal may hold an end whose exit.json never became durable.
+    One that exists must still agree with the job file."""
+    root, starts = _run_with(tmp_path, ["infra_retry", "lost"], "drained_unknown", 1)
+    exit_path = root / "resource_scheduler" / "attempts" / "j-1" / "a1" / "exit.json"
+    if exit_json is None:
+        exit_path.unlink()
+    else:
+        exit_path.write_text(json.dumps({"exit_code": exit_json}))
+    problems = check_run(root, settled=False, starts=starts, power_lost=power_lost)
+    assert bool(problems) == broken, problems

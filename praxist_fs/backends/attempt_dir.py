@@ -4,7 +4,7 @@ The local backend's shim and the Slurm-mode shim alike wait in ``attempts/<job>/
 for GO or ABORT and record exit.json there; so the barrier's patience, the description
 of an attempt (attempt.json) and the fsync that keeps exit.json through a power cut are
 the same for both, and live here rather than in either backend. (The local shim makes
-its own directory durable while its command runs, shim.make_durable; the local backend
+its own directory durable before its exit.json, shim.make_durable; the local backend
 uses this fsync only for a shim it re-adopted.)
 """
 

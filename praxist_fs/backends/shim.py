@@ -15,15 +15,15 @@ It writes READY (its own identity), waits until the coordinator gives GO on its
 pipe (telling it READY there only when GO is not waiting already), or writes
 the GO file (the intent, pid, allocation and the GO decision
 are journaled by then), runs the command with the
-submitted environment, and records the exit durably in exit.json, which
+submitted environment, tells its exit on the status pipe (``X``: the coordinator
+journals it and acts on it at once), then records it durably in exit.json, which
 survives a coordinator crash. While a full (or failing) disk keeps READY or
 exit.json from being written, the shim holds them in memory and tries again
 until they are written, never giving up on exit.json (nothing else holds the
-exit for a later coordinator); a coordinator still connected is told the exit
-on the status pipe meanwhile. If the coordinator dies while we wait, we poll
-for GO or ABORT written by the next one, for at most the barrier timeout;
-giving up is safe because nothing ran, and the next coordinator then releases
-the attempt without consuming it. As a child subreaper we also wait for
+exit for a coordinator that died before it journaled it). If the coordinator
+dies while we wait, we poll for GO or ABORT written by the next one, for at
+most the barrier timeout; giving up is safe because nothing ran, and the next
+coordinator then releases the attempt without consuming it. As a child subreaper we also wait for
 orphaned descendants, so the attempt counts as running until its whole tree
 is gone.
 
@@ -340,7 +340,7 @@ def make_attempt_directory(attempt_dir):
     real directories of ours, as the coordinator's own_directories would have them
     (R-SEC-4). Made here, not by the coordinator, to keep two mkdirs per job off its
     loop; each mkdir is told to the power-loss ledger, and make_durable fsyncs both
-    into their parents while the command runs. None once they are there, else the exit
+    into their parents once the exit is told. None once they are there, else the exit
     record of an attempt refused (126: not ours to write through) or failed (75: a full
     disk, say; the job is retried as after an infrastructure failure)."""
     try:
@@ -428,22 +428,24 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
         if word == b"G":  # told on the pipe: the GO file is ours to write
             record_go(attempt_dir)
         describe(attempt_dir, spec, described)  # while the command runs, as is
-        make_durable(attempt_dir)
 
     result = shim_command.run(spec, status_fd, on_start=on_start)
     if not started and word == b"G":
         record_go(attempt_dir)
     describe(attempt_dir, spec, described)  # if the command could not start, or a full
     # disk kept it out then
-    if not started:  # it could not start: the exit.json that says why needs it durable too
-        make_durable(attempt_dir)
     result = shim_command.to_json(result)
-    # Until exit.json is durable the exit exists only here: no giving up, whatever it
-    # takes (a later coordinator reads nothing else, and cannot tell us it journaled it).
-    for failures in shim_command.write_until_written(attempt_dir + "/exit.json", result,
-                                                     durable=True):
-        if failures == 1:  # a coordinator still connected journals it, and acts on it
-            shim_command.tell(status_fd, b"X" + result + b"\n")
+    # The exit on the status pipe first: a coordinator still connected journals it (its
+    # commit is then the end's durable record) and acts on it while we write exit.json,
+    # whose fsyncs are then off the path from one command's end to the next one's start.
+    shim_command.tell(status_fd, b"X" + result + b"\n")
+    make_durable(attempt_dir)  # after X: a short command's end waits on none of its fsyncs
+    # exit.json, for a coordinator that never heard us (it died before its commit: the
+    # next one re-adopts the attempt and reads the file). Until it is durable the exit may
+    # exist only here: no giving up, whatever it takes (we cannot learn whether the
+    # coordinator journaled it).
+    for _ in shim_command.write_until_written(attempt_dir + "/exit.json", result, durable=True):
+        pass
 
 def describe(attempt_dir, spec, described):
     """attempt.json, as the coordinator rendered it into the spec (``attempt_json``), once
@@ -464,10 +466,13 @@ def describe(attempt_dir, spec, described):
 
 def make_durable(attempt_dir):
     """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,
-    while the command runs and before exit.json is written, so that the exit.json we fsync
-    into it cannot vanish with the directory in a power cut. The coordinator made both
-    and left their fsyncs to us, off its loop. A failure is told to shim.log: the exit
-    is still written, but a power cut may take it along (the attempt then reads lost)."""
+    before exit.json is written, so that the exit.json we fsync into it cannot vanish with
+    the directory in a power cut. We made both (make_attempt_directory), or the
+    coordinator did and left their fsyncs to us, off its loop; we do them once the exit is told on the status pipe, so that they are
+    not between the command's end and the coordinator's hearing of it (nothing but
+    exit.json needs the directory durable: the journal holds the rest). A failure is told
+    to shim.log: the exit is still written, but a power cut may take it along (the
+    attempt then reads lost, unless the coordinator journaled the exit it was told)."""
     job_dir = attempt_dir[:attempt_dir.rindex("/")]
     for directory in (job_dir, job_dir[:job_dir.rindex("/")]):
         try:

@@ -267,7 +267,7 @@ def spawn_true(layout, tmp_path, job_id):
 
 def test_exit_json_survives_in_directories_only_its_shim_fsynced(tmp_path, recording):
     """The launch path fsyncs no directory: the shim makes its attempt directory durable
-    in attempts/<job>/ and attempts/ while the command runs, before its exit.json."""
+    in attempts/<job>/ and attempts/ before its exit.json (once it told the exit)."""
     layout = RunLayout.at(tmp_path / "run")
     layout.create()
     handle = spawn_true(layout, tmp_path, "job-1")

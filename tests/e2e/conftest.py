@@ -349,6 +349,14 @@ def stop(*runs):
 ENDED = ("completed", "failed", "drained_unknown")
 
 
+def no_exit_json(tmp_path) -> list[str]:
+    """A command that leaves a directory where its exit.json goes, so that its shim dies on
+    the rename of exit.json (once it told the exit on its pipe), marks its start in
+    ``runs`` and exits 3."""
+    return ["sh", "-c", f'mkdir "$PRAXIST_EXPERIMENT_ATTEMPT_DIR/exit.json"; '
+            f"echo ran >> {tmp_path}/runs; exit 3"]
+
+
 def orphaning(tmp_path) -> list[str]:
     """Attempt a1 leaves a sleep in a session of its own (its pid in ``escaped``) and waits
     on another; any later attempt exits 0 at once."""

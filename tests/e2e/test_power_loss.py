@@ -29,7 +29,7 @@ import pytest
 
 from .. import powerloss
 from ..invariants import check_run
-from .conftest import read_json, request, wait_for
+from .conftest import no_exit_json, read_json, request, wait_for
 from .crashes import (
     BASIC, COMPACTION, COMPACT_OFTEN, CRASH_EXIT, CRASH_TASK, GENERATION, basic_scenario,
     job_ids, more_records_until_it_dies, settled_invariants,
@@ -166,7 +166,7 @@ def assert_recovered(run, tmp_path, ids, cuts):
     assert run.reply("a-again")["job_id"] == jobs["a"]
     assert run.reply("bad")["outcome"] == "rejected"
     # each command started once per attempt that ran, and at most once per lost one
-    settled_invariants(run, timeout=10, starts=tmp_path / "starts")
+    settled_invariants(run, timeout=10, starts=tmp_path / "starts", power_lost=True)
 
 
 # Where a drawn cut comes: the named points, and between a journal append and its
@@ -262,8 +262,8 @@ def test_power_loss_in_a_generation_keeps_leases_and_stats_consistent(make_run, 
     run.start(NEW_BOOT)
     wait_for(lambda: (run.sched / "control" / "replies" / "open.json").exists(), timeout=30)
     assert_nothing_acknowledged_was_lost(run, *before_cut)
-    wait_for(lambda: not check_run(run.root, settled=False), timeout=15,
-             message=f"invariants: {check_run(run.root, settled=False)}")
+    wait_for(lambda: not check_run(run.root, settled=False, power_lost=True), timeout=15,
+             message=f"invariants: {check_run(run.root, settled=False, power_lost=True)}")
     stats = read_json(run.root / "gen_1" / "resource_supply" / "stats.json")
     assert stats is not None and stats["granted"] >= stats["consumed"]
 
@@ -293,8 +293,8 @@ def test_a_reply_lost_to_the_power_cut_is_answered_again_from_the_journal(make_r
 def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_path):
     """A command that ends at once, while the batch that gave its GO is still being
     carried out: its shim fsyncs exit.json into the attempt directory, which must be
-    durable in its parents before exit.json is (the shim fsyncs them while the command
-    runs), or the power cut takes the exit along and the job reads `drained_unknown`
+    durable in its parents before exit.json is (the shim fsyncs them once it told the
+    exit, before exit.json), or the power cut takes the exit along and the job reads `drained_unknown`
     (its command "lost") instead of its real end."""
     run = make_run(task_text=CRASH_TASK)
     ledger = tmp_path / "ledger.jsonl"
@@ -308,6 +308,25 @@ def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_pa
     run.start(NEW_BOOT)
     job = run.wait_state(run.reply(rid)["job_id"], "failed", "drained_unknown")
     assert (job["state"], job["exit_code"]) == ("failed", 3), job
+    assert_nothing_acknowledged_was_lost(run, *before_cut)
+
+
+def test_an_end_journaled_from_the_status_pipe_stands_without_its_exit_json(make_run, tmp_path):
+    """The shim tells the exit on its status pipe before it writes exit.json, and the
+    coordinator journals the end from that. The power goes right after that commit, with no
+    exit.json anywhere (here none can be written: the command left a directory in its
+    place, and the shim died on it): after the reboot the journal's end stands, with the
+    command's own code, and the command does not run again."""
+    run = make_run(task_text=CRASH_TASK)
+    ledger, point = tmp_path / "ledger.jsonl", "journal.after_commit@ended:told/a1"
+    proc = start_recording(run, point, ledger)
+    rid = run.submit(request("told", no_exit_json(tmp_path)), name="told.json")
+    before_cut = cut_power(run, proc, point, ledger)
+    run.start(NEW_BOOT)
+    job = run.wait_state(run.reply(rid)["job_id"], "failed", "drained_unknown", "completed")
+    assert (job["state"], job["exit_code"]) == ("failed", 3), job["reason"]
+    assert [(a["outcome"], a["exit_code"]) for a in job["attempts"]] == [("failed", 3)]
+    assert (tmp_path / "runs").read_text() == "ran\n"
     assert_nothing_acknowledged_was_lost(run, *before_cut)
 
 

@@ -35,6 +35,11 @@ def finished_on_one_slot(run) -> tuple[str, int]:
         assert run.wait_state(job_id, *ENDED)["state"] == "completed"
         shim = ready_pid(run, job_id)
         if not dead(shim) and psutil.Process(shim).ppid() != run.proc.pid:
+            # the job ends once the shim told its exit on the pipe; the supervisor is idle
+            # (its cwd / again) once exit.json is durable and it said D, which the
+            # coordinator reads no later than a request dropped after it
+            wait_for(lambda: os.readlink(f"/proc/{shim}/cwd") == "/",
+                     message="the supervisor idle again")
             return job_id, shim
     raise AssertionError("no job was served by a supervisor")
 

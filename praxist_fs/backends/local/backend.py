@@ -2,7 +2,8 @@
 
 A shim (backends/shim.py) starts at the barrier, says READY on its status pipe (and
 in READY), runs the command once told GO (pipe first, then the GO file for a shim
-re-adopted after a restart), and records exit.json. Shims are started ahead of
+re-adopted after a restart), tells the exit on its pipe, then records exit.json.
+Shims are started ahead of
 need (warm: supervisors forked by a shim server, or one prestarted), so a launch
 costs no interpreter start; a supervisor serves attempt after attempt, so most
 launches cost no fork either. What is watched: each shim's status pipe, the shim server's
@@ -281,8 +282,8 @@ class LocalBackend:
 
         exit.json, fsynced by the shim into the attempt directory, must not vanish with
         the directory in a power cut: the shim fsyncs the directory into its parents
-        itself, while the command runs and before it writes exit.json (shim.make_durable),
-        so that no fsync of ours is on the launch path. A re-adopted shim's directory is
+        itself, once it told the exit on its pipe and before it writes exit.json
+        (shim.make_durable), so that no fsync of ours is on the launch path. A re-adopted shim's directory is
         fsynced here before its GO all the same: a shim of an older version, started by
         an earlier coordinator, may count on it."""
         if key in self.refused:  # its directory is not ours: nothing goes through it
@@ -335,7 +336,8 @@ class LocalBackend:
             job = self.lookup(key[0])
             if job is not None and job.current is not None and job.current.go:
                 return []
-        elif not said:  # EOF: the shim is done with the attempt (exit.json, if any, is written)
+        elif not said:  # EOF: the shim is done with the attempt (exit.json, if any, is
+            # written; its end, told by ``X`` before, is likely journaled already)
             self.selector.unregister(handle.status_fd)
             shim = handle.popen
             idle = handle.over and isinstance(shim, launcher.Supervisor)
@@ -370,8 +372,9 @@ class LocalBackend:
         if key in self.fencing:
             return []  # its dead shim's processes are being terminated: told once they are gone
         job = self.lookup(key[0])
-        if job is None or job.current is None or job.current.attempt_id != key[1]:
-            return []
+        if job is None or job.current is None or job.current.attempt_id != key[1] or \
+                job.current.phase == AttemptPhase.ENDED:
+            return []  # not this attempt, or its end is recorded (told by ``X``): no news
         observed = self.observe(job, job.current)
         if not (observed.alive or observed.exited) and death is not None and \
                 self._fence(key, death):
@@ -389,14 +392,16 @@ class LocalBackend:
         if pid is None and handle is not None:  # its pid's record failed (a full disk)
             pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
                 procs.boot_id()
-        alive = procs.is_alive(pid, started, boot) and (  # a supervisor outlives its attempt
-            handle is None or (not handle.over and handle.popen.poll() is None))
-        exit_record = read_json(attempt_dir / "exit.json")
-        if exit_record is None and handle is not None:
-            # Told on its pipe while a full disk keeps exit.json out: it counts once the
-            # commit of this observation is durable, before anything is done about it; if
-            # that commit fails, the shim still holds the exit for the next coordinator.
-            exit_record = handle.exit_record
+        alive = procs.is_alive(pid, started, boot) and (  # a supervisor outlives its attempt,
+            # and a shim that told the exit on its pipe runs nothing of it any more
+            handle is None or (not handle.over and handle.exit_record is None
+                               and handle.popen.poll() is None))
+        # Told on its pipe before exit.json is written (``X``): it counts once the commit
+        # of this observation is durable, before anything is done about it; should we die
+        # before that commit, the shim still writes exit.json for the next coordinator.
+        exit_record = handle.exit_record if handle is not None else None
+        if exit_record is None:
+            exit_record = read_json(attempt_dir / "exit.json")
         exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
         failure = task_report(attempt_dir / "failure.json") if exited else None
         return AttemptObserved(

@@ -1,10 +1,11 @@
 """Start an attempt's shim: attempt files, environment, new session, barrier pipes (R-RUN-1).
 
 The coordinator owns the final Popen. The shim gets two pipes: it reads GO
-from one and reports on the other: ``R`` (READY is written), when a full disk
-keeps exit.json from being written ``X`` with exit.json's document and a
-newline, ``D`` once the attempt is over and nothing of it runs, then EOF (the
-shim exited, or a supervisor went idle; without ``D``, it died). Both pipes are
+from one and reports on the other: ``R`` (READY is written), ``X`` with
+exit.json's document and a newline once the command and its descendants are
+gone (before exit.json is written), ``D`` once the attempt is over (exit.json
+durable) and nothing of it runs, then EOF (the shim exited, or a supervisor
+went idle; without ``D``, it died). Both pipes are
 only a fast path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
 carry on where the pipes were lost.
 
@@ -141,8 +142,8 @@ class ShimHandle:
     popen: subprocess.Popen | Supervisor
     go_fd: int | None
     status_fd: int
-    # the exit the shim told on its status pipe, as exit.json would hold it, when a full
-    # disk kept it from writing that file; and the start of a message still coming
+    # the exit the shim told on its status pipe, as exit.json holds it (told before that
+    # file is written, which a full disk may hold up); and the start of a message still coming
     exit_record: dict | None = None
     # it said ``D``: done with the attempt, of which nothing runs any more (then EOF)
     over: bool = False
@@ -150,11 +151,13 @@ class ShimHandle:
 
     def read_status(self) -> bytes | None:
         """What the shim said on its status pipe since the last call, a letter for each
-        message: ``R`` (READY is written), ``X`` (the command ended, exit.json is not
+        message: ``R`` (READY is written), ``X`` (the command ended, exit.json may not be
         written yet, and ``exit_record`` now holds it). ``D`` (the attempt is over and
         nothing of it runs) is not returned but sets ``over``. b"" at EOF: the shim is
         done with the attempt (a supervisor that said ``D`` is idle, any other shim
-        exited). None when nothing whole has come."""
+        exited); an EOF already waiting behind ``D`` is read in the same call, so that
+        the shim's last words take one loop turn, not two. None when nothing whole has
+        come."""
         try:
             data = os.read(self.status_fd, 4096)
         except BlockingIOError:
@@ -177,7 +180,17 @@ class ShimHandle:
                 said += word
             heard = rest
         self._heard = heard
+        if self.over and self._ended():
+            return b""  # what it said before ``D`` is in ``exit_record`` or no longer news
         return said or None
+
+    def _ended(self) -> bool:
+        """Whether the EOF that follows ``D`` is already there (the shim closes its end
+        right after saying it)."""
+        try:
+            return not os.read(self.status_fd, 1)
+        except BlockingIOError:
+            return False
 
     def release_barrier(self, word: bytes) -> None:
         if self.go_fd is None:

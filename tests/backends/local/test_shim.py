@@ -258,7 +258,7 @@ def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_
     warm = prestart()
     warm.handle.release_barrier(b"G")  # journaled with the attempt: sent before it is known
     handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 3", warm=warm)
-    assert finish(handle) == b""  # no "R": only the end of its attempt
+    assert finish(handle) == b"X"  # no "R": only the end of its attempt
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 3 and marker.exists()
     assert read_json(attempt_dir / "READY")["pid"] == handle.popen.pid  # READY all the same
     handle.close()
@@ -310,6 +310,29 @@ def test_the_status_pipe_puts_an_exit_record_split_across_reads_together():
     os.write(write_fd, b'"signal": null}\n')
     assert handle.read_status() == b"X"
     assert handle.exit_record == {"exit_code": 0, "signal": None}
+    os.close(write_fd)
+    assert handle.read_status() == b""
+    os.close(read_fd)
+
+
+def test_a_d_with_its_eof_already_behind_it_ends_the_attempt_in_one_read():
+    """``D`` is the shim's last word, and its end of file follows at once: when both are
+    waiting, one call says the attempt is over (one loop turn, not two), the exit told
+    before it kept; while the EOF has not come, ``D`` alone says nothing yet."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    handle = launcher.ShimHandle(popen=None, go_fd=None, status_fd=read_fd)
+    os.write(write_fd, b'X{"exit_code": 3, "signal": null}\nD')
+    os.close(write_fd)
+    assert handle.read_status() == b"" and handle.over
+    assert handle.exit_record == {"exit_code": 3, "signal": None}
+    os.close(read_fd)
+
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    handle = launcher.ShimHandle(popen=None, go_fd=None, status_fd=read_fd)
+    os.write(write_fd, b"D")
+    assert handle.read_status() is None and handle.over
     os.close(write_fd)
     assert handle.read_status() == b""
     os.close(read_fd)
