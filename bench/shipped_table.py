@@ -15,8 +15,9 @@ Greedy co-location is fcfs with ``spread`` by declared shares (on the whole-GPU 
 one job per GPU: the same). The shipped files other than recommended.yaml carry one
 host's cap of 8 jobs at once: they are replayed ``--uncapped``, so the GPUs bound them
 as they bound the rest. A policy that reads no ETA (greedy, fcfs, preempt, requeue) is
-replayed once for both ETA columns. Every replay is audited for capacity violations
-(``replay``'s ledger raises on one).
+replayed once for both ETA columns. Every replay is audited for capacity violations:
+``replay``'s ledger counts them, and a replay with any stops the table; a row kept
+before the count was kept with it is replayed.
 
 Prints markdown: per trace, the delays of each policy (mean, p95, the wide jobs' p95
 and longest wait; wide: 4 GPUs or more; days), then the recommended policy against
@@ -102,8 +103,11 @@ def run(case: Case, path: str, limit: int) -> dict[str, float | int]:
     result = replay(trace_jobs(path, limit, case.trace, case.classes), gpus=case.gpus,
                     policy=policy_from_mapping(task), placement=mode, name=case.policy,
                     eta_noise=case.sigma, seed=0, uncapped=uncapped)
+    if result.capacity_violations:
+        raise SystemExit(f"{case}: {result.capacity_violations} capacity violation(s), "
+                         f"the first: {result.violations[0]}")
     wide = [s for size, s in result.by_gpus.items() if size not in NARROW]
-    return {"mean": result.mean_delay_s, "p95": result.p95_delay_s,
+    return {"capacity_violations": result.capacity_violations, "mean": result.mean_delay_s, "p95": result.p95_delay_s,
             "wide_p95": max((s["p95_delay_s"] for s in wide), default=0.0),
             "wide_max": max((s["max_delay_s"] for s in wide), default=0.0),
             "completed": result.completed, "jobs": result.jobs, "wall_s": result.wall_s}
@@ -144,8 +148,9 @@ def main() -> None:
     todo = []
     for case in dict.fromkeys(map(replayed, cases)):
         kept = cache_dir / f"{case.key(args.trace, args.limit)}.json"
-        if kept.exists():
-            rows[case] = json.loads(kept.read_text())
+        row = json.loads(kept.read_text()) if kept.exists() else {}
+        if "capacity_violations" in row:  # audited: else kept before the audit was
+            rows[case] = row
         else:
             todo.append(case)
     with ProcessPoolExecutor(args.workers) as pool:

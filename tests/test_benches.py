@@ -182,6 +182,29 @@ def test_the_shipped_tables_cached_rows_follow_the_traces_bytes_not_its_copy(
     assert case.key(str(first), 10) != case.key(str(again), 10)
 
 
+
+def test_the_shipped_table_audits_every_row_it_prints(tmp_path):
+    """Each row bench/shipped_table.py prints is a replay whose capacity audit it read
+    (issue 32: every replay audited): a row kept without its audit's count, as rows
+    were before the table read it, is replayed rather than printed as kept."""
+    trace, cache = tmp_path / "trace.csv", tmp_path / "cache"
+    trace.write_text("job_id,submit_s,duration_s,gpus,user\nj1,0,10,1,u\nj2,1,20,2,v\n")
+    args = ("bench/shipped_table.py", "--trace", str(trace), "--limit", "2", "--loads", "1",
+            "--policies", "", "--workers", "1", "--cache", str(cache))
+    first = bench(*args, tmp_path=tmp_path)
+    assert first.returncode == 0, first.stderr
+    kept = sorted(cache.glob("*.json"))
+    assert kept and all(json.loads(path.read_text())["capacity_violations"] == 0
+                        for path in kept)
+    for path in kept:  # as a row from before the audit was kept: no count, other numbers
+        row = json.loads(path.read_text())
+        del row["capacity_violations"]
+        path.write_text(json.dumps({**row, "mean": 86400.0 * 99}))
+    again = bench(*args, tmp_path=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "99.00" not in again.stdout and first.stdout == again.stdout
+    assert all("capacity_violations" in json.loads(path.read_text()) for path in kept)
+
 def test_the_backfill_reservations_bench_follows_a_reservation_to_its_start(tmp_path):
     """bench/backfill_reservations.py on a trace worked by hand: two 1-GPU jobs hold both
     GPUs (for 50 and 100 s), a 2-GPU job arrives, then a 1-GPU job of 1,000 s. Backfill
