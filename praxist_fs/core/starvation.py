@@ -56,10 +56,14 @@ class Starving:
     last_overdue: dict[int, int]
 
     def __contains__(self, job: Job) -> bool:
+        """Whether ``job`` starves: its priority's starving jobs are its first ones (the
+        module's docstring), so it does if its rank is not past the last of them."""
         rank = job.rank
         return rank <= self.last.get(rank >> 40, -1)
 
     def overdue(self, job: Job) -> bool:
+        """Whether ``job`` is past the fixed bound (the backstop), not only the factor:
+        those go oldest first (``order``)."""
         rank = job.rank
         return rank <= self.last_overdue.get(rank >> 40, -1)
 
