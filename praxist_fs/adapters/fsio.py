@@ -18,6 +18,7 @@ describe what the name held before (``{"kind": "absent" | "file" |
 
 from __future__ import annotations
 
+import _thread
 import errno
 import itertools
 import json
@@ -29,7 +30,7 @@ from ..errors import BadRequest
 TYPE_CHECKING = False  # ``typing`` is ~3 ms of a CLI call's start (R-PERF-3)
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import Any
+    from typing import Any, BinaryIO
 
 _counter = itertools.count()
 TEMP_PATTERN = ".*.tmp"  # a glob that matches every temp_name
@@ -207,6 +208,20 @@ def write_atomic_pieces(path: str | os.PathLike, pieces: Iterable[bytes], *,
         raise
     rename(tmp, path)
     return size
+
+
+def close_aside(closable: int | BinaryIO) -> None:
+    """Close a file descriptor or file object in a thread of its own: the last close of a
+    file with no name left (renamed over, or a temporary one) frees its blocks and cached
+    pages, which takes milliseconds per megabyte on a busy disk (40-60 ms for the ~135 MB
+    snapshot of 100,000 finished jobs), and the loop need not wait for that. Nothing
+    durable depends on it: what was fsynced stays so. ``_thread``'s start, not
+    ``threading``'s, which waits until the new thread runs: 20 ms and more on a loaded
+    machine."""
+    if isinstance(closable, int):
+        _thread.start_new_thread(os.close, (closable,))
+    else:
+        _thread.start_new_thread(closable.close, ())
 
 
 def temp_name(path: str | os.PathLike) -> str:
