@@ -12,7 +12,9 @@ has passed: a request is always waiting, so a turn of the loop that takes S seco
 delays the reply of one of them by about S. Reported: the count of requests and of
 compactions, and rename -> reply p50, p99 and max in milliseconds, with the replies
 that waited longest and when (seconds from the first request), beside the times the
-snapshots were replaced.
+snapshots were replaced; and, from the stopped coordinator's metrics.prom, its loop's
+turns and how many took over 50 ms of wall time and of the loop thread's CPU (a turn
+long in wall time alone waited: an fsync, a busy disk, no core to spare).
 
 Usage: .venv/bin/python bench/bench_compaction.py [--finished 100000] [--compact-after 4000]
        [--compactions 2] [--fixtures DIR] [--json PATH]
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -93,6 +96,7 @@ def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
                     if len(replaced) >= compactions and until is None:
                         until = now + 1.0
             log = co.log_path.read_text(errors="replace")
+        turns = loop_turns(scratch / "run" / "resource_scheduler" / "metrics.prom")
     finally:
         os.environ.pop("PRAXIST_COMPACT_AFTER", None)
         discard(scratch)
@@ -104,7 +108,24 @@ def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
             "reply_p50_ms": round(statistics.median(values), 2),
             "reply_p99_ms": round(values[min(len(values) - 1, int(len(values) * 0.99))], 2),
             "reply_max_ms": round(values[-1], 2),
-            "slowest": [{"at_s": at, "ms": round(ms, 2)} for at, ms in slowest]}
+            "slowest": [{"at_s": at, "ms": round(ms, 2)} for at, ms in slowest],
+            **turns}
+
+
+def loop_turns(metrics: Path) -> dict:
+    """From the stopped coordinator's metrics.prom: its loop's turns, and how many took
+    over 50 ms of wall time and of the loop thread's CPU (``praxist_loop_turn_seconds``,
+    ``praxist_loop_turn_cpu_seconds``; none from a coordinator without them)."""
+    text = metrics.read_text() if metrics.exists() else ""
+    found = {}
+    for name, key in (("praxist_loop_turn_seconds", "wall"),
+                      ("praxist_loop_turn_cpu_seconds", "cpu")):
+        count = re.search(rf"^{name}_count{{[^}}]*}} (\S+)$", text, re.M)
+        within = re.search(rf'^{name}_bucket{{[^}}]*le="0.05"[^}}]*}} (\S+)$', text, re.M)
+        if count and within:
+            found["loop_turns"] = int(float(count.group(1)))
+            found[f"turns_over_50ms_{key}"] = int(float(count.group(1)) - float(within.group(1)))
+    return found
 
 
 def main() -> int:

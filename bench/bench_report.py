@@ -43,7 +43,7 @@ def of_run(run_dir: Path) -> dict:
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000
     began = time.perf_counter()
-    document, jobs = report_of(RunLayout.at(run_dir))
+    document, jobs = report_of(RunLayout.at(run_dir))  # drawn as write consumes it
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         size = write(Path(tmp) / "report.html", document)
     return {"jobs": jobs, "build_s": round(time.perf_counter() - began, 3), "bytes": size,

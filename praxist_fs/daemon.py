@@ -67,6 +67,7 @@ from .housekeeping import DONE_SWEEP_SECONDS, Housekeeper
 from .inboxes import Inboxes
 from .sinks import HookSink, SecretsSink, Sink, StatusSink
 from .stopper import fenced_reason
+from .turns import LoopTurns
 from .views import Unsettled, Views
 
 log = logging.getLogger("praxist_fs")
@@ -104,6 +105,7 @@ class Coordinator:
         self._published: dict[str, list[dict[str, Any]]] = {}
         self._watched: set[int] = set()
         self.selector = selectors.DefaultSelector()
+        self.turns = LoopTurns()  # metrics.prom: how long each turn keeps the loop away
         self.backend: ExecutionBackend = backends.make(RunContext(
             self.layout, self.selector, self._job, policy, lambda: self.sched.nodes,
             frozenset(DISK_ERRORS), CommandEnvironment(self.layout)))
@@ -224,7 +226,8 @@ class Coordinator:
         self.status = StatusSink(self.views, self.driver.commits, self._runtime,
                                  lambda: self.journal.seq, self.metrics_textfile_dir,
                                  busy=lambda: bool(self.selector.select(0)),
-                                 failed=self._disk_error)
+                                 failed=self._disk_error,
+                                 turns=(self.turns.wall, self.turns.cpu))
         self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
                                                          self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -347,7 +350,10 @@ class Coordinator:
                            else float("inf"))
             scan = False
             told: list[Event] = []  # every shim that spoke this turn: one batch, one commit
-            for key, _ in self.selector.select(max(0.0, deadline - now)):
+            self.turns.ended()
+            ready = self.selector.select(max(0.0, deadline - now))
+            self.turns.began()
+            for key, _ in ready:
                 kind, token = key.data
                 if kind == "wake":
                     scan |= self._drain_wake()

@@ -13,7 +13,9 @@ nothing the report shows.
 Every section reads a ``History`` (report_history.py), not the jobs: the run's jobs are
 walked once, each built from its snapshot line, folded into the sums and lists the
 sections draw, and let go, so the memory a report of 100,000 finished jobs takes grows
-with what it draws (bars, curve points), not with the jobs' documents or a row per job.
+with what it draws (bars, a float or two per wait), not with the jobs' documents or a
+row per job; and the document is written as it is drawn (``render_parts``, ``write``),
+never held whole.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 
-from .adapters.fsio import write_atomic
+from .adapters.fsio import write_atomic_pieces
 from .adapters.history import read_run
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
@@ -114,16 +116,19 @@ def load_run(layout: RunLayout) -> tuple[Scheduler, float | None]:
         raise ReportError(f"{layout.journal_dir}: cannot replay: {exc!r}") from None
 
 
-def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[str, int]:
-    """The report of the run at ``layout`` and its job count: a live run's open attempts
-    run until now, a stopped run's until its last journaled instant (``History.end``)."""
+def report_of(layout: RunLayout, colour_by: str = "peer") -> tuple[Iterator[str], int]:
+    """The report of the run at ``layout``, in pieces drawn as they are consumed
+    (``render_parts``: hand them to ``write``), and its job count: a live run's open
+    attempts run until now, a stopped run's until its last journaled instant
+    (``History.end``)."""
     sched, last = load_run(layout)
     history = History.of(sched.jobs.values())
     live = live_endpoint(layout) is not None
     title = f"praxist-fs report: {layout.root}" + ("" if live else " (coordinator stopped)")
     until = time.time() if live else history.end(last)
-    return render(sched, title=title, until=until, colour_by=colour_by, history=history,
-                  devices=devices_of(status_document(layout))), history.jobs
+    return render_parts(sched, title=title, until=until, colour_by=colour_by,
+                        history=history, devices=devices_of(status_document(layout))), \
+        history.jobs
 
 
 def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer",
@@ -133,6 +138,17 @@ def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer
     lane for each of ``devices`` (idle ones too) and for any other GPU an attempt used.
     ``history``: ``History.of`` the scheduler's jobs when the caller has it already (the
     walk is not repeated); closed here, at ``until``."""
+    return "".join(render_parts(sched, title=title, until=until, colour_by=colour_by,
+                                devices=devices, history=history))
+
+
+def render_parts(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer",
+                 devices: list[Device] = (), history: History | None = None
+                 ) -> Iterator[str]:
+    """``render``'s document as the pieces it is joined from, each drawn when the one
+    before it has been consumed: ``write`` writes them as they come, so that the queue
+    curve of a long run (~4.7 MB of text at 100,000 finished jobs) is never held whole,
+    nor copied to be joined and again to be encoded (issue 31: memory flat in history)."""
     history = History.of(sched.jobs.values()) if history is None else history
     history.close(until)
     stints = _stints(sched, history.gpu_jobs, until)
@@ -163,22 +179,22 @@ def render(sched: Scheduler, *, title: str, until: float, colour_by: str = "peer
         ("Leases by generation", "What the directed leases of each generation came to.",
          _leases(sched)),
     ]
-    parts = [f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-             f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
-             f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>"]
-    for name, note, content in sections:  # one join: a long curve is copied once
-        parts += [f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>',
-                  content, "</section>"]
-    parts.append(f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
-                 "</body></html>")
-    return "".join(parts)
+    yield (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+           f"<title>{_e(title)}</title><style>{_css(peers, colours)}</style></head><body>"
+           f"<h1>{_e(title)}</h1><p class=\"summary\">{_e(summary)}</p>")
+    for name, note, content in sections:
+        yield f'<section id="{_slug(name)}"><h2>{name}</h2><p class="note">{note}</p>'
+        yield from [content] if isinstance(content, str) else content
+        yield "</section>"
+    yield (f'<p class="note">Built {_when(time.time())} by praxist-fs report.</p>'
+           "</body></html>")
 
 
-def write(path: str | Path, document: str) -> int:
-    """Write the report whole (a browser reloading it never sees half); its size in bytes."""
-    data = document.encode()
-    write_atomic(path, data, sync=False)
-    return len(data)
+def write(path: str | Path, document: str | Iterable[str]) -> int:
+    """Write the report whole (a browser reloading it never sees half): ``document`` or
+    its pieces (``render_parts``), encoded and written as they come; its size in bytes."""
+    pieces = (document,) if isinstance(document, str) else document
+    return write_atomic_pieces(path, (piece.encode() for piece in pieces))
 
 
 # -- the sections ------------------------------------------------------------------
@@ -291,22 +307,24 @@ def _legend(colours: dict[str, int]) -> str:
     ) + "</p>"
 
 
-def _queue_chart(history: History, span: tuple[float, float]) -> str:
+def _queue_chart(history: History, span: tuple[float, float]) -> Iterator[str]:
     """A step curve of queued jobs (``History``'s waits: from a job's submission, or the
     end of an attempt that sent it back, to the start of its next attempt, or to the end
-    when it still waits)."""
+    when it still waits), in pieces: its points are drawn a chunk at a time as the
+    pieces are consumed."""
     if not history.queue_in:
-        return '<p class="empty">No job was queued.</p>'
+        yield '<p class="empty">No job was queued.</p>'
+        return
     height, scale = 160, PLOT_W / (span[1] - span[0])
     peak = max(0, max(n for _, n in queue_lengths(history)))
     y_of = (height - 10) / max(peak, 1)
-    path = _spaced(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
-                   for at, n in _step_points(_corners(history, span)))
-    return "".join([f'<svg class="queue" width="{LABEL_W + PLOT_W}" height="{height + AXIS_H}">'
-                    f'<text x="4" y="14" class="lane">peak {peak} queued</text>'
-                    f'<text x="{LABEL_W - 6}" y="{height}" text-anchor="end" class="tick">0'
-                    '</text><polyline points="', *path,
-                    f'" class="curve"/>{_axis(span, height)}</svg>'])
+    yield (f'<svg class="queue" width="{LABEL_W + PLOT_W}" height="{height + AXIS_H}">'
+           f'<text x="4" y="14" class="lane">peak {peak} queued</text>'
+           f'<text x="{LABEL_W - 6}" y="{height}" text-anchor="end" class="tick">0'
+           '</text><polyline points="')
+    yield from _spaced(f"{LABEL_W + (at - span[0]) * scale:.1f},{height - n * y_of:.1f}"
+                       for at, n in _step_points(_corners(history, span)))
+    yield f'" class="curve"/>{_axis(span, height)}</svg>'
 
 
 def _corners(history: History, span: tuple[float, float]) -> Iterator[tuple[float, int]]:
@@ -336,14 +354,16 @@ def _step_points(points: Iterable[tuple[float, int]]) -> Iterator[tuple[float, i
         previous = n
 
 
-def _spaced(parts: Iterable[str], chunk: int = 4096) -> list[str]:
-    """``parts`` a space apart, as strings to be joined with nothing between them: a
-    chunk's joined at a time, so that a curve of 200,000 points is never a list of
-    400,000 strings, nor its text copied twice more."""
-    parts, blocks = iter(parts), []
+def _spaced(parts: Iterable[str], chunk: int = 4096) -> Iterator[str]:
+    """``parts`` a space apart, as strings to be joined (or written) with nothing between
+    them: a chunk's joined at a time, so that a curve of 200,000 points is never a list
+    of 400,000 strings."""
+    parts = iter(parts)
+    if block := list(islice(parts, chunk)):
+        yield " ".join(block)
     while block := list(islice(parts, chunk)):
-        blocks += [" ", " ".join(block)] if blocks else [" ".join(block)]
-    return blocks
+        yield " "
+        yield " ".join(block)
 
 
 def _delays(history: History) -> str:

@@ -115,9 +115,11 @@ class StatusSink(Sink):
                  runtime: Callable[[str], dict[str, Any]], journal_seq: Callable[[], int],
                  metrics_textfile_dir: str | None = None,
                  busy: Callable[[], bool] = lambda: False,
-                 failed: Callable[[OSError, Path], bool] = lambda exc, path: False) -> None:
+                 failed: Callable[[OSError, Path], bool] = lambda exc, path: False,
+                 turns: tuple[Histogram, Histogram] | None = None) -> None:
         self.views, self.layout = views, views.layout
         self.commits = commits  # the driver's journal commit latency
+        self.turns = turns  # the loop's turns, wall and CPU (turns.LoopTurns)
         self.runtime, self.journal_seq = runtime, journal_seq
         self.busy, self.failed = busy, failed
         # metrics.prom, and a copy for node_exporter's textfile collector if asked for
@@ -208,7 +210,7 @@ class StatusSink(Sink):
         """metrics.prom beside status.json; the textfile directory's copy is the
         operator's: a failure there is logged, once per error, never fatal."""
         data = render_metrics(sched, now, str(self.layout.root), journal_seq,
-                              self.views.tally, self.commits, serving).encode()
+                              self.views.tally, self.commits, serving, self.turns).encode()
         write_atomic(self.metrics_files[0], data, sync=False)
         for path in self.metrics_files[1:]:
             try:

@@ -107,6 +107,9 @@ def test_the_compaction_bench_sees_compactions_while_it_times_the_replies(tmp_pa
     assert numbers["compactions"] >= 1 and numbers["compacted_log_lines"] >= 1
     assert numbers["snapshot_replaced_at_s"][0]["journal_seq"] > 30 * 4
     assert 0 < numbers["reply_p50_ms"] <= numbers["reply_max_ms"]
+    # the coordinator's own count of its turns (metrics.prom): a turn's CPU is within its wall
+    assert numbers["loop_turns"] > 0
+    assert 0 <= numbers["turns_over_50ms_cpu"] <= numbers["turns_over_50ms_wall"]
 
 
 def test_the_report_bench_says_the_peak_memory_of_a_runs_report(tmp_path):

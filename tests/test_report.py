@@ -15,7 +15,9 @@ from praxist_fs.adapters.history import read_run
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
-from praxist_fs.report import MIN_SHARE, Device, _lane_order, devices_of, render, report_of
+from praxist_fs.report import (
+    MIN_SHARE, Device, _lane_order, devices_of, render, report_of, write,
+)
 from praxist_fs.simulate import load_trace, replay
 
 HEADER = "job_id,submit_s,duration_s,gpus,user,gpu_util_pct,gpu_mem_gb"
@@ -166,12 +168,39 @@ def test_a_reports_memory_does_not_hold_a_row_per_finished_job(tmp_path):
         layout = RunLayout.at(compacted_run(tmp_path, finished))
         tracemalloc.start()
         try:
-            _, jobs = report_of(layout)
+            document, jobs = report_of(layout)
+            write(tmp_path / f"report-{finished}.html", document)
             peaks[finished] = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
         assert jobs == finished
     assert (peaks[2500] - peaks[500]) / 2000 <= 600, peaks
+
+
+def test_a_report_is_written_as_it_is_drawn_not_held_whole(tmp_path):
+    """issue 31 item 3 ("memory flat in history"): building and writing the report of
+    10,000 finished jobs peaks no higher than reading the run alone does, plus a fifth
+    of the report's size (~0.5 MB, its queue curve a point per wait): the report is
+    written a piece at a time as it is drawn. Joined, then encoded, then written whole,
+    it peaked ~2 times its size above the read."""
+    layout = RunLayout.at(compacted_run(tmp_path, 10_000))
+    out = tmp_path / "report.html"
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        sched, _ = read_run(layout)
+        read_peak = tracemalloc.get_traced_memory()[1] - before
+        del sched
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        document, jobs = report_of(layout)
+        size = write(out, document)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert jobs == 10_000 and size == out.stat().st_size > 400_000
+    assert out.read_text().endswith("by praxist-fs report.</p></body></html>")
+    assert peak <= read_peak + size / 5, (read_peak, peak, size)
 
 
 def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_path):

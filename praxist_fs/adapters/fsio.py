@@ -18,6 +18,7 @@ describe what the name held before (``{"kind": "absent" | "file" |
 
 from __future__ import annotations
 
+import _thread
 import errno
 import itertools
 import json
@@ -28,11 +29,13 @@ from ..errors import BadRequest
 
 TYPE_CHECKING = False  # ``typing`` is ~3 ms of a CLI call's start (R-PERF-3)
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Iterable
+    from typing import Any, BinaryIO
 
 _counter = itertools.count()
 TEMP_PATTERN = ".*.tmp"  # a glob that matches every temp_name
 LEDGER_ENV = "PRAXIST_POWERLOSS_LEDGER"
+_PIECES_BUFFER = 256 << 10  # ``write_atomic_pieces``: small pieces gathered to one write
 
 
 def _open_ledger() -> int | None:
@@ -179,6 +182,46 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     if durable:
         fsync_dir(os.path.dirname(tmp))
     return made
+
+
+def write_atomic_pieces(path: str | os.PathLike, pieces: Iterable[bytes], *,
+                        mode: int = 0o644) -> int:
+    """As ``write_atomic(path, b"".join(pieces), sync=False)``, each piece written as it
+    comes, so that a file larger than what its writer should hold (a long run's report)
+    is never whole in memory; its size in bytes. Without fsync: for files outside a
+    run's state, which no recovery reads (a power cut may leave it empty); under the
+    power-loss ledger, joined and written as ``write_atomic`` writes."""
+    if _ledger is not None:
+        data = b"".join(pieces)
+        write_atomic(path, data, sync=False, mode=mode)
+        return len(data)
+    tmp, size = temp_name(path), 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with open(os.open(tmp, flags, mode), "wb", buffering=_PIECES_BUFFER) as out:
+            for piece in pieces:
+                size += out.write(piece)
+    except BaseException as exc:
+        unlink(tmp)
+        if isinstance(exc, OSError):
+            exc.filename = os.fspath(path)
+        raise
+    rename(tmp, path)
+    return size
+
+
+def close_aside(closable: int | BinaryIO) -> None:
+    """Close a file descriptor or file object in a thread of its own: the last close of a
+    file with no name left (renamed over, or a temporary one) frees its blocks and cached
+    pages, which takes milliseconds per megabyte on a busy disk (40-60 ms for the ~135 MB
+    snapshot of 100,000 finished jobs), and the loop need not wait for that. Nothing
+    durable depends on it: what was fsynced stays so. ``_thread``'s start, not
+    ``threading``'s, which waits until the new thread runs: 20 ms and more on a loaded
+    machine."""
+    if isinstance(closable, int):
+        _thread.start_new_thread(os.close, (closable,))
+    else:
+        _thread.start_new_thread(closable.close, ())
 
 
 def temp_name(path: str | os.PathLike) -> str:

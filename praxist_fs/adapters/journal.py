@@ -235,7 +235,7 @@ class Journal:
         except OSError as exc:  # appending to the old file would lose what it is told
             raise RuntimeError(f"{self.path}: replaced by the records after seq {seq}, then "
                                f"not opened again ({exc}); stopping: a start reads it") from None
-        os.close(self._fd)
+        fsio.close_aside(self._fd)  # the old file, renamed over: its blocks freed aside
         self._fd = fd
         self._after, self._start, self._synced = seq, 0, (self._seq, len(later))
         self._torn = False  # what a failed commit left is not in the new file

@@ -15,7 +15,7 @@ from ..adapters.layout import RunLayout
 from ..config import load_policy
 from ..core.snapshot import SnapshotError
 from ..errors import PolicyError
-from ..report import devices_of, render, write
+from ..report import devices_of, render_parts, write
 from ..report_history import History
 from ..simulate import (
     H200_MIB, H200_MODEL, PLACEMENTS, Livelock, Result, SimulatedGpu, TraceError, TraceJob,
@@ -157,10 +157,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for result, path in zip(results, _report_paths(args.report, results)):
             sched = result.scheduler
             history = History.of(sched.jobs.values())
-            size = write(path, render(sched, until=history.end(None), history=history, title=(
-                f"praxist-fs simulate: {args.trace or '--from-run ' + args.from_run} on "
-                f"{args.gpus} GPUs, policy "
-                f"{result.policy}, {result.placement} placement"),
+            size = write(path, render_parts(
+                sched, until=history.end(None), history=history, title=(
+                    f"praxist-fs simulate: {args.trace or '--from-run ' + args.from_run} on "
+                    f"{args.gpus} GPUs, policy "
+                    f"{result.policy}, {result.placement} placement"),
                 devices=devices_of(None, sched)))
             print(f"praxist-fs simulate: report written to {path} ({size / 1e6:.2f} MB)",
                   file=sys.stderr)

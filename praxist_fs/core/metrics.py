@@ -28,6 +28,8 @@ MIB = 1024 * 1024
 # Queue waits run from a second to a night; a commit is an fsync (sub-ms to a slow disk's 1 s).
 QUEUE_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 12 * 3600.0)
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+# A loop turn: most take a millisecond or two; 50 ms is the most one may hold the loop.
+TURN_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
 
 @dataclass(slots=True)
@@ -170,9 +172,11 @@ Family = Callable[[str, str, str], "_Family"]  # (name, type, help) -> a new fam
 
 
 def render_metrics(sched: Scheduler, now: float, run: str, journal_seq: int,
-                   tally: AttemptTally, commits: Histogram, serving: bool = True) -> str:
+                   tally: AttemptTally, commits: Histogram, serving: bool = True,
+                   turns: tuple[Histogram, Histogram] | None = None) -> str:
     """The exposition text. ``tally``: the run's attempts, kept up to date with ``sched``;
-    ``commits``: this coordinator's journal commit latencies."""
+    ``commits``: this coordinator's journal commit latencies; ``turns``: its loop turns'
+    wall and CPU times."""
     families: list[_Family] = []
 
     def family(name: str, kind: str, help_text: str) -> _Family:
@@ -195,6 +199,11 @@ def render_metrics(sched: Scheduler, now: float, run: str, journal_seq: int,
     _leases(sched, family)
     family("praxist_journal_commit_seconds", "histogram",
            "Journal commit (append + fsync) latency in this coordinator").histogram(commits)
+    if turns is not None:
+        family("praxist_loop_turn_seconds", "histogram", "Wall time of each turn of this "
+               "coordinator's loop (selector to selector)").histogram(turns[0])
+        family("praxist_loop_turn_cpu_seconds", "histogram",
+               "CPU time of the loop's thread in each of those turns").histogram(turns[1])
     family("praxist_journal_seq", "gauge", "Sequence number of the last journaled record"
            ).add(journal_seq)
     _budget(sched, now, family)

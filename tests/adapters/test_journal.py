@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
+import time
 import zlib
 
 import pytest
@@ -187,6 +189,37 @@ def test_a_journal_kept_after_its_snapshot_holds_the_records_appended_since(tmp_
     journal.close()
     reopened = Journal(path, after=4)
     assert [r["i"] for r in reopened.records] == [4, 5, 6, 7] and reopened.seq == 8
+
+
+def test_the_file_a_kept_journal_replaced_is_closed_off_the_callers_thread(tmp_path,
+                                                                         monkeypatch):
+    """issue 31 item 3 (no loop stall over 50 ms): the old file, renamed over, frees its
+    blocks at its last close, tens of milliseconds on a busy disk at a compaction of a
+    long history; the loop's thread, which keeps the journal, does not wait for that.
+    ``os.close`` is watched (and still called) to see on which thread the old file's
+    descriptor is closed."""
+    closed_on: dict[int, int] = {}
+    close = os.close
+
+    def watched_close(fd: int) -> None:
+        closed_on[fd] = threading.get_ident()
+        close(fd)
+
+    path = tmp_path / "j.log"
+    write_records(path, 4)
+    journal = Journal(path)
+    seq, end = journal.committed
+    journal.append({"type": "x", "i": 4})
+    old = journal._fd
+    monkeypatch.setattr(os, "close", watched_close)
+    journal.keep_after(seq, end)
+    deadline = time.monotonic() + 10
+    while old not in closed_on and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert old in closed_on and closed_on[old] != threading.get_ident()
+    monkeypatch.undo()
+    journal.close()
+    assert [r["i"] for r in read_intact(path, 4)] == [4]
 
 
 def test_records_the_snapshot_covers_are_skipped(tmp_path):

@@ -8,7 +8,9 @@ import json
 from prometheus_client.parser import text_string_to_metric_families
 
 from praxist_fs.core.effects import WriteJob
-from praxist_fs.core.metrics import COMMIT_BUCKETS, AttemptTally, Histogram, render_metrics
+from praxist_fs.core.metrics import (
+    COMMIT_BUCKETS, TURN_BUCKETS, AttemptTally, Histogram, render_metrics,
+)
 from praxist_fs.core.scheduler import Scheduler
 
 from .helpers import Harness, make_policy
@@ -35,6 +37,28 @@ def test_histogram_buckets_are_cumulative_and_labels_escaped():
     assert families["praxist_journal_seq"].samples[0].value == 42
     assert families["praxist_attempts_started"].type == "counter"  # parser drops _total
     assert render_metrics(Scheduler(), 1_700_000_000.0, run, 42, AttemptTally(), commits) == text
+
+
+def test_the_loop_turns_are_two_histograms_wall_and_cpu():
+    """Issue 31 item 3 ("no loop stall > 50 ms"): metrics.prom says how long each turn of
+    the loop took and how much of it was the loop thread's CPU, as two histograms."""
+    wall, cpu = Histogram(TURN_BUCKETS), Histogram(TURN_BUCKETS)
+    for took, worked in ((0.002, 0.002), (0.07, 0.004), (0.3, 0.2)):
+        wall.observe(took)
+        cpu.observe(worked)
+    text = render_metrics(Scheduler(), 1_700_000_000.0, "run", 1, AttemptTally(),
+                          Histogram(COMMIT_BUCKETS), turns=(wall, cpu))
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+
+    def buckets(name):
+        return {s.labels["le"]: s.value for s in families[name].samples
+                if s.name.endswith("_bucket")}
+    assert (buckets("praxist_loop_turn_seconds")["0.05"],
+            buckets("praxist_loop_turn_seconds")["+Inf"]) == (1, 3)
+    assert (buckets("praxist_loop_turn_cpu_seconds")["0.05"],
+            buckets("praxist_loop_turn_cpu_seconds")["+Inf"]) == (2, 3)
+    assert "praxist_loop_turn_seconds" not in render_metrics(
+        Scheduler(), 1_700_000_000.0, "run", 1, AttemptTally(), Histogram(COMMIT_BUCKETS))
 
 
 def tally_numbers(tally: AttemptTally) -> tuple:

@@ -83,6 +83,8 @@ def test_metrics_file_parses_and_counts_jobs_attempts_gpus(make_run, tmp_path):
                  le="+Inf") == 4
     assert value(parsed, "praxist_queue_wait_seconds_count", work_class="mature") == 0
     assert value(parsed, "praxist_journal_commit_seconds_count") > 0
+    turns = value(parsed, "praxist_loop_turn_seconds_count")
+    assert turns > 0 and value(parsed, "praxist_loop_turn_cpu_seconds_count") == turns
 
     held_on = run.wait_attempt_field(held, "gpus")[0]
     assert value(parsed, "praxist_gpu_declared_utilization_ratio", uuid=held_on) == 0.45
