@@ -131,24 +131,24 @@ def read_go(go_fd):
         return b""
 
 
-def record_go(attempt_dir):
-    """The GO file, for a GO told on the pipe (journaled first): empty, created in place,
-    not fsynced (the journal holds the decision); for the tools that read the handshake
-    (client.enclosing_attempt) and a later coordinator's look. One already there (a later
-    coordinator's) is as good; a failure (a full disk) is told to shim.log."""
+def record_go(directory):
+    """The GO file in the attempt's ``directory`` (its fd), for a GO told on the pipe
+    (journaled first): empty, created in place, not fsynced (the journal holds the
+    decision); for the tools that read the handshake (client.enclosing_attempt) and a
+    later coordinator's look. One already there (a later coordinator's) is as good; a
+    failure (a full disk) is told to shim.log."""
     try:
-        posix.close(posix.open(attempt_dir + "/GO", posix.O_WRONLY | posix.O_CREAT
-                               | posix.O_EXCL | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644))
+        posix.close(posix.open("GO", posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL
+                               | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory))
     except FileExistsError:
         pass
     except OSError as exc:
         shim_command.tell(2, b"could not write GO: %s\n" % str(exc).encode())
 
 
-def wait_for_go(attempt_dir, go_fd, timeout, word=None):
-    """True once GO is given (``word``: what the pipe gave already); False on ABORT or
-    when no coordinator gave GO in time."""
-    go_path, abort_path = attempt_dir + "/GO", attempt_dir + "/ABORT"
+def wait_for_go(directory, go_fd, timeout, word=None):
+    """True once GO is given (``word``: what the pipe gave already); False on ABORT (either
+    in the attempt's ``directory``, its fd) or when no coordinator gave GO in time."""
     if word is None:
         word = read_go(go_fd)
     posix.close(go_fd)
@@ -158,9 +158,9 @@ def wait_for_go(attempt_dir, go_fd, timeout, word=None):
         return False
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides
-        if shim_command.exists(abort_path):
+        if shim_command.exists("ABORT", directory):
             return False
-        if shim_command.exists(go_path):
+        if shim_command.exists("GO", directory):
             return True
         time.sleep(shim_command.POLL_SECONDS)
     return False  # nothing ran: a later coordinator releases the attempt unconsumed
@@ -306,14 +306,6 @@ def serve_warm(attempts, control_fd, go_fd, status_fd, identity):
         posix.close(go_fd)
         posix.close(status_fd)
         return False
-    refusal = make_attempt_directory(attempt_dir)
-    if refusal is not None:  # nothing ran: the coordinator hears why, as of a full disk
-        posix.close(go_fd)
-        _attempt_over[0] = True
-        shim_command.tell(status_fd, b"X" + shim_command.to_json(refusal) + b"\nD")
-        posix.close(status_fd)
-        return True
-    enter(attempt_dir)
     serve(attempt_dir, go_fd, status_fd, identity, spec)
     return True
 
@@ -334,78 +326,100 @@ def wait_for_attempt(attempts, control_fd):
     return attempt_dir, spec or None
 
 
-def make_attempt_directory(attempt_dir):
+def open_attempt_directory(attempt_dir):
     """Make ``attempts/<job_id>/`` and the attempt's directory in it, or find them made
-    (a retry's job directory; the coordinator's, when the spec waits in spec.marshal):
+    (a retry's job directory; the coordinator's, when the spec waits in spec.marshal or
+    it started us for the attempt), and open each, the attempt's relative to its job's:
     real directories of ours, as the coordinator's own_directories would have them
-    (R-SEC-4). Made here, not by the coordinator, to keep two mkdirs per job off its
-    loop; each mkdir is told to the power-loss ledger, and make_durable fsyncs both
-    into their parents once the exit is told. None once they are there, else the exit
-    record of an attempt refused (126: not ours to write through) or failed (75: a full
-    disk, say; the job is retried as after an infrastructure failure)."""
+    (R-SEC-4), checked as opened, so that every file of the attempt is written relative
+    to what was checked (a link put in place of either later leads nowhere). Made
+    here, not by the coordinator, to keep two mkdirs per job off its loop; each mkdir
+    is told to the power-loss ledger, and make_durable fsyncs both into their parents
+    once the exit is told. ((job fd, attempt fd), None) once they are there and open,
+    else (None, the exit record of an attempt refused (126: not ours to write through)
+    or failed (75: a full disk, say; the job is retried as after an infrastructure
+    failure))."""
+    fds = []
     try:
         for directory in (attempt_dir[:attempt_dir.rindex("/")], attempt_dir):
-            shim_command.make_directory(directory, ATTEMPT_DIR_MODE, recorded=True)
-            problem = shim_command.directory_problem(directory)
+            parent = fds[-1] if fds else None
+            shim_command.make_directory(directory, ATTEMPT_DIR_MODE, recorded=True,
+                                        parent_fd=parent)
+            fd, problem = shim_command.open_directory(directory, parent)
             if problem is not None:  # as the coordinator's own_directories says it
                 code, error = 126, "refused to start it: %s: %s" % (directory, problem)
                 break
+            fds.append(fd)
         else:
-            return None
+            return tuple(fds), None
     except OSError as exc:
         code, error = INFRA_EXIT_CODE, "could not make its attempt directory: %s" % exc
+    for fd in fds:
+        posix.close(fd)
     now = time.time()
-    return {"exit_code": code, "signal": None, "started_at": now, "ended_at": now,
-            "error": error}
+    return None, {"exit_code": code, "signal": None, "started_at": now, "ended_at": now,
+                  "error": error}
 
 
-def enter(attempt_dir):
-    """Become the attempt's shim as if started for it: its directory our cwd, shim.log
-    our output."""
-    posix.chdir(attempt_dir)
-    log = posix.open(attempt_dir + "/shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
-                     | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644)
+def enter(directory):
+    """Become the attempt's shim as if started for it: its ``directory`` (fd) our cwd,
+    shim.log our output."""
+    posix.fchdir(directory)
+    log = posix.open("shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                     | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory)
     posix.dup2(log, 1)
     posix.dup2(log, 2)
     posix.close(log)
 
 
 def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
-    """Run the attempt in ``attempt_dir``. ``identity``: a warm shim's, worked out while
-    it waited, as the subreaper already; ``spec``: its spec as the control pipe brought
-    it (marshal), else it is read from spec.marshal. Both pipes are closed when it
-    returns, the status pipe after ``D``: the attempt is over, exit.json (if it ran) is
-    written, and nothing of it runs. A supervisor lives on; without ``D`` before the
-    EOF, the shim died."""
+    """Run the attempt in ``attempt_dir``, every file of it written relative to that
+    directory as opened and checked (open_attempt_directory). ``identity``: a warm
+    shim's, worked out while it waited, as the subreaper already (it then enters the
+    directory); ``spec``: its spec as the control pipe brought it (marshal), else it is
+    read from spec.marshal. Both pipes are closed when it returns, the status pipe after
+    ``D``: the attempt is over, exit.json (if it ran) is written, and nothing of it
+    runs. A supervisor lives on; without ``D`` before the EOF, the shim died."""
+    fds, told = None, b""
     try:
-        serve_attempt(attempt_dir, go_fd, status_fd, identity, spec)
+        fds, refusal = open_attempt_directory(attempt_dir)
+        if fds is None:  # nothing ran: the coordinator hears why, as of a full disk
+            posix.close(go_fd)
+            told = b"X" + shim_command.to_json(refusal) + b"\n"
+        else:
+            if identity is not None:
+                enter(fds[1])
+            serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec)
         # over, and nothing of it runs (we waited for every descendant)
         _attempt_over[0] = True
-        shim_command.tell(status_fd, b"D")
+        shim_command.tell(status_fd, told + b"D")
     finally:
         posix.close(status_fd)
+        for fd in fds or ():
+            posix.close(fd)
     return 0
 
 
-def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
-    """serve's attempt; every way it returns (an error ends the shim) closes ``go_fd``."""
-    spec_path = attempt_dir + "/spec.marshal"
-    if shim_command.exists(attempt_dir + "/ABORT"):
+def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec):
+    """serve's attempt, in the directories ``fds`` (the job's and the attempt's, open);
+    every way it returns (an error ends the shim) closes ``go_fd``."""
+    directory = fds[1]
+    if shim_command.exists("ABORT", directory):
         posix.close(go_fd)
         if spec is None:
             try:
-                posix.unlink(spec_path)  # it may hold raw secrets
+                posix.unlink("spec.marshal", dir_fd=directory)  # it may hold raw secrets
             except OSError:
                 pass
         return
     if spec is None:
-        spec = shim_command.read_small(spec_path)
-        posix.unlink(spec_path)  # it may hold raw secrets
+        spec = shim_command.read_small("spec.marshal", directory)
+        posix.unlink("spec.marshal", dir_fd=directory)  # it may hold raw secrets
     spec = marshal.loads(spec)
     ready = dict(identity or shim_command.own_identity(), at=time.time())
-    for _ in shim_command.write_until_written(attempt_dir + "/READY",
-                                              shim_command.to_json(ready), durable=False):
-        if shim_command.exists(attempt_dir + "/ABORT"):
+    for _ in shim_command.write_until_written(attempt_dir + "/READY", shim_command.to_json(
+            ready), durable=False, dir_fd=directory):
+        if shim_command.exists("ABORT", directory):
             posix.close(go_fd)
             return  # nothing ran: a cancel or a stop need not wait for disk space
     word = given_go(go_fd)
@@ -418,37 +432,41 @@ def serve_attempt(attempt_dir, go_fd, status_fd, identity, spec):
     described = []  # attempt.json is written
     if word is None:
         word = read_go(go_fd)
-    if not wait_for_go(attempt_dir, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
-        describe(attempt_dir, spec, described)  # nothing ran, but the attempt was there
+    if not wait_for_go(directory, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
+        describe(attempt_dir, directory, spec, described)  # nothing ran, but it was there
         return
     started = []  # the command's pid, once it runs
 
     def on_start(pid):
         started.append(pid)
         if word == b"G":  # told on the pipe: the GO file is ours to write
-            record_go(attempt_dir)
-        describe(attempt_dir, spec, described)  # while the command runs, as is
+            record_go(directory)
+        describe(attempt_dir, directory, spec, described)  # while the command runs, as is
 
     result = shim_command.run(spec, status_fd, on_start=on_start)
     if not started and word == b"G":
-        record_go(attempt_dir)
-    describe(attempt_dir, spec, described)  # if the command could not start, or a full
-    # disk kept it out then
+        record_go(directory)
+    describe(attempt_dir, directory, spec, described)  # if the command could not start,
+    # or a full disk kept it out then
     result = shim_command.to_json(result)
     # The exit on the status pipe first: a coordinator still connected journals it (its
     # commit is then the end's durable record) and acts on it while we write exit.json,
     # whose fsyncs are then off the path from one command's end to the next one's start.
     shim_command.tell(status_fd, b"X" + result + b"\n")
-    make_durable(attempt_dir)  # after X: a short command's end waits on none of its fsyncs
+    make_durable(attempt_dir, fds[0])  # after X: a short command's end waits on none of
+    # its fsyncs
     # exit.json, for a coordinator that never heard us (it died before its commit: the
     # next one re-adopts the attempt and reads the file). Until it is durable the exit may
     # exist only here: no giving up, whatever it takes (we cannot learn whether the
     # coordinator journaled it).
-    for _ in shim_command.write_until_written(attempt_dir + "/exit.json", result, durable=True):
+    for _ in shim_command.write_until_written(attempt_dir + "/exit.json", result,
+                                              durable=True, dir_fd=directory):
         pass
 
-def describe(attempt_dir, spec, described):
-    """attempt.json, as the coordinator rendered it into the spec (``attempt_json``), once
+
+def describe(attempt_dir, directory, spec, described):
+    """attempt.json in the attempt's ``directory`` (its fd), as the coordinator rendered it
+    into the spec (``attempt_json``), once
     the barrier is passed (the command runs, or GO never came): the attempt for people and
     tools, written here so that its file creation is off the coordinator's loop. Not fsynced (a power cut ends us too); a failure (a full
     disk) is told to shim.log and tried again once the command is over. ``described``
@@ -457,26 +475,28 @@ def describe(attempt_dir, spec, described):
     if described or data is None:
         return
     try:
-        shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False)
+        shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False,
+                                dir_fd=directory)
     except OSError as exc:
         shim_command.tell(2, b"could not write attempt.json: %s\n" % str(exc).encode())
         return
     described.append(True)
 
 
-def make_durable(attempt_dir):
-    """fsync the attempt directory into ``attempts/<job_id>/`` and that into ``attempts/``,
+def make_durable(attempt_dir, job_fd):
+    """fsync the attempt directory into ``attempts/<job_id>/`` (``job_fd``, as opened by
+    open_attempt_directory) and that into ``attempts/``,
     before exit.json is written, so that the exit.json we fsync into it cannot vanish with
-    the directory in a power cut. We made both (make_attempt_directory), or the
+    the directory in a power cut. We made both (open_attempt_directory), or the
     coordinator did and left their fsyncs to us, off its loop; we do them once the exit is told on the status pipe, so that they are
     not between the command's end and the coordinator's hearing of it (nothing but
     exit.json needs the directory durable: the journal holds the rest). A failure is told
     to shim.log: the exit is still written, but a power cut may take it along (the
     attempt then reads lost, unless the coordinator journaled the exit it was told)."""
     job_dir = attempt_dir[:attempt_dir.rindex("/")]
-    for directory in (job_dir, job_dir[:job_dir.rindex("/")]):
+    for directory, fd in ((job_dir, job_fd), (job_dir[:job_dir.rindex("/")], None)):
         try:
-            shim_command.fsync_directory(directory)
+            shim_command.fsync_directory(directory, fd)
         except OSError as exc:
             shim_command.tell(2, b"could not make %s durable: %s\n" % (
                 directory.encode("utf-8", "surrogateescape"), str(exc).encode()))

@@ -94,16 +94,18 @@ def _json_str(text):
     return '"%s"' % "".join(out)
 
 
-def exists(path):
+def exists(path, dir_fd=None):
+    """Whether ``path`` exists; with ``dir_fd``, ``path`` is a name in that directory."""
     try:
-        posix.stat(path)
+        posix.stat(path, dir_fd=dir_fd)
     except OSError:
         return False
     return True
 
 
-def read_small(path):
-    return read_all(posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC))
+def read_small(path, dir_fd=None):
+    return read_all(posix.open(path, posix.O_RDONLY | posix.O_NOFOLLOW | posix.O_CLOEXEC,
+                               dir_fd=dir_fd))
 
 
 def read_all(fd):
@@ -128,11 +130,18 @@ def temp_name(path):
     return "%s/.%s.%d.%d.tmp" % (directory, name, posix.getpid(), _written)
 
 
-def write_file(path, data, durable):
+def write_file(path, data, durable, dir_fd=None):
     """``data`` as ``path``, atomically; with ``durable``, fsynced, and its directory too.
-    A try that fails leaves no temp file behind."""
+    With ``dir_fd``, an open directory (``path`` its path, for messages and the ledger),
+    the file is written as its name in that very directory, whatever its path leads to
+    by now, and nothing is opened through a link. A try that fails leaves no temp file
+    behind."""
     tmp = temp_name(path)
-    fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_CLOEXEC, 0o644)
+    directory = path[:path.rindex("/")] or "/"
+    if dir_fd is not None:
+        tmp, path = tmp[len(directory) + 1:], path[len(directory) + 1:]
+    fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW
+                    | posix.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
@@ -142,33 +151,36 @@ def write_file(path, data, durable):
                 posix.fsync(fd)
         finally:
             posix.close(fd)
-        posix.replace(tmp, path)
+        posix.replace(tmp, path, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:
-            posix.unlink(tmp)
+            posix.unlink(tmp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
     if durable:
-        fsync_directory(path[:path.rindex("/")] or "/")
+        fsync_directory(directory, dir_fd)
 
 
-def fsync_directory(path):
-    """fsync the directory ``path``: the entries it holds now survive a power cut. Told to
-    the power-loss ledger when a test gave us one (fsio's format: tests/powerloss.py
-    learns a shim's fsyncs from it as it learns the coordinator's)."""
-    dfd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC)
+def fsync_directory(path, fd=None):
+    """fsync the directory ``path`` (or ``fd``, that directory open already): the entries it
+    holds now survive a power cut. Told to the power-loss ledger when a test gave us one
+    (fsio's format: tests/powerloss.py learns a shim's fsyncs from it as it learns the
+    coordinator's)."""
+    dfd = posix.open(path, posix.O_RDONLY | posix.O_DIRECTORY | posix.O_CLOEXEC) \
+        if fd is None else fd
     try:
         posix.fsync(dfd)
         if LEDGER is not None:
-            names = sorted(posix.listdir(path))
+            names = sorted(posix.listdir(dfd))
             posix.write(LEDGER, to_json({"op": "fsync_dir", "path": path, "names": names})
                         + b"\n")
     finally:
-        posix.close(dfd)
+        if fd is None:
+            posix.close(dfd)
 
 
-def write_until_written(path, data, durable):
+def write_until_written(path, data, durable, dir_fd=None):
     """write_file, tried again while the disk is full (or failing): what ``data`` says may
     exist nowhere else. A generator: after each such failure it yields the number of
     failed tries so far, then pauses (RETRY_FIRST_S, doubling up to RETRY_MAX_S); the
@@ -177,7 +189,7 @@ def write_until_written(path, data, durable):
     pause, failures = RETRY_FIRST_S, 0
     while True:
         try:
-            write_file(path, data, durable)
+            write_file(path, data, durable, dir_fd)
         except OSError as exc:
             if exc.errno not in RETRIED:
                 raise
@@ -301,22 +313,55 @@ def own_directory(path, mode):
                             % (path, problem))
 
 
-def make_directory(path, mode, recorded=False):
-    """mkdir ``path``, or find the name taken (directory_problem then looks at it).
-    ``recorded``: the mkdir is told to the power-loss ledger (fsio's format), for a
-    directory whose files must survive a power cut only with it (an attempt's)."""
+def make_directory(path, mode, recorded=False, parent_fd=None):
+    """mkdir ``path``, or find the name taken (directory_problem then looks at it); with
+    ``parent_fd``, its last name in that open directory. ``recorded``: the mkdir is told
+    to the power-loss ledger (fsio's format), for a directory whose files must survive
+    a power cut only with it (an attempt's)."""
     try:
-        posix.mkdir(path, mode)
+        posix.mkdir(_name_in(path, parent_fd), mode, dir_fd=parent_fd)
     except FileExistsError:
         return
     if recorded and LEDGER is not None:
         posix.write(LEDGER, to_json({"op": "mkdir", "path": path}) + b"\n")
 
 
-def directory_problem(path):
+def open_directory(path, parent_fd=None):
+    """``path`` opened to write through, never through a link (O_DIRECTORY|O_NOFOLLOW),
+    and checked as opened (directory_problem's checks on its fstat), so that nothing can
+    swap it between the check and the writes made relative to it: (fd, None), or (None,
+    what makes it unfit). With ``parent_fd``, its last name in that open directory.
+    OSError if it cannot be opened for another reason."""
+    try:
+        fd = posix.open(_name_in(path, parent_fd), posix.O_RDONLY | posix.O_DIRECTORY
+                        | posix.O_NOFOLLOW | posix.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        return None, directory_problem(path, parent_fd) or "is not a directory"
+    problem = _stat_problem(posix.fstat(fd))
+    if problem is not None:
+        posix.close(fd)
+        return None, problem
+    return fd, None
+
+
+def _name_in(path, dir_fd):
+    """What names ``path`` for a call relative to ``dir_fd``: its last name, or the path
+    itself when there is no such directory."""
+    return path if dir_fd is None else path[path.rindex("/") + 1:]
+
+
+def directory_problem(path, parent_fd=None):
     """What makes ``path`` unfit to write through, or None: the coordinator's test for its
-    state directories (ownership.state_directory_problem), in our few words."""
-    info = posix.lstat(path)
+    state directories (ownership.state_directory_problem), in our few words. With
+    ``parent_fd``, ``path``'s last name in that open directory."""
+    return _stat_problem(posix.stat(_name_in(path, parent_fd), dir_fd=parent_fd,
+                                    follow_symlinks=False))
+
+
+def _stat_problem(info):
+    """directory_problem's checks of what lstat or fstat says."""
     kind = info.st_mode & 0o170000
     if kind == 0o120000:
         return "is a symbolic link"

@@ -110,6 +110,22 @@ def test_the_first_jobs_after_a_start_run_on_forked_supervisors(make_run):
         waiting = run.submit(request(f"waiting-{start}"))
 
 
+def test_a_pass_that_launches_more_than_the_warm_shims_runs_each_on_a_forked_supervisor(
+        make_run):
+    # the jobs waiting at a start launch in its first passes, more of them than shims are
+    # kept warm (as in a busy run, whose ends come several to a loop turn while their
+    # supervisors still write exit.json): the rest are forked for them, not started as
+    # shims of their own (an interpreter each)
+    run = make_run(slots=6, max_slots=6)
+    waiting = [run.submit(request(f"waiting-{number}")) for number in range(6)]
+    run.start()
+    server = shim_server(run)
+    for rid in waiting:
+        job_id = run.reply(rid)["job_id"]
+        assert run.wait_state(job_id, "completed")["exit_code"] == 0
+        assert served_by(run, job_id, server), f"{rid} ran on a shim of its own"
+
+
 def attempt_processes(run) -> list[psutil.Process]:
     """The run's shim server and supervisors (forks of it) and shims: their command line
     names the run's attempts directory."""

@@ -156,13 +156,22 @@ class LocalBackend:
         if not self.server.alive:
             self.selector.unregister(self._server_fd)
 
-    def _await_fork(self) -> None:
-        """A launch found no shim warm while a fork is on its way (the first launches after
-        a start, whose server started with the coordinator; or a burst that took every
-        warm shim): wait for it, up to FORK_WAIT_SECONDS, rather than start a shim, whose
-        interpreter costs more than the fork's wait. A server that let such a wait run
-        out is not waited for again until it answers."""
-        if self.server is None or not self.server.pending or self._server_slow:
+    def _await_fork(self, wanted: int) -> None:
+        """A launch found no shim warm, with ``wanted`` launches of its pass still to bind
+        (the first launches after a start, whose server started with the coordinator; or
+        a pass that launches more than WARM_SHIMS, as a busy run's does when several ends
+        come in one loop turn, their supervisors still writing exit.json): ask the server
+        for that many forks, less those on their way, and wait for the first, up to
+        FORK_WAIT_SECONDS, rather than start a shim, whose interpreter costs more than
+        all of those forks. A server that let such a wait run out is not waited for
+        again until it answers."""
+        if self.server is None or not self.server.alive or self._server_slow:
+            return
+        try:
+            while len(self.server.pending) < wanted:
+                self.server.request()
+        except OSError as exc:  # no longer alive: what is on its way is dropped
+            log.warning("could not ask the shim server for a shim: %s", exc)
             return
         if self._answered(FORK_WAIT_SECONDS):
             self._on_server()
@@ -208,11 +217,10 @@ class LocalBackend:
         the barrier by construction, so is GO. Told its attempt after the commit, the
         shim finds GO waiting and starts the command: no round trip on the launch path."""
         events: list[Event] = []
-        for effect in effects:
-            if not isinstance(effect, SpawnAttempt):
-                continue
+        spawns = [effect for effect in effects if isinstance(effect, SpawnAttempt)]
+        for index, effect in enumerate(spawns):
             if not self.warm:
-                self._await_fork()
+                self._await_fork(len(spawns) - index)
             while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
                 warm = self.warm.pop()  # the latest idle: its pages are the likeliest hot
                 shim = warm.handle.popen

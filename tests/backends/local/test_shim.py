@@ -184,6 +184,27 @@ def test_a_warm_shim_refuses_an_attempt_directory_planted_as_a_link(layout, tmp_
     assert not marker.exists() and not os.listdir(elsewhere)
 
 
+def test_a_link_put_in_place_of_the_attempt_directory_after_its_check_leads_nowhere(
+        layout, tmp_path, shim_for):
+    """R-SEC-4 after the check: the shim opened and checked its attempt directory before
+    READY; swapped for a link to elsewhere while it waits at the barrier, nothing goes
+    through the link: GO, attempt.json and exit.json land in the directory it checked."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    handle, attempt_dir, marker = spawn(layout, tmp_path, body="exit 6", warm=shim_for())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    checked = attempt_dir.with_name("a1.checked")
+    os.rename(attempt_dir, checked)
+    os.symlink(elsewhere, attempt_dir)
+    handle.release_barrier(b"G")
+    assert finish(handle) == b"RX"
+    handle.close()
+    assert marker.exists() and os.listdir(elsewhere) == []
+    assert read_json(checked / "exit.json") == handle.exit_record
+    assert handle.exit_record["exit_code"] == 6
+    assert {"GO", "READY", "attempt.json"} <= set(os.listdir(checked))
+
+
 def test_an_abort_told_on_the_pipe_ends_the_barrier_without_its_file(layout, tmp_path,
                                                                     prestart):
     """A cancel may come before the shim made its directory: the coordinator can then write
