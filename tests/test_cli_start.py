@@ -85,6 +85,33 @@ def test_a_read_or_control_verb_imports_none_of_the_heavy_modules(verb, run):
         assert job in out
 
 
+@pytest.fixture
+def live(tmp_path, monkeypatch) -> Path:
+    """A fresh run its coordinator serves (its own host registry), stopped at the end if
+    the test did not stop it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_coordinator import Coordinator
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    monkeypatch.setenv("PRAXIST_HOST_REGISTRY", str(tmp_path / "hosts"))
+    (tmp_path / "live").mkdir()
+    with Coordinator("cli-start", 1, scratch=tmp_path / "live", keep=True) as coordinator:
+        yield coordinator.run_dir
+
+
+def test_stop_through_a_live_coordinator_loads_no_process_table_slurm_or_policy(live):
+    """The common stop: a local run whose coordinator is alive. It writes the stop request
+    and waits for the coordinator to go; psutil, the Slurm backend (a stop without a
+    coordinator's own), the run registry (--all's) and the policy are not its to load."""
+    status, out, modules = loaded_by(["stop", str(live)])
+    assert status == 0 and json.loads(out)["stopped_run_ids"] == [str(live)]
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not {m for m in modules if m.startswith(("praxist_fs.backends",
+                                                    "praxist_fs.adapters.runs",
+                                                    "praxist_fs.core.policy"))}
+
+
 def test_the_help_keeps_the_terminals_width():
     """argparse's formatters take their width from cli (not shutil): $COLUMNS still sets
     it, as argparse's own default does."""
