@@ -112,6 +112,33 @@ def test_stop_through_a_live_coordinator_loads_no_process_table_slurm_or_policy(
                                                     "praxist_fs.core.policy"))}
 
 
+def test_a_generation_request_and_a_lease_decline_load_no_watchdog(live):
+    """``generation`` sends a control request and reads its reply; ``lease decline``
+    writes one file: neither waits on inotify, so neither loads watchdog (nor the
+    request validator's core modules: a name is checked by core.bounds)."""
+    status, out, modules = loaded_by(["generation", "open", "1", "--run-dir", str(live)])
+    assert status == 0 and json.loads(out)["outcome"] == "ok"
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert "praxist_fs.core.request" not in modules
+    status, out, modules = loaded_by(["lease", "decline", "--peer", "p1", "--lease", "L1",
+                                      "--run-dir", str(live)])
+    assert status == 0 and json.loads(out) == {"peer": "p1", "generation": 1,
+                                               "lease_id": "L1"}
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+
+
+def test_a_lease_wait_registers_before_it_arms_watchdog(live):
+    """``lease wait`` arms its inotify doorbell only once it has registered the peer as
+    idle and found no lease yet: the registration, what the coordinator waits for, is not
+    delayed by watchdog's import, and a wait that ends at once (``--timeout 0``) never
+    loads it."""
+    status, _, modules = loaded_by(["lease", "wait", "--peer", "p1", "--generation", "1",
+                                    "--timeout", "0", "--run-dir", str(live)])
+    assert status == 1  # no lease within 0 s; the registration withdrawn
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not (live / "gen_1" / "resource_supply" / "idle" / "p1.json").exists()
+
+
 def test_the_help_keeps_the_terminals_width():
     """argparse's formatters take their width from cli (not shutil): $COLUMNS still sets
     it, as argparse's own default does."""
