@@ -139,6 +139,18 @@ def test_a_lease_wait_registers_before_it_arms_watchdog(live):
     assert not (live / "gen_1" / "resource_supply" / "idle" / "p1.json").exists()
 
 
+def test_a_launch_to_a_live_coordinator_loads_no_request_model_or_policy(live):
+    """A launch that a live coordinator serves writes the request and reads its reply:
+    the request model, the policy and the admission model (dataclasses, typing) are the
+    coordinator's; the CLI checks names and the size against core.bounds."""
+    status, out, modules = loaded_by(["launch", "--detach", "--peer", "p1", "--tag", "t1",
+                                      "--run-dir", str(live), "--", "true"])
+    assert status == 0 and out.strip().startswith("t1-")  # the job id it was given
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not {"praxist_fs.core.request", "praxist_fs.core.policy",
+                "praxist_fs.core.admission", "praxist_fs.legacy"} & modules
+
+
 def test_the_help_keeps_the_terminals_width():
     """argparse's formatters take their width from cli (not shutil): $COLUMNS still sets
     it, as argparse's own default does."""
