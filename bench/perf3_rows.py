@@ -7,7 +7,7 @@ the report's peak memory again on a run of a tenth as many (memory flat in histo
 two close), and a burst of invalid requests.
 
 Each row is one of the benches that measure it alone, called here: bench_cli.py (a
-verb's median wall time), bench_compaction.py (rename -> reply max while it compacts:
+verb's median wall time; the verbs that talk to a coordinator on a small run it serves), bench_compaction.py (rename -> reply max while it compacts:
 a loop turn that takes S seconds delays a reply by about S), bench_report.py --run-dir
 (in a process of its own, whose peak RSS is the report's) and bench_burst.py. The
 history fixture is built once (bench_compaction.served_fixture: served and stopped
@@ -55,6 +55,9 @@ def measure(finished: int, burst: int, runs: int, compact_after: int) -> dict:
         started = {"python -c pass": bench_cli.timed([sys.executable, "-c", "pass"], runs)[0]}
         for label, argv in verbs(job):
             started[label] = bench_cli.timed([*cli, *argv, "--run-dir", str(run)], runs)[0]
+        served_fixture(source / "served", 10)  # launch, generation, lease, stop: a scratch run
+        for label, argv in bench_cli.served_verbs(source / "served", cli):
+            started[label] = bench_cli.timed(argv, runs)[0]
         report = report_memory(run)
         tenth = report_memory(served_fixture(source / "tenth", max(1, finished // 10)) / "run")
         compaction = serve_and_probe(source, compact_after, 2)
