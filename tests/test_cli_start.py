@@ -5,7 +5,8 @@ verb's module can do without (dataclasses and the inspect/ast/dis it loads, typi
 and the compressors it loads): together tens of milliseconds of every call.
 
 A behaviour check, not a timing (bench/bench_cli.py times them): each verb runs in a
-fresh interpreter against a real run, and the test reads ``sys.modules`` after it."""
+fresh interpreter against a real run (the verbs that talk to a coordinator: one it
+serves), and the test reads ``sys.modules`` after it."""
 
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def test_a_generation_request_and_a_lease_decline_load_no_watchdog(live):
     assert {m.partition(".")[0] for m in modules} & NEVER == set()
 
 
-def test_a_lease_wait_registers_before_it_arms_watchdog(live):
+def test_a_lease_wait_that_ends_at_once_loads_no_watchdog(live):
     """``lease wait`` arms its inotify doorbell only once it has registered the peer as
     idle and found no lease yet: the registration, what the coordinator waits for, is not
     delayed by watchdog's import, and a wait that ends at once (``--timeout 0``) never
