@@ -164,9 +164,8 @@ def main() -> int:
               f"{os.getloadavg()[0]:.1f})")
         for label, argv in rows:
             print_row(label, argv, args.runs)
-        for label, argv in served_verbs(own.parent, cli):
-            print_row(label + (" (own run)" if args.run_dir else ""), argv, args.runs)
-        print(f"(load {os.getloadavg()[0]:.1f} at the end)")
+        for label, argv in served_verbs(own.parent, cli):  # always on the run of its own
+            print_row(label, argv, args.runs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return 0

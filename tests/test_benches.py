@@ -92,7 +92,8 @@ def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = {line[:32].strip(): line[32:].split() for line in done.stdout.splitlines()[1:]}
     assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB",
-            "cancel JOB"} <= set(rows)
+            "cancel JOB", "bind -- true", "launch --detach", "generation open 1",
+            "lease decline", "lease wait --timeout 0", "stop --timeout 0 (frozen)"} <= set(rows)
     assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu, *_ in rows.values())
     # -X importtime: a verb imports something once the interpreter is up; a bare one not
     assert float(rows["status"][2]) > 0 == float(rows["python -c pass"][2])
