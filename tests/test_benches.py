@@ -149,6 +149,9 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
     result = json.loads(done.stdout)
     assert set(result["cli_ms"]) == {"python -c pass", "status", "jobs --limit 20", "logs",
                                      "wait", "cancel"}
+    assert set(result["cli_served_ms"]) == {"launch --detach", "generation open 1",
+                                            "lease decline", "lease wait --timeout 0",
+                                            "stop --timeout 0 (frozen)"}
     assert result["compaction"]["compactions"] >= 2
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
     assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
@@ -158,6 +161,7 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
                   f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "CLI cancel, 30 finished" in table.stdout
+    assert "CLI stop --timeout 0 (frozen), a served 10-job run" in table.stdout
     assert "report peak RSS, 3 finished" in table.stdout
     assert "20 invalid requests answered" in table.stdout
 
