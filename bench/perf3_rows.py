@@ -7,7 +7,7 @@ the report's peak memory again on a run of a tenth as many (memory flat in histo
 two close), and a burst of invalid requests.
 
 Each row is one of the benches that measure it alone, called here: bench_cli.py (a
-verb's median wall time), bench_compaction.py (rename -> reply max while it compacts:
+verb's median wall time; the verbs that talk to a coordinator on a small run it serves), bench_compaction.py (rename -> reply max while it compacts:
 a loop turn that takes S seconds delays a reply by about S), bench_report.py --run-dir
 (in a process of its own, whose peak RSS is the report's) and bench_burst.py. The
 history fixture is built once (bench_compaction.served_fixture: served and stopped
@@ -35,6 +35,7 @@ import bench_cli  # noqa: E402
 from bench_compaction import serve_and_probe, served_fixture  # noqa: E402
 
 VERB_MS, STALL_MS, BURST_S, BURST_MB = 60.0, 50.0, 18.0, 50.0  # issue 31's targets
+SERVED_JOBS = 10  # the scratch run the verbs that talk to a coordinator are timed on
 
 
 def verbs(job: str) -> list[tuple[str, list[str]]]:
@@ -55,6 +56,9 @@ def measure(finished: int, burst: int, runs: int, compact_after: int) -> dict:
         started = {"python -c pass": bench_cli.timed([sys.executable, "-c", "pass"], runs)[0]}
         for label, argv in verbs(job):
             started[label] = bench_cli.timed([*cli, *argv, "--run-dir", str(run)], runs)[0]
+        served_fixture(source / "served", SERVED_JOBS)  # launch, generation, lease, stop
+        served = {label: bench_cli.timed(argv, runs)[0]
+                  for label, argv in bench_cli.served_verbs(source / "served", cli)}
         report = report_memory(run)
         tenth = report_memory(served_fixture(source / "tenth", max(1, finished // 10)) / "run")
         compaction = serve_and_probe(source, compact_after, 2)
@@ -62,6 +66,7 @@ def measure(finished: int, burst: int, runs: int, compact_after: int) -> dict:
         shutil.rmtree(source, ignore_errors=True)
     return {"finished": finished, "load": os.getloadavg(),
             "cli_ms": {label: round(ms, 1) for label, ms in started.items()},
+            "cli_served_ms": {label: round(ms, 1) for label, ms in served.items()},
             "report": report, "report_tenth": tenth, "compaction": compaction,
             "burst": bench_burst.measure(burst)}
 
@@ -82,6 +87,9 @@ def rows(result: dict, row) -> list[dict]:
                  "reference" if label.startswith("python") else f"<= {VERB_MS:.0f}",
                  None if label.startswith("python") else ms <= VERB_MS, "ms")
              for label, ms in result["cli_ms"].items()]
+    found += [row(f"CLI {label}, a served {SERVED_JOBS}-job run (wall, median)", ms, None, None,
+                  f"<= {VERB_MS:.0f}", ms <= VERB_MS, "ms")
+              for label, ms in result.get("cli_served_ms", {}).items()]  # not in older results
     stall = result["compaction"]["reply_max_ms"]
     found.append(row(f"longest reply wait while compacting, {n}", stall, None, None,
                      f"<= {STALL_MS:.0f} (a loop stall)", stall <= STALL_MS, "ms"))

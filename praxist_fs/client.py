@@ -186,7 +186,7 @@ def select_jobs(layout: RunLayout, peer: str | None, states: list[str]) -> list[
 def submit(layout: RunLayout, request: dict[str, Any]) -> None:
     """Write then rename, as R-FS-3 asks of every writer. Too large a request (the
     caller's environment, most often) is refused here, with the coordinator's reason."""
-    from .core.request import MAX_REQUEST_BYTES, oversize_problem  # not status's to load
+    from .core.bounds import MAX_REQUEST_BYTES, oversize_problem  # not status's to load
 
     name = f"{request['request_id']}.json"
     data = dumps(request)

@@ -22,19 +22,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, TextIO
 
 from . import client
 from .adapters.fsio import dumps, read_json, unlink, write_atomic
 from .adapters.layout import RunLayout
 from .adapters.lock import live_endpoint
-from .adapters.watcher import start_observer
-from .core.request import NAME_EXPECTED, NAME_RE
+from .core.bounds import NAME_EXPECTED, NAME_RE
 from .errors import PraxistError
+
+TYPE_CHECKING = False  # ``typing`` is ~3 ms of a CLI call's start (R-PERF-3)
+if TYPE_CHECKING:
+    import threading
+    from typing import Any, Iterable, TextIO
 
 ACTIONS = ("open", "assess", "close")
 DECLINE_SUFFIX = ".decline"
@@ -101,6 +102,8 @@ def _generation(value: Any) -> int:
 
 
 def _deadline(value: str) -> str:
+    from datetime import datetime  # here: only ``generation open --deadline`` needs it
+
     try:
         parsed = datetime.fromisoformat(value)
     except (TypeError, ValueError):
@@ -239,9 +242,14 @@ def _lease_id(doc: Any) -> str | None:
 
 
 class _Doorbell:
-    """A watchdog observer on one directory that sets an Event on any change in it."""
+    """A watchdog observer on one directory that sets an Event on any change in it.
+    ``lease_wait`` makes it only once it has registered and found no lease yet:
+    watchdog's import is tens of milliseconds, which the registration (what the
+    coordinator waits for) and a wait that ends at once need not pay (R-PERF-3)."""
 
     def __init__(self, directory: Path, bell: threading.Event) -> None:
+        from .adapters.watcher import start_observer
+
         self.observer = None
         try:
             self.observer = start_observer([directory], bell.set, polling=False)
@@ -289,8 +297,9 @@ def lease_wait(run_dir: str | os.PathLike, peer: str, generation: int | None = N
     leases = leases_dir(layout, generation)
     leases.mkdir(parents=True, exist_ok=True)
     path = lease_file(layout, generation, peer)
-    bell = threading.Event()
-    doorbell = _Doorbell(leases, bell)  # before the snapshot, so no change goes unrung
+    import threading  # here: a peer's wait alone needs it, not generation or decline
+
+    bell, doorbell = threading.Event(), None
     try:
         ignore = _lease_id(read_json(path))  # a lease already there is not for this wait
         register_idle(layout.root, peer, generation)
@@ -308,6 +317,9 @@ def lease_wait(run_dir: str | os.PathLike, peer: str, generation: int | None = N
                     if remaining <= 0:
                         break
                     wait = min(wait, remaining)
+                if doorbell is None:  # armed once there is something to wait for (below)
+                    doorbell = _Doorbell(leases, bell)
+                    continue  # a grant written before it was armed rang nothing: look again
                 bell.wait(wait)
         finally:
             unlink(idle_file(layout, generation, peer))
@@ -317,7 +329,8 @@ def lease_wait(run_dir: str | os.PathLike, peer: str, generation: int | None = N
             raise TimeoutError(f"no lease for peer {peer} in generation {generation} within "
                                f"{timeout:g}s; the idle registration was withdrawn")
     finally:
-        doorbell.close()
+        if doorbell is not None:
+            doorbell.close()
     print(json.dumps(lease, indent=2), file=out, flush=True)
     return lease
 

@@ -92,7 +92,8 @@ def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = {line[:32].strip(): line[32:].split() for line in done.stdout.splitlines()[1:]}
     assert {"python -c pass", "status", "jobs --limit 20", "logs JOB", "wait JOB",
-            "cancel JOB"} <= set(rows)
+            "cancel JOB", "bind -- true", "launch --detach", "generation open 1",
+            "lease decline", "lease wait --timeout 0", "stop --timeout 0 (frozen)"} <= set(rows)
     assert all(float(wall) > 0 and float(cpu) >= 0 for wall, cpu, *_ in rows.values())
     # -X importtime: a verb imports something once the interpreter is up; a bare one not
     assert float(rows["status"][2]) > 0 == float(rows["python -c pass"][2])
@@ -151,6 +152,9 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
     result = json.loads(done.stdout)
     assert set(result["cli_ms"]) == {"python -c pass", "status", "jobs --limit 20", "logs",
                                      "wait", "cancel"}
+    assert set(result["cli_served_ms"]) == {"launch --detach", "generation open 1",
+                                            "lease decline", "lease wait --timeout 0",
+                                            "stop --timeout 0 (frozen)"}
     assert result["compaction"]["compactions"] >= 2
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
     assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
@@ -160,6 +164,7 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
                   f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "CLI cancel, 30 finished" in table.stdout
+    assert "CLI stop --timeout 0 (frozen), a served 10-job run" in table.stdout
     assert "report peak RSS, 3 finished" in table.stdout
     assert "20 invalid requests answered" in table.stdout
 

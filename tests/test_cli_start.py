@@ -5,7 +5,8 @@ verb's module can do without (dataclasses and the inspect/ast/dis it loads, typi
 and the compressors it loads): together tens of milliseconds of every call.
 
 A behaviour check, not a timing (bench/bench_cli.py times them): each verb runs in a
-fresh interpreter against a real run, and the test reads ``sys.modules`` after it."""
+fresh interpreter against a real run (the verbs that talk to a coordinator: one it
+serves), and the test reads ``sys.modules`` after it."""
 
 from __future__ import annotations
 
@@ -83,6 +84,72 @@ def test_a_read_or_control_verb_imports_none_of_the_heavy_modules(verb, run):
         assert status == 0 and out.strip()
     if verb[0] == "jobs" and "--limit" in verb:
         assert job in out
+
+
+@pytest.fixture
+def live(tmp_path, monkeypatch) -> Path:
+    """A fresh run its coordinator serves (its own host registry), stopped at the end if
+    the test did not stop it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_coordinator import Coordinator
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    monkeypatch.setenv("PRAXIST_HOST_REGISTRY", str(tmp_path / "hosts"))
+    (tmp_path / "live").mkdir()
+    with Coordinator("cli-start", 1, scratch=tmp_path / "live", keep=True) as coordinator:
+        yield coordinator.run_dir
+
+
+def test_stop_through_a_live_coordinator_loads_no_process_table_slurm_or_policy(live):
+    """The common stop: a local run whose coordinator is alive. It writes the stop request
+    and waits for the coordinator to go; psutil, the Slurm backend (a stop without a
+    coordinator's own), the run registry (--all's) and the policy are not its to load."""
+    status, out, modules = loaded_by(["stop", str(live)])
+    assert status == 0 and json.loads(out)["stopped_run_ids"] == [str(live)]
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not {m for m in modules if m.startswith(("praxist_fs.backends",
+                                                    "praxist_fs.adapters.runs",
+                                                    "praxist_fs.core.policy"))}
+
+
+def test_a_generation_request_and_a_lease_decline_load_no_watchdog(live):
+    """``generation`` sends a control request and reads its reply; ``lease decline``
+    writes one file: neither waits on inotify, so neither loads watchdog (nor the
+    request validator's core modules: a name is checked by core.bounds)."""
+    status, out, modules = loaded_by(["generation", "open", "1", "--run-dir", str(live)])
+    assert status == 0 and json.loads(out)["outcome"] == "ok"
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert "praxist_fs.core.request" not in modules
+    status, out, modules = loaded_by(["lease", "decline", "--peer", "p1", "--lease", "L1",
+                                      "--run-dir", str(live)])
+    assert status == 0 and json.loads(out) == {"peer": "p1", "generation": 1,
+                                               "lease_id": "L1"}
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+
+
+def test_a_lease_wait_that_ends_at_once_loads_no_watchdog(live):
+    """``lease wait`` arms its inotify doorbell only once it has registered the peer as
+    idle and found no lease yet: the registration, what the coordinator waits for, is not
+    delayed by watchdog's import, and a wait that ends at once (``--timeout 0``) never
+    loads it."""
+    status, _, modules = loaded_by(["lease", "wait", "--peer", "p1", "--generation", "1",
+                                    "--timeout", "0", "--run-dir", str(live)])
+    assert status == 1  # no lease within 0 s; the registration withdrawn
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not (live / "gen_1" / "resource_supply" / "idle" / "p1.json").exists()
+
+
+def test_a_launch_to_a_live_coordinator_loads_no_request_model_or_policy(live):
+    """A launch that a live coordinator serves writes the request and reads its reply:
+    the request model, the policy and the admission model (dataclasses, typing) are the
+    coordinator's; the CLI checks names and the size against core.bounds."""
+    status, out, modules = loaded_by(["launch", "--detach", "--peer", "p1", "--tag", "t1",
+                                      "--run-dir", str(live), "--", "true"])
+    assert status == 0 and out.strip().startswith("t1-")  # the job id it was given
+    assert {m.partition(".")[0] for m in modules} & NEVER == set()
+    assert not {"praxist_fs.core.request", "praxist_fs.core.policy",
+                "praxist_fs.core.admission", "praxist_fs.legacy"} & modules
 
 
 def test_the_help_keeps_the_terminals_width():

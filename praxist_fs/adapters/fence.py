@@ -21,14 +21,11 @@ loop drives (``Termination``, ``Suspension``: ``step`` at ``next_at`` until
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
-
-import psutil
 
 from praxist_fs.adapters import procs
 from praxist_fs.adapters.fsio import read_json
@@ -41,21 +38,20 @@ STOP_WAIT_SECONDS = 1.0   # after SIGSTOP, at most this long for every member to
 STOP_POLL_SECONDS = 0.005
 STOPPED = ("T", "t", "Z", "X")  # /proc states of a member that runs no more
 
-log = logging.getLogger("praxist_fs")
 
-
-@dataclass(frozen=True)
-class Scope:
+# A named tuple, not a dataclass: ``praxist-fs stop`` fences with it, and dataclasses'
+# import (inspect, ast, dis) is milliseconds of every stop's start (R-PERF-3).
+class Scope(namedtuple("Scope", "run_dir leaders workspaces attempt_dir",
+                       defaults=((), None, None))):
     """What belongs to one run: the groups and sessions of its leaders and the descendants
     of those alive, processes whose environment holds ``PRAXIST_RUN_DIR=<run_dir>`` (with
     ``attempt_dir``, ``PRAXIST_EXPERIMENT_ATTEMPT_DIR=<attempt_dir>``: that attempt's
     alone) and an attempt id, and, when ``workspaces`` is set, processes without any
     PRAXIST_RUN_DIR whose working directory lies under it (a descendant that cleared its
-    environment)."""
-    run_dir: Path
-    leaders: tuple[Shim, ...] = ()
-    workspaces: Path | None = None
-    attempt_dir: Path | None = None
+    environment). Fields: ``run_dir`` (Path), ``leaders`` (Shims), ``workspaces`` and
+    ``attempt_dir`` (Path or None)."""
+
+    __slots__ = ()
 
     @property
     def marker(self) -> bytes:
@@ -153,9 +149,11 @@ class Suspension:
         if all(state == "stopped" for state in states.values()):
             self.done = True
         elif now >= self.give_up_at:
-            log.warning("suspended group %s: members still running after SIGSTOP: %s",
-                        self.leader[0],
-                        [pid for (pid, _), state in states.items() if state != "stopped"])
+            import logging  # here: only the coordinator suspends, not a stop (R-PERF-3)
+
+            logging.getLogger("praxist_fs").warning(
+                "suspended group %s: members still running after SIGSTOP: %s", self.leader[0],
+                [pid for (pid, _), state in states.items() if state != "stopped"])
             self.done = True
         else:
             for (pid, started), state in states.items():
@@ -217,8 +215,12 @@ def _roots(workspaces: Path | None) -> tuple[str, ...]:
 
 
 def _lineage() -> set[int]:
-    own = psutil.Process()
-    return {own.pid, *(parent.pid for parent in own.parents())}
+    """This process and its ancestors, from procfs (psutil's import is ~15 ms of a stop)."""
+    lineage, pid = set(), os.getpid()
+    while pid > 0 and pid not in lineage:
+        lineage.add(pid)
+        pid = stat.ppid if (stat := procs.stat(pid)) is not None else 0
+    return lineage
 
 
 def _environ(pid: int) -> list[bytes]:

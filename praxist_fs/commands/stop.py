@@ -9,12 +9,12 @@ import argparse
 import os
 import sys
 
-from ..adapters import manifests, runs
-from ..adapters.fsio import read_json
-from ..adapters.layout import RunLayout
-from ..adapters.lock import live_endpoint
-from ..stopper import stop_all, stop_runs
-from .render import format_json, format_stop_listing
+from ..stopper import stop_runs
+from .render import format_json
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..adapters.layout import RunLayout
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -26,6 +26,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if not args.all:
         result = stop_runs(args.runs, grace=args.grace, timeout=args.timeout)
     else:
+        # Here: the run registry (filelock, hashing) is --all's alone, not every stop's.
+        from ..adapters import runs
+        from ..adapters.layout import RunLayout
+        from ..stopper import stop_all
+        from .render import format_stop_listing
+
         try:
             entries = runs.registered(args.host_registry)
         except OSError as exc:  # the registry itself: unreadable, or its lock never free
@@ -73,6 +79,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _what_runs(layout: RunLayout) -> str:
     """Who serves the run and what it runs, as far as its files tell cheaply: the counts
     of status.json (a dead coordinator's are its last), the manifests' live launches."""
+    from ..adapters import manifests, runs
+    from ..adapters.fsio import read_json
+    from ..adapters.lock import live_endpoint
+
     status = read_json(layout.status)
     counts = status.get("counts") if isinstance(status, dict) else None
     jobs = (f"{counts.get('running', 0)} running, {counts.get('queued', 0)} queued"

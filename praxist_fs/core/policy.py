@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .bounds import WORK_CLASSES  # here too: the policy's queues are of these classes
 from .budget import Budget
 from .capabilities import BEFORE_CAPABILITIES, ON_THIS_HOST, Capabilities
 from .queues import Project, Queue, default_queues, queue_of_class
@@ -19,7 +20,6 @@ from .records import field_values
 
 PRESSURE_DOMAINS = ("cpu", "memory", "io")
 ACCELERATORS = ("cpu", "gpu")
-WORK_CLASSES = ("scout", "ordinary", "mature")
 NODE_COOLDOWN_S = 300.0  # R-BUD-2: an offline node's wait from its latest failure to its probe
 
 

@@ -19,15 +19,14 @@ from functools import partial
 from typing import Any
 
 from ..errors import BadRequest
-from .bounds import NAME_EXPECTED, NAME_PATTERN, NAME_RE, PRIORITY_RANGE, SELECTABLE_STATES
+from .bounds import (  # the request's limits live there, for the CLI; they are the model's
+    EXPLAINED_BYTES, MAX_REQUEST_BYTES, NAME_EXPECTED, NAME_PATTERN, NAME_RE, PRIORITY_RANGE,
+    SELECTABLE_STATES, WORK_CLASSES, oversize_problem,
+)
 from .budget import LIMITS
-from .policy import WORK_CLASSES
 from .records import field_values
 from .slurm_options import OptionProblem, job_options
 
-MAX_REQUEST_BYTES = 64 * 1024
-# A request over the limit but within this size is parsed all the same, to say what filled it
-EXPLAINED_BYTES = 4 * MAX_REQUEST_BYTES
 MAX_ARGV_ITEMS = 4096
 MAX_ENV_ITEMS = 1024
 MAX_STRING = 32 * 1024
@@ -131,23 +130,6 @@ def parse_request(name: str, data: bytes) -> Request:
     if unknown:
         raise BadRequest(_key(unknown[0]), "unknown field; expected one of " + ", ".join(FIELDS))
     return _build(name, {key: value for key, value in raw.items() if value is not None})
-
-
-def oversize_problem(data: bytes) -> str:
-    """Why a request over the limit is refused, naming its env when that holds most of it:
-    ``praxist-fs launch`` sends the caller's whole environment, which can outgrow the
-    limit unnoticed. The env's share is its size as ``json.dumps`` writes it: about what
-    the file holds."""
-    problem = f"larger than {MAX_REQUEST_BYTES} bytes"
-    try:
-        env = json.loads(data).get("env") if len(data) <= EXPLAINED_BYTES else None
-    except (ValueError, RecursionError, AttributeError):  # not JSON, or not an object
-        env = None
-    held = len(json.dumps(env, ensure_ascii=False).encode("utf-8", "surrogatepass")) \
-        if isinstance(env, dict) else 0
-    if 2 * held > len(data):
-        problem += f"; its env holds about {held} of them: submit fewer variables"
-    return problem
 
 
 class _Object(dict):
