@@ -257,8 +257,14 @@ def dumps(document: Any, *, indent: int | None = None) -> bytes:
     """One line by default: the C encoder writes it ~10x faster than an indented one, and
     a launch writes several job files. ``indent`` for the files people read (status).
     backslashreplace: a lone surrogate from a peer's key must not make a write fail."""
-    return (json.dumps(document, indent=indent, ensure_ascii=False) + "\n").encode(
-        "utf-8", "backslashreplace")
+    text = _COMPACT.encode(document) if indent is None else \
+        json.dumps(document, indent=indent, ensure_ascii=False)
+    return (text + "\n").encode("utf-8", "backslashreplace")
+
+
+# json.dumps with arguments of its own makes an encoder at every call: the one of every job
+# file and reply, made once
+_COMPACT = json.JSONEncoder(ensure_ascii=False)
 
 
 def write_json(path: str | os.PathLike, document: Any, *, durable: bool = False,
