@@ -42,7 +42,6 @@ from .adapters.journal import Journal
 from .adapters.layout import RunLayout
 from .adapters.lock import OwnerLock, remove_endpoint, write_endpoint
 from .adapters.pressure import PressureSampler
-from .adapters.trash import Trash
 from .adapters.vault import Vault
 from .adapters.wakepipe import drain
 from .adapters.watcher import (
@@ -75,7 +74,6 @@ log = logging.getLogger("praxist_fs")
 RESCAN_SECONDS = 2.0      # periodic spool scan: inotify may drop events (R-FS-4)
 RECONCILE_SECONDS = 1.0   # re-adopted attempts and observer health
 SAMPLE_SECONDS = 1.0      # host pressure, GPUs and capacity (PSI avg10 moves every 2 s)
-TRASH_SLICE_SECONDS = 0.01  # of removing job files the coordinator is done with, a turn
 QUIET_SECONDS = 5.0       # those three cadences while nothing waits, runs or may be woken
 COMPACT_AFTER_RECORDS = 20_000  # journal records before a snapshot replaces them
 DEGRADED_RETRY_SECONDS = (0.5, 10.0)  # a full disk is retried this often, doubling
@@ -217,13 +215,12 @@ class Coordinator:
         settled_ns = views_durable_ns if unsettled is None else watermark  # see repair
         self.problems = self.housekeeper.set_aside_orphans(
             self.sched, clean=views_durable_ns is not None, settled_ns=settled_ns)
-        self.trash = Trash(self.layout.trash)
         self.views = self.driver.views = Views(
             self.layout, self.vault,
             JobIndex(self.layout.job_index, journal_seq=self.journal.seq,
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
-            tally, discard=self.trash.discard)
+            tally)
         self.status = StatusSink(self.views, self.driver.commits, self._runtime,
                                  lambda: self.journal.seq, self.metrics_textfile_dir,
                                  busy=lambda: bool(self.selector.select(0)),
@@ -346,8 +343,8 @@ class Coordinator:
                            self.status.status_deadline(self.sched, now),
                            self.backend.next_timer(),
                            self._retry_at if self.degraded else float("inf"),
-                           now if self.views.indexing or self.compactor.finishing or
-                           quiet and self.trash.held else float("inf"))
+                           now if self.views.indexing or self.compactor.finishing
+                           else float("inf"))
             scan = False
             told: list[Event] = []  # every shim that spoke this turn: one batch, one commit
             for key, _ in self.selector.select(max(0.0, deadline - now)):
@@ -374,8 +371,6 @@ class Coordinator:
             if self.degraded is None and self.compactor.turn(  # a step a turn
                     self.journal, self.sched, self.views.index, self.views.tally):
                 _return_memory()  # the jobs the snapshot took leave memory (a turn alone)
-            if quiet or self.trash.full:  # off the launch path: when no work waits on it
-                self.trash.empty(TRASH_SLICE_SECONDS)
 
     def _quiet(self) -> bool:
         """Nothing queued, running, leased or idle-registered: no decision waits on the host,

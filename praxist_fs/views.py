@@ -69,9 +69,8 @@ class Views:
     attempt tally metrics.prom counts."""
 
     def __init__(self, layout: RunLayout, vault: Vault, index: JobIndex,
-                 tally: AttemptTally, discard: Callable[[str], None] = unlink) -> None:
+                 tally: AttemptTally) -> None:
         self.layout = layout
-        self.discard = discard  # a job's copy in the directory it left (``Trash.discard``)
         self.vault = vault
         self.index = index
         self.tally = tally  # metrics.prom's attempts: every job write updates it
@@ -137,7 +136,7 @@ class Views:
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
             replaced = self._job_file(effect.replaces, effect.job_id)
-            self.discard(replaced)
+            unlink(replaced)
             self._written.pop(replaced, None)
 
     def wrote(self, path: str, found: os.stat_result) -> bool:

@@ -166,11 +166,6 @@ class RunLayout:
         return self.logs / job_id / f"{attempt_id}.log"
 
     @cached_property
-    def trash(self) -> Path:
-        """Job files the coordinator is done with, removed when it is idle (adapters/trash.py)."""
-        return self.scheduler / "trash"
-
-    @cached_property
     def stop_sentinel(self) -> Path:
         """Written by ``praxist-fs stop`` when it fenced the run itself: the run stays stopped."""
         return self.scheduler / "STOP"
@@ -241,7 +236,6 @@ class RunLayout:
         return {
             "resource_scheduler": SHARED, "resource_scheduler/journal": PRIVATE,
             "resource_scheduler/private": PRIVATE, "resource_scheduler/quarantine": PRIVATE,
-            "resource_scheduler/trash": PRIVATE,
             "resource_scheduler/index": SHARED,
             "resource_scheduler/spool": SHARED, "resource_scheduler/spool/tmp": DROPBOX,
             "resource_scheduler/spool/incoming": DROPBOX,

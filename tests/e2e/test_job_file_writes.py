@@ -4,8 +4,6 @@ through inotify (watchdog, as a peer watching jobs/ would) are the writes."""
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from collections import Counter
 from pathlib import Path
@@ -80,39 +78,3 @@ def test_a_job_that_finds_no_slot_is_written_once_per_state_saying_why_it_waits(
     finally:
         observer.stop()
         observer.join()
-
-
-def test_a_jobs_old_copies_leave_by_a_rename_and_are_removed_once_the_run_is_idle(
-        make_run, tmp_path):
-    """A state change removed the job's old copy (in queued/, then running/) between one
-    commit and the next: a removal frees an inode and its blocks, ~1 ms while the disk is
-    busy. The old copy now leaves its directory by a rename into resource_scheduler/trash/
-    (after the new copy is in place, as before), and the trash is emptied once nothing
-    waits or runs. Every disk operation is read from the power-loss ledger."""
-    ledger = tmp_path / "ledger.jsonl"
-    run = make_run(task_text=ONE_SLOT)
-    run.start(env={"PRAXIST_POWERLOSS_LEDGER": str(ledger)})
-    gate = tmp_path / "gate"
-    blocker = run.reply(run.submit(request(
-        "blocker", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done"])))["job_id"]
-    run.wait_state(blocker, "running")
-    waiter = run.reply(run.submit(request("waiter")))["job_id"]
-    run.wait_state(waiter, "queued")
-    gate.touch()
-    run.wait_state(waiter, "completed")
-    trash = run.sched / "trash"
-    wait_for(lambda: not os.listdir(trash), message="the trash emptied once the run is idle")
-    ops = [json.loads(line) for line in ledger.read_text().splitlines()]
-    jobs = str(run.sched / "jobs")
-    assert [op for op in ops if op["op"] == "unlink" and op["path"].startswith(jobs)] == []
-    left = [op for op in ops if op["op"] == "rename" and op["src"].startswith(jobs)
-            and op["path"].startswith(str(trash))]
-    assert sorted(op["src"][len(jobs):] for op in left if waiter in op["src"]) == [
-        f"/queued/{waiter}.json", f"/running/{waiter}.json"]
-    removed = [op["path"] for op in ops if op["op"] == "unlink"]
-    assert all(op["path"] in removed for op in left)
-    for op in left:  # the new copy was in place first
-        state = "running" if "/queued/" in op["src"] else "done"
-        landed = next(i for i, o in enumerate(ops) if o["op"] == "rename" and
-                      o["path"] == op["src"].replace(op["src"].split("/")[-2], state))
-        assert landed < ops.index(op)
