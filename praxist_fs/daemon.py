@@ -45,7 +45,7 @@ from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.wakepipe import drain
 from .adapters.watcher import (
-    filesystem_of, filesystem_type, needs_polling, start_observer, watch,
+    INBOX_CHANGES, filesystem_of, filesystem_type, needs_polling, start_observer, watch,
 )
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
@@ -580,7 +580,7 @@ class Coordinator:
 
     def _start_observer(self) -> None:
         self.observer = start_observer([self.layout.incoming, self.layout.control],
-                                       self._ring, self.polling)
+                                       self._ring, self.polling, INBOX_CHANGES)
         self._watched: set[int] = set()
         for number in self.sched.generations:
             self._watch_generation(number)

@@ -239,7 +239,9 @@ def _last_job_writes(effects: list[Effect]) -> list[Effect]:
         elif effect is first[effect.job_id]:
             final = last[effect.job_id]
             found = effect.replaces if effect.replaces is not None else effect.directory
-            kept.append(replace(final, replaces=found if found != final.directory else None))
+            replaces = found if found != final.directory else None
+            # the usual case, one write of a job in the batch, is kept as it is
+            kept.append(final if final.replaces == replaces else replace(final, replaces=replaces))
     return kept
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from .adapters import spool
 from .adapters.crashpoints import reach
-from .adapters.fsio import dumps, unlink, write_atomic, write_json
+from .adapters.fsio import dumps, read_file, unlink, write_atomic, write_json
 from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.vault import Vault
@@ -325,8 +325,7 @@ def _untouched_text(path: str, durable_ns: int) -> str | None:
 
 def read_bytes(path: str | os.PathLike) -> bytes | None:
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        return read_file(path)
     except OSError:
         return None
 

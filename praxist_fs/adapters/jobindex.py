@@ -131,6 +131,10 @@ class JobIndex:
         # a job ended that no commit has shown: readers look in done/ only for the jobs
         # the index shows unended, so it is not listed until the next commit
         self.owes_an_end = False
+        # jobs a commit of this process showed unended: their end needs no lookup (a trivial
+        # job's end would otherwise ask SQLite, ~10 system calls of locks and stats); an
+        # id leaves at its end, so this holds the run's unended jobs at most
+        self._shown_unended: set[str] = set()
         self._building: sqlite3.Connection | None = None  # the rebuild's, in ``_tmp``
         self._tmp = path
         try:
@@ -168,9 +172,11 @@ class JobIndex:
         given up."""
         if self.db is not None or self._building is not None:
             self.staged[document["job_id"]] = (document, data.decode())
-        if self.db is not None and not self.owes_an_end and \
-                document.get("state") not in ACTIVE_STATES:
-            self.owes_an_end = not self._shows(document["job_id"])
+        if self.db is not None and document.get("state") not in ACTIVE_STATES:
+            shown = document["job_id"] in self._shown_unended
+            self._shown_unended.discard(document["job_id"])
+            if not self.owes_an_end and not shown:
+                self.owes_an_end = not self._shows(document["job_id"])
 
     def _shows(self, job_id: str) -> bool:
         """Whether a commit has shown the job (a primary-key lookup: a few microseconds,
@@ -202,6 +208,11 @@ class JobIndex:
         except sqlite3.Error as exc:
             self._abandon(exc)
             return
+        for job_id, (document, _) in self.staged.items():
+            if document.get("state") in ACTIVE_STATES:
+                self._shown_unended.add(job_id)
+            else:
+                self._shown_unended.discard(job_id)
         self.staged.clear()
         self.meta.clear()
         self.seq, self.behind, self.owes_an_end = journal_seq, False, False

@@ -44,8 +44,12 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
 
+# json.dumps with arguments of its own makes an encoder at every call: one, made once
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 def _encode(seq: int, record: dict[str, Any]) -> bytes:
-    payload = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+    payload = _ENCODER.encode(record).encode()
     head = f"{seq} ".encode()
     return head + f"{zlib.crc32(head + payload):08x} ".encode() + payload + b"\n"
 

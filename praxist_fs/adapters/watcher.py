@@ -28,6 +28,10 @@ DISPATCH_TIMEOUT = 60.0
 # directory would ring the doorbell and make every rescan wake the loop twice.
 CHANGES = [FileCreatedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent,
            DirCreatedEvent, DirMovedEvent]
+# An inbox the coordinator empties itself (spool/incoming/, control/): there a deletion is
+# its own consumption of a request (or a peer taking one back: nothing to do), which rang
+# the doorbell once more for every request and woke the loop to list every inbox again.
+INBOX_CHANGES = [kind for kind in CHANGES if kind is not FileDeletedEvent]
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph",
                        "9p", "afs")
 
@@ -81,19 +85,21 @@ def needs_polling(path: Path) -> bool:
         os.environ.get("PRAXIST_FORCE_POLLING") == "1"
 
 
-def start_observer(directories: list[Path], ring: Callable[[], object], polling: bool):
-    """A started observer calling ``ring`` on any change; the caller checks ``is_alive()``."""
+def start_observer(directories: list[Path], ring: Callable[[], object], polling: bool,
+                   changes: list[type] = CHANGES):
+    """A started observer calling ``ring`` on any of ``changes``; the caller checks
+    ``is_alive()``."""
     # The inotify observer's dispatcher wakes every ``timeout`` seconds even with nothing to
     # do, and stop() wakes it at once: a long timeout costs nothing but idle CPU saved.
     observer = PollingObserver(timeout=1.0) if polling else Observer(timeout=DISPATCH_TIMEOUT)
     observer.doorbell = _Doorbell(ring)
     for directory in directories:
-        watch(observer, directory)
+        watch(observer, directory, changes)
     observer.daemon = True
     observer.start()
     return observer
 
 
-def watch(observer, directory: Path) -> None:
+def watch(observer, directory: Path, changes: list[type] = CHANGES) -> None:
     """Ring the same doorbell for one more directory (a new generation's inboxes)."""
-    observer.schedule(observer.doorbell, str(directory), recursive=False, event_filter=CHANGES)
+    observer.schedule(observer.doorbell, str(directory), recursive=False, event_filter=changes)

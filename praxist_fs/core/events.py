@@ -344,15 +344,21 @@ def _hold_as_member(event: Event, name: str, members: tuple[StrEnum, ...],
     object.__setattr__(event, name, type(members[0])(value))
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # an event type's field names, asked once
+
+
 def to_record(event: Event) -> dict[str, Any]:
     record: dict[str, Any] = {"type": event.kind}
-    for f in dataclasses.fields(event):
-        value = getattr(event, f.name)
+    names = _FIELD_NAMES.get(type(event))
+    if names is None:  # ``dataclasses.fields`` builds its answer anew at every call
+        names = _FIELD_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))
+    for name in names:
+        value = getattr(event, name)
         if isinstance(value, (Request, ControlRequest)):
             value = value.to_dict()
         elif isinstance(value, tuple):
             value = list(value)
-        record[f.name] = value
+        record[name] = value
     return record
 
 

@@ -238,3 +238,24 @@ def test_a_job_file_written_since_the_index_was_last_committed_is_listed_as_it_i
         ("tag-3", "queued"), ("tag-2", "queued"), ("tag-1", "completed")]
     active = list_jobs(layout, JobQuery(states=("queued", "running"), limit=1), OWNER)
     assert [d["job_id"][:5] for d in active.documents] == ["tag-3"] and active.matched == 2
+
+
+def test_the_end_of_a_job_a_commit_showed_unended_costs_no_lookup_and_one_never_shown_is_owed(
+        layout):
+    """A trivial job's end used to ask SQLite whether a commit had shown the job (locks,
+    stats, a read: ~10 system calls on every job's end); the coordinator now knows it for the
+    jobs its own commits showed unended. A job that ended before any commit showed it is
+    still owed at once (readers look in done/ only for the jobs the index shows unended)."""
+    index = built(layout)
+    index.stage(job(1, "queued"), dumps(job(1, "queued")))
+    index.flush(6)
+    asked: list[str] = []
+    index.db.set_trace_callback(asked.append)
+    index.stage(job(1, "completed"), dumps(job(1, "completed")))
+    assert asked == [] and not index.owes_an_end
+    index.stage(job(2, "completed"), dumps(job(2, "completed")))
+    assert any(statement.startswith("SELECT") for statement in asked) and index.owes_an_end
+    index.flush(7)
+    assert ids(layout) == ["2", "1"] and not index.owes_an_end
+    assert [d["state"] for d in list_jobs(layout, JobQuery(), OWNER).documents] == [
+        "completed", "completed"]

@@ -400,10 +400,11 @@ class LocalBackend:
         if pid is None and handle is not None:  # its pid's record failed (a full disk)
             pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
                 procs.boot_id()
-        alive = procs.is_alive(pid, started, boot) and (  # a supervisor outlives its attempt,
-            # and a shim that told the exit on its pipe runs nothing of it any more
-            handle is None or (not handle.over and handle.exit_record is None
-                               and handle.popen.poll() is None))
+        # a supervisor outlives its attempt, and a shim that told the exit on its pipe runs
+        # nothing of it any more: asked first, as it spares every end's read of /proc
+        alive = (handle is None or (not handle.over and handle.exit_record is None
+                                    and handle.popen.poll() is None)) and \
+            procs.is_alive(pid, started, boot)
         # Told on its pipe before exit.json is written (``X``): it counts once the commit
         # of this observation is durable, before anything is done about it; should we die
         # before that commit, the shim still writes exit.json for the next coordinator.
