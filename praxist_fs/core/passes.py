@@ -122,12 +122,27 @@ class PassDesk:
         if self.last_pass == (board.version, board.samples_seen) or board.stopped:
             return []
         self.last_pass, self.last_at = (board.version, board.samples_seen), at
-        if board.concurrency_target() <= board.count(JobState.RUNNING) and \
-                not board.preemption.may_preempt():
+        if self._no_slot():
             self.drop_rest()
             self.reasons_stale, board.unused_slots = True, 0
             return []
         return self._pass(at)
+
+    def _no_slot(self) -> bool:
+        """Whether a pass now could start nothing: every slot taken, and no queued job
+        may preempt to make one."""
+        board = self.board
+        return board.concurrency_target() <= board.count(JobState.RUNNING) and \
+            not board.preemption.may_preempt()
+
+    def unseen_queued(self) -> None:
+        """A job the last pass never saw waits in the queue (an acceptance batched apart
+        from the pass, as a run on the host registry does): with no slot free, a pass for
+        its reason starts nothing, so the reasons are stale until one runs. With a slot
+        free the next pass decides it, and may start it: a pass run only for reasons
+        would drop what it started."""
+        if self._no_slot():
+            self.reasons_stale = True
 
     def refresh_reasons(self) -> None:
         """Bring the pending reasons (and the slot-limited flag) up to date."""

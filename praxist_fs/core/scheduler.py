@@ -373,6 +373,8 @@ class Scheduler:
                    if isinstance(e, WriteJob) and e.directory == "queued"}
         if not written:
             return []
+        if not written <= self._pending.keys():  # accepted in this batch, apart from a pass
+            self.passes.unseen_queued()
         self.refresh_reasons()
         fresh = sorted(j for j in written & self._reason_dirty
                        if self.jobs[j].state is JobState.QUEUED)

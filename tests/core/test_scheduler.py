@@ -161,6 +161,20 @@ def test_a_job_accepted_with_no_slot_free_says_why_in_its_one_job_file():
     assert h.job(waiting)["reason"] == "waiting for a slot: 1 of 1 running"
 
 
+def test_a_job_accepted_outside_a_pass_with_no_slot_free_says_why_in_its_one_job_file():
+    """A run on the host registry accepts requests in a batch of their own and runs its
+    pass after, under the registry's lock (``Coordinator._launch``): the job's one file in
+    queued/ still says why it waits, though the reasons were fresh before it came (they
+    had just been asked for at status cadence), not only at the next status."""
+    h = Harness(make_policy(initial_concurrent_experiments=1, max_concurrent_experiments=1))
+    h.submit("exp-1")
+    h.launch_all()  # exp-1 runs; the pending reasons asked for after, as a status does
+    effects = h.feed([h.request_event({"peer": "p", "tag": "exp-2", "argv": ["x"]})])
+    (written,) = effects_of(effects, WriteJob)
+    assert written.document["reason"] == "waiting for a slot: 1 of 1 running"
+    assert h.launch_all() == [] and effects_of(h.last_effects, WriteJob) == []
+
+
 def test_spawn_effect_carries_the_request():
     h = Harness()
     job_id = h.submit("exp-1", argv=["python", "-m", "x"], cwd="/srv/w", env={"SEED": "4"},
