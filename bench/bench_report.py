@@ -7,7 +7,7 @@ and its peak memory on a run's history (issue 31: memory flat in history).
 With ``--run-dir`` the report of that run (e.g. one of 100,000 finished jobs that
 bench/bench_compaction.py --fixtures DIR leaves in DIR/run) is built as `praxist-fs
 report` builds it (``report_of``) and written to a temporary file; printed: its jobs,
-seconds, bytes, and the process's peak RSS (MB, ru_maxrss) beside its RSS before.
+seconds, bytes, and the process's peak RSS (MB, VmHWM) beside its peak before.
 
 The jobs are a `praxist-fs simulate` replay of the first N jobs of the Philly trace (the
 replay itself is not timed). Its final state is written as a run's snapshot
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import tempfile
 import time
 from pathlib import Path
@@ -41,14 +40,24 @@ def of_run(run_dir: Path) -> dict:
     """``praxist-fs report``'s work on ``run_dir``: time, size and peak memory."""
     from praxist_fs.report import report_of
 
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000
+    before = peak_rss_mb()
     began = time.perf_counter()
     document, jobs = report_of(RunLayout.at(run_dir))  # drawn as write consumes it
     with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
         size = write(Path(tmp) / "report.html", document)
     return {"jobs": jobs, "build_s": round(time.perf_counter() - began, 3), "bytes": size,
-            "rss_mb_before": round(before, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000, 1)}
+            "rss_mb_before": before, "peak_rss_mb": peak_rss_mb()}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (``VmHWM``), in MB. Not ``ru_maxrss``:
+    Linux carries that over a fork and an exec, so a bench started by a larger process
+    (``make bench``'s, ~100 MB) reads its parent's size however little it uses."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1000, 1)  # kB, as ru_maxrss / 1000 read
+    raise RuntimeError("/proc/self/status has no VmHWM")
 
 
 def main() -> None:

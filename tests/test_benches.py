@@ -124,6 +124,21 @@ def test_the_report_bench_says_the_peak_memory_of_a_runs_report(tmp_path):
     assert numbers["peak_rss_mb"] >= numbers["rss_mb_before"] > 0
 
 
+def test_the_report_bench_reads_its_own_peak_not_the_larger_process_that_started_it(
+        tmp_path):
+    """``make bench`` starts bench_report.py from a process of ~100 MB; Linux carries
+    ``ru_maxrss`` over the fork and the exec, so the report's peak read the parent's size
+    (96.5 MB at both 10,000 and 100,000 finished jobs: flat, and false)."""
+    built = bench("bench/fixture.py", str(tmp_path / "run"), "fixtures/tasks/example.yaml",
+                  "--finished", "20", tmp_path=tmp_path)
+    assert built.returncode == 0, built.stderr
+    ballast = b"x" * (400 << 20)  # this process, 400 MB larger, starts the bench
+    done = bench("bench/bench_report.py", "--run-dir", str(tmp_path / "run"), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    numbers = json.loads(done.stdout[done.stdout.index("{"):])
+    assert numbers["peak_rss_mb"] < len(ballast) / 1e6 / 2, numbers
+
+
 def test_a_compacted_runs_report_holds_a_row_per_job_not_its_document(tmp_path):
     """Issue 31: `report` on a long run must fit beside the coordinator. The history
     reader leaves a compacted run's finished jobs in the snapshot and the report keeps a
