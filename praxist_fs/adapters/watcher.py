@@ -19,11 +19,13 @@ from watchdog.events import (
     DirCreatedEvent, DirMovedEvent, FileClosedEvent, FileCreatedEvent, FileDeletedEvent,
     FileMovedEvent, FileSystemEventHandler,
 )
-from watchdog.observers import Observer
+from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
+from watchdog.observers.inotify_c import InotifyConstants
 from watchdog.observers.polling import PollingObserver
 
 DISPATCH_TIMEOUT = 60.0
-# What can mean news: an entry appeared, was renamed in or out, was removed, or a file
+# What can mean news: an entry appeared, was renamed in (inotify: ``_ArrivalsEmitter``;
+# polling: in or out), was removed, or a file
 # written in place was closed. Not opens and reads: our own scans of a watched
 # directory would ring the doorbell and make every rescan wake the loop twice.
 CHANGES = [FileCreatedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent,
@@ -34,6 +36,28 @@ CHANGES = [FileCreatedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent,
 INBOX_CHANGES = [kind for kind in CHANGES if kind is not FileDeletedEvent]
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph",
                        "9p", "afs")
+
+
+class _ArrivalsEmitter(InotifyEmitter):
+    """watchdog's inotify emitter, never asking for IN_MOVED_FROM. A file renamed *out* of
+    a watched directory (a request the coordinator sets aside into rejected/) is no news
+    to a doorbell, and watchdog holds an unpaired IN_MOVED_FROM half a second to pair it
+    with an IN_MOVED_TO, every event behind it held too: the next request renamed in
+    rang half a second late (`generation open` answered "already exists" in ~0.5 s after
+    another one, 50 ms otherwise). A rename *in* is still seen (IN_MOVED_TO)."""
+
+    def get_event_mask_from_filter(self):
+        return super().get_event_mask_from_filter() & ~InotifyConstants.IN_MOVED_FROM
+
+
+class _Observer(InotifyObserver):
+    """watchdog's inotify observer with ``_ArrivalsEmitter`` for every watch (its emitter
+    class is private to watchdog: tests/adapters/test_watcher.py fails if it stops
+    taking)."""
+
+    def __init__(self, *, timeout: float) -> None:
+        super().__init__(timeout=timeout)
+        self._emitter_class = _ArrivalsEmitter
 
 
 class _Doorbell(FileSystemEventHandler):
@@ -91,7 +115,7 @@ def start_observer(directories: list[Path], ring: Callable[[], object], polling:
     ``is_alive()``."""
     # The inotify observer's dispatcher wakes every ``timeout`` seconds even with nothing to
     # do, and stop() wakes it at once: a long timeout costs nothing but idle CPU saved.
-    observer = PollingObserver(timeout=1.0) if polling else Observer(timeout=DISPATCH_TIMEOUT)
+    observer = PollingObserver(timeout=1.0) if polling else _Observer(timeout=DISPATCH_TIMEOUT)
     observer.doorbell = _Doorbell(ring)
     for directory in directories:
         watch(observer, directory, changes)

@@ -40,3 +40,53 @@ def test_an_inbox_rings_for_a_request_renamed_in_and_not_for_its_consumption(tmp
     finally:
         observer.stop()
         observer.join()
+
+
+
+IN_MOVED_FROM, IN_MOVED_TO = 0x40, 0x80  # <sys/inotify.h>
+
+
+def kernel_masks(directory) -> list[int]:
+    """The masks this process's inotify watches on ``directory`` hold, as the kernel says
+    (/proc/self/fdinfo: ``inotify wd:.. ino:<hex> sdev:.. mask:<hex>``)."""
+    inode, masks = f"{os.stat(directory).st_ino:x}", []
+    for fd in os.listdir("/proc/self/fdinfo"):
+        try:
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                lines = info.read().splitlines()
+        except OSError:  # closed since listed
+            continue
+        for line in lines:
+            fields = dict(f.split(":", 1) for f in line.split()[1:] if ":" in f)
+            if line.startswith("inotify ") and fields.get("ino") == inode:
+                masks.append(int(fields["mask"], 16))
+    return masks
+
+
+def test_a_request_set_aside_out_of_an_inbox_holds_back_no_later_arrival(tmp_path):
+    """watchdog holds an unpaired IN_MOVED_FROM (a request the coordinator renames out of
+    control/ into rejected/) half a second to pair it, and every event behind it waits:
+    the next request rang the doorbell ~0.5 s late (`generation open` answered "already
+    exists" in 0.5 s after another). The doorbell's watches ask the kernel for no
+    IN_MOVED_FROM, and a request renamed in still rings."""
+    inbox, aside = tmp_path / "control", tmp_path / "rejected"
+    inbox.mkdir()
+    aside.mkdir()
+    rings: list[float] = []
+    observer = start_observer([inbox], lambda: rings.append(time.monotonic()), polling=False,
+                              changes=INBOX_CHANGES)
+    try:
+        assert wait_for(lambda: kernel_masks(inbox), 10), "the inbox is watched"
+        (mask,) = kernel_masks(inbox)
+        assert mask & IN_MOVED_TO and not mask & IN_MOVED_FROM, hex(mask)
+        (aside / "a.json").write_bytes(b"{}")
+        os.rename(aside / "a.json", inbox / "a.json")
+        assert wait_for(lambda: len(rings) == 1, 10), "a request renamed in rings"
+        os.rename(inbox / "a.json", aside / "a.json")  # set aside: renamed out
+        (aside / "b.json").write_bytes(b"{}")
+        os.rename(aside / "b.json", inbox / "b.json")
+        assert wait_for(lambda: len(rings) >= 2, 10), "the next request rings"
+        assert not wait_for(lambda: len(rings) >= 3, 2), "the move out rang the doorbell"
+    finally:
+        observer.stop()
+        observer.join()
