@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 
 from praxist_fs.adapters.watcher import INBOX_CHANGES, start_observer
 
@@ -17,29 +18,40 @@ def wait_for(condition, timeout: float) -> bool:
     return True
 
 
+@contextmanager
+def doorbell(inbox):
+    """The coordinator's doorbell on ``inbox`` (real inotify): the times it rang."""
+    rings: list[float] = []
+    observer = start_observer([inbox], lambda: rings.append(time.monotonic()), polling=False,
+                              changes=INBOX_CHANGES)
+    try:
+        yield rings
+    finally:
+        observer.stop()
+        observer.join()
+
+
+def renamed_in(outside, inbox, name: str) -> None:
+    """A request written beside ``inbox`` and renamed into it, as a peer drops one."""
+    (outside / name).write_bytes(b"{}")
+    os.rename(outside / name, inbox / name)
+
+
 def test_an_inbox_rings_for_a_request_renamed_in_and_not_for_its_consumption(tmp_path):
     """Each request consumed from spool/incoming/ (its file removed by the coordinator) rang
     the doorbell a second time, and the loop woke to list every inbox again for nothing."""
     inbox, outside = tmp_path / "incoming", tmp_path / "tmp"
     inbox.mkdir()
     outside.mkdir()
-    rings: list[float] = []
-    observer = start_observer([inbox], lambda: rings.append(time.monotonic()), polling=False,
-                              changes=INBOX_CHANGES)
-    try:
-        (outside / "a.json").write_bytes(b"{}")
-        os.rename(outside / "a.json", inbox / "a.json")
+    with doorbell(inbox) as rings:
+        renamed_in(outside, inbox, "a.json")
         assert wait_for(lambda: len(rings) == 1, 10), "a request renamed in rings"
         os.unlink(inbox / "a.json")  # consumed
-        (outside / "b.json").write_bytes(b"{}")
-        os.rename(outside / "b.json", inbox / "b.json")
+        renamed_in(outside, inbox, "b.json")
         # one inotify queue, delivered in order: a ring for the removal would come before
         # b's, so a third ring within seconds means the removal rang
         assert wait_for(lambda: len(rings) >= 2, 10), "the next request rings"
         assert not wait_for(lambda: len(rings) >= 3, 2), "the removal rang the doorbell"
-    finally:
-        observer.stop()
-        observer.join()
 
 
 
@@ -72,21 +84,13 @@ def test_a_request_set_aside_out_of_an_inbox_holds_back_no_later_arrival(tmp_pat
     inbox, aside = tmp_path / "control", tmp_path / "rejected"
     inbox.mkdir()
     aside.mkdir()
-    rings: list[float] = []
-    observer = start_observer([inbox], lambda: rings.append(time.monotonic()), polling=False,
-                              changes=INBOX_CHANGES)
-    try:
+    with doorbell(inbox) as rings:
         assert wait_for(lambda: kernel_masks(inbox), 10), "the inbox is watched"
         (mask,) = kernel_masks(inbox)
         assert mask & IN_MOVED_TO and not mask & IN_MOVED_FROM, hex(mask)
-        (aside / "a.json").write_bytes(b"{}")
-        os.rename(aside / "a.json", inbox / "a.json")
+        renamed_in(aside, inbox, "a.json")
         assert wait_for(lambda: len(rings) == 1, 10), "a request renamed in rings"
         os.rename(inbox / "a.json", aside / "a.json")  # set aside: renamed out
-        (aside / "b.json").write_bytes(b"{}")
-        os.rename(aside / "b.json", inbox / "b.json")
+        renamed_in(aside, inbox, "b.json")
         assert wait_for(lambda: len(rings) >= 2, 10), "the next request rings"
         assert not wait_for(lambda: len(rings) >= 3, 2), "the move out rang the doorbell"
-    finally:
-        observer.stop()
-        observer.join()
