@@ -69,7 +69,6 @@ PR_SET_CHILD_SUBREAPER = 36
 REQUEST_FDS = 1  # a fork server's request: the pool socket of the supervisor to fork
 ATTEMPT_FDS = 3  # an attempt on a pool socket: the control, GO and status fds of a --warm shim
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
-ATTEMPT_DIR_MODE = 0o755  # attempts/<job_id>/ and its attempts', as own_directories makes them
 INFRA_EXIT_CODE = 75  # core.budget's: an infrastructure failure, retried
 
 
@@ -343,8 +342,8 @@ def open_attempt_directory(attempt_dir):
     try:
         for directory in (attempt_dir[:attempt_dir.rindex("/")], attempt_dir):
             parent = fds[-1] if fds else None
-            shim_command.make_directory(directory, ATTEMPT_DIR_MODE, recorded=True,
-                                        parent_fd=parent)
+            shim_command.make_directory(directory, shim_command.ATTEMPT_DIR_MODE,
+                                        recorded=True, parent_fd=parent)
             fd, problem = shim_command.open_directory(directory, parent)
             if problem is not None:  # as the coordinator's own_directories says it
                 code, error = 126, "refused to start it: %s: %s" % (directory, problem)

@@ -33,6 +33,9 @@ RESTORED = CAUGHT + (_signal.SIGPIPE, _signal.SIGXFSZ)
 RETRIED = (errno.ENOSPC, errno.EDQUOT, errno.EIO)
 RETRY_FIRST_S = 0.1  # the first pause between tries; it doubles ...
 RETRY_MAX_S = 5.0  # ... up to this
+# attempts/<job_id>/ and its attempts', as the coordinator's own_directories makes its own:
+# the shims refuse one that others may write to (R-SEC-4)
+ATTEMPT_DIR_MODE = 0o755
 _written = 0  # files this process began to write: their temp names' serial number
 
 

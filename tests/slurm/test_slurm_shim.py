@@ -28,10 +28,11 @@ def attempt(tmp_path):
     return attempt
 
 
-def spec(attempt, command, barrier_timeout_s=30.0):
+def spec(attempt, command, barrier_timeout_s=30.0, log=None):
     write_spec(attempt, {"argv": None, "command": command, "cwd": str(attempt.parent),
                          "env": {"PATH": os.defpath, "CUDA_VISIBLE_DEVICES": "stale"},
-                         "log": str(attempt / "out.log"), "barrier_timeout_s": barrier_timeout_s})
+                         "log": str(log or attempt / "out.log"),
+                         "barrier_timeout_s": barrier_timeout_s})
 
 
 def start(attempt, **env):
@@ -230,6 +231,42 @@ def test_a_torn_spec_is_said_and_nothing_runs(attempt, damage):
     assert not (attempt.parent / "ran").exists()
 
 
+def test_a_link_put_in_place_of_the_attempt_directory_after_its_check_leads_nowhere(
+        attempt, tmp_path):
+    """R-SEC-4 after the check, as for the local shim: the shim opened and checked its
+    attempt directory before READY; swapped for a link to elsewhere while it waits at the
+    barrier (GO is found there, by its path), the command runs but nothing is written
+    through the link: exit.json lands in the directory it checked."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    spec(attempt, "exit 6", log=tmp_path / "out.log")  # logs/experiments/, outside
+    shim = start(attempt)
+    wait_for(lambda: (attempt / "READY").exists(), message="READY")
+    checked = attempt.with_name("a1.checked")
+    os.rename(attempt, checked)
+    os.symlink(elsewhere, attempt)
+    (elsewhere / "GO").touch()
+    assert ended(shim) == 6
+    assert os.listdir(elsewhere) == ["GO"]
+    assert read(checked / "exit.json")["exit_code"] == 6
+
+
+@pytest.mark.parametrize("which", ["attempt", "job"])
+def test_an_attempt_directory_others_may_write_to_is_refused_and_nothing_runs(attempt,
+                                                                             which):
+    """A directory a peer could swap files in (group- or world-writable) is not the
+    coordinator's own: the shim says so in slurm.out, writes no READY and runs nothing."""
+    directory = attempt if which == "attempt" else attempt.parent
+    spec(attempt, "touch ran")
+    (attempt / "GO").touch()
+    directory.chmod(0o775)
+    shim = start(attempt)
+    out, _ = shim.communicate(timeout=30)
+    assert shim.returncode == 77
+    assert b"refusing to run it: %s is writable by others" % bytes(directory) in out
+    assert not (attempt / "READY").exists() and not (attempt.parent / "ran").exists()
+
+
 def test_the_shim_loads_none_of_the_coordinators_modules(attempt):
     """Its start-up is on every Slurm job's path: of praxist_fs it loads the two shim
     modules and the packages they sit in (backends/slurm/ imports nothing), never the
@@ -256,11 +293,17 @@ def test_a_job_of_several_processes_exits_with_its_first_failure(tmp_path):
             "error": None}
     for rank, (code, at) in enumerate([(137, 300), (3, 200), (5, 250)]):
         (tmp_path / f"rank-{rank}.exit").write_text(f"{code} {at}\n")
-    assert first_failure(srun, str(tmp_path)) == dict(srun, exit_code=3, rank=1)
-    for rank in range(3):
-        (tmp_path / f"rank-{rank}.exit").write_text(f"0 {rank}\n")
-    assert first_failure(dict(srun, exit_code=0), str(tmp_path))["exit_code"] == 0
-    assert first_failure(srun, str(tmp_path / "nothing")) == srun
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert first_failure(srun, str(tmp_path), directory) == dict(srun, exit_code=3,
+                                                                     rank=1)
+        for rank in range(3):
+            (tmp_path / f"rank-{rank}.exit").write_text(f"0 {rank}\n")
+        assert first_failure(dict(srun, exit_code=0), str(tmp_path),
+                             directory)["exit_code"] == 0
+        assert first_failure(srun, str(tmp_path / "nothing"), directory) == srun
+    finally:
+        os.close(directory)
 
 
 def test_the_tasks_get_the_rendezvous_variables_through_srun(tmp_path):

@@ -29,6 +29,7 @@ from praxist_fs.adapters.taskreports import task_report
 from praxist_fs.adapters.wakepipe import drain
 from praxist_fs.backends.attempt_dir import BARRIER_TIMEOUT_S, describe, make_durable
 from praxist_fs.backends.base import AttemptKey, RunContext
+from praxist_fs.backends.shim_command import ATTEMPT_DIR_MODE
 from praxist_fs.backends.slurm.client import (
     PENDING_STATES, RUNNING_STATES, SPEC, FinalExit, SlurmClient, SlurmRefused, SlurmState,
     SlurmUnavailable, job_options, outcome, refused_placements, tasks, write_spec,
@@ -150,7 +151,7 @@ class SlurmBackend:
             self.cluster_recorded = True
         attempt_dir = self.layout.attempt_dir(*key)
         log_path = self.layout.log(*key)
-        makedirs(attempt_dir)
+        makedirs(attempt_dir, mode=ATTEMPT_DIR_MODE)
         makedirs(log_path.parent)
         job = self.lookup(effect.job_id)
         requested = job.request.slurm if job is not None else None

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from praxist_fs.adapters.fsio import makedirs, write_atomic, write_json
+from praxist_fs.backends.shim_command import ATTEMPT_DIR_MODE
 from praxist_fs.backends.slurm.config import SLURM_PATH, SlurmConfig
 from praxist_fs.errors import PraxistError
 
@@ -364,7 +365,7 @@ class SlurmClient:
         SlurmRefused with sbatch's message, or SlurmUnavailable when sbatch did not answer
         (the job may exist: find() it by name before submitting again)."""
         attempt_dir = Path(os.path.abspath(attempt_dir))
-        makedirs(attempt_dir)
+        makedirs(attempt_dir, mode=ATTEMPT_DIR_MODE)
         write_atomic(attempt_dir / ENTRY, entry_script(self.config.python), mode=0o755)
         comment = f"praxist:{run_tag(self.run_dir)}:{job_id}:{attempt_id}"
         return self._job_id(self._run(sbatch_argv(

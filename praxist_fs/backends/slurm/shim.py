@@ -43,6 +43,7 @@ SPEC = "spec.json"
 TRAPPED = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP)  # the command is to end
 PASSED_ON = (_signal.SIGUSR1, _signal.SIGUSR2)  # a warning: the command decides
 EX_NOINPUT = 66  # no spec to run
+EX_NOPERM = 77  # its directory is not ours to write through: nothing ran
 EX_TEMPFAIL = 75  # refused to run again: an infrastructure matter, as exit 75 means elsewhere
 # The variables that name an attempt's GPUs (binding.py), for a CPU job the empty string.
 GPU_VARIABLES = ("PRAXIST_ASSIGNED_GPU_UUIDS", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
@@ -62,8 +63,46 @@ def main(argv=None):
 
 def serve(attempt_dir, environ):
     """Run the attempt in ``attempt_dir`` once; the batch script's exit code."""
+    directory, refusal = open_attempt_directory(attempt_dir)
+    if refusal is not None:  # no READY: the coordinator sees a failed start
+        code, why = refusal
+        shim_command.tell(2, b"praxist_fs: %s\n" % why.encode("utf-8", "surrogateescape"))
+        return code
+    try:
+        return serve_in(attempt_dir, directory, environ)
+    finally:
+        posix.close(directory)
+
+
+def open_attempt_directory(attempt_dir):
+    """The attempt's directory and its job's, opened and checked as the local shim opens
+    its own (a real directory of ours nobody else may write to, never a link: R-SEC-4),
+    so that every file of the attempt is read and written relative to what was checked:
+    a link put in place of it later leads nowhere. (attempt fd, None), or (None, (exit
+    code, why)). The coordinator made both (slurm/backend.py, mode 0755)."""
+    job_dir = attempt_dir[:attempt_dir.rindex("/")] or "/"
+    try:
+        job_fd, problem = shim_command.open_directory(job_dir)
+        if problem is not None:
+            return None, (EX_NOPERM, "refusing to run it: %s %s" % (job_dir, problem))
+        try:
+            fd, problem = shim_command.open_directory(attempt_dir, job_fd)
+        finally:
+            posix.close(job_fd)
+    except OSError as exc:
+        return None, (EX_NOINPUT, "cannot open the attempt's directory: %s" % exc)
+    if problem is not None:
+        return None, (EX_NOPERM, "refusing to run it: %s %s" % (attempt_dir, problem))
+    return fd, None
+
+
+def serve_in(attempt_dir, directory, environ):
+    """serve, with ``directory`` the attempt's directory as opened: every file is read and
+    written relative to it. GO and ABORT alone are looked for by listing ``attempt_dir``
+    by its path: on NFS only a fresh lookup refreshes the cached listing (an open
+    directory's may lag by the attribute cache's 30-60 s), and a listing writes nothing."""
     restarts = environ.get("SLURM_RESTART_COUNT", "0")
-    if restarts not in ("", "0") or shim_command.exists(attempt_dir + "/READY"):
+    if restarts not in ("", "0") or shim_command.exists("READY", dir_fd=directory):
         shim_command.tell(2, b"praxist_fs: this attempt has run before (Slurm restart count "
                              b"%s); refusing to run it twice\n" % restarts.encode())
         return EX_TEMPFAIL
@@ -71,19 +110,17 @@ def serve(attempt_dir, environ):
         _signal.signal(signum, forward_term)
     for signum in PASSED_ON:
         _signal.signal(signum, pass_on)
-    spec_path = attempt_dir + "/" + SPEC
     if "ABORT" in listing(attempt_dir):
-        remove(spec_path)
+        remove(SPEC, directory)
         return 0
     try:
-        with open(spec_path, "rb") as handle:
-            spec = parse_json(handle.read().decode())
+        spec = parse_json(shim_command.read_small(SPEC, dir_fd=directory).decode())
     except (OSError, ValueError) as exc:  # no READY: the coordinator sees a failed start
         shim_command.tell(2, b"praxist_fs: cannot read the attempt's spec: %s\n"
                           % str(exc).encode())
         return EX_NOINPUT
     finally:
-        remove(spec_path)
+        remove(SPEC, directory)
     gpus = slurm_gpus(environ)
     ready = dict(shim_command.own_identity(), at=time.time(), host=posix.uname().nodename,
                  slurm_job_id=environ.get("SLURM_JOB_ID"),
@@ -93,7 +130,8 @@ def serve(attempt_dir, environ):
     # durable: on a shared filesystem READY's absence is the coordinator's proof that the
     # command never ran (its GO is given as soon as sbatch answers)
     for _ in shim_command.write_until_written(attempt_dir + "/READY",
-                                              shim_command.to_json(ready), durable=True):
+                                              shim_command.to_json(ready), durable=True,
+                                              dir_fd=directory):
         if "ABORT" in listing(attempt_dir):
             return 0
     ring(spec.get("notify"), attempt_dir)
@@ -108,11 +146,12 @@ def serve(attempt_dir, environ):
     finally:
         posix.close(status_fd)
     if spec.get("tasks"):
-        result = first_failure(result, attempt_dir)
+        result = first_failure(result, attempt_dir, directory)
     if _warnings:  # the time limit's warning came: a failure may be its doing
         result = dict(result, warned=_warnings[-1])
     for _ in shim_command.write_until_written(attempt_dir + "/exit.json",
-                                              shim_command.to_json(result), durable=True):
+                                              shim_command.to_json(result), durable=True,
+                                              dir_fd=directory):
         pass  # the exit exists only here until written: no giving up
     ring(spec.get("notify"), attempt_dir)
     return min(result["exit_code"], 255)
@@ -169,16 +208,16 @@ def across_tasks(spec, attempt_dir, environ):
         "praxist-task", attempt_dir, *command])
 
 
-def first_failure(result, attempt_dir):
+def first_failure(result, attempt_dir, directory):
     """The exit of a job of several processes: that of the first task that failed (by
     the time each wrapper recorded, then by rank), or 0 when every one exited 0; srun's
-    own where no task said (none could start, or all were killed). ``rank`` names it."""
+    own where no task said (none could start, or all were killed). ``rank`` names it.
+    Each task's file is read relative to ``directory``, the attempt's as opened."""
     ended = []
     for name in listing(attempt_dir):
         if name.startswith("rank-") and name.endswith(".exit") and name[5:-5].isdigit():
             try:
-                with open(attempt_dir + "/" + name) as handle:
-                    code, at = handle.read().split()
+                code, at = shim_command.read_small(name, dir_fd=directory).split()
                 ended.append((int(at), int(name[5:-5]), int(code)))
             except (OSError, ValueError):
                 continue
@@ -318,9 +357,9 @@ def wait_for_go(attempt_dir, timeout):
         time.sleep(shim_command.POLL_SECONDS)
 
 
-def remove(path):
+def remove(name, directory):
     try:
-        posix.unlink(path)
+        posix.unlink(name, dir_fd=directory)
     except OSError:
         pass
 
