@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 from pathlib import Path
 
 from .wakepipe import drain
 
 # <sys/inotify.h>
-IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x8, 0x80, 0x100, 0x200
+IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM = 0x2, 0x4, 0x8, 0x40
+IN_MOVED_TO, IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x80, 0x100, 0x200, 0x400, 0x800
 IN_ONLYDIR = 0x01000000
 ARRIVALS = IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE  # what rings in an inbox
 CHANGES = ARRIVALS | IN_DELETE  # ... and elsewhere (a generation's results and idle/)
+# anything a look at a directory's entries and their contents and times could find new
+TOUCHED = CHANGES | IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -41,6 +45,7 @@ class InotifyBell:
         if fd < 0:
             raise _error("inotify_init1")
         self.fd = fd
+        self._closed = weakref.finalize(self, os.close, fd)  # one dropped unstopped
 
     def fileno(self) -> int:
         return self.fd
@@ -55,12 +60,23 @@ class InotifyBell:
         """Read every queued event and forget it: the caller lists what it watches."""
         drain(self.fd)
 
+    def rang(self) -> bool:
+        """Whether anything was queued since the last look (read empty now; a queue that
+        overflowed says so too)."""
+        queued = False
+        try:
+            while os.read(self.fd, 4096):
+                queued = True
+        except BlockingIOError:
+            pass
+        return queued
+
     def is_alive(self) -> bool:
         return self.fd >= 0
 
     def stop(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self._closed()
             self.fd = -1
 
     def join(self, timeout: float | None = None) -> None:
