@@ -136,6 +136,34 @@ TRUE = executable("true", "/bin/true")
 SH = "/bin/sh"
 
 
+class Shell:
+    """A shell user's own shell: one ``/bin/sh`` that lives through a scenario and reads
+    command lines from a pipe. ``run`` gives it a line and returns the first line the
+    commands print, so a submission is timed from just before the line is written, as
+    when a user presses Enter in a running shell: neither system pays a shell start, and
+    each pays the commands it needs (``printf`` is built in; ``mv`` or ``tsp`` is one
+    exec). A context manager; ``env`` is the shell's environment."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen([SH], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     env=env, text=True, bufsize=1)
+
+    def __enter__(self) -> Shell:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+    def run(self, line: str) -> str:
+        self.proc.stdin.write(line + "\n")
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the shell exited ({self.proc.poll()}) on: {line[:200]}")
+        return answer.rstrip("\n")
+
+
 # --- a coordinator on a scratch run directory ----------------------------------
 
 

@@ -67,6 +67,7 @@ def main() -> int:
             """Only ``directories`` (of SLICED) are due for a sliced pass."""
             for directory in SLICED:
                 keeper._next_sweep[directory] = 0.0 if directory in directories else math.inf
+            keeper._watches.clear()  # each pass runs, as after a change (none skipped)
 
         def sliced_pass(directories: tuple[str, ...] = HISTORY,
                         since: int | None = None) -> dict:

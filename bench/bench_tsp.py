@@ -11,7 +11,10 @@ Scenarios, each measured the same way as its praxist_fs counterpart:
 
 latency     N sequential ``tsp /bin/sh -c 'date +%s%N > FILE'``: from just
             before the ``tsp`` call to the timestamp date writes; the next job
-            is submitted once the previous one finished (``tsp -w``).
+            is submitted once the previous one finished (``tsp -w``). With
+            ``shell`` (bench_all's shell row) each ``tsp`` call is a line given
+            to one running ``/bin/sh`` (``bench_coordinator.Shell``), as the
+            praxist_fs side gives its ``printf ... && mv ...`` line.
 throughput  N ``tsp /bin/true`` at two slots: from the first ``tsp`` call to the
             last job finished.
 submit      the per-call cost of ``tsp CMD`` while one slot is held by a
@@ -27,8 +30,10 @@ Run alone: ``.venv/bin/python bench/bench_tsp.py [--quick]``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -36,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_coordinator import discard
+from bench_coordinator import Shell, discard
 
 SH = "/bin/sh"
 SUBMIT_CAP = 900  # stay below tsp's ~1,000 connection limit (blocker + queued clients)
@@ -127,17 +132,21 @@ class TaskSpooler:
 # --- scenarios ----------------------------------------------------------------
 
 
-def latency(tsp: str, n: int, command, summary, poll_s: float = 0.0005) -> dict:
-    """``command(stamp_path) -> shell text``; ``summary(values_ns)`` -> percentiles."""
+def latency(tsp: str, n: int, command, summary, poll_s: float = 0.0005,
+            shell: bool = False) -> dict:
+    """``command(stamp_path) -> shell text``; ``summary(values_ns)`` -> percentiles.
+    ``shell``: each ``tsp`` call made by a running shell (``Shell``), not by this process."""
     to_start, failures = [], []
-    with TaskSpooler(tsp, "latency", slots=2) as ts:
+    with TaskSpooler(tsp, "latency", slots=2) as ts, \
+            (Shell(ts.env) if shell else contextlib.nullcontext()) as sh:
         stamps = ts.scratch / "stamps"
         stamps.mkdir()
         for i in range(n):
             stamp = stamps / f"{i:05d}"
             argv = [SH, "-c", command(stamp)]
+            line = shlex.join([tsp, "-B", *argv]) + " </dev/null"
             submitted = time.time_ns()
-            job_id = ts.submit(argv)
+            job_id = int(sh.run(line)) if shell else ts.submit(argv)
             deadline = time.monotonic() + 30
             started = None
             while time.monotonic() < deadline:

@@ -5,9 +5,10 @@ through the views (``views.py``); neither feeds the core nor calls the loop.
 lock -> warm shims on their way -> replay the journal -> record this start -> repair
 derived files -> re-adopt live attempts -> start the observer -> scan the spool ->
 return the start's memory -> endpoint.json -> loop.
-The loop waits on one selector (wake-up pipe rung by watchdog and signals,
-shim status pipes, pidfds of re-adopted shims, the shim server's answers, or a
-timeout), turns what it sees into events, and for every batch:
+The loop waits on one selector (the inotify doorbell; a wake-up pipe rung by signals,
+the compaction or a polling observer; shim status pipes, pidfds of re-adopted shims,
+the shim server's answers, or a timeout), turns what it sees into events, and for
+every batch:
 the driver (``driver.py``: ``Scheduler.handle`` with the scheduling pass, for
 requests and exits, and a warm shim bound to each new attempt -> journal append ->
 one fsync -> carry out the effects, launches first). The run directory's
@@ -45,7 +46,8 @@ from .adapters.pressure import PressureSampler
 from .adapters.vault import Vault
 from .adapters.wakepipe import drain
 from .adapters.watcher import (
-    INBOX_CHANGES, filesystem_of, filesystem_type, needs_polling, start_observer, watch,
+    INBOX_CHANGES, InotifyBell, filesystem_of, filesystem_type, needs_polling, start_doorbell,
+    watch,
 )
 from .backends import registry as backends
 from .backends.base import ExecutionBackend, RunContext
@@ -356,7 +358,7 @@ class Coordinator:
             for key, _ in ready:
                 kind, token = key.data
                 if kind == "wake":
-                    scan |= self._drain_wake()
+                    scan |= self._drain_wake(token)
                 else:
                     told += self.backend.on_ready(token)
             self._process(told, launch=True)
@@ -387,8 +389,12 @@ class Coordinator:
                     or sched.outstanding_leases() or sched.release_pending
                     or any(sched.idle_peers.values()))
 
-    def _drain_wake(self) -> bool:
-        drain(self._wake_read)
+    def _drain_wake(self, bell: InotifyBell | None = None) -> bool:
+        """The wake-up pipe (or the inotify doorbell) read empty: the inboxes are listed."""
+        if bell is None:
+            drain(self._wake_read)
+        else:
+            bell.drain()
         return True
 
     def _ring(self) -> None:
@@ -579,8 +585,10 @@ class Coordinator:
             self._process(self.inboxes.generations(self.sched.generations))
 
     def _start_observer(self) -> None:
-        self.observer = start_observer([self.layout.incoming, self.layout.control],
+        self.observer = start_doorbell([self.layout.incoming, self.layout.control],
                                        self._ring, self.polling, INBOX_CHANGES)
+        if isinstance(self.observer, InotifyBell):  # read by the loop itself
+            self.selector.register(self.observer, selectors.EVENT_READ, ("wake", self.observer))
         self._watched: set[int] = set()
         for number in self.sched.generations:
             self._watch_generation(number)

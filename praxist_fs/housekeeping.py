@@ -22,7 +22,9 @@ from typing import Any
 
 from .adapters import procs, quarantine
 from .adapters.fsio import TEMP_PATTERN, dumps, read_json, unlink, write_atomic
+from .adapters.inotify_bell import TOUCHED, InotifyBell
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.watcher import needs_polling
 from .core.effects import WriteJob, WriteReply
 from .core.states import JobState
 from .core.scheduler import FINISHED, Scheduler
@@ -68,6 +70,8 @@ class Housekeeper:
         self._accounted = dict.fromkeys(HISTORY, 0)  # files of the journal's a pass found
         self._expected = dict.fromkeys(HISTORY, 0)  # ... and how many it had as it began
         self._first = SLICED[0]  # where the next slice begins: after the one cut short
+        # of HISTORY: what tells a pass that nothing changed (None: every pass runs)
+        self._watches: dict[str, InotifyBell | None] = {}
         self._started_ns = time.time_ns()  # a temp file older than this is a crash's
 
     def quarantine(self) -> quarantine.Case:
@@ -223,6 +227,9 @@ class Housekeeper:
         if self._listing[directory] is None:
             if time.monotonic() < self._next_sweep[directory]:
                 return [], False
+            if directory in HISTORY and self._unchanged(directory):
+                self._next_sweep[directory] = time.monotonic() + self.done_sweep
+                return [], False
             self._since[directory] = self._swept_ns.get(directory)
             self._swept_ns[directory] = time.time_ns()
             if directory in HISTORY:
@@ -240,6 +247,31 @@ class Housekeeper:
             self._next_sweep[directory] = time.monotonic() + (
                 self.done_sweep if directory in HISTORY else 0.0)
         return entries, self._listing[directory] is None
+
+    def _unchanged(self, directory: str) -> bool:
+        """Nothing in ``directory`` (one of HISTORY) was created, removed, renamed, written
+        or touched since its last pass began, as inotify saw: this pass is skipped. An
+        idle run's history (every job it had) was listed and statted every minute: 0.1 s
+        of CPU a minute per directory at 10,000 finished jobs, 0.6-0.8 s at 100,000,
+        most of an idle coordinator's CPU. The first pass runs, and every pass on a
+        network file system (inotify misses other hosts' writes) or where no watch can
+        be had. A pass that runs watches its directory again first (one replaced by
+        hand is a new inode), so what changes while it lists makes the next one run."""
+        path = self._sliced(directory)
+        if directory not in self._watches:  # its first pass
+            try:
+                self._watches[directory] = None if needs_polling(path) else InotifyBell()
+            except OSError:  # no inotify instance left for this user
+                self._watches[directory] = None
+        elif (bell := self._watches[directory]) is not None and not bell.rang():
+            return True
+        if (bell := self._watches[directory]) is not None:
+            try:
+                bell.watch(path, TOUCHED)
+            except OSError:  # no directory (the pass says so), or no watch left for this user
+                bell.stop()
+                self._watches[directory] = None
+        return False
 
     def _sliced(self, directory: str) -> Path:
         return self.layout.replies if directory == "replies" else self.layout.jobs(directory)

@@ -244,3 +244,31 @@ def test_the_backfill_reservations_bench_follows_a_reservation_to_its_start(tmp_
     assert "4 jobs, whole-GPU, 2 GPUs" in out
     assert "reservations: 1 jobs" in out
     assert "started after the first reservation's start by median 0.0 h" in out
+
+
+SHELL_ROW = """
+import json, sys
+sys.path.insert(0, "bench")
+import bench_all, bench_tsp
+from bench_coordinator import summary_ms
+px = bench_all.px_latency(3, shell=True)
+tsp = bench_tsp.ensure_tsp(sys.argv[1])[0] if len(sys.argv) > 1 else None
+ts = tsp and bench_tsp.latency(tsp, 3, bench_all.stamp_command, summary_ms, shell=True)
+print(json.dumps({"px": px, "tsp": ts}))
+"""
+
+
+def test_the_shell_row_gives_both_systems_a_line_in_one_running_shell(tmp_path):
+    """The shell row started a new `sh -c` per praxist_fs job, timed from before the
+    shell's start, while task-spooler's side execed tsp from Python: praxist_fs alone
+    paid a shell start. Both now give a line to one running shell per scenario, and the
+    praxist_fs side says how long the shell's own printf + mv took."""
+    tsp = shutil.which("tsp")
+    done = bench("-c", SHELL_ROW, *([tsp] if tsp else []), tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    px = result["px"]
+    assert px["failures"] == [] and px["submit_to_start"]["n"] == 3
+    assert 0 < px["line_to_mv_returned_p50_ms"] and px["phases_p50_ms"]["line_to_request_seen"]
+    if tsp:
+        assert result["tsp"]["submit_to_start"]["n"] == 3, result["tsp"]

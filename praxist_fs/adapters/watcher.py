@@ -23,6 +23,8 @@ from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
 from watchdog.observers.inotify_c import InotifyConstants
 from watchdog.observers.polling import PollingObserver
 
+from .inotify_bell import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MOVED_TO, InotifyBell
+
 DISPATCH_TIMEOUT = 60.0
 # What can mean news: an entry appeared, was renamed in (inotify: ``_ArrivalsEmitter``;
 # polling: in or out), was removed, or a file
@@ -34,6 +36,10 @@ CHANGES = [FileCreatedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent,
 # its own consumption of a request (or a peer taking one back: nothing to do), which rang
 # the doorbell once more for every request and woke the loop to list every inbox again.
 INBOX_CHANGES = [kind for kind in CHANGES if kind is not FileDeletedEvent]
+# the same changes as the kernel's inotify masks, for the coordinator's own ``InotifyBell``
+_MASKS = {FileCreatedEvent: IN_CREATE, DirCreatedEvent: IN_CREATE, FileMovedEvent: IN_MOVED_TO,
+          DirMovedEvent: IN_MOVED_TO, FileClosedEvent: IN_CLOSE_WRITE,
+          FileDeletedEvent: IN_DELETE}
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph",
                        "9p", "afs")
 
@@ -124,6 +130,25 @@ def start_observer(directories: list[Path], ring: Callable[[], object], polling:
     return observer
 
 
+def start_doorbell(directories: list[Path], ring: Callable[[], object], polling: bool,
+                   changes: list[type] = CHANGES):
+    """The coordinator's doorbell: on a local file system an ``InotifyBell`` for the loop's
+    own selector (no thread between the kernel and the loop; ``ring`` is not called),
+    on a network one a polling observer calling ``ring``."""
+    if polling:
+        return start_observer(directories, ring, polling, changes)
+    bell = InotifyBell()
+    for directory in directories:
+        watch(bell, directory, changes)
+    return bell
+
+
 def watch(observer, directory: Path, changes: list[type] = CHANGES) -> None:
     """Ring the same doorbell for one more directory (a new generation's inboxes)."""
+    if isinstance(observer, InotifyBell):
+        mask = 0
+        for kind in changes:
+            mask |= _MASKS[kind]
+        observer.watch(directory, mask)
+        return
     observer.schedule(observer.doorbell, str(directory), recursive=False, event_filter=changes)

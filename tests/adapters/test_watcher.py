@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import select
+import threading
 import time
 from contextlib import contextmanager
 
-from praxist_fs.adapters.watcher import INBOX_CHANGES, start_observer
+import pytest
+
+from praxist_fs.adapters.watcher import INBOX_CHANGES, start_doorbell, start_observer, watch
 
 
 def wait_for(condition, timeout: float) -> bool:
@@ -20,7 +24,8 @@ def wait_for(condition, timeout: float) -> bool:
 
 @contextmanager
 def doorbell(inbox):
-    """The coordinator's doorbell on ``inbox`` (real inotify): the times it rang."""
+    """watchdog's doorbell (a peer's waits, ``top``; the coordinator's on a network file
+    system polls) on ``inbox`` (real inotify): the times it rang."""
     rings: list[float] = []
     observer = start_observer([inbox], lambda: rings.append(time.monotonic()), polling=False,
                               changes=INBOX_CHANGES)
@@ -94,3 +99,60 @@ def test_a_request_set_aside_out_of_an_inbox_holds_back_no_later_arrival(tmp_pat
         renamed_in(aside, inbox, "b.json")
         assert wait_for(lambda: len(rings) >= 2, 10), "the next request rings"
         assert not wait_for(lambda: len(rings) >= 3, 2), "the move out rang the doorbell"
+
+
+IN_DELETE = 0x200
+
+
+def readable(bell) -> bool:
+    """Whether the doorbell has rung, looked at once: the kernel queues an inotify event
+    within the system call that made it, so no waiting is needed."""
+    return bool(select.select([bell], [], [], 0)[0])
+
+
+def test_the_coordinators_doorbell_is_readable_by_its_loop_the_moment_a_request_lands(tmp_path):
+    """watchdog handed each event through three threads (reader, emitter, dispatcher)
+    before the loop's pipe was written: most of the 0.4 ms from a rename to the request
+    read, and threads that woke while idle. The coordinator's doorbell is an inotify
+    descriptor its own selector waits on: readable as the rename returns, no thread
+    started; a consumption or a move out does not ring it."""
+    inbox, outside = tmp_path / "incoming", tmp_path / "tmp"
+    inbox.mkdir()
+    outside.mkdir()
+    threads = threading.active_count()
+    bell = start_doorbell([inbox], lambda: pytest.fail("rang through a thread"),
+                          polling=False, changes=INBOX_CHANGES)
+    try:
+        assert threading.active_count() == threads, "the doorbell started a thread"
+        (mask,) = kernel_masks(inbox)
+        assert mask & IN_MOVED_TO and not mask & (IN_MOVED_FROM | IN_DELETE), hex(mask)
+        assert not readable(bell)
+        renamed_in(outside, inbox, "a.json")
+        assert readable(bell), "a request renamed in rings at once"
+        bell.drain()
+        assert not readable(bell), "read empty"
+        os.unlink(inbox / "a.json")  # consumed
+        renamed_in(outside, inbox, "b.json")
+        os.rename(inbox / "b.json", outside / "b.json")  # set aside: renamed out
+        bell.drain()
+        os.unlink(outside / "b.json")
+        assert not readable(bell)
+        (inbox / "c.json").write_bytes(b"{}")  # written in place: created, then closed
+        assert readable(bell)
+    finally:
+        bell.stop()
+
+
+def test_a_generation_inbox_of_the_coordinators_doorbell_rings_for_a_removal_too(tmp_path):
+    """Outside the inboxes the coordinator empties itself (a generation's results/ and
+    idle/), a removal is news: a peer that takes its idle registration back."""
+    idle = tmp_path / "idle"
+    idle.mkdir()
+    (idle / "peer.json").write_bytes(b"{}")
+    bell = start_doorbell([], lambda: None, polling=False)
+    try:
+        watch(bell, idle)
+        os.unlink(idle / "peer.json")
+        assert readable(bell)
+    finally:
+        bell.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -117,3 +118,13 @@ def test_status_keeps_up_while_requests_keep_arriving(run):
             seen.add(status["updated_at"])
     assert len(seen) >= 3, (f"status.json was rewritten {len(seen)} time(s) while "
                             f"{submitted} requests kept arriving")
+
+
+def test_a_coordinator_on_a_local_file_system_is_its_loop_alone(run):
+    """watchdog's observer kept three threads in every coordinator (inotify reader,
+    emitter, dispatcher) that handed each event on, queue to queue, before the loop's
+    pipe was written, and woke by themselves while idle. The loop reads inotify itself:
+    a request is still answered, by a coordinator of one thread."""
+    assert run.reply(run.submit(request("one-thread")))["outcome"] == "accepted"
+    assert wait_for(lambda: run.status())["coordinator"]["observer"] == "inotify"
+    assert os.listdir(f"/proc/{run.proc.pid}/task") == [str(run.proc.pid)]
