@@ -11,7 +11,8 @@ queue is one more hint). The masks are those ``watcher.CHANGES`` name for watchd
 an entry created or renamed in, a file written in place and closed, and a removal
 except in an inbox the coordinator empties itself (``watcher.INBOX_CHANGES``); never a
 rename *out*, which is no news. Network file systems keep watchdog's polling observer
-(``watcher.needs_polling``).
+(``watcher.needs_polling``). The calls and masks are watchdog's own binding of libc's
+inotify (``watchdog.observers.inotify_c``), not a second one.
 """
 
 from __future__ import annotations
@@ -21,18 +22,16 @@ import os
 import weakref
 from pathlib import Path
 
+from watchdog.observers.inotify_c import InotifyConstants as In
+from watchdog.observers.inotify_c import inotify_add_watch, inotify_init
+
 from .wakepipe import drain
 
-# <sys/inotify.h>
-IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_FROM = 0x2, 0x4, 0x8, 0x40
-IN_MOVED_TO, IN_CREATE, IN_DELETE, IN_DELETE_SELF, IN_MOVE_SELF = 0x80, 0x100, 0x200, 0x400, 0x800
-IN_ONLYDIR = 0x01000000
-ARRIVALS = IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE  # what rings in an inbox
-CHANGES = ARRIVALS | IN_DELETE  # ... and elsewhere (a generation's results and idle/)
+ARRIVALS = In.IN_CREATE | In.IN_MOVED_TO | In.IN_CLOSE_WRITE  # what rings in an inbox
+CHANGES = ARRIVALS | In.IN_DELETE  # ... and elsewhere (a generation's results and idle/)
 # anything a look at a directory's entries and their contents and times could find new
-TOUCHED = CHANGES | IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF
-
-_libc = ctypes.CDLL(None, use_errno=True)
+TOUCHED = (CHANGES | In.IN_MODIFY | In.IN_ATTRIB | In.IN_MOVED_FROM | In.IN_DELETE_SELF
+           | In.IN_MOVE_SELF)
 
 
 class InotifyBell:
@@ -41,9 +40,11 @@ class InotifyBell:
     ``join`` and ``is_alive`` (no thread: it cannot die)."""
 
     def __init__(self) -> None:
-        fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = inotify_init()  # watchdog's binding of libc's (it has no inotify_init1):
         if fd < 0:
-            raise _error("inotify_init1")
+            raise _error("inotify_init")
+        os.set_blocking(fd, False)  # the loop reads it only when readable, then empty
+        os.set_inheritable(fd, False)  # subprocess closes it anyway (close_fds)
         self.fd = fd
         self._closed = weakref.finalize(self, os.close, fd)  # one dropped unstopped
 
@@ -53,7 +54,7 @@ class InotifyBell:
     def watch(self, directory: str | os.PathLike, mask: int = CHANGES) -> None:
         """Ring for ``mask``'s events in ``directory`` (not below it)."""
         path = os.fsencode(directory)
-        if _libc.inotify_add_watch(self.fd, path, mask | IN_ONLYDIR) < 0:
+        if inotify_add_watch(self.fd, path, mask | In.IN_ONLYDIR) < 0:
             raise _error("inotify_add_watch", directory)
 
     def drain(self) -> None:

@@ -23,7 +23,7 @@ from watchdog.observers.inotify import InotifyEmitter, InotifyObserver
 from watchdog.observers.inotify_c import InotifyConstants
 from watchdog.observers.polling import PollingObserver
 
-from .inotify_bell import IN_CLOSE_WRITE, IN_CREATE, IN_DELETE, IN_MOVED_TO, InotifyBell
+from .inotify_bell import InotifyBell
 
 DISPATCH_TIMEOUT = 60.0
 # What can mean news: an entry appeared, was renamed in (inotify: ``_ArrivalsEmitter``;
@@ -37,9 +37,12 @@ CHANGES = [FileCreatedEvent, FileMovedEvent, FileClosedEvent, FileDeletedEvent,
 # the doorbell once more for every request and woke the loop to list every inbox again.
 INBOX_CHANGES = [kind for kind in CHANGES if kind is not FileDeletedEvent]
 # the same changes as the kernel's inotify masks, for the coordinator's own ``InotifyBell``
-_MASKS = {FileCreatedEvent: IN_CREATE, DirCreatedEvent: IN_CREATE, FileMovedEvent: IN_MOVED_TO,
-          DirMovedEvent: IN_MOVED_TO, FileClosedEvent: IN_CLOSE_WRITE,
-          FileDeletedEvent: IN_DELETE}
+_MASKS = {FileCreatedEvent: InotifyConstants.IN_CREATE,
+          DirCreatedEvent: InotifyConstants.IN_CREATE,
+          FileMovedEvent: InotifyConstants.IN_MOVED_TO,
+          DirMovedEvent: InotifyConstants.IN_MOVED_TO,
+          FileClosedEvent: InotifyConstants.IN_CLOSE_WRITE,
+          FileDeletedEvent: InotifyConstants.IN_DELETE}
 NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph",
                        "9p", "afs")
 
