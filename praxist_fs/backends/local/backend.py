@@ -45,7 +45,12 @@ STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
 FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
 WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
-IDLE_SUPERVISORS = 16     # supervisors kept warm at most once their attempt is over
+# Supervisors kept warm once their attempt is over: at most this many, or as many as the
+# most attempts ever in flight at once (running, or ended and still writing exit.json)
+# and WARM_SHIMS: a loop turn that sees that many ends launches as many, while the
+# supervisors that served them are still busy. Fewer, and a busy run closes idle
+# supervisors only to fork new ones for its next ends.
+IDLE_SUPERVISORS = 16
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 # How long a launch that finds no shim warm waits for a fork already asked for: a running
 # server answers within a millisecond, one just started once its interpreter is up, the
@@ -101,6 +106,7 @@ class LocalBackend:
         self.told: dict[AttemptKey, launcher.ShimHandle] = {}
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
         self.pidfds: dict[AttemptKey, int] = {}
+        self.most_in_flight = 0  # attempts with a pipe to us at once, at most: IDLE_SUPERVISORS
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
         # it makes room for, whose GO (journaled) waits in ``held_go`` until then
@@ -301,6 +307,7 @@ class LocalBackend:
 
     def _watch(self, key: AttemptKey, handle: launcher.ShimHandle) -> None:
         self.handles[key] = handle
+        self.most_in_flight = max(self.most_in_flight, len(self.handles))
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
 
     def settle(self) -> None:
@@ -389,8 +396,10 @@ class LocalBackend:
 
     def _reuse(self, supervisor: launcher.Supervisor) -> None:
         """A supervisor whose attempt is over is warm again, for the next launch, unless
-        IDLE_SUPERVISORS are already, or it is gone or retired (a stop): then it exits."""
-        if len(self.warm) >= IDLE_SUPERVISORS or not supervisor.reusable:
+        as many are already as the run may need at once (IDLE_SUPERVISORS), or it is gone
+        or retired (a stop): then it exits."""
+        if len(self.warm) >= max(IDLE_SUPERVISORS, self.most_in_flight + WARM_SHIMS) or \
+                not supervisor.reusable:
             supervisor.close()
             return
         try:
