@@ -143,7 +143,7 @@ def record_go(directory):
     except FileExistsError:
         pass
     except OSError as exc:
-        shim_command.tell(2, b"could not write GO: %s\n" % str(exc).encode())
+        shim_command.complain(b"could not write GO: %s\n" % str(exc).encode())
 
 
 def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
@@ -167,7 +167,7 @@ def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
         try:
             posix.unlink("READY", dir_fd=directory)
         except OSError as exc:  # then the attempt reads lost, never run twice
-            shim_command.tell(2, b"could not take READY back: %s\n" % str(exc).encode())
+            shim_command.complain(b"could not take READY back: %s\n" % str(exc).encode())
         return None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides
@@ -180,6 +180,7 @@ def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
 
 
 def main():
+    sys.excepthook = excepthook
     if sys.argv[1] == "--server":
         return serve_forks(sys.argv[2], int(sys.argv[3]))
     catch_signals()
@@ -376,13 +377,16 @@ def open_attempt_directory(attempt_dir):
 
 def enter(directory):
     """Become the attempt's shim as if started for it: its ``directory`` (fd) our cwd,
-    shim.log our output."""
+    shim.log our output, made once there is something to say in it (a complaint, or an
+    uncaught exception: excepthook)."""
     posix.fchdir(directory)
-    log = posix.open("shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
-                     | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory)
-    posix.dup2(log, 1)
-    posix.dup2(log, 2)
-    posix.close(log)
+    shim_command.log_into(directory)
+
+
+def excepthook(kind, value, traceback):
+    """An uncaught exception's traceback, into the attempt's shim.log (made for it)."""
+    shim_command.complain(b"")
+    sys.__excepthook__(kind, value, traceback)
 
 
 def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
@@ -406,7 +410,11 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
         # over, and nothing of it runs (we waited for every descendant)
         _attempt_over[0] = True
         shim_command.tell(status_fd, told + b"D")
+    except BaseException:
+        shim_command.complain(b"")  # shim.log made, for the traceback on its way
+        raise
     finally:
+        shim_command.log_into(None)  # the directory's fd is closed next
         posix.close(status_fd)
         for fd in fds or ():
             posix.close(fd)
@@ -500,7 +508,7 @@ def describe(attempt_dir, directory, spec, described):
         shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False,
                                 dir_fd=directory)
     except OSError as exc:
-        shim_command.tell(2, b"could not write attempt.json: %s\n" % str(exc).encode())
+        shim_command.complain(b"could not write attempt.json: %s\n" % str(exc).encode())
         return
     described.append(True)
 
@@ -520,7 +528,7 @@ def make_durable(attempt_dir, job_fd):
         try:
             shim_command.fsync_directory(directory, fd)
         except OSError as exc:
-            shim_command.tell(2, b"could not make %s durable: %s\n" % (
+            shim_command.complain(b"could not make %s durable: %s\n" % (
                 directory.encode("utf-8", "surrogateescape"), str(exc).encode()))
 
 

@@ -201,9 +201,36 @@ def write_until_written(path, data, durable, dir_fd=None):
             pause = min(2 * pause, RETRY_MAX_S)
         else:
             if failures:  # shim.log: why the file came late (the disk has room again)
-                tell(2, b"%s written at try %d (the first failed: %s)\n" % (
+                complain(b"%s written at try %d (the first failed: %s)\n" % (
                     path.encode("utf-8", "surrogateescape"), failures + 1, str(first).encode()))
             return
+
+
+_unmade_log = [None]  # the attempt directory (fd) whose shim.log complain() makes first
+
+
+def log_into(directory):
+    """From now on ``complain`` writes to shim.log in the attempt's ``directory`` (its fd),
+    which it makes only then, as our output: an attempt that goes well (most do) leaves
+    none, one file creation fewer per job. None: our output stays as it is."""
+    _unmade_log[0] = directory
+
+
+def complain(message):
+    """Tell our log (fd 2) ``message``: the attempt's shim.log, made first where
+    ``log_into`` named it (also when ``message`` is empty: what follows goes there)."""
+    directory = _unmade_log[0]
+    if directory is not None:
+        try:
+            log = posix.open("shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                             | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory)
+        except OSError:
+            return  # (a full disk) as a write to it would have failed; tried again next time
+        _unmade_log[0] = None
+        posix.dup2(log, 1)
+        posix.dup2(log, 2)
+        posix.close(log)
+    tell(2, message)
 
 
 def tell(fd, message):
