@@ -4,13 +4,15 @@ spawn alone; a coordinator that died before GO leaves it nothing to wait for."""
 
 from __future__ import annotations
 
+import psutil
 import pytest
 
 from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
+from tests.backends.conftest import local_rig
 from tests.backends.local.conftest import finish
-from tests.e2e.conftest import read_json, wait_for
+from tests.e2e.conftest import gone, read_json, wait_for
 
 
 @pytest.fixture(params=["popen", "server"])
@@ -79,3 +81,24 @@ def test_a_shim_told_ahead_whose_coordinator_died_before_go_takes_ready_back_and
     assert not (attempt_dir / "READY").exists() and not (attempt_dir / "GO").exists()
     assert not runs.exists() and not (attempt_dir / "exit.json").exists()
     handle.close()
+
+
+def test_shims_told_in_a_batch_whose_commit_failed_hear_abort_and_run_nothing(tmp_path):
+    """The coordinator's commit failed (a full disk): the batch never happened, and the
+    shims ``bind`` told their attempts ahead of it are told ABORT and let go; the
+    command never runs."""
+    rig = local_rig(tmp_path)
+    try:
+        backend = rig.backend
+        backend.prepare(False)
+        rig.settle(lambda: len(backend.warm) >= 2, 30)
+        launch = rig.launch("job-1", rig.command(0, 0))
+        bound = backend.bind([launch])
+        assert [event.job_id for event in bound] == ["job-1"] and bound[0].ready
+        shim = psutil.Process(bound[0].handle["pid"])
+        backend.roll_back()
+        wait_for(lambda: gone(shim), message="the told shim to end")
+        assert not (tmp_path / "run" / "job-1.running").exists()
+        assert not (rig.layout.attempt_dir("job-1", "a1") / "exit.json").exists()
+    finally:
+        rig.close()
