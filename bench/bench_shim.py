@@ -21,6 +21,14 @@ attempts        N sequential trivial attempts end to end, each: prestart, spawn,
                 shim's exit; none for a supervisor, which serves on) and close
                 (total s, and median ms per attempt).
 
+And, on supervisors, the launch path from a commit on (``launch``): a real commit (1 KiB
+appended to a file and fsynced, ``commit_ms`` alone), then GO on the pipe, to the first
+act of the command (``sh -c 'date +%s%N > FILE'``, as make bench's latency row), the
+supervisor told its attempt after the commit (``after_ms``: ``spawn``, the order of
+a833c47 and of a spec too big for the pipe) or before it (``ahead_ms``: ``tell``, as the
+coordinator does now), alternating attempt by attempt (median ms); ``spawn_ms``, for
+reference, is the command's own start from a posix_spawn here to that first act.
+
 Every attempt gets its own directory in a fresh temporary run directory; the
 shim's exit.json fsync is in every attempt, so the disk shows in the totals.
 No coordinator, no journal: only the shim's part of a launch.
@@ -36,6 +44,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from praxist_fs.adapters.fsio import write_atomic
@@ -140,6 +149,57 @@ def measure(way: str, prestarts: int, attempts: int, root: Path) -> dict:
         server.close()
 
 
+def launch_path(attempts: int, root: Path) -> dict:
+    """``launch`` in the module's docstring: commit -> the command's first act, the
+    supervisor told its attempt after the commit or ahead of it."""
+    layout = RunLayout.at(root / "launch")
+    layout.create()
+    stamps = root / "stamps"
+    stamps.mkdir()
+    journal = os.open(root / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    server = launcher.ShimServer.start(layout)
+    warm = [launcher.prestart(layout, server) for _ in range(2)]
+    times: dict[str, list[float]] = {"after_ms": [], "ahead_ms": [], "commit_ms": [],
+                                     "spawn_ms": []}
+    try:
+        for number in range(2 * attempts + 2):  # the first two are not timed
+            ahead, stamp = number % 2 == 1, stamps / str(number)
+            effect = replace(trivial(number, root), argv=None,
+                             command=f"date +%s%N > {stamp}")
+            env, shim = attempt_environment(layout, effect), warm.pop(0)
+            began = time.time_ns()
+            handle = launcher.tell(layout, effect, env, shim) if ahead else None
+            os.write(journal, b"x" * 1024)
+            os.fsync(journal)
+            committed = time.time_ns()
+            if handle is None:
+                handle = launcher.spawn(layout, effect, env, shim)
+            handle.release_barrier(b"G")
+            while not (stamp.exists() and stamp.read_text().endswith("\n")):
+                time.sleep(0.0002)
+            while read_status(handle.status_fd):
+                pass  # X, D, then the EOF: the supervisor is idle again
+            supervisor = handle.popen
+            handle.close()
+            warm.append(supervisor.warm())
+            if number >= 2:
+                times["ahead_ms" if ahead else "after_ms"].append(
+                    (int(stamp.read_text()) - began) / 1e6)
+                times["commit_ms"].append((committed - began) / 1e6)
+        for number in range(attempts):
+            stamp = stamps / f"spawn-{number}"
+            began = time.time_ns()
+            os.waitpid(os.posix_spawn("/bin/sh", ["/bin/sh", "-c", f"date +%s%N > {stamp}"],
+                                      {"PATH": "/usr/bin:/bin"}), 0)
+            times["spawn_ms"].append((int(stamp.read_text()) - began) / 1e6)
+    finally:
+        for shim in warm:
+            shim.dismiss()
+        server.close()
+        os.close(journal)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prestarts", type=int, default=50)
@@ -150,6 +210,7 @@ def main() -> None:
     try:
         results = {way: measure(way, args.prestarts, args.attempts, root)
                    for way in ("popen", "server", "supervisor", "cold")}
+        launch = launch_path(args.attempts, root)
     finally:
         shutil.rmtree(root)
     print(f"{'':10} {'prestart ms':>12} {'+READY ms':>10} "
@@ -158,6 +219,10 @@ def main() -> None:
         print(f"{way:10} {result.get('prestart_ms', float('nan')):12.2f} "
               f"{result.get('prestart_ready_ms', float('nan')):10.2f} "
               f"{result['attempts_s']:15.2f} {result['attempt_ms']:15.2f}")
+    results["launch"] = launch
+    print(f"launch     commit {launch['commit_ms']:.2f} ms, then the command's first act: "
+          f"told after the commit {launch['after_ms']:.2f} ms, ahead of it "
+          f"{launch['ahead_ms']:.2f} ms (a posix_spawn alone: {launch['spawn_ms']:.2f} ms)")
     print(f"medians over {args.prestarts} prestarts; {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -142,12 +142,19 @@ def record_go(directory):
     except FileExistsError:
         pass
     except OSError as exc:
-        shim_command.tell(2, b"could not write GO: %s\n" % str(exc).encode())
+        shim_command.complain(b"could not write GO: %s\n" % str(exc).encode())
 
 
-def wait_for_go(directory, go_fd, timeout, word=None):
+def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
     """True once GO is given (``word``: what the pipe gave already); False on ABORT (either
-    in the attempt's ``directory``, its fd) or when no coordinator gave GO in time."""
+    in the attempt's ``directory``, its fd) or when no coordinator gave GO in time.
+
+    ``told_ahead``: we were told the attempt before the commit that journals it with its
+    GO (launcher.tell); a pipe closed without a word then means the coordinator died
+    before it sent GO, maybe before that commit. We take back READY and give the attempt
+    up at once (None): nothing ran, and without READY the next coordinator releases the
+    attempt if it was journaled, or launches it anew if not; no shim of ours waits on
+    for a GO file meant for another."""
     if word is None:
         word = read_go(go_fd)
     posix.close(go_fd)
@@ -155,6 +162,12 @@ def wait_for_go(directory, go_fd, timeout, word=None):
         return True
     if word == b"A":  # ABORT: its file too, unless our directory was not made yet
         return False
+    if told_ahead:
+        try:
+            posix.unlink("READY", dir_fd=directory)
+        except OSError as exc:  # then the attempt reads lost, never run twice
+            shim_command.complain(b"could not take READY back: %s\n" % str(exc).encode())
+        return None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:  # the coordinator went away: the next one decides
         if shim_command.exists("ABORT", directory):
@@ -166,6 +179,7 @@ def wait_for_go(directory, go_fd, timeout, word=None):
 
 
 def main():
+    sys.excepthook = excepthook
     if sys.argv[1] == "--server":
         return serve_forks(sys.argv[2], int(sys.argv[3]))
     catch_signals()
@@ -362,13 +376,16 @@ def open_attempt_directory(attempt_dir):
 
 def enter(directory):
     """Become the attempt's shim as if started for it: its ``directory`` (fd) our cwd,
-    shim.log our output."""
+    shim.log our output, made once there is something to say in it (a complaint, or an
+    uncaught exception: excepthook)."""
     posix.fchdir(directory)
-    log = posix.open("shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
-                     | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory)
-    posix.dup2(log, 1)
-    posix.dup2(log, 2)
-    posix.close(log)
+    shim_command.log_into(directory)
+
+
+def excepthook(kind, value, traceback):
+    """An uncaught exception's traceback, into the attempt's shim.log (made for it)."""
+    shim_command.complain(b"")
+    sys.__excepthook__(kind, value, traceback)
 
 
 def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
@@ -392,7 +409,11 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
         # over, and nothing of it runs (we waited for every descendant)
         _attempt_over[0] = True
         shim_command.tell(status_fd, told + b"D")
+    except BaseException:
+        shim_command.complain(b"")  # shim.log made, for the traceback on its way
+        raise
     finally:
+        shim_command.log_into(None)  # the directory's fd is closed next
         posix.close(status_fd)
         for fd in fds or ():
             posix.close(fd)
@@ -421,18 +442,27 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec):
         if shim_command.exists("ABORT", directory):
             posix.close(go_fd)
             return  # nothing ran: a cancel or a stop need not wait for disk space
+    told_ahead = bool(spec.get("go_coming"))  # of the attempt before its commit with GO
     word = given_go(go_fd)
-    if word is None:  # else the coordinator decided GO already: READY news nobody
-        shim_command.tell(status_fd, b"R")
+    if word is None and not told_ahead:  # else GO is decided already, or comes with the
+        shim_command.tell(status_fd, b"R")  # commit of the attempt: READY news nobody
     if identity is None:
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
         become_subreaper()
+    # What the command's start needs (its log, its cwd) is done while that commit is on
+    # its way: GO is then followed by the spawn alone.
+    prepared = shim_command.prepare(spec) if told_ahead else None
     described = []  # attempt.json is written
     if word is None:
         word = read_go(go_fd)
-    if not wait_for_go(directory, go_fd, spec["barrier_timeout_s"], word):  # closes go_fd
-        describe(attempt_dir, directory, spec, described)  # nothing ran, but it was there
+    went = wait_for_go(directory, go_fd, spec["barrier_timeout_s"], word,
+                       told_ahead)  # closes go_fd
+    if not went:
+        if prepared is not None and prepared[0] is not None:
+            posix.close(prepared[0])
+        if went is False:  # nothing ran, but it was there (None: given up, READY taken back)
+            describe(attempt_dir, directory, spec, described)
         return
     started = []  # the command's pid, once it runs
 
@@ -442,7 +472,7 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec):
             record_go(directory)
         describe(attempt_dir, directory, spec, described)  # while the command runs, as is
 
-    result = shim_command.run(spec, status_fd, on_start=on_start)
+    result = shim_command.run(spec, status_fd, on_start=on_start, prepared=prepared)
     if not started and word == b"G":
         record_go(directory)
     describe(attempt_dir, directory, spec, described)  # if the command could not start,
@@ -477,7 +507,7 @@ def describe(attempt_dir, directory, spec, described):
         shim_command.write_file(attempt_dir + "/attempt.json", data, durable=False,
                                 dir_fd=directory)
     except OSError as exc:
-        shim_command.tell(2, b"could not write attempt.json: %s\n" % str(exc).encode())
+        shim_command.complain(b"could not write attempt.json: %s\n" % str(exc).encode())
         return
     described.append(True)
 
@@ -497,7 +527,7 @@ def make_durable(attempt_dir, job_fd):
         try:
             shim_command.fsync_directory(directory, fd)
         except OSError as exc:
-            shim_command.tell(2, b"could not make %s durable: %s\n" % (
+            shim_command.complain(b"could not make %s durable: %s\n" % (
                 directory.encode("utf-8", "surrogateescape"), str(exc).encode()))
 
 

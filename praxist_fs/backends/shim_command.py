@@ -204,9 +204,36 @@ def write_until_written(path, data, durable, dir_fd=None):
             pause = min(2 * pause, RETRY_MAX_S)
         else:
             if failures:  # shim.log: why the file came late (the disk has room again)
-                tell(2, b"%s written at try %d (the first failed: %s)\n" % (
+                complain(b"%s written at try %d (the first failed: %s)\n" % (
                     path.encode("utf-8", "surrogateescape"), failures + 1, str(first).encode()))
             return
+
+
+_unmade_log = [None]  # the attempt directory (fd) whose shim.log complain() makes first
+
+
+def log_into(directory):
+    """From now on ``complain`` writes to shim.log in the attempt's ``directory`` (its fd),
+    which it makes only then, as our output: an attempt that goes well (most do) leaves
+    none, one file creation fewer per job. None: our output stays as it is."""
+    _unmade_log[0] = directory
+
+
+def complain(message):
+    """Tell our log (fd 2) ``message``: the attempt's shim.log, made first where
+    ``log_into`` named it (also when ``message`` is empty: what follows goes there)."""
+    directory = _unmade_log[0]
+    if directory is not None:
+        try:
+            log = posix.open("shim.log", posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
+                             | posix.O_NOFOLLOW | posix.O_CLOEXEC, 0o644, dir_fd=directory)
+        except OSError:
+            return  # (a full disk) as a write to it would have failed; tried again next time
+        _unmade_log[0] = None
+        posix.dup2(log, 1)
+        posix.dup2(log, 2)
+        posix.close(log)
+    tell(2, message)
 
 
 def tell(fd, message):
@@ -235,24 +262,20 @@ def own_identity():
     return {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id()}
 
 
-def run(spec, status_fd, own_group=False, on_start=None):
+def run(spec, status_fd, own_group=False, on_start=None, prepared=None):
     """The command's exit record (the body of exit.json). ``own_group``: the command leads
     a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
-    told its pid once it runs. With ``log_dir_mode`` in ``spec``, the log's directory is
-    made here (own_directory) rather than by the coordinator."""
+    told its pid once it runs; ``prepared``: what ``prepare`` did ahead of GO (else it is
+    done here)."""
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
-    try:
-        if spec.get("log_dir_mode") is not None:  # the local shim's: its log's directory
-            own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
-        pid = start(argv, spec["env"], spec["cwd"], spec["log"], status_fd, spec.get("user"),
-                    own_group)
-    except OSError as exc:  # the log
-        failure = (exc.errno, str(exc))
-    except CouldNotStart as exc:  # cwd, exec, a bad argv or env
-        failure = exc.args
-    else:
-        failure = None
+    log, failure = prepare(spec) if prepared is None else prepared
+    if log is not None:
+        try:
+            pid = start(argv, spec["env"], spec["cwd"], log, status_fd, spec.get("user"),
+                        own_group, entered=prepared is not None)
+        except CouldNotStart as exc:  # cwd, exec, a bad argv or env
+            failure = exc.args
     if failure is not None:
         return {"exit_code": 127 if failure[0] == errno.ENOENT else 126, "signal": None,
                 "started_at": started, "ended_at": time.time(),
@@ -269,29 +292,55 @@ def run(spec, status_fd, own_group=False, on_start=None):
             "ended_at": time.time(), "error": None}
 
 
+def prepare(spec):
+    """What comes before the command's start and needs no GO: its log's directory made
+    (with ``log_dir_mode`` in ``spec``: own_directory), its log opened (open_log) and, for
+    a command run as ourselves, its cwd entered. The local shim does it while the
+    coordinator's commit of GO is on its way, so that GO is followed by the spawn alone.
+    (log fd, None), or (None, (errno or 0, message)) of what failed: told as the
+    command's failure to start, once GO is given."""
+    try:
+        if spec.get("log_dir_mode") is not None:  # the local shim's: its log's directory
+            own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
+        log = open_log(spec["log"], spec.get("user"))
+    except OSError as exc:  # the log
+        return None, (exc.errno, str(exc))
+    except CouldNotStart as exc:
+        return None, exc.args
+    if spec.get("user") is None:
+        try:
+            posix.chdir(spec["cwd"])
+        except OSError as exc:
+            posix.close(log)
+            return None, (exc.errno, str(exc))
+    return log, None
+
+
 class CouldNotStart(Exception):
     """(errno or 0, message) of a command that could not be started: cwd, exec, a bad
     argv or env."""
 
 
-def start(argv, env, cwd, log_path, status_fd, user=None, own_group=False):
+def start(argv, env, cwd, log, status_fd, user=None, own_group=False, entered=False):
     """The command's pid, started by posix_spawn: glibc's runs the child in our memory
     (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
-    pages are copied nor any Python runs in the child. ``user``: (uid, gid, groups) to
-    run it as, another uid's (R-SEC-3): see start_as. ``own_group``: in a new process
-    group (the local shim leads its own session, whose group the command shares).
+    pages are copied nor any Python runs in the child. ``log``: its output, open
+    (prepare), closed here. ``user``: (uid, gid, groups) to run it as, another uid's
+    (R-SEC-3): see start_as. ``own_group``: in a new process group (the local shim leads
+    its own session, whose group the command shares). ``entered``: we are in ``cwd``
+    already (prepare).
 
     Its dispositions are reset and its signal mask restored before the exec: no signal
     reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
     change to the command's cwd first: the shim uses absolute paths only."""
-    log = open_log(log_path, user)
     try:
         if user is not None:
             return start_as(user, argv, env, cwd, log, status_fd, own_group)
-        try:
-            posix.chdir(cwd)
-        except OSError as exc:
-            raise CouldNotStart(exc.errno, str(exc)) from None
+        if not entered:
+            try:
+                posix.chdir(cwd)
+            except OSError as exc:
+                raise CouldNotStart(exc.errno, str(exc)) from None
         actions = [(posix.POSIX_SPAWN_OPEN, 0, "/dev/null", posix.O_RDONLY, 0),
                    (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
                    (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited

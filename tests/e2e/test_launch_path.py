@@ -13,7 +13,7 @@ from .conftest import (
     CPU_ONLY, counting, forked_at_start, gone, held_start, read_json, request, shim_server,
     starts, wait_for,
 )
-from .crashes import CRASH_EXIT
+from .crashes import CRASH_EXIT, start_crashing
 
 
 def test_an_attempts_shim_is_forked_by_the_shim_server_and_leads_its_session(run, tmp_path):
@@ -148,6 +148,32 @@ def test_a_coordinator_killed_during_its_start_leaves_no_server_or_supervisor(
     run.start()  # and the run starts as usual
     job_id = run.reply(run.submit(request("after")))["job_id"]
     assert run.wait_state(job_id, "completed")["exit_code"] == 0
+
+
+def test_a_coordinator_killed_before_a_launchs_commit_runs_it_once_and_leaves_no_shim(
+        make_run, tmp_path):
+    """The warm shim is told its attempt before the commit that journals the launch with
+    its GO: it makes the directory, READY and the command's log while the fsync runs.
+    Killed right before that commit, the coordinator leaves that shim without GO: it
+    takes READY back and ends, and the next coordinator, which never heard of the
+    attempt, launches it again: the command runs once."""
+    run = make_run(task_text=CPU_ONLY)
+    proc = start_crashing(run, "journal.before_commit@launched:x")
+    server = shim_server(run)
+    wait_for(lambda: len(server.children()) >= 2, message="two warm shims")
+    warm = server.children()
+    marker = tmp_path / "starts"
+    rid = run.submit(request("x", counting(marker, "exit 0")))
+    assert proc.wait(timeout=30) == CRASH_EXIT
+    logs = wait_for(lambda: list(run.root.glob("logs/experiments/*/a1.log")))  # made ahead
+    for shim in warm:
+        wait_for(lambda: gone(shim), message=f"warm shim {shim.pid} to end")
+    assert not list(run.sched.glob("attempts/*/a1/READY"))  # taken back
+    run.start()
+    job_id = run.reply(rid)["job_id"]
+    done = run.wait_state(job_id, "completed")
+    assert starts(marker) == [job_id] and logs[0].parent.name == job_id
+    assert [attempt["attempt_id"] for attempt in done["attempts"]] == ["a1"]
 
 
 ENDS = {"x": 0, "y": 3}  # tag -> exit code

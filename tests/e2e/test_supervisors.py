@@ -6,6 +6,7 @@ current attempt's whole tree and leave no process of it behind."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from .conftest import (
     ENDED, assert_lost_and_terminated, dead, orphaning, processes_of, read_json, request,
-    wait_for,
+    shim_server, wait_for,
 )
 from .crashes import CRASH_EXIT, settled_invariants
 
@@ -148,3 +149,42 @@ def test_a_crash_on_a_reused_supervisors_launch_path_runs_nothing_twice(make_run
     assert [d["state"] for d in docs] == ["completed", "failed", "completed"]
     assert docs[1]["exit_code"] == 4
     settled_invariants(run, timeout=10, starts=starts)
+
+
+def test_more_attempts_in_flight_than_sixteen_leave_as_many_supervisors_warm(make_run,
+                                                                           tmp_path):
+    """Issue 31: the supervisors of more attempts than IDLE_SUPERVISORS (16) that were in
+    flight at once all stay warm once those are over, so that the next as many launches
+    fork none: no supervisor is closed only to be forked again."""
+    many = 20
+    run = make_run(slots=many, max_slots=many)
+    run.start()
+    server, gate = shim_server(run), tmp_path / "gate"
+    gate.touch()
+
+    def all_at_once(label: str) -> set[int]:
+        """``many`` jobs in flight together, then over: the supervisors left, all idle."""
+        with open(gate) as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # each command waits for it: all run at once
+            jobs = [run.reply(run.submit(request(f"{label}-{n}", ["flock", "-s", str(gate),
+                                                                 "true"])))["job_id"]
+                    for n in range(many)]
+            wait_for(lambda: all(run.job(job_id)["state"] == "running" for job_id in jobs),
+                     timeout=60, message=f"{many} jobs running at once")
+        for job_id in jobs:
+            assert run.wait_state(job_id, *ENDED, timeout=60)["state"] == "completed"
+        wait_for(lambda: all(idle(child) for child in server.children()),
+                 message="every supervisor idle")
+        return {child.pid for child in server.children()}
+
+    first = all_at_once("first")
+    assert len(first) >= many
+    assert all_at_once("again") == first
+
+
+def idle(supervisor: psutil.Process) -> bool:
+    """An idle supervisor has left its attempt's directory for /."""
+    try:
+        return supervisor.cwd() == "/"
+    except psutil.NoSuchProcess:
+        return True

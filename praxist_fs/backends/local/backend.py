@@ -45,7 +45,12 @@ STOP_GRACE_SECONDS = 10.0  # between TERM and KILL when the run is stopped
 TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGSTOP (suspend)
 FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
 WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
-IDLE_SUPERVISORS = 16     # supervisors kept warm at most once their attempt is over
+# Supervisors kept warm once their attempt is over: at most this many, or as many as the
+# most attempts ever in flight at once (running, or ended and still writing exit.json)
+# and WARM_SHIMS: a loop turn that sees that many ends launches as many, while the
+# supervisors that served them are still busy. Fewer, and a busy run closes idle
+# supervisors only to fork new ones for its next ends.
+IDLE_SUPERVISORS = 16
 SERVER_RETRY_SECONDS = 60.0  # between restarts of a shim server that failed or died
 # How long a launch that finds no shim warm waits for a fork already asked for: a running
 # server answers within a millisecond, one just started once its interpreter is up, the
@@ -96,8 +101,12 @@ class LocalBackend:
         # shims ready ahead of need: fresh forks first, then idle supervisors, latest last
         self.warm: list[launcher.WarmShim] = []
         self.bound: dict[AttemptKey, launcher.WarmShim] = {}  # journaled, not yet told
+        # told their attempt before the commit that journals it (launcher.tell), not yet
+        # watched: ``start`` watches them once that commit is durable
+        self.told: dict[AttemptKey, launcher.ShimHandle] = {}
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
         self.pidfds: dict[AttemptKey, int] = {}
+        self.most_in_flight = 0  # attempts with a pipe to us at once, at most: IDLE_SUPERVISORS
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
         # suspensions under way (SIGTSTP sent, not yet wholly stopped), each with the job
         # it makes room for, whose GO (journaled) waits in ``held_go`` until then
@@ -214,14 +223,17 @@ class LocalBackend:
     def bind(self, effects: list[Effect]) -> list[Event]:
         """Give new attempts the shims started ahead of need, in the commit that decides
         them: each shim's pid is journaled with its intent and, as a warm shim waits at
-        the barrier by construction, so is GO. Told its attempt after the commit, the
-        shim finds GO waiting and starts the command: no round trip on the launch path."""
+        the barrier by construction, so is GO. Each is told its attempt now, before that
+        commit (launcher.tell), and makes its directories, READY and the command's log
+        while the commit's fsync runs; GO, sent once the commit is durable (``go``), is
+        then followed by the command's spawn alone: no round trip on the launch path."""
         events: list[Event] = []
         spawns = [effect for effect in effects if isinstance(effect, SpawnAttempt)]
         for index, effect in enumerate(spawns):
             if not self.warm:
                 self._await_fork(len(spawns) - index)
-            while self.warm and (key := (effect.job_id, effect.attempt_id)) not in self.bound:
+            key = (effect.job_id, effect.attempt_id)
+            while self.warm and key not in self.bound and key not in self.told:
                 warm = self.warm.pop()  # the latest idle: its pages are the likeliest hot
                 shim = warm.handle.popen
                 started = None if shim.poll() is not None else shim.start_time \
@@ -229,7 +241,14 @@ class LocalBackend:
                 if started is None:  # it died while it waited: try the next one
                     warm.dismiss()
                     continue
-                self.bound[key] = warm
+                try:  # told now, it prepares while the commit is on its way
+                    told = launcher.tell(self.layout, effect, self.environment(effect), warm)
+                except OSError:  # it died just now (and was let go): try the next one
+                    continue
+                if told is None:  # its spec does not fit its pipe: spec.marshal, after
+                    self.bound[key] = warm
+                else:
+                    self.told[key] = told
                 events.append(AttemptObserved(
                     at=time.time(), job_id=effect.job_id, attempt_id=effect.attempt_id,
                     alive=True, handle=shim_handle(shim.pid, started, procs.boot_id()),
@@ -237,9 +256,16 @@ class LocalBackend:
         return events
 
     def roll_back(self) -> None:
-        """The batch that bound shims was never journaled: they are warm again."""
+        """The batch that bound shims was never journaled: they are warm again, but for
+        those told their attempt already, which are told ABORT (nothing ran) and let go."""
         self.warm += self.bound.values()
         self.bound.clear()
+        for handle in self.told.values():
+            handle.release_barrier(b"A")
+            handle.close()
+            if isinstance(handle.popen, launcher.Supervisor):
+                handle.popen.close()  # it exits once it has heard the ABORT
+        self.told.clear()
 
     # -- launching ------------------------------------------------------------
 
@@ -247,6 +273,9 @@ class LocalBackend:
         """Start the attempt's shim: the one bound to it in its commit, else a new one,
         whose pid is then journaled before GO."""
         key = (effect.job_id, effect.attempt_id)
+        if (handle := self.told.pop(key, None)) is not None:  # told before the commit
+            self._watch(key, handle)
+            return []
         bound = self.bound.pop(key, None)
         try:
             handle = launcher.spawn(self.layout, effect, self.environment(effect), bound)
@@ -268,14 +297,18 @@ class LocalBackend:
             return [AttemptObserved(at=time.time(), job_id=effect.job_id,
                                     attempt_id=effect.attempt_id, alive=False, exited=True,
                                     exit_code=127, error=f"could not start the shim: {exc}")]
-        self.handles[key] = handle
-        self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
+        self._watch(key, handle)
         if bound is not None:
             return []
         pid = handle.popen.pid
         return [AttemptObserved(at=time.time(), job_id=effect.job_id,
                                 attempt_id=effect.attempt_id, alive=True,
                                 handle=shim_handle(pid, procs.start_time(pid), procs.boot_id()))]
+
+    def _watch(self, key: AttemptKey, handle: launcher.ShimHandle) -> None:
+        self.handles[key] = handle
+        self.most_in_flight = max(self.most_in_flight, len(self.handles))
+        self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
 
     def settle(self) -> None:
         pass  # attempt.json is each shim's to write, and its directory's fsyncs too (and
@@ -363,8 +396,10 @@ class LocalBackend:
 
     def _reuse(self, supervisor: launcher.Supervisor) -> None:
         """A supervisor whose attempt is over is warm again, for the next launch, unless
-        IDLE_SUPERVISORS are already, or it is gone or retired (a stop): then it exits."""
-        if len(self.warm) >= IDLE_SUPERVISORS or not supervisor.reusable:
+        as many are already as the run may need at once (IDLE_SUPERVISORS), or it is gone
+        or retired (a stop): then it exits."""
+        if len(self.warm) >= max(IDLE_SUPERVISORS, self.most_in_flight + WARM_SHIMS) or \
+                not supervisor.reusable:
             supervisor.close()
             return
         try:
@@ -596,7 +631,7 @@ class LocalBackend:
         self._retire_supervisors()
         if self.server is not None:
             self.server.close()
-        for handle in self.handles.values():
+        for handle in [*self.handles.values(), *self.told.values()]:
             handle.close()
             if isinstance(handle.popen, launcher.Supervisor):
                 handle.popen.close()

@@ -444,6 +444,44 @@ def shim_environment() -> dict[str, str]:
     return env
 
 
+def spec_of(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
+            go_coming: bool = False) -> bytes:
+    """What the shim runs (marshal). ``env`` is the environment the command gets (secrets
+    revealed); ``go_coming``: the shim is told its attempt before the commit that journals
+    it with its GO, which then comes on its pipe (``tell``)."""
+    log = layout.log(effect.job_id, effect.attempt_id)
+    return marshal.dumps({  # the shim makes the log's directory (log_dir_mode) and
+        # writes attempt.json (its bytes here), off our loop
+        "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
+        "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
+        "log_dir_mode": LOG_DIR_MODE, "attempt_json": description(layout, effect),
+        "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S,
+        **({"go_coming": True} if go_coming else {})})
+
+
+def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
+         warm: WarmShim) -> ShimHandle | None:
+    """Tell ``warm`` its attempt ahead of the commit that journals the launch, its pid and
+    its GO, when the spec fits its control pipe: while that commit is on its way the shim
+    makes the attempt's directories, writes READY, opens the command's log and enters
+    its cwd, so that GO, sent once the commit is durable, is followed by the spawn alone.
+    Its handle; None when the spec does not fit (``warm`` is untouched: ``spawn`` after
+    the commit, with spec.marshal). Raises OSError if ``warm`` is gone.
+
+    Safe if that commit never comes: a coordinator that carries on (the commit failed)
+    tells the shim ABORT on its pipe; one that died leaves it waiting at the barrier for
+    a GO file, and a later attempt of the same name, started by the next coordinator,
+    replaces its READY before its own GO file appears, which the shim takes as the
+    attempt being another's (shim.wait_for_go): nothing runs twice."""
+    attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
+    spec = spec_of(layout, effect, env, go_coming=True)
+    if not warm.carries(attempt_dir, spec):
+        return None
+    if (handle := warm.take(attempt_dir, spec)) is None:
+        raise OSError("the shim started ahead of need has exited")
+    return handle
+
+
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
           warm: WarmShim | None = None) -> ShimHandle:
     """Give the attempt to a shim: ``warm``, one started ahead of need (whose pid the
@@ -457,13 +495,7 @@ def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     loop, as it makes its log's and writes attempt.json; for spec.marshal, or a shim
     started for the attempt (its cwd and shim.log are there), it is made here."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
-    log = layout.log(effect.job_id, effect.attempt_id)
-    spec = marshal.dumps({  # the shim makes the log's directory (log_dir_mode) and
-        # writes attempt.json (its bytes here), off our loop
-        "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-        "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
-        "log_dir_mode": LOG_DIR_MODE, "attempt_json": description(layout, effect),
-        "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S})
+    spec = spec_of(layout, effect, env)
     spec_path = attempt_dir / "spec.marshal"
     carried = warm is not None and warm.carries(attempt_dir, spec)
     if not carried:

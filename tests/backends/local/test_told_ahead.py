@@ -1,0 +1,104 @@
+"""A warm shim told its attempt before the commit that journals it with its GO
+(launcher.tell): it prepares while the commit is on its way, then GO is followed by the
+spawn alone; a coordinator that died before GO leaves it nothing to wait for."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from praxist_fs.backends.environment import attempt_environment
+from praxist_fs.backends.local import launcher
+from praxist_fs.core.effects import SpawnAttempt
+from tests.backends.conftest import local_rig
+from tests.backends.local.conftest import finish
+from tests.e2e.conftest import gone, read_json, wait_for
+
+
+@pytest.fixture(params=["popen", "server"])
+def prestart(request, layout):
+    """A warm shim of either kind: by Popen, or a supervisor forked by a ShimServer."""
+    if request.param == "popen":
+        return lambda: launcher.prestart(layout)
+    server, supervisors = request.getfixturevalue("server"), []
+    request.addfinalizer(lambda: [supervisor.close() for supervisor in supervisors])
+
+    def forked():
+        warm = launcher.prestart(layout, server)
+        supervisors.append(warm.handle.popen)
+        return warm
+    return forked
+
+
+def tell(layout, tmp_path, warm):
+    """Tell ``warm`` the attempt job-1/a1, whose command adds a line to ``runs``."""
+    runs = tmp_path / "runs"
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,
+                          command=f"echo ran >> {runs}", cwd=str(tmp_path),
+                          env={"PATH": "/usr/bin:/bin"}, profile="cpu", gpus=(),
+                          metadata={"peer": "p"})
+    handle = launcher.tell(layout, effect, attempt_environment(layout, effect), warm)
+    assert handle is not None  # the spec fits the pipe
+    return handle, layout.attempt_dir("job-1", "a1"), runs
+
+
+def test_a_shim_told_ahead_of_its_go_prepares_the_start_and_runs_on_go(layout, tmp_path,
+                                                                        prestart):
+    handle, attempt_dir, runs = tell(layout, tmp_path, prestart())
+    log = layout.log("job-1", "a1")
+    # READY and the command's log are there before any GO: done while the commit runs
+    ready = wait_for(lambda: log.exists() and read_json(attempt_dir / "READY"))
+    assert ready["pid"] == handle.popen.pid and not runs.exists()
+    assert not (attempt_dir / "GO").exists() and not (attempt_dir / "spec.marshal").exists()
+    handle.release_barrier(b"G")  # the commit is durable
+    assert finish(handle) == b"X"  # no R: GO was coming with the commit, nobody waits on it
+    assert runs.read_text() == "ran\n" and (attempt_dir / "GO").exists()
+    assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
+    assert read_json(attempt_dir / "attempt.json")["log"] == str(log)
+    handle.close()
+
+
+def test_a_shim_told_ahead_of_a_commit_that_failed_runs_nothing_on_abort(layout, tmp_path,
+                                                                          prestart):
+    handle, attempt_dir, runs = tell(layout, tmp_path, prestart())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    handle.release_barrier(b"A")  # the coordinator carries on without that commit
+    assert finish(handle) == b""
+    assert not runs.exists() and not (attempt_dir / "exit.json").exists()
+    handle.close()
+
+
+def test_a_shim_told_ahead_whose_coordinator_died_before_go_takes_ready_back_and_ends(
+        layout, tmp_path, prestart):
+    """Its coordinator died before it sent GO, maybe before the commit: nothing ran, and
+    with READY taken back the next coordinator releases the attempt (if it was journaled)
+    or launches it anew (if not); no shim is left waiting for a GO file meant for
+    another."""
+    handle, attempt_dir, runs = tell(layout, tmp_path, prestart())
+    wait_for(lambda: (attempt_dir / "READY").exists())
+    handle.release_barrier(b"")  # the pipe closes as the coordinator dies
+    assert finish(handle) == b""
+    assert not (attempt_dir / "READY").exists() and not (attempt_dir / "GO").exists()
+    assert not runs.exists() and not (attempt_dir / "exit.json").exists()
+    handle.close()
+
+
+def test_shims_told_in_a_batch_whose_commit_failed_hear_abort_and_run_nothing(tmp_path):
+    """The coordinator's commit failed (a full disk): the batch never happened, and the
+    shims ``bind`` told their attempts ahead of it are told ABORT and let go; the
+    command never runs."""
+    rig = local_rig(tmp_path)
+    try:
+        backend = rig.backend
+        backend.prepare(False)
+        rig.settle(lambda: len(backend.warm) >= 2, 30)
+        launch = rig.launch("job-1", rig.command(0, 0))
+        bound = backend.bind([launch])
+        assert [event.job_id for event in bound] == ["job-1"] and bound[0].ready
+        shim = psutil.Process(bound[0].handle["pid"])
+        backend.roll_back()
+        wait_for(lambda: gone(shim), message="the told shim to end")
+        assert not (tmp_path / "run" / "job-1.running").exists()
+        assert not (rig.layout.attempt_dir("job-1", "a1") / "exit.json").exists()
+    finally:
+        rig.close()
