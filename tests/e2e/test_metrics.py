@@ -103,7 +103,9 @@ def test_metrics_file_parses_and_counts_jobs_attempts_gpus(make_run, tmp_path):
 
     copy = textfiles / next(p.name for p in textfiles.iterdir() if p.suffix == ".prom")
     assert copy.name.startswith("run-") and len(list(textfiles.iterdir())) == 1
-    assert value(samples(copy), "praxist_attempts_retried_total") == 1
+    # the copy is written after metrics.prom, at the same snapshot: wait on its own field
+    wait_for(lambda: value(samples(copy), "praxist_attempts_retried_total") == 1,
+             message="the textfile copy counting the retried attempt")
 
     gate.touch()
     run.wait_state(held, "completed")
