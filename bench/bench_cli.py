@@ -34,6 +34,7 @@ Usage: .venv/bin/python bench/bench_cli.py [--run-dir RUN] [--finished N] [--run
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_compaction import served_fixture  # noqa: E402
 from bench_coordinator import Coordinator  # noqa: E402
+from bench_tsp import TaskSpooler  # noqa: E402
 
 NUMBERS = itertools.count(1)  # "{n}" in a command: a new number at each run (a new tag)
 
@@ -144,6 +146,14 @@ def main() -> int:
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-cli."))
     os.environ.setdefault("PRAXIST_HOST_REGISTRY", str(scratch / "hosts"))  # its coordinators'
+    with contextlib.ExitStack() as stack:
+        if shutil.which("tsp"):  # ``tsp -l`` asks a private server (TS_SOCKET), killed after
+            spooler = stack.enter_context(TaskSpooler(shutil.which("tsp"), "cli", 1))
+            os.environ["TS_SOCKET"] = spooler.env["TS_SOCKET"]
+        return rows_timed(args, scratch)
+
+
+def rows_timed(args: argparse.Namespace, scratch: Path) -> int:
     try:
         run = args.run_dir or built_run(scratch, args.finished)
         own = built_run(scratch, args.finished) if args.run_dir else run  # cancel writes
