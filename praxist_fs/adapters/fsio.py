@@ -167,14 +167,15 @@ def rewrite(path: str | os.PathLike, data: bytes) -> os.stat_result | None:
     into it, without fsync; its fstat as written. None, and nothing changed, when it is not
     a regular file of this uid with one link, or something else has it open: the kernel
     grants a write lease (F_SETLEASE) only to a file's only opener. For a file nobody can
-    open anew (``adapters/spares.py``): once checked, no reader can see it change."""
+    open anew (``adapters/spares.py``): once checked, no reader can see it change. Nor
+    one that others may write, or with a set-id or sticky bit: what it becomes keeps it."""
     import fcntl  # here: the coordinator's alone, not every CLI call's
     import signal
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
-                info.st_nlink != 1:
+                info.st_nlink != 1 or info.st_mode & 0o7022:  # none may write it but us
             return None
         # a lease broken by an opener signals its holder: SIGURG, ignored, not SIGIO's exit
         fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)

@@ -76,3 +76,17 @@ def test_a_spare_that_is_not_ours_alone_is_never_written_into(tmp_path):
     made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
     assert made.st_ino != first.st_ino
     assert (tmp_path / "other-name").read_bytes() == b'{"job_id": "a"}'
+
+
+def test_a_spare_others_may_write_is_never_written_into(tmp_path):
+    """What a spare becomes keeps its mode: one made group-writable (not by us) would
+    let others rewrite a job file, so it is freed and a new file written."""
+    private, queued, running = dirs(tmp_path)
+    kept = Spares(private)
+    kept.write(str(queued / "a.json"), b'{"job_id": "a"}')
+    kept.retire(str(queued / "a.json"))
+    [spare] = os.listdir(private)
+    os.chmod(private / spare, 0o664)
+    made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
+    assert not made.st_mode & 0o022 and not os.stat(running / "b.json").st_mode & 0o022
+    assert not os.listdir(private)
