@@ -20,9 +20,10 @@ from typing import Any
 
 from .adapters import spool
 from .adapters.crashpoints import reach
-from .adapters.fsio import dumps, read_file, unlink, write_atomic, write_json
+from .adapters.fsio import dumps, read_file, unlink, write_json
 from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
+from .adapters.spares import Spares
 from .adapters.vault import Vault
 from .core.effects import (
     ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
@@ -77,6 +78,8 @@ class Views:
         self._generations_made: set[int] = set()
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
+        # replaced job files, kept aside to be written into: no inode freed per move
+        self.spares = Spares(vault.directory)
         # the job index's rebuild from the shelf: the last job id indexed, and the time
         # up to which the files of jobs/done/ are vouched for (``index_history``)
         self._history_indexed: tuple[str | None, int] | None = None
@@ -131,12 +134,12 @@ class Views:
         data = dumps(effect.document)
         if len(self._written) >= WRITTEN_MEMORY:
             self._written.clear()
-        self._written[path] = _made(write_atomic(path, data, sync=False, stat=True))
+        self._written[path] = _made(self.spares.write(path, data))
         self.tally.update(sched.jobs.peek(effect.job_id))  # every change to a job comes here
         self.index.stage(effect.document, data)
         if effect.replaces is not None:
             replaced = self._job_file(effect.replaces, effect.job_id)
-            unlink(replaced)
+            self.spares.retire(replaced)
             self._written.pop(replaced, None)
 
     def wrote(self, path: str, found: os.stat_result) -> bool:

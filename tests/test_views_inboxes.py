@@ -40,6 +40,22 @@ def drop_request(layout: RunLayout, tag: str, env: dict[str, str] | None = None,
     return name
 
 
+def accepted(layout: RunLayout, *tags: str) -> tuple[Scheduler, Vault, Views]:
+    """A started core and the views of a fresh run, with a request per tag accepted and
+    its files written."""
+    sched, vault = Scheduler(), Vault(layout)
+    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
+                                    host="h", boot_id="boot"))
+    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=0, boot_id="boot",
+                                          clean=False), AttemptTally.of(sched.jobs.values()))
+    for tag in tags:
+        drop_request(layout, tag)
+    requests, _ = Inboxes(layout, vault).requests()
+    for effect in [effect for event in requests for effect in sched.handle(event)]:
+        views.execute(effect, sched)
+    return sched, vault, views
+
+
 def test_a_burst_larger_than_a_batch_is_read_a_batch_at_a_time_and_says_more_wait(layout):
     """Issue 16 (DESIGN.md, inboxes.py: "read into events"): requests are read in
     arrival order, a batch at a time, and a full batch says more wait (the loop rings
@@ -227,16 +243,7 @@ def test_a_sweep_knows_a_job_file_as_written_and_not_one_rewritten_in_its_place(
     with the journal: for the coordinator's own writes (every job file, several times a
     job) that was a read and a parse each. ``Views.wrote`` vouches for the very file it
     wrote, listed as a sweep lists it, once; a file rewritten in its place is not."""
-    sched, vault = Scheduler(), Vault(layout)
-    sched.handle(CoordinatorStarted(at=time.time(), policy=Policy().to_dict(), pid=1,
-                                    host="h", boot_id="boot"))
-    views = Views(layout, vault, JobIndex(layout.job_index, journal_seq=0, boot_id="boot",
-                                          clean=False), AttemptTally.of(sched.jobs.values()))
-    for tag in ("kept", "forged"):
-        drop_request(layout, tag)
-    requests, _ = Inboxes(layout, vault).requests()
-    for effect in [effect for event in requests for effect in sched.handle(event)]:
-        views.execute(effect, sched)
+    sched, _, views = accepted(layout, "kept", "forged")
 
     def listed() -> dict[str, os.DirEntry]:
         with os.scandir(layout.jobs("queued")) as listing:
@@ -256,3 +263,28 @@ def test_a_sweep_knows_a_job_file_as_written_and_not_one_rewritten_in_its_place(
     assert verdicts == {"kept": True, "forgeD": False}
     kept = next(e for e in listed().values() if e.path != str(forged))
     assert not views.wrote(kept.path, kept.stat())  # asked once: then its mtime vouches
+
+
+def test_a_job_that_moves_on_is_written_into_the_inode_an_earlier_move_let_go(layout):
+    """Issue 31 item 1: on ext4 without a journal every file creation walks past the
+    inodes freed lately, so each job's moves (queued/ -> running/ -> done/) made the next
+    creations slower. A replaced job file is kept aside and the next move written into
+    it: the second job's running file is the first job's queued file's inode, and no
+    copy is left in queued/. A reader that opened the file before still reads it whole
+    (tests/adapters/test_spares.py)."""
+    sched, vault, views = accepted(layout, "first", "second")
+    first, second = sorted(job.job_id for job in sched.queued())
+    first_inode = os.stat(layout.job_file("queued", first)).st_ino
+
+    def launched(job_id: str) -> None:
+        views.execute(WriteJob(job_id=job_id, directory="running", replaces="queued",
+                               document={"job_id": job_id, "state": "running"}), sched)
+
+    launched(first)  # its queued file is not freed (the file system could reuse it or
+    # not): the run keeps it, in its private directory
+    assert first_inode in {entry.stat().st_ino for entry in os.scandir(vault.directory)}
+    launched(second)
+    assert os.stat(layout.job_file("running", second)).st_ino == first_inode
+    assert json.loads(layout.job_file("running", second).read_bytes()) == {
+        "job_id": second, "state": "running"}
+    assert not os.listdir(layout.jobs("queued"))

@@ -11,7 +11,8 @@ carry ``op`` and ``path`` (absolute) and, by op: ``create`` (``data``,
 ``mode``), ``fsync``, ``rename`` (``src``, ``moved``, ``replaced``),
 ``unlink`` (``old``), ``mkdir``, ``fsync_dir`` (``names``: the directory's
 entries at that moment), ``open_append`` (``old``), ``append`` (``data``),
-``truncate`` (``size``). ``data`` is base64; ``moved``/``replaced``/``old``
+``truncate`` (``size``; ``rewrite`` records an ``open_append``, a ``truncate`` and an
+``append`` by path). ``data`` is base64; ``moved``/``replaced``/``old``
 describe what the name held before (``{"kind": "absent" | "file" |
 "symlink" | "other", ...}``). Unset, each operation pays one ``is None`` test.
 """
@@ -159,6 +160,46 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
         raise
     os.close(fd)
     return made
+
+
+def rewrite(path: str | os.PathLike, data: bytes) -> os.stat_result | None:
+    """Truncate ``path``, a file of ours that no other process holds, and write ``data``
+    into it, without fsync; its fstat as written. None, and nothing changed, when it is not
+    a regular file of this uid with one link, or something else has it open: the kernel
+    grants a write lease (F_SETLEASE) only to a file's only opener. For a file nobody can
+    open anew (``adapters/spares.py``): once checked, no reader can see it change. Nor
+    one that others may write, or with a set-id or sticky bit: what it becomes keeps it."""
+    import fcntl  # here: the coordinator's alone, not every CLI call's
+    import signal
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
+                info.st_nlink != 1 or info.st_mode & 0o7022:  # none may write it but us
+            return None
+        # a lease broken by an opener signals its holder: SIGURG, ignored, not SIGIO's exit
+        fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EBUSY):  # held by another opener
+                return None
+            raise
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        if _ledger is not None:  # opened as it stood (a spare an earlier process kept)
+            _record("open_append", path, old=_describe(path),
+                    mode=stat.S_IMODE(info.st_mode))
+        os.ftruncate(fd, 0)
+        if _ledger is not None:
+            _record("truncate", path, size=0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if _ledger is not None:
+            _record("append", path, data=_encode(data))
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:

@@ -1,0 +1,92 @@
+"""Job files written into the inodes of the ones they replaced (adapters/spares.py), on
+real files: the kernel's write lease decides whether a spare is free."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from praxist_fs.adapters import spares
+from praxist_fs.adapters.spares import Spares
+
+
+def dirs(tmp_path: Path) -> tuple[Path, Path, Path]:
+    private, queued, running = tmp_path / "private", tmp_path / "queued", tmp_path / "running"
+    for directory in (private, queued, running):
+        directory.mkdir()
+    return private, queued, running
+
+
+def test_a_job_file_that_moves_on_is_written_into_the_inode_it_replaced(tmp_path):
+    """Issue 31 item 1: a state change of a job allocates no inode and frees none (on
+    ext4 without a journal every creation walks the inodes freed lately)."""
+    private, queued, running = dirs(tmp_path)
+    kept = Spares(private)
+    first = kept.write(str(queued / "a.json"), b'{"job_id": "a", "state": "queued"}')
+    kept.retire(str(queued / "a.json"))
+    assert not (queued / "a.json").exists() and len(kept) == 1
+    made = kept.write(str(running / "b.json"), b'{"job_id": "b", "state": "running"}')
+    assert made.st_ino == first.st_ino == os.stat(running / "b.json").st_ino
+    assert (running / "b.json").read_bytes() == b'{"job_id": "b", "state": "running"}'
+    assert made.st_size == len(b'{"job_id": "b", "state": "running"}')
+    assert not os.listdir(private) and len(kept) == 0
+
+
+def test_a_reader_that_opened_a_replaced_job_file_reads_it_whole_as_it_was(tmp_path):
+    """A file a peer (or ``jobs``) opened before its job moved on is never written into:
+    it reads what it opened, and the next file gets an inode of its own."""
+    private, queued, running = dirs(tmp_path)
+    kept = Spares(private)
+    before = b'{"job_id": "a", "state": "queued", "padding": "' + b"x" * 4000 + b'"}'
+    first = kept.write(str(queued / "a.json"), before)
+    with open(queued / "a.json", "rb") as reader:
+        kept.retire(str(queued / "a.json"))
+        made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
+        assert made.st_ino != first.st_ino
+        assert reader.read() == before
+    assert not os.listdir(private)  # the held spare was let go, not kept
+
+
+def test_spares_beyond_the_cap_are_unlinked_and_the_next_start_writes_into_the_rest(
+        tmp_path, monkeypatch):
+    private, queued, running = dirs(tmp_path)
+    monkeypatch.setattr(spares, "KEPT", 2)
+    kept = Spares(private)
+    for name in "abc":
+        kept.write(str(queued / f"{name}.json"), b"{}")
+    for name in "abc":  # a batch that moves three jobs on
+        kept.retire(str(queued / f"{name}.json"))
+    assert len(os.listdir(private)) == 2 and not os.listdir(queued)
+    inodes = {os.stat(private / name).st_ino for name in os.listdir(private)}
+    (private / "hmac.key").write_bytes(b"k")  # the vault's: not a spare
+    adopted = Spares(private)  # the next coordinator's start frees none (a full disk)
+    assert len(adopted) == 2
+    made = {adopted.write(str(running / f"{name}.json"), b"{}").st_ino for name in "de"}
+    assert made == inodes and os.listdir(private) == ["hmac.key"]
+
+
+def test_a_spare_that_is_not_ours_alone_is_never_written_into(tmp_path):
+    """A spare with a second link (which another name could read) is freed instead."""
+    private, queued, running = dirs(tmp_path)
+    kept = Spares(private)
+    first = kept.write(str(queued / "a.json"), b'{"job_id": "a"}')
+    kept.retire(str(queued / "a.json"))
+    [spare] = os.listdir(private)
+    os.link(private / spare, tmp_path / "other-name")
+    made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
+    assert made.st_ino != first.st_ino
+    assert (tmp_path / "other-name").read_bytes() == b'{"job_id": "a"}'
+
+
+def test_a_spare_others_may_write_is_never_written_into(tmp_path):
+    """What a spare becomes keeps its mode: one made group-writable (not by us) would
+    let others rewrite a job file, so it is freed and a new file written."""
+    private, queued, running = dirs(tmp_path)
+    kept = Spares(private)
+    kept.write(str(queued / "a.json"), b'{"job_id": "a"}')
+    kept.retire(str(queued / "a.json"))
+    [spare] = os.listdir(private)
+    os.chmod(private / spare, 0o664)
+    made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
+    assert not made.st_mode & 0o022 and not os.stat(running / "b.json").st_mode & 0o022
+    assert not os.listdir(private)
