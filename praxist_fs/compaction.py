@@ -99,7 +99,7 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
                       tally=tally.to_dict())
     reach("snapshot.before_write")
-    write_atomic(layout.snapshot, rendered.data, durable=True, mode=0o600)
+    write_atomic(layout.snapshot, rendered.data, durable=True, mode=0o600, sliced=True)
     reach("snapshot.after_write")
     journal.compact()
     reach("snapshot.after_truncate")
@@ -330,7 +330,8 @@ def _stop_watching(sched: Scheduler) -> None:
 
 def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
            due: tuple[bool, bool], result: BinaryIO, parent: int, wake_fd: int) -> NoReturn:
-    """The forked child: sync, render, write the snapshot durably, say where its lines
+    """The forked child: sync, render, write the snapshot durably (a slice at a time: its
+    writeback never queues ~135 MB before the loop's journal fsync), say where its lines
     lie (``result``), wake the loop and leave at once (``os._exit``: nothing of the
     parent's is closed, flushed or collected here; no log line, whose lock another
     thread of the parent may have held at the fork)."""
@@ -344,7 +345,7 @@ def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
         rendered = render(sched, seq, **header)
         if due[0]:
             crashpoints.crash()
-        write_atomic(layout.snapshot, rendered.data, durable=True, mode=0o600)
+        write_atomic(layout.snapshot, rendered.data, durable=True, mode=0o600, sliced=True)
         if due[1]:
             crashpoints.crash()
         outcome = ("written", rendered.jobs, rendered.replies)
