@@ -35,8 +35,9 @@ class LoggedDisk(writeback.Disk):
         super().__init__()
         self.log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
-    def _note(self, *call) -> None:
-        os.write(self.log, (json.dumps(call) + "\n").encode())
+    def _note(self, call, *arguments) -> None:  # with the caller's niceness
+        line = [call, os.getpriority(os.PRIO_PROCESS, 0), *arguments]
+        os.write(self.log, (json.dumps(line) + "\n").encode())
 
     def write(self, fd, data):
         written = os.write(fd, data)
@@ -54,7 +55,7 @@ def _most_unsynced(log_path) -> dict[int, tuple[int, int]]:
     the bytes written."""
     files: dict[int, dict] = {}
     for line in log_path.read_text().splitlines():
-        call, inode, offset, nbytes, *flags = json.loads(line)
+        call, _, inode, offset, nbytes, *flags = json.loads(line)
         state = files.setdefault(inode, {"pages": {}, "most": 0, "written": 0})
         pages = state["pages"]  # byte offset -> "dirty" | "flight", a 512-byte block each
         blocks = range(offset // 512, -(-(offset + nbytes) // 512))
@@ -73,6 +74,11 @@ def _most_unsynced(log_path) -> dict[int, tuple[int, int]]:
                         pages[block] = "flight"
         state["most"] = max(state["most"], len(pages) * 512)
     return {inode: (state["most"], state["written"]) for inode, state in files.items()}
+
+
+def _niceness(log_path) -> set[int]:
+    """The niceness of the processes that made the calls logged."""
+    return {json.loads(line)[1] for line in log_path.read_text().splitlines()}
 
 
 @pytest.fixture
@@ -147,7 +153,8 @@ def test_a_compaction_at_a_stop_writes_its_snapshot_a_slice_at_a_time(served, lo
 
 
 def test_the_compaction_child_writes_its_snapshot_a_slice_at_a_time(served, logged):
-    """The background compaction of a serving coordinator: its forked child writes."""
+    """The background compaction of a serving coordinator: its forked child writes, at
+    the lowest CPU priority (a reply it delays waits for a core)."""
     layout, journal, sched, index, tally = served
     wake_read, wake_write = os.pipe()
     running = compaction.Background.begin(layout, journal, sched, index, tally, wake_write)
@@ -160,3 +167,4 @@ def test_the_compaction_child_writes_its_snapshot_a_slice_at_a_time(served, logg
     [(most, written)] = _most_unsynced(logged).values()
     assert written == layout.snapshot.stat().st_size > 10 * SLICE
     assert most <= 2 * SLICE
+    assert _niceness(logged) == {compaction.CHILD_NICENESS} == {19}  # the loop goes first
