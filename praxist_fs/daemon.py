@@ -208,7 +208,8 @@ class Coordinator:
         def replayed(effects: list[Effect]) -> None:
             unsettled.note(effects)
             _count(tally, self.sched, effects)
-        replay(self.sched, self.journal.replay(), replayed)
+        compaction.replay_shelving(self.layout, self.sched, self.journal.replay(), replayed,
+                                   self.compact_after, tally)
         views_durable_ns = compaction.take_clean_stop(self.layout, self.journal.seq)
         if views_durable_ns is not None or watermark is None or self.dropped_record:
             unsettled = None  # a clean stop vouches for every file; no compaction (or a

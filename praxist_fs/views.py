@@ -46,6 +46,17 @@ INDEX_SLICE = 1_000       # finished jobs put into a job index being rebuilt a l
 SetAside = Callable[[str, bytes, str], None]
 
 
+def _unsettled_on_shelf(sched: Scheduler, unsettled: Unsettled | None
+                        ) -> tuple[list[str], list[str]]:
+    """Of the jobs and replies on the shelf, those a crash may have left behind: the ones
+    the journal's tail changed that a long replay shelved as it went
+    (``compaction.replay_shelving``); none after a clean stop, which vouches for all."""
+    if unsettled is None:
+        return [], []
+    return ([key for key in unsettled.jobs if sched.jobs.mark(key) is not None],
+            [key for key in unsettled.replies if sched.replies.mark(key) is not None])
+
+
 @dataclass(slots=True)
 class Unsettled:
     """The derived files a crash may have left behind the journal, by what they are of:
@@ -215,7 +226,7 @@ class Views:
         for effect in sched.derived_views(
                 lambda directory, key: current(directory, key) and
                 not (rebuild and directory in JOB_DIRECTORIES),
-                ((), ()) if settled else None):
+                None if not settled else _unsettled_on_shelf(sched, unsettled)):
             data = dumps(effect.document)
             if isinstance(effect, WriteJob):
                 if rebuild or restage:

@@ -134,17 +134,22 @@ def make_dir_at(dir_fd: int, name: str, path: str, mode: int) -> bool:
 
 
 def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
-            meant: str | os.PathLike | None = None, stat: bool = False
-            ) -> os.stat_result | None:
+            meant: str | os.PathLike | None = None, stat: bool = False,
+            sliced: bool = False) -> os.stat_result | None:
     """``meant``: the file ``path`` is the temp name of, which an error names (a write's
     error names no file: a full disk's message must say where). ``stat``: the new file's
-    fstat, as written, is returned."""
+    fstat, as written, is returned. ``sliced``: written a slice at a time, its writeback
+    started as it goes (``writeback.write_sliced``)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        if sliced:
+            from .writeback import write_sliced  # a compaction's alone: no CLI call's
+            write_sliced(fd, data)
+        else:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
         if _ledger is not None:
             _record("create", path, data=_encode(data), mode=mode)
         if sync:
@@ -209,16 +214,19 @@ def create(path: str | os.PathLike, data: bytes, *, mode: int = 0o644) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
-                 sync: bool = True, mode: int = 0o644, stat: bool = False
-                 ) -> os.stat_result | None:
+                 sync: bool = True, mode: int = 0o644, stat: bool = False,
+                 sliced: bool = False) -> os.stat_result | None:
     """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync).
 
     ``sync=False`` skips the fsync of the content: only for derived files that the
     journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
     reader still never sees a half-written file; a power cut may leave it empty.
-    ``stat``: the file's fstat as written is returned (a rename keeps it)."""
+    ``stat``: the file's fstat as written is returned (a rename keeps it). ``sliced``:
+    for a file of many megabytes, written while others wait on fsyncs of the same disk
+    (a compaction's snapshot): its writeback goes out a few megabytes at a time, never
+    all at its fsync (``writeback``); the same steps make it durable, in the same order."""
     tmp = temp_name(path)
-    made = _create(tmp, data, mode, sync=sync, meant=path, stat=stat)
+    made = _create(tmp, data, mode, sync=sync, meant=path, stat=stat, sliced=sliced)
     rename(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(tmp))

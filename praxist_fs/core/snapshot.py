@@ -194,7 +194,8 @@ def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) 
         first = next(lines, b"null")
         header = json.loads(first) if read_at is None else read_header(first)
         if isinstance(header, dict) and "shelf" in header:
-            sched = _read_shelf(header, len(first), lines, read_at)
+            at, first = len(first), None  # ~5 MB at 100,000 finished: not held from here
+            sched = _read_shelf(header, at, lines, read_at)
         elif read_at is None or "generation_jobs" not in header:
             sched = restore({**header, "jobs": _documents(lines, header["jobs"]),
                              "replies": _documents(lines, header["replies"])})

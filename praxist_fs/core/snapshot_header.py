@@ -43,6 +43,25 @@ def read_header(first: bytes) -> dict[str, Any]:
     return header
 
 
+_CHUNK = 64 << 10  # ``_numbers`` reads this many bytes of numbers at a time
+
+
+def _numbers(line: bytes, start: int, end: int) -> array | None:
+    """The comma-separated numbers of ``line[start:end]`` in an array, read a chunk at a
+    time (a list of every one, ~4 MB at 100,000 lengths, is never made); None where
+    something else is there."""
+    numbers, at = array("Q"), start
+    while at < end:
+        stop = end if end - at <= _CHUNK else line.rfind(b",", at, at + _CHUNK)
+        chunk = line[at:max(stop, at)]
+        if stop <= at or chunk.strip(b"0123456789,") or chunk.startswith(b",") or \
+                chunk.endswith(b",") or b",," in chunk:
+            return None
+        numbers.extend(map(int, chunk.split(b",")))
+        at = stop + 1
+    return numbers
+
+
 def _section(line: bytes, at: int, name: str, sections: dict[str, Any]) -> int:
     """Read the section ``name`` that begins at ``at`` into ``sections``; where it ends,
     or -1 where it is not as ``render`` writes it with no escape in an id."""
@@ -55,16 +74,16 @@ def _section(line: bytes, at: int, name: str, sections: dict[str, Any]) -> int:
     end = line.find(_END, states_at + len(_STATES))
     if min(lengths_at, states_at, end) < 0:
         return -1
-    ids = line[ids_at:lengths_at]
-    if b"\\" in ids or (ids and not (ids.startswith(b'"') and ids.endswith(b'"'))):
+    if line.find(b"\\", ids_at, lengths_at) >= 0 or (lengths_at > ids_at and not (
+            line.startswith(b'"', ids_at) and line.endswith(b'"', ids_at, lengths_at))):
         return -1
-    keys, count = ids[1:-1].replace(b'","', b"\n"), ids.count(b'"') // 2
-    lengths = line[lengths_at + len(_LENGTHS):states_at]
+    count = line.count(b'"', ids_at, lengths_at) // 2
+    keys = line[ids_at + 1:lengths_at - 1].replace(b'","', b"\n")
+    lengths = _numbers(line, lengths_at + len(_LENGTHS), states_at)
     states = line[states_at + len(_STATES):end]
-    if (ids and keys.count(b"\n") != count - 1) or lengths.strip(b"0123456789,") or \
+    if lengths is None or (lengths_at > ids_at and keys.count(b"\n") != count - 1) or \
             states.strip(b"0123456789"):
         return -1  # a quote that is no delimiter, or not numbers: parsed as JSON instead
-    sections[name] = {"ids": PackedKeys(keys, count),
-                      "lengths": array("Q", map(int, lengths.split(b","))) if lengths
-                      else array("Q"), "states": states.decode()}
+    sections[name] = {"ids": PackedKeys(keys, count), "lengths": lengths,
+                      "states": states.decode()}
     return end + len(_END)

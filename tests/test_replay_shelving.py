@@ -1,0 +1,50 @@
+"""A start's long journal tail is replayed a piece at a time, its history shelved in an
+unnamed scratch file as it goes (``compaction.replay_shelving``): the memory a start
+holds is one piece's jobs, not the run's history (issue 31: an uncompacted run of 100,000
+finished jobs settled at 439 MB)."""
+
+from __future__ import annotations
+
+import os
+
+from praxist_fs import compaction
+from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.core.metrics import AttemptTally
+from praxist_fs.core.replay import replay
+from praxist_fs.core.scheduler import Scheduler
+from tests.core.simulation import run_seed
+from tests.core.test_snapshot import _state
+
+
+def _finished_in_memory(sched: Scheduler) -> int:
+    return sum(job.state.terminal for job in sched.jobs.live())
+
+
+def test_a_long_tail_leaves_no_more_finished_jobs_in_memory_than_a_piece_built(tmp_path):
+    journal = run_seed(2, 600).journal
+    whole, held = Scheduler(), []
+    replay(whole, journal)
+    layout = RunLayout.at(tmp_path / "run")
+    layout.journal_dir.mkdir(parents=True)
+    sched, every = Scheduler(), 10
+
+    def applied(effects) -> None:  # the most finished jobs held at once, record by record
+        held.append(_finished_in_memory(sched) + len(list(sched.replies.live())))
+    compaction.replay_shelving(layout, sched, iter(journal), applied, every, AttemptTally())
+    assert _state(sched) == _state(whole)
+    finished = sum(job.state.terminal for job in whole.jobs.values())
+    assert finished + len(whole.replies) > 4 * every  # so that pieces were taken
+    assert max(held) <= 2 * every  # a record ends a job or answers a request, at most both
+    assert _finished_in_memory(sched) < finished
+    assert os.listdir(layout.journal_dir) == []  # the scratch file has no name
+    sched.jobs.reader.handle.close()
+
+
+def test_a_tail_shorter_than_a_piece_is_replayed_as_it_always_was(tmp_path):
+    journal = run_seed(2, 100).journal
+    layout = RunLayout.at(tmp_path / "run")
+    layout.journal_dir.mkdir(parents=True)
+    sched = Scheduler()
+    compaction.replay_shelving(layout, sched, iter(journal), lambda effects: None,
+                               len(journal) + 1, AttemptTally())
+    assert sched.jobs.reader is None and _finished_in_memory(sched) > 0
