@@ -69,6 +69,10 @@ def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
     """Rename requests in one at a time on a copy of ``source`` until ``compactions``
     snapshots replaced the one it started with, and a second after that."""
     scratch = copy_fixture(source, "compaction")
+    # The copy's ~1 GB settles on the disk first: its writeback is the bench's, and the
+    # compaction child's sync (the watermark's) would otherwise flush it while we time
+    # the replies (170-657 ms against 21 ms settled, bench/README.md)
+    os.sync()
     snapshot = scratch / "run" / "resource_scheduler" / "journal" / "snapshot.jsonl"
     os.environ["PRAXIST_COMPACT_AFTER"] = str(compact_after)
     latencies: list[tuple[float, float]] = []  # (seconds since the first request, ms)
