@@ -25,6 +25,29 @@ def server(layout):
     server.close()
 
 
+@pytest.fixture(params=["popen", "server"])
+def prestart(request, layout):
+    """Start a warm shim of either kind: by Popen, or forked by a ShimServer."""
+    return prestarter(request, layout)
+
+
+def prestarter(request, layout):
+    """What starts a warm shim of ``request.param``'s kind (None for "cold"): by Popen, or
+    a supervisor forked by the test's ShimServer, closed at the test's end."""
+    if request.param == "cold":
+        return lambda: None
+    if request.param == "popen":
+        return lambda: launcher.prestart(layout)
+    server, supervisors = request.getfixturevalue("server"), []
+    request.addfinalizer(lambda: [supervisor.close() for supervisor in supervisors])
+
+    def prestart():
+        warm = launcher.prestart(layout, server)
+        supervisors.append(warm.handle.popen)
+        return warm
+    return prestart
+
+
 def spawn(layout, tmp_path, body="echo started", env=None, gpus=(), warm=None):
     marker = tmp_path / "marker"
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,

@@ -17,7 +17,7 @@ from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
 from praxist_fs.core.effects import SpawnAttempt
 from tests.backends.local.conftest import (
-    finish, go_and_wait, live_pids, parent_pid, spawn, stat_fields,
+    finish, go_and_wait, live_pids, parent_pid, prestarter, spawn, stat_fields,
 )
 from tests.disks import Deletions, small_tmpfs
 from tests.e2e.conftest import read_json, wait_for
@@ -26,31 +26,10 @@ NOBODY = 65534
 NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="switching uid needs root")
 
 
-@pytest.fixture(params=["popen", "server"])
-def prestart(request, layout):
-    """Start a warm shim of either kind: by Popen, or forked by a ShimServer."""
-    return _prestarter(request, layout)
-
-
 @pytest.fixture(params=["cold", "popen", "server"])
 def shim_for(request, layout):
     """spawn's ``warm`` for each kind of shim: None (a cold one), or a warm one of either kind."""
-    return _prestarter(request, layout)
-
-
-def _prestarter(request, layout):
-    if request.param == "cold":
-        return lambda: None
-    if request.param == "popen":
-        return lambda: launcher.prestart(layout)
-    server, supervisors = request.getfixturevalue("server"), []
-    request.addfinalizer(lambda: [supervisor.close() for supervisor in supervisors])
-
-    def prestart():
-        warm = launcher.prestart(layout, server)
-        supervisors.append(warm.handle.popen)
-        return warm
-    return prestart
+    return prestarter(request, layout)
 
 
 def test_command_waits_for_go_then_exit_is_recorded(layout, tmp_path, shim_for):

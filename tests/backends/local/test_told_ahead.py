@@ -5,7 +5,6 @@ spawn alone; a coordinator that died before GO leaves it nothing to wait for."""
 from __future__ import annotations
 
 import psutil
-import pytest
 
 from praxist_fs.backends.environment import attempt_environment
 from praxist_fs.backends.local import launcher
@@ -13,21 +12,6 @@ from praxist_fs.core.effects import SpawnAttempt
 from tests.backends.conftest import local_rig
 from tests.backends.local.conftest import finish
 from tests.e2e.conftest import gone, read_json, wait_for
-
-
-@pytest.fixture(params=["popen", "server"])
-def prestart(request, layout):
-    """A warm shim of either kind: by Popen, or a supervisor forked by a ShimServer."""
-    if request.param == "popen":
-        return lambda: launcher.prestart(layout)
-    server, supervisors = request.getfixturevalue("server"), []
-    request.addfinalizer(lambda: [supervisor.close() for supervisor in supervisors])
-
-    def forked():
-        warm = launcher.prestart(layout, server)
-        supervisors.append(warm.handle.popen)
-        return warm
-    return forked
 
 
 def tell(layout, tmp_path, warm):
