@@ -52,9 +52,10 @@ class InotifyBell:
         return self.fd
 
     def watch(self, directory: str | os.PathLike, mask: int = CHANGES) -> None:
-        """Ring for ``mask``'s events in ``directory`` (not below it)."""
+        """Ring for ``mask``'s events in ``directory`` (not below it), never through a link
+        put in its place (an OSError then, ENOTDIR)."""
         path = os.fsencode(directory)
-        if inotify_add_watch(self.fd, path, mask | In.IN_ONLYDIR) < 0:
+        if inotify_add_watch(self.fd, path, mask | In.IN_ONLYDIR | In.IN_DONT_FOLLOW) < 0:
             raise _error("inotify_add_watch", directory)
 
     def drain(self) -> None:

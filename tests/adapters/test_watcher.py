@@ -156,3 +156,19 @@ def test_a_generation_inbox_of_the_coordinators_doorbell_rings_for_a_removal_too
         assert readable(bell)
     finally:
         bell.stop()
+
+
+def test_the_coordinators_doorbell_never_watches_through_a_link(tmp_path):
+    """R-SEC-4: a link put where a watched directory should be is refused, not followed
+    into whatever it names."""
+    from praxist_fs.adapters.inotify_bell import InotifyBell
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "inbox").symlink_to(elsewhere)
+    bell = InotifyBell()
+    try:
+        with pytest.raises(NotADirectoryError):
+            bell.watch(tmp_path / "inbox")
+        bell.watch(elsewhere)  # a real directory is watched
+    finally:
+        bell.stop()
