@@ -131,7 +131,7 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
     compaction takes them for its snapshot; the next compaction copies them from there.
     A replay of 400,001 records (100,000 finished jobs) otherwise holds them all: 439 MB.
     A tail shorter than ``every`` is replayed as it always was."""
-    remaining, spill = iter(records), None
+    remaining, scratch = iter(records), None
     while True:
         count = 0
 
@@ -142,8 +142,8 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
         replay(sched, counted(), applied)
         if count < every:
             return
-        spill = spill or _Spill(layout)
-        spill.take(sched, tally)
+        scratch = scratch or _Spill(layout)
+        scratch.take(sched, tally)
 
 
 class _Spill:

@@ -469,10 +469,10 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     the commit, with spec.marshal). Raises OSError if ``warm`` is gone.
 
     Safe if that commit never comes: a coordinator that carries on (the commit failed)
-    tells the shim ABORT on its pipe; one that died leaves it waiting at the barrier for
-    a GO file, and a later attempt of the same name, started by the next coordinator,
-    replaces its READY before its own GO file appears, which the shim takes as the
-    attempt being another's (shim.wait_for_go): nothing runs twice."""
+    tells the shim ABORT on its pipe (``LocalBackend.roll_back``); one that died closes
+    the pipe with no word, and the shim takes its READY back and leaves at once
+    (shim.wait_for_go), so the next coordinator releases the attempt if the commit was
+    journaled, or launches it anew if not: nothing runs twice."""
     attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
     spec = spec_of(layout, effect, env, go_coming=True)
     if not warm.carries(attempt_dir, spec):
