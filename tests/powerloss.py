@@ -13,9 +13,13 @@ coordinator's code:
   independent (an unsynced move may leave the file in both places or back
   where it was);
 - a directory that is lost takes everything in it along, whoever wrote it;
-- names the ledger never mentions (peers' requests, files a shim wrote)
-  stay as they are, as do paths outside the run directory; a shim tells the
-  ledger the attempt directories it makes and the directories it fsyncs.
+- names the ledger never mentions (peers' requests, a shim's `GO` and the
+  command's log) stay as they are, as do paths outside the run directory; a
+  shim tells the ledger the attempt directories it makes, the files it writes
+  (`READY`, `attempt.json`, `exit.json`: as a create, with an fsync when it
+  made one) and the directories it fsyncs. A supervisor told that its end is
+  journaled leaves `exit.json` unsynced, so a power cut may take it (the
+  journal holds the end); one never told fsyncs it and its directories.
 
 ``apply(ledger, root)`` rewrites ``root`` to that worst state after the coordinator
 (and, to be a power cut, every process it started) was killed. ``apply(ledger, root,

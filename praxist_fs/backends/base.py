@@ -97,8 +97,10 @@ class ExecutionBackend(Protocol):
         environment is the ``RunContext``'s to build, when the backend uses it."""
 
     def settle(self) -> None:
-        """After a batch's launches are on their way: the work kept off the launch path
-        (attempt.json). An OSError leaves it for the next call."""
+        """After a batch is committed and its launches are on their way: the work kept
+        off the launch path (attempt.json), and what may be done only once the batch's
+        records are durable (the local backend tells a shim its end is journaled). An
+        OSError leaves it for the next call."""
 
     def prepare(self, stopped: bool) -> None:
         """Between turns of the loop: get ready for the next launches (warm shims)."""

@@ -16,8 +16,9 @@ pipe (telling it READY there only when GO is not waiting already), or writes
 the GO file (the intent, pid, allocation and the GO decision
 are journaled by then), runs the command with the
 submitted environment, tells its exit on the status pipe (``X``: the coordinator
-journals it and acts on it at once), then records it durably in exit.json, which
-survives a coordinator crash. While a full (or failing) disk keeps READY or
+journals it and acts on it at once), then records it in exit.json: durably, which
+survives a coordinator crash, unless a supervisor's coordinator said on the pool
+socket that the end is journaled (end_journaled). While a full (or failing) disk keeps READY or
 exit.json from being written, the shim holds them in memory and tries again
 until they are written, never giving up on exit.json (nothing else holds the
 exit for a coordinator that died before it journaled it). If the coordinator
@@ -35,7 +36,8 @@ replies with its pid once the child leads that session (pid, process group and
 session id are one). A supervisor serves attempt after attempt: each arrives on
 its pool socket as the three fds a ``--warm`` shim gets (control, GO, status),
 and it serves that attempt as a warm shim would; once the attempt is over
-(exit.json durable, or ABORT, or the barrier given up) and its process group
+(exit.json written, durably unless the end was confirmed journaled; or ABORT,
+or the barrier given up) and its process group
 holds only itself (it is the subreaper: it waited for every descendant), it
 says ``D`` on the attempt's status pipe, closes it, and waits on its pool
 socket again, idle. An idle supervisor exits on SIGTERM, SIGINT or
@@ -68,6 +70,7 @@ else:  # the shim itself: ``import shim``, its directory sys.path[0] and no pack
 PR_SET_CHILD_SUBREAPER = 36
 REQUEST_FDS = 1  # a fork server's request: the pool socket of the supervisor to fork
 ATTEMPT_FDS = 3  # an attempt on a pool socket: the control, GO and status fds of a --warm shim
+END_JOURNALED = b"J"  # on a pool socket: the end the supervisor told (X) is journaled
 INT_SIZE = 4  # of a C int: an fd in SCM_RIGHTS
 INFRA_EXIT_CODE = 75  # core.budget's: an infrastructure failure, retried
 
@@ -287,18 +290,22 @@ def supervise(attempts, pool, prctl):
     """A supervisor: the subreaper, its identity worked out, once for all its attempts;
     then each attempt the pool socket brings, served as a warm shim serves one. Between
     attempts it is idle: its cwd /, its output /dev/null, and SIGTERM, SIGINT and SIGHUP
-    end it. It returns (exits) when the pool socket closes, or brings something else."""
+    end it. It returns (exits) when the pool socket closes, or brings something else
+    than an attempt or a late END_JOURNALED (one that came after we stopped waiting for
+    it: end_journaled)."""
     become_subreaper(prctl)
     identity = shim_command.own_identity()
     null = posix.dup(1)  # /dev/null, as the server's output: ours again between attempts
     while True:
-        _, fds, well_formed = receive_fds(pool, ATTEMPT_FDS)
+        data, fds, well_formed = receive_fds(pool, ATTEMPT_FDS)
+        if data == END_JOURNALED and not fds:
+            continue  # the attempt it confirms is over: exit.json was fsynced all the same
         if not well_formed:
             for fd in fds:
                 posix.close(fd)
             return 0
         catch_signals()
-        if not serve_warm(attempts, *fds, identity=identity):
+        if not serve_warm(attempts, *fds, identity=identity, pool=pool):
             return 0  # told no attempt (dismissed), or one outside the run's attempts
         for signum in shim_command.CAUGHT:  # idle: nothing of an attempt is left to record
             _signal.signal(signum, _signal.SIG_DFL)
@@ -309,17 +316,17 @@ def supervise(attempts, pool, prctl):
         posix.dup2(null, 2)
 
 
-def serve_warm(attempts, control_fd, go_fd, status_fd, identity):
+def serve_warm(attempts, control_fd, go_fd, status_fd, identity, pool=None):
     """A warm shim: the subreaper already, and the rest of its start-up done (its
     ``identity`` worked out), while it waits for its attempt, so that none of it is on
     the launch path. Every fd it is given is closed when it returns; it returns whether
-    it was told an attempt."""
+    it was told an attempt. ``pool``: a supervisor's pool socket (end_journaled)."""
     attempt_dir, spec = wait_for_attempt(attempts, control_fd)
     if attempt_dir is None:  # the coordinator went away before it needed us
         posix.close(go_fd)
         posix.close(status_fd)
         return False
-    serve(attempt_dir, go_fd, status_fd, identity, spec)
+    serve(attempt_dir, go_fd, status_fd, identity, spec, pool)
     return True
 
 
@@ -388,14 +395,16 @@ def excepthook(kind, value, traceback):
     sys.__excepthook__(kind, value, traceback)
 
 
-def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
+def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None, pool=None):
     """Run the attempt in ``attempt_dir``, every file of it written relative to that
     directory as opened and checked (open_attempt_directory). ``identity``: a warm
     shim's, worked out while it waited, as the subreaper already (it then enters the
     directory); ``spec``: its spec as the control pipe brought it (marshal), else it is
-    read from spec.marshal. Both pipes are closed when it returns, the status pipe after
-    ``D``: the attempt is over, exit.json (if it ran) is written, and nothing of it
-    runs. A supervisor lives on; without ``D`` before the EOF, the shim died."""
+    read from spec.marshal; ``pool``: a supervisor's pool socket, on which the
+    coordinator may confirm the end journaled (end_journaled). Both pipes are closed
+    when it returns, the status pipe after ``D``: the attempt is over, exit.json (if it
+    ran) is written, and nothing of it runs. A supervisor lives on; without ``D``
+    before the EOF, the shim died."""
     fds, told = None, b""
     try:
         fds, refusal = open_attempt_directory(attempt_dir)
@@ -405,7 +414,7 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
         else:
             if identity is not None:
                 enter(fds[1])
-            serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec)
+            serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool)
         # over, and nothing of it runs (we waited for every descendant)
         _attempt_over[0] = True
         shim_command.tell(status_fd, told + b"D")
@@ -420,7 +429,7 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None):
     return 0
 
 
-def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec):
+def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None):
     """serve's attempt, in the directories ``fds`` (the job's and the attempt's, open);
     every way it returns (an error ends the shim) closes ``go_fd``."""
     directory = fds[1]
@@ -479,18 +488,41 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec):
     # or a full disk kept it out then
     result = shim_command.to_json(result)
     # The exit on the status pipe first: a coordinator still connected journals it (its
-    # commit is then the end's durable record) and acts on it while we write exit.json,
-    # whose fsyncs are then off the path from one command's end to the next one's start.
+    # commit is then the end's durable record) and acts on it, and on a supervisor's pool
+    # socket says once that commit is durable. Nothing of exit.json is on the path from
+    # one command's end to the next one's start.
     shim_command.tell(status_fd, b"X" + result + b"\n")
-    make_durable(attempt_dir, fds[0])  # after X: a short command's end waits on none of
-    # its fsyncs
-    # exit.json, for a coordinator that never heard us (it died before its commit: the
-    # next one re-adopts the attempt and reads the file). Until it is durable the exit may
-    # exist only here: no giving up, whatever it takes (we cannot learn whether the
-    # coordinator journaled it).
+    journaled = end_journaled(pool, spec.get("end_wait_s"))
+    if not journaled:  # exit.json is then the end's only durable record, once written
+        make_durable(attempt_dir, fds[0])
+    # exit.json, for people and tools, and, unless the journal holds the end, for a
+    # coordinator that never heard us (it died before its commit: the next one re-adopts
+    # the attempt and reads the file). Until it is durable the exit may exist only here:
+    # no giving up, whatever it takes.
     for _ in shim_command.write_until_written(attempt_dir + "/exit.json", result,
-                                              durable=True, dir_fd=directory):
+                                              durable=not journaled, dir_fd=directory):
         pass
+
+
+def end_journaled(pool, wait):
+    """Whether the coordinator said on our pool socket, within ``wait`` seconds of our
+    ``X``, that the end we told it is journaled (END_JOURNALED, sent once that commit is
+    durable): exit.json then needs no fsync, of itself or of its directories, as the
+    journal is the end's record. False when it said nothing in time (it is slow, or its
+    commit failed on a full disk), closed the socket (it stopped, or died: the next
+    coordinator reads exit.json), or we have no pool socket (a shim started for its
+    attempt, or a --warm one): exit.json is then fsynced, as the end's only durable
+    record. The wait costs no CPU, and the confirmation comes when the end's commit is,
+    within a loop turn."""
+    if pool is None or not wait:
+        return False
+    pool.settimeout(wait)
+    try:
+        return pool.recv(1) == END_JOURNALED
+    except OSError:  # TimeoutError: too late; any other, as a closed socket
+        return False
+    finally:
+        pool.settimeout(None)
 
 
 def describe(attempt_dir, directory, spec, described):
@@ -517,7 +549,8 @@ def make_durable(attempt_dir, job_fd):
     open_attempt_directory) and that into ``attempts/``,
     before exit.json is written, so that the exit.json we fsync into it cannot vanish with
     the directory in a power cut. We made both (open_attempt_directory), or the
-    coordinator did and left their fsyncs to us, off its loop; we do them once the exit is told on the status pipe, so that they are
+    coordinator did and left their fsyncs to us, off its loop; we do them once the exit is told on the status pipe, and only when the
+    coordinator did not confirm the end journaled (end_journaled), so that they are
     not between the command's end and the coordinator's hearing of it (nothing but
     exit.json needs the directory durable: the journal holds the rest). A failure is told
     to shim.log: the exit is still written, but a power cut may take it along (the

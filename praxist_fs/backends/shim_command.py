@@ -141,6 +141,7 @@ def write_file(path, data, durable, dir_fd=None):
     behind."""
     tmp = temp_name(path)
     directory = path[:path.rindex("/")] or "/"
+    named = path
     if dir_fd is not None:
         tmp, path = tmp[len(directory) + 1:], path[len(directory) + 1:]
     fd = posix.open(tmp, posix.O_WRONLY | posix.O_CREAT | posix.O_EXCL | posix.O_NOFOLLOW
@@ -161,8 +162,23 @@ def write_file(path, data, durable, dir_fd=None):
         except OSError:
             pass
         raise
+    if LEDGER is not None:
+        _record_write(named, data, durable)
     if durable:
         fsync_directory(directory, dir_fd)
+
+
+def _record_write(path, data, durable):
+    """Tell the power-loss ledger (fsio's format) that ``path`` now holds ``data``, and
+    whether it was fsynced, so that the model loses a file its shim never fsynced (an
+    exit.json whose end the coordinator confirmed journaled: the journal holds it) unless
+    its directory was. ``base64`` is imported here: only a test has a ledger."""
+    import base64
+
+    posix.write(LEDGER, to_json({"op": "create", "path": path, "mode": 0o644,
+                                 "data": base64.b64encode(data).decode("ascii")}) + b"\n")
+    if durable:
+        posix.write(LEDGER, to_json({"op": "fsync", "path": path}) + b"\n")
 
 
 def fsync_directory(path, fd=None):

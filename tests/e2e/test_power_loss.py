@@ -57,7 +57,8 @@ def cut_power(run, proc, point, ledger, seed=None):
     leaving the worst state or, with ``seed``, a drawn one.
 
     Returns what a peer could have read before the cut (replies, control replies), the
-    journal records that survived it, and the exits the shims had recorded (durably)."""
+    journal records that survived it, and the exits the shims had recorded durably (the
+    exit.json files the cut left)."""
     assert proc.wait(timeout=30) == CRASH_EXIT, f"{point} was never reached"
     return lose_power(run, point, ledger, seed)
 
@@ -89,11 +90,13 @@ def lose_power(run, point, ledger, seed):
             for inbox in ("spool/replies", "control/replies")
             for path in (run.sched / inbox).glob("*.json")
             if (reply := read_json(path)) is not None}
+    changes = powerloss.apply(ledger, run.root, seed=seed)
+    print(f"power cut at {point} (seed {seed}):", *changes, sep="\n  ")  # shown on failure
+    # after the cut: an exit.json written, but not yet fsynced into its directory when the
+    # power went (its shim fsyncs it once its coordinator died, so just then), is gone
     exits = {path.parent.relative_to(run.sched / "attempts").parts: record
              for path in (run.sched / "attempts").glob("*/*/exit.json")
              if (record := read_json(path)) is not None}
-    changes = powerloss.apply(ledger, run.root, seed=seed)
-    print(f"power cut at {point} (seed {seed}):", *changes, sep="\n  ")  # shown on failure
     return seen, journal_records(run), exits
 
 
@@ -301,14 +304,44 @@ def test_an_exit_its_shim_recorded_before_the_power_cut_is_kept(make_run, tmp_pa
     proc = start_recording(run, "effect.WriteGo.after", ledger)
     rid = run.submit(request("quick", ["sh", "-c", "exit 3"]), name="quick.json")
     assert proc.wait(timeout=30) == CRASH_EXIT
-    # the coordinator is gone right after the GO; the command ends before the power does
-    wait_for(lambda: any((run.sched / "attempts").glob("*/a1/exit.json")), timeout=15,
-             message="the command's exit.json")
+    # the coordinator is gone right after the GO; the command ends before the power does,
+    # and its supervisor leaves once exit.json is durable (its pool socket is closed)
+    supervisor_leaves(run)
     before_cut = cut_power(run, proc, "effect.WriteGo.after", ledger)
     run.start(NEW_BOOT)
     job = run.wait_state(run.reply(rid)["job_id"], "failed", "drained_unknown")
     assert (job["state"], job["exit_code"]) == ("failed", 3), job
     assert_nothing_acknowledged_was_lost(run, *before_cut)
+
+
+def test_an_end_its_coordinator_died_before_journaling_is_fsynced_by_its_supervisor(
+        make_run, tmp_path):
+    """A supervisor leaves exit.json unsynced only once its coordinator said on the pool
+    socket that the end is journaled. Killed before that commit, the coordinator says
+    nothing, and its pool socket closes: the supervisor fsyncs exit.json and its
+    directories, then leaves. After a power cut the next coordinator finds the end there,
+    with the command's own code, not `lost` (`drained_unknown`)."""
+    run = make_run(task_text=CRASH_TASK)
+    ledger, point = tmp_path / "ledger.jsonl", "journal.before_commit@ended:quick/a1"
+    proc = start_recording(run, point, ledger)
+    rid = run.submit(request("quick", ["sh", "-c", "exit 3"]), name="quick.json")
+    assert proc.wait(timeout=30) == CRASH_EXIT
+    supervisor_leaves(run)
+    before_cut = cut_power(run, proc, point, ledger)
+    run.start(NEW_BOOT)
+    job = run.wait_state(run.reply(rid)["job_id"], "failed", "drained_unknown")
+    assert (job["state"], job["exit_code"]) == ("failed", 3), job["reason"]
+    assert [(a["outcome"], a["exit_code"]) for a in job["attempts"]] == [("failed", 3)]
+    assert_nothing_acknowledged_was_lost(run, *before_cut)
+
+
+def supervisor_leaves(run):
+    """Wait until the supervisor of the run's one attempt has left: it leaves once
+    exit.json is durable, when its coordinator is gone."""
+    ready = wait_for(lambda: next(map(read_json, (run.sched / "attempts").glob("*/a1/READY")),
+                                  None), timeout=15, message="the attempt's READY")
+    wait_for(lambda: not os.path.exists(f"/proc/{ready['pid']}"), timeout=15,
+             message="the supervisor to leave once exit.json is durable")
 
 
 def test_an_end_journaled_from_the_status_pipe_stands_without_its_exit_json(make_run, tmp_path):

@@ -105,6 +105,8 @@ class LocalBackend:
         # watched: ``start`` watches them once that commit is durable
         self.told: dict[AttemptKey, launcher.ShimHandle] = {}
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
+        # attempts whose supervisor told its end (``X``), not yet confirmed journaled: ``settle``
+        self.ends_told: set[AttemptKey] = set()
         self.pidfds: dict[AttemptKey, int] = {}
         self.most_in_flight = 0  # attempts with a pipe to us at once, at most: IDLE_SUPERVISORS
         self.ending: dict[AttemptKey, tuple[fence.Shim, float]] = {}  # KILL at this time
@@ -311,8 +313,16 @@ class LocalBackend:
         self.selector.register(handle.status_fd, selectors.EVENT_READ, ("backend", ("shim", key)))
 
     def settle(self) -> None:
-        pass  # attempt.json is each shim's to write, and its directory's fsyncs too (and
-        # a warm shim's, its directory)
+        """Once a batch is committed and carried out, every end a supervisor told us
+        (``X``) that the core holds as recorded is durable in the journal: tell it so
+        (``ShimHandle.confirm_end``), and it writes exit.json without fsyncs. (attempt.json
+        is each shim's to write, and a warm shim's directories too.)"""
+        for key in self.ends_told:
+            handle = self.handles.get(key)
+            if handle is not None and self._end_recorded(key):
+                handle.confirm_end()
+        self.ends_told = {key for key in self.ends_told
+                          if key in self.handles and not self.handles[key].end_confirmed}
 
     def go(self, key: AttemptKey) -> None:
         """GO, journaled already: on the shim's pipe, and the shim writes the GO file as
@@ -371,6 +381,8 @@ class LocalBackend:
     def _on_shim(self, key: AttemptKey) -> list[Event]:
         handle = self.handles[key]
         said = handle.read_status()
+        if handle.exit_record is not None and not handle.end_confirmed:
+            self.ends_told.add(key)
         if said is None:
             return []
         if said == b"R":  # READY: news only while GO is still to be decided
@@ -415,14 +427,20 @@ class LocalBackend:
         if key in self.fencing:
             return []  # its dead shim's processes are being terminated: told once they are gone
         job = self.lookup(key[0])
-        if job is None or job.current is None or job.current.attempt_id != key[1] or \
-                job.current.phase == AttemptPhase.ENDED:
+        if job is None or job.current is None or self._end_recorded(key):
             return []  # not this attempt, or its end is recorded (told by ``X``): no news
         observed = self.observe(job, job.current)
         if not (observed.alive or observed.exited) and death is not None and \
                 self._fence(key, death):
             return []
         return [observed]
+
+    def _end_recorded(self, key: AttemptKey) -> bool:
+        """Whether the core holds the attempt's end: it ended, or its job has gone on to
+        a later attempt. Once a batch is committed (``settle``), the journal does too."""
+        job = self.lookup(key[0])
+        return job is not None and job.current is not None and (
+            job.current.attempt_id != key[1] or job.current.phase == AttemptPhase.ENDED)
 
     def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
         """What the disk and /proc say about an attempt, as an event for the core."""

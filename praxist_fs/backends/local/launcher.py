@@ -4,10 +4,12 @@ The coordinator owns the final Popen. The shim gets two pipes: it reads GO
 from one and reports on the other: ``R`` (READY is written), ``X`` with
 exit.json's document and a newline once the command and its descendants are
 gone (before exit.json is written), ``D`` once the attempt is over (exit.json
-durable) and nothing of it runs, then EOF (the shim exited, or a supervisor
-went idle; without ``D``, it died). Both pipes are
+written, and durable unless its end was confirmed journaled) and nothing of it
+runs, then EOF (the shim exited, or a supervisor went idle; without ``D``, it
+died). Both pipes are
 only a fast path: READY, GO, ABORT and exit.json are files, so a restarted coordinator can
-carry on where the pipes were lost.
+carry on where the pipes were lost. A supervisor is also told on its pool socket when the
+end it told is journaled (``confirm_end``), and then leaves exit.json unsynced.
 
 A shim may be started ahead of need (``prestart``), by Popen or, cheaper, by a
 ``ShimServer``: one shim process started once, which forks supervisors on request,
@@ -54,6 +56,13 @@ LOG_DIR_MODE = 0o755  # logs/experiments/<job_id>/, made by the shim (own_direct
 SERVER_REPLY_TIMEOUT_S = 5
 FORK_REQUEST = b"F"  # to the server: fork a supervisor on this pool socket
 NEXT_ATTEMPT = b"N"  # to a supervisor: these are your next attempt's pipes
+END_JOURNALED = b"J"  # to a supervisor: the end you told (X) is journaled (shim.end_journaled)
+# How long a supervisor that told its attempt's end waits for END_JOURNALED before it
+# fsyncs exit.json and its directories after all: far longer than a loop turn with its
+# commit takes, even on a loaded host, so that only a coordinator that is stuck (or
+# whose commit failed: a full disk) leaves the fsyncs to it. A coordinator that exits or
+# dies closes the pool socket, which ends the wait at once.
+END_WAIT_S = 2.0
 
 
 class Supervisor:
@@ -147,6 +156,9 @@ class ShimHandle:
     exit_record: dict | None = None
     # it said ``D``: done with the attempt, of which nothing runs any more (then EOF)
     over: bool = False
+    # its end's commit was confirmed to it (``confirm_end``), or it has no pool socket to
+    # hear it on
+    end_confirmed: bool = False
     _heard: bytes = b""
 
     def read_status(self) -> bytes | None:
@@ -201,6 +213,21 @@ class ShimHandle:
             pass
         os.close(self.go_fd)
         self.go_fd = None
+
+    def confirm_end(self) -> None:
+        """Tell a supervisor that the end it told (``X``) is journaled, durably: the caller
+        knows it committed (LocalBackend.settle). The supervisor then writes exit.json
+        without an fsync, of the file or of its directories. Once, and for supervisors
+        alone (a shim we started has no pool socket, and fsyncs as ever); one gone or
+        retired meanwhile fsyncs as without it."""
+        if self.end_confirmed:
+            return
+        self.end_confirmed = True
+        if isinstance(self.popen, Supervisor):
+            try:
+                self.popen.pool.send(END_JOURNALED, socket.MSG_NOSIGNAL | socket.MSG_DONTWAIT)
+            except OSError:
+                pass
 
     def death(self) -> str:
         """How the exited shim ended, for an attempt it left without an exit record: the
@@ -456,7 +483,7 @@ def spec_of(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
         "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
         "log_dir_mode": LOG_DIR_MODE, "attempt_json": description(layout, effect),
         "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S,
-        **({"go_coming": True} if go_coming else {})})
+        "end_wait_s": END_WAIT_S, **({"go_coming": True} if go_coming else {})})
 
 
 def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],

@@ -18,6 +18,15 @@ from praxist_fs.core.effects import SpawnAttempt
 from tests.e2e.conftest import read_json, wait_for
 
 
+@pytest.fixture(autouse=True)
+def no_end_confirmed(monkeypatch):
+    """These tests play the coordinator only as far as each needs, and none confirms an
+    end journaled (launcher.END_JOURNALED), unless it says so: the supervisors they start
+    wait for no confirmation and fsync exit.json at once, as for a coordinator that is
+    gone."""
+    monkeypatch.setattr(launcher, "END_WAIT_S", 0)
+
+
 @pytest.fixture
 def server(layout):
     server = launcher.ShimServer.start(layout)
