@@ -17,9 +17,12 @@ prestart+READY  ``prestart``, then at once ``spawn`` of a trivial attempt (argv
                 only ready once its interpreter has started (median ms).
 attempts        N sequential trivial attempts end to end, each: prestart, spawn,
                 READY, GO (the file, as the coordinator writes it, and the pipe),
-                the status pipe's EOF (exit.json written and fsynced), wait (a
-                shim's exit; none for a supervisor, which serves on) and close
-                (total s, and median ms per attempt).
+                the status pipe's EOF (exit.json written: a supervisor is told its
+                end is journaled as soon as it told it, as a coordinator tells it
+                once that commit is durable, and leaves exit.json unsynced; any
+                other shim fsyncs it), wait (a shim's exit; none for a
+                supervisor, which serves on) and close (total s, and median ms per
+                attempt).
 
 And, on supervisors, the launch path from a commit on (``launch``): a real commit (1 KiB
 appended to a file and fsynced, ``commit_ms`` alone), then GO on the pipe, to the first
@@ -28,6 +31,13 @@ supervisor told its attempt after the commit (``after_ms``: ``spawn``, the order
 a833c47 and of a spec too big for the pipe) or before it (``ahead_ms``: ``tell``, as the
 coordinator does now), alternating attempt by attempt (median ms); ``spawn_ms``, for
 reference, is the command's own start from a posix_spawn here to that first act.
+
+And the end of an attempt on a supervisor (``end``), alternating attempt by attempt: told
+its end journaled (``confirmed``: exit.json unsynced) or never told (``fsynced``, as with
+no coordinator, and as every end was before: exit.json and its three directories
+fsynced); for each, the median ms from the ``X`` on the status pipe to its EOF (the
+supervisor idle again) and the supervisor's own CPU per attempt, GO to EOF
+(/proc/PID/schedstat: its time on a CPU, in the kernel too, not its command's).
 
 Every attempt gets its own directory in a fresh temporary run directory; the
 shim's exit.json fsync is in every attempt, so the disk shows in the totals.
@@ -80,13 +90,21 @@ def start_attempt(layout: RunLayout, number: int, warm: launcher.WarmShim | None
     return handle, layout.attempt_dir(effect.job_id, effect.attempt_id)
 
 
-def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool) -> None:
-    """GO (and wait for the command's exit.json) or ABORT, as the coordinator writes them."""
+def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool,
+                   confirm: bool = True) -> float:
+    """GO (and wait for the command's exit.json) or ABORT, as the coordinator writes them;
+    with ``confirm``, the end the shim tells is confirmed journaled as soon as it is
+    told. The time from the end told (``X``) to the EOF, in seconds (0 without one)."""
     write_atomic(attempt_dir / ("GO" if go else "ABORT"), b"", sync=False)
     handle.release_barrier(b"G" if go else b"A")
-    said = b""
+    said, told_at = b"", None
     while chunk := read_status(handle.status_fd):
         said += chunk
+        if told_at is None and b"X" in said and said.endswith(b"\n"):
+            told_at = time.perf_counter()
+            if confirm:
+                handle.confirm_end()
+    ended_at = time.perf_counter()
     told, _, last = said.rpartition(b"\n")  # X and exit.json's bytes, when it ran
     if last != b"D" or go != told.startswith(b"X"):
         raise SystemExit(f"{attempt_dir}: {said!r} after READY on the status pipe, not "
@@ -96,6 +114,7 @@ def finish_attempt(handle: launcher.ShimHandle, attempt_dir: Path, go: bool) -> 
     handle.close()
     if go and json.loads((attempt_dir / "exit.json").read_text())["exit_code"] != 0:
         raise SystemExit(f"{attempt_dir}: the command failed")
+    return ended_at - told_at if told_at is not None else 0.0
 
 
 def prestarter(layout: RunLayout, way: str, server: launcher.ShimServer):
@@ -177,8 +196,11 @@ def launch_path(attempts: int, root: Path) -> dict:
             handle.release_barrier(b"G")
             while not (stamp.exists() and stamp.read_text().endswith("\n")):
                 time.sleep(0.0002)
-            while read_status(handle.status_fd):
-                pass  # X, D, then the EOF: the supervisor is idle again
+            said = b""
+            while chunk := read_status(handle.status_fd):  # X, D, then the EOF: idle again
+                said += chunk
+                if b"X" in said and said.endswith(b"\n"):
+                    handle.confirm_end()  # as the coordinator, once the end's commit is durable
             supervisor = handle.popen
             handle.close()
             warm.append(supervisor.warm())
@@ -200,6 +222,43 @@ def launch_path(attempts: int, root: Path) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def end_path(attempts: int, root: Path) -> dict:
+    """``end`` in the module's docstring: one supervisor, its attempts' ends confirmed
+    journaled or fsynced, alternating."""
+    layout = RunLayout.at(root / "end")
+    layout.create()
+    server = launcher.ShimServer.start(layout)
+    server.request()
+    supervisor = server.receive()
+    times: dict[str, list[float]] = {"confirmed_ms": [], "fsynced_ms": []}
+    cpu: dict[str, list[int]] = {"confirmed_ms": [], "fsynced_ms": []}
+    waited = launcher.END_WAIT_S
+    try:
+        for number in range(2 * attempts + 2):  # the first two are not timed
+            confirm = number % 2 == 0
+            launcher.END_WAIT_S = waited if confirm else 0  # in the spec: fsync at once
+            handle, attempt_dir = start_attempt(layout, number, supervisor.warm())
+            before = on_cpu_ns(supervisor.pid)
+            took = finish_attempt(handle, attempt_dir, go=True, confirm=confirm)
+            if number >= 2:
+                kind = "confirmed_ms" if confirm else "fsynced_ms"
+                times[kind].append(took * 1000)
+                cpu[kind].append(on_cpu_ns(supervisor.pid) - before)
+    finally:
+        launcher.END_WAIT_S = waited
+        supervisor.close()
+        server.close()
+    return {**{kind: statistics.median(values) for kind, values in times.items()},
+            **{f"{kind[:-3]}_cpu_ms": statistics.mean(values) / 1e6
+               for kind, values in cpu.items()}}
+
+
+def on_cpu_ns(pid: int) -> int:
+    """The process's time on a CPU so far (schedstat: ns, kernel time included)."""
+    with open(f"/proc/{pid}/schedstat") as stat:
+        return int(stat.read().split()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prestarts", type=int, default=50)
@@ -211,6 +270,7 @@ def main() -> None:
         results = {way: measure(way, args.prestarts, args.attempts, root)
                    for way in ("popen", "server", "supervisor", "cold")}
         launch = launch_path(args.attempts, root)
+        end = end_path(args.attempts, root)
     finally:
         shutil.rmtree(root)
     print(f"{'':10} {'prestart ms':>12} {'+READY ms':>10} "
@@ -223,6 +283,10 @@ def main() -> None:
     print(f"launch     commit {launch['commit_ms']:.2f} ms, then the command's first act: "
           f"told after the commit {launch['after_ms']:.2f} ms, ahead of it "
           f"{launch['ahead_ms']:.2f} ms (a posix_spawn alone: {launch['spawn_ms']:.2f} ms)")
+    results["end"] = end
+    print(f"end        X -> idle, median: told journaled {end['confirmed_ms']:.2f} ms, "
+          f"fsynced {end['fsynced_ms']:.2f} ms; the supervisor's CPU per attempt, mean: "
+          f"{end['confirmed_cpu_ms']:.3f} / {end['fsynced_cpu_ms']:.3f} ms")
     print(f"medians over {args.prestarts} prestarts; {os.cpu_count()} CPUs")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -76,8 +76,10 @@ def test_the_file_ops_bench_counts_each_jobs_fsyncs_by_process(tmp_path):
     done = bench("bench/bench_file_ops.py", "--jobs", "5", "--json", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr
     counts = json.loads(done.stdout)["per_job"]
-    # every job's journal commit is the coordinator's; every exit.json is fsynced by a shim
-    assert counts["coordinator"]["fsync"] >= 0.2 and counts["shim"]["fsync"] >= 1
+    # every job's journal commit is the coordinator's; each attempt's READY, GO, attempt.json,
+    # exit.json and log are created by its shim (which fsyncs exit.json only when no word
+    # came that the end is journaled: a count that may be 0)
+    assert counts["coordinator"]["fsync"] >= 0.2 and counts["shim"]["create"] >= 5
     assert counts["coordinator"]["create"] >= 1 and counts["shim"]["create"] >= 1
 
 
