@@ -469,7 +469,7 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None)
                        told_ahead)  # closes go_fd
     if not went:
         if prepared is not None and prepared[0] is not None:
-            posix.close(prepared[0])
+            take_back_log(spec["log"], prepared[0])
         if went is False:  # nothing ran, but it was there (None: given up, READY taken back)
             describe(attempt_dir, directory, spec, described)
         return
@@ -523,6 +523,29 @@ def end_journaled(pool, wait):
         return False
     finally:
         pool.settimeout(None)
+
+
+def take_back_log(path, log):
+    """The command's log at ``path``, made and opened (``log``) ahead of a GO that never
+    came (told ahead): removed again while it is still that empty file, so that an
+    attempt released or aborted leaves no log of a command that never ran; ``log`` is
+    closed. Its directory is opened as prepare opened it (never through a link, checked);
+    whatever fails leaves the log as it is."""
+    directory = None
+    try:
+        made = posix.fstat(log)
+        directory, _ = shim_command.open_directory(path[:path.rindex("/")])
+        if directory is not None and made.st_size == 0:
+            name = path[path.rindex("/") + 1:]
+            found = posix.stat(name, dir_fd=directory, follow_symlinks=False)
+            if (found.st_dev, found.st_ino) == (made.st_dev, made.st_ino):
+                posix.unlink(name, dir_fd=directory)
+    except OSError:
+        pass
+    finally:
+        posix.close(log)
+        if directory is not None:
+            posix.close(directory)
 
 
 def describe(attempt_dir, directory, spec, described):

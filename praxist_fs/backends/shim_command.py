@@ -315,14 +315,18 @@ def prepare(spec):
     coordinator's commit of GO is on its way, so that GO is followed by the spawn alone.
     (log fd, None), or (None, (errno or 0, message)) of what failed: told as the
     command's failure to start, once GO is given."""
+    log_dir = None
     try:
         if spec.get("log_dir_mode") is not None:  # the local shim's: its log's directory
-            own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
-        log = open_log(spec["log"], spec.get("user"))
+            log_dir = own_directory(spec["log"][:spec["log"].rindex("/")], spec["log_dir_mode"])
+        log = open_log(spec["log"], spec.get("user"), log_dir)
     except OSError as exc:  # the log
         return None, (exc.errno, str(exc))
     except CouldNotStart as exc:
         return None, exc.args
+    finally:
+        if log_dir is not None:
+            posix.close(log_dir)
     if spec.get("user") is None:
         try:
             posix.chdir(spec["cwd"])
@@ -371,14 +375,17 @@ def start(argv, env, cwd, log, status_fd, user=None, own_group=False, entered=Fa
 
 def own_directory(path, mode):
     """Make the directory ``path`` (its parent is one of the run's, which the coordinator
-    checked), or find it: a real directory of ours that nobody else may write to, never
-    a link; else CouldNotStart, and nothing is written through it (R-SEC-4). Made here
-    so that the mkdir is off the coordinator's loop."""
+    checked), or find it, and open it: its fd, once it is checked as opened to be a real
+    directory of ours that nobody else may write to, never a link (open_directory), so
+    that what is opened in it is opened in what was checked; else CouldNotStart, and
+    nothing is written through it (R-SEC-4). Made here so that the mkdir is off the
+    coordinator's loop."""
     make_directory(path, mode)
-    problem = directory_problem(path)
+    fd, problem = open_directory(path)
     if problem is not None:
         raise CouldNotStart(0, "the log directory %s %s: refusing to write through it"
                             % (path, problem))
+    return fd
 
 
 def make_directory(path, mode, recorded=False, parent_fd=None):
@@ -442,17 +449,19 @@ def _stat_problem(info):
     return None
 
 
-def open_log(log_path, user=None):
+def open_log(log_path, user=None, dir_fd=None):
     """The command's log, for appending: never through a symlink, and only a regular file
     with one link that we own (or, once handed over, ``user`` owns), else CouldNotStart:
     the attempt is refused and says why, nothing is written (R-SEC-4). For a command run
     as another uid the log becomes that uid's file: whatever its command prints is that
     uid's to have written, never a file of ours (root's) holding a peer's bytes, which
     could pass for ours wherever a file's owner is its author (the spool). Its directory
-    stays ours, so the peer can neither rename nor replace it."""
+    stays ours, so the peer can neither rename nor replace it. With ``dir_fd``, its
+    directory as opened and checked (own_directory): the log is its name in there."""
     try:
-        log = posix.open(log_path, posix.O_WRONLY | posix.O_CREAT | posix.O_APPEND
-                         | posix.O_NOFOLLOW | posix.O_NONBLOCK | posix.O_CLOEXEC, 0o644)
+        log = posix.open(_name_in(log_path, dir_fd), posix.O_WRONLY | posix.O_CREAT
+                         | posix.O_APPEND | posix.O_NOFOLLOW | posix.O_NONBLOCK
+                         | posix.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link; a FIFO no one reads
             raise CouldNotStart(exc.errno, "the log %s is %s: refusing to write through it"

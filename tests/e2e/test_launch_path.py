@@ -155,8 +155,8 @@ def test_a_coordinator_killed_before_a_launchs_commit_runs_it_once_and_leaves_no
     """The warm shim is told its attempt before the commit that journals the launch with
     its GO: it makes the directory, READY and the command's log while the fsync runs.
     Killed right before that commit, the coordinator leaves that shim without GO: it
-    takes READY back and ends, and the next coordinator, which never heard of the
-    attempt, launches it again: the command runs once."""
+    takes READY and the log back and ends, and the next coordinator, which never heard
+    of the attempt, launches it again: the command runs once."""
     run = make_run(task_text=CPU_ONLY)
     proc = start_crashing(run, "journal.before_commit@launched:x")
     server = shim_server(run)
@@ -165,14 +165,15 @@ def test_a_coordinator_killed_before_a_launchs_commit_runs_it_once_and_leaves_no
     marker = tmp_path / "starts"
     rid = run.submit(request("x", counting(marker, "exit 0")))
     assert proc.wait(timeout=30) == CRASH_EXIT
-    logs = wait_for(lambda: list(run.root.glob("logs/experiments/*/a1.log")))  # made ahead
+    made = wait_for(lambda: list(run.sched.glob("attempts/*/a1")))  # by the shim, told ahead
     for shim in warm:
         wait_for(lambda: gone(shim), message=f"warm shim {shim.pid} to end")
     assert not list(run.sched.glob("attempts/*/a1/READY"))  # taken back
+    assert not list(run.root.glob("logs/experiments/*/a1.log"))  # made ahead, taken back
     run.start()
     job_id = run.reply(rid)["job_id"]
     done = run.wait_state(job_id, "completed")
-    assert starts(marker) == [job_id] and logs[0].parent.name == job_id
+    assert starts(marker) == [job_id] and made[0].parent.name == job_id
     assert [attempt["attempt_id"] for attempt in done["attempts"]] == ["a1"]
 
 

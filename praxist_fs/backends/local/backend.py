@@ -357,11 +357,12 @@ class LocalBackend:
     def abort(self, key: AttemptKey) -> None:
         """ABORT: durably in the attempt directory (a shim that lost its pipe finds it),
         and on the pipe; on the pipe alone while the directory is not made yet (the shim
-        makes it once told its attempt: launcher.spawn)."""
+        makes it once told its attempt: launcher.spawn), which the write finds."""
         self.held_go.discard(key)
-        path = self.layout.attempt_dir(*key) / "ABORT"
-        if path.parent.exists():
-            write_atomic(path, b"", durable=True)
+        try:
+            write_atomic(self.layout.attempt_dir(*key) / "ABORT", b"", durable=True)
+        except FileNotFoundError:
+            pass
         handle = self.handles.get(key)
         if handle is not None:
             handle.release_barrier(b"A")

@@ -49,6 +49,7 @@ def test_a_shim_told_ahead_of_a_commit_that_failed_runs_nothing_on_abort(layout,
     handle.release_barrier(b"A")  # the coordinator carries on without that commit
     assert finish(handle) == b""
     assert not runs.exists() and not (attempt_dir / "exit.json").exists()
+    assert not layout.log("job-1", "a1").exists()  # made ahead of GO, taken back
     handle.close()
 
 
@@ -64,6 +65,7 @@ def test_a_shim_told_ahead_whose_coordinator_died_before_go_takes_ready_back_and
     assert finish(handle) == b""
     assert not (attempt_dir / "READY").exists() and not (attempt_dir / "GO").exists()
     assert not runs.exists() and not (attempt_dir / "exit.json").exists()
+    assert not layout.log("job-1", "a1").exists()  # no log of a command that never ran
     handle.close()
 
 
