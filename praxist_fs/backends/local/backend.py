@@ -46,8 +46,9 @@ TSTP_GRACE_SECONDS = 2.0   # at most this long for SIGTSTP handlers before SIGST
 FENCE_GRACE_SECONDS = 10.0  # between TERM and KILL for what a dead shim left running
 WARM_SHIMS = 2            # warm shims kept ready ahead of need: launches in one pass
 # Supervisors kept warm once their attempt is over: at most this many, or as many as the
-# most attempts ever in flight at once (running, or ended and still writing exit.json)
-# and WARM_SHIMS: a loop turn that sees that many ends launches as many, while the
+# most attempts ever in flight at once (running, or ended and not idle yet: waiting for the
+# word that their end is journaled, sent once the batch that ends them is out, or writing
+# exit.json) and WARM_SHIMS: a loop turn that sees that many ends launches as many, while the
 # supervisors that served them are still busy. Fewer, and a busy run closes idle
 # supervisors only to fork new ones for its next ends.
 IDLE_SUPERVISORS = 16
@@ -105,7 +106,8 @@ class LocalBackend:
         # watched: ``start`` watches them once that commit is durable
         self.told: dict[AttemptKey, launcher.ShimHandle] = {}
         self.refused: set[AttemptKey] = set()  # bound to a shim, then refused: no GO to write
-        # attempts whose supervisor told its end (``X``), not yet confirmed journaled: ``settle``
+        # attempts whose supervisor told its end (``X``), not yet told that it is journaled
+        # (``settle``)
         self.ends_told: set[AttemptKey] = set()
         self.pidfds: dict[AttemptKey, int] = {}
         self.most_in_flight = 0  # attempts with a pipe to us at once, at most: IDLE_SUPERVISORS
@@ -171,7 +173,7 @@ class LocalBackend:
         """A launch found no shim warm, with ``wanted`` launches of its pass still to bind
         (the first launches after a start, whose server started with the coordinator; or
         a pass that launches more than WARM_SHIMS, as a busy run's does when several ends
-        come in one loop turn, their supervisors still writing exit.json): ask the server
+        come in one loop turn, their supervisors not idle yet): ask the server
         for that many forks, less those on their way, and wait for the first, up to
         FORK_WAIT_SECONDS, rather than start a shim, whose interpreter costs more than
         all of those forks. A server that let such a wait run out is not waited for
@@ -334,7 +336,8 @@ class LocalBackend:
         exit.json, fsynced by the shim into the attempt directory, must not vanish with
         the directory in a power cut: the shim fsyncs the directory into its parents
         itself, once it told the exit on its pipe and before it writes exit.json
-        (shim.make_durable), so that no fsync of ours is on the launch path. A re-adopted shim's directory is
+        (shim.make_durable; not at all when told that the end is journaled: ``settle``),
+        so that no fsync of ours is on the launch path. A re-adopted shim's directory is
         fsynced here before its GO all the same: a shim of an older version, started by
         an earlier coordinator, may count on it."""
         if key in self.refused:  # its directory is not ours: nothing goes through it
