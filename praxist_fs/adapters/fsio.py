@@ -14,8 +14,9 @@ entries at that moment), ``open_append`` (``old``), ``append`` (``data``),
 ``truncate`` (``size``), ``overwrite`` (``data``, written over the file from its
 start), ``chmod`` (``mode``); ``rewrite`` records an ``open_append``, maybe a
 ``chmod``, an ``overwrite`` and maybe a ``truncate``, by path. ``data`` is base64;
-``moved``/``replaced``/``old`` describe what the name held before (``{"kind": "absent" | "file" |
-"symlink" | "other", ...}``). Unset, each operation pays one ``is None`` test.
+``moved``/``replaced``/``old`` describe what the name held before (``{"kind":
+"absent" | "file" | "symlink" | "other", ...}``). Unset, each operation pays one
+``is None`` test.
 """
 
 from __future__ import annotations
@@ -170,13 +171,14 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
 
 def rewrite(path: str | os.PathLike, data: bytes, *, mode: int = 0o644
             ) -> os.stat_result | None:
-    """Write ``data`` over what ``path``, a file of ours that no other process holds,
-    says, without fsync, and give it ``mode``; its fstat as written. None, and nothing
+    """Write ``data`` over the bytes of ``path``, a file of ours that no other process
+    holds, without fsync, and give it ``mode``; its fstat as written. None, and nothing
     changed, when it is not a regular file of this uid with one link, or something else
     has it open: the kernel grants a write lease (F_SETLEASE) only to a file's only
     opener. For a file nobody can open anew (``adapters/spares.py``): once checked, no
-    reader can see it change, nor can one that opened it to write before (a peer's
-    request, a spare made group-writable), so its mode is set to ``mode`` after.
+    reader can see it change and no writer can change it, whatever its mode let others
+    do before (a peer's request, a spare made group-writable); ``mode`` is what it
+    lets them do from now on.
 
     The bytes go over the old ones from the start and the file is cut to their length:
     the blocks it has are written again, none freed and none allocated. Truncated to
