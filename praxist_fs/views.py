@@ -127,7 +127,9 @@ class Views:
         path = self.path(effect)
         if isinstance(effect, WriteJob):
             self._write_job(effect, path, sched)
-        elif isinstance(effect, (WriteReply, WriteControlReply, WriteGenerationFile)):
+        elif isinstance(effect, WriteReply):
+            self.spares.write(path, dumps(effect.document))
+        elif isinstance(effect, (WriteControlReply, WriteGenerationFile)):
             if isinstance(effect, WriteGenerationFile):
                 self.make_generation(effect.generation)
             write_json(path, effect.document, sync=False)
@@ -136,6 +138,8 @@ class Views:
                 else self.layout.control_rejected
             inbox, name = os.path.split(path)
             spool.reject(Path(inbox), rejected, name, effect.error)
+        elif isinstance(effect, ConsumeRequest) and not effect.holds_secret:
+            self.spares.adopt(path)  # answered and journaled: consumed, its inode kept
         elif isinstance(effect, (ConsumeRequest, DisposeControl, ConsumeDecline)):
             unlink(path)  # answered and journaled: consumed
         else:  # a new effect given a path, not yet a way to carry it out

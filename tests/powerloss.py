@@ -26,8 +26,9 @@ coordinator's code:
 seed=S)`` draws one of the states a real disk could leave instead, reproducibly:
 
 - each file keeps its fsynced content plus any prefix of the writes made after it
-  (whole writes, then part of the next one: a torn append), and the part of a write
-  that is there may read as zeros (the size reached the disk, the data did not);
+  (whole writes, then part of the next one: a torn append, or the old bytes with a
+  part of the new ones over them: a torn overwrite), and the part of a write that is
+  there may read as zeros (the size reached the disk, the data did not);
 - each directory entry changed since its directory's last fsync (a create, an
   unlink, a mkdir, either half of a rename) independently is or is not there, except
   that a moved file is never in neither place (the source's removal reaches the disk
@@ -45,6 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def _written(data: bytes, kind: str, value: bytes | int) -> bytes:
+    """A file's bytes after one write: appended, written over from its start (the old
+    bytes past the new ones stay), or cut to a size."""
+    if kind == "append":
+        return data + value
+    if kind == "overwrite":
+        return value + data[len(value):]
+    return data[:value]
+
+
 @dataclass(eq=False)
 class Node:
     """One inode: its current content and the content an fsync made durable."""
@@ -54,12 +65,13 @@ class Node:
     synced: bytes | None = None  # None: never fsynced
     mode: int = 0o644
     target: str = ""             # of a symlink
-    writes: list = field(default_factory=list)  # ("append", bytes) | ("truncate", size)
-                                                # since the last fsync, in order
+    writes: list = field(default_factory=list)  # ("append" | "overwrite", bytes) |
+                                                # ("truncate", size), since the last
+                                                # fsync, in order
 
     def write(self, kind: str, value: bytes | int) -> None:
         self.writes.append((kind, value))
-        self.data = self.data + value if kind == "append" else self.data[:value]
+        self.data = _written(self.data, kind, value)
 
     def fsynced(self) -> None:
         self.synced, self.writes = self.data, []
@@ -73,10 +85,11 @@ class Node:
         data = self.worst()
         done = rng.randint(0, len(self.writes))
         for kind, value in self.writes[:done]:
-            data = data + value if kind == "append" else data[:value]
-        if done < len(self.writes) and self.writes[done][0] == "append":
-            part = self.writes[done][1][:rng.randint(0, len(self.writes[done][1]))]
-            data += bytes(len(part)) if rng.random() < 0.25 else part
+            data = _written(data, kind, value)
+        if done < len(self.writes) and self.writes[done][0] != "truncate":
+            kind, value = self.writes[done]
+            part = value[:rng.randint(0, len(value))]
+            data = _written(data, kind, bytes(len(part)) if rng.random() < 0.25 else part)
         return data
 
     @classmethod
@@ -132,8 +145,12 @@ class Model:
                 self._set(path, Node("file", mode=record["mode"]))
         elif op == "append":
             self.live[path].write("append", base64.b64decode(record["data"]))
+        elif op == "overwrite":
+            self.live[path].write("overwrite", base64.b64decode(record["data"]))
         elif op == "truncate":
             self.live[path].write("truncate", record["size"])
+        elif op == "chmod":
+            self.live[path].mode = record["mode"]
         elif op == "fsync":
             node = self.live.get(path)
             if node is not None:

@@ -288,3 +288,31 @@ def test_a_job_that_moves_on_is_written_into_the_inode_an_earlier_move_let_go(la
     assert json.loads(layout.job_file("running", second).read_bytes()) == {
         "job_id": second, "state": "running"}
     assert not os.listdir(layout.jobs("queued"))
+
+
+def test_an_answered_request_is_written_into_again_unless_its_env_held_a_secret(layout):
+    """Issue 31: an answered request, unlinked, freed an inode that every later creation
+    walked past; now its file is kept aside and a later job file or reply is written into
+    it. A request whose env held a secret is unlinked as before: the raw value in its
+    bytes must not outlive the job (PROTOCOL.md section 3), and nothing in the private
+    directory but the vault's own file holds it."""
+    sched, vault, views = accepted(layout)
+    inboxes = Inboxes(layout, vault)
+
+    def accept(tag: str, env: dict[str, str] | None = None) -> int:
+        inode = os.stat(layout.incoming / drop_request(layout, tag, env)).st_ino
+        requests, _ = inboxes.requests()
+        for effect in [effect for event in requests for effect in sched.handle(event)]:
+            views.execute(effect, sched)
+        assert not os.listdir(layout.incoming) and (layout.reply(tag)).exists()
+        return inode
+
+    plain = accept("plain")
+    assert plain in {entry.stat().st_ino for entry in os.scandir(vault.directory)}
+    secret = accept("secret", {"API_TOKEN": "s3cr3t-value-of-alice"})
+    [job_id] = [job.job_id for job in sched.queued() if job.request.tag == "secret"]
+    assert os.stat(layout.job_file("queued", job_id)).st_ino == plain
+    assert secret not in {entry.stat().st_ino for entry in os.scandir(vault.directory)}
+    holding = [entry.name for entry in os.scandir(vault.directory)
+               if b"s3cr3t-value-of-alice" in Path(entry.path).read_bytes()]
+    assert holding == ["secret.env.json"]

@@ -11,10 +11,12 @@ carry ``op`` and ``path`` (absolute) and, by op: ``create`` (``data``,
 ``mode``), ``fsync``, ``rename`` (``src``, ``moved``, ``replaced``),
 ``unlink`` (``old``), ``mkdir``, ``fsync_dir`` (``names``: the directory's
 entries at that moment), ``open_append`` (``old``), ``append`` (``data``),
-``truncate`` (``size``; ``rewrite`` records an ``open_append``, a ``truncate`` and an
-``append`` by path). ``data`` is base64; ``moved``/``replaced``/``old``
-describe what the name held before (``{"kind": "absent" | "file" |
-"symlink" | "other", ...}``). Unset, each operation pays one ``is None`` test.
+``truncate`` (``size``), ``overwrite`` (``data``, written over the file from its
+start), ``chmod`` (``mode``); ``rewrite`` records an ``open_append``, maybe a
+``chmod``, an ``overwrite`` and maybe a ``truncate``, by path. ``data`` is base64;
+``moved``/``replaced``/``old`` describe what the name held before (``{"kind":
+"absent" | "file" | "symlink" | "other", ...}``). Unset, each operation pays one
+``is None`` test.
 """
 
 from __future__ import annotations
@@ -167,20 +169,35 @@ def _create(path: str | os.PathLike, data: bytes, mode: int, *, sync: bool,
     return made
 
 
-def rewrite(path: str | os.PathLike, data: bytes) -> os.stat_result | None:
-    """Truncate ``path``, a file of ours that no other process holds, and write ``data``
-    into it, without fsync; its fstat as written. None, and nothing changed, when it is not
-    a regular file of this uid with one link, or something else has it open: the kernel
-    grants a write lease (F_SETLEASE) only to a file's only opener. For a file nobody can
-    open anew (``adapters/spares.py``): once checked, no reader can see it change. Nor
-    one that others may write, or with a set-id or sticky bit: what it becomes keeps it."""
+def rewrite(path: str | os.PathLike, data: bytes, *, mode: int = 0o644
+            ) -> os.stat_result | None:
+    """Write ``data`` over the bytes of ``path``, a file of ours that no other process
+    holds, without fsync, and give it ``mode``; its fstat as written. None, and nothing
+    changed, when it is not a regular file of this uid with one link, or something else
+    has it open: the kernel grants a write lease (F_SETLEASE) only to a file's only
+    opener. For a file nobody can open anew (``adapters/spares.py``): once checked, no
+    reader can see it change and no writer can change it, whatever its mode let others
+    do before (a peer's request, a spare made group-writable); ``mode`` is what it
+    lets them do from now on.
+
+    The bytes go over the old ones from the start and the file is cut to their length:
+    the blocks it has are written again, none freed and none allocated. Truncated to
+    nothing first, as before, ext4 freed its blocks, reserved new ones and, at the close
+    of a file truncated to nothing and written (``auto_da_alloc``), started its
+    writeback: 8 % of the coordinator's CPU at 2 slots (``perf``, issue 31). A power
+    cut may leave the old bytes with a part of the new ones over them: a derived view,
+    compared with the journal and rewritten after a crash."""
     import fcntl  # here: the coordinator's alone, not every CLI call's
     import signal
-    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link, a FIFO: not a file to reuse
+            return None
+        raise
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
-                info.st_nlink != 1 or info.st_mode & 0o7022:  # none may write it but us
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
             return None
         # a lease broken by an opener signals its holder: SIGURG, ignored, not SIGIO's exit
         fcntl.fcntl(fd, fcntl.F_SETSIG, signal.SIGURG)
@@ -194,14 +211,19 @@ def rewrite(path: str | os.PathLike, data: bytes) -> os.stat_result | None:
         if _ledger is not None:  # opened as it stood (a spare an earlier process kept)
             _record("open_append", path, old=_describe(path),
                     mode=stat.S_IMODE(info.st_mode))
-        os.ftruncate(fd, 0)
+        if stat.S_IMODE(info.st_mode) != mode:  # set-id and sticky bits go too
+            os.fchmod(fd, mode)
+            if _ledger is not None:
+                _record("chmod", path, mode=mode)
+        view, written = memoryview(data), 0
+        while written < len(data):
+            written += os.pwrite(fd, view[written:], written)
         if _ledger is not None:
-            _record("truncate", path, size=0)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if _ledger is not None:
-            _record("append", path, data=_encode(data))
+            _record("overwrite", path, data=_encode(data))
+        if info.st_size > len(data):
+            os.ftruncate(fd, len(data))
+            if _ledger is not None:
+                _record("truncate", path, size=len(data))
         return os.fstat(fd)
     finally:
         os.close(fd)

@@ -1,4 +1,4 @@
-"""Job files written into the inodes of the job files they replaced (issue 31 item 1).
+"""Job files and replies written into the inodes of files let go (issue 31 item 1).
 
 A job's file is written again at each change of state (jobs/queued/, running/, done/):
 as a new file each time, every change allocated an inode and freed the old file's. On
@@ -8,9 +8,11 @@ minutes while the inode table's block is dirty), so the frees of one burst of jo
 every later creation slower, the shims' too: ``perf`` put 40 % of the coordinator's
 samples there at 2 slots. So a job file that is replaced is kept aside instead of
 unlinked (``retire``: renamed into resource_scheduler/private/, which only the
-coordinator's uid can enter), and a later job file is written into it (``write``):
-truncated, written and renamed into place, as a new one would be, but with no inode
-freed or allocated.
+coordinator's uid can enter), and so is a consumed request of our own uid whose env held
+no secret (``adopt``); a later job file or reply is written into it (``write``): written
+over, cut to length and renamed into place, as a new one would be, but with no inode
+freed or allocated. Per job that leaves one allocation (its done file and reply stay,
+its request goes) and no free, where there were two and one.
 
 A reader that opened the old file must never see it change: a spare is reused only
 when nothing else has it open, which the kernel says by granting a write lease
@@ -19,8 +21,10 @@ not our own regular file with one link, or that something still holds, is unlink
 and a new file written. At most ``KEPT`` are kept; the next start adopts them (freeing
 them there would give room back to a start on a full disk, which then would not say so:
 tests/e2e/test_full_disk.py). A job directory on another file system (a mount) keeps
-no spares: its replaced files are unlinked as before. The files are derived views either way: written without fsync, repaired from
-the journal after a crash, where a power cut may leave in the old name either content.
+no spares: its replaced files are unlinked as before. The files are derived views
+either way: written without fsync, repaired from the journal after a crash, where a
+power cut may leave in the old name either content, or the old with part of the new
+over it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import stat
 import time
 
 from . import fsio
@@ -70,6 +75,22 @@ class Spares:
             fsio.unlink(path)  # a job directory mounted apart: freed as before
             return
         self._kept.append(spare)
+
+    def adopt(self, path: str) -> None:
+        """``path``, a consumed request, is kept aside as a retired job file is, when it is
+        a plain file of our own uid and group with one link; another's is unlinked as
+        before. Unlinked, every request freed an inode, which every later creation in its
+        block group walked past (the shims' too): the coordinator's last free per job.
+        (Its writer is our uid: it could write our job files anyway.)"""
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and \
+                info.st_uid == os.geteuid() and info.st_gid == os.getegid():
+            self.retire(path)
+        else:
+            fsio.unlink(path)
 
     def write(self, path: str, data: bytes) -> os.stat_result:
         """``data`` at ``path``, as ``fsio.write_atomic(sync=False)`` writes it (a reader

@@ -60,7 +60,12 @@ class WriteReply(_Reply):
 
 @effect
 class ConsumeRequest(_InboxFile):
-    """The request is answered and journaled: remove it from spool/incoming."""
+    """The request is answered and journaled: remove it from spool/incoming. Its file
+    may be kept to be written into (``adapters/spares.py``) unless ``holds_secret``: a
+    value of its env was a secret, which must not outlive the job in the file's bytes
+    (docs/PROTOCOL.md section 3)."""
+
+    holds_secret: bool = False
 
 
 @effect

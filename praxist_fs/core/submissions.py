@@ -33,6 +33,7 @@ from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import utc_iso
 from .model import NEW_WORK, Job, Reply
 from .request import Request
+from .secrets import is_placeholder
 from .slurm_options import refusal as slurm_refusal
 from .states import (
     REPLAYABLE_STATES, JobState, ReplyOutcome, Trigger, Verdict, reply_transition,
@@ -80,7 +81,7 @@ class SubmissionDesk:
                 return [RejectRequest(name=ev.name, error=_error(  # their reply stays
                     ev.request_id, "request_id", theirs))]
             if prior.digest == ev.digest:  # a retransmission: answer again, change nothing
-                return self._answer(ev.name, prior)
+                return self._answer(ev, prior)
             return [RejectRequest(name=ev.name, error=_error(
                 ev.request_id, "request_id",
                 f"already used by a different request (answered {prior.outcome}); "
@@ -277,16 +278,19 @@ class SubmissionDesk:
                       estimate=estimate, uid=ev.uid, differs=differs)
         board.replies[reply.request_id] = reply
         board.version += 1
-        return touched + self._answer(ev.name, reply)
+        return touched + self._answer(ev, reply)
 
     @staticmethod
-    def _answer(name: str, reply: Reply) -> list[Effect]:
-        """Reply, and dispose of the request file; a rejection is filed before the reply."""
+    def _answer(ev: RequestSeen, reply: Reply) -> list[Effect]:
+        """Reply, and dispose of the request file; a rejection is filed before the reply.
+        A request read with a secret in its env (a placeholder now) says so: its file
+        holds the raw value (``ConsumeRequest.holds_secret``)."""
         reply_effect = WriteReply(request_id=reply.request_id, document=reply.to_dict())
         if reply.outcome == ReplyOutcome.REJECTED:
-            return [RejectRequest(name=name, error=_error(
+            return [RejectRequest(name=ev.name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
-        return [reply_effect, ConsumeRequest(name=name)]
+        held = ev.request is None or any(map(is_placeholder, ev.request.env.values()))
+        return [reply_effect, ConsumeRequest(name=ev.name, holds_secret=held)]
 
     # -- admission timeouts (R-SUB-4) --------------------------------------
 

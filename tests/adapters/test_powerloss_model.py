@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import types
 
 import pytest
 
@@ -396,3 +397,25 @@ def test_apply_with_a_seed_writes_the_drawn_state(ledger):
     expected = drawn_states(ledger, [seed])[0]["journal.log"]
     powerloss.apply(ledger.path, ledger.root, seed=seed)
     assert (ledger.root / "journal.log").read_bytes() == expected
+
+
+def test_a_spare_written_over_unsynced_leaves_its_old_bytes_with_any_part_of_the_new(
+        tmp_path, recording):
+    """``fsio.rewrite`` writes a spare's new bytes over its old ones and cuts it to their
+    length (no block freed, none allocated): a power cut before any fsync may leave the
+    old bytes, the new ones, or the old with a part of the new (or zeros) over them."""
+    root = tmp_path / "run"
+    fsio.makedirs(root, durable=True)
+    old, new = b'{"job_id": "a", "state": "queued"}\n', b'{"job_id": "b"}\n'
+    fsio.write_atomic(root / "spare", old, durable=True)
+    assert fsio.rewrite(root / "spare", new, mode=0o644) is not None
+    assert (root / "spare").read_bytes() == new  # cut to the new length
+
+    found = {state["spare"]
+             for state in drawn_states(types.SimpleNamespace(path=recording, root=root))}
+    assert old in found and new in found
+    torn = found - {old, new}
+    assert torn and all(len(data) == len(old) for data in torn)
+    assert all(old.endswith(data[len(new):]) for data in torn)  # the old bytes past the new
+    assert any(data[12:13] == b"b" for data in torn)  # a part of the new over the old
+    assert any(data.startswith(b"\0") for data in torn)  # its size without its data

@@ -4,6 +4,7 @@ real files: the kernel's write lease decides whether a spare is free."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from praxist_fs.adapters import spares
@@ -78,15 +79,53 @@ def test_a_spare_that_is_not_ours_alone_is_never_written_into(tmp_path):
     assert (tmp_path / "other-name").read_bytes() == b'{"job_id": "a"}'
 
 
-def test_a_spare_others_may_write_is_never_written_into(tmp_path):
-    """What a spare becomes keeps its mode: one made group-writable (not by us) would
-    let others rewrite a job file, so it is freed and a new file written."""
+def test_a_spare_others_may_write_is_written_into_only_with_our_mode(tmp_path):
+    """What a spare becomes must not keep a mode that lets others rewrite a job file: one
+    made group-writable (not by us) is given a job file's mode as it is written into."""
     private, queued, running = dirs(tmp_path)
     kept = Spares(private)
-    kept.write(str(queued / "a.json"), b'{"job_id": "a"}')
+    first = kept.write(str(queued / "a.json"), b'{"job_id": "a"}')
     kept.retire(str(queued / "a.json"))
     [spare] = os.listdir(private)
-    os.chmod(private / spare, 0o664)
+    os.chmod(private / spare, 0o6664)
     made = kept.write(str(running / "b.json"), b'{"job_id": "b"}')
-    assert not made.st_mode & 0o022 and not os.stat(running / "b.json").st_mode & 0o022
+    assert made.st_ino == first.st_ino
+    assert stat.S_IMODE(made.st_mode) == stat.S_IMODE(os.stat(running / "b.json").st_mode) \
+        == 0o644
     assert not os.listdir(private)
+
+
+def test_a_consumed_request_of_our_own_becomes_the_next_file_with_our_mode(tmp_path):
+    """An answered request of the coordinator's own uid is kept aside (``adopt``), not
+    unlinked, and the next file is written into it: with the mode a new file gets, cut
+    to its own length."""
+    private, incoming, replies = dirs(tmp_path)
+    kept = Spares(private)
+    request = incoming / "r.json"
+    fd = os.open(request, os.O_WRONLY | os.O_CREAT, 0o600)  # as ``praxist-fs submit``
+    os.write(fd, b'{"peer": "alice", "tag": "t", "argv": ["true"], "padding": "xxxxxxxx"}')
+    os.close(fd)
+    inode = os.stat(request).st_ino
+    kept.adopt(str(request))
+    assert not request.exists() and len(kept) == 1
+    made = kept.write(str(replies / "r.json"), b'{"outcome": "accepted"}\n')
+    assert made.st_ino == inode == os.stat(replies / "r.json").st_ino
+    assert (replies / "r.json").read_bytes() == b'{"outcome": "accepted"}\n'
+    assert stat.S_IMODE(os.stat(replies / "r.json").st_mode) == 0o644
+    assert not os.listdir(private)
+
+
+def test_a_request_that_is_a_link_or_has_a_second_name_is_unlinked_not_kept(tmp_path):
+    """Only a plain file with one name is kept: a link is removed (its target untouched),
+    and of a file with a second name only the request's name goes."""
+    private, incoming, _ = dirs(tmp_path)
+    kept = Spares(private)
+    target = tmp_path / "elsewhere.json"
+    target.write_bytes(b"theirs")
+    (incoming / "link.json").symlink_to(target)
+    (incoming / "linked.json").write_bytes(b"{}")
+    os.link(incoming / "linked.json", tmp_path / "second-name")
+    kept.adopt(str(incoming / "link.json"))
+    kept.adopt(str(incoming / "linked.json"))
+    assert not os.listdir(incoming) and not os.listdir(private) and len(kept) == 0
+    assert target.read_bytes() == b"theirs" and (tmp_path / "second-name").read_bytes() == b"{}"
