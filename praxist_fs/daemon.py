@@ -629,6 +629,7 @@ class Coordinator:
                 "observer": "polling" if self.polling else "inotify",
                 "filesystem": self.filesystem,
                 "journal_seq": self.journal.seq, "problems": self.problems,
+                "history_checked": self.housekeeper.history_checked,
                 "degraded": self.degraded,
                 "quarantined": sum(len(case["items"]) for case in self.problems),
                 "gpu_inventory": self.inventory.source}
