@@ -134,40 +134,62 @@ class TaskSpooler:
 
 def latency(tsp: str, n: int, command, summary, poll_s: float = 0.0005,
             shell: bool = False) -> dict:
-    """``command(stamp_path) -> shell text``; ``summary(values_ns)`` -> percentiles.
-    ``shell``: each ``tsp`` call made by a running shell (``Shell``), not by this process."""
-    to_start, failures = [], []
+    """``n`` sequential jobs on a tsp server of their own (``LatencySide``)."""
     with TaskSpooler(tsp, "latency", slots=2) as ts, \
             (Shell(ts.env) if shell else contextlib.nullcontext()) as sh:
-        stamps = ts.scratch / "stamps"
-        stamps.mkdir()
+        side = LatencySide(ts, command, summary, poll_s, sh)
         for i in range(n):
-            stamp = stamps / f"{i:05d}"
-            argv = [SH, "-c", command(stamp)]
-            line = shlex.join([tsp, "-B", *argv]) + " </dev/null"
-            submitted = time.time_ns()
-            job_id = int(sh.run(line)) if shell else ts.submit(argv)
-            deadline = time.monotonic() + 30
-            started = None
-            while time.monotonic() < deadline:
-                try:
-                    text = stamp.read_text()
-                    if text.endswith("\n"):
-                        started = int(text)
-                        break
-                except (OSError, ValueError):
-                    pass
-                time.sleep(poll_s)
-            ts.wait(job_id)
-            if started is None:
-                failures.append(f"job {job_id}: no timestamp in {stamp}")
-                continue
-            to_start.append(started - submitted)
-        states = ts.states()
-    if not to_start:
-        raise RuntimeError("tsp latency: no job produced a timestamp: " + "; ".join(failures[:5]))
-    return {"jobs": n, "command": [SH, "-c", command(Path("FILE"))],
-            "submit_to_start": summary(to_start), "states": states, "failures": failures}
+            side.sample(i)
+        return side.result()
+
+
+class LatencySide:
+    """task-spooler's side of the latency scenario, one sequential job (``sample``) at a
+    time, so that bench_all can interleave them with praxist_fs's. ``command(stamp_path)
+    -> shell text``; ``summary(values_ns)`` -> percentiles. With ``sh`` (a ``Shell`` with
+    ``ts.env``) each ``tsp`` call is made by that running shell, not by this process."""
+
+    def __init__(self, ts: TaskSpooler, command, summary, poll_s: float = 0.0005,
+                 sh: Shell | None = None) -> None:
+        self.ts, self.command, self.summary, self.poll_s, self.sh = \
+            ts, command, summary, poll_s, sh
+        self.stamps = ts.scratch / "stamps"
+        self.stamps.mkdir()
+        self.to_start: list[int] = []
+        self.failures: list[str] = []
+
+    def sample(self, i: int) -> None:
+        ts = self.ts
+        stamp = self.stamps / f"{i:05d}"
+        argv = [SH, "-c", self.command(stamp)]
+        line = shlex.join([ts.tsp, "-B", *argv]) + " </dev/null"
+        submitted = time.time_ns()
+        job_id = int(self.sh.run(line)) if self.sh else ts.submit(argv)
+        deadline = time.monotonic() + 30
+        started = None
+        while time.monotonic() < deadline:
+            try:
+                text = stamp.read_text()
+                if text.endswith("\n"):
+                    started = int(text)
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(self.poll_s)
+        ts.wait(job_id)
+        if started is None:
+            self.failures.append(f"job {job_id}: no timestamp in {stamp}")
+            return
+        self.to_start.append(started - submitted)
+
+    def result(self) -> dict:
+        if not self.to_start:
+            raise RuntimeError("tsp latency: no job produced a timestamp: "
+                               + "; ".join(self.failures[:5]))
+        return {"jobs": len(self.to_start) + len(self.failures),
+                "command": [SH, "-c", self.command(Path("FILE"))],
+                "submit_to_start": self.summary(self.to_start), "states": self.ts.states(),
+                "failures": self.failures}
 
 
 def throughput(tsp: str, n: int, argv: list[str], slots: int = 2) -> dict:
