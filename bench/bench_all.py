@@ -65,6 +65,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_scheduling  # noqa: E402
 import bench_tsp  # noqa: E402
+from settle import schedstat_s, settle  # noqa: E402
 from bench_coordinator import (  # noqa: E402
     SH, TASK_YAML, TRUE, MiB, Blocker, Coordinator, Shell, discard, machine, percentile,
     read_json, summary_ms, wait_until,
@@ -211,17 +212,23 @@ def interleaved_latency(n: int, tsp: str, shell: bool = False) -> dict[str, dict
     turns, one job of each, the first of a pair swapping from pair to pair. A slow second
     of this shared machine then falls on both systems' samples alike, where running one
     system's 200 jobs and then the other's put a busy minute on one side only. Each side's
-    job is measured as when it runs alone (``LatencySide``, ``bench_tsp.LatencySide``)."""
+    job is measured as when it runs alone (``LatencySide``, ``bench_tsp.LatencySide``),
+    once both systems went quiet (``settle``: what one still does after its job ended
+    would otherwise fall on the other's job); ``unsettled`` counts the jobs before which
+    they did not within its timeout."""
     with Coordinator("latency", concurrency=2) as co, \
             bench_tsp.TaskSpooler(tsp, "latency", slots=2) as ts, \
             (Shell() if shell else contextlib.nullcontext()) as px_sh, \
             (Shell(ts.env) if shell else contextlib.nullcontext()) as ts_sh:
         px = LatencySide(co, px_sh)
         other = bench_tsp.LatencySide(ts, stamp_command, summary_ms, POLL, ts_sh)
+        unsettled = 0
         for i in range(n):
             for side in (px, other) if i % 2 == 0 else (other, px):
+                unsettled += not settle([pid for pid in (co.proc.pid, ts.server_pid()) if pid])
                 side.sample(i)
-        return {"praxist_fs": px.result(), "task_spooler": other.result()}
+        return {"praxist_fs": {**px.result(), "unsettled": unsettled},
+                "task_spooler": {**other.result(), "unsettled": unsettled}}
 
 
 def px_first_job(n: int) -> dict:
@@ -521,18 +528,6 @@ def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
     return result, idle
 
 
-def _schedstat_s(pid: int) -> float:
-    """CPU time of all the process's threads from /proc/<pid>/task/*/schedstat (ns, exact);
-    utime/stime are sampled at the tick (10 ms units, biased upward for short wakeups)."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total / 1e9
-
-
 def history_checked(co: Coordinator) -> float | None:
     """Seconds from ``co``'s start to now, once its status.json says the start's first
     pass over the history is over (``coordinator.history_checked``); None before."""
@@ -545,9 +540,9 @@ def history_checked(co: Coordinator) -> float | None:
 def measure_idle(co: Coordinator, finished: int, idle_s: float) -> dict:
     pid = co.proc.pid
     ctx0 = co.ps.num_ctx_switches()
-    cpu0, exact0, wall0 = co.own_cpu_s(), _schedstat_s(pid), time.monotonic()
+    cpu0, exact0, wall0 = co.own_cpu_s(), schedstat_s(pid), time.monotonic()
     time.sleep(idle_s)
-    cpu1, exact1, wall1 = co.own_cpu_s(), _schedstat_s(pid), time.monotonic()
+    cpu1, exact1, wall1 = co.own_cpu_s(), schedstat_s(pid), time.monotonic()
     ctx1 = co.ps.num_ctx_switches()
     ps = co.ps
     mem = ps.memory_info()
@@ -657,6 +652,14 @@ def comparison_rows(cmp_: dict) -> list[dict]:
         rows.append(row(f"submit-to-start {q[:3]}, {cmp_['latency']['jobs']} sequential jobs"
                         f"{interleaved}{spread}", lat_p[q], lat_t[q], ratio, f"<= {limit}x",
                         ratio is not None and ratio <= limit, "ms"))
+    if "latency_blocks" in cmp_:  # results of before round 3 lack it
+        blocks = cmp_["latency_blocks"]
+        for q in ("p50_ms", "p99_ms"):
+            ratio, spread = _compared(blocks, q, blocks["praxist_fs"][q],
+                                      blocks["task_spooler"][q])
+            rows.append(row(f"  same {q[:3]}, one system's jobs then the other's (until round "
+                            f"3){spread}", blocks["praxist_fs"][q], blocks["task_spooler"][q],
+                            ratio, "reference", None, "ms"))
     tp = cmp_["throughput"]
     ratio, spread = _compared(tp, "wall_s", tp["praxist_fs"], tp["task_spooler"])
     rows.append(row(f"{tp['jobs']:,} trivial jobs at 2 slots, wall{spread}", tp["praxist_fs"],
@@ -793,6 +796,10 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
     medians taken minutes apart once moved 1.24x -> 0.98x between two quiet runs."""
     scenarios = {
         "latency": lambda: interleaved_latency(counts["latency"], tsp),
+        # the method until round 3, kept beside it so that neither hides the other
+        "latency_blocks": (lambda: px_latency(counts["latency"]),
+                           lambda: bench_tsp.latency(tsp, counts["latency"], stamp_command,
+                                                     summary_ms, POLL)),
         "throughput": (lambda: px_throughput(counts["throughput"]),
                        lambda: bench_tsp.throughput(tsp, counts["throughput"], [TRUE])),
         "submit": (lambda: px_submit(counts["submit"]),
@@ -827,9 +834,10 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
         return {"by_round": ratios, "median": med(ratios), "spread": [min(ratios),
                                                                        max(ratios)]}
 
-    def latencies(name: str) -> dict:
-        return {"jobs": counts[name], "runs": runs[name],
-                "method": "interleaved: both systems up, one job of each in turn",
+    def latencies(name: str, method: str = "interleaved: both systems up, one job of each "
+                  "in turn, each once both went quiet") -> dict:
+        return {"jobs": counts[name.removesuffix("_blocks")], "runs": runs[name],
+                "method": method,
                 **{system: {q: med(x["submit_to_start"][q] for x in runs[name][system])
                             for q in ("p50_ms", "p99_ms")}
                    for system in ("praxist_fs", "task_spooler")},
@@ -847,6 +855,8 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
         "order": "latency rows interleaved job by job; the others alternating, round 1 "
                  "starts with praxist_fs",
         "latency": latencies("latency"),
+        "latency_blocks": latencies("latency_blocks", "blocks: one system's jobs, then the "
+                                    "other's, the first swapping by round"),
         "throughput": walls("throughput"),
         "submit": walls("submit"),
         "shell_latency": latencies("shell_latency"),
@@ -945,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
 def _problems(results: dict) -> list[str]:
     problems = []
     c = results["comparisons"]
-    for name in ("latency", "shell_latency"):
+    for name in ("latency", "latency_blocks", "shell_latency"):
         for run in c[name]["runs"]["praxist_fs"] + c[name]["runs"]["task_spooler"]:
             problems += run["failures"][:3]
     for name in ("throughput", "throughput16"):

@@ -14,7 +14,8 @@ latency     N sequential ``tsp /bin/sh -c 'date +%s%N > FILE'``: from just
             is submitted once the previous one finished (``tsp -w``). With
             ``shell`` (bench_all's shell row) each ``tsp`` call is a line given
             to one running ``/bin/sh`` (``bench_coordinator.Shell``), as the
-            praxist_fs side gives its ``printf ... && mv ...`` line.
+            praxist_fs side gives its ``printf ... && mv ...`` line. A job at a
+            time (``LatencySide``): bench_all interleaves them with praxist_fs's.
 throughput  N ``tsp /bin/true`` at two slots: from the first ``tsp`` call to the
             last job finished.
 submit      the per-call cost of ``tsp CMD`` while one slot is held by a
@@ -40,6 +41,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from bench_coordinator import Shell, discard
 
@@ -82,6 +85,7 @@ class TaskSpooler:
                     "TS_SLOTS": str(slots)}
         for name in ("TS_ONFINISH", "TS_ENV", "TS_MAILTO", "TS_SAVELIST"):
             self.env.pop(name, None)
+        self._server_pid: int | None = None
 
     def __enter__(self) -> TaskSpooler:
         self.call("-S", str(self.slots))  # starts the server
@@ -95,6 +99,21 @@ class TaskSpooler:
                 time.sleep(0.01)
         finally:
             discard(self.scratch)
+
+    def server_pid(self) -> int | None:
+        """This scenario's server: the oldest tsp process with our TS_SOCKET (a client
+        started since, ``tsp -w`` or a submission, is younger)."""
+        if self._server_pid is None:
+            ours = []
+            for proc in psutil.process_iter(["name", "create_time"]):
+                try:
+                    if proc.info["name"] == "tsp" and \
+                            proc.environ().get("TS_SOCKET") == self.env["TS_SOCKET"]:
+                        ours.append((proc.info["create_time"], proc.pid))
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self._server_pid = min(ours)[1] if ours else None
+        return self._server_pid
 
     def call(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([self.tsp, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

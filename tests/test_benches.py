@@ -309,6 +309,7 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
         assert entry["method"].startswith("interleaved")
         assert [run["submit_to_start"]["n"] for system in ("praxist_fs", "task_spooler")
                 for run in entry["runs"][system]] == [3] * 4
+        assert all(0 <= run["unsettled"] <= 6 for run in entry["runs"]["praxist_fs"])
         for q in ("p50_ms", "p99_ms"):
             by = entry["ratios"][q]
             assert len(by["by_round"]) == 2 and by["spread"] == [min(by["by_round"]),
@@ -319,6 +320,9 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
         assert {"seen_to_launch_decided", "READY_to_command_start"} <= set(slowest[0])
     for name in ("throughput", "submit", "throughput16"):
         assert len(result[name]["ratios"]["wall_s"]["by_round"]) == 2
+    # the method until round 3, kept beside the interleaved rows
+    assert result["latency_blocks"]["method"].startswith("blocks")
+    assert len(result["latency_blocks"]["ratios"]["p50_ms"]["by_round"]) == 2
     (tmp_path / "compared.json").write_text(done.stdout.splitlines()[-1])
     table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all; "
                   "print(json.dumps(bench_all.comparison_rows(json.load(open("
@@ -331,6 +335,7 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
     p50 = the("submit-to-start p50, 3 sequential jobs")
     assert "interleaved" in p50["metric"] and "x by round" in p50["metric"]
     assert p50["ratio"] == result["latency"]["ratios"]["p50_ms"]["median"]
+    assert the("  same p50, one system's jobs then the other's")["target"] == "reference"
     # issue 31's targets: 1,000 at 2 slots, 10,000 at 16 and a shell user's p50 <= 1.3x
     assert [the(start)["target"] for start in ("4 trivial jobs at 2 slots",
                                                "4 trivial jobs at 16 slots",
