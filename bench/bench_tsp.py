@@ -249,7 +249,10 @@ def submit_cost(tsp: str, n: int, argv: list[str]) -> dict:
         ts.submit([SH, "-c", f"echo $$ > '{pid_file}'; "
                    f"while [ ! -e '{stop}' ]; do sleep 0.05; done"])
         deadline = time.monotonic() + 10
-        while ts.states().get("running", 0) < 1:
+        # running, and its pid written: a blocker whose pid _wait_blocker could not read
+        # (a few calls are made in less time than its shell's start) was not waited for,
+        # and its scratch dir was set aside with STOP in it: it looped on forever
+        while ts.states().get("running", 0) < 1 or not _written(pid_file):
             if time.monotonic() > deadline:
                 raise TimeoutError("tsp submit: the blocker did not start")
             time.sleep(0.01)
@@ -273,6 +276,14 @@ def submit_cost(tsp: str, n: int, argv: list[str]) -> dict:
             "per_call_p50_ms": round(each[len(each) // 2] * 1000, 3),
             "per_call_max_ms": round(each[-1] * 1000, 3),
             "extrapolated_to": n, "wall_s": round(mean * n, 4), "queued_seen": queued}
+
+
+def _written(path: Path) -> bool:
+    """Whether the line a shell's ``echo ... > path`` writes is whole."""
+    try:
+        return path.read_text().endswith("\n")
+    except OSError:
+        return False
 
 
 def _wait_blocker(pid_file: Path, timeout: float = 10.0) -> None:

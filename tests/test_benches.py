@@ -14,6 +14,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -301,7 +302,13 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
     the ratio of their medians over rounds hid how much it moved. The latency rows now run
     both systems at once, a job of each in turn, and every comparison keeps each round's
     ratio, its median (the row's ratio) and its spread (in the row's label)."""
-    done = bench("-c", COMPARE, shutil.which("tsp"), tmp_path=tmp_path)
+    # tsp's socket lives in the scratch dirs: a unix socket's path fits in 108 bytes,
+    # which pytest's (under xdist) leaves no room for
+    scratch = Path(tempfile.mkdtemp(prefix="sbs-"))
+    try:
+        done = bench("-c", COMPARE, shutil.which("tsp"), tmp_path=scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     for name in ("latency", "shell_latency"):
