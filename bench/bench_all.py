@@ -5,9 +5,9 @@
     .venv/bin/python bench/bench_all.py --quick    # small counts, 1 round, about 2 minutes
     .venv/bin/python bench/bench_all.py --profile  # also cProfile the coordinator
 
-Comparisons (praxist_fs and task-spooler alternate within every round, the
-first system swapping from round to round; medians over rounds, ratio =
-praxist_fs / task-spooler):
+Comparisons (ratio = praxist_fs / task-spooler, the median of each round's; the
+latency rows run both systems at once, a job of each in turn, each once both went
+quiet; the others one system then the other, the first swapping by round):
 
   latency     submit-to-start p50/p99 over N sequential trivial jobs. Both run
               the same command, ``/bin/sh -c 'date +%s%N > FILE'`` (task-spooler
