@@ -14,7 +14,8 @@ latency     N sequential ``tsp /bin/sh -c 'date +%s%N > FILE'``: from just
             is submitted once the previous one finished (``tsp -w``). With
             ``shell`` (bench_all's shell row) each ``tsp`` call is a line given
             to one running ``/bin/sh`` (``bench_coordinator.Shell``), as the
-            praxist_fs side gives its ``printf ... && mv ...`` line.
+            praxist_fs side gives its ``printf ... && mv ...`` line. A job at a
+            time (``LatencySide``): bench_all interleaves them with praxist_fs's.
 throughput  N ``tsp /bin/true`` at two slots: from the first ``tsp`` call to the
             last job finished.
 submit      the per-call cost of ``tsp CMD`` while one slot is held by a
@@ -40,6 +41,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 from bench_coordinator import Shell, discard
 
@@ -82,6 +85,7 @@ class TaskSpooler:
                     "TS_SLOTS": str(slots)}
         for name in ("TS_ONFINISH", "TS_ENV", "TS_MAILTO", "TS_SAVELIST"):
             self.env.pop(name, None)
+        self._server_pid: int | None = None
 
     def __enter__(self) -> TaskSpooler:
         self.call("-S", str(self.slots))  # starts the server
@@ -95,6 +99,21 @@ class TaskSpooler:
                 time.sleep(0.01)
         finally:
             discard(self.scratch)
+
+    def server_pid(self) -> int | None:
+        """This scenario's server: the oldest tsp process with our TS_SOCKET (a client
+        started since, ``tsp -w`` or a submission, is younger)."""
+        if self._server_pid is None:
+            ours = []
+            for proc in psutil.process_iter(["name", "create_time"]):
+                try:
+                    if proc.info["name"] == "tsp" and \
+                            proc.environ().get("TS_SOCKET") == self.env["TS_SOCKET"]:
+                        ours.append((proc.info["create_time"], proc.pid))
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            self._server_pid = min(ours)[1] if ours else None
+        return self._server_pid
 
     def call(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run([self.tsp, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -134,40 +153,62 @@ class TaskSpooler:
 
 def latency(tsp: str, n: int, command, summary, poll_s: float = 0.0005,
             shell: bool = False) -> dict:
-    """``command(stamp_path) -> shell text``; ``summary(values_ns)`` -> percentiles.
-    ``shell``: each ``tsp`` call made by a running shell (``Shell``), not by this process."""
-    to_start, failures = [], []
+    """``n`` sequential jobs on a tsp server of their own (``LatencySide``)."""
     with TaskSpooler(tsp, "latency", slots=2) as ts, \
             (Shell(ts.env) if shell else contextlib.nullcontext()) as sh:
-        stamps = ts.scratch / "stamps"
-        stamps.mkdir()
+        side = LatencySide(ts, command, summary, poll_s, sh)
         for i in range(n):
-            stamp = stamps / f"{i:05d}"
-            argv = [SH, "-c", command(stamp)]
-            line = shlex.join([tsp, "-B", *argv]) + " </dev/null"
-            submitted = time.time_ns()
-            job_id = int(sh.run(line)) if shell else ts.submit(argv)
-            deadline = time.monotonic() + 30
-            started = None
-            while time.monotonic() < deadline:
-                try:
-                    text = stamp.read_text()
-                    if text.endswith("\n"):
-                        started = int(text)
-                        break
-                except (OSError, ValueError):
-                    pass
-                time.sleep(poll_s)
-            ts.wait(job_id)
-            if started is None:
-                failures.append(f"job {job_id}: no timestamp in {stamp}")
-                continue
-            to_start.append(started - submitted)
-        states = ts.states()
-    if not to_start:
-        raise RuntimeError("tsp latency: no job produced a timestamp: " + "; ".join(failures[:5]))
-    return {"jobs": n, "command": [SH, "-c", command(Path("FILE"))],
-            "submit_to_start": summary(to_start), "states": states, "failures": failures}
+            side.sample(i)
+        return side.result()
+
+
+class LatencySide:
+    """task-spooler's side of the latency scenario, one sequential job (``sample``) at a
+    time, so that bench_all can interleave them with praxist_fs's. ``command(stamp_path)
+    -> shell text``; ``summary(values_ns)`` -> percentiles. With ``sh`` (a ``Shell`` with
+    ``ts.env``) each ``tsp`` call is made by that running shell, not by this process."""
+
+    def __init__(self, ts: TaskSpooler, command, summary, poll_s: float = 0.0005,
+                 sh: Shell | None = None) -> None:
+        self.ts, self.command, self.summary, self.poll_s, self.sh = \
+            ts, command, summary, poll_s, sh
+        self.stamps = ts.scratch / "stamps"
+        self.stamps.mkdir()
+        self.to_start: list[int] = []
+        self.failures: list[str] = []
+
+    def sample(self, i: int) -> None:
+        ts = self.ts
+        stamp = self.stamps / f"{i:05d}"
+        argv = [SH, "-c", self.command(stamp)]
+        line = shlex.join([ts.tsp, "-B", *argv]) + " </dev/null"
+        submitted = time.time_ns()
+        job_id = int(self.sh.run(line)) if self.sh else ts.submit(argv)
+        deadline = time.monotonic() + 30
+        started = None
+        while time.monotonic() < deadline:
+            try:
+                text = stamp.read_text()
+                if text.endswith("\n"):
+                    started = int(text)
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(self.poll_s)
+        ts.wait(job_id)
+        if started is None:
+            self.failures.append(f"job {job_id}: no timestamp in {stamp}")
+            return
+        self.to_start.append(started - submitted)
+
+    def result(self) -> dict:
+        if not self.to_start:
+            raise RuntimeError("tsp latency: no job produced a timestamp: "
+                               + "; ".join(self.failures[:5]))
+        return {"jobs": len(self.to_start) + len(self.failures),
+                "command": [SH, "-c", self.command(Path("FILE"))],
+                "submit_to_start": self.summary(self.to_start), "states": self.ts.states(),
+                "failures": self.failures}
 
 
 def throughput(tsp: str, n: int, argv: list[str], slots: int = 2) -> dict:
@@ -208,7 +249,10 @@ def submit_cost(tsp: str, n: int, argv: list[str]) -> dict:
         ts.submit([SH, "-c", f"echo $$ > '{pid_file}'; "
                    f"while [ ! -e '{stop}' ]; do sleep 0.05; done"])
         deadline = time.monotonic() + 10
-        while ts.states().get("running", 0) < 1:
+        # running, and its pid written: a blocker whose pid _wait_blocker could not read
+        # (a few calls are made in less time than its shell's start) was not waited for,
+        # and its scratch dir was set aside with STOP in it: it looped on forever
+        while ts.states().get("running", 0) < 1 or not _written(pid_file):
             if time.monotonic() > deadline:
                 raise TimeoutError("tsp submit: the blocker did not start")
             time.sleep(0.01)
@@ -232,6 +276,14 @@ def submit_cost(tsp: str, n: int, argv: list[str]) -> dict:
             "per_call_p50_ms": round(each[len(each) // 2] * 1000, 3),
             "per_call_max_ms": round(each[-1] * 1000, 3),
             "extrapolated_to": n, "wall_s": round(mean * n, 4), "queued_seen": queued}
+
+
+def _written(path: Path) -> bool:
+    """Whether the line a shell's ``echo ... > path`` writes is whole."""
+    try:
+        return path.read_text().endswith("\n")
+    except OSError:
+        return False
 
 
 def _wait_blocker(pid_file: Path, timeout: float = 10.0) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -282,3 +284,71 @@ def test_the_shell_row_gives_both_systems_a_line_in_one_running_shell(tmp_path):
     assert 0 < px["line_to_mv_returned_p50_ms"] and px["phases_p50_ms"]["line_to_request_seen"]
     if tsp:
         assert result["tsp"]["submit_to_start"]["n"] == 3, result["tsp"]
+
+
+COMPARE = """
+import json, sys
+sys.path.insert(0, "bench")
+import bench_all
+counts = {"rounds": 2, "latency": 3, "throughput": 4, "submit": 3, "shell_latency": 3,
+          "throughput16": 4, "first_job": 1}
+print(json.dumps(bench_all.compare(2, counts, sys.argv[1])))
+"""
+
+
+@pytest.mark.skipif(shutil.which("tsp") is None, reason="task-spooler is not installed")
+def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_ratio(
+        tmp_path):
+    """Two quiet make benches of nearly the same code gave submit-to-start p50 1.24x then
+    0.98x task-spooler: each system ran its 200 jobs minutes apart from the other's, and
+    the ratio of their medians over rounds hid how much it moved. The latency rows now run
+    both systems at once, a job of each in turn, and every comparison keeps each round's
+    ratio, its median (the row's ratio) and its spread (in the row's label)."""
+    # tsp's socket lives in the scratch dirs: a unix socket's path fits in 108 bytes,
+    # which pytest's (under xdist) leaves no room for
+    scratch = Path(tempfile.mkdtemp(prefix="sbs-"))
+    try:
+        done = bench("-c", COMPARE, shutil.which("tsp"), tmp_path=scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    for name in ("latency", "shell_latency"):
+        entry = result[name]
+        assert entry["method"].startswith("interleaved")
+        assert [run["submit_to_start"]["n"] for system in ("praxist_fs", "task_spooler")
+                for run in entry["runs"][system]] == [3] * 4
+        assert all(0 <= run["unsettled"] <= 6 for run in entry["runs"]["praxist_fs"])
+        for q in ("p50_ms", "p99_ms"):
+            by = entry["ratios"][q]
+            assert len(by["by_round"]) == 2 and by["spread"] == [min(by["by_round"]),
+                                                                  max(by["by_round"])]
+            assert by["median"] == statistics.median(by["by_round"])
+        slowest = entry["runs"]["praxist_fs"][0]["slowest"]
+        assert slowest[0]["submit_to_start"] >= slowest[-1]["submit_to_start"]
+        assert {"seen_to_launch_decided", "READY_to_command_start"} <= set(slowest[0])
+    for name in ("throughput", "submit", "throughput16"):
+        assert len(result[name]["ratios"]["wall_s"]["by_round"]) == 2
+    # the method until round 3, kept beside the interleaved rows
+    assert result["latency_blocks"]["method"].startswith("blocks")
+    assert len(result["latency_blocks"]["ratios"]["p50_ms"]["by_round"]) == 2
+    (tmp_path / "compared.json").write_text(done.stdout.splitlines()[-1])
+    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all; "
+                  "print(json.dumps(bench_all.comparison_rows(json.load(open("
+                  f"{str(tmp_path / 'compared.json')!r})))))", tmp_path=tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = json.loads(table.stdout)
+
+    def the(start: str) -> dict:
+        return next(row for row in rows if row["metric"].startswith(start))
+    p50 = the("submit-to-start p50, 3 sequential jobs")
+    assert "interleaved" in p50["metric"] and "x by round" in p50["metric"]
+    assert p50["ratio"] == result["latency"]["ratios"]["p50_ms"]["median"]
+    assert the("  same p50, one system's jobs then the other's")["target"] == "reference"
+    # issue 31's targets: 1,000 at 2 slots, 10,000 at 16 and a shell user's p50 <= 1.3x
+    assert [the(start)["target"] for start in ("4 trivial jobs at 2 slots",
+                                               "4 trivial jobs at 16 slots",
+                                               "submit-to-start p50, 3 from a running sh",
+                                               "submit-to-start p50, 3 sequential",
+                                               "submit-to-start p99, 3 sequential")] == \
+        ["<= 1.3x", "<= 1.3x", "<= 1.3x", "<= 1.0x", "<= 1.5x"]

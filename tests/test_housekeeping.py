@@ -172,3 +172,27 @@ def test_on_a_network_file_system_every_history_pass_runs(tmp_path, monkeypatch)
     monkeypatch.setenv("PRAXIST_FORCE_POLLING", "1")
     passes, _ = history_passes(tmp_path, monkeypatch, 4)
     assert passes == [(1, 1)] * 4
+
+
+def test_the_starts_first_look_at_the_history_is_said_over_once_both_passes_ended(
+        tmp_path, monkeypatch):
+    """status.json's ``coordinator.history_checked``: until the start's first pass over
+    jobs/done/ and spool/replies/ ends, an idle coordinator's CPU is mostly that pass
+    (make bench's idle row measured it, not an idle coordinator). It turns true once
+    both passes ended, a slice at a time, and stays true while later passes run."""
+    monkeypatch.delenv("PRAXIST_FORCE_POLLING", raising=False)
+    layout = RunLayout.at(tmp_path / "run")
+    layout.create()
+    for directory in ("done", "replies"):
+        left_by_crash(layout, 150, directory)
+    keeper = Housekeeper(layout, done_sweep=0.0, clock=Clock(5 * SLICE_SECONDS))
+    sched, checked = Scheduler(), []
+    for _ in range(4):  # a chunk a reconcile, the two in turn; the last two in the fourth
+        checked.append(keeper.history_checked)
+        keeper._sweep_slices(sched, None)
+    assert checked == [False, False, False, True]
+    left_by_crash(layout, 150, "done")  # a later pass, a chunk at a time
+    keeper._sweep_slices(sched, None)
+    assert keeper._listing["done"] is not None and keeper.history_checked
+    while keeper._listing["done"] is not None:
+        keeper._sweep_slices(sched, None)
