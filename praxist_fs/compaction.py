@@ -36,6 +36,7 @@ from .adapters.history import LineReader, line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
+from .adapters.unsynced import Unsynced, make_durable
 from .core import spill
 from .core.effects import Effect
 from .core.metrics import AttemptTally
@@ -92,7 +93,7 @@ def sweep_unfinished(layout: RunLayout) -> None:
 
 
 def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
-            tally: AttemptTally) -> None:
+            tally: AttemptTally, unsynced: Unsynced) -> None:
     """Write the state the journal has built as one durable snapshot, then empty the
     journal: a start then reads the snapshot and a short tail, not the whole history.
     Runs between loop turns, when every handled event is committed and its effects
@@ -102,7 +103,12 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     finished since the last one, and the replies, then leave memory for it."""
     journal.commit()
     index.flush(journal.seq)
-    sync_all()
+    taken = unsynced.take()
+    try:
+        _make_durable(taken)
+    except BaseException:
+        unsynced.give_back(taken)
+        raise
     tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
     rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
                       tally=tally.to_dict())
@@ -192,14 +198,27 @@ def take_clean_stop(layout: RunLayout, journal_seq: int) -> int | None:
     return durable_ns if isinstance(durable_ns, int) else None
 
 
+def _make_durable(taken: dict[str, set[str]] | None) -> None:
+    """What a watermark vouches for reaches the disk: the derived files ``Unsynced.take``
+    named, or (None: not known by name) everything, ``sync(2)``."""
+    if taken is None:
+        sync_all()
+    else:
+        make_durable(taken)
+
+
 class Compactor:
     """Compacts the journal in the background once it holds ``every`` records: a forked
     child renders and writes the snapshot from its copy of the state (copy-on-write: the
     state of the moment it was forked, exactly, while the loop goes on changing its own),
-    and the loop finishes the compaction at later turns, a step a turn (``turn``)."""
+    and the loop finishes the compaction at later turns, a step a turn (``turn``).
+    ``unsynced``: the derived files written since the last watermark (``Views``), which
+    the child makes durable before its snapshot vouches for them."""
 
-    def __init__(self, layout: RunLayout, every: int, wake_fd: int) -> None:
+    def __init__(self, layout: RunLayout, every: int, wake_fd: int,
+                 unsynced: Unsynced) -> None:
         self.layout, self.every, self.wake_fd = layout, every, wake_fd
+        self.unsynced = unsynced
         self.running: Background | None = None
         self.not_before = 0.0  # after a failed one
         self.collect_due = False  # one finished: the next turn collects its garbage
@@ -225,7 +244,7 @@ class Compactor:
         if journal.tail >= self.every and time.monotonic() >= self.not_before:
             try:
                 self.running = Background.begin(self.layout, journal, sched, index, tally,
-                                                self.wake_fd)
+                                                self.wake_fd, self.unsynced)
             except OSError as exc:  # no process or no temp file to spare: the loop goes on
                 _stop_watching(sched)
                 log.warning("the journal's compaction could not start (%s); it is tried "
@@ -242,13 +261,15 @@ class Compactor:
             self._step(journal, sched)
 
     def _step(self, journal: Journal, sched: Scheduler) -> None:
-        written = self.running.step(self.layout, journal, sched)
+        running = self.running
+        written = running.step(self.layout, journal, sched)
         if written is None:
             return  # more steps to come
         self.running = None
         if written:
             self.collect_due = True
         else:
+            self.unsynced.give_back(running.taken)  # not made durable: the next one's
             self.not_before = time.monotonic() + RETRY_SECONDS
 
 
@@ -257,9 +278,11 @@ class Background:
     snapshot covers, and what it took from memory (``Captured``)."""
 
     def __init__(self, pid: int, result: BinaryIO, sched: Scheduler, seq: int, end: int,
-                 captured: Captured, due: tuple[bool, bool]) -> None:
+                 captured: Captured, due: tuple[bool, bool],
+                 taken: dict[str, set[str]] | None) -> None:
         self.pid, self.result, self.sched = pid, result, sched
         self.seq, self.end, self.captured, self.due = seq, end, captured, due
+        self.taken = taken  # the derived files its child makes durable (``Unsynced.take``)
         self.status: int | None = None
         self.outcome: tuple | None = None  # the child's, once read (``step``)
         self.journal_replaced = False
@@ -272,13 +295,13 @@ class Background:
 
     @classmethod
     def begin(cls, layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
-              tally: AttemptTally, wake_fd: int) -> Background:
+              tally: AttemptTally, wake_fd: int, unsynced: Unsynced) -> Background:
         """As ``compact`` begins (between loop turns, every handled event committed and
         its effects carried out), then fork: the child writes the snapshot of the state
         of this moment. Its watermark is this moment too: every derived file of the
-        records it covers was written by now, and the child syncs them all before its
-        snapshot says so (a file written later is newer than the watermark: read back
-        after a crash)."""
+        records it covers was written by now, and the child syncs those written since
+        the last watermark (``unsynced``) before its snapshot says so (a file written
+        later is newer than the watermark: read back after a crash)."""
         journal.commit()
         index.flush(journal.seq)
         tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
@@ -288,14 +311,16 @@ class Background:
         result = tempfile.TemporaryFile(prefix="praxist-compaction-")
         captured = watch(sched)
         parent = os.getpid()
+        taken = unsynced.take()
         try:
             pid = os.fork()
         except OSError:
+            unsynced.give_back(taken)
             result.close()
             raise
         if pid == 0:
-            _child(layout, sched, seq, header, due, result, parent, wake_fd)
-        return cls(pid, result, sched, seq, end, captured, due)
+            _child(layout, sched, seq, header, due, result, parent, wake_fd, taken)
+        return cls(pid, result, sched, seq, end, captured, due, taken)
 
     def ended(self) -> bool:
         if self.status is None:
@@ -384,8 +409,11 @@ def _stop_watching(sched: Scheduler) -> None:
 
 
 def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
-           due: tuple[bool, bool], result: BinaryIO, parent: int, wake_fd: int) -> NoReturn:
-    """The forked child: sync, render, write the snapshot durably (a slice at a time: its
+           due: tuple[bool, bool], result: BinaryIO, parent: int, wake_fd: int,
+           taken: dict[str, set[str]] | None) -> NoReturn:
+    """The forked child: make the derived files its watermark vouches for durable (those
+    ``taken``: never the whole machine's writeback, which a reply's journal fsync would
+    wait behind), render, write the snapshot durably (a slice at a time: its
     writeback never queues ~135 MB before the loop's journal fsync), say where its lines
     lie (``result``), wake the loop and leave at once (``os._exit``: nothing of the
     parent's is closed, flushed or collected here; no log line, whose lock another
@@ -397,7 +425,7 @@ def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
             signal.signal(signum, signal.SIG_DFL)
         _die_with(parent)
         os.setpriority(os.PRIO_PROCESS, 0, CHILD_NICENESS)
-        sync_all()
+        _make_durable(taken)
         rendered = render(sched, seq, **header)
         if due[0]:
             crashpoints.crash()

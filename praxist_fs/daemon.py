@@ -226,6 +226,8 @@ class Coordinator:
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
             tally)
+        if views_durable_ns is not None or self.journal.seq == 0:  # the last coordinator
+            self.views.unsynced.vouched()  # synced all it wrote, or there was none: none owed
         self.status = StatusSink(self.views, self.driver.commits, self._runtime,
                                  lambda: self.journal.seq, self.metrics_textfile_dir,
                                  busy=lambda: bool(self.selector.select(0)),
@@ -234,7 +236,8 @@ class Coordinator:
         self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
                                                          self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.compactor = compaction.Compactor(self.layout, self.compact_after, self._wake_write)
+        self.compactor = compaction.Compactor(self.layout, self.compact_after, self._wake_write,
+                                              self.views.unsynced)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
@@ -307,7 +310,8 @@ class Coordinator:
                 try:
                     if self.journal.tail:
                         compaction.compact(self.layout, self.journal, self.sched,
-                                           self.views.index, self.views.tally)
+                                           self.views.index, self.views.tally,
+                                           self.views.unsynced)
                     self.views.index.close(self.journal.seq)
                     compaction.mark_clean_stop(self.layout, self.journal.seq)
                 except OSError as exc:
