@@ -109,7 +109,7 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     except BaseException:
         unsynced.give_back(taken)
         raise
-    tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
+    tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: on the shelf
     rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
                       tally=tally.to_dict())
     reach("snapshot.before_write")
@@ -164,7 +164,7 @@ class _Spill:
 
     def take(self, sched: Scheduler, tally: AttemptTally) -> None:
         """The finished jobs and the replies in memory go to the file and leave memory."""
-        tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: shelved
+        tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: shelved
         taken = spill.piece(sched, self.size, self.reader)
         view = memoryview(taken.data)
         while view:
@@ -304,7 +304,7 @@ class Background:
         later is newer than the watermark: read back after a crash)."""
         journal.commit()
         index.flush(journal.seq)
-        tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
+        tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: on the shelf
         seq, end = journal.committed
         header = {"views_durable_ns": time.time_ns(), "tally": tally.to_dict()}
         due = (crashpoints.due("snapshot.before_write"), crashpoints.due("snapshot.after_write"))

@@ -649,7 +649,7 @@ def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:
             log.warning("snapshot: its attempt tally is unreadable (%r): counted afresh", exc)
         else:
             if not tally.settled_through:  # saved by an older version: it forgot none
-                tally.forget_finished(sched.jobs.in_memory, sched._next_order)
+                tally.forget_finished(sched.jobs.in_memory, sched.last_order)
             return tally
     return AttemptTally.of(sched.jobs.values())
 
