@@ -60,7 +60,6 @@ from .core.events import (
 from .core.metrics import AttemptTally
 from .core.model import Job
 from .core.policy import Policy
-from .core.replay import replay
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .driver import Driver
@@ -456,11 +455,14 @@ class Coordinator:
         The scheduler is rebuilt from the durable records as a start would (snapshot,
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
-        is room."""
+        is room. A long tail is shelved as it is replayed, as at a start: a roll-back
+        while compactions fail (the same full disk) would otherwise hold it all."""
         restored = compaction.restore(self.layout)
         tally = _tally(restored.tally, restored.sched)
-        replay(restored.sched, self.journal.durable(restored.journal_seq),
-               lambda effects: _count(tally, restored.sched, effects))
+        compaction.replay_shelving(self.layout, restored.sched,
+                                   self.journal.durable(restored.journal_seq),
+                                   lambda effects: _count(tally, restored.sched, effects),
+                                   self.compact_after, tally)
         self.driver.sched = restored.sched
         self.views.tally = tally
         self.inboxes.forget_results()
