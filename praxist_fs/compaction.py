@@ -15,6 +15,7 @@ or calls the loop.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -32,7 +33,7 @@ from .adapters.fsio import (
     TEMP_PATTERN, close_aside, fsync_dir, read_json, sync_all, unlink, write_atomic,
     write_json,
 )
-from .adapters.history import LineReader, line_reader
+from .adapters.history import LineReader, header_pieces, line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
@@ -66,7 +67,7 @@ def restore(layout: RunLayout) -> Restored:
     except FileNotFoundError:
         return Restored(0, None, Scheduler(), None)
     try:
-        restored = read(handle, line_reader(handle))
+        restored = read(handle, line_reader(handle), header_pieces(handle))
     except SnapshotError as exc:
         handle.close()
         raise JournalCorrupt(
@@ -136,7 +137,9 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
     memory for an unnamed scratch file in the journal's directory (``core.spill``), as a
     compaction takes them for its snapshot; the next compaction copies them from there.
     A replay of 400,001 records (100,000 finished jobs) otherwise holds them all: 439 MB.
-    A tail shorter than ``every`` is replayed as it always was."""
+    A tail shorter than ``every`` is replayed as it always was. A disk too full for the
+    scratch file (a roll-back's: its commit failed for want of room) leaves the rest of
+    the tail in memory, as it was always replayed, rather than fail the replay."""
     remaining, scratch = iter(records), None
     while True:
         count = 0
@@ -148,8 +151,18 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
         replay(sched, counted(), applied)
         if count < every:
             return
-        scratch = scratch or _Spill(layout)
-        scratch.take(sched, tally)
+        try:
+            scratch = scratch or _Spill(layout)
+            scratch.take(sched, tally)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            log.warning("%s: %s; the rest of the journal's tail is replayed in memory",
+                        layout.journal_dir, exc.strerror)
+            if scratch is not None and not scratch.size:  # no shelf reads it
+                scratch.handle.close()
+            replay(sched, remaining, applied)
+            return
 
 
 class _Spill:

@@ -16,6 +16,7 @@ from praxist_fs.core.replay import replay
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.daemon import Coordinator
 from tests.core.simulation import run_seed
+from tests.disks import small_tmpfs
 from tests.core.test_snapshot import _state
 
 
@@ -82,3 +83,22 @@ def test_a_roll_back_over_a_long_tail_shelves_it_as_a_start_does(tmp_path):
     assert rebuilt.jobs.reader is not None
     rebuilt.jobs.reader.handle.close()
     journal.close()
+
+
+def test_a_disk_too_full_for_the_scratch_file_leaves_the_tail_in_memory(tmp_path, caplog):
+    """A roll-back comes when the disk is full: the scratch file cannot be written, and the
+    replay goes on with the rest of the tail in memory, as it always was, not fails."""
+    journal = run_seed(2, 600).journal
+    whole = Scheduler()
+    replay(whole, journal)
+    with small_tmpfs(tmp_path / "disk") as disk:
+        layout = RunLayout.at(disk.root / "run")
+        layout.journal_dir.mkdir(parents=True)
+        disk.fill()
+        sched = Scheduler()
+        compaction.replay_shelving(layout, sched, iter(journal), lambda effects: None, 2,
+                                   AttemptTally())
+        assert _state(sched) == _state(whole)
+        assert "replayed in memory" in caplog.text
+        if sched.jobs.reader is not None:
+            sched.jobs.reader.handle.close()
