@@ -16,8 +16,12 @@ snapshots were replaced; and, from the stopped coordinator's metrics.prom, its l
 turns and how many took over 50 ms of wall time and of the loop thread's CPU (a turn
 long in wall time alone waited: an fsync, a busy disk, no core to spare).
 
+``--dirty-mb M``: meanwhile another program on the same disk keeps about M MB unwritten
+(a checkpoint saved every few seconds: a new file of M MB written, the last one removed
+unwritten), the hostile case for a compaction that syncs more than its own files.
+
 Usage: .venv/bin/python bench/bench_compaction.py [--finished 100000] [--compact-after 4000]
-       [--compactions 2] [--fixtures DIR] [--json PATH]
+       [--compactions 2] [--fixtures DIR] [--dirty-mb M] [--json PATH]
 """
 
 from __future__ import annotations
@@ -65,9 +69,20 @@ def served_fixture(directory: Path, finished: int) -> Path:
     return directory
 
 
-def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
+def dirty_writer(directory: Path, megabytes: int) -> subprocess.Popen:
+    """A program that keeps about ``megabytes`` MB unwritten in ``directory`` until it is
+    killed: a new file every 3 s, the one before removed (its pages dropped unwritten)."""
+    script = (f'i=0; while :; do dd if=/dev/zero of="{directory}/dirty.$i" bs=1M '
+              f'count={megabytes} status=none; rm -f "{directory}/dirty.$((i-1))"; '
+              'i=$((i+1)); sleep 3; done')
+    return subprocess.Popen(["sh", "-c", script], start_new_session=True)
+
+
+def serve_and_probe(source: Path, compact_after: int, compactions: int,
+                    dirty_mb: int = 0) -> dict:
     """Rename requests in one at a time on a copy of ``source`` until ``compactions``
-    snapshots replaced the one it started with, and a second after that."""
+    snapshots replaced the one it started with, and a second after that; with
+    ``dirty_mb``, beside a program that keeps that much unwritten on the same disk."""
     scratch = copy_fixture(source, "compaction")
     # The copy's ~1 GB settles on the disk first: its writeback is the bench's, and the
     # compaction child's sync (the watermark's) would otherwise flush it while we time
@@ -77,6 +92,7 @@ def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
     os.environ["PRAXIST_COMPACT_AFTER"] = str(compact_after)
     latencies: list[tuple[float, float]] = []  # (seconds since the first request, ms)
     replaced: list[dict] = []
+    writer = dirty_writer(scratch, dirty_mb) if dirty_mb else None
     try:
         with Coordinator("compaction", concurrency=1, scratch=scratch, keep=True,
                          start_timeout=900, start_poll=0.005) as co:
@@ -103,6 +119,9 @@ def serve_and_probe(source: Path, compact_after: int, compactions: int) -> dict:
         turns = loop_turns(scratch / "run" / "resource_scheduler" / "metrics.prom")
     finally:
         os.environ.pop("PRAXIST_COMPACT_AFTER", None)
+        if writer is not None:
+            os.killpg(writer.pid, 9)
+            writer.wait()
         discard(scratch)
     values = sorted(ms for _, ms in latencies)
     slowest = sorted(latencies, key=lambda entry: -entry[1])[:5]
@@ -140,6 +159,8 @@ def main() -> int:
     parser.add_argument("--compactions", type=int, default=2)
     parser.add_argument("--fixtures", type=Path,
                         help="keep the built run here, to compare versions on one")
+    parser.add_argument("--dirty-mb", type=int, default=0,
+                        help="keep this much unwritten on the same disk meanwhile (MB)")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args()
     keep = args.fixtures is not None
@@ -151,7 +172,9 @@ def main() -> int:
         result = {"finished": args.finished, "compact_after": args.compact_after,
                   "fixture_s": round(time.monotonic() - t0, 1),
                   "load": os.getloadavg()[0],
-                  **serve_and_probe(source, args.compact_after, args.compactions)}
+                  "dirty_mb": args.dirty_mb,
+                  **serve_and_probe(source, args.compact_after, args.compactions,
+                                    args.dirty_mb)}
     finally:
         if not keep:
             shutil.rmtree(source, ignore_errors=True)
