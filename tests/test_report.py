@@ -228,11 +228,13 @@ def test_the_index_a_read_of_a_runs_history_keeps_is_its_ids_and_a_few_bytes_an_
     assert (kept - sum(len(key) + 1 for key in keys)) / len(keys) <= 26, kept
 
 
-def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_path):
+def test_reading_a_runs_history_passes_through_less_than_the_index_it_keeps(tmp_path):
     """issue 31 item 3 (report, simulate --from-run and a start read a run's snapshot):
-    reading a run of 2,500 finished jobs (and their replies) peaks at most 1.5 times
-    above what the read keeps, the shelf's index; reading the header's 5,000 ids and
-    lengths as JSON objects peaked 2.4-3.1 times above it."""
+    reading a run of 2,500 finished jobs (and their replies) peaks at most 0.9 times
+    above what the read keeps, the shelf's index: its header is read in pieces and its
+    numbers straight into the index's 4-byte arrays (0.73-0.77). Read as one line and
+    through 8-byte arrays it peaked 1.05-1.10 times above; its 5,000 ids and lengths as
+    JSON objects, 2.4-3.1 times."""
     layout = RunLayout.at(compacted_run(tmp_path, 2500))
     tracemalloc.start()
     try:
@@ -242,4 +244,4 @@ def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_
     finally:
         tracemalloc.stop()
     assert len(sched.jobs) == 2500
-    assert peak - kept <= 1.5 * (kept - before), (kept - before, peak - kept)
+    assert peak - kept <= 0.9 * (kept - before), (kept - before, peak - kept)
