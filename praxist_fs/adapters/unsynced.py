@@ -7,12 +7,15 @@ much else unwritten (a checkpoint just saved to the same disk) the reply whose j
 fsync came meanwhile waited behind that writeback (84-270 ms against 2-4 ms, below).
 ``Unsynced`` keeps the names of the derived files written since the last moment they
 were all durable, and ``make_durable`` syncs those and their directories, nothing else.
-Measured on this machine's ext4 (10,000 job files and replies between two watermarks,
-as 20,000 records leave them, a 1 GB file written just before on the same disk, a
-journal-like append and fdatasync every 5 ms beside it, 2 rounds, load 2-4): the
-longest of those fdatasyncs was 84-270 ms during ``sync(2)`` and 102-231 ms during
-``syncfs(2)`` of the run's file system (the big file is on it), 1.8-4.4 ms during
-``make_durable``; it took 0.65-0.7 s against 0.43-0.48 s, in the compaction's child.
+Measured on this machine's ext4 (``bench_compaction.py --durable-step 5000``: 10,000
+job files and replies between two watermarks, as 20,000 records leave them, a 1 GB file
+written just before on the same disk, a journal-like append and fdatasync every 5 ms
+beside it, 3 rounds each, load 6-7): the longest of those fdatasyncs was 98-235 ms
+(median 177) during ``sync(2)``, 15-461 ms (median 61) during ``make_durable``, whose
+p50 was 0.33 ms against 2.3-3.8; a prototype at load 2-4: 84-270 ms against 1.8-4.4,
+and ``syncfs(2)`` of the run's file system (the big file is on it) 102-231 ms. The
+child pays: 3.5-6.6 s against 0.1-0.4 s, each file's fdatasync a device flush of its
+own on this ext4 without a journal; the loop waits for none of it.
 """
 
 from __future__ import annotations
