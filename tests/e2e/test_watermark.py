@@ -77,3 +77,34 @@ def _compactions(records: list[dict], snapshot: str) -> list[tuple[int, int]]:
 def _derived_files(sched):
     for directory in ("jobs/queued", "jobs/running", "jobs/done", "spool/replies"):
         yield from (sched / directory).glob("*.json")
+
+
+def test_after_a_crash_only_the_first_compaction_syncs_everything(make_run, tmp_path):
+    """What the coordinator before a crash wrote without fsync is known by name to no one:
+    the first compaction of the next start syncs the machine (``sync(2)``), once; every
+    later one only the files it vouches for."""
+    run = make_run()
+    run.start()
+    run.reply(run.submit(request("before", request_id="before")))
+    run.kill()  # its job file and reply may be unsynced still
+    ledger = tmp_path / "ledger.jsonl"
+    run.start({"PRAXIST_POWERLOSS_LEDGER": str(ledger), "PRAXIST_COMPACT_AFTER": "6"})
+    snapshot = str(run.sched / "journal" / "snapshot.jsonl")
+
+    def records() -> list[dict]:
+        return [json.loads(line) for line in ledger.read_text().splitlines()
+                if line.endswith("}")]  # a line being written is not one yet
+
+    def compactions() -> list[int]:
+        return [n for n, r in enumerate(records()) if r["op"] == "rename" and
+                r["path"] == snapshot]
+    for n in range(JOBS):
+        run.reply(run.submit(request(f"c{n}", request_id=f"c{n}")))
+        if len(compactions()) >= 3:
+            break
+    wait_for(lambda: len(compactions()) >= 3, message="three compactions")
+    run.kill()
+    done = records()
+    first = compactions()[0]
+    syncs = [n for n, record in enumerate(done) if record["op"] == "sync"]
+    assert syncs and max(syncs) < first, (syncs, compactions())
