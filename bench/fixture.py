@@ -187,7 +187,7 @@ def compact_run(run_dir: Path) -> dict:
     with open(layout.clean_stop, "rb") as handle:
         durable_ns = json.load(handle)["views_durable_ns"]
     tally = AttemptTally.of(sched.jobs.values())  # as compaction.compact saves it
-    tally.forget_finished(sched.jobs.in_memory, sched._next_order)
+    tally.forget_finished(sched.jobs.in_memory, sched.last_order)
     data = render(sched, journal.seq, views_durable_ns=durable_ns, tally=tally.to_dict()).data
     with open(layout.snapshot, "wb") as handle:
         handle.write(data)

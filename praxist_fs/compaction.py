@@ -15,6 +15,7 @@ or calls the loop.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -32,10 +33,11 @@ from .adapters.fsio import (
     TEMP_PATTERN, close_aside, fsync_dir, read_json, sync_all, unlink, write_atomic,
     write_json,
 )
-from .adapters.history import LineReader, line_reader
+from .adapters.history import LineReader, header_pieces, line_reader
 from .adapters.jobindex import JobIndex
 from .adapters.journal import Journal
 from .adapters.layout import RunLayout
+from .adapters.unsynced import Unsynced, make_durable
 from .core import spill
 from .core.effects import Effect
 from .core.metrics import AttemptTally
@@ -65,7 +67,7 @@ def restore(layout: RunLayout) -> Restored:
     except FileNotFoundError:
         return Restored(0, None, Scheduler(), None)
     try:
-        restored = read(handle, line_reader(handle))
+        restored = read(handle, line_reader(handle), header_pieces(handle))
     except SnapshotError as exc:
         handle.close()
         raise JournalCorrupt(
@@ -92,7 +94,7 @@ def sweep_unfinished(layout: RunLayout) -> None:
 
 
 def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
-            tally: AttemptTally) -> None:
+            tally: AttemptTally, unsynced: Unsynced) -> None:
     """Write the state the journal has built as one durable snapshot, then empty the
     journal: a start then reads the snapshot and a short tail, not the whole history.
     Runs between loop turns, when every handled event is committed and its effects
@@ -102,8 +104,13 @@ def compact(layout: RunLayout, journal: Journal, sched: Scheduler, index: JobInd
     finished since the last one, and the replies, then leave memory for it."""
     journal.commit()
     index.flush(journal.seq)
-    sync_all()
-    tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
+    taken = unsynced.take()
+    try:
+        _make_durable(taken)
+    except BaseException:
+        unsynced.give_back(taken)
+        raise
+    tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: on the shelf
     rendered = render(sched, journal.seq, views_durable_ns=time.time_ns(),
                       tally=tally.to_dict())
     reach("snapshot.before_write")
@@ -130,7 +137,9 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
     memory for an unnamed scratch file in the journal's directory (``core.spill``), as a
     compaction takes them for its snapshot; the next compaction copies them from there.
     A replay of 400,001 records (100,000 finished jobs) otherwise holds them all: 439 MB.
-    A tail shorter than ``every`` is replayed as it always was."""
+    A tail shorter than ``every`` is replayed as it always was. A disk too full for the
+    scratch file (a roll-back's: its commit failed for want of room) leaves the rest of
+    the tail in memory, as it was always replayed, rather than fail the replay."""
     remaining, scratch = iter(records), None
     while True:
         count = 0
@@ -142,8 +151,18 @@ def replay_shelving(layout: RunLayout, sched: Scheduler, records: Iterable[dict[
         replay(sched, counted(), applied)
         if count < every:
             return
-        scratch = scratch or _Spill(layout)
-        scratch.take(sched, tally)
+        try:
+            scratch = scratch or _Spill(layout)
+            scratch.take(sched, tally)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            log.warning("%s: %s; the rest of the journal's tail is replayed in memory",
+                        layout.journal_dir, exc.strerror)
+            if scratch is not None and not scratch.size:  # no shelf reads it
+                scratch.handle.close()
+            replay(sched, remaining, applied)
+            return
 
 
 class _Spill:
@@ -158,7 +177,7 @@ class _Spill:
 
     def take(self, sched: Scheduler, tally: AttemptTally) -> None:
         """The finished jobs and the replies in memory go to the file and leave memory."""
-        tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: shelved
+        tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: shelved
         taken = spill.piece(sched, self.size, self.reader)
         view = memoryview(taken.data)
         while view:
@@ -192,14 +211,27 @@ def take_clean_stop(layout: RunLayout, journal_seq: int) -> int | None:
     return durable_ns if isinstance(durable_ns, int) else None
 
 
+def _make_durable(taken: dict[str, set[str]] | None) -> None:
+    """What a watermark vouches for reaches the disk: the derived files ``Unsynced.take``
+    named, or (None: not known by name) everything, ``sync(2)``."""
+    if taken is None:
+        sync_all()
+    else:
+        make_durable(taken)
+
+
 class Compactor:
     """Compacts the journal in the background once it holds ``every`` records: a forked
     child renders and writes the snapshot from its copy of the state (copy-on-write: the
     state of the moment it was forked, exactly, while the loop goes on changing its own),
-    and the loop finishes the compaction at later turns, a step a turn (``turn``)."""
+    and the loop finishes the compaction at later turns, a step a turn (``turn``).
+    ``unsynced``: the derived files written since the last watermark (``Views``), which
+    the child makes durable before its snapshot vouches for them."""
 
-    def __init__(self, layout: RunLayout, every: int, wake_fd: int) -> None:
+    def __init__(self, layout: RunLayout, every: int, wake_fd: int,
+                 unsynced: Unsynced) -> None:
         self.layout, self.every, self.wake_fd = layout, every, wake_fd
+        self.unsynced = unsynced
         self.running: Background | None = None
         self.not_before = 0.0  # after a failed one
         self.collect_due = False  # one finished: the next turn collects its garbage
@@ -225,7 +257,7 @@ class Compactor:
         if journal.tail >= self.every and time.monotonic() >= self.not_before:
             try:
                 self.running = Background.begin(self.layout, journal, sched, index, tally,
-                                                self.wake_fd)
+                                                self.wake_fd, self.unsynced)
             except OSError as exc:  # no process or no temp file to spare: the loop goes on
                 _stop_watching(sched)
                 log.warning("the journal's compaction could not start (%s); it is tried "
@@ -242,13 +274,15 @@ class Compactor:
             self._step(journal, sched)
 
     def _step(self, journal: Journal, sched: Scheduler) -> None:
-        written = self.running.step(self.layout, journal, sched)
+        running = self.running
+        written = running.step(self.layout, journal, sched)
         if written is None:
             return  # more steps to come
         self.running = None
         if written:
             self.collect_due = True
         else:
+            self.unsynced.give_back(running.taken)  # not made durable: the next one's
             self.not_before = time.monotonic() + RETRY_SECONDS
 
 
@@ -257,9 +291,11 @@ class Background:
     snapshot covers, and what it took from memory (``Captured``)."""
 
     def __init__(self, pid: int, result: BinaryIO, sched: Scheduler, seq: int, end: int,
-                 captured: Captured, due: tuple[bool, bool]) -> None:
+                 captured: Captured, due: tuple[bool, bool],
+                 taken: dict[str, set[str]] | None) -> None:
         self.pid, self.result, self.sched = pid, result, sched
         self.seq, self.end, self.captured, self.due = seq, end, captured, due
+        self.taken = taken  # the derived files its child makes durable (``Unsynced.take``)
         self.status: int | None = None
         self.outcome: tuple | None = None  # the child's, once read (``step``)
         self.journal_replaced = False
@@ -272,30 +308,32 @@ class Background:
 
     @classmethod
     def begin(cls, layout: RunLayout, journal: Journal, sched: Scheduler, index: JobIndex,
-              tally: AttemptTally, wake_fd: int) -> Background:
+              tally: AttemptTally, wake_fd: int, unsynced: Unsynced) -> Background:
         """As ``compact`` begins (between loop turns, every handled event committed and
         its effects carried out), then fork: the child writes the snapshot of the state
         of this moment. Its watermark is this moment too: every derived file of the
-        records it covers was written by now, and the child syncs them all before its
-        snapshot says so (a file written later is newer than the watermark: read back
-        after a crash)."""
+        records it covers was written by now, and the child syncs those written since
+        the last watermark (``unsynced``) before its snapshot says so (a file written
+        later is newer than the watermark: read back after a crash)."""
         journal.commit()
         index.flush(journal.seq)
-        tally.forget_finished(sched.jobs.in_memory, sched._next_order)  # counted: on the shelf
+        tally.forget_finished(sched.jobs.in_memory, sched.last_order)  # counted: on the shelf
         seq, end = journal.committed
         header = {"views_durable_ns": time.time_ns(), "tally": tally.to_dict()}
         due = (crashpoints.due("snapshot.before_write"), crashpoints.due("snapshot.after_write"))
         result = tempfile.TemporaryFile(prefix="praxist-compaction-")
         captured = watch(sched)
         parent = os.getpid()
+        taken = unsynced.take()
         try:
             pid = os.fork()
         except OSError:
+            unsynced.give_back(taken)
             result.close()
             raise
         if pid == 0:
-            _child(layout, sched, seq, header, due, result, parent, wake_fd)
-        return cls(pid, result, sched, seq, end, captured, due)
+            _child(layout, sched, seq, header, due, result, parent, wake_fd, taken)
+        return cls(pid, result, sched, seq, end, captured, due, taken)
 
     def ended(self) -> bool:
         if self.status is None:
@@ -384,8 +422,11 @@ def _stop_watching(sched: Scheduler) -> None:
 
 
 def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
-           due: tuple[bool, bool], result: BinaryIO, parent: int, wake_fd: int) -> NoReturn:
-    """The forked child: sync, render, write the snapshot durably (a slice at a time: its
+           due: tuple[bool, bool], result: BinaryIO, parent: int, wake_fd: int,
+           taken: dict[str, set[str]] | None) -> NoReturn:
+    """The forked child: make the derived files its watermark vouches for durable (those
+    ``taken``: never the whole machine's writeback, which a reply's journal fsync would
+    wait behind), render, write the snapshot durably (a slice at a time: its
     writeback never queues ~135 MB before the loop's journal fsync), say where its lines
     lie (``result``), wake the loop and leave at once (``os._exit``: nothing of the
     parent's is closed, flushed or collected here; no log line, whose lock another
@@ -397,7 +438,7 @@ def _child(layout: RunLayout, sched: Scheduler, seq: int, header: dict,
             signal.signal(signum, signal.SIG_DFL)
         _die_with(parent)
         os.setpriority(os.PRIO_PROCESS, 0, CHILD_NICENESS)
-        sync_all()
+        _make_durable(taken)
         rendered = render(sched, seq, **header)
         if due[0]:
             crashpoints.crash()

@@ -60,7 +60,6 @@ from .core.events import (
 from .core.metrics import AttemptTally
 from .core.model import Job
 from .core.policy import Policy
-from .core.replay import replay
 from .core.scheduler import Scheduler
 from .core.states import JobState
 from .driver import Driver
@@ -231,6 +230,8 @@ class Coordinator:
                      boot_id=procs.boot_id(), clean=views_durable_ns is not None,
                      settled_seq=after if unsettled is not None else None),
             tally)
+        if views_durable_ns is not None or self.journal.seq == 0:  # the last coordinator
+            self.views.unsynced.vouched()  # synced all it wrote, or there was none: none owed
         self.status = StatusSink(self.views, self.driver.commits, self._runtime,
                                  lambda: self.journal.seq, self.metrics_textfile_dir,
                                  busy=lambda: bool(self.selector.select(STATUS_LULL_SECONDS)),
@@ -239,7 +240,8 @@ class Coordinator:
         self.inboxes = Inboxes(self.layout, self.vault, (self.policy.spool_quota_requests,
                                                          self.policy.spool_quota_bytes))
         self._wake_read, self._wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.compactor = compaction.Compactor(self.layout, self.compact_after, self._wake_write)
+        self.compactor = compaction.Compactor(self.layout, self.compact_after, self._wake_write,
+                                              self.views.unsynced)
         self.selector.register(self._wake_read, selectors.EVENT_READ, ("wake", None))
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self._on_signal)
@@ -312,7 +314,8 @@ class Coordinator:
                 try:
                     if self.journal.tail:
                         compaction.compact(self.layout, self.journal, self.sched,
-                                           self.views.index, self.views.tally)
+                                           self.views.index, self.views.tally,
+                                           self.views.unsynced)
                     self.views.index.close(self.journal.seq)
                     compaction.mark_clean_stop(self.layout, self.journal.seq)
                 except OSError as exc:
@@ -457,11 +460,14 @@ class Coordinator:
         The scheduler is rebuilt from the durable records as a start would (snapshot,
         then journal), the shims the batch bound are warm again (the driver told the
         backend), and what it saw (requests, exits, results) is seen again once there
-        is room."""
+        is room. A long tail is shelved as it is replayed, as at a start: a roll-back
+        while compactions fail (the same full disk) would otherwise hold it all."""
         restored = compaction.restore(self.layout)
         tally = _tally(restored.tally, restored.sched)
-        replay(restored.sched, self.journal.durable(restored.journal_seq),
-               lambda effects: _count(tally, restored.sched, effects))
+        compaction.replay_shelving(self.layout, restored.sched,
+                                   self.journal.durable(restored.journal_seq),
+                                   lambda effects: _count(tally, restored.sched, effects),
+                                   self.compact_after, tally)
         self.driver.sched = restored.sched
         self.views.tally = tally
         self.inboxes.forget_results()
@@ -651,7 +657,7 @@ def _tally(saved: dict | None, sched: Scheduler) -> AttemptTally:
             log.warning("snapshot: its attempt tally is unreadable (%r): counted afresh", exc)
         else:
             if not tally.settled_through:  # saved by an older version: it forgot none
-                tally.forget_finished(sched.jobs.in_memory, sched._next_order)
+                tally.forget_finished(sched.jobs.in_memory, sched.last_order)
             return tally
     return AttemptTally.of(sched.jobs.values())
 

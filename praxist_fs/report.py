@@ -41,7 +41,7 @@ from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
 from .errors import PraxistError
 from .report_history import (
-    MAX_FAILURE_ROWS, AttemptRow, History, JobRow, queue_lengths,
+    MAX_FAILURE_ROWS, AttemptRow, History, JobRow, queue_lengths, sort_in_place,
 )
 from .simulate import percentile
 
@@ -372,7 +372,8 @@ def _delays(history: History) -> str:
     head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)
     rows = []
     for work_class, waits in sorted(history.delays.items()):
-        delays = sorted(waits)
+        sort_in_place(waits)  # the history is closed: its waits are read here alone
+        delays = waits
         counts = Counter(next(i for i, (upper, _) in enumerate(DELAY_BINS) if d < upper)
                          for d in delays)
         cells = "".join(

@@ -25,6 +25,7 @@ from .adapters.jobindex import JobIndex
 from .adapters.layout import JOB_DIRECTORIES, RunLayout
 from .adapters.spares import Spares
 from .adapters.vault import Vault
+from .adapters.unsynced import Unsynced
 from .core.effects import (
     ConsumeDecline, ConsumeRequest, DisposeControl, Effect, RejectRequest,
     WriteControlReply, WriteGenerationFile, WriteJob, WriteReply,
@@ -89,6 +90,9 @@ class Views:
         self._generations_made: set[int] = set()
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
+        # what the next compaction's watermark (or a clean stop) makes durable; all of it
+        # until the start says its last coordinator left nothing unsynced (``daemon``)
+        self.unsynced = Unsynced()
         # replaced job files, kept aside to be written into: no inode freed per move
         self.spares = Spares(vault.directory)
         # the job index's rebuild from the shelf: the last job id indexed, and the time
@@ -127,12 +131,15 @@ class Views:
         path = self.path(effect)
         if isinstance(effect, WriteJob):
             self._write_job(effect, path, sched)
+            self.unsynced.note(path)
         elif isinstance(effect, WriteReply):
             self.spares.write(path, dumps(effect.document))
+            self.unsynced.note(path)
         elif isinstance(effect, (WriteControlReply, WriteGenerationFile)):
             if isinstance(effect, WriteGenerationFile):
                 self.make_generation(effect.generation)
             write_json(path, effect.document, sync=False)
+            self.unsynced.note(path)
         elif isinstance(effect, (RejectRequest, DisposeControl)) and effect.error is not None:
             rejected = self.layout.rejected if isinstance(effect, RejectRequest) \
                 else self.layout.control_rejected

@@ -179,33 +179,32 @@ def test_a_reports_memory_does_not_hold_a_row_per_finished_job(tmp_path):
 
 def test_a_report_is_written_as_it_is_drawn_not_held_whole(tmp_path):
     """issue 31 item 3 ("memory flat in history"): building and writing the report of
-    10,000 finished jobs peaks no higher than reading the run alone does, plus the
-    report's size (~0.5 MB, its queue curve a point per wait): the report is written a
-    piece at a time as it is drawn. Joined, then encoded, then written whole, it peaked
-    ~2 times its size above the read. (The drawing peaks ~0.25 MB above the read since
-    the read's header parse got lighter: a fifth of the size was the margin before.)"""
+    10,000 finished jobs peaks at most the report's size (~0.5 MB, its queue curve a
+    point per wait) above building it and dropping each piece as it is drawn: the
+    report is written a piece at a time as it is drawn (a 256 KB write buffer). Joined,
+    then encoded, then written whole, it peaked ~2 times its size above. (Measured
+    against the read of the run alone before, whose peak fell under the drawing's once
+    the header was read in pieces.)"""
     layout = RunLayout.at(compacted_run(tmp_path, 10_000))
     out = tmp_path / "report.html"
-    read_peak, peak = [], []  # the least of two rounds: a round's peak varies by ~2 MB
-    for _ in range(2):  # with what the round before left to the allocator, on old code too
-        tracemalloc.start()
-        try:
-            before = tracemalloc.get_traced_memory()[0]
-            sched, _ = read_run(layout)
-            read_peak.append(tracemalloc.get_traced_memory()[1] - before)
-            del sched
-            tracemalloc.reset_peak()
-            before = tracemalloc.get_traced_memory()[0]
-            document, jobs = report_of(layout)
-            size = write(out, document)
-            peak.append(tracemalloc.get_traced_memory()[1] - before)
-            del document
-        finally:
-            tracemalloc.stop()
-    read_peak, peak = min(read_peak), min(peak)
-    assert jobs == 10_000 and size == out.stat().st_size > 400_000
+    ways = {"dropped": lambda document: sum(map(len, document)),
+            "written": lambda document: write(out, document)}
+    peaks = {way: [] for way in ways}  # the least of two rounds: a round's peak varies
+    for _ in range(2):  # by ~2 MB with what the round before left to the allocator
+        for way, consume in ways.items():
+            tracemalloc.start()
+            try:
+                before = tracemalloc.get_traced_memory()[0]
+                document, jobs = report_of(layout)
+                consume(document)
+                peaks[way].append(tracemalloc.get_traced_memory()[1] - before)
+                del document
+            finally:
+                tracemalloc.stop()
+    size = out.stat().st_size
+    assert jobs == 10_000 and size > 400_000
     assert out.read_text().endswith("by praxist-fs report.</p></body></html>")
-    assert peak <= read_peak + size, (read_peak, peak, size)
+    assert min(peaks["written"]) <= min(peaks["dropped"]) + size, (peaks, size)
 
 
 def test_the_index_a_read_of_a_runs_history_keeps_is_its_ids_and_a_few_bytes_an_entry(
@@ -228,11 +227,13 @@ def test_the_index_a_read_of_a_runs_history_keeps_is_its_ids_and_a_few_bytes_an_
     assert (kept - sum(len(key) + 1 for key in keys)) / len(keys) <= 26, kept
 
 
-def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_path):
+def test_reading_a_runs_history_passes_through_less_than_the_index_it_keeps(tmp_path):
     """issue 31 item 3 (report, simulate --from-run and a start read a run's snapshot):
-    reading a run of 2,500 finished jobs (and their replies) peaks at most 1.5 times
-    above what the read keeps, the shelf's index; reading the header's 5,000 ids and
-    lengths as JSON objects peaked 2.4-3.1 times above it."""
+    reading a run of 2,500 finished jobs (and their replies) peaks at most 0.9 times
+    above what the read keeps, the shelf's index: its header is read in pieces and its
+    numbers straight into the index's 4-byte arrays (0.73-0.77). Read as one line and
+    through 8-byte arrays it peaked 1.05-1.10 times above; its 5,000 ids and lengths as
+    JSON objects, 2.4-3.1 times."""
     layout = RunLayout.at(compacted_run(tmp_path, 2500))
     tracemalloc.start()
     try:
@@ -242,4 +243,4 @@ def test_reading_a_runs_history_takes_at_most_half_again_the_index_it_keeps(tmp_
     finally:
         tracemalloc.stop()
     assert len(sched.jobs) == 2500
-    assert peak - kept <= 1.5 * (kept - before), (kept - before, peak - kept)
+    assert peak - kept <= 0.9 * (kept - before), (kept - before, peak - kept)

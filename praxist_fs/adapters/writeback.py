@@ -43,6 +43,10 @@ class Disk:
             self._sync_file_range = _load_sync_file_range()
         self._sync_file_range(fd, offset, nbytes, flags)
 
+    def start_writeback(self, fd: int) -> None:
+        """The writeback of all of ``fd``'s dirty data begins; nothing is waited for."""
+        self.sync_file_range(fd, 0, 0, _WRITE)
+
 
 def _load_sync_file_range():
     import ctypes  # here: ~3 ms of import that only a compaction's child pays

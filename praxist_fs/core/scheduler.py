@@ -606,6 +606,13 @@ class Scheduler:
                 f"{trust.owner(job.uid, coordinator)}; this file is owned by uid "
                 f"{trust.owner(uid, coordinator)}, and a job is its submitter's alone")
 
+    @property
+    def last_order(self) -> int:
+        """The submission order of the job submitted last (0: none yet): every job known
+        now has an order up to it, one submitted later a greater one
+        (``AttemptTally.forget_finished``)."""
+        return self._next_order
+
     def _take_order(self) -> int:
         self._next_order += 1
         return self._next_order

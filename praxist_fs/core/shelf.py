@@ -102,7 +102,7 @@ class Shelved:
         snapshot header's, ``snapshot_header``): no string object per key, ever."""
         shelved = cls([], (), ())
         data, count = keys.data, len(keys)
-        starts, at = array("Q", [0]), data.find(b"\n")
+        starts, at = array("I" if len(data) < 1 << 32 else "Q", [0]), data.find(b"\n")
         while at >= 0:  # key i ends at the i-th newline: its start less the i newlines
             starts.append(at - len(starts) + 1)
             at = data.find(b"\n", at + 1)

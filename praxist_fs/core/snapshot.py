@@ -26,7 +26,7 @@ from .policy import Policy
 from .request import Request
 from .scheduler import FINISHED, Scheduler
 from .shelf import PackedKeys, Shelved, encoded, place
-from .snapshot_header import read_header
+from .snapshot_header import read_header, read_header_pieces
 from .states import (
     AttemptOutcome, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState,
     PreemptMode, ReplyOutcome, attempt_transition,
@@ -181,26 +181,36 @@ def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
     return restored.journal_seq, restored.sched
 
 
-def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None) -> Restored:
+def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None,
+         header_pieces: Callable[[], Iterator[bytes]] | None = None) -> Restored:
     """The scheduler a snapshot file's lines hold, and what the header says of them. With
     ``read_at`` (the lines are a file's from its start, and ``read_at`` reads one back by
     its ``place``), the finished jobs and the replies are shelved, not built, nor even
-    read: a start reads the header and the jobs not yet ended. A snapshot of format 1
+    read: a start reads the header and the jobs not yet ended. ``header_pieces``: the
+    header line is read in the pieces it gives from the file's start
+    (``read_header_pieces``: ~5 MB at 100,000 finished jobs, never held whole), and
+    ``lines`` are those after it. A snapshot of format 1
     says where those lines lie only by reading them all; one written before shelves is
     built whole (its first compaction shelves it): it lacks the jobs with a preemption on
     record and each generation's jobs, which a shelf would build every job to find."""
     lines = iter(lines)
     try:
-        first = next(lines, b"null")
-        header = json.loads(first) if read_at is None else read_header(first)
+        if header_pieces is not None:
+            header, length = read_header_pieces(header_pieces)
+            first = None
+        else:
+            first = next(lines, b"null")
+            header = json.loads(first) if read_at is None else read_header(first)
+            length = len(first)
         if isinstance(header, dict) and "shelf" in header:
-            at, first = len(first), None  # ~5 MB at 100,000 finished: not held from here
-            sched = _read_shelf(header, at, lines, read_at)
+            first = None  # ~5 MB at 100,000 finished: not held from here
+            sched = _read_shelf(header, length, lines, read_at)
         elif read_at is None or "generation_jobs" not in header:
             sched = restore({**header, "jobs": _documents(lines, header["jobs"]),
                              "replies": _documents(lines, header["replies"])})
         else:
-            jobs, live, replies = _places(lines, first)
+            jobs, live, replies = _places(lines, first if first is not None
+                                          else b"".join(header_pieces()))
             sched = restore({**header, "jobs": map(json.loads, live), "replies": []},
                             (jobs, replies, read_at))
         if read_at is None and next(lines, None) is not None:
@@ -229,7 +239,8 @@ def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
         ids, lengths, states = section["ids"], section["lengths"], section["states"]
         if not len(ids) == len(lengths) == len(states):
             raise SnapshotError("damaged snapshot: a shelf whose ids and lengths disagree")
-        offsets = array("Q", accumulate(lengths, initial=at))
+        offsets = array("I" if at + sum(lengths) < 1 << 32 else "Q",  # as the index keeps
+                        accumulate(lengths, initial=at))  # them: no wider copy to narrow
         at = offsets.pop()
         sections.append((ids, offsets, lengths, states.encode().translate(marks)))
     (job_ids, job_offsets, job_lengths, job_marks), (reply_ids, reply_offsets,

@@ -21,6 +21,7 @@ from praxist_fs.adapters import fsio, writeback
 from praxist_fs.adapters.jobindex import JobIndex
 from praxist_fs.adapters.journal import Journal
 from praxist_fs.adapters.layout import RunLayout
+from praxist_fs.adapters.unsynced import Unsynced
 from praxist_fs.core.metrics import AttemptTally
 from tests.core.simulation import replay, run_seed
 
@@ -146,7 +147,7 @@ def served(tmp_path):
 
 def test_a_compaction_at_a_stop_writes_its_snapshot_a_slice_at_a_time(served, logged):
     layout, journal, sched, index, tally = served
-    compaction.compact(layout, journal, sched, index, tally)
+    compaction.compact(layout, journal, sched, index, tally, Unsynced())
     [(most, written)] = _most_unsynced(logged).values()
     assert written == layout.snapshot.stat().st_size > 10 * SLICE
     assert most <= 2 * SLICE
@@ -157,7 +158,8 @@ def test_the_compaction_child_writes_its_snapshot_a_slice_at_a_time(served, logg
     the lowest CPU priority (a reply it delays waits for a core)."""
     layout, journal, sched, index, tally = served
     wake_read, wake_write = os.pipe()
-    running = compaction.Background.begin(layout, journal, sched, index, tally, wake_write)
+    running = compaction.Background.begin(layout, journal, sched, index, tally, wake_write,
+                                           Unsynced())
     running.wait()
     while running.step(layout, journal, sched) is None:
         pass
@@ -168,3 +170,4 @@ def test_the_compaction_child_writes_its_snapshot_a_slice_at_a_time(served, logg
     assert written == layout.snapshot.stat().st_size > 10 * SLICE
     assert most <= 2 * SLICE
     assert _niceness(logged) == {compaction.CHILD_NICENESS} == {19}  # the loop goes first
+

@@ -130,7 +130,7 @@ def test_a_tally_saved_with_a_snapshot_and_given_the_tails_changes_counts_the_wh
     run("t0", 0)
     run("t1", 75)
     run("t2", 3)
-    kept.forget_finished(h.sched.jobs.get, h.sched._next_order)  # as a compaction does
+    kept.forget_finished(h.sched.jobs.get, h.sched.last_order)  # as a compaction does
     assert not kept._seen
     saved, changes = json.loads(json.dumps(kept.to_dict())), []
     run("t3", 0)
