@@ -52,6 +52,42 @@ def _open_ledger():
 LEDGER = _open_ledger()
 
 
+def _can_stand_aside():
+    """Whether ``stand_aside`` may change our policy: only from SCHED_OTHER, the default (a
+    shim run under another policy keeps it), and only where the kernel lets us read it."""
+    try:
+        return posix.sched_getscheduler(0) == posix.SCHED_OTHER
+    except (AttributeError, OSError):
+        return False
+
+
+_standing_aside = [_can_stand_aside(), False]  # whether we may; whether we do now
+
+
+def stand_aside(aside):
+    """Run as SCHED_BATCH while ``aside``, else as SCHED_OTHER again.
+
+    A shim shares a small machine's CPUs with its coordinator and its command, and a
+    SCHED_OTHER task that wakes up preempts the one running where it can; a SCHED_BATCH
+    one never does: it runs on a CPU that is free, or once the running task sleeps (an
+    fsync) or its slice ends. Measured on 2 CPUs: told its attempt ahead of the commit
+    (launcher.tell), a warm shim preempted the coordinator on its way to that commit's
+    fsync, and woken as its command's vfork ended, it preempted the command on its way to
+    its exec. So a shim stands aside while it prepares an attempt and while it records
+    its start (GO, attempt.json), which nothing waits on, and is itself to hear GO and
+    to wait for the command's end, which the job waits on. A policy the kernel refuses
+    (a sandbox's seccomp) is never asked for again."""
+    if not _standing_aside[0] or _standing_aside[1] == aside:
+        return
+    try:
+        posix.sched_setscheduler(0, posix.SCHED_BATCH if aside else posix.SCHED_OTHER,
+                                 posix.sched_param(0))
+    except OSError:
+        _standing_aside[0] = False
+        return
+    _standing_aside[1] = aside
+
+
 def to_json(document):
     """The few JSON documents we write: flat objects of str, int, float, None and lists of
     them."""
@@ -278,26 +314,30 @@ def own_identity():
     return {"pid": posix.getpid(), "start_time": own_start_time(), "boot_id": boot_id()}
 
 
-def run(spec, status_fd, own_group=False, on_start=None, prepared=None):
+def run(spec, status_fd, own_group=False, on_start=None, prepared=None, aside=False):
     """The command's exit record (the body of exit.json). ``own_group``: the command leads
     a process group of its own, which the Slurm-mode shim signals; ``on_start(pid)`` is
     told its pid once it runs; ``prepared``: what ``prepare`` did ahead of GO (else it is
-    done here)."""
+    done here); ``aside``: we stand aside (``stand_aside``) from just before the spawn
+    until ``on_start`` returns, so that neither our waking from its vfork nor our
+    recording its start delays the command's exec, and wait for its end as ourselves."""
     argv = spec["argv"] or ["/bin/sh", "-c", spec["command"]]
     started = time.time()
     log, failure = prepare(spec) if prepared is None else prepared
     if log is not None:
         try:
             pid = start(argv, spec["env"], spec["cwd"], log, status_fd, spec.get("user"),
-                        own_group, entered=prepared is not None)
+                        own_group, entered=prepared is not None, aside=aside)
         except CouldNotStart as exc:  # cwd, exec, a bad argv or env
             failure = exc.args
     if failure is not None:
+        stand_aside(False)
         return {"exit_code": 127 if failure[0] == errno.ENOENT else 126, "signal": None,
                 "started_at": started, "ended_at": time.time(),
                 "error": "could not start the command: %s" % failure[1]}
     if on_start is not None:
         on_start(pid)
+    stand_aside(False)  # its end is what the job waits on next
     status = posix.waitpid(pid, 0)[1]  # retried on EINTR (PEP 475): our handlers return
     reap_orphans()
     if posix.WIFSIGNALED(status):
@@ -341,14 +381,17 @@ class CouldNotStart(Exception):
     argv or env."""
 
 
-def start(argv, env, cwd, log, status_fd, user=None, own_group=False, entered=False):
+def start(argv, env, cwd, log, status_fd, user=None, own_group=False, entered=False,
+          aside=False):
     """The command's pid, started by posix_spawn: glibc's runs the child in our memory
     (CLONE_VFORK) until its exec and reports an exec failure's errno, so neither our
     pages are copied nor any Python runs in the child. ``log``: its output, open
     (prepare), closed here. ``user``: (uid, gid, groups) to run it as, another uid's
     (R-SEC-3): see start_as. ``own_group``: in a new process group (the local shim leads
     its own session, whose group the command shares). ``entered``: we are in ``cwd``
-    already (prepare).
+    already (prepare). ``aside``: we stand aside (stand_aside) from just before the
+    spawn, and the command is spawned as SCHED_OTHER, the policy we had (a command run
+    as another uid is forked, not spawned: its parent does not wait for its exec).
 
     Its dispositions are reset and its signal mask restored before the exec: no signal
     reaches our handlers in the child. posix_spawn has no chdir (Python 3.11), so we
@@ -365,10 +408,14 @@ def start(argv, env, cwd, log, status_fd, user=None, own_group=False, entered=Fa
                    (posix.POSIX_SPAWN_DUP2, log, 1), (posix.POSIX_SPAWN_DUP2, log, 2),
                    (posix.POSIX_SPAWN_CLOSE, status_fd)]  # its EOF: the shim exited
         mask = _signal.pthread_sigmask(_signal.SIG_BLOCK, ())
-        group = {"setpgroup": 0} if own_group else {}  # None is not "unset" to posix_spawn
+        options = {"setpgroup": 0} if own_group else {}  # None is not "unset" to posix_spawn
+        if aside:
+            stand_aside(True)
+            if _standing_aside[1]:
+                options["scheduler"] = (posix.SCHED_OTHER, posix.sched_param(0))
         return each_candidate(argv[0], env, lambda candidate: posix.posix_spawn(
             candidate, argv, env, file_actions=actions, setsigmask=mask, setsigdef=RESTORED,
-            **group))
+            **options))
     finally:
         posix.close(log)
 

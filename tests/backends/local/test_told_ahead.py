@@ -4,6 +4,8 @@ spawn alone; a coordinator that died before GO leaves it nothing to wait for."""
 
 from __future__ import annotations
 
+import os
+
 import psutil
 
 from praxist_fs.backends.environment import attempt_environment
@@ -39,6 +41,30 @@ def test_a_shim_told_ahead_of_its_go_prepares_the_start_and_runs_on_go(layout, t
     assert runs.read_text() == "ran\n" and (attempt_dir / "GO").exists()
     assert read_json(attempt_dir / "exit.json")["exit_code"] == 0
     assert read_json(attempt_dir / "attempt.json")["log"] == str(log)
+    handle.close()
+
+
+def test_a_warm_shim_stands_aside_until_it_waits_for_go_and_its_command_runs_as_usual(
+        layout, tmp_path, prestart):
+    """Waiting for its attempt, and preparing it while the commit is on its way, a warm
+    shim runs as SCHED_BATCH (``ps -o cls``: B), so that the tell's wake-up never puts it
+    before the coordinator on the way to that commit's fsync; waiting for GO it is
+    SCHED_OTHER again, so that GO wakes it at once; and its command runs as SCHED_OTHER,
+    as every process the coordinator starts does (shim_command.stand_aside)."""
+    warm = prestart()
+    pid = warm.handle.popen.pid
+    wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_BATCH, message="SCHED_BATCH")
+    policy = tmp_path / "policy"
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,
+                          command=f"cut -d' ' -f41 /proc/self/stat > {policy}",
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    handle = launcher.tell(layout, effect, attempt_environment(layout, effect), warm)
+    wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_OTHER, message="SCHED_OTHER")
+    assert layout.log("job-1", "a1").exists()  # prepared before it waits for GO
+    handle.release_barrier(b"G")
+    assert finish(handle) == b"X"
+    assert int(policy.read_text()) == os.SCHED_OTHER == os.sched_getscheduler(0)
     handle.close()
 
 
