@@ -497,6 +497,9 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None)
     # socket says once that commit is durable. Nothing of exit.json is on the path from
     # one command's end to the next one's start.
     shim_command.tell(status_fd, b"X" + result + b"\n")
+    # What is left (the confirmation, exit.json, D) is on no job's path, and the
+    # coordinator that journals our end launches the next job meanwhile.
+    shim_command.stand_aside(True)
     journaled = end_journaled(pool, spec.get("end_wait_s"))
     if not journaled:  # exit.json is then the end's only durable record, once written
         make_durable(attempt_dir, fds[0])

@@ -50,7 +50,9 @@ def test_a_warm_shim_stands_aside_until_it_waits_for_go_and_its_command_runs_as_
     shim runs as SCHED_BATCH (``ps -o cls``: B), so that the tell's wake-up never puts it
     before the coordinator on the way to that commit's fsync; waiting for GO it is
     SCHED_OTHER again, so that GO wakes it at once; and its command runs as SCHED_OTHER,
-    as every process the coordinator starts does (shim_command.stand_aside)."""
+    as every process the coordinator starts does; once it told the exit, what is left
+    to it is on no job's path, and a supervisor goes idle standing aside
+    (shim_command.stand_aside)."""
     warm = prestart()
     pid = warm.handle.popen.pid
     wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_BATCH, message="SCHED_BATCH")
@@ -65,6 +67,8 @@ def test_a_warm_shim_stands_aside_until_it_waits_for_go_and_its_command_runs_as_
     handle.release_barrier(b"G")
     assert finish(handle) == b"X"
     assert int(policy.read_text()) == os.SCHED_OTHER == os.sched_getscheduler(0)
+    if isinstance(handle.popen, launcher.Supervisor):  # idle, having said D
+        assert os.sched_getscheduler(pid) == os.SCHED_BATCH
     handle.close()
 
 
