@@ -321,10 +321,12 @@ def serve_warm(attempts, control_fd, go_fd, status_fd, identity, pool=None):
     ``identity`` worked out), while it waits for its attempt, so that none of it is on
     the launch path. Every fd it is given is closed when it returns; it returns whether
     it was told an attempt. ``pool``: a supervisor's pool socket (end_journaled). It
-    stands aside (shim_command.stand_aside) from now until it waits for GO: told its
-    attempt ahead of the coordinator's commit, it must not delay that commit."""
+    waits standing aside (shim_command.stand_aside): told its attempt ahead of the
+    coordinator's commit, it must not be woken before that commit's fsync. Once it runs
+    it is itself again: should GO come before it has prepared, the spawn waits on it."""
     shim_command.stand_aside(True)
     attempt_dir, spec = wait_for_attempt(attempts, control_fd)
+    shim_command.stand_aside(False)
     if attempt_dir is None:  # the coordinator went away before it needed us
         posix.close(go_fd)
         posix.close(status_fd)
@@ -466,7 +468,6 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None)
     # its way: GO is then followed by the spawn alone.
     prepared = shim_command.prepare(spec) if told_ahead else None
     described = []  # attempt.json is written
-    shim_command.stand_aside(False)  # GO, when it comes, is on the job's path
     if word is None:
         word = read_go(go_fd)
     went = wait_for_go(directory, go_fd, spec["barrier_timeout_s"], word,

@@ -73,10 +73,12 @@ def stand_aside(aside):
     fsync) or its slice ends. Measured on 2 CPUs: told its attempt ahead of the commit
     (launcher.tell), a warm shim preempted the coordinator on its way to that commit's
     fsync, and woken as its command's vfork ended, it preempted the command on its way to
-    its exec. So a shim stands aside while it prepares an attempt, while it records
-    its start (GO, attempt.json) and once it told the exit (exit.json, ``D``), which
-    nothing waits on, and is itself to hear GO and to wait for the command's end, which
-    the job waits on. A policy the kernel refuses
+    its exec. So a shim stands aside while it waits to be told its attempt, while it
+    records its start (GO, attempt.json) and once it told the exit (exit.json, ``D``),
+    and is itself to prepare the attempt (GO may come before it is done), to hear GO
+    and to wait for the command's end, which the job waits on. (Standing aside through
+    the preparation too let GO wait behind the coordinator's work after its commit:
+    GO sent -> read 0.72 -> 1.15 ms, p50 of 60 paired jobs.) A policy the kernel refuses
     (a sandbox's seccomp) is never asked for again."""
     if not _standing_aside[0] or _standing_aside[1] == aside:
         return

@@ -44,12 +44,12 @@ def test_a_shim_told_ahead_of_its_go_prepares_the_start_and_runs_on_go(layout, t
     handle.close()
 
 
-def test_a_warm_shim_stands_aside_until_it_waits_for_go_and_its_command_runs_as_usual(
+def test_a_warm_shim_stands_aside_until_told_its_attempt_and_its_command_runs_as_usual(
         layout, tmp_path, prestart):
-    """Waiting for its attempt, and preparing it while the commit is on its way, a warm
-    shim runs as SCHED_BATCH (``ps -o cls``: B), so that the tell's wake-up never puts it
-    before the coordinator on the way to that commit's fsync; waiting for GO it is
-    SCHED_OTHER again, so that GO wakes it at once; and its command runs as SCHED_OTHER,
+    """Waiting for its attempt, a warm shim runs as SCHED_BATCH (``ps -o cls``: B), so
+    that the tell's wake-up never puts it before the coordinator on the way to that
+    commit's fsync; preparing the attempt and waiting for GO it is SCHED_OTHER again, so
+    that GO wakes it at once; and its command runs as SCHED_OTHER,
     as every process the coordinator starts does; once it told the exit, what is left
     to it is on no job's path, and a supervisor goes idle standing aside
     (shim_command.stand_aside)."""
@@ -62,8 +62,8 @@ def test_a_warm_shim_stands_aside_until_it_waits_for_go_and_its_command_runs_as_
                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={"peer": "p"})
     handle = launcher.tell(layout, effect, attempt_environment(layout, effect), warm)
-    wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_OTHER, message="SCHED_OTHER")
-    assert layout.log("job-1", "a1").exists()  # prepared before it waits for GO
+    wait_for(lambda: layout.log("job-1", "a1").exists(), message="the log")  # prepared
+    assert os.sched_getscheduler(pid) == os.SCHED_OTHER  # since it was told
     handle.release_barrier(b"G")
     assert finish(handle) == b"X"
     assert int(policy.read_text()) == os.SCHED_OTHER == os.sched_getscheduler(0)
