@@ -12,6 +12,7 @@ from .crashpoints import reach
 from .fsio import fsync_dir, makedirs
 
 JOB_DIRECTORIES = ("queued", "running", "done")
+ATTEMPT_PATHS_KEPT = 1024  # attempts whose paths a layout keeps joined (``_attempt_paths``)
 
 # R-SEC-2, R-SEC-4: who may write where, for peers that run under other uids of the run's
 # group (the run directory's group; with its setgid bit every directory below inherits it).
@@ -160,10 +161,28 @@ class RunLayout:
         return self.replies / f"{request_id}.json"
 
     def attempt_dir(self, job_id: str, attempt_id: str) -> Path:
-        return self.attempts / job_id / attempt_id
+        return self._attempt_paths(job_id, attempt_id)[0]
 
     def log(self, job_id: str, attempt_id: str) -> Path:
-        return self.logs / job_id / f"{attempt_id}.log"
+        return self._attempt_paths(job_id, attempt_id)[1]
+
+    def _attempt_paths(self, job_id: str, attempt_id: str) -> tuple[Path, Path]:
+        """An attempt's directory and log, joined once: a launch asks for them five times
+        (its spec, its environment, its description, GO, each observation), and each
+        pathlib join costs microseconds of the loop's per-job time. Kept for the attempts
+        of late only (``ATTEMPT_PATHS_KEPT``): a run goes through millions."""
+        key = (job_id, attempt_id)
+        found = self._attempts_joined.get(key)
+        if found is None:
+            if len(self._attempts_joined) >= ATTEMPT_PATHS_KEPT:
+                self._attempts_joined.clear()
+            found = self._attempts_joined[key] = (self.attempts.joinpath(job_id, attempt_id),
+                                                  self.logs.joinpath(job_id, f"{attempt_id}.log"))
+        return found
+
+    @cached_property
+    def _attempts_joined(self) -> dict[tuple[str, str], tuple[Path, Path]]:
+        return {}
 
     @cached_property
     def stop_sentinel(self) -> Path:

@@ -345,6 +345,7 @@ def _hold_as_member(event: Event, name: str, members: tuple[StrEnum, ...],
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # an event type's field names, asked once
+_CONVERTED = (Request, ControlRequest, tuple)  # the values a record holds in JSON's terms
 
 
 def to_record(event: Event) -> dict[str, Any]:
@@ -354,10 +355,8 @@ def to_record(event: Event) -> dict[str, Any]:
         names = _FIELD_NAMES[type(event)] = tuple(f.name for f in dataclasses.fields(event))
     for name in names:
         value = getattr(event, name)
-        if isinstance(value, (Request, ControlRequest)):
-            value = value.to_dict()
-        elif isinstance(value, tuple):
-            value = list(value)
+        if isinstance(value, _CONVERTED):  # one test for the many plain values
+            value = list(value) if isinstance(value, tuple) else value.to_dict()
         record[name] = value
     return record
 

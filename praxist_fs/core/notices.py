@@ -2,7 +2,9 @@
 shell only carries it out: the jobs it ended and the generation it closed (notices for
 the sinks after the commit), the task's completion hooks they call (issue 17 item 4,
 OPERATIONS.md *Completion hooks*), and the requests whose secrets no launch will need
-again (R-SEC-2: a reply that queued nothing, or a job that ended).
+again (R-SEC-2: a reply that queued nothing, or a job that ended). Only a request whose
+env held a secret (a placeholder now) has any kept, so only such a request is scrubbed:
+for the others a scrub was a failing unlink per ended job on the loop.
 
 Pure, like the rest of the core; ``Scheduler.handle`` appends these to an event's
 effects. A hook's document and variables are the core's; the shell's hook sink adds only
@@ -14,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .effects import Effect, GenerationClosed, JobEnded, RunHook, ScrubSecrets, WriteReply
-from .events import Event, GenerationPhase
+from .events import Event, GenerationPhase, RequestSeen
+from .secrets import holds_placeholder
 from .states import GenerationStage
 
 if TYPE_CHECKING:
@@ -31,12 +34,14 @@ def notices(sched: Scheduler, event: Event, effects: list[Effect],
     found: list[Effect] = []
     for job_id in ended:
         job = sched.jobs.peek(job_id)
-        found += [JobEnded(job_id=job_id, state=job.state.value),
-                  ScrubSecrets(request_id=job.request.request_id)]
+        found.append(JobEnded(job_id=job_id, state=job.state.value))
+        if holds_placeholder(job.request.env):
+            found.append(ScrubSecrets(request_id=job.request.request_id))
         if hooks.on_job_end:
             found += job_end_hooks(hooks.on_job_end, job_id, sched.job_document(job))
     for effect in effects:
-        if isinstance(effect, WriteReply) and _never_launches(sched, effect.document):
+        if isinstance(effect, WriteReply) and _kept_secrets(event) \
+                and _never_launches(sched, effect.document):
             found.append(ScrubSecrets(request_id=effect.request_id))
     if isinstance(event, GenerationPhase) and event.phase == GenerationStage.CLOSED:
         found.append(GenerationClosed(generation=event.generation, reason=event.reason))
@@ -45,6 +50,15 @@ def notices(sched: Scheduler, event: Event, effects: list[Effect],
                 hooks.on_generation_close, event.generation, event.reason,
                 sched.generation_status(sched.generations[event.generation], soft=False))
     return found
+
+
+def _kept_secrets(event: Event) -> bool:
+    """Whether the vault may keep secrets of the request a reply to ``event`` answers: a
+    request read without one (or not read at all) had nothing kept. A reply to any other
+    event is taken to have some (fail closed)."""
+    if not isinstance(event, RequestSeen):
+        return True
+    return event.request is not None and holds_placeholder(event.request.env)
 
 
 def _never_launches(sched: Scheduler, reply: dict[str, Any]) -> bool:

@@ -138,20 +138,28 @@ class _Object(dict):
     duplicates: tuple[str, ...] = ()
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = _Object()
+    for key, value in pairs:
+        if key in result:
+            result.duplicates += (key,)
+        result[key] = value
+    return result
+
+
+def _no_constants(token: str) -> Any:
+    raise BadRequest("<file>", f"{token} is not valid JSON; expected a finite number")
+
+
+# json.loads with arguments of its own makes a decoder (and its scanner) at every call:
+# one per request read, on the way from a request's rename to its launch. Made once; a
+# byte order mark, which json.loads alone would refuse, is refused before (parse_request).
+_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+
+
 def _loads(text: str) -> Any:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result = _Object()
-        for key, value in pairs:
-            if key in result:
-                result.duplicates += (key,)
-            result[key] = value
-        return result
-
-    def no_constants(token: str) -> Any:
-        raise BadRequest("<file>", f"{token} is not valid JSON; expected a finite number")
-
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+        return _DECODER.decode(text)
     except BadRequest:
         raise
     except RecursionError:

@@ -52,3 +52,9 @@ def placeholder(key: bytes, value: str) -> str:
 
 def is_placeholder(value: str) -> bool:
     return value.startswith(PREFIX)
+
+
+def holds_placeholder(env: dict[str, str]) -> bool:
+    """Whether a redacted request's ``env`` had a secret: only then does the vault keep its
+    raw values (``Vault.redact``), and only then is there anything to scrub."""
+    return any(map(is_placeholder, env.values()))

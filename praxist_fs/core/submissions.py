@@ -33,7 +33,7 @@ from .identity import differences, differing, fingerprint, job_id_for
 from .jobcontrol import utc_iso
 from .model import NEW_WORK, Job, Reply
 from .request import Request
-from .secrets import is_placeholder
+from .secrets import holds_placeholder
 from .slurm_options import refusal as slurm_refusal
 from .states import (
     REPLAYABLE_STATES, JobState, ReplyOutcome, Trigger, Verdict, reply_transition,
@@ -289,7 +289,7 @@ class SubmissionDesk:
         if reply.outcome == ReplyOutcome.REJECTED:
             return [RejectRequest(name=ev.name, error=_error(
                 reply.request_id, reply.field, reply.problem)), reply_effect]
-        held = ev.request is None or any(map(is_placeholder, ev.request.env.values()))
+        held = ev.request is None or holds_placeholder(ev.request.env)
         return [reply_effect, ConsumeRequest(name=ev.name, holds_secret=held)]
 
     # -- admission timeouts (R-SUB-4) --------------------------------------

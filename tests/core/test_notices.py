@@ -9,6 +9,7 @@ from praxist_fs.core.effects import (
     GenerationClosed, JobEnded, RunHook, ScrubSecrets, WriteJob,
 )
 from praxist_fs.core.policy import Hooks
+from praxist_fs.core.secrets import PREFIX
 
 from .helpers import Harness, control, make_policy
 
@@ -24,7 +25,7 @@ def notices(effects: list) -> list:
 def test_an_exit_ends_its_job_once_and_calls_each_job_end_hook_with_its_file():
     h = Harness(make_policy(hooks=HOOKS))
     reply = h.submit("train", retry_terminal=True)
-    job_id, request_id = reply["job_id"], reply["request_id"]
+    job_id = reply["job_id"]
     (launch,) = h.launch_all()
     assert notices(h.go(*launch)) == []  # running: nothing ended
     effects = h.exit(*launch, 3)
@@ -33,7 +34,7 @@ def test_an_exit_ends_its_job_once_and_calls_each_job_end_hook_with_its_file():
            "PRAXIST_EXIT_CODE": "3", "PRAXIST_TAG": "train", "PRAXIST_PEER": "peer-a",
            "PRAXIST_GENERATION": ""}
     assert notices(effects) == [
-        JobEnded(job_id=job_id, state="failed"), ScrubSecrets(request_id=request_id),
+        JobEnded(job_id=job_id, state="failed"),
         RunHook(name=f"job_end-{job_id}-0", argv=("notify", "--job"), document=document,
                 env=env),
         RunHook(name=f"job_end-{job_id}-1", argv=("log-end",), document=document, env=env)]
@@ -46,15 +47,37 @@ def test_without_hooks_an_end_is_noticed_and_calls_nothing():
     job_id = h.submit("train")["job_id"]
     (launch,) = h.launch_all()
     h.go(*launch)
-    assert [type(e) for e in notices(h.exit(*launch, 0))] == [JobEnded, ScrubSecrets]
+    assert [type(e) for e in notices(h.exit(*launch, 0))] == [JobEnded]
+
+
+# what the vault leaves of a secret in a request's env (``Vault.redact``)
+SECRET = {"API_TOKEN": PREFIX + "0" * 64}
+
+
+def test_a_job_whose_env_held_a_secret_lets_it_go_when_it_ends_and_no_other_job_scrubs():
+    h = Harness()
+    plain = h.submit("plain", name="plain.json")
+    secret = h.submit("secret", name="secret.json", env=SECRET)
+    ended = []
+    for launch in h.launch_all():
+        h.go(*launch)
+        ended += notices(h.exit(*launch, 0))
+    assert ended == [JobEnded(job_id=plain["job_id"], state="completed"),
+                     JobEnded(job_id=secret["job_id"], state="completed"),
+                     ScrubSecrets(request_id=secret["request_id"])]
 
 
 def test_a_reply_that_queues_nothing_lets_its_secrets_go_and_an_acceptance_keeps_them():
     h = Harness()
-    h.submit("train", name="first.json")
+    h.submit("train", name="first.json", env=SECRET)
     accepted = notices(h.last_effects)
-    h.submit("train", argv=None, name="bad.json")  # no argv: rejected
-    assert accepted == [] and notices(h.last_effects) == [ScrubSecrets(request_id="bad")]
+    again = h.submit("train", name="again.json", env=SECRET)  # the same tag: queues nothing
+    assert again["outcome"] == "duplicate"
+    assert accepted == [] and notices(h.last_effects) == [ScrubSecrets(request_id="again")]
+    h.submit("train", name="plain.json")  # a duplicate too, but nothing of it was kept
+    assert notices(h.last_effects) == []
+    h.submit("train", argv=None, name="bad.json")  # unreadable as a request: nothing kept
+    assert notices(h.last_effects) == []
 
 
 def test_a_cancelled_queued_job_ends_too():
