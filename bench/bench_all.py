@@ -52,7 +52,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -61,8 +60,9 @@ sys.path.insert(0, str(HERE))
 
 import bench_scheduling  # noqa: E402
 import bench_tsp  # noqa: E402
+import disk  # noqa: E402
 import perf3_rows  # noqa: E402
-from bench_coordinator import TRUE, discard, machine, summary_ms  # noqa: E402
+from bench_coordinator import TRUE, machine, summary_ms  # noqa: E402
 from bench_table import build_rows, render_table  # noqa: E402
 from history_rows import px_acceptance_levels, px_replay  # noqa: E402
 from side_by_side import compare, log, px_throughput  # noqa: E402
@@ -104,30 +104,12 @@ def px_scheduling(jobs: int, rounds: int) -> dict:
 
 def physical_floor(n: int) -> dict:
     """What one durable file hand-off and one process start cost here, from Python."""
-    scratch = Path(tempfile.mkdtemp(prefix="praxist-bench-floor-"))
-    data = json.dumps({"request_id": "x" * 24, "argv": ["/usr/bin/true"], "pad": "y" * 200})
-    durable, spawn = [], []
-    try:
-        dir_fd = os.open(scratch, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            for i in range(n):
-                t0 = time.perf_counter_ns()
-                fd = os.open(scratch / f".{i}.tmp", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                os.write(fd, data.encode())
-                os.fsync(fd)
-                os.close(fd)
-                os.rename(scratch / f".{i}.tmp", scratch / f"{i}.json")
-                os.fsync(dir_fd)
-                durable.append(time.perf_counter_ns() - t0)
-        finally:
-            os.close(dir_fd)
-        for _ in range(n):
-            t0 = time.perf_counter_ns()
-            pid = os.posix_spawn(TRUE, [TRUE], os.environ)
-            os.waitpid(pid, 0)
-            spawn.append(time.perf_counter_ns() - t0)
-    finally:
-        discard(scratch)
+    durable, spawn = disk.durable_handoffs_ns(n), []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        pid = os.posix_spawn(TRUE, [TRUE], os.environ)
+        os.waitpid(pid, 0)
+        spawn.append(time.perf_counter_ns() - t0)
     d, s = summary_ms(durable), summary_ms(spawn)
     return {"samples": n, "write_fsync_rename_dirfsync": d, "spawn_true_and_wait": s,
             "sum_p50_ms": round(d["p50_ms"] + s["p50_ms"], 3)}
@@ -169,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     # PYTHONDONTWRITEBYTECODE set, every coordinator and cold shim would compile its source.
     compileall.compile_dir(HERE.parent / "praxist_fs", quiet=1)
     tsp, version = bench_tsp.ensure_tsp(args.tsp)
+    scratch = disk.isolate()  # before any scratch directory is made
     t_begin = time.monotonic()
     results = {"mode": "quick" if args.quick else "full", "counts": counts,
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
                "load_avg_at_start": os.getloadavg(), "task_spooler": {"binary": tsp,
-                                                                      "version": version}}
+                                                                      "version": version},
+               "disk": scratch}
     log(f"physical floor ({counts['floor']} samples) ...")
     results["floor"] = physical_floor(counts["floor"])
     log(f"scheduling pass over {counts['sched_jobs']:,} queued jobs ...")

@@ -248,15 +248,17 @@ def measure_idle(co: Coordinator, finished: int, idle_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """These rows alone, at bench_all's counts."""
+    """These rows alone, at bench_all's counts, on a temp dir of their own (``disk``)."""
     import bench_all  # its counts; it imports this module
+    import disk
 
     parser = argparse.ArgumentParser(description="the replay, acceptance and idle rows alone "
                                      "(see bench_all.py); JSON to stdout")
     parser.add_argument("--quick", action="store_true", help="bench_all --quick's counts")
     args = parser.parse_args(argv)
     c = bench_all.QUICK if args.quick else bench_all.FULL
-    result = {"replay": px_replay(c["replay_events"], c["rounds"], None)}
+    result = {"disk": disk.isolate(),
+              "replay": px_replay(c["replay_events"], c["rounds"], None)}
     result["acceptance"], result["idle"] = px_acceptance_levels(
         c["accept_levels"], c["accept_rounds"], c["accept_batch"], c["accept_seq"],
         c["idle_level"], c["idle_s"])

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import bench_tsp
+import disk
 from bench_coordinator import (
     SH, TRUE, Blocker, Coordinator, Shell, percentile, read_json, summary_ms, wait_until,
 )
@@ -264,7 +265,9 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
     systems job by job (``interleaved_latency``); the others run one system then the other,
     the first swapping from round to round. Each round's ratio (of two runs made side by
     side, or one right after the other) is kept, with their median and spread: a ratio of
-    medians taken minutes apart once moved 1.24x -> 0.98x between two quiet runs."""
+    medians taken minutes apart once moved 1.24x -> 0.98x between two quiet runs. The disk's
+    state before each row of each round (``disk.floor_now``) is kept beside its runs: the
+    throughput rows follow what the disk went through in the minute before them."""
     scenarios = {
         "latency": lambda: interleaved_latency(counts["latency"], tsp),
         # the method until round 3, kept beside it so that neither hides the other
@@ -282,9 +285,11 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
         "first_job": (lambda: px_first_job(counts["first_job"]), None),
     }
     runs = {name: {"praxist_fs": [], "task_spooler": []} for name in scenarios}
+    floors: dict[str, list[dict]] = {name: [] for name in scenarios}
     for r in range(rounds):
         order = ("praxist_fs", "task_spooler") if r % 2 == 0 else ("task_spooler", "praxist_fs")
         for name, measure in scenarios.items():
+            floors[name].append(disk.floor_now())
             if callable(measure):  # both at once
                 log(f"round {r + 1}/{rounds}: {name}, both systems interleaved ...")
                 for system, result in measure().items():
@@ -308,7 +313,7 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
     def latencies(name: str, method: str = "interleaved: both systems up, one job of each "
                   "in turn, each once both went quiet") -> dict:
         return {"jobs": counts[name.removesuffix("_blocks")], "runs": runs[name],
-                "method": method,
+                "method": method, "disk_before_by_round": floors[name],
                 **{system: {q: med(x["submit_to_start"][q] for x in runs[name][system])
                             for q in ("p50_ms", "p99_ms")}
                    for system in ("praxist_fs", "task_spooler")},
@@ -318,6 +323,7 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
     def walls(name: str) -> dict:
         return {"jobs": counts[name], "runs": runs[name],
                 "method": "blocks: one system, then the other, the first swapping by round",
+                "disk_before_by_round": floors[name],
                 **{system: med(x["wall_s"] for x in runs[name][system])
                    for system in ("praxist_fs", "task_spooler")},
                 "ratios": {"wall_s": by_round(name, lambda x: x["wall_s"])}}
@@ -333,6 +339,7 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
         "shell_latency": latencies("shell_latency"),
         "throughput16": walls("throughput16"),
         "first_job": {"coordinators": counts["first_job"], "runs": runs["first_job"],
+                      "disk_before_by_round": floors["first_job"],
                       "praxist_fs": {q: med(x["submit_to_start"][q]
                                             for x in runs["first_job"]["praxist_fs"])
                                      for q in ("p50_ms", "max_ms")}},
@@ -340,7 +347,7 @@ def compare(rounds: int, counts: dict, tsp: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """These rows alone, at bench_all's counts."""
+    """These rows alone, at bench_all's counts, on a temp dir of their own (``disk``)."""
     import bench_all  # its counts; it imports this module
 
     parser = argparse.ArgumentParser(description="the rows side by side with task-spooler "
@@ -351,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts = bench_all.QUICK if args.quick else bench_all.FULL
     tsp = bench_tsp.ensure_tsp(args.tsp)[0]
-    print(json.dumps({"load_avg": os.getloadavg(),
+    scratch = disk.isolate()
+    print(json.dumps({"disk": scratch, "load_avg": os.getloadavg(),
                       "comparisons": compare(args.rounds, counts, tsp)}))
     return 0
 
