@@ -51,7 +51,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_all import copy_fixture  # noqa: E402
+from history_rows import copy_fixture  # noqa: E402
 from bench_coordinator import TASK_YAML, TRUE, Coordinator, discard  # noqa: E402
 from bench_history import INDEX, left_by  # noqa: E402
 

@@ -25,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_all import MB, build_fixture, cold_start, copy_fixture  # noqa: E402
+from history_rows import MB, build_fixture, cold_start, copy_fixture  # noqa: E402
 from bench_coordinator import Coordinator, discard, machine, wait_until  # noqa: E402
 
 MARKER = Path("run/resource_scheduler/journal/clean_stop.json")

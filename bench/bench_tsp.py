@@ -15,7 +15,7 @@ latency     N sequential ``tsp /bin/sh -c 'date +%s%N > FILE'``: from just
             ``shell`` (bench_all's shell row) each ``tsp`` call is a line given
             to one running ``/bin/sh`` (``bench_coordinator.Shell``), as the
             praxist_fs side gives its ``printf ... && mv ...`` line. A job at a
-            time (``LatencySide``): bench_all interleaves them with praxist_fs's.
+            time (``LatencySide``): side_by_side.py interleaves them with praxist_fs's.
 throughput  N ``tsp /bin/true`` at two slots: from the first ``tsp`` call to the
             last job finished.
 submit      the per-call cost of ``tsp CMD`` while one slot is held by a
@@ -164,7 +164,7 @@ def latency(tsp: str, n: int, command, summary, poll_s: float = 0.0005,
 
 class LatencySide:
     """task-spooler's side of the latency scenario, one sequential job (``sample``) at a
-    time, so that bench_all can interleave them with praxist_fs's. ``command(stamp_path)
+    time, so that side_by_side.py can interleave them with praxist_fs's. ``command(stamp_path)
     -> shell text``; ``summary(values_ns)`` -> percentiles. With ``sh`` (a ``Shell`` with
     ``ts.env``) each ``tsp`` call is made by that running shell, not by this process."""
 

@@ -81,7 +81,7 @@ def report_memory(run: Path) -> dict:
 
 
 def rows(result: dict, row) -> list[dict]:
-    """The table's rows (``row`` is bench_all's) of what ``measure`` found."""
+    """The table's rows (``row`` is bench_table's) of what ``measure`` found."""
     n = f"{result['finished']:,} finished"
     found = [row(f"CLI {label}, {n} (wall, median)", ms, None, None,
                  "reference" if label.startswith("python") else f"<= {VERB_MS:.0f}",

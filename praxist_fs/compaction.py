@@ -187,11 +187,21 @@ class _Spill:
         shelve_replies(sched, taken.replies, self.reader)
 
 
-def mark_clean_stop(layout: RunLayout, journal_seq: int) -> None:
+def mark_clean_stop(layout: RunLayout, journal_seq: int, unsynced: Unsynced,
+                    index_files: Iterable[str]) -> None:
     """Every effect of every journaled event was carried out: make the derived files
     (written without fsync) durable, then say so, so that the next start need not
-    read them all back."""
-    sync_all()
+    read them all back. Those are the ones ``unsynced`` names (a compaction's watermark
+    vouches for the same) and the job index's (``JobIndex.files``), by name, as the
+    compaction child does: ``sync(2)`` would also wait for every other file of the
+    machine written meanwhile. When their names are not known (a start after a crash,
+    before its first compaction), ``sync(2)``."""
+    taken = unsynced.take()
+    if taken is not None:
+        for path in index_files:
+            directory, name = os.path.split(path)
+            taken.setdefault(directory, set()).add(name)
+    _make_durable(taken)
     write_json(layout.clean_stop, {"journal_seq": journal_seq,
                                    "views_durable_ns": time.time_ns()}, durable=True)
 

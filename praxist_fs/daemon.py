@@ -317,7 +317,8 @@ class Coordinator:
                                            self.views.index, self.views.tally,
                                            self.views.unsynced)
                     self.views.index.close(self.journal.seq)
-                    compaction.mark_clean_stop(self.layout, self.journal.seq)
+                    compaction.mark_clean_stop(self.layout, self.journal.seq,
+                                               self.views.unsynced, self.views.index.files())
                 except OSError as exc:
                     if not self._disk_error(exc, exc.filename or self.layout.journal):
                         raise

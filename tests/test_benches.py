@@ -186,9 +186,9 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
     assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
     (tmp_path / "result.json").write_text(done.stdout)
-    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all, "
-                  "perf3_rows; print(bench_all.render_table(perf3_rows.rows(json.load(open("
-                  f"{str(tmp_path / 'result.json')!r})), bench_all.row)))", tmp_path=tmp_path)
+    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_table, "
+                  "perf3_rows; print(bench_table.render_table(perf3_rows.rows(json.load(open("
+                  f"{str(tmp_path / 'result.json')!r})), bench_table.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     assert "CLI cancel, 30 finished" in table.stdout
     assert "CLI stop --timeout 0 (frozen), a served 10-job run" in table.stdout
@@ -261,11 +261,11 @@ def test_the_backfill_reservations_bench_follows_a_reservation_to_its_start(tmp_
 SHELL_ROW = """
 import json, sys
 sys.path.insert(0, "bench")
-import bench_all, bench_tsp
+import bench_tsp, side_by_side
 from bench_coordinator import summary_ms
-px = bench_all.px_latency(3, shell=True)
+px = side_by_side.px_latency(3, shell=True)
 tsp = bench_tsp.ensure_tsp(sys.argv[1])[0] if len(sys.argv) > 1 else None
-ts = tsp and bench_tsp.latency(tsp, 3, bench_all.stamp_command, summary_ms, shell=True)
+ts = tsp and bench_tsp.latency(tsp, 3, side_by_side.stamp_command, summary_ms, shell=True)
 print(json.dumps({"px": px, "tsp": ts}))
 """
 
@@ -289,10 +289,10 @@ def test_the_shell_row_gives_both_systems_a_line_in_one_running_shell(tmp_path):
 COMPARE = """
 import json, sys
 sys.path.insert(0, "bench")
-import bench_all
+import side_by_side
 counts = {"rounds": 2, "latency": 3, "throughput": 4, "submit": 3, "shell_latency": 3,
           "throughput16": 4, "first_job": 1}
-print(json.dumps(bench_all.compare(2, counts, sys.argv[1])))
+print(json.dumps(side_by_side.compare(2, counts, sys.argv[1])))
 """
 
 
@@ -333,8 +333,8 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
     assert result["latency_blocks"]["method"].startswith("blocks")
     assert len(result["latency_blocks"]["ratios"]["p50_ms"]["by_round"]) == 2
     (tmp_path / "compared.json").write_text(done.stdout.splitlines()[-1])
-    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_all; "
-                  "print(json.dumps(bench_all.comparison_rows(json.load(open("
+    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_table; "
+                  "print(json.dumps(bench_table.comparison_rows(json.load(open("
                   f"{str(tmp_path / 'compared.json')!r})))))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
     rows = json.loads(table.stdout)

@@ -241,7 +241,8 @@ def write_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = False,
     """Write ``data`` to ``path`` by temp file + fsync + rename (+ directory fsync).
 
     ``sync=False`` skips the fsync of the content: only for derived files that the
-    journal rebuilds after a crash (a clean stop flushes them with ``sync_all``). A
+    journal rebuilds after a crash (a compaction and a clean stop make them durable by
+    name, ``unsynced.make_durable``, or with ``sync_all`` when names are not known). A
     reader still never sees a half-written file; a power cut may leave it empty.
     ``stat``: the file's fstat as written is returned (a rename keeps it). ``sliced``:
     for a file of many megabytes, written while others wait on fsyncs of the same disk
@@ -395,8 +396,9 @@ def write_json(path: str | os.PathLike, document: Any, *, durable: bool = False,
 
 
 def sync_all() -> None:
-    """Everything written so far reaches the disk (sync(2)): how a clean stop makes the
-    derived files it wrote without fsync durable before vouching for them."""
+    """Everything written so far reaches the disk (sync(2)): how a compaction or a clean
+    stop makes the derived files written without fsync durable before vouching for them
+    when their names are not known (``Unsynced.everything``)."""
     os.sync()
     if _ledger is not None:
         _record("sync", "/")

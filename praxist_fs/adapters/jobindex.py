@@ -287,6 +287,12 @@ class JobIndex:
         commit, which readers check against status.json."""
         self.meta.update(boot_id=boot_id, owner=owner)
 
+    def files(self) -> list[str]:
+        """The index's files, as a clean stop makes them durable by name: the database
+        and SQLite's rollback journal beside it (TRUNCATE mode: there, and empty, between
+        transactions); a rebuild's temp file is dropped at close, never vouched for."""
+        return [str(self.path), f"{self.path}-journal"]
+
     def close(self, journal_seq: int | None = None) -> None:
         """With ``journal_seq`` (a clean stop), commit what is staged first. A rebuild
         not finished is dropped: no index is left (the next start rebuilds it)."""

@@ -613,6 +613,12 @@ class Scheduler:
         (``AttemptTally.forget_finished``)."""
         return self._next_order
 
+    def resume_orders_after(self, last_order: int) -> None:
+        """Number the next submission after ``last_order``, the ``last_order`` a snapshot
+        saved: a job submitted after a restore then gets a greater order than every job
+        before it, shelved ones included, as ``last_order`` promises."""
+        self._next_order = last_order
+
     def _take_order(self) -> int:
         self._next_order += 1
         return self._next_order

@@ -332,7 +332,7 @@ def _header(sched: Scheduler, everything: bool = False) -> dict[str, Any]:
         "policy": sched.policy.to_dict(),
         "coordinator": sched.coordinator,
         "version": sched.version,
-        "next_order": sched._next_order,
+        "next_order": sched.last_order,
         "stopped": sched.stopped,
         # each state's jobs in the order they entered it (running() is in that order)
         "by_state": by_state,
@@ -368,7 +368,7 @@ def _restore(doc: dict[str, Any], shelved: OnShelf | None = None) -> Scheduler:
     sched = Scheduler(Policy.from_dict(doc["policy"]))
     sched.coordinator = doc["coordinator"]
     sched.version = doc["version"]
-    sched._next_order = doc["next_order"]
+    sched.resume_orders_after(doc["next_order"])
     sched.stopped = doc["stopped"]
     for data in doc["jobs"]:
         sched.jobs[data["job_id"]] = _to_job(data)

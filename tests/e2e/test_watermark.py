@@ -108,3 +108,36 @@ def test_after_a_crash_only_the_first_compaction_syncs_everything(make_run, tmp_
     first = compactions()[0]
     syncs = [n for n, record in enumerate(done) if record["op"] == "sync"]
     assert syncs and max(syncs) < first, (syncs, compactions())
+
+
+def test_a_clean_stop_makes_durable_by_name_what_it_vouches_for_not_the_machine(
+        make_run, tmp_path):
+    """A clean stop vouches for every derived file (``journal/clean_stop.json``: the next
+    start takes them as they are) and for the job index. It makes them durable by name,
+    as a compaction does, never the whole machine (``sync(2)``), whose other writers'
+    unwritten data a stop would otherwise wait for; every job file and reply there
+    survives a power cut right after the marker, with the bytes it has."""
+    run = make_run()
+    ledger = tmp_path / "ledger.jsonl"
+    run.start({"PRAXIST_POWERLOSS_LEDGER": str(ledger)})
+    for n in range(4):
+        run.reply(run.submit(request(f"s{n}", request_id=f"s{n}")))
+    wait_for(lambda: len(list((run.sched / "jobs" / "done").glob("*.json"))) >= 4,
+             message="the four jobs to end")
+    assert run.stop() == 0
+    assert (run.sched / "journal" / "clean_stop.json").exists()
+
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert "sync" not in {record["op"] for record in records}, \
+        "a clean stop of a run that started afresh synced the whole machine"
+    synced = {record["path"] for record in records if record["op"] == "fsync"}
+    assert str(run.sched / "index" / "jobs.sqlite") in synced  # the index, by name
+    model = powerloss.Model()
+    for record in records:
+        model.step(record)
+    vouched = list(_derived_files(run.sched))
+    for path in vouched:
+        node = model.durable.get(str(path))
+        assert node is not None and node.synced == path.read_bytes(), \
+            f"{path}: vouched for by the clean stop, not durable"
+    assert len(vouched) >= 8  # four job files and four replies
