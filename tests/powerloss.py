@@ -110,6 +110,7 @@ class Change:
     path: str
     node: Node | None
     carried_by: int | None = None  # a rename's destination: there if its source's removal is
+    pid: int | None = None         # of the process that set it, where the ledger says
 
 
 @dataclass
@@ -122,9 +123,9 @@ class Model:
         if path not in self.live:
             self.live[path] = self.durable[path] = before
 
-    def _set(self, path: str, node: Node | None) -> None:
+    def _set(self, path: str, node: Node | None, pid: int | None = None) -> None:
         self.live[path] = node
-        self.pending.append(Change(path, node))
+        self.pending.append(Change(path, node, pid=pid))
 
     def _before(self, record: dict, key: str) -> Node | None:
         return Node.found(record[key]) if key in record else None
@@ -138,7 +139,7 @@ class Model:
             self._touch(path, None)
             node = Node("file", mode=record["mode"])
             node.write("append", base64.b64decode(record["data"]))
-            self._set(path, node)
+            self._set(path, node, record.get("pid"))
         elif op == "open_append":
             self._touch(path, self._before(record, "old"))
             if self.live[path] is None:
@@ -159,14 +160,14 @@ class Model:
             src = record["src"]
             self._touch(src, self._before(record, "moved"))
             self._touch(path, self._before(record, "replaced"))
-            self._set(path, self.live[src])
-            self._set(src, None)
+            self._set(path, self.live[src], record.get("pid"))
+            self._set(src, None, record.get("pid"))
             self.pending[-2].carried_by = len(self.pending) - 1
         elif op == "unlink":
             self._touch(path, self._before(record, "old"))
             self._set(path, None)
         elif op == "fsync_dir":
-            self._sync_directory(path, set(record["names"]))
+            self._sync_directory(path, set(record["names"]), record.get("pid"))
         elif op == "sync":  # sync(2): every file and every directory entry, as it stands
             for node in self.live.values():
                 if node is not None:
@@ -176,10 +177,20 @@ class Model:
         else:
             raise ValueError(f"unknown ledger op {op!r}")
 
-    def _sync_directory(self, directory: str, names: set[str]) -> None:
+    def _sync_directory(self, directory: str, names: set[str], pid: int | None) -> None:
         """The directory's entries become durable. ``names`` is what it held: a name of
-        ours that another process removed is gone, one another process made is theirs."""
+        ours that another process removed is gone, one another process made is theirs.
+        A name another ledger writer set before this line but after ``pid`` listed the
+        directory (a compaction child's listing, its loop's rename) is in neither: its
+        change stays pending, to reach the disk with a later fsync."""
+        last = {change.path: change for change in self.pending
+                if os.path.dirname(change.path) == directory}
+        unlisted = {path for path, change in last.items()
+                    if None not in (pid, change.pid) and change.pid != pid and
+                    change.node is not None and os.path.basename(path) not in names}
         for path in [p for p in self.live if os.path.dirname(p) == directory]:
+            if path in unlisted:
+                continue
             present = os.path.basename(path) in names
             if present and self.live[path] is None:
                 del self.live[path], self.durable[path]
@@ -187,7 +198,8 @@ class Model:
             if not present:
                 self.live[path] = None
             self.durable[path] = self.live[path]
-        self._settle(lambda change: os.path.dirname(change.path) == directory)
+        self._settle(lambda change: os.path.dirname(change.path) == directory and
+                     change.path not in unlisted)
 
     def _settle(self, made_durable) -> None:
         """Drop pending changes now durable; keep the links of the rest by position."""

@@ -12,7 +12,7 @@ carry ``op`` and ``path`` (absolute) and, by op: ``create`` (``data``,
 ``unlink`` (``old``), ``mkdir``, ``fsync_dir`` (``names``: the directory's
 entries at that moment), ``open_append`` (``old``), ``append`` (``data``),
 ``truncate`` (``size``), ``overwrite`` (``data``, written over the file from its
-start), ``chmod`` (``mode``); ``rewrite`` records an ``open_append``, maybe a
+start), ``chmod`` (``mode``), and each its writer's ``pid``; ``rewrite`` records an ``open_append``, maybe a
 ``chmod``, an ``overwrite`` and maybe a ``truncate``, by path. ``data`` is base64;
 ``moved``/``replaced``/``old`` describe what the name held before (``{"kind":
 "absent" | "file" | "symlink" | "other", ...}``). Unset, each operation pays one
@@ -53,8 +53,11 @@ _append_paths: dict[int, str] = {}  # fd -> path of files opened by open_append,
 
 
 def _record(op: str, path: str | os.PathLike, **fields: Any) -> None:
-    """One ledger line, written at once: the ledger must hold every op before a crash."""
-    line = json.dumps({"op": op, "path": os.path.abspath(path), **fields}) + "\n"
+    """One ledger line, written at once: the ledger must hold every op before a crash.
+    ``pid``: a compaction child writes the same ledger as its loop, and a directory's
+    listing (``fsync_dir``) taken by one may predate the other's change recorded first."""
+    line = json.dumps({"op": op, "path": os.path.abspath(path), "pid": os.getpid(),
+                       **fields}) + "\n"
     os.write(_ledger, line.encode())
 
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import signal
+import struct
+import termios
+from pathlib import Path
 
 import psutil
 
@@ -188,23 +192,55 @@ def end_both_while_the_coordinator_is_stopped(run, tmp_path) -> list[str]:
     jobs = [run.reply(run.submit(request(tag, counting(marker, (
         f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {code}")))))["job_id"]
         for tag, code in ENDS.items()]
-    shims = [psutil.Process(run.wait_attempt_field(job_id, "pid")) for job_id in jobs]
-
-    def told(shim: psutil.Process) -> bool:
-        """The shim is done with its attempt and said so on its pipe (exit.json is written
-        by then): a supervisor leaves the attempt's directory for /, a shim of its own
-        exits."""
-        try:
-            return shim.status() == psutil.STATUS_ZOMBIE or shim.cwd() == "/"
-        except psutil.NoSuchProcess:
-            return True
-    os.kill(run.proc.pid, signal.SIGSTOP)
+    wait_for(lambda: sorted(starts(marker)) == sorted(jobs), message="both commands to start")
+    # exit.json is written once the exit is told on the shim's pipe (shim.serve)
+    ended = [run.sched / "attempts" / job_id / "a1" / "exit.json" for job_id in jobs]
+    stop_between_turns(run.proc.pid)
     try:
         gate.touch()
-        wait_for(lambda: all(map(told, shims)), message="both commands over and told")
+        wait_for(lambda: all(map(os.path.exists, ended)), message="both commands over and told")
     finally:
         os.kill(run.proc.pid, signal.SIGCONT)
     return jobs
+
+
+def stop_between_turns(pid: int) -> None:
+    """SIGSTOP the coordinator ``pid`` at a moment none of the pipes it reads holds a word
+    it has not read, stopping it again until one is found. Stopped midway through a loop
+    turn whose selector had found a shim's pipe ready (a late READY, say), it would go
+    on, once continued, to read that pipe alone, the exit behind the word included, and
+    hear the other shim's exit in the next turn: two commits, not one."""
+    def stopped_with_nothing_unread() -> bool:
+        os.kill(pid, signal.SIGSTOP)
+        wait_for(lambda: state(pid) == "T", message=f"{pid} to stop")
+        if not unread_words(pid):
+            return True
+        os.kill(pid, signal.SIGCONT)
+        return False
+    wait_for(stopped_with_nothing_unread, message=f"{pid} stopped between turns")
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def unread_words(pid: int) -> int:
+    """Bytes waiting in the pipes ``pid`` reads (FIONREAD of each read end, opened
+    anew through /proc: it opens the same pipe)."""
+    unread = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("pipe:") or \
+                    int(Path(f"/proc/{pid}/fdinfo/{fd}").read_text().split()[3], 8) & 3:
+                continue  # not a pipe, or its write end
+            handle = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        try:
+            unread += struct.unpack("i", fcntl.ioctl(handle, termios.FIONREAD, bytes(4)))[0]
+        finally:
+            os.close(handle)
+    return unread
 
 
 def test_jobs_that_end_in_one_loop_turn_share_one_commit(make_run, tmp_path):
