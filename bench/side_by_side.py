@@ -201,19 +201,12 @@ def px_throughput(n: int, python_args: tuple[str, ...] = (), slots: int = 2) -> 
     with Coordinator("throughput", concurrency=slots, python_args=python_args) as co:
         run = time.time_ns()
         tags = [f"tp-{run}-{i:05d}" for i in range(n)]
-        names = [co.prepare(tag, tag, [TRUE]) for tag in tags]
-        done_paths = [co.done / f"{job_id_for(tag)}.json" for tag in tags]
-        cpu0 = co.own_cpu_s()
-        start, dropped = co.drop_all(names)
         # oldest first at two slots: wait for each in turn
-        wait_in_order(done_paths, start + max(300.0, n * 0.5), 0.002,
-                      "praxist throughput: {name} not done")
-        end = time.monotonic()
-        cpu = co.own_cpu_s() - cpu0
-        states = tally(done_paths, "state")
-    wall = end - start
+        wall, drop, cpu, states = drop_and_wait(
+            co, tags, [co.done / f"{job_id_for(tag)}.json" for tag in tags],
+            max(300.0, n * 0.5), 0.002, "praxist throughput: {name} not done", "state")
     return {"jobs": n, "slots": slots, "command": [TRUE], "wall_s": round(wall, 3),
-            "jobs_per_s": round(n / wall, 2), "drop_s": round(dropped - start, 4),
+            "jobs_per_s": round(n / wall, 2), "drop_s": round(drop, 4),
             "coordinator_cpu_s": round(cpu, 3),
             "coordinator_cpu_ms_per_job": round(cpu * 1000 / n, 3), "done_states": states}
 
@@ -222,18 +215,27 @@ def accept_batch(co: Coordinator, n: int, label: str) -> dict:
     """n requests renamed in at once: first rename -> last reply (waited for in order)."""
     run = time.time_ns()
     ids = [f"{label}-{run}-{i:05d}" for i in range(n)]
-    names = [co.prepare(rid, rid, [TRUE]) for rid in ids]
-    reply_paths = [co.replies / f"{rid}.json" for rid in ids]
+    wall, drop, cpu, outcomes = drop_and_wait(
+        co, ids, [co.replies / f"{rid}.json" for rid in ids], max(120.0, n * 0.2), 0.001,
+        "acceptance: no reply {name}", "outcome")
+    return {"requests": n, "wall_s": round(wall, 4), "per_request_ms": round(wall * 1000 / n, 4),
+            "drop_s": round(drop, 4), "coordinator_cpu_s": round(cpu, 3),
+            "outcomes": outcomes}
+
+
+def drop_and_wait(co: Coordinator, ids: list[str], paths: list[Path], timeout_s: float,
+                  poll_s: float, missing: str, key: str) -> tuple[float, float, float, dict]:
+    """Requests of ``[TRUE]`` (tag and request id each of ``ids``) renamed in at once, then
+    ``paths`` waited for in order (``wait_in_order``): seconds from the first rename to
+    the last path, and to the last rename; the coordinator's CPU seconds meanwhile; the
+    tally of ``key`` over ``paths``."""
+    names = [co.prepare(name, name, [TRUE]) for name in ids]
     cpu0 = co.own_cpu_s()
     start, dropped = co.drop_all(names)
-    wait_in_order(reply_paths, start + max(120.0, n * 0.2), 0.001, "acceptance: no reply {name}")
+    wait_in_order(paths, start + timeout_s, poll_s, missing)
     end = time.monotonic()
     cpu = co.own_cpu_s() - cpu0
-    outcomes = tally(reply_paths, "outcome")
-    wall = end - start
-    return {"requests": n, "wall_s": round(wall, 4), "per_request_ms": round(wall * 1000 / n, 4),
-            "drop_s": round(dropped - start, 4), "coordinator_cpu_s": round(cpu, 3),
-            "outcomes": outcomes}
+    return end - start, dropped - start, cpu, tally(paths, key)
 
 
 def accept_sequential(co: Coordinator, n: int, label: str) -> dict:
