@@ -31,6 +31,12 @@ supervisor told its attempt after the commit (``after_ms``: ``spawn``, the order
 a833c47 and of a spec too big for the pipe) or before it (``ahead_ms``: ``tell``, as the
 coordinator does now), alternating attempt by attempt (median ms); ``spawn_ms``, for
 reference, is the command's own start from a posix_spawn here to that first act.
+Told ahead, the supervisor prepares while the commit's fsync runs, and whichever ends
+last is on the path: ``ahead_ready_ms`` is from the tell to READY's ``at`` (its
+directories made; the command's log and cwd come after READY, so this is a lower
+bound of the preparation), ``ahead_ready_after_commit`` the share of those attempts
+whose READY came after the commit returned, and ``go_to_start_ms`` (both orders) from
+GO on the pipe to the command's first act.
 
 And the end of an attempt on a supervisor (``end``), alternating attempt by attempt: told
 its end journaled (``confirmed``: exit.json unsynced) or never told (``fsynced``, as with
@@ -179,7 +185,9 @@ def launch_path(attempts: int, root: Path) -> dict:
     server = launcher.ShimServer.start(layout)
     warm = [launcher.prestart(layout, server) for _ in range(2)]
     times: dict[str, list[float]] = {"after_ms": [], "ahead_ms": [], "commit_ms": [],
+                                     "ahead_ready_ms": [], "go_to_start_ms": [],
                                      "spawn_ms": []}
+    ready_after_commit = 0
     try:
         for number in range(2 * attempts + 2):  # the first two are not timed
             ahead, stamp = number % 2 == 1, stamps / str(number)
@@ -193,6 +201,7 @@ def launch_path(attempts: int, root: Path) -> dict:
             committed = time.time_ns()
             if handle is None:
                 handle = launcher.spawn(layout, effect, env, shim)
+            go = time.time_ns()
             handle.release_barrier(b"G")
             while not (stamp.exists() and stamp.read_text().endswith("\n")):
                 time.sleep(0.0002)
@@ -205,9 +214,15 @@ def launch_path(attempts: int, root: Path) -> dict:
             handle.close()
             warm.append(supervisor.warm())
             if number >= 2:
-                times["ahead_ms" if ahead else "after_ms"].append(
-                    (int(stamp.read_text()) - began) / 1e6)
+                started = int(stamp.read_text())
+                times["ahead_ms" if ahead else "after_ms"].append((started - began) / 1e6)
                 times["commit_ms"].append((committed - began) / 1e6)
+                times["go_to_start_ms"].append((started - go) / 1e6)
+                if ahead:
+                    ready = json.loads((layout.attempt_dir(effect.job_id, effect.attempt_id)
+                                        / "READY").read_text())["at"] * 1e9
+                    times["ahead_ready_ms"].append((ready - began) / 1e6)
+                    ready_after_commit += ready > committed
         for number in range(attempts):
             stamp = stamps / f"spawn-{number}"
             began = time.time_ns()
@@ -219,7 +234,8 @@ def launch_path(attempts: int, root: Path) -> dict:
             shim.dismiss()
         server.close()
         os.close(journal)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return {**{name: statistics.median(values) for name, values in times.items()},
+            "ahead_ready_after_commit": ready_after_commit / attempts}
 
 
 def end_path(attempts: int, root: Path) -> dict:
@@ -283,6 +299,9 @@ def main() -> None:
     print(f"launch     commit {launch['commit_ms']:.2f} ms, then the command's first act: "
           f"told after the commit {launch['after_ms']:.2f} ms, ahead of it "
           f"{launch['ahead_ms']:.2f} ms (a posix_spawn alone: {launch['spawn_ms']:.2f} ms)")
+    print(f"           told ahead: READY {launch['ahead_ready_ms']:.2f} ms after the tell, "
+          f"after the commit in {launch['ahead_ready_after_commit']:.0%} of attempts; "
+          f"GO -> first act {launch['go_to_start_ms']:.2f} ms")
     results["end"] = end
     print(f"end        X -> idle, median: told journaled {end['confirmed_ms']:.2f} ms, "
           f"fsynced {end['fsynced_ms']:.2f} ms; the supervisor's CPU per attempt, mean: "
