@@ -457,9 +457,10 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None)
             posix.close(go_fd)
             return  # nothing ran: a cancel or a stop need not wait for disk space
     told_ahead = bool(spec.get("go_coming"))  # of the attempt before its commit with GO
-    word = given_go(go_fd)
-    if word is None and not told_ahead:  # else GO is decided already, or comes with the
-        shim_command.tell(status_fd, b"R")  # commit of the attempt: READY news nobody
+    word = None  # told ahead, GO comes with the commit of the attempt, and is read once the
+    # command's start is prepared: READY news nobody; else it may be decided already
+    if not told_ahead and (word := given_go(go_fd)) is None:
+        shim_command.tell(status_fd, b"R")
     if identity is None:
         # Only the command's descendants need us as their subreaper: setting it here,
         # while the coordinator journals before GO, keeps it off the path to READY.
