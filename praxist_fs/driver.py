@@ -135,8 +135,6 @@ class Driver:
             if launch:
                 self._handle(self.sched.next_launches(self.clock()), effects, journaled)
                 launch = False
-            if self.views is not None:  # a simulation writes no job files
-                effects += self.sched.reasons_of_written(effects)
             self._handle(self.backend.bind(effects), effects, journaled)
             committed = bool(journaled)
             if crashpoints.WANTS_MOMENTS:  # PRAXIST_CRASH_AT waits on a moment of a job's life
@@ -155,6 +153,10 @@ class Driver:
                     return False
                 self.reach("journal.after_commit")
             batch, events = events, []
+            if self.views is not None:  # a simulation writes no job files
+                # after the commit: a queued job's reason is soft (never journaled) and
+                # only shapes the files written after GO, so GO does not wait for it
+                effects += self.sched.reasons_of_written(effects)
             if self.views is not None or self.sinks:
                 # a simulation writes no job files: which write of a job is the last
                 # does not matter there (60,000 copies of WriteJob on a Philly replay)
