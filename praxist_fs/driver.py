@@ -140,6 +140,11 @@ class Driver:
             if crashpoints.WANTS_MOMENTS:  # PRAXIST_CRASH_AT waits on a moment of a job's life
                 crashpoints.within(moments(journaled, effects, self.sched))
             if committed and self.journal is not None:
+                # Encoded only now, with the warm shims told their attempts (``bind``): a
+                # shim prepares while its records are encoded and the commit is synced,
+                # where encoding them as they were handled came before its tell.
+                for event in journaled:
+                    self.journal.append(to_record(event))
                 self.reach("journal.before_commit")
                 try:
                     began = time.monotonic()
@@ -199,14 +204,13 @@ class Driver:
 
     def _handle(self, events: list[Event], effects: list[Effect],
                 journaled: list[Event]) -> None:
-        """Hand events to the core, journal (uncommitted) those that changed its state
-        and add them to ``journaled``."""
+        """Hand events to the core and add those that changed its state to ``journaled``
+        (``process`` journals them, in that order, once the backend has bound its
+        launches)."""
         for event in events:
             before = self.sched.version
             effects += self.sched.handle(event)
             if self.sched.version != before:
-                if self.journal is not None:
-                    self.journal.append(to_record(event))
                 journaled.append(event)
 
     def _carry_out(self, effect: Effect) -> list[Event]:
