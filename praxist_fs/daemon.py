@@ -360,7 +360,7 @@ class Coordinator:
                            self._retry_at if self.degraded else float("inf"),
                            now if self.views.indexing or self.compactor.finishing
                            else float("inf"))
-            scan = False
+            rang: set[Path] | None = set()  # the inboxes to list (None: every one)
             told: list[Event] = []  # every shim that spoke this turn: one batch, one commit
             self.turns.ended()
             ready = self.selector.select(max(0.0, deadline - now))
@@ -368,15 +368,19 @@ class Coordinator:
             for key, _ in ready:
                 kind, token = key.data
                 if kind == "wake":
-                    scan |= self._drain_wake(token)
+                    woke = self._drain_wake(token)
+                    rang = None if woke is None or rang is None else rang | woke
                 else:
                     told += self.backend.on_ready(token)
             self._process(told, launch=True)
             self._process(self.backend.on_timer(time.monotonic()), launch=True)
             now = time.monotonic()
-            if scan or now >= next_scan:
-                self._read_inboxes()
-                next_scan = now + (QUIET_SECONDS if quiet else RESCAN_SECONDS)
+            if now >= next_scan:
+                rang = None  # the periodic look at every inbox: a hint may have been lost
+            if rang is None or rang:
+                self._read_inboxes(rang)
+                if rang is None:
+                    next_scan = now + (QUIET_SECONDS if quiet else RESCAN_SECONDS)
                 if (left := self.inboxes.grace_left) is not None:  # read again as it stands
                     next_scan = min(next_scan, now + left)
             if now >= next_reconcile:
@@ -399,13 +403,14 @@ class Coordinator:
                     or sched.outstanding_leases() or sched.release_pending
                     or any(sched.idle_peers.values()))
 
-    def _drain_wake(self, bell: InotifyBell | None = None) -> bool:
-        """The wake-up pipe (or the inotify doorbell) read empty: the inboxes are listed."""
+    def _drain_wake(self, bell: InotifyBell | None = None) -> set[Path] | None:
+        """The wake-up pipe (or the inotify doorbell) read empty: the inboxes to list, the
+        doorbell's that rang, or every one (None) for the pipe (a signal, a full batch, a
+        polling observer's ring, ...)."""
         if bell is None:
             drain(self._wake_read)
-        else:
-            bell.drain()
-        return True
+            return None
+        return bell.drain()
 
     def _ring(self) -> None:
         try:
@@ -584,17 +589,22 @@ class Coordinator:
             gpus=attribute_processes(self.inventory.sample(), {**foreign_shims, **owners}),
             capacity=capacity, others=tuple(others))])
 
-    def _read_inboxes(self) -> None:
-        """What peers wrote, inbox by inbox, fed to the core. Not while degraded: requests
-        wait in incoming/ untouched, and a result read now would count as seen."""
-        if self.degraded is None:
+    def _read_inboxes(self, rang: set[Path] | None = None) -> None:
+        """What peers wrote, inbox by inbox, fed to the core: in the inboxes that ``rang``
+        (a hint: a request's rename lists spool/incoming/ alone, where it listed control/
+        and every generation's inboxes too, beside its command's start), or in every one
+        (None: the periodic look, a signal, a full batch, a polling observer). Not while
+        degraded: requests wait in incoming/ untouched, and a result read now would count
+        as seen."""
+        layout = self.layout
+        if self.degraded is None and (rang is None or layout.incoming in rang):
             requests, full = self.inboxes.requests()
             self._process(requests, launch=True)
             if full:
                 self._ring()  # a full batch: more files are waiting
-        if self.degraded is None:
+        if self.degraded is None and (rang is None or layout.control in rang):
             self._process(self.inboxes.controls())
-        if self.degraded is None:
+        if self.degraded is None and (rang is None or rang - {layout.incoming, layout.control}):
             self._process(self.inboxes.generations(self.sched.generations))
 
     def _start_observer(self) -> None:

@@ -135,13 +135,16 @@ class Driver:
             if launch:
                 self._handle(self.sched.next_launches(self.clock()), effects, journaled)
                 launch = False
-            if self.views is not None:  # a simulation writes no job files
-                effects += self.sched.reasons_of_written(effects)
             self._handle(self.backend.bind(effects), effects, journaled)
             committed = bool(journaled)
             if crashpoints.WANTS_MOMENTS:  # PRAXIST_CRASH_AT waits on a moment of a job's life
                 crashpoints.within(moments(journaled, effects, self.sched))
             if committed and self.journal is not None:
+                # Encoded only now, with the warm shims told their attempts (``bind``): a
+                # shim prepares while its records are encoded and the commit is synced,
+                # where encoding them as they were handled came before its tell.
+                for event in journaled:
+                    self.journal.append(to_record(event))
                 self.reach("journal.before_commit")
                 try:
                     began = time.monotonic()
@@ -155,6 +158,10 @@ class Driver:
                     return False
                 self.reach("journal.after_commit")
             batch, events = events, []
+            if self.views is not None:  # a simulation writes no job files
+                # after the commit: a queued job's reason is soft (never journaled) and
+                # only shapes the files written after GO, so GO does not wait for it
+                effects += self.sched.reasons_of_written(effects)
             if self.views is not None or self.sinks:
                 # a simulation writes no job files: which write of a job is the last
                 # does not matter there (60,000 copies of WriteJob on a Philly replay)
@@ -197,14 +204,13 @@ class Driver:
 
     def _handle(self, events: list[Event], effects: list[Effect],
                 journaled: list[Event]) -> None:
-        """Hand events to the core, journal (uncommitted) those that changed its state
-        and add them to ``journaled``."""
+        """Hand events to the core and add those that changed its state to ``journaled``
+        (``process`` journals them, in that order, once the backend has bound its
+        launches)."""
         for event in events:
             before = self.sched.version
             effects += self.sched.handle(event)
             if self.sched.version != before:
-                if self.journal is not None:
-                    self.journal.append(to_record(event))
                 journaled.append(event)
 
     def _carry_out(self, effect: Effect) -> list[Event]:

@@ -180,3 +180,36 @@ def test_each_commit_names_the_moments_of_a_jobs_life_it_journals(monkeypatch):
                      {"ended:t1", "ended:t1/a2", "done:t1"}]
     assert now[0] == frozenset()  # between batches no moment holds
     assert ("effect.SpawnAttempt.before", named[1]) in seen  # the retry's, in its batch
+
+
+def test_a_warm_shim_is_told_its_attempt_before_the_batch_is_encoded_for_the_journal():
+    """The backend binds a batch's launches (a warm shim is told its attempt, and prepares
+    it while the commit is on its way) before the batch's records are encoded: encoding
+    them first kept the shim waiting for work its launch does not need. The records are
+    those of the batch, in the order handled, and committed once, before the spawn."""
+    policy = load_policy(str(FCFS))
+    points: list[str] = []
+
+    class TellingBackend(MemoryBackend):
+        def bind(self, effects):
+            if any(isinstance(effect, SpawnAttempt) for effect in effects):
+                points.append("bind")
+            return super().bind(effects)
+
+    class EncodingJournal(RecordingJournal):
+        def append(self, record: dict) -> None:
+            points.append(f"append.{record['type']}")
+            super().append(record)
+
+    host = VirtualHost()
+    journal = EncodingJournal(points)
+    driver = Driver(Scheduler(policy), TellingBackend(lambda launch: Run(60.0), host),
+                    journal=journal, clock=lambda: host.now, crash_hook=points.append)
+    driver.process(started_with_one_request(policy), launch=True)
+    batch = points[:points.index("commit")]
+    assert batch.index("bind") < min(i for i, p in enumerate(batch) if p.startswith("append"))
+    assert [p for p in batch if p.startswith("append")] == [
+        "append.coordinator_started", "append.request_seen", "append.attempt_launched"]
+    assert points.index("commit") < points.index("effect.SpawnAttempt.before")
+    assert [record["type"] for record in journal.records[:3]] == [
+        "coordinator_started", "request_seen", "attempt_launched"]  # committed as handled

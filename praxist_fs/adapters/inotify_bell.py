@@ -10,7 +10,10 @@ lists its inboxes itself (events are hints, never facts, as before; an overflow 
 queue is one more hint). The masks are those ``watcher.CHANGES`` name for watchdog:
 an entry created or renamed in, a file written in place and closed, and a removal
 except in an inbox the coordinator empties itself (``watcher.INBOX_CHANGES``); never a
-rename *out*, which is no news. Network file systems keep watchdog's polling observer
+rename *out*, which is no news. Each event names the watch it came from, so ``drain``
+says which directories rang: the loop lists those, not every inbox (a request's rename
+listed control/ and every generation's inboxes too); an overflowed queue names none, and
+means any. Network file systems keep watchdog's polling observer
 (``watcher.needs_polling``). The calls and masks are watchdog's own binding of libc's
 inotify (``watchdog.observers.inotify_c``), not a second one.
 """
@@ -19,16 +22,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import struct
 import weakref
 from pathlib import Path
 
 from watchdog.observers.inotify_c import InotifyConstants as In
 from watchdog.observers.inotify_c import inotify_add_watch, inotify_init
 
-from .wakepipe import drain
-
 ARRIVALS = In.IN_CREATE | In.IN_MOVED_TO | In.IN_CLOSE_WRITE  # what rings in an inbox
 CHANGES = ARRIVALS | In.IN_DELETE  # ... and elsewhere (a generation's results and idle/)
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 # anything a look at a directory's entries and their contents and times could find new
 TOUCHED = (CHANGES | In.IN_MODIFY | In.IN_ATTRIB | In.IN_MOVED_FROM | In.IN_DELETE_SELF
            | In.IN_MOVE_SELF)
@@ -47,6 +50,7 @@ class InotifyBell:
         os.set_inheritable(fd, False)  # subprocess closes it anyway (close_fds)
         self.fd = fd
         self._closed = weakref.finalize(self, os.close, fd)  # one dropped unstopped
+        self._watched: dict[int, str | os.PathLike] = {}  # watch descriptor -> directory
 
     def fileno(self) -> int:
         return self.fd
@@ -55,12 +59,31 @@ class InotifyBell:
         """Ring for ``mask``'s events in ``directory`` (not below it), never through a link
         put in its place (an OSError then, ENOTDIR)."""
         path = os.fsencode(directory)
-        if inotify_add_watch(self.fd, path, mask | In.IN_ONLYDIR | In.IN_DONT_FOLLOW) < 0:
+        wd = inotify_add_watch(self.fd, path, mask | In.IN_ONLYDIR | In.IN_DONT_FOLLOW)
+        if wd < 0:
             raise _error("inotify_add_watch", directory)
+        self._watched[wd] = directory
 
-    def drain(self) -> None:
-        """Read every queued event and forget it: the caller lists what it watches."""
-        drain(self.fd)
+    def drain(self) -> set[str | os.PathLike] | None:
+        """Read every queued event: the directories they came from (as ``watch`` was
+        given them), for the caller to list; None when the queue overflowed, or an
+        event names no watch of ours: anything may have changed."""
+        rang: set[str | os.PathLike] = set()
+        anything = False
+        try:
+            while data := os.read(self.fd, 65536):
+                offset = 0
+                while offset < len(data):
+                    wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                    offset += _EVENT.size + length
+                    directory = self._watched.get(wd)
+                    if directory is None or mask & In.IN_Q_OVERFLOW:
+                        anything = True  # an overflow's wd is -1
+                    else:
+                        rang.add(directory)
+        except BlockingIOError:
+            pass
+        return None if anything else rang
 
     def rang(self) -> bool:
         """Whether anything was queued since the last look (read empty now; a queue that

@@ -172,3 +172,29 @@ def test_the_coordinators_doorbell_never_watches_through_a_link(tmp_path):
         bell.watch(elsewhere)  # a real directory is watched
     finally:
         bell.stop()
+
+
+def test_the_coordinators_doorbell_says_which_of_its_inboxes_rang(tmp_path):
+    """A request renamed into spool/incoming/ made the loop list control/ and every
+    generation's inboxes too, between its GO and its command's start: each event names
+    its watch, and the doorbell says which directories rang, so the loop lists those.
+    An overflowed queue names none: then it says "anything" (None), and all are listed."""
+    incoming, control, outside = tmp_path / "incoming", tmp_path / "control", tmp_path / "tmp"
+    for directory in (incoming, control, outside):
+        directory.mkdir()
+    bell = start_doorbell([incoming, control], lambda: pytest.fail("rang through a thread"),
+                          polling=False, changes=INBOX_CHANGES)
+    try:
+        renamed_in(outside, incoming, "a.json")
+        assert bell.drain() == {incoming}
+        renamed_in(outside, control, "c.json")
+        renamed_in(outside, incoming, "b.json")
+        assert bell.drain() == {incoming, control}
+        assert bell.drain() == set() and not readable(bell)
+        with open("/proc/sys/fs/inotify/max_queued_events") as queue:
+            limit = int(queue.read())
+        for i in range(limit // 2 + 1):  # a creation and its close: two events each
+            os.close(os.open(incoming / f"{i}.json", os.O_CREAT | os.O_WRONLY, 0o600))
+        assert bell.drain() is None
+    finally:
+        bell.stop()
