@@ -298,7 +298,8 @@ def test_a_line_keyed_index_reads_a_long_key_whole_and_walks_in_runs():
     offsets = [7]
     for line in lines:
         offsets.append(offsets[-1] + len(line))
-    index = LineKeyed(array("I", offsets), bytes([0, 1, 2, 3]), _file(data)[1], "job_id")
+    index = LineKeyed(7, array("I", offsets[1:]), bytes([0, 1, 2, 3]), _file(data)[1],
+                      "job_id")
     assert index.keys() == keys
     assert [index.find(key) for key in keys] == [0, 1, 2, 3]
     assert [index.find(key) for key in ("b", "b" * 301, "e", "")] == [-1] * 4
