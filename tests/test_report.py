@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from praxist_fs import report_history
+from praxist_fs.adapters import history
 from praxist_fs.adapters.history import read_run
 from praxist_fs.adapters.layout import RunLayout
 from praxist_fs.cli import main
 from praxist_fs.config import load_policy
+from praxist_fs.core import snapshot
 from praxist_fs.report import (
     MIN_SHARE, Device, _lane_order, devices_of, render, report_of, write,
 )
@@ -228,3 +231,20 @@ def test_a_read_of_a_runs_history_keeps_no_id_of_its_finished_jobs_and_replies(t
         assert sum(1 for _ in sched.jobs.values()) == finished
         del sched
     assert (kept[2500] - kept[500]) / (2 * 2000) <= 8, kept
+
+
+def test_a_report_drawn_streaming_is_the_report_of_the_run_read_whole(tmp_path, monkeypatch):
+    """issue 31 item 3 ("stream history instead of loading it all"; the report unchanged):
+    the report as `report` draws it, the run's keys left in its snapshot's lines and its
+    waits spilled to a file in sorted runs (of 64 here: 2,500 jobs make ~100 of them),
+    is byte for byte the report of the run read as a start reads it, every key and wait
+    in memory, but for the line that says when it was built."""
+    layout = RunLayout.at(compacted_run(tmp_path, 2500))
+    monkeypatch.setattr(report_history, "SORTED_RUN", 64)
+    streamed = "".join(report_of(layout)[0])
+    monkeypatch.setattr(report_history, "SORTED_RUN", 1 << 30)
+    monkeypatch.setattr(history, "read", lambda *args, keys_in_file: snapshot.read(*args))
+    whole = "".join(report_of(layout)[0])
+    built = re.compile(r"Built [^<]* by praxist-fs report")
+    assert len(built.findall(whole)) == 1 and "peak " in whole
+    assert built.sub("", streamed) == built.sub("", whole)
