@@ -41,9 +41,9 @@ from .core.queues import queue_of_class
 from .core.scheduler import Scheduler
 from .errors import PraxistError
 from .report_history import (
-    MAX_FAILURE_ROWS, AttemptRow, History, JobRow, queue_lengths, sort_in_place,
+    MAX_FAILURE_ROWS, AttemptRow, History, JobRow, Ranked, queue_lengths,
 )
-from .simulate import percentile
+from .simulate import percentile, percentile_ranks
 
 # Colour-blind-safe (Tableau 10); peers beyond ten share colours, the legend says whose.
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
@@ -372,10 +372,12 @@ def _delays(history: History) -> str:
     head = "".join(f"<th>{label}</th>" for _, label in DELAY_BINS)
     rows = []
     for work_class, waits in sorted(history.delays.items()):
-        sort_in_place(waits)  # the history is closed: its waits are read here alone
-        delays = waits
-        counts = Counter(next(i for i, (upper, _) in enumerate(DELAY_BINS) if d < upper)
-                         for d in delays)
+        delays = Ranked(len(waits), _ranks_shown(len(waits)))
+        counts: Counter[int] = Counter()
+        for rank, delay in enumerate(waits.sorted()):  # in order, once: binned, and kept
+            # only at the ranks the table shows
+            counts[next(i for i, (upper, _) in enumerate(DELAY_BINS) if delay < upper)] += 1
+            delays.see(rank, delay)
         cells = "".join(
             f'<td class="heat" style="--f:{counts[i] / len(delays):.2f}">{counts[i] or ""}</td>'
             for i in range(len(DELAY_BINS)))
@@ -385,6 +387,12 @@ def _delays(history: History) -> str:
                     f"<td>{_duration(delays[-1])}</td>{cells}</tr>")
     return (f'<table class="delays"><tr><th>work class</th><th>jobs</th><th>p50</th>'
             f"<th>p95</th><th>max</th>{head}</tr>{''.join(rows)}</table>")
+
+
+def _ranks_shown(count: int) -> set[int]:
+    """The ranks of a work class's ``count`` waits in order that its row of the delay
+    table reads: the two each of p50 and p95 lies between, and the last (the max)."""
+    return {count - 1, *(rank for pct in (50, 95) for rank in percentile_ranks(count, pct)[:2])}
 
 
 def _gpu_hours(sched: Scheduler, history: History, until: float, peers: dict[str, int]) -> str:

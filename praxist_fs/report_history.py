@@ -6,8 +6,9 @@ history; R-OPS-1).
 A job is built from its snapshot line (``Shelf.values``), cut down to a ``JobRow``, folded
 and let go. What is kept grows only with what the report draws one by one: a row for each
 job that ran on a GPU (a bar of the timeline each), the newest failed attempts (the
-failures table's ``MAX_FAILURE_ROWS``), and a float or two per job for the queue-length
-curve and the delay percentiles (arrays, not objects). A job still queued, running or
+failures table's ``MAX_FAILURE_ROWS``). The floats of the queue-length curve and the
+delay percentiles (~3 a job) go to a temporary file in sorted runs (``Spilled``), read
+back merged, in order: what stays in memory is a run's worth. A job still queued, running or
 suspended is kept whole until the report's end is known (``History.close``): its waits run
 until then. Every section reads the same numbers in the same order as a walk in
 submission order would, so the report's bytes do not depend on the shelf's key order.
@@ -16,12 +17,15 @@ submission order would, so the report's bytes do not depend on the shelf's key o
 from __future__ import annotations
 
 import heapq
+import os
 import sys
+import tempfile
+import weakref
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from .core.model import Attempt, Job
 from .core.states import AttemptOutcome, JobState, PreemptMode
@@ -131,8 +135,8 @@ class History:
         self.latest: float | None = None  # the latest instant any job records
         self.gpu_jobs: list[JobRow] = []  # that ran on a GPU: in submission order at close
         self.newest_failures: list[tuple[tuple, AttemptRow, JobRow]] = []
-        self.queue_in, self.queue_out = array("d"), array("d")  # waits' starts, ends
-        self.delays: dict[str, array] = defaultdict(lambda: array("d"))  # by work class
+        self.queue_in, self.queue_out = Spilled(), Spilled()  # waits' starts, ends
+        self.delays: dict[str, Spilled] = defaultdict(Spilled)  # by work class
         self.open: list[JobRow] = []
         self.closed = False
 
@@ -194,8 +198,6 @@ class History:
         for job in self.open:
             self._add_waits(job, until, queue_end=end)
         self.open = []
-        sort_in_place(self.queue_in)
-        sort_in_place(self.queue_out)
         self.gpu_jobs.sort(key=lambda job: job.order)
         self._keep_newest_failures()
 
@@ -230,21 +232,76 @@ class History:
             self.delays[job.work_class].append(waited(job, until))
 
 
-SORTED_RUN = 8192  # values ``sort_in_place`` sorts as Python floats at once
+SORTED_RUN = 8192  # values a ``Spilled`` holds (and sorts as Python floats) at once
+_READ_VALUES = 256  # values a ``Spilled`` reads back of each run at a time, merging
 
 
-def sort_in_place(values: array) -> None:
-    """``values[:] = sorted(values)`` without a float object for every value at once
-    (``sorted`` of 100,000 waits makes a 4 MB list of them, the report's largest
-    passing allocation): runs of SORTED_RUN sorted each, then merged back into
-    ``values`` (one float per run live at a time; the runs are its only copy)."""
-    if len(values) <= SORTED_RUN:
-        values[:] = array(values.typecode, sorted(values))
-        return
-    runs = [array(values.typecode, sorted(values[start:start + SORTED_RUN]))
-            for start in range(0, len(values), SORTED_RUN)]
-    del values[:]
-    values.extend(heapq.merge(*runs))
+class Spilled:
+    """Floats added in any order and read back sorted (``sorted``, as often as asked),
+    holding at most SORTED_RUN of them: each full run is sorted and written to a
+    temporary file (made at the first), and the runs are merged as they are read back,
+    a few kilobytes of each at a time. The report's waits are ~3 floats a job (the
+    queue curve's starts and ends, the delays): 2.4 MB in arrays at 100,000 finished
+    jobs, and twice that while sorted (issue 31: memory flat in history)."""
+
+    __slots__ = ("_tail", "_runs", "_file", "_size", "_count", "__weakref__")
+
+    def __init__(self) -> None:
+        self._tail = array("d")
+        self._runs: list[tuple[int, int]] = []  # (offset in the file, values) of each
+        self._file: BinaryIO | None = None
+        self._size = self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, value: float) -> None:
+        self._tail.append(value)
+        self._count += 1
+        if len(self._tail) >= SORTED_RUN:
+            run = array("d", sorted(self._tail))
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="praxist-report-", buffering=0)
+                weakref.finalize(self, self._file.close)  # its last reader may be a section
+            os.pwrite(self._file.fileno(), run.tobytes(), self._size)
+            self._runs.append((self._size, len(run)))
+            self._size += len(run) * run.itemsize
+            self._tail = array("d")
+
+    def sorted(self) -> Iterator[float]:
+        """Every value, in order (``sorted`` of them all, without them all at once)."""
+        tail = sorted(self._tail)
+        if not self._runs:
+            return iter(tail)
+        return heapq.merge(*(self._read(offset, count) for offset, count in self._runs), tail)
+
+    def _read(self, offset: int, count: int) -> Iterator[float]:
+        for start in range(0, count, _READ_VALUES):
+            values = array("d")
+            size = min(_READ_VALUES, count - start) * values.itemsize
+            values.frombytes(os.pread(self._file.fileno(), size,
+                                      offset + start * values.itemsize))
+            yield from values
+
+
+class Ranked:
+    """What ``percentile`` reads of a sorted list (its length, and the values at a few
+    ranks), taken from a sorted stream of ``count`` values as it goes by (``see``)."""
+
+    __slots__ = ("_count", "_kept")
+
+    def __init__(self, count: int, ranks: Iterable[int]) -> None:
+        self._count, self._kept = count, dict.fromkeys(ranks)
+
+    def see(self, rank: int, value: float) -> None:
+        if rank in self._kept:
+            self._kept[rank] = value
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, rank: int) -> float:
+        return self._kept[rank if rank >= 0 else self._count + rank]
 
 
 def waited(job: JobRow, until: float) -> float:
@@ -265,15 +322,14 @@ def waited(job: JobRow, until: float) -> float:
 def queue_lengths(history: History) -> Iterator[tuple[float, int]]:
     """Each instant the queue's length changes and its length after every change then
     (waits that end at an instant leave before those that start there join), in time
-    order, from a closed ``history`` (its waits' starts and ends sorted): no object per
-    step."""
-    starts, ends = history.queue_in, history.queue_out
-    i = j = length = 0
-    while i < len(starts) or j < len(ends):
-        at = min(starts[i] if i < len(starts) else ends[j],
-                 ends[j] if j < len(ends) else starts[i])
-        while j < len(ends) and ends[j] == at:
-            length, j = length - 1, j + 1
-        while i < len(starts) and starts[i] == at:
-            length, i = length + 1, i + 1
+    order, from a closed ``history`` (its waits' starts and ends, each read in order):
+    no object per step."""
+    starts, ends = history.queue_in.sorted(), history.queue_out.sorted()
+    start, end, length = next(starts, None), next(ends, None), 0
+    while start is not None or end is not None:
+        at = start if end is None else end if start is None else min(start, end)
+        while end is not None and end == at:
+            length, end = length - 1, next(ends, None)
+        while start is not None and start == at:
+            length, start = length + 1, next(starts, None)
         yield at, length

@@ -632,7 +632,13 @@ def percentile(ordered: list[float], pct: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default) of a sorted list."""
     if not ordered:
         return None
-    pos = (len(ordered) - 1) * pct / 100
+    low, high, fraction = percentile_ranks(len(ordered), pct)
+    return ordered[low] + (ordered[high] - ordered[low]) * fraction
+
+
+def percentile_ranks(count: int, pct: float) -> tuple[int, int, float]:
+    """The two ranks ``percentile`` reads of a sorted list of ``count`` values, and how
+    far between them it lies (a caller that streams the values keeps just those two)."""
+    pos = (count - 1) * pct / 100
     low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return low, min(low + 1, count - 1), pos - low

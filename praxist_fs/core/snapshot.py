@@ -25,7 +25,7 @@ from .pickers.ledger import Usage
 from .policy import Policy
 from .request import Request
 from .scheduler import FINISHED, Scheduler
-from .shelf import PackedKeys, Shelved, encoded, place
+from .shelf import LineKeyed, PackedKeys, Shelved, encoded, offset_and_length, place
 from .snapshot_header import read_header, read_header_pieces
 from .states import (
     AttemptOutcome, AttemptPhase, AttemptTrigger, GenerationStage, JobState, LeaseState,
@@ -182,7 +182,8 @@ def load(lines: Iterable[bytes]) -> tuple[int, Scheduler]:
 
 
 def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None,
-         header_pieces: Callable[[], Iterator[bytes]] | None = None) -> Restored:
+         header_pieces: Callable[[], Iterator[bytes]] | None = None,
+         keys_in_file: bool = False) -> Restored:
     """The scheduler a snapshot file's lines hold, and what the header says of them. With
     ``read_at`` (the lines are a file's from its start, and ``read_at`` reads one back by
     its ``place``), the finished jobs and the replies are shelved, not built, nor even
@@ -192,11 +193,14 @@ def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None,
     ``lines`` are those after it. A snapshot of format 1
     says where those lines lie only by reading them all; one written before shelves is
     built whole (its first compaction shelves it): it lacks the jobs with a preemption on
-    record and each generation's jobs, which a shelf would build every job to find."""
+    record and each generation's jobs, which a shelf would build every job to find.
+    ``keys_in_file`` (with ``header_pieces``): the shelf's keys are not held but read
+    from their lines when looked up (``LineKeyed``), for a tool whose memory must not grow
+    with the run's history; a start keeps them (its lookups are many, and on the loop)."""
     lines = iter(lines)
     try:
         if header_pieces is not None:
-            header, length = read_header_pieces(header_pieces)
+            header, length = read_header_pieces(header_pieces, keys=not keys_in_file)
             first = None
         else:
             first = next(lines, b"null")
@@ -227,7 +231,8 @@ def read(lines: Iterable[bytes], read_at: Callable[[int], bytes] | None = None,
 def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
                 read_at: Callable[[int], bytes] | None) -> Scheduler:
     """The scheduler of a snapshot with a ``shelf`` (``render``); the lines after its
-    header are read only without ``read_at``."""
+    header are read only without ``read_at``. A section whose ids were only counted
+    (``read_header_pieces`` without keys) is a ``LineKeyed`` index."""
     shelf, live = header["shelf"], []
     for line in _lines(lines, header["live_jobs"]):
         live.append(json.loads(line))
@@ -239,12 +244,10 @@ def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
         ids, lengths, states = section["ids"], section["lengths"], section["states"]
         if not len(ids) == len(lengths) == len(states):
             raise SnapshotError("damaged snapshot: a shelf whose ids and lengths disagree")
-        offsets = array("I" if at + sum(lengths) < 1 << 32 else "Q",  # as the index keeps
-                        accumulate(lengths, initial=at))  # them: no wider copy to narrow
-        at = offsets.pop()
-        sections.append((ids, offsets, lengths, states.encode().translate(marks)))
-    (job_ids, job_offsets, job_lengths, job_marks), (reply_ids, reply_offsets,
-                                                     reply_lengths, _) = sections
+        sections.append((ids, at, lengths, states.encode().translate(marks)))
+        at += sum(lengths)
+    (job_ids, job_at, job_lengths, job_marks), (reply_ids, reply_at, reply_lengths, _) = \
+        sections
     if read_at is None:  # built whole: every line read, in the order the header lists them
         finished = [json.loads(line) for line in _lines(lines, len(job_ids))]
         by_state = {state: list(ids) for state, ids in header["by_state"].items()}
@@ -252,21 +255,33 @@ def _read_shelf(header: dict[str, Any], at: int, lines: Iterator[bytes],
             by_state.setdefault(FINISHED[mark].value, []).append(job_id)
         return restore({**header, "by_state": by_state, "jobs": live + finished,
                         "replies": [json.loads(line) for line in _lines(lines, len(reply_ids))]})
-    if reply_ids or job_ids:  # a file cut short would fail a later lookup: refuse now
-        length = (reply_lengths or job_lengths)[-1]
-        line = read_at(place((reply_offsets or job_offsets)[-1], length))
-        if len(line) != length or not line.endswith(b"\n"):
+    jobs = _shelved(job_ids, job_at, job_lengths, job_marks, read_at, "job_id")
+    replies = _shelved(reply_ids, reply_at, reply_lengths, b"", read_at, "request_id")
+    last = replies if len(replies) else jobs
+    if len(last):  # a file cut short would fail a later lookup: refuse now
+        where = last.place(len(last) - 1)
+        line = read_at(where)
+        if len(line) != offset_and_length(where)[1] or not line.endswith(b"\n"):
             raise SnapshotError("damaged snapshot: it ends early")
-    return restore({**header, "jobs": live, "replies": []}, (
-        _shelved(job_ids, job_offsets, job_lengths, job_marks),
-        _shelved(reply_ids, reply_offsets, reply_lengths, b""), read_at))
+    return restore({**header, "jobs": live, "replies": []}, (jobs, replies, read_at))
 
 
-def _shelved(ids: list[str] | PackedKeys, offsets: array, lengths: Iterable[int],
-             marks: bytes) -> Shelved:
-    """A section's index, from its ids as ``json.loads`` or ``read_header`` gave them."""
+def _shelved(ids: list[str] | PackedKeys, at: int, lengths: array, marks: bytes,
+             read_at: Callable[[int], bytes], field: str) -> Shelved:
+    """A section's index, from its ids as ``json.loads`` or ``read_header`` gave them and
+    its lines' ``lengths``, laid one after the other from byte ``at``; a ``LineKeyed`` one
+    where the ids were only counted (``read_header_pieces`` without keys)."""
+    wide = at + sum(lengths) >= 1 << 32  # 4 bytes a place where they do, as the index keeps
+    if isinstance(ids, PackedKeys) and len(ids) and not ids.data:
+        ends = array("Q", lengths) if wide and lengths.typecode != "Q" else lengths
+        for position, end in enumerate(accumulate(ends, initial=at)):
+            if position:  # the lengths become where each line ends, in place: no 2nd array
+                ends[position - 1] = end
+        return LineKeyed(at, ends, marks, read_at, field)
+    offsets = array("Q" if wide else "I", accumulate(lengths, initial=at))
+    del offsets[-1]
     if isinstance(ids, PackedKeys):
-        return Shelved.packed(ids, offsets, lengths, marks)
+        return Shelved.packed(ids, offsets, lengths, marks)  # no marks: all 0
     return Shelved(ids, offsets, lengths, marks)
 
 

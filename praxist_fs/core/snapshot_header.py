@@ -99,26 +99,29 @@ class _NotAsWritten(Exception):
     """The line is not as ``render`` writes it with no escape in an id: read as JSON."""
 
 
-def read_header_pieces(pieces: Callable[[], Iterator[bytes]]) -> tuple[dict[str, Any], int]:
+def read_header_pieces(pieces: Callable[[], Iterator[bytes]], keys: bool = True
+                       ) -> tuple[dict[str, Any], int]:
     """``read_header`` of a line given in pieces, and its length (newline included):
     ``pieces()`` yields the line's bytes from its start to its newline. Where the line is
     not as ``render`` writes it (an escape, an older or hand-made file) it is read again
-    (``pieces()`` once more) and parsed as JSON whole, as ``read_header`` does."""
+    (``pieces()`` once more) and parsed as JSON whole, as ``read_header`` does. Without
+    ``keys``, a section's ids are only counted (a ``PackedKeys`` with no data: the keys
+    are read from the lines instead, ``shelf.LineKeyed``)."""
     stream = _Stream(pieces())
     try:
-        return _streamed(stream), stream.consumed
+        return _streamed(stream, keys), stream.consumed
     except _NotAsWritten:
         line = b"".join(pieces())
         return json.loads(line), len(line)
 
 
-def _streamed(stream: _Stream) -> dict[str, Any]:
+def _streamed(stream: _Stream, keys: bool) -> dict[str, Any]:
     prefix, finished, sections = [], [], {}
     stream.upto(_SHELF, prefix.append)
     stream.upto(b"]", finished.append)  # state names hold no bracket
     for name in ("jobs", "replies"):
         stream.expect(f',"{name}":'.encode() + _IDS)
-        ids, lengths, states = _Ids(), _Numbers(), []
+        ids, lengths, states = _Ids() if keys else _Counted(), _Numbers(), []
         stream.upto(_LENGTHS, ids)
         stream.upto(_STATES, lengths)
         stream.upto(_END, states.append)
@@ -210,6 +213,32 @@ class _Ids:
             raise _NotAsWritten  # a quote that is no delimiter
         del packed[0], packed[-1]  # the first and last quotes, in place
         return PackedKeys(bytes(packed), count)
+
+
+class _Counted(_Ids):
+    """``_Ids`` that keeps none of the ids, only their count (``read_header_pieces``
+    without ``keys``): the same checks, a piece's worth held at a time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first = self._last = b""
+        self._newlines = 0
+
+    def _add(self, text: bytes) -> None:
+        if text:
+            self._quotes += text.count(b'"')
+            self._newlines += text.count(b'","')
+            self._first, self._last = self._first or text[:1], text[-1:]
+
+    def packed(self) -> PackedKeys:
+        self._add(self._carry)
+        if not self._quotes and not self._first:
+            return PackedKeys(b"", 0)
+        count = self._quotes // 2
+        if self._quotes % 2 or (self._first, self._last) != (b'"', b'"') or \
+                self._newlines != count - 1:
+            raise _NotAsWritten  # a quote that is no delimiter
+        return PackedKeys(b"", count)
 
 
 class _Numbers:

@@ -11,13 +11,16 @@ from __future__ import annotations
 import io
 import json
 import random
+from array import array
 from pathlib import Path
 
 import pytest
 
 from praxist_fs.core.events import from_record
 from praxist_fs.core.scheduler import FINISHED, Scheduler
-from praxist_fs.core.shelf import PackedKeys, Shelf, Shelved, encoded, offset_and_length
+from praxist_fs.core.shelf import (
+    LineKeyed, PackedKeys, Shelf, Shelved, encoded, offset_and_length, place,
+)
 from praxist_fs.core.snapshot import (
     READS, SnapshotError, capture, load, read, render, restore, shelve, shelve_jobs,
     shelve_replies, watch,
@@ -247,6 +250,65 @@ def test_a_shelf_index_finds_each_key_with_its_place_and_mark_and_no_other():
     assert [index.find(key) for key in ("c", "a-", "zz", "é")] == [-1] * 4
 
 
+def _read_keys_in_file(data: bytes, piece: int = 64):
+    """``read`` as a tool beside a run reads a snapshot file (adapters/history.py): its
+    header in pieces, the shelf's keys left in the file (``LineKeyed``)."""
+    first = data.index(b"\n") + 1
+    _, read_at = _file(data)
+    return read(iter(data[first:].splitlines(keepends=True)), read_at,
+                lambda: (data[at:min(at + piece, first)] for at in range(0, first, piece)),
+                keys_in_file=True)
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_a_tool_that_leaves_the_keys_in_the_file_finds_and_decides_as_a_start(seed):
+    """issue 31 item 3 (report, simulate --from-run: memory flat in history): a snapshot
+    read with its shelf's keys left in the file holds no key, finds every finished job
+    and reply a start finds (and none it does not), walks the same jobs, and replays the
+    journal's tail (whose duplicate checks look up shelved replies) to the same state."""
+    journal = run_seed(seed, 250).journal
+    whole = _state(replay(journal))
+    cut = len(journal) // 2
+    data = render(replay(journal[:cut]), cut).data
+    start, tool = read(*_file(data)).sched, _read_keys_in_file(data).sched
+    for shelf in ("jobs", "replies"):
+        ours, theirs = getattr(tool, shelf), getattr(start, shelf)
+        assert isinstance(ours._index, LineKeyed) and not ours._index._keys
+        keys = theirs.shelved_keys()
+        assert len(keys) >= 3 and ours.shelved_keys() == keys
+        assert [ours.peek(key) for key in keys] == [theirs.peek(key) for key in keys]
+        assert [ours.mark(key) for key in keys] == [theirs.mark(key) for key in keys]
+        others = [key + "-" for key in keys] + ["", "\uffff", keys[0][:-1]]
+        assert not any(ours.peek(key) for key in others if key not in keys)
+    assert [job.job_id for job in tool.jobs.values()] == \
+        [job.job_id for job in start.jobs.values()]
+    assert _state(tool) == _state(start)
+    for record in journal[cut:]:
+        tool.handle(from_record(_through_json(record)))
+    assert _state(tool) == whole
+
+
+def test_a_line_keyed_index_reads_a_long_key_whole_and_walks_in_runs():
+    """A key longer than the head of its line that a lookup reads is read from the whole
+    line; a walk reads runs of lines no longer than asked (but one line each)."""
+    keys = sorted(["a", "b" * 300, "c\u00e9", "d"], key=encoded)
+    lines = [json.dumps({"job_id": key, "n": n}, ensure_ascii=False).encode() + b"\n"
+             for n, key in enumerate(keys)]
+    data = b"header\n" + b"".join(lines)
+    offsets = [7]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    index = LineKeyed(7, array("I", offsets[1:]), bytes([0, 1, 2, 3]), _file(data)[1],
+                      "job_id")
+    assert index.keys() == keys
+    assert [index.find(key) for key in keys] == [0, 1, 2, 3]
+    assert [index.find(key) for key in ("b", "b" * 301, "e", "")] == [-1] * 4
+    assert [index.mark(index.find(key)) for key in keys] == [0, 1, 2, 3]
+    assert index.place(1) == place(offsets[1], len(lines[1]))
+    runs = list(index.runs(len(lines[0]) + len(lines[2]) + 1))
+    assert runs == [(0, 1), (1, 2), (2, 4)]
+
+
 def test_a_walk_of_the_shelf_in_slices_sees_each_entry_not_deleted_once():
     """``Shelf.entries_after``, as the job index's rebuild walks the run's history: an
     entry brought back or deleted is seen without a mark, and a new snapshot between two
@@ -340,6 +402,31 @@ def test_a_header_read_in_pieces_reads_as_read_whole(job_ids, piece):
         assert ours["states"] == theirs["states"]
     escaped = any(c in key for key in job_ids for c in '"\\\n')
     assert len(passes) == (2 if escaped else 1)  # read again, whole, only to parse as JSON
+
+
+@pytest.mark.parametrize("piece", [1, 3, 64, 1 << 20])
+@pytest.mark.parametrize("job_ids", [
+    [], ["a-1"], ["b-2", "a-1", "ü-3", ""], [f"job-{n:05d}" for n in range(300)],
+    ['quo"te-1', "plain-2"], ["back\\slash-1"], ['x","y-1'],
+])
+def test_a_header_read_without_its_keys_counts_them(job_ids, piece):
+    """``read_header_pieces(keys=False)`` (a tool that leaves the keys in the file) reads
+    what a read with keys reads, but each section's ids are only counted; a header with
+    an escaped id is read as JSON whole, as with keys."""
+    line = _header_line(sorted(job_ids, key=encoded), ["r-1", "r-2"])
+
+    def pieces():
+        return (line[at:at + piece] for at in range(0, len(line), piece))
+    counted, length = read_header_pieces(pieces, keys=False)
+    whole, _ = read_header_pieces(pieces)
+    assert length == len(line)
+    for name in ("jobs", "replies"):
+        ours, theirs = counted["shelf"][name], whole["shelf"][name]
+        if isinstance(theirs["ids"], PackedKeys):
+            assert (ours["ids"].data, len(ours["ids"])) == (b"", len(theirs["ids"]))
+        else:
+            assert ours["ids"] == theirs["ids"]
+        assert list(ours["lengths"]) == list(theirs["lengths"])
 
 
 @pytest.mark.parametrize("job_ids", [
