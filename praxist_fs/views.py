@@ -239,8 +239,7 @@ class Views:
                 lambda directory, key: current(directory, key) and
                 not (rebuild and directory in JOB_DIRECTORIES),
                 None if not settled else _unsettled_on_shelf(sched, unsettled)):
-            document = sched.written_document(effect) if isinstance(effect, WriteJob) \
-                else effect.document
+            document = sched.written_document(effect)
             data = dumps(document)
             if isinstance(effect, WriteJob):
                 if rebuild or restage:

@@ -627,9 +627,10 @@ class Scheduler:
             document["reason"] = self._pending[job.job_id]
         return document
 
-    def written_document(self, write: WriteJob) -> dict[str, Any]:
-        """What ``write`` puts in its job file: its own document, or the core's of the job
-        as it stands now (the core's writes are rendered when written: ``WriteJob``)."""
+    def written_document(self, write: Any) -> dict[str, Any]:
+        """What a file effect (one with a ``document``: a job file, a reply, a generation
+        file) puts in its file: its own document, or for the core's job writes the job as
+        it stands now (rendered when written: ``WriteJob``)."""
         if write.document is not None:
             return write.document
         return self.job_document(self.jobs.peek(write.job_id))
