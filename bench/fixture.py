@@ -116,7 +116,7 @@ class _Builder:
             else:
                 continue  # generation files: none in these fixtures
             with open(path, "wb") as handle:
-                handle.write(dumps(effect.document))
+                handle.write(dumps(self.sched.written_document(effect)))
             os.utime(path, ns=(stamp, stamp))
             written += 1
         return written

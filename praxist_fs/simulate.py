@@ -379,7 +379,7 @@ def replay(jobs: list[TraceJob], *, gpus: int, policy: Policy, placement: str = 
     runnable = [j for j in jobs if j.gpus <= gpus]
     profiles = [profile_for(j, placement) for j in runnable]
     policy = simulation_policy(policy, profiles, len(runnable), uncapped)
-    sched = Scheduler(policy, job_files=False)
+    sched = Scheduler(policy)
     sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="simulator",
                                     boot_id="simulated"))
     inventory = fake_inventory(gpus, device)

@@ -153,12 +153,13 @@ class Views:
             raise TypeError(f"no view carries out {type(effect).__name__}")
 
     def _write_job(self, effect: WriteJob, path: str, sched: Scheduler) -> None:
-        data = dumps(effect.document)
+        document = sched.written_document(effect)
+        data = dumps(document)
         if len(self._written) >= WRITTEN_MEMORY:
             self._written.clear()
         self._written[path] = _made(self.spares.write(path, data))
         self.tally.update(sched.jobs.peek(effect.job_id))  # every change to a job comes here
-        self.index.stage(effect.document, data)
+        self.index.stage(document, data)
         if effect.replaces is not None:
             replaced = self._job_file(effect.replaces, effect.job_id)
             self.spares.retire(replaced)
@@ -238,10 +239,11 @@ class Views:
                 lambda directory, key: current(directory, key) and
                 not (rebuild and directory in JOB_DIRECTORIES),
                 None if not settled else _unsettled_on_shelf(sched, unsettled)):
-            data = dumps(effect.document)
+            document = sched.written_document(effect)
+            data = dumps(document)
             if isinstance(effect, WriteJob):
                 if rebuild or restage:
-                    self.index.stage(effect.document, data)
+                    self.index.stage(document, data)
                 if current(effect.directory, effect.job_id):
                     continue
             path = self.path(effect)

@@ -205,7 +205,8 @@ def test_a_job_that_ended_before_any_index_commit_showed_it_is_listed_once_it_en
 
     def ended(write: WriteJob) -> WriteJob:
         return replace(write, directory="done", replaces="queued",
-                       document={**write.document, "state": "completed", "exit_code": 0})
+                       document={**sched.written_document(write), "state": "completed",
+                                 "exit_code": 0})
 
     views.execute(ended(queued), sched)  # "quick" ran and ended: in no commit yet
     status.committed(sinks.Commit(events=[], effects=[], sched=sched))

@@ -44,12 +44,11 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
 
-# json.dumps with arguments of its own makes an encoder at every call: one, made once
-_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+_encode_record = fsio.one_line_encoder(separators=(",", ":"), sort_keys=True)
 
 
 def _encode(seq: int, record: dict[str, Any]) -> bytes:
-    payload = _ENCODER.encode(record).encode()
+    payload = _encode_record(record).encode()
     head = f"{seq} ".encode()
     return head + f"{zlib.crc32(head + payload):08x} ".encode() + payload + b"\n"
 

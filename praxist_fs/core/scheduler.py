@@ -73,11 +73,8 @@ FINISHED = tuple(state for state in JobState if state.terminal)
 
 
 class Scheduler:
-    def __init__(self, policy: Policy | None = None, job_files: bool = True) -> None:
+    def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
-        # whether a WriteJob carries what the job's file says; a simulation writes no job
-        # files, and made 60,000 documents for a Philly replay only to drop them
-        self.job_files = job_files
         # a finished job and a reply change no more: each may wait in the last snapshot
         # (a finished job's mark there: its state's place in FINISHED)
         self.jobs: Shelf[Job] = Shelf(brought_back=self._brought_back)
@@ -630,10 +627,17 @@ class Scheduler:
             document["reason"] = self._pending[job.job_id]
         return document
 
+    def written_document(self, write: Any) -> dict[str, Any]:
+        """What a file effect (one with a ``document``: a job file, a reply, a generation
+        file) puts in its file: its own document, or for the core's job writes the job as
+        it stands now (rendered when written: ``WriteJob``)."""
+        if write.document is not None:
+            return write.document
+        return self.job_document(self.jobs.peek(write.job_id))
+
     def _write_job(self, job: Job) -> WriteJob:
         moved_from = self._moved_from.pop(job.job_id, None)
         return WriteJob(job_id=job.job_id, directory=job.state.directory,
-                        document=self.job_document(job) if self.job_files else {},
                         replaces=moved_from if moved_from != job.state.directory else None)
 
     def _closed_to_new_work(self, generation: int | None) -> str | None:

@@ -12,7 +12,7 @@ import pytest
 from praxist_fs.core.budget import (
     Budget, Spend, attempt_spend, estimate, kind_of, verdict,
 )
-from praxist_fs.core.effects import SpawnAttempt
+from praxist_fs.core.effects import SpawnAttempt, WriteControlReply
 from praxist_fs.core.events import (
     AttemptLaunched, BudgetAlert, BudgetVerdict, ControlSeen, CoordinatorStarted,
     from_record, to_record,
@@ -220,7 +220,7 @@ def control(h: Journaled, **fields) -> dict:
     effects = h.handle(ControlSeen(at=h.tick(), name=name, digest=str(h.counter),
                                    request_id=f"ctl-{h.counter}",
                                    control=parse_control(name, data)))
-    return next(e.document for e in effects if hasattr(e, "document"))
+    return next(e.document for e in effects if isinstance(e, WriteControlReply))
 
 
 def test_an_operator_raises_a_ceiling_and_never_lowers_one():

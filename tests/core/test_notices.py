@@ -29,7 +29,7 @@ def test_an_exit_ends_its_job_once_and_calls_each_job_end_hook_with_its_file():
     (launch,) = h.launch_all()
     assert notices(h.go(*launch)) == []  # running: nothing ended
     effects = h.exit(*launch, 3)
-    document = next(e.document for e in effects if isinstance(e, WriteJob))
+    document = h.sched.written_document(next(e for e in effects if isinstance(e, WriteJob)))
     env = {"PRAXIST_HOOK": "job_end", "PRAXIST_JOB_ID": job_id, "PRAXIST_JOB_STATE": "failed",
            "PRAXIST_EXIT_CODE": "3", "PRAXIST_TAG": "train", "PRAXIST_PEER": "peer-a",
            "PRAXIST_GENERATION": ""}

@@ -299,7 +299,8 @@ def test_replay_of_the_journal_equals_the_live_state(data, retries, slots, steps
     # the derived views a restart would write match what the live run wrote
     for effect in replayed.derived_views():
         if isinstance(effect, WriteJob):
-            assert same_file(driver.disk.jobs[effect.directory][effect.job_id], effect.document,
+            assert same_file(driver.disk.jobs[effect.directory][effect.job_id],
+                             replayed.written_document(effect),
                              driver.sched)
         elif isinstance(effect, WriteReply):
             assert driver.disk.replies[effect.request_id] == effect.document

@@ -157,7 +157,7 @@ def test_a_job_accepted_with_no_slot_free_says_why_in_its_one_job_file():
                      launch=True)
     (written,) = effects_of(effects, WriteJob)
     waiting = written.job_id
-    assert written.document["reason"] == "waiting for a slot: 1 of 1 running"
+    assert h.sched.written_document(written)["reason"] == "waiting for a slot: 1 of 1 running"
     assert h.job(waiting)["reason"] == "waiting for a slot: 1 of 1 running"
 
 
@@ -171,7 +171,7 @@ def test_a_job_accepted_outside_a_pass_with_no_slot_free_says_why_in_its_one_job
     h.launch_all()  # exp-1 runs; the pending reasons asked for after, as a status does
     effects = h.feed([h.request_event({"peer": "p", "tag": "exp-2", "argv": ["x"]})])
     (written,) = effects_of(effects, WriteJob)
-    assert written.document["reason"] == "waiting for a slot: 1 of 1 running"
+    assert h.sched.written_document(written)["reason"] == "waiting for a slot: 1 of 1 running"
     assert h.launch_all() == [] and effects_of(h.last_effects, WriteJob) == []
 
 
@@ -188,7 +188,7 @@ def test_spawn_effect_carries_the_request():
     assert spawn.gpus == ()
     (write,) = effects_of(effects, WriteJob)
     assert write.directory == "running"
-    (attempt,) = write.document["attempts"]
+    (attempt,) = h.sched.written_document(write)["attempts"]
     assert ATTEMPT_KEYS <= set(attempt)
     assert attempt["attempt_id"] == "a1" and attempt["started_at"] == event.at
     assert attempt["ended_at"] is None and attempt["exit_code"] is None
@@ -581,7 +581,7 @@ def test_pid_and_ready_in_one_sighting_records_pid_before_go():
     record = from_record(h.records[-1])
     assert isinstance(record, AttemptObserved) and record.handle == shim(4242, 9)
     (written,) = effects_of(effects, WriteJob)
-    assert written.document["attempts"][0]["pid"] == 4242 == h.job(job_id)["attempts"][0]["pid"]
+    assert h.sched.written_document(written)["attempts"][0]["pid"] == 4242 == h.job(job_id)["attempts"][0]["pid"]
 
 
 def started(boot_id: str):

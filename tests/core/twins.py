@@ -99,7 +99,7 @@ class Files:
         if isinstance(effect, WriteJob):  # only the file a move left behind is removed
             if effect.replaces is not None:
                 disk.jobs[effect.replaces].pop(effect.job_id, None)
-            disk.jobs[effect.directory][effect.job_id] = effect.document
+            disk.jobs[effect.directory][effect.job_id] = sched.written_document(effect)
         elif isinstance(effect, WriteReply):
             disk.replies[effect.request_id] = effect.document
         elif isinstance(effect, ConsumeRequest):

@@ -69,6 +69,7 @@ class Pass:
     reservation: Reservation | None = None
     unsatisfiable: dict[tuple[Any, ...], str] = field(default_factory=dict)  # R-POL-4
     verdicts: dict[str, str | None] = field(default_factory=dict)  # profile -> once slots are full
+    slot_wait: tuple[int, str] = (-1, "")  # the slot's words for this many running (``_slot_wait``)
     # profile -> what its job needs to start once a slot is free (``PassDesk._could_start``)
     needs: dict[str, Demand | bool] = field(default_factory=dict)
     # preemption (R-POL-3, core/preemption.py): the reasons it may lift (a full house, a
@@ -396,8 +397,8 @@ class Pass:
     def peer_hold(self, job: Job) -> str | None:
         """Why ``job``'s peer may start nothing more now (R-SUB-5), or None. Holding it
         costs the job nothing: no attempt, no failure record; other peers' work goes on."""
-        cap, peer = self.policy.max_concurrent_per_peer, peer_of(job)
-        if cap is None or self.running_of[peer] < cap:
+        cap = self.policy.max_concurrent_per_peer
+        if cap is None or self.running_of[peer := peer_of(job)] < cap:  # no cap: ask no peer
             return None
         return (f"peer {tenancy.peer_label(job.uid, job.request.peer, self.coordinator_uid)}: "
                 f"{self.running_of[peer]} of max_concurrent_per_peer {cap} running")
