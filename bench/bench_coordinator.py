@@ -198,9 +198,18 @@ class Coordinator:
         self.proc: subprocess.Popen | None = None
         self.returncode: int | None = None
 
-    def __enter__(self) -> Coordinator:
+    def environment(self) -> dict[str, str]:
+        """The coordinator's environment: this process's, never forced to poll, and with a
+        host registry in its scratch unless one is given (``disk.isolate`` gives one): a
+        bench function called on its own, without ``make bench``, must not register its
+        runs on the machine's registry, where they stay once their scratch is gone."""
         env = dict(os.environ)
         env.pop("PRAXIST_FORCE_POLLING", None)
+        env.setdefault("PRAXIST_HOST_REGISTRY", str(self.scratch / "hosts"))
+        return env
+
+    def __enter__(self) -> Coordinator:
+        env = self.environment()
         with open(self.log_path, "wb") as log:
             self.started_ns = time.time_ns()
             self.proc = subprocess.Popen(

@@ -352,3 +352,18 @@ def test_the_side_by_side_rows_interleave_the_latency_jobs_and_keep_each_rounds_
                                                "submit-to-start p50, 3 sequential",
                                                "submit-to-start p99, 3 sequential")] == \
         ["<= 1.3x", "<= 1.3x", "<= 1.3x", "<= 1.0x", "<= 1.5x"]
+
+
+def test_a_bench_coordinator_called_alone_registers_in_its_own_scratch(tmp_path):
+    """A bench function run by hand, outside ``make bench`` (whose ``disk.isolate`` gives a
+    registry), registers its coordinator in its scratch, not on the machine's registry."""
+    env = {key: value for key, value in os.environ.items() if key != "PRAXIST_HOST_REGISTRY"}
+    script = ("import sys; sys.path.insert(0, 'bench'); from bench_coordinator import "
+              "Coordinator; co = Coordinator('alone', 1); "
+              "print(co.scratch); print(co.environment()['PRAXIST_HOST_REGISTRY']); co.cleanup()")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env={**env, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    scratch, registry = done.stdout.split()
+    assert Path(registry).parent == Path(scratch)
+    assert Path(scratch).parent == tmp_path
