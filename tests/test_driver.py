@@ -18,7 +18,7 @@ from praxist_fs.adapters.journal import Journal
 from praxist_fs.backends.memory import MemoryBackend, Run, VirtualHost
 from praxist_fs.config import load_policy
 from praxist_fs.core.admission import upper_bound
-from praxist_fs.core.effects import SpawnAttempt
+from praxist_fs.core.effects import SpawnAttempt, WriteJob
 from praxist_fs.core.events import (
     ClaimsSeen, CoordinatorStarted, HostSampled, RequestSeen, from_record,
 )
@@ -149,6 +149,55 @@ def test_a_launch_decided_by_the_pass_alone_is_committed_before_it_runs():
     assert sched.count(JobState.RUNNING) == 1
     assert points.index("commit") < points.index("effect.SpawnAttempt.before"), points
     assert not journal.pending
+
+
+def test_go_is_given_before_the_batchs_queued_jobs_are_told_why_they_wait():
+    """A batch that accepts jobs and launches some gives its GO before it works out why the
+    others wait (the rest of the pass's walk) and merges its job-file writes: those only
+    shape the files written after GO, and working them out first delayed the command's
+    start. The files are still written, each job's once, saying why it waits."""
+    policy = load_policy(str(FCFS))
+    points: list[str] = []
+    written: dict[str, list[str]] = {}
+
+    class Reasoning(Scheduler):
+        def reasons_of_written(self, effects):
+            points.append("reasons")
+            return super().reasons_of_written(effects)
+
+    class Views:
+        def execute(self, effect, sched) -> None:
+            if isinstance(effect, WriteJob):
+                written.setdefault(effect.job_id, []).append(
+                    sched.written_document(effect).get("reason") or "")
+
+    host = VirtualHost()
+    policy = replace(policy, initial_concurrent_experiments=1,
+                     max_concurrent_experiments=1)  # one slot: one launch
+    sched = Reasoning(policy)
+    driver = Driver(sched, MemoryBackend(lambda launch: Run(60.0), host),
+                    journal=RecordingJournal(points), views=Views(),
+                    clock=lambda: host.now, crash_hook=points.append)
+    start, sample, seen = started_with_one_request(policy)
+    more = [replace(seen, name=f"r{i}.json", digest=f"r{i}", request_id=f"r{i}",
+                    request=replace(seen.request, request_id=f"r{i}", tag=f"t{i}"))
+            for i in (2, 3)]
+    driver.process([start, sample, seen, *more], launch=True)
+    assert sched.count(JobState.RUNNING) == 1 and sched.count(JobState.QUEUED) == 2
+    starts = [i for i, p in enumerate(points) if p == "journal.before_commit"]
+    batches = [points[a:b] for a, b in zip(starts, starts[1:] + [len(points)])]
+    launching = [batch for batch in batches if "effect.SpawnAttempt.after" in batch or
+                 "effect.WriteGo.after" in batch]
+    assert launching and all("reasons" in batch for batch in launching), batches
+    for batch in launching:
+        launch_path = [i for i, p in enumerate(batch) if p.startswith(
+            ("effect.SpawnAttempt", "effect.WriteGo"))]
+        files = [i for i, p in enumerate(batch) if p.startswith("effect.WriteJob")]
+        assert batch.index("commit") < min(launch_path)
+        assert max(launch_path) < batch.index("reasons") < min(files, default=len(batch))
+    for job in sched.jobs.values():
+        if job.state is JobState.QUEUED:  # once, with its reason
+            assert len(written[job.job_id]) == 1 and written[job.job_id][0], written
 
 
 def test_each_commit_names_the_moments_of_a_jobs_life_it_journals(monkeypatch):
