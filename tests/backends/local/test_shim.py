@@ -613,6 +613,21 @@ def test_the_shim_json_writer_matches_json(value):
     assert shim_command.to_json({"a": 1, "b": None}) == json.dumps({"a": 1, "b": None}).encode()
 
 
+def test_ready_says_what_the_shim_is_and_when_as_the_json_writer_would(monkeypatch):
+    """READY, whose identity a warm shim encodes before it is told its attempt, holds the
+    same bytes as the JSON writer makes of the whole document: a later coordinator and
+    the tools read the shim's pid, start time, boot and the time it was written."""
+    from praxist_fs.backends import shim, shim_command
+
+    identity = shim.identity_of_ours()
+    for at in (1733000000.123456, 1e22, 1765000000.0):
+        monkeypatch.setattr(shim.time, "time", lambda: at)
+        ready = shim.ready_document(identity)
+        document = dict(shim_command.own_identity(), at=at)
+        assert ready == shim_command.to_json(document)
+        assert json.loads(ready) == document and document["pid"] == os.getpid()
+
+
 def _comm(pid):
     fields = stat_fields(pid)
     return fields[0] if fields else None
