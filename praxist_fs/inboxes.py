@@ -57,10 +57,11 @@ class Inboxes:
         return events, more
 
     def _redacted(self, seen: RequestSeen) -> RequestSeen:
-        """Credential-shaped env values never reach the core, the journal or any view."""
-        if seen.request is None:
+        """Credential-shaped env values never reach the core, the journal or any view. A
+        request with none is the fact as read: no copy of it made per request."""
+        if seen.request is None or (redacted := self.vault.redact(seen.request)) is seen.request:
             return seen
-        return replace(seen, request=self.vault.redact(seen.request))
+        return replace(seen, request=redacted)
 
     def controls(self) -> list[ControlSeen]:
         """Every control file, parsed, or with the field it got wrong and why."""

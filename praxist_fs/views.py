@@ -89,6 +89,9 @@ class Views:
         self.tally = tally  # metrics.prom's attempts: every job write updates it
         self._generations_made: set[int] = set()
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
+        # the directories of every request's reply and of its consumption, as strings: a
+        # path built with ``os.path.join`` per job, not a ``Path`` object per job
+        self._replies, self._incoming = str(layout.replies), str(layout.incoming)
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
         # what the next compaction's watermark (or a clean stop) makes durable; all of it
         # until the start says its last coordinator left nothing unsynced (``daemon``)
@@ -103,18 +106,19 @@ class Views:
 
     def path(self, effect: Effect) -> str:
         """The file an effect writes or disposes of: the one place that says so. A string:
-        a job's is made on every change to it, and for every job at a repair."""
+        a job's is made on every change to it, and for every job at a repair; a reply's
+        and a request's once a job, joined as strings (a ``Path`` per job cost more)."""
         layout = self.layout
         if isinstance(effect, WriteJob):
             return self._job_file(effect.directory, effect.job_id)
         if isinstance(effect, WriteReply):
-            found = layout.reply(effect.request_id)
-        elif isinstance(effect, WriteControlReply):
+            return os.path.join(self._replies, f"{effect.request_id}.json")
+        if isinstance(effect, (ConsumeRequest, RejectRequest)):
+            return os.path.join(self._incoming, effect.name)
+        if isinstance(effect, WriteControlReply):
             found = layout.control_replies / f"{effect.request_id}.json"
         elif isinstance(effect, WriteGenerationFile):
             found = layout.generation_file(effect.generation, effect.kind, effect.name)
-        elif isinstance(effect, (ConsumeRequest, RejectRequest)):
-            found = layout.incoming / effect.name
         elif isinstance(effect, DisposeControl):
             found = layout.control / effect.name
         elif isinstance(effect, ConsumeDecline):

@@ -62,7 +62,10 @@ class Budget:
 def with_ceilings(budget: Budget, raised: dict[str, float]) -> Budget:
     """The budget in force: each limit of the task file, or the higher one an operator
     raised it to at run time. A limit the task file leaves out stays out: none is the
-    highest, so no raise applies to it."""
+    highest, so no raise applies to it. Nothing raised: the task file's, as it is (asked
+    at every launch)."""
+    if not raised:
+        return budget
     return replace(budget, **{key: max(limit, value) for key, value in raised.items()
                               if (limit := getattr(budget, key)) is not None})
 
