@@ -32,6 +32,8 @@ from watchdog.observers.inotify_c import inotify_add_watch, inotify_init
 ARRIVALS = In.IN_CREATE | In.IN_MOVED_TO | In.IN_CLOSE_WRITE  # what rings in an inbox
 CHANGES = ARRIVALS | In.IN_DELETE  # ... and elsewhere (a generation's results and idle/)
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+_LARGEST = _EVENT.size + 256  # an event naming a NAME_MAX entry: its name, NUL and padding
+_READ = 65536
 # anything a look at a directory's entries and their contents and times could find new
 TOUCHED = (CHANGES | In.IN_MODIFY | In.IN_ATTRIB | In.IN_MOVED_FROM | In.IN_DELETE_SELF
            | In.IN_MOVE_SELF)
@@ -67,11 +69,17 @@ class InotifyBell:
     def drain(self) -> set[str | os.PathLike] | None:
         """Read every queued event: the directories they came from (as ``watch`` was
         given them), for the caller to list; None when the queue overflowed, or an
-        event names no watch of ours: anything may have changed."""
+        event names no watch of ours: anything may have changed.
+
+        A read that left room for the largest event took the queue whole: it is not read
+        again only to fail with EAGAIN (a system call and an exception, ~8 us of a
+        request's wake-up from idle, before its launch's commit). An event queued since
+        keeps the descriptor readable, and the selector (level-triggered) wakes again."""
         rang: set[str | os.PathLike] = set()
         anything = False
         try:
-            while data := os.read(self.fd, 65536):
+            while True:
+                data = os.read(self.fd, _READ)
                 offset = 0
                 while offset < len(data):
                     wd, mask, _, length = _EVENT.unpack_from(data, offset)
@@ -81,6 +89,8 @@ class InotifyBell:
                         anything = True  # an overflow's wd is -1
                     else:
                         rang.add(directory)
+                if len(data) <= _READ - _LARGEST:
+                    break  # room for one more event was left: the queue was read empty
         except BlockingIOError:
             pass
         return None if anything else rang

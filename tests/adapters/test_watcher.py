@@ -198,3 +198,26 @@ def test_the_coordinators_doorbell_says_which_of_its_inboxes_rang(tmp_path):
         assert bell.drain() is None
     finally:
         bell.stop()
+
+
+def test_the_coordinators_doorbell_reads_its_queue_empty_however_many_reads_it_takes(tmp_path):
+    """``drain`` stops reading once a read leaves room for one more event (the kernel
+    queue was empty), not at a read that finds nothing: a burst of arrivals larger than
+    one read is still read to its end, and a request that lands after a drain rings the
+    loop again, so no arrival waits for the periodic scan."""
+    incoming, outside = tmp_path / "incoming", tmp_path / "tmp"
+    for directory in (incoming, outside):
+        directory.mkdir()
+    bell = start_doorbell([incoming], lambda: pytest.fail("rang through a thread"),
+                          polling=False, changes=INBOX_CHANGES)
+    try:
+        for i in range(600):  # 208-byte events: about twice what one read takes
+            renamed_in(outside, incoming, f"{i:04d}-{'r' * 180}.json")
+        assert bell.drain() == {incoming}
+        assert not readable(bell), "a burst longer than one read is read to its end"
+        assert bell.drain() == set()
+        renamed_in(outside, incoming, "late.json")
+        assert readable(bell), "a request after the drain rings again"
+        assert bell.drain() == {incoming} and not readable(bell)
+    finally:
+        bell.stop()
