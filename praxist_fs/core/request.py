@@ -43,6 +43,11 @@ FIELDS = (
 MAX_ADMISSION_TIMEOUT_S = 30 * 86400  # also the task file's admission_timeout_seconds cap
 DEPENDENCY_KINDS = ("ok", "any", "notok")  # Slurm's afterok, afterany, afternotok
 MAX_DEPENDENCIES = 64
+# what every request's parse would otherwise build again, on the way from its rename to
+# its launch: the known fields as a set, the message an ``after`` that is not a list gets
+_KNOWN = frozenset(FIELDS)
+_AFTER_EXPECTED = ('expected a list of job ids or tags, or of {"job": ID_OR_TAG, "when": '
+                   + "|".join(f'"{k}"' for k in DEPENDENCY_KINDS) + "} objects")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,8 +131,7 @@ def parse_request(name: str, data: bytes) -> Request:
         raise BadRequest("<file>", f"top level is {_kind(raw)}; expected a JSON object")
     if raw.duplicates:
         raise BadRequest(_key(raw.duplicates[0]), "duplicate key")
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
+    if unknown := sorted(raw.keys() - _KNOWN):
         raise BadRequest(_key(unknown[0]), "unknown field; expected one of " + ", ".join(FIELDS))
     return _build(name, {key: value for key, value in raw.items() if value is not None})
 
@@ -285,10 +289,8 @@ def _priority(key: str, value: Any) -> int:
 def _after(value: Any) -> tuple[tuple[str, str], ...]:
     """A list of job ids or tags (meaning: completed successfully), or of
     ``{"job": X, "when": "ok"|"any"|"notok"}`` objects."""
-    expected = ('expected a list of job ids or tags, or of {"job": ID_OR_TAG, "when": '
-                + "|".join(f'"{k}"' for k in DEPENDENCY_KINDS) + "} objects")
     if type(value) is not list:
-        raise BadRequest("after", f"is {_kind(value)}; {expected}")
+        raise BadRequest("after", f"is {_kind(value)}; {_AFTER_EXPECTED}")
     if len(value) > MAX_DEPENDENCIES:
         raise BadRequest("after", f"has more than {MAX_DEPENDENCIES} dependencies")
     found = []
@@ -298,7 +300,7 @@ def _after(value: Any) -> tuple[tuple[str, str], ...]:
             found.append((_name(key, item), "ok"))
             continue
         if not isinstance(item, dict) or set(item) - {"job", "when"} or "job" not in item:
-            raise BadRequest(key, f"{item!r}; {expected}")
+            raise BadRequest(key, f"{item!r}; {_AFTER_EXPECTED}")
         when = item.get("when", "ok")
         if when not in DEPENDENCY_KINDS or type(when) is not str:
             raise BadRequest(f"{key}.when", f"{when!r}; expected one of "
