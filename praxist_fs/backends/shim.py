@@ -361,30 +361,30 @@ def open_attempt_directory(attempt_dir):
     to what was checked (a link put in place of either later leads nowhere). Made
     here, not by the coordinator, to keep two mkdirs per job off its loop; each mkdir
     is told to the power-loss ledger, and make_durable fsyncs both into their parents
-    once the exit is told. ((job fd, attempt fd), None) once they are there and open,
-    else (None, the exit record of an attempt refused (126: not ours to write through)
-    or failed (75: a full disk, say; the job is retried as after an infrastructure
-    failure))."""
+    once the exit is told. ((job fd, attempt fd), None, whether we made the attempt's
+    directory just now) once they are there and open, else (None, the exit record of an
+    attempt refused (126: not ours to write through) or failed (75: a full disk, say;
+    the job is retried as after an infrastructure failure), False)."""
     fds = []
     try:
         for directory in (attempt_dir[:attempt_dir.rindex("/")], attempt_dir):
             parent = fds[-1] if fds else None
-            shim_command.make_directory(directory, shim_command.ATTEMPT_DIR_MODE,
-                                        recorded=True, parent_fd=parent)
+            made = shim_command.make_directory(directory, shim_command.ATTEMPT_DIR_MODE,
+                                               recorded=True, parent_fd=parent)
             fd, problem = shim_command.open_directory(directory, parent)
             if problem is not None:  # as the coordinator's own_directories says it
                 code, error = 126, "refused to start it: %s: %s" % (directory, problem)
                 break
             fds.append(fd)
         else:
-            return tuple(fds), None
+            return tuple(fds), None, made
     except OSError as exc:
         code, error = INFRA_EXIT_CODE, "could not make its attempt directory: %s" % exc
     for fd in fds:
         posix.close(fd)
     now = time.time()
     return None, {"exit_code": code, "signal": None, "started_at": now, "ended_at": now,
-                  "error": error}
+                  "error": error}, False
 
 
 def identity_of_ours():
@@ -427,14 +427,14 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None, pool=None):
     runs. A supervisor lives on; without ``D`` before the EOF, the shim died."""
     fds, told = None, b""
     try:
-        fds, refusal = open_attempt_directory(attempt_dir)
+        fds, refusal, made = open_attempt_directory(attempt_dir)
         if fds is None:  # nothing ran: the coordinator hears why, as of a full disk
             posix.close(go_fd)
             told = b"X" + shim_command.to_json(refusal) + b"\n"
         else:
             if identity is not None:
                 enter(fds[1])
-            serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool)
+            serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool, made)
         # over, and nothing of it runs (we waited for every descendant)
         _attempt_over[0] = True
         shim_command.tell(status_fd, told + b"D")
@@ -449,11 +449,15 @@ def serve(attempt_dir, go_fd, status_fd, identity=None, spec=None, pool=None):
     return 0
 
 
-def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None):
+def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None,
+                  made=False):
     """serve's attempt, in the directories ``fds`` (the job's and the attempt's, open);
-    every way it returns (an error ends the shim) closes ``go_fd``."""
+    every way it returns (an error ends the shim) closes ``go_fd``. ``made``: we made the
+    attempt's directory just now, so no ABORT was there to look for (a coordinator
+    that aborts us once it is made tells ABORT on our pipe too, which wait_for_go
+    reads): the look is a cold stat on the way from the tell to GO awaited."""
     directory = fds[1]
-    if shim_command.exists("ABORT", directory):
+    if not made and shim_command.exists("ABORT", directory):
         posix.close(go_fd)
         if spec is None:
             try:

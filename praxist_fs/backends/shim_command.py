@@ -442,13 +442,14 @@ def make_directory(path, mode, recorded=False, parent_fd=None):
     """mkdir ``path``, or find the name taken (directory_problem then looks at it); with
     ``parent_fd``, its last name in that open directory. ``recorded``: the mkdir is told
     to the power-loss ledger (fsio's format), for a directory whose files must survive
-    a power cut only with it (an attempt's)."""
+    a power cut only with it (an attempt's). Whether it made it."""
     try:
         posix.mkdir(_name_in(path, parent_fd), mode, dir_fd=parent_fd)
     except FileExistsError:
-        return
+        return False
     if recorded and LEDGER is not None:
         posix.write(LEDGER, to_json({"op": "mkdir", "path": path}) + b"\n")
+    return True
 
 
 def open_directory(path, parent_fd=None):
