@@ -32,7 +32,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from praxist_fs.adapters import procs
@@ -258,15 +258,21 @@ class WarmShim:
 
     handle: ShimHandle
     control_fd: int
+    capacity: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        """The control pipe's capacity, asked once, as the shim is started ahead of need:
+        it is fixed when the pipe is made (64 KiB, or one page for a user over
+        pipe-user-pages-soft), and a syscall fewer on the launch path (``carries``)."""
+        try:
+            self.capacity = fcntl.fcntl(self.control_fd, fcntl.F_GETPIPE_SZ)
+        except OSError:
+            self.capacity = 0  # nothing fits: spec.marshal
 
     def carries(self, attempt_dir: Path, spec: bytes) -> bool:
         """Whether ``take`` can bring the spec along: the whole message fits in the
         control pipe, so that its one write into that empty pipe cannot block."""
-        size = len(os.fsencode(attempt_dir)) + 1 + len(spec)
-        try:
-            return size <= fcntl.fcntl(self.control_fd, fcntl.F_GETPIPE_SZ)
-        except OSError:
-            return False
+        return len(os.fsencode(attempt_dir)) + 1 + len(spec) <= self.capacity
 
     def take(self, attempt_dir: Path, spec: bytes = b"") -> ShimHandle | None:
         """Hand it its attempt, with its spec (marshal) if ``carries`` said it fits, else

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import marshal
 import os
@@ -254,6 +255,30 @@ def test_a_spec_too_big_for_the_pipe_goes_through_spec_marshal(layout, tmp_path,
     record = go_and_wait(handle, attempt_dir)
     assert record["exit_code"] == 0 and int((tmp_path / "size").read_text()) == 300_000
     assert not (attempt_dir / "spec.marshal").exists()  # read, then removed by the shim
+
+
+def test_a_spec_too_big_for_a_one_page_pipe_goes_through_spec_marshal(
+        layout, tmp_path, prestart, monkeypatch):
+    """A user over pipe-user-pages-soft gets pipes of one page: a spec of some KiB, which
+    a pipe of the default size holds, must then not go into the control pipe (a write
+    that could block the coordinator on the launch path) but through spec.marshal, and
+    the command gets its environment all the same."""
+    made_pipe = os.pipe
+
+    def one_page_pipe():
+        fds = made_pipe()
+        fcntl.fcntl(fds[1], fcntl.F_SETPIPE_SZ, os.sysconf("SC_PAGE_SIZE"))
+        return fds
+    monkeypatch.setattr(os, "pipe", one_page_pipe)
+    written, write_spec = [], launcher.write_spec
+    monkeypatch.setattr(launcher, "write_spec",
+                        lambda path, spec: written.append(path) or write_spec(path, spec))
+    handle, attempt_dir, marker = spawn(layout, tmp_path, warm=prestart(),
+                                        env={"PATH": "/usr/bin:/bin", "MID": "x" * 12_000},
+                                        body='printf %s "$MID" | wc -c > size')
+    record = go_and_wait(handle, attempt_dir)
+    assert record["exit_code"] == 0 and int((tmp_path / "size").read_text()) == 12_000
+    assert written == [attempt_dir / "spec.marshal"]
 
 
 def test_a_shim_that_finds_go_waiting_does_not_wake_the_coordinator(layout, tmp_path,
