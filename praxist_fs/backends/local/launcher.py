@@ -80,6 +80,8 @@ class Supervisor:
         self.pool = pool
         self.pidfd = os.pidfd_open(pid)
         self.start_time = procs.start_time(pid)  # once: the pidfd pins the process
+        self.exited = select.poll()  # made once: each launch polls it (bind, then take)
+        self.exited.register(self.pidfd, select.POLLIN)  # readable once it exited
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -94,9 +96,7 @@ class Supervisor:
         if self.pidfd == -1:
             self.returncode = 0  # closed: no longer watched, it leaves by itself
         if self.returncode is None:
-            poller = select.poll()
-            poller.register(self.pidfd, select.POLLIN)  # readable once it exited
-            if poller.poll(None if timeout is None else timeout * 1000):
+            if self.exited.poll(None if timeout is None else timeout * 1000):
                 self.returncode = 0
         return self.returncode
 
