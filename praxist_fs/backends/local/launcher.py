@@ -262,7 +262,7 @@ class WarmShim:
 
     def __post_init__(self) -> None:
         """The control pipe's capacity, asked once, as the shim is started ahead of need:
-        it is fixed when the pipe is made (64 KiB, or one page for a user over
+        it is fixed when the pipe is made (64 KiB, or a page or two for a user over
         pipe-user-pages-soft), and a syscall fewer on the launch path (``carries``)."""
         try:
             self.capacity = fcntl.fcntl(self.control_fd, fcntl.F_GETPIPE_SZ)

@@ -259,10 +259,10 @@ def test_a_spec_too_big_for_the_pipe_goes_through_spec_marshal(layout, tmp_path,
 
 def test_a_spec_too_big_for_a_one_page_pipe_goes_through_spec_marshal(
         layout, tmp_path, prestart, monkeypatch):
-    """A user over pipe-user-pages-soft gets pipes of one page: a spec of some KiB, which
-    a pipe of the default size holds, must then not go into the control pipe (a write
-    that could block the coordinator on the launch path) but through spec.marshal, and
-    the command gets its environment all the same."""
+    """A user over pipe-user-pages-soft gets pipes of a page or two: a spec of some KiB,
+    which a pipe of the default size holds, must then not go into the control pipe (a
+    write that could block the coordinator on the launch path) but through spec.marshal,
+    and the command gets its environment all the same."""
     made_pipe = os.pipe
 
     def one_page_pipe():
