@@ -89,9 +89,9 @@ class Views:
         self.tally = tally  # metrics.prom's attempts: every job write updates it
         self._generations_made: set[int] = set()
         self._job_dirs = {d: str(layout.jobs(d)) for d in JOB_DIRECTORIES}
-        # the directories of every request's reply and of its consumption, as strings: a
-        # path built with ``os.path.join`` per job, not a ``Path`` object per job
-        self._replies, self._incoming = str(layout.replies), str(layout.incoming)
+        # the directory of every request's consumption, as a string: a path built with
+        # ``os.path.join`` per job, not a ``Path`` object per job (a reply's: the layout's)
+        self._incoming = str(layout.incoming)
         self._written: dict[str, tuple[int, int, int]] = {}  # job file -> ``_made``
         # what the next compaction's watermark (or a clean stop) makes durable; all of it
         # until the start says its last coordinator left nothing unsynced (``daemon``)
@@ -112,7 +112,7 @@ class Views:
         if isinstance(effect, WriteJob):
             return self._job_file(effect.directory, effect.job_id)
         if isinstance(effect, WriteReply):
-            return os.path.join(self._replies, f"{effect.request_id}.json")
+            return layout.reply_str(effect.request_id)
         if isinstance(effect, (ConsumeRequest, RejectRequest)):
             return os.path.join(self._incoming, effect.name)
         if isinstance(effect, WriteControlReply):

@@ -158,7 +158,22 @@ class RunLayout:
         return self.jobs(directory) / f"{job_id}.json"
 
     def reply(self, request_id: str) -> Path:
-        return self.replies / f"{request_id}.json"
+        return Path(self.reply_str(request_id))
+
+    def reply_str(self, request_id: str) -> str:
+        """A request's reply, as a string: written once a job (views.path), where a
+        ``Path`` per job costs more than the join."""
+        return f"{self._replies_str}/{request_id}.json"
+
+    @cached_property
+    def _replies_str(self) -> str:
+        return str(self.replies)
+
+    @cached_property
+    def root_str(self) -> str:
+        """``root`` as a string, made once: a launch writes it into its spec, its
+        environment and its description."""
+        return str(self.root)
 
     def attempt_dir(self, job_id: str, attempt_id: str) -> Path:
         return self._attempt_paths(job_id, attempt_id)[0]
@@ -166,23 +181,55 @@ class RunLayout:
     def log(self, job_id: str, attempt_id: str) -> Path:
         return self._attempt_paths(job_id, attempt_id)[1]
 
+    def attempt_dir_str(self, job_id: str, attempt_id: str) -> str:
+        return self._attempt_strings(job_id, attempt_id)[0]
+
+    def log_str(self, job_id: str, attempt_id: str) -> str:
+        return self._attempt_strings(job_id, attempt_id)[1]
+
+    def _attempt_strings(self, job_id: str, attempt_id: str) -> tuple[str, str]:
+        """An attempt's directory and log, the one place that spells them, joined once as
+        strings: a launch writes them into its spec, its environment, its description
+        and its shim's control pipe, before the commit that journals it, where pathlib's
+        joins and a ``Path``'s first ``str`` cost tens of microseconds. Kept for the
+        attempts of late only (``ATTEMPT_PATHS_KEPT``): a run goes through millions."""
+        key = (job_id, attempt_id)
+        found = self._attempt_strings_joined.get(key)
+        if found is None:
+            if len(self._attempt_strings_joined) >= ATTEMPT_PATHS_KEPT:
+                self._attempt_strings_joined.clear()
+            found = self._attempt_strings_joined[key] = (
+                f"{self._attempts_str}/{job_id}/{attempt_id}",
+                f"{self._logs_str}/{job_id}/{attempt_id}.log")
+        return found
+
     def _attempt_paths(self, job_id: str, attempt_id: str) -> tuple[Path, Path]:
-        """An attempt's directory and log, joined once: a launch asks for them five times
-        (its spec, its environment, its description, GO, each observation), and each
-        pathlib join costs microseconds of the loop's per-job time. Kept for the attempts
-        of late only (``ATTEMPT_PATHS_KEPT``): a run goes through millions."""
+        """``_attempt_strings`` as ``Path``s, made once: GO, ABORT and each observation
+        ask for them. Kept like the strings."""
         key = (job_id, attempt_id)
         found = self._attempts_joined.get(key)
         if found is None:
             if len(self._attempts_joined) >= ATTEMPT_PATHS_KEPT:
                 self._attempts_joined.clear()
-            found = self._attempts_joined[key] = (self.attempts.joinpath(job_id, attempt_id),
-                                                  self.logs.joinpath(job_id, f"{attempt_id}.log"))
+            directory, log = self._attempt_strings(job_id, attempt_id)
+            found = self._attempts_joined[key] = (Path(directory), Path(log))
         return found
 
     @cached_property
     def _attempts_joined(self) -> dict[tuple[str, str], tuple[Path, Path]]:
         return {}
+
+    @cached_property
+    def _attempt_strings_joined(self) -> dict[tuple[str, str], tuple[str, str]]:
+        return {}
+
+    @cached_property
+    def _attempts_str(self) -> str:
+        return str(self.attempts)
+
+    @cached_property
+    def _logs_str(self) -> str:
+        return str(self.logs)
 
     @cached_property
     def stop_sentinel(self) -> Path:

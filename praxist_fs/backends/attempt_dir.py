@@ -25,8 +25,8 @@ def description(layout: RunLayout, effect: SpawnAttempt) -> bytes:
     it (no environment)."""
     return dumps({
         **effect.metadata, "argv": list(effect.argv) if effect.argv else None,
-        "command": effect.command, "cwd": effect.cwd or str(layout.root),
-        "log": str(layout.log(effect.job_id, effect.attempt_id)),
+        "command": effect.command, "cwd": effect.cwd or layout.root_str,
+        "log": layout.log_str(effect.job_id, effect.attempt_id),
     })
 
 

@@ -52,11 +52,11 @@ def attempt_environment(layout: RunLayout, effect: SpawnAttempt) -> dict[str, st
     return {
         **default,
         **effect.env,
-        "PRAXIST_RUN_DIR": str(layout.root),
+        "PRAXIST_RUN_DIR": layout.root_str,
         "PRAXIST_PEER_ID": effect.metadata.get("peer", ""),
         "PRAXIST_EXPERIMENT_ID": effect.job_id,
         "PRAXIST_EXPERIMENT_ATTEMPT_ID": effect.attempt_id,
-        "PRAXIST_EXPERIMENT_ATTEMPT_DIR": str(layout.attempt_dir(effect.job_id, effect.attempt_id)),
+        "PRAXIST_EXPERIMENT_ATTEMPT_DIR": layout.attempt_dir_str(effect.job_id, effect.attempt_id),
         "PRAXIST_RESOURCE_PROFILE": effect.profile,
         "PRAXIST_ASSIGNED_GPU_UUIDS": gpus,
         "CUDA_VISIBLE_DEVICES": gpus,

@@ -269,12 +269,12 @@ class WarmShim:
         except OSError:
             self.capacity = 0  # nothing fits: spec.marshal
 
-    def carries(self, attempt_dir: Path, spec: bytes) -> bool:
+    def carries(self, attempt_dir: str | os.PathLike, spec: bytes) -> bool:
         """Whether ``take`` can bring the spec along: the whole message fits in the
         control pipe, so that its one write into that empty pipe cannot block."""
         return len(os.fsencode(attempt_dir)) + 1 + len(spec) <= self.capacity
 
-    def take(self, attempt_dir: Path, spec: bytes = b"") -> ShimHandle | None:
+    def take(self, attempt_dir: str | os.PathLike, spec: bytes = b"") -> ShimHandle | None:
         """Hand it its attempt, with its spec (marshal) if ``carries`` said it fits, else
         the shim reads spec.marshal; None if it is gone. Closing the pipe ends the
         message."""
@@ -482,11 +482,11 @@ def spec_of(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     """What the shim runs (marshal). ``env`` is the environment the command gets (secrets
     revealed); ``go_coming``: the shim is told its attempt before the commit that journals
     it with its GO, which then comes on its pipe (``tell``)."""
-    log = layout.log(effect.job_id, effect.attempt_id)
     return marshal.dumps({  # the shim makes the log's directory (log_dir_mode) and
         # writes attempt.json (its bytes here), off our loop
         "argv": list(effect.argv) if effect.argv else None, "command": effect.command,
-        "cwd": effect.cwd or str(layout.root), "env": env, "log": str(log),
+        "cwd": effect.cwd or layout.root_str, "env": env,
+        "log": layout.log_str(effect.job_id, effect.attempt_id),
         "log_dir_mode": LOG_DIR_MODE, "attempt_json": description(layout, effect),
         "user": credentials(effect.uid), "barrier_timeout_s": BARRIER_TIMEOUT_S,
         "end_wait_s": END_WAIT_S, **({"go_coming": True} if go_coming else {})})
@@ -506,7 +506,7 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     the pipe with no word, and the shim takes its READY back and leaves at once
     (shim.wait_for_go), so the next coordinator releases the attempt if the commit was
     journaled, or launches it anew if not: nothing runs twice."""
-    attempt_dir = layout.attempt_dir(effect.job_id, effect.attempt_id)
+    attempt_dir = layout.attempt_dir_str(effect.job_id, effect.attempt_id)
     spec = spec_of(layout, effect, env, go_coming=True)
     if not warm.carries(attempt_dir, spec):
         return None
