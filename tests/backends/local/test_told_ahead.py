@@ -146,6 +146,10 @@ def test_a_shim_that_made_its_attempt_directory_does_not_look_in_it_for_abort(
     monkeypatch.setattr(shim_command, "exists",
                         lambda path, dir_fd=None: looked.append(path) or real_exists(path, dir_fd))
     monkeypatch.chdir(tmp_path)  # the shim enters the command's cwd as it prepares
+    # and keeps, module-wide, the attempt directory's fd for shim.log and that the attempt
+    # is over: this process's, not the next test's
+    monkeypatch.setattr(shim_command, "_unmade_log", [None])
+    monkeypatch.setattr(shim, "_attempt_over", [False])
     effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None, command="true",
                           cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
                           gpus=(), metadata={})
