@@ -11,6 +11,7 @@ import os
 import shlex
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import bench_tsp
@@ -23,6 +24,7 @@ from settle import settle
 from praxist_fs.core.identity import job_id_for
 
 POLL = 0.0005  # seconds between looks at a file, the same for both systems
+Started = Callable[[int], None]  # told a latency scenario's coordinator's pid
 
 
 def stamp_command(path: Path) -> str:
@@ -37,10 +39,13 @@ def wait_file(path: Path, timeout: float, poll: float = POLL):
     return wait_until(lambda: read_json(path), timeout, poll, str(path))
 
 
-def px_latency(n: int, shell: bool = False) -> dict:
-    """``n`` sequential jobs on a coordinator of their own (``LatencySide``)."""
+def px_latency(n: int, shell: bool = False, started: Started | None = None) -> dict:
+    """``n`` sequential jobs on a coordinator of their own (``LatencySide``). ``started``
+    is given the coordinator's pid before the first job (timeline.py traces it)."""
     with Coordinator("latency", concurrency=2) as co, \
             (Shell() if shell else contextlib.nullcontext()) as sh:
+        if started is not None:
+            started(co.proc.pid)
         side = LatencySide(co, sh)
         for i in range(n):
             side.sample(i)
@@ -134,7 +139,8 @@ def shell_line(co: Coordinator, name: str) -> str:
     return f"printf %s {shlex.quote(text)} > {tmp} && mv {tmp} {incoming} </dev/null && echo"
 
 
-def interleaved_latency(n: int, tsp: str, shell: bool = False) -> dict[str, dict]:
+def interleaved_latency(n: int, tsp: str, shell: bool = False,
+                        started: Started | None = None) -> dict[str, dict]:
     """The latency scenario (``shell``: a shell user's) on both systems at once: a
     coordinator and a tsp server are up side by side, and their ``n`` sequential jobs take
     turns, one job of each, the first of a pair swapping from pair to pair. A slow second
@@ -143,11 +149,13 @@ def interleaved_latency(n: int, tsp: str, shell: bool = False) -> dict[str, dict
     job is measured as when it runs alone (``LatencySide``, ``bench_tsp.LatencySide``),
     once both systems went quiet (``settle``: what one still does after its job ended
     would otherwise fall on the other's job); ``unsettled`` counts the jobs before which
-    they did not within its timeout."""
+    they did not within its timeout. ``started``: as ``px_latency``'s."""
     with Coordinator("latency", concurrency=2) as co, \
             bench_tsp.TaskSpooler(tsp, "latency", slots=2) as ts, \
             (Shell() if shell else contextlib.nullcontext()) as px_sh, \
             (Shell(ts.env) if shell else contextlib.nullcontext()) as ts_sh:
+        if started is not None:
+            started(co.proc.pid)
         px = LatencySide(co, px_sh)
         other = bench_tsp.LatencySide(ts, stamp_command, summary_ms, POLL, ts_sh)
         unsettled = 0

@@ -367,3 +367,37 @@ def test_a_bench_coordinator_called_alone_registers_in_its_own_scratch(tmp_path)
     scratch, registry = done.stdout.split()
     assert Path(registry).parent == Path(scratch)
     assert Path(scratch).parent == tmp_path
+
+
+def test_the_timeline_lays_out_a_jobs_path_from_the_kernels_events():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import timeline
+
+    lines = """\
+perf 9/9 [000] 0.999000: syscalls:sys_enter_write: fd: 0x00000003, buf: 0x1, count: 0x00000001
+python 100/100 [000] 1.000000: syscalls:sys_enter_rename: oldname: 0x1, newname: 0x2
+python 100/100 [000] 1.000050: sched:sched_wakeup: comm=python pid=200 prio=120 target_cpu=001
+swapper 0/0 [001] 1.000060: sched:sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=python next_pid=200 next_prio=120
+python 200/200 [001] 1.001000: sched:sched_wakeup: comm=python pid=300 prio=120 target_cpu=001
+python 200/200 [001] 1.001200: syscalls:sys_enter_fsync: fd: 0x00000008
+python 200/200 [001] 1.001250: sched:sched_switch: prev_comm=python prev_pid=200 prev_prio=120 prev_state=D ==> next_comm=python next_pid=300 next_prio=120
+python 300/300 [001] 1.001400: sched:sched_wakeup: comm=python pid=200 prio=120 target_cpu=001
+python 300/300 [001] 1.001500: syscalls:sys_enter_write: fd: 0x00000009, buf: 0x1, count: 0x0000006f
+python 300/300 [001] 1.001700: sched:sched_switch: prev_comm=python prev_pid=300 prev_prio=120 prev_state=S ==> next_comm=python next_pid=200 next_prio=120
+python 200/200 [001] 1.001710: syscalls:sys_exit_fsync: 0x0
+python 200/200 [001] 1.001800: syscalls:sys_enter_write: fd: 0x00000011, buf: 0x1, count: 0x00000001
+python 300/300 [000] 1.001900: syscalls:sys_enter_clone3: uargs: 0x1, size: 88
+sh 301/301 [000] 1.002300: syscalls:sys_exit_execve: 0x0
+date 302/302 [000] 1.003300: syscalls:sys_exit_execve: 0x0
+python 100/100 [000] 1.010000: syscalls:sys_enter_rename: oldname: 0x1, newname: 0x2
+""".splitlines()
+    found = timeline.report(lines, client=100, coordinator=200)
+    assert found["jobs"] == 1  # the second rename's job never reached its command
+    assert found["ms_after_rename_p50"] == {
+        "coordinator_woken": 0.05, "coordinator_runs": 0.06, "shim_told": 1.0,
+        "shim_runs": 1.25, "shim_READY": 1.5, "fsync_begins": 1.2, "fsync_ends": 1.71,
+        "GO_written": 1.8, "shim_spawns": 1.9, "sh_execs": 2.3, "command_execs": 3.3}
+    assert found["steps"]["fsync_ends -> GO_written"] == {"p50": 0.09, "p90": 0.09}
+    # woken by its I/O at 1.4 ms, the coordinator ran only once the shim slept at 1.7
+    assert found["coordinator_waiting_in_fsync"] == {
+        "p50": 0.3, "p90": 0.3, "fsyncs": 1, "over_0.1_ms": 1}
