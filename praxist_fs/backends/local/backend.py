@@ -246,7 +246,8 @@ class LocalBackend:
                     warm.dismiss()
                     continue
                 try:  # told now, it prepares while the commit is on its way
-                    told = launcher.tell(self.layout, effect, self.environment(effect), warm)
+                    told = launcher.tell(self.layout, effect, self.environment(effect), warm,
+                                         len(self.handles) + len(self.told))
                 except OSError:  # it died just now (and was let go): try the next one
                     continue
                 if told is None:  # its spec does not fit its pipe: spec.marshal, after

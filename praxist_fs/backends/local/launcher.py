@@ -159,6 +159,9 @@ class ShimHandle:
     # its end's commit was confirmed to it (``confirm_end``), or it has no pool socket to
     # hear it on
     end_confirmed: bool = False
+    # the CPUs to give it back before its GO or ABORT, having kept it off ours while it
+    # prepared ahead of our commit (keep_off_our_cpu)
+    every_cpu: frozenset[int] | None = None
     _heard: bytes = b""
 
     def read_status(self) -> bytes | None:
@@ -207,6 +210,12 @@ class ShimHandle:
     def release_barrier(self, word: bytes) -> None:
         if self.go_fd is None:
             return
+        if self.every_cpu is not None:  # before the word: the command inherits them
+            try:
+                os.sched_setaffinity(self.popen.pid, self.every_cpu)
+            except OSError:
+                pass  # gone: nothing of it will run
+            self.every_cpu = None
         try:
             os.write(self.go_fd, word)
         except OSError:
@@ -493,7 +502,7 @@ def spec_of(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
 
 
 def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
-         warm: WarmShim) -> ShimHandle | None:
+         warm: WarmShim, in_flight: int = 0) -> ShimHandle | None:
     """Tell ``warm`` its attempt ahead of the commit that journals the launch, its pid and
     its GO, when the spec fits its control pipe: while that commit is on its way the shim
     makes the attempt's directories, writes READY, opens the command's log and enters
@@ -505,14 +514,61 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     tells the shim ABORT on its pipe (``LocalBackend.roll_back``); one that died closes
     the pipe with no word, and the shim takes its READY back and leaves at once
     (shim.wait_for_go), so the next coordinator releases the attempt if the commit was
-    journaled, or launches it anew if not: nothing runs twice."""
+    journaled, or launches it anew if not: nothing runs twice. ``in_flight``: the other
+    attempts that have a shim (keep_off_our_cpu)."""
     attempt_dir = layout.attempt_dir_str(effect.job_id, effect.attempt_id)
     spec = spec_of(layout, effect, env, go_coming=True)
     if not warm.carries(attempt_dir, spec):
         return None
+    every_cpu = keep_off_our_cpu(warm.handle.popen.pid, in_flight)
     if (handle := warm.take(attempt_dir, spec)) is None:
         raise OSError("the shim started ahead of need has exited")
+    handle.every_cpu = every_cpu
     return handle
+
+
+_cpus: list = []  # libc's sched_getcpu (or None) and the CPUs we may run on, once needed
+
+
+def keep_off_our_cpu(pid: int, in_flight: int = 0) -> frozenset[int] | None:
+    """Let the shim ``pid``, about to be told its attempt ahead of our commit, run
+    anywhere but on the CPU we run on until that commit is done, where ``in_flight``
+    other attempts leave it a CPU of its own; the CPUs to give it back then, before its
+    GO (or ABORT: ``ShimHandle.release_barrier``), so that its command inherits ours;
+    None if none were taken.
+
+    A pipe's write is a sync wakeup: the kernel queues the reader on the writer's CPU,
+    counting on the writer to sleep, and our commit's fsync was still ~0.25 ms of work
+    away. So the shim prepared only once we slept in that fsync, on our CPU, while the
+    other idled, and our wake-up from the fsync's first I/O waited for it: inside 22-27 %
+    of the commits' fsyncs, p90 0.41-0.46 ms (bench/timeline.py, the interleaved latency
+    scenario). Where other attempts keep the other CPUs busy, the one we sleep on in the
+    fsync is the shim's best (kept from it, 1,000 trivial jobs at 2 slots took 15-30 %
+    longer), and nothing is changed; nor on one CPU, or where the kernel does not say
+    which is ours."""
+    if not _cpus:
+        _cpus.extend((_sched_getcpu(), frozenset(os.sched_getaffinity(0))))
+    getcpu, ours = _cpus
+    if getcpu is None or in_flight >= len(ours) - 1 or (cpu := getcpu()) not in ours:
+        return None
+    try:
+        os.sched_setaffinity(pid, ours - {cpu})
+    except OSError:
+        return None  # gone, or in a cpuset of its own: it prepares wherever it may
+    return ours
+
+
+def _sched_getcpu():
+    """libc's sched_getcpu (the os module has none), bound once; None where it cannot be.
+    The coordinator has ctypes loaded already (daemon.py)."""
+    try:
+        import ctypes
+
+        getcpu = ctypes.CDLL(None).sched_getcpu
+        getcpu.restype, getcpu.argtypes = ctypes.c_int, ()
+        return getcpu
+    except (ImportError, OSError, AttributeError):
+        return None
 
 
 def spawn(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],

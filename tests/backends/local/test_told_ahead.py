@@ -5,8 +5,12 @@ spawn alone; a coordinator that died before GO leaves it nothing to wait for."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import psutil
+import pytest
 
 from praxist_fs.backends import shim, shim_command
 from praxist_fs.backends.environment import attempt_environment
@@ -171,3 +175,54 @@ def test_a_shim_that_made_its_attempt_directory_does_not_look_in_it_for_abort(
     os.close(status_read)
     assert (layout.attempt_dir("job-1", "a1") / "READY").exists()
     assert "ABORT" not in looked
+
+
+def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, prestart):
+    """The coordinator keeps a shim it tells ahead of its commit off its own CPU
+    (launcher.keep_off_our_cpu), and gives it every CPU back before its GO: the command,
+    which inherits them, may run on every CPU its coordinator may."""
+    cpus = tmp_path / "cpus"
+    effect = SpawnAttempt(job_id="job-1", attempt_id="a1", argv=None,
+                          command=f"grep Cpus_allowed_list /proc/self/status > {cpus}",
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin"}, profile="cpu",
+                          gpus=(), metadata={"peer": "p"})
+    handle = launcher.tell(layout, effect, attempt_environment(layout, effect), prestart())
+    wait_for(lambda: layout.log("job-1", "a1").exists(), message="the log")  # prepared
+    handle.release_barrier(b"G")
+    assert finish(handle) == b"X"
+    ours = next(line + "\n" for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("Cpus_allowed_list"))
+    assert cpus.read_text() == ours
+    handle.close()
+
+
+def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu():
+    """Told on a pipe, a shim is queued on the coordinator's CPU (a sync wakeup) and
+    would prepare there as the coordinator sleeps in its commit's fsync, holding the CPU
+    the coordinator's wake-up comes back to: the coordinator leaves it every other CPU."""
+    ours = os.sched_getaffinity(0)
+    if len(ours) < 2:
+        pytest.skip("one CPU: there is nowhere else for the shim to prepare")
+    shim_like = subprocess.Popen(["sleep", "60"])
+    try:
+        given_back = launcher.keep_off_our_cpu(shim_like.pid)
+        left = os.sched_getaffinity(shim_like.pid)
+    finally:
+        shim_like.kill()
+        shim_like.wait()
+    assert left < ours and len(ours - left) == 1  # one of ours: the one we ran on then
+    assert given_back == ours
+
+
+def test_a_shim_told_ahead_keeps_every_cpu_where_other_attempts_keep_the_others_busy():
+    """With as many other attempts in flight as there are other CPUs, the CPU the
+    coordinator sleeps on in its fsync is likely the one free: the shim keeps it."""
+    ours = os.sched_getaffinity(0)
+    shim_like = subprocess.Popen(["sleep", "60"])
+    try:
+        given_back = launcher.keep_off_our_cpu(shim_like.pid, in_flight=len(ours) - 1)
+        left = os.sched_getaffinity(shim_like.pid)
+    finally:
+        shim_like.kill()
+        shim_like.wait()
+    assert given_back is None and left == ours
