@@ -10,9 +10,10 @@ Probes in the code measure a process's own steps; this shows what lies between t
 which process ran on which CPU while another waited. It found that a shim woken by the
 coordinator's pipe write (a sync wakeup) is queued on the coordinator's CPU: at GO it
 waited behind the batch's files while the other CPU idled (the backend now gives way,
-``LocalBackend.go``), and, told its attempt ahead of the commit, it runs its preparation
+``LocalBackend.go``), and, told its attempt ahead of the commit, it ran its preparation
 on the CPU the coordinator sleeps off in the commit's fsync, so that the coordinator,
-its I/O done, waits for the shim (``coordinator_waiting_in_fsync``). Needs perf and the
+its I/O done, waited for the shim (``coordinator_waiting_in_fsync``; now kept apart:
+``launcher.keep_off_our_cpu``). Needs perf and the
 right to trace the whole machine (root, or kernel.perf_event_paranoid = -1); its data
 goes to /dev/shm, off the disk whose fsyncs it times. Not part of ``make bench``.
 """
