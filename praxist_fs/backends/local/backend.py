@@ -246,8 +246,7 @@ class LocalBackend:
                     warm.dismiss()
                     continue
                 try:  # told now, it prepares while the commit is on its way
-                    told = launcher.tell(self.layout, effect, self.environment(effect), warm,
-                                         len(self.handles) + len(self.told))
+                    told = launcher.tell(self.layout, effect, self.environment(effect), warm)
                 except OSError:  # it died just now (and was let go): try the next one
                     continue
                 if told is None:  # its spec does not fit its pipe: spec.marshal, after

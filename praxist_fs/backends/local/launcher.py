@@ -502,7 +502,7 @@ def spec_of(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
 
 
 def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
-         warm: WarmShim, in_flight: int = 0) -> ShimHandle | None:
+         warm: WarmShim) -> ShimHandle | None:
     """Tell ``warm`` its attempt ahead of the commit that journals the launch, its pid and
     its GO, when the spec fits its control pipe: while that commit is on its way the shim
     makes the attempt's directories, writes READY, opens the command's log and enters
@@ -514,48 +514,68 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     tells the shim ABORT on its pipe (``LocalBackend.roll_back``); one that died closes
     the pipe with no word, and the shim takes its READY back and leaves at once
     (shim.wait_for_go), so the next coordinator releases the attempt if the commit was
-    journaled, or launches it anew if not: nothing runs twice. ``in_flight``: the other
-    attempts that have a shim (keep_off_our_cpu)."""
+    journaled, or launches it anew if not: nothing runs twice."""
     attempt_dir = layout.attempt_dir_str(effect.job_id, effect.attempt_id)
     spec = spec_of(layout, effect, env, go_coming=True)
     if not warm.carries(attempt_dir, spec):
         return None
-    every_cpu = keep_off_our_cpu(warm.handle.popen.pid, in_flight)
+    every_cpu = keep_off_our_cpu(warm.handle.popen.pid)
     if (handle := warm.take(attempt_dir, spec)) is None:
         raise OSError("the shim started ahead of need has exited")
     handle.every_cpu = every_cpu
     return handle
 
 
-_cpus: list = []  # libc's sched_getcpu (or None) and the CPUs we may run on, once needed
+# once needed: libc's sched_getcpu (or None), the CPUs we may run on, and /proc/loadavg
+# open (or None)
+_cpus: list = []
 
 
-def keep_off_our_cpu(pid: int, in_flight: int = 0) -> frozenset[int] | None:
+def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
     """Let the shim ``pid``, about to be told its attempt ahead of our commit, run
-    anywhere but on the CPU we run on until that commit is done, where ``in_flight``
-    other attempts leave it a CPU of its own; the CPUs to give it back then, before its
-    GO (or ABORT: ``ShimHandle.release_barrier``), so that its command inherits ours;
-    None if none were taken.
+    anywhere but on the CPU we run on until that commit is done, where nothing else is
+    runnable to keep the other CPUs busy; the CPUs to give it back then, before its GO
+    (or ABORT: ``ShimHandle.release_barrier``), so that its command inherits ours; None
+    if none were taken.
 
     A pipe's write is a sync wakeup: the kernel queues the reader on the writer's CPU,
     counting on the writer to sleep, and our commit's fsync was still ~0.25 ms of work
     away. So the shim prepared only once we slept in that fsync, on our CPU, while the
     other idled, and our wake-up from the fsync's first I/O waited for it: inside 22-27 %
     of the commits' fsyncs, p90 0.41-0.46 ms (bench/timeline.py, the interleaved latency
-    scenario). Where other attempts keep the other CPUs busy, the one we sleep on in the
+    scenario). Where other work keeps the other CPUs busy, the one we sleep on in the
     fsync is the shim's best (kept from it, 1,000 trivial jobs at 2 slots took 15-30 %
-    longer), and nothing is changed; nor on one CPU, or where the kernel does not say
-    which is ours."""
+    longer), and nothing is changed: the kernel's count of runnable tasks now
+    (/proc/loadavg's fourth field, us included) must leave a CPU idle beside ours. Nor
+    on one CPU, or where the kernel does not say which is ours."""
     if not _cpus:
-        _cpus.extend((_sched_getcpu(), frozenset(os.sched_getaffinity(0))))
-    getcpu, ours = _cpus
-    if getcpu is None or in_flight >= len(ours) - 1 or (cpu := getcpu()) not in ours:
+        _cpus.extend((_sched_getcpu(), frozenset(os.sched_getaffinity(0)), _loadavg()))
+    getcpu, ours, loadavg = _cpus
+    if getcpu is None or loadavg is None or len(ours) < 2 or \
+            _runnable(loadavg) >= len(ours) or (cpu := getcpu()) not in ours:
         return None
     try:
         os.sched_setaffinity(pid, ours - {cpu})
     except OSError:
         return None  # gone, or in a cpuset of its own: it prepares wherever it may
     return ours
+
+
+def _loadavg() -> int | None:
+    """/proc/loadavg, open for reading again and again (each pread at 0 reads it anew)."""
+    try:
+        return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _runnable(loadavg: int) -> int:
+    """The tasks runnable on the machine now, as the kernel counts them (we are one);
+    as many as there are CPUs where it cannot be read."""
+    try:
+        return int(os.pread(loadavg, 128, 0).split()[3].partition(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return os.cpu_count() or 1
 
 
 def _sched_getcpu():

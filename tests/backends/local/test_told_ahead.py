@@ -177,7 +177,15 @@ def test_a_shim_that_made_its_attempt_directory_does_not_look_in_it_for_abort(
     assert "ABORT" not in looked
 
 
-def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, prestart):
+@pytest.fixture
+def idle_machine(monkeypatch):
+    """The coordinator alone runnable, as keep_off_our_cpu reads the kernel's count: the
+    suite's other tests make it what it may be."""
+    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: 1)
+
+
+def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, prestart,
+                                                         idle_machine):
     """The coordinator keeps a shim it tells ahead of its commit off its own CPU
     (launcher.keep_off_our_cpu), and gives it every CPU back before its GO: the command,
     which inherits them, may run on every CPU its coordinator may."""
@@ -196,7 +204,7 @@ def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, pres
     handle.close()
 
 
-def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu():
+def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu(idle_machine):
     """Told on a pipe, a shim is queued on the coordinator's CPU (a sync wakeup) and
     would prepare there as the coordinator sleeps in its commit's fsync, holding the CPU
     the coordinator's wake-up comes back to: the coordinator leaves it every other CPU."""
@@ -214,15 +222,18 @@ def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu():
     assert given_back == ours
 
 
-def test_a_shim_told_ahead_keeps_every_cpu_where_other_attempts_keep_the_others_busy():
-    """With as many other attempts in flight as there are other CPUs, the CPU the
-    coordinator sleeps on in its fsync is likely the one free: the shim keeps it."""
+def test_a_shim_told_ahead_keeps_every_cpu_where_other_work_keeps_the_others_busy(
+        monkeypatch):
+    """With a task runnable for every CPU (the coordinator one of them), the CPU the
+    coordinator sleeps on in its fsync is the one likely free: the shim keeps it."""
     ours = os.sched_getaffinity(0)
+    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: len(ours))
     shim_like = subprocess.Popen(["sleep", "60"])
     try:
-        given_back = launcher.keep_off_our_cpu(shim_like.pid, in_flight=len(ours) - 1)
+        given_back = launcher.keep_off_our_cpu(shim_like.pid)
         left = os.sched_getaffinity(shim_like.pid)
     finally:
         shim_like.kill()
         shim_like.wait()
     assert given_back is None and left == ours
+
