@@ -526,17 +526,15 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     return handle
 
 
-# once needed: libc's sched_getcpu (or None), the CPUs we may run on, and /proc/loadavg
-# open (or None)
-_cpus: list = []
+_cpus: list = []  # once needed: libc's sched_getcpu, and /proc/loadavg open (each or None)
 
 
 def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
     """Let the shim ``pid``, about to be told its attempt ahead of our commit, run
     anywhere but on the CPU we run on until that commit is done, where nothing else is
-    runnable to keep the other CPUs busy; the CPUs to give it back then, before its GO
-    (or ABORT: ``ShimHandle.release_barrier``), so that its command inherits ours; None
-    if none were taken.
+    runnable to keep the other CPUs busy; the CPUs it had, to give back then, before its
+    GO (or ABORT: ``ShimHandle.release_barrier``), so that its command inherits them;
+    None if none were taken.
 
     A pipe's write is a sync wakeup: the kernel queues the reader on the writer's CPU,
     counting on the writer to sleep, and our commit's fsync was still ~0.25 ms of work
@@ -547,18 +545,20 @@ def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
     fsync is the shim's best (kept from it, 1,000 trivial jobs at 2 slots took 15-30 %
     longer), and nothing is changed: the kernel's count of runnable tasks now
     (/proc/loadavg's fourth field, us included) must leave a CPU idle beside ours. Nor
-    on one CPU, or where the kernel does not say which is ours."""
+    for a shim with one CPU, or where the kernel does not say which is ours."""
     if not _cpus:
-        _cpus.extend((_sched_getcpu(), frozenset(os.sched_getaffinity(0)), _loadavg()))
-    getcpu, ours, loadavg = _cpus
-    if getcpu is None or loadavg is None or len(ours) < 2 or \
-            _runnable(loadavg) >= len(ours) or (cpu := getcpu()) not in ours:
+        _cpus.extend((_sched_getcpu(), _loadavg()))
+    getcpu, loadavg = _cpus
+    if getcpu is None or loadavg is None:
         return None
     try:
-        os.sched_setaffinity(pid, ours - {cpu})
+        had = frozenset(os.sched_getaffinity(pid))
+        if _runnable(loadavg) >= len(had) or (cpu := getcpu()) not in had:
+            return None
+        os.sched_setaffinity(pid, had - {cpu})
     except OSError:
-        return None  # gone, or in a cpuset of its own: it prepares wherever it may
-    return ours
+        return None  # gone: it is let go
+    return had
 
 
 def _loadavg() -> int | None:
