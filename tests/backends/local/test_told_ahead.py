@@ -204,20 +204,26 @@ def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, pres
     handle.close()
 
 
-def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu(idle_machine):
+def kept_off(runnable, monkeypatch):
+    """What keep_off_our_cpu gives back for a process started with our CPUs, and the CPUs
+    it leaves that process, with ``runnable`` tasks runnable as the kernel counts them."""
+    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: runnable)
+    shim_like = subprocess.Popen(["sleep", "60"])
+    try:
+        return launcher.keep_off_our_cpu(shim_like.pid), os.sched_getaffinity(shim_like.pid)
+    finally:
+        shim_like.kill()
+        shim_like.wait()
+
+
+def test_a_shim_told_ahead_may_run_anywhere_but_on_its_coordinators_cpu(monkeypatch):
     """Told on a pipe, a shim is queued on the coordinator's CPU (a sync wakeup) and
     would prepare there as the coordinator sleeps in its commit's fsync, holding the CPU
     the coordinator's wake-up comes back to: the coordinator leaves it every other CPU."""
     ours = os.sched_getaffinity(0)
     if len(ours) < 2:
         pytest.skip("one CPU: there is nowhere else for the shim to prepare")
-    shim_like = subprocess.Popen(["sleep", "60"])
-    try:
-        given_back = launcher.keep_off_our_cpu(shim_like.pid)
-        left = os.sched_getaffinity(shim_like.pid)
-    finally:
-        shim_like.kill()
-        shim_like.wait()
+    given_back, left = kept_off(1, monkeypatch)
     assert left < ours and len(ours - left) == 1  # one of ours: the one we ran on then
     assert given_back == ours
 
@@ -227,13 +233,4 @@ def test_a_shim_told_ahead_keeps_every_cpu_where_other_work_keeps_the_others_bus
     """With a task runnable for every CPU (the coordinator one of them), the CPU the
     coordinator sleeps on in its fsync is the one likely free: the shim keeps it."""
     ours = os.sched_getaffinity(0)
-    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: len(ours))
-    shim_like = subprocess.Popen(["sleep", "60"])
-    try:
-        given_back = launcher.keep_off_our_cpu(shim_like.pid)
-        left = os.sched_getaffinity(shim_like.pid)
-    finally:
-        shim_like.kill()
-        shim_like.wait()
-    assert given_back is None and left == ours
-
+    assert kept_off(len(ours), monkeypatch) == (None, ours)
