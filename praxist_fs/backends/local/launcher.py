@@ -546,14 +546,12 @@ def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
     longer), and nothing is changed: the kernel's count of runnable tasks now
     (/proc/loadavg's fourth field, us included) must leave a CPU idle beside ours. Nor
     for a shim with one CPU, or where the kernel does not say which is ours."""
-    if not _cpus:
-        _cpus.extend((_sched_getcpu(), _loadavg()))
-    getcpu, loadavg = _cpus
-    if getcpu is None or loadavg is None:
+    getcpu = _bound()[0]
+    if getcpu is None:
         return None
     try:
         had = frozenset(os.sched_getaffinity(pid))
-        if _runnable(loadavg) >= len(had) or (cpu := getcpu()) not in had:
+        if runnable_now() >= len(had) or (cpu := getcpu()) not in had:
             return None
         os.sched_setaffinity(pid, had - {cpu})
     except OSError:
@@ -561,21 +559,27 @@ def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
     return had
 
 
-def _loadavg() -> int | None:
-    """/proc/loadavg, open for reading again and again (each pread at 0 reads it anew)."""
-    try:
-        return os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def _runnable(loadavg: int) -> int:
-    """The tasks runnable on the machine now, as the kernel counts them (we are one);
-    as many as there are CPUs where it cannot be read."""
+def runnable_now() -> int:
+    """The tasks runnable on the machine now, as the kernel counts them (we are one:
+    /proc/loadavg's fourth field, one pread of a kept fd, ~1.6 us); as many as there are
+    CPUs where it cannot be read."""
+    loadavg = _bound()[1]
     try:
         return int(os.pread(loadavg, 128, 0).split()[3].partition(b"/")[0])
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, TypeError):
         return os.cpu_count() or 1
+
+
+def _bound() -> list:
+    """libc's sched_getcpu and /proc/loadavg open (each pread at 0 reads it anew), each
+    None where it cannot be had; made once."""
+    if not _cpus:
+        try:
+            loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            loadavg = None
+        _cpus.extend((_sched_getcpu(), loadavg))
+    return _cpus
 
 
 def _sched_getcpu():

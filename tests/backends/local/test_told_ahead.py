@@ -181,7 +181,7 @@ def test_a_shim_that_made_its_attempt_directory_does_not_look_in_it_for_abort(
 def idle_machine(monkeypatch):
     """The coordinator alone runnable, as keep_off_our_cpu reads the kernel's count: the
     suite's other tests make it what it may be."""
-    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: 1)
+    monkeypatch.setattr(launcher, "runnable_now", lambda: 1)
 
 
 def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, prestart,
@@ -207,7 +207,7 @@ def test_a_told_shims_command_gets_every_cpu_the_shim_had(layout, tmp_path, pres
 def kept_off(runnable, monkeypatch):
     """What keep_off_our_cpu gives back for a process started with our CPUs, and the CPUs
     it leaves that process, with ``runnable`` tasks runnable as the kernel counts them."""
-    monkeypatch.setattr(launcher, "_runnable", lambda loadavg: runnable)
+    monkeypatch.setattr(launcher, "runnable_now", lambda: runnable)
     shim_like = subprocess.Popen(["sleep", "60"])
     try:
         return launcher.keep_off_our_cpu(shim_like.pid), os.sched_getaffinity(shim_like.pid)
