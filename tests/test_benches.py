@@ -8,6 +8,7 @@ change of the code it drives has broken (a renamed method once went unnoticed).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -370,8 +371,10 @@ def test_a_bench_coordinator_called_alone_registers_in_its_own_scratch(tmp_path)
 
 
 def test_the_timeline_lays_out_a_jobs_path_from_the_kernels_events():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import timeline
+    # loaded from its file: bench/ on sys.path would shadow modules for the worker's other tests
+    loader = importlib.util.spec_from_file_location("timeline", ROOT / "bench" / "timeline.py")
+    timeline = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(timeline)
 
     lines = """\
 perf 9/9 [000] 0.999000: syscalls:sys_enter_write: fd: 0x00000003, buf: 0x1, count: 0x00000001

@@ -526,7 +526,7 @@ def tell(layout: RunLayout, effect: SpawnAttempt, env: dict[str, str],
     return handle
 
 
-_cpus: list = []  # once needed: libc's sched_getcpu, and /proc/loadavg open (each or None)
+_probes: list = []  # once needed: libc's sched_getcpu, and /proc/loadavg open (each or None)
 
 
 def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
@@ -573,13 +573,13 @@ def runnable_now() -> int:
 def _bound() -> list:
     """libc's sched_getcpu and /proc/loadavg open (each pread at 0 reads it anew), each
     None where it cannot be had; made once."""
-    if not _cpus:
+    if not _probes:
         try:
             loadavg = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             loadavg = None
-        _cpus.extend((_sched_getcpu(), loadavg))
-    return _cpus
+        _probes.extend((_sched_getcpu(), loadavg))
+    return _probes
 
 
 def _sched_getcpu():
