@@ -564,10 +564,12 @@ def runnable_now() -> int:
     /proc/loadavg's fourth field, one pread of a kept fd, ~1.6 us); as many as there are
     CPUs where it cannot be read."""
     loadavg = _bound()[1]
-    try:
-        return int(os.pread(loadavg, 128, 0).split()[3].partition(b"/")[0])
-    except (OSError, ValueError, IndexError, TypeError):
-        return os.cpu_count() or 1
+    if loadavg is not None:
+        try:
+            return int(os.pread(loadavg, 128, 0).split()[3].partition(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return os.cpu_count() or 1
 
 
 def _bound() -> list:
