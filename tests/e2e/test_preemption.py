@@ -21,7 +21,7 @@ import psutil
 
 from praxist_fs.adapters import fence, procs
 
-from .conftest import request, scheduler_task, stop, wait_for
+from .conftest import pid_in, request, scheduler_task, stop, wait_for
 
 TASK = scheduler_task("""\
 initial_concurrent_experiments: 1
@@ -324,7 +324,7 @@ def test_suspend_and_resume_reach_a_descendant_that_called_setsid(make_run, tmp_
     escaping = f"setsid {shlex.join(counter_job(work))} & echo $! > {work}/escaped; wait"
     low = run.reply(run.submit(request("escaping", ["sh", "-c", escaping])))["job_id"]
     advances(work)
-    counter = int((work / "escaped").read_text())
+    counter = pid_in(work / "escaped")
     assert os.getsid(counter) == counter != run.wait_attempt_field(low, "pid")
     high = run.reply(run.submit(request("urgent", waiting_job(work),
                                         work_class="mature")))["job_id"]

@@ -10,12 +10,7 @@ import subprocess
 
 import filelock
 
-from .conftest import STOP, alive, request, stop, wait_for
-
-
-def started(tmp_path, name):
-    return wait_for(lambda: (tmp_path / name).exists() and int((tmp_path / name).read_text()),
-                    message=f"{name} to start")
+from .conftest import STOP, alive, pid_in, request, stop, wait_for
 
 
 def decoys(run, tmp_path):
@@ -33,7 +28,7 @@ def test_stop_through_a_live_coordinator(make_run, tmp_path):
     body = f"echo $$ > {tmp_path}/pid; sleep 60"
     running = run.reply(run.submit(request("long", ["sh", "-c", body])))["job_id"]
     queued = run.reply(run.submit(request("waiting", ["true"])))["job_id"]
-    pid = started(tmp_path, "pid")
+    pid = pid_in(tmp_path / "pid")
     bystanders = decoys(run, tmp_path)
     try:
         code, result = stop(run)
@@ -58,7 +53,7 @@ def test_stop_fences_the_run_of_a_dead_coordinator(make_run, tmp_path):
     body = (f"trap '' TERM; setsid sh -c 'echo $$ > {tmp_path}/escaped; sleep 60' & "
             f"echo $$ > {tmp_path}/pid; sleep 60")
     job_id = run.reply(run.submit(request("stubborn", ["sh", "-c", body])))["job_id"]
-    pid, escaped = started(tmp_path, "pid"), started(tmp_path, "escaped")
+    pid, escaped = pid_in(tmp_path / "pid"), pid_in(tmp_path / "escaped")
     run.kill()
     code, result = stop(run)
     assert code == 0 and result["stopped_run_ids"] == [str(run.root)]
@@ -87,7 +82,7 @@ def test_a_run_that_cannot_be_fenced_is_reported_and_left_alone(make_run, tmp_pa
     run.start()
     job_id = run.reply(run.submit(request("kept", ["sh", "-c",
                                                    f"echo $$ > {tmp_path}/pid; sleep 60"])))["job_id"]
-    pid = started(tmp_path, "pid")
+    pid = pid_in(tmp_path / "pid")
     run.wait_state(job_id, "running")  # its file may lag its command's start
     run.kill()
     (run.sched / "endpoint.json").unlink()
