@@ -36,8 +36,9 @@ def test_each_verb_is_parsed_by_its_own_module_alone():
             assert verb in verbs(_parser(verb)), (verb, module)
 
 
-@pytest.mark.parametrize("verb", ["logs", "wait", "cancel"])
-def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, tmp_path):
+@pytest.mark.parametrize("verb, options", [("logs", []), ("wait", []),
+                                           ("cancel", ["--timeout", "1"])])
+def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, options, tmp_path):
     """``logs``, ``wait`` and ``cancel`` name a job by its id or tag: they check the name,
     and never load the request model (and the policy it imports) to do so (R-PERF-3)."""
     import json
@@ -48,7 +49,8 @@ def test_a_verb_that_names_a_job_starts_without_the_request_model(verb, tmp_path
 
     RunLayout.at(tmp_path / "run").create()
     code = ("import sys\nfrom praxist_fs.cli import main\ntry:\n"
-            f"    main([{verb!r}, 'no-such-job', '--run-dir', {str(tmp_path / 'run')!r}])\n"
+            f"    main([{verb!r}, 'no-such-job', '--run-dir', {str(tmp_path / 'run')!r}, "
+            f"*{options!r}])\n"
             "except SystemExit:\n    pass\n"
             "import json\nprint(json.dumps(sorted(m for m in sys.modules "
             "if m.startswith('praxist_fs'))))\n")
