@@ -389,7 +389,8 @@ class Coordinator:
             if now >= next_sample:
                 self._sample()
                 next_sample = now + (QUIET_SECONDS if quiet else SAMPLE_SECONDS)
-            self.views.index_history(self.sched, self.journal.seq)  # a slice, if rebuilding
+            self.views.index_history(  # a slice, if rebuilding; cut short by news
+                self.sched, self.journal.seq, lambda: bool(self.selector.select(0)))
             if self.degraded is None and self.compactor.turn(  # a step a turn
                     self.journal, self.sched, self.views.index, self.views.tally):
                 _return_memory()  # the jobs the snapshot took leave memory (a turn alone)

@@ -17,7 +17,7 @@ from praxist_fs.adapters.layout import RunLayout
 from .conftest import listed, read_json, request, wait_for
 
 FIXTURE = Path(__file__).resolve().parents[2] / "bench" / "fixture.py"
-HISTORY = 2_500  # finished jobs: three slices of the rebuild (INDEX_SLICE)
+HISTORY = 2_500  # finished jobs: three slices of the rebuild at least (INDEX_SLICE)
 CRASH_EXIT = 86
 TASK = """\
 compute_budget:
