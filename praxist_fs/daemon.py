@@ -653,6 +653,8 @@ class Coordinator:
                 "filesystem": self.filesystem,
                 "journal_seq": self.journal.seq, "problems": self.problems,
                 "history_checked": self.housekeeper.history_checked,
+                "job_index_rebuilding": self.views.indexing,
+                "compacting": self.compactor.running is not None,
                 "degraded": self.degraded,
                 "quarantined": sum(len(case["items"]) for case in self.problems),
                 "gpu_inventory": self.inventory.source}

@@ -72,10 +72,11 @@ def test_a_start_serves_before_its_history_is_indexed_and_a_kill_mid_rebuild_is_
     run = history(make_run)
     waiting = run.submit(request("waits-1", profile="gpu_work"))  # no GPUs: stays queued
     run.start_raw(env={"PRAXIST_CRASH_AT": "index.after_slice:2"})
-    assert run.proc.wait(timeout=120) == CRASH_EXIT  # killed with one slice to go
+    assert run.proc.wait(timeout=120) == CRASH_EXIT  # killed with slices to go
     run.proc = None
     reply = read_json(run.sched / "spool" / "replies" / f"{waiting}.json")
     assert reply["outcome"] == "accepted"  # answered before the index was whole
+    assert read_json(run.sched / "status.json")["coordinator"]["job_index_rebuilding"]
     leftover = index_files(run)  # the rebuild's temp file, no index to trust
     assert len(leftover) == 1 and leftover[0].startswith(".jobs.sqlite.")
     listing = listed(run)  # what praxist-fs jobs shows meanwhile: the job files
@@ -102,6 +103,8 @@ def test_a_start_serves_before_its_history_is_indexed_and_a_kill_mid_rebuild_is_
     assert forged in ended and len(found) == len(truth)
     assert [name for name in index_files(run) if name.startswith(".")] == []  # no temp file
     assert listed(run)["source"] == "index"
+    wait_for(lambda: not read_json(run.sched / "status.json")["coordinator"][
+        "job_index_rebuilding"], message="status.json to say the index is whole")
     later = run.reply(run.submit(request("later-2", profile="gpu_work")))["job_id"]
     # indexed at the status cadence, which a loaded machine stretches (as the rebuild above)
     wait_for(lambda: later in (indexed(run) or {}), timeout=60,
