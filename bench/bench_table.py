@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 # issue 31's targets (SPEC R-PERF-3), praxist_fs / task-spooler: submit-to-start p50 and
 # p99; the wall time of 1,000 jobs at 2 slots and 10,000 at 16; a shell user's p50
@@ -93,9 +94,17 @@ def build_rows(r: dict) -> list[dict]:
                             "baseline" if first else "<= 1.5x vs 0",
                             None if first else ratio is not None and ratio <= 1.5, "ms"))
     for level, entry in sorted(acc.items(), key=lambda kv: int(kv[0])):
+        if at_start := entry.get("sequential_at_start"):
+            rows.append(row(f"  one at a time p50 right after a start, {int(level):,} finished "
+                            "(index rebuild, first compaction)",
+                            at_start["rename_to_reply"]["p50_ms"], None, None, "", None, "ms"))
         if int(level):
             rows.append(row(f"  cold start with {int(level):,} finished (to endpoint.json)",
                             entry["start_s_median"], None, None, "", None, "s"))
+            if entry.get("start_work_s"):
+                rows.append(row("  ... to its start's index rebuild and compaction done",
+                                statistics.median(entry["start_work_s"]), None, None, "", None,
+                                "s"))
             rows.append(row(f"  RSS with {int(level):,} finished (settled)",
                             entry["rss_mb_median"], None, None, "", None, "MB"))
     sched = r["scheduling"]

@@ -137,7 +137,12 @@ def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
     """Each round starts one coordinator per level on a fresh copy of that level's run (so
     requests accepted in earlier rounds do not pile up in the queue) and keeps them up
     together, each with a blocker holding its only slot; the levels are then measured in
-    turn, the first one rotating from round to round: requests one at a time, then a batch.
+    turn, the first one rotating from round to round: requests one at a time, then a batch,
+    once every coordinator is done with what its start began (``start_work_done``: the
+    job index rebuilt from the history, the first compaction of a journal replayed whole),
+    which holds each request back a chunk at most but takes a core for seconds at 100,000
+    finished. The first round also measures requests one at a time right after the starts
+    (``sequential_at_start``), each level in turn, while that work goes on.
 
     Idle: one more coordinator, on a copy of the ``idle_level`` run, is started with the
     first round's and given nothing to do; its CPU is measured over ``idle_s`` twice
@@ -154,7 +159,7 @@ def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
             log(f"acceptance: building a run with {level:,} finished jobs ...")
             pristine[level], built = build_fixture(f"acc{level}", level)
             result[str(level)] = {"fixture": built, "start_s": [], "rss_mb_settled": [],
-                                  "batches": [], "sequential": []}
+                                  "start_work_s": [], "batches": [], "sequential": []}
         for r in range(rounds):
             coordinators, blockers = {}, {}
             try:
@@ -183,6 +188,14 @@ def px_acceptance_levels(levels: list[int], rounds: int, batch: int, seq: int,
                     after_start = measure_idle(idler, idle_level, idle_s)
                 for level, co in coordinators.items():
                     blockers[level] = Blocker(co)
+                if r == 0:
+                    for level, co in coordinators.items():
+                        result[str(level)]["sequential_at_start"] = accept_sequential(
+                            co, seq, f"acc{level}start")
+                for level, co in coordinators.items():
+                    result[str(level)]["start_work_s"].append(round(wait_until(
+                        lambda: start_work_done(co), 900, 0.1,
+                        "status.json: no job index rebuild, no compaction"), 1))
                 order = levels[r % len(levels):] + levels[:r % len(levels)]
                 log(f"acceptance round {r + 1}/{rounds}: measuring levels {order} ...")
                 for level in order:
@@ -222,6 +235,15 @@ def history_checked(co: Coordinator) -> float | None:
     pass over the history is over (``coordinator.history_checked``); None before."""
     status = read_json(co.sched / "status.json") or {}
     if (status.get("coordinator") or {}).get("history_checked"):
+        return (time.time_ns() - co.started_ns) / 1e9
+    return None
+
+
+def start_work_done(co: Coordinator) -> float | None:
+    """Seconds from ``co``'s start to now, once its status.json says it is neither
+    rebuilding the job index nor compacting the journal; None before."""
+    status = (read_json(co.sched / "status.json") or {}).get("coordinator") or {}
+    if status.get("job_index_rebuilding") is False and status.get("compacting") is False:
         return (time.time_ns() - co.started_ns) / 1e9
     return None
 
