@@ -6,7 +6,6 @@ start at 100,000 finished rebuilt its index), and the slices still index every j
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,32 +19,16 @@ from praxist_fs.core.metrics import AttemptTally
 from praxist_fs.views import INDEX_CHUNK, INDEX_SLICE, INDEX_SLICE_SECONDS, Views
 
 from .test_housekeeping import Clock
+from .test_report import compacted_run
 
-FIXTURE = Path(__file__).resolve().parents[1] / "bench" / "fixture.py"
 HISTORY = 2_550  # finished jobs: 25 chunks and a half, 2 slices and a half
-TASK = """\
-compute_budget:
-  resource_scheduler:
-    mode: central
-    initial_concurrent_experiments: 1
-    max_concurrent_experiments: 1
-    default_profile: cpu_light
-    profiles:
-      cpu_light: {accelerator: cpu}
-"""
 
 
 @pytest.fixture(scope="module")
 def history(tmp_path_factory) -> Path:
     """A run whose snapshot holds HISTORY finished jobs, compacted, and no index (as after
     a reboot, or a run made before the index): built once, copied per test."""
-    root = tmp_path_factory.mktemp("history")
-    (root / "task.yaml").write_text(TASK)
-    for args in (["--finished", str(HISTORY), "--prefix", "h"], ["--compact"]):
-        subprocess.run([sys.executable, str(FIXTURE), str(root / "run"),
-                        str(root / "task.yaml"), *args], check=True, capture_output=True,
-                       timeout=300)
-    return root / "run"
+    return compacted_run(tmp_path_factory.mktemp("history"), HISTORY)
 
 
 def slices_to_index(history: Path, tmp_path: Path, step: float,
