@@ -282,16 +282,16 @@ class Views:
         """The next slice of the shelf's finished jobs into the job index being rebuilt,
         between batches (INDEX_SLICE_SECONDS, INDEX_SLICE at most, and no chunk more once
         ``wanted`` says the loop has news: a request waits for one chunk, not a slice);
-        after the last, the index is complete (``finish``). A job's row is its file in jobs/done/ as read, when
-        the start's ``durable_ns`` vouches for it (there, untouched since, and of that job
-        and state: a read and a parse, ~30 us), else its document from the shelf
-        (~150 us), or from memory for one a lookup brought back. A job changed meanwhile
-        was staged when its file was written, and goes in last."""
+        after the last, the index is complete (``finish``). A job's row is its file in
+        jobs/done/ as read, when the start's ``durable_ns`` vouches for it (there,
+        untouched since, and of that job and state: a read and a parse, ~30 us), else its
+        document from the shelf (~150 us), or from memory for one a lookup brought back. A
+        job changed meanwhile was staged when its file was written, and goes in last."""
         if not self.indexing:
             return
         after, durable_ns = self._history_indexed
         began, indexed, whole = self._clock(), 0, False
-        while True:  # a chunk at least, however slow the last turn was
+        while True:  # a chunk a slice at least: however slow the disk, the rebuild ends
             found = sched.jobs.entries_after(after, INDEX_CHUNK)
             self.index.add(filter(None, (self._indexed(sched, job_id, mark, durable_ns)
                                          for job_id, mark in found)))
