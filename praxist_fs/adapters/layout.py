@@ -323,7 +323,8 @@ class RunLayout:
         could still take."""
         ownership.check_ancestors(str(self.root), os.geteuid())
         if not os.path.lexists(self.root):
-            makedirs(self.root, durable=True, mode=0o755)
+            makedirs(self.root, durable=True, mode=0o755)  # with its missing ancestors
+            ownership.check_ancestors(str(self.root), os.geteuid())  # none made by another
         self._secure(self.tree())
 
     def layout_problems(self, uid: int) -> list[str]:

@@ -52,9 +52,14 @@ def loose(mode: int) -> str | None:
 def check_ancestors(root: str, uid: int) -> None:
     """Refuse a run directory that someone other than root and ``uid`` could swap: an
     ancestor owned by another uid, or writable by others without the sticky bit.
-    Symlinks on the way are fine where the directory holding them is trusted too."""
+    Symlinks on the way are fine where the directory holding them is trusted too. An
+    ancestor not there yet is no problem: the start makes it, ours, and checks again
+    (``RunLayout.create``: one another uid made meanwhile is refused then)."""
     for directory in _ancestors(root):
-        info = os.lstat(directory)
+        try:
+            info = os.lstat(directory)
+        except FileNotFoundError:
+            continue
         if info.st_uid not in (ROOT, uid):
             raise UnsafeLayout(
                 directory, f"is owned by uid {info.st_uid}, who could rename the run "

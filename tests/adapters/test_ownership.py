@@ -140,3 +140,37 @@ def test_an_attempts_directories_are_made_ours_and_never_through_a_link(run, tmp
     with pytest.raises(UnsafeLayout, match="planted: is a symbolic link"):
         own_directories(str(run), "planted", "a1")
     assert not os.listdir(elsewhere)
+
+
+def test_a_run_under_directories_not_made_yet_is_made_with_them_ours(tmp_path):
+    """``serve --run-dir ~/runs/new/run`` with ``~/runs`` not there yet: the start makes
+    it (it once died on a FileNotFoundError from the ancestors' check)."""
+    from praxist_fs.adapters.layout import RunLayout
+
+    layout = RunLayout.at(tmp_path / "runs" / "new" / "run")
+    layout.create()
+    assert layout.scheduler.is_dir()
+    for made in (tmp_path / "runs", tmp_path / "runs" / "new"):
+        info = os.lstat(made)
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (os.geteuid(), 0o755)
+
+
+@needs_root
+def test_an_ancestor_another_uid_makes_while_the_start_makes_the_rest_is_refused(
+        tmp_path, monkeypatch):
+    """Between the ancestors' check and the start's mkdir -p, another uid makes one of
+    the missing directories (in a sticky /tmp, anyone may): the start checks again once
+    they are all there, and refuses."""
+    from praxist_fs.adapters import layout as layout_module
+
+    made = layout_module.makedirs
+    theirs = tmp_path / "theirs"
+
+    def raced(path, **options):
+        theirs.mkdir()
+        os.chown(theirs, OTHER, OTHER)
+        made(path, **options)
+
+    monkeypatch.setattr(layout_module, "makedirs", raced)
+    with pytest.raises(UnsafeLayout, match=f"{theirs}: is owned by uid {OTHER}"):
+        layout_module.RunLayout.at(theirs / "run").create()
