@@ -52,10 +52,20 @@ def loose(mode: int) -> str | None:
 def check_ancestors(root: str, uid: int) -> None:
     """Refuse a run directory that someone other than root and ``uid`` could swap: an
     ancestor owned by another uid, or writable by others without the sticky bit.
-    Symlinks on the way are fine where the directory holding them is trusted too. An
-    ancestor not there yet is no problem: the start makes it, ours, and checks again
-    (``RunLayout.create``: one another uid made meanwhile is refused then)."""
-    for directory in _ancestors(root):
+    Symlinks on the way are fine where they are root's or ``uid``'s and the directory
+    holding them is trusted too (in a sticky directory such as /tmp a link's owner may
+    still replace it). An ancestor not there yet is no problem: the start makes it,
+    ours, and checks again (``RunLayout.create``: one another uid made meanwhile, a
+    directory or a link, is refused then)."""
+    directories, links = _ancestors(root)
+    for link in links:
+        owner = os.lstat(link).st_uid
+        if owner not in (ROOT, uid):
+            raise UnsafeLayout(
+                link, f"is a symbolic link owned by uid {owner}, who could point it, and "
+                f"the run directory {root} with it, elsewhere",
+                f"name the run directory by its real path ({os.path.realpath(root)})")
+    for directory in directories:
         try:
             info = os.lstat(directory)
         except FileNotFoundError:
@@ -74,10 +84,12 @@ def check_ancestors(root: str, uid: int) -> None:
                 "or keep the run elsewhere")
 
 
-def _ancestors(root: str) -> list[str]:
+def _ancestors(root: str) -> tuple[list[str], list[str]]:
     """The directories whose owners could change what ``root`` (absolute, normalised)
-    names: those above its real path, and those holding a symlink on the way to it."""
+    names: those above its real path, and those holding a symlink on the way to it; and
+    those symlinks."""
     found: set[str] = set()
+    links: list[str] = []
 
     def and_above(path: str) -> None:
         while True:
@@ -91,8 +103,9 @@ def _ancestors(root: str) -> list[str]:
     for part in root.split("/")[1:-1]:
         prefix += "/" + part
         if os.path.islink(prefix):
+            links.append(prefix)
             and_above(os.path.realpath(os.path.dirname(prefix)))
-    return sorted(found)
+    return sorted(found), links
 
 
 def check_run_directory(info: os.stat_result, root: str, uid: int) -> None:

@@ -174,3 +174,21 @@ def test_an_ancestor_another_uid_makes_while_the_start_makes_the_rest_is_refused
     monkeypatch.setattr(layout_module, "makedirs", raced)
     with pytest.raises(UnsafeLayout, match=f"{theirs}: is owned by uid {OTHER}"):
         layout_module.RunLayout.at(theirs / "run").create()
+
+
+@needs_root
+def test_a_link_on_the_way_owned_by_another_uid_is_refused(tmp_path):
+    """In a sticky directory (as /tmp) anyone may make a link, and its owner may replace
+    it later and point the run elsewhere; a start refuses one another uid owns, which
+    is also what refuses such a link made while the start made the missing rest."""
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    real = tmp_path / "real"
+    real.mkdir()
+    os.symlink(real, sticky / "link")
+    check_ancestors(str(sticky / "link" / "run"), os.geteuid())  # ours: fine
+    os.lchown(sticky / "link", OTHER, OTHER)
+    with pytest.raises(UnsafeLayout, match=f"{sticky / 'link'}: is a symbolic link owned by "
+                                           f"uid {OTHER}"):
+        check_ancestors(str(sticky / "link" / "run"), os.geteuid())
