@@ -561,15 +561,16 @@ def keep_off_our_cpu(pid: int) -> frozenset[int] | None:
 
 def runnable_now() -> int:
     """The tasks runnable on the machine now, as the kernel counts them (we are one:
-    /proc/loadavg's fourth field, one pread of a kept fd, ~1.6 us); as many as there are
-    CPUs where it cannot be read."""
+    /proc/loadavg's fourth field, one pread of a kept fd, ~1.6 us); where it cannot be
+    read, one more than there are CPUs: busy, so that neither the keep-off nor the yield
+    after GO, which need an idle CPU, is made on a guess."""
     loadavg = _bound()[1]
     if loadavg is not None:
         try:
             return int(os.pread(loadavg, 128, 0).split()[3].partition(b"/")[0])
         except (OSError, ValueError, IndexError):
             pass
-    return os.cpu_count() or 1
+    return (os.cpu_count() or 1) + 1
 
 
 def _bound() -> list:

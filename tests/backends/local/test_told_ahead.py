@@ -234,3 +234,17 @@ def test_a_shim_told_ahead_keeps_every_cpu_where_other_work_keeps_the_others_bus
     coordinator sleeps on in its fsync is the one likely free: the shim keeps it."""
     ours = os.sched_getaffinity(0)
     assert kept_off(len(ours), monkeypatch) == (None, ours)
+
+
+def test_a_machine_whose_runnable_count_cannot_be_read_counts_as_busy(monkeypatch):
+    """Without /proc/loadavg neither the keep-off nor the yield after GO is made: both
+    need an idle CPU, and a guess of one would be wrong on a loaded machine."""
+    monkeypatch.setattr(launcher, "_probes", [launcher._sched_getcpu(), None])
+    assert launcher.runnable_now() > (os.cpu_count() or 1)
+    shim_like = subprocess.Popen(["sleep", "60"])
+    try:
+        assert launcher.keep_off_our_cpu(shim_like.pid) is None
+        assert os.sched_getaffinity(shim_like.pid) == os.sched_getaffinity(0)
+    finally:
+        shim_like.kill()
+        shim_like.wait()
