@@ -290,23 +290,23 @@ class Views:
         if not self.indexing:
             return
         after, durable_ns = self._history_indexed
-        began, indexed, whole = self._clock(), 0, False
+        began, indexed = self._clock(), 0
         while True:  # a chunk a slice at least: however slow the disk, the rebuild ends
             found = sched.jobs.entries_after(after, INDEX_CHUNK)
             self.index.add(filter(None, (self._indexed(sched, job_id, mark, durable_ns)
                                          for job_id, mark in found)))
             indexed += len(found)
             whole = len(found) < INDEX_CHUNK  # the shelf's last
-            after = found[-1][0] if found else after
             if whole or indexed >= INDEX_SLICE or \
                     self._clock() - began >= INDEX_SLICE_SECONDS or wanted():
                 break
+            after = found[-1][0]
         reach("index.after_slice")
         if whole:
             self._history_indexed = None
             self.index.finish(journal_seq)
         else:
-            self._history_indexed = (after, durable_ns)
+            self._history_indexed = (found[-1][0], durable_ns)
 
     def _indexed(self, sched: Scheduler, job_id: str, mark: int | None,
                  durable_ns: int) -> tuple[dict[str, Any], str] | None:
