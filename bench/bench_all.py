@@ -34,7 +34,8 @@ quiet; the others one system then the other, the first swapping by round):
 
 praxist_fs alone: acceptance per request with 0 / 10,000 / 100,000 finished jobs
 already in the run; a scheduling pass over 10,000 queued jobs on the fake 8-GPU
-inventory; journal replay of 100,000 events (cold start to serving); idle CPU
+inventory; journal replay of 100,000 events (cold start to serving); acceptance one at a time
+with 0 / 2,000 / 5,000 jobs queued behind a held slot (bench/bench_queue_depth.py); idle CPU
 and RSS with 10,000 finished jobs; and the physical floor of this machine. At
 100,000 finished (10,000 quick; bench/perf3_rows.py): each CLI verb's start, the
 longest reply wait while the journal compacts, the report's peak RSS; and a burst of
@@ -58,6 +59,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import bench_queue_depth  # noqa: E402
 import bench_scheduling  # noqa: E402
 import bench_tsp  # noqa: E402
 import disk  # noqa: E402
@@ -73,14 +75,14 @@ FULL = {"rounds": 3, "latency": 200, "throughput": 1000, "submit": 1000,
         "accept_seq": 100,
         "idle_level": 10_000, "idle_s": 30.0, "replay_events": 100_000,
         "sched_jobs": 10_000, "sched_rounds": 10, "floor": 200, "history": 100_000,
-        "burst": 10_000}
+        "burst": 10_000, "queue_depths": [0, 2000, 5000], "queue_seq": 100}
 QUICK = {"rounds": 1, "latency": 50, "throughput": 200, "submit": 200,
          "shell_latency": 50, "throughput16": 1000, "first_job": 3,
          "accept_levels": [0, 1_000, 10_000], "accept_rounds": 1, "accept_batch": 200,
          "accept_seq": 30,
          "idle_level": 10_000, "idle_s": 5.0, "replay_events": 20_000,
          "sched_jobs": 10_000, "sched_rounds": 3, "floor": 50, "history": 10_000,
-         "burst": 2_000}
+         "burst": 2_000, "queue_depths": [0, 500], "queue_seq": 30}
 
 
 def px_scheduling(jobs: int, rounds: int) -> dict:
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         counts["accept_levels"], counts["accept_rounds"], counts["accept_batch"],
         counts["accept_seq"],
         counts["idle_level"], counts["idle_s"])
+    log(f"acceptance one at a time at {counts['queue_depths']} queued jobs (no slot) ...")
+    results["queue_depth"] = bench_queue_depth.measure(counts["queue_depths"],
+                                                       counts["queue_seq"])
     log(f"CLI verbs, compaction stall, report memory at {counts['history']:,} finished; "
         f"a burst of {counts['burst']:,} invalid requests ...")
     results["perf3"] = perf3_rows.measure(counts["history"], counts["burst"],

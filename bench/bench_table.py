@@ -156,8 +156,11 @@ def build_rows(r: dict) -> list[dict]:
     rows.append(row("floor: posix_spawn true + wait (p50)", fl["spawn_true_and_wait"]["p50_ms"],
                     None, None, "reference", None, "ms"))
     rows.append(row("floor: sum", fl["sum_p50_ms"], None, None, "reference", None, "ms"))
+    import bench_queue_depth
     import perf3_rows  # here: it imports bench_compaction, which imports history_rows
 
+    if "queue_depth" in r:  # not in older results
+        rows += bench_queue_depth.rows(r["queue_depth"], row)
     return rows + perf3_rows.rows(r["perf3"], row)
 
 

@@ -197,6 +197,27 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
     assert "20 invalid requests answered" in table.stdout
 
 
+def test_the_queue_depth_bench_measures_each_depth_with_the_queue_filled_to_it(tmp_path):
+    """bench_queue_depth.py: the queue is filled to each depth behind a held slot (every
+    request accepted, none started), one at a time is timed there, and the deepest row
+    is judged against the empty one as bench_all renders it."""
+    done = bench("bench/bench_queue_depth.py", "--depths", "0,40", "--seq", "5",
+                 tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert {depth: entry["queued"] for depth, entry in result["depths"].items()} == \
+        {"0": 0, "40": 40}
+    assert all(entry["outcomes"] == {"accepted": 5} for entry in result["depths"].values())
+    (tmp_path / "result.json").write_text(done.stdout)
+    table = bench("-c", "import json, sys; sys.path.insert(0, 'bench'); import bench_table, "
+                  "bench_queue_depth; print(bench_table.render_table(bench_queue_depth.rows("
+                  f"json.load(open({str(tmp_path / 'result.json')!r})), bench_table.row)))",
+                  tmp_path=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "acceptance one at a time p50, 40 queued (no slot)" in table.stdout
+    assert "<= 1.5x vs 0" in table.stdout
+
+
 def test_the_shipped_tables_cached_rows_follow_the_traces_bytes_not_its_copy(
         tmp_path, monkeypatch):
     """bench/shipped_table.py keys each cached row by the trace's bytes: a fresh copy

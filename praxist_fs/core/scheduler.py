@@ -363,16 +363,18 @@ class Scheduler:
 
     def reasons_of_written(self, effects: list[Effect]) -> list[Effect]:
         """The job files ``effects`` writes for jobs that stay queued, again, saying why
-        each waits as the batch's pass found it (the rest of its walk run if it was kept):
-        an accepted job that finds no slot is written once, with its pending reason, not
-        a second time at the next status (``reason_updates``)."""
+        each waits as the batch's pass found it (the rest of its walk run if it was kept;
+        with no slot free, each job's own reason: ``PassDesk.reasons_of``): an accepted
+        job that finds no slot is written once, with its pending reason, not a second
+        time at the next status (``reason_updates``)."""
         written = {e.job_id for e in effects
                    if isinstance(e, WriteJob) and e.directory == "queued"}
         if not written:
             return []
-        if not written <= self._pending.keys():  # accepted in this batch, apart from a pass
-            self.passes.unseen_queued()
-        self.refresh_reasons()
+        self._queue()  # a held or waiting job (``_parked``) says so, from ``_enter_queue``
+        self.passes.reasons_of([self.jobs[j] for j in sorted(written)
+                                if self.jobs[j].state is JobState.QUEUED
+                                and j not in self._parked])
         fresh = sorted(j for j in written & self._reason_dirty
                        if self.jobs[j].state is JobState.QUEUED)
         self._reason_dirty.difference_update(fresh)
