@@ -113,6 +113,32 @@ def test_the_cli_bench_times_each_verb_on_a_small_run(tmp_path, monkeypatch):
     assert all(float(site) > 0 for _, _, _, site in rows.values() if site != "-")
 
 
+def test_the_cli_bench_times_an_installed_praxist_fs_not_the_tree_nor_the_editable_finder(
+        tmp_path):
+    """bench_cli.installed_python: a Python that imports praxist_fs from its own
+    site-packages, compiled, with the dependencies of this environment and without the
+    editable install's finder, as a user's ``pip install`` would run the verbs."""
+    spec = importlib.util.spec_from_file_location("bench_cli_probe", ROOT / "bench" / "bench_cli.py")
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        bench_cli = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_cli)
+        python = bench_cli.installed_python(tmp_path)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    probe = ("import sys, praxist_fs, psutil, yaml; print(praxist_fs.__file__); "
+             "print([name for name in sys.modules if 'editable' in name])")
+    done = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    where, finders = done.stdout.splitlines()
+    assert where.startswith(str(tmp_path / "installed")) and finders == "[]"
+    assert list((Path(where).parent / "__pycache__").glob("cli.*.pyc"))
+    cli = subprocess.run([python, "-m", "praxist_fs", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and "usage:" in cli.stdout
+
+
 def test_the_compaction_bench_sees_compactions_while_it_times_the_replies(tmp_path):
     done = bench("bench/bench_compaction.py", "--finished", "30", "--compact-after", "20",
                  "--compactions", "1", tmp_path=tmp_path)
@@ -183,6 +209,9 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
     assert set(result["cli_served_ms"]) == {"launch --detach", "generation open 1",
                                             "lease decline", "lease wait --timeout 0",
                                             "stop --timeout 0 (frozen)"}
+    # the same verbs as a user's pip install runs them
+    assert set(result["cli_installed_ms"]) == set(result["cli_ms"])
+    assert set(result["cli_served_installed_ms"]) == set(result["cli_served_ms"])
     assert result["compaction"]["compactions"] >= 2
     assert (result["report"]["jobs"], result["burst"]["count"]) == (30, 20)
     assert result["report_tenth"]["jobs"] == 3  # the report's memory on a tenth the history
@@ -191,7 +220,9 @@ def test_make_bench_rows_of_history_and_burst_run_at_a_tiny_size(tmp_path):
                   "perf3_rows; print(bench_table.render_table(perf3_rows.rows(json.load(open("
                   f"{str(tmp_path / 'result.json')!r})), bench_table.row)))", tmp_path=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert "CLI cancel, 30 finished" in table.stdout
+    assert "CLI cancel, installed, 30 finished" in table.stdout
+    assert "CLI cancel, 30 finished (wall, median), editable dev install" in table.stdout
+    assert "CLI launch --detach, installed, a served 10-job run" in table.stdout
     assert "CLI stop --timeout 0 (frozen), a served 10-job run" in table.stdout
     assert "report peak RSS, 3 finished" in table.stdout
     assert "20 invalid requests answered" in table.stdout
