@@ -20,6 +20,7 @@ import json
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -549,9 +550,12 @@ def busy_trace(seed: int, jobs: int = 400, eta_seed: int | None = 7) -> list[Arr
     return trace
 
 
-def drive(policy: Policy, trace: list[Arrival]) -> Scheduler:
+def drive(policy: Policy, trace: list[Arrival],
+          after_pass: Callable[[Scheduler, float, list[str]], None] | None = None
+          ) -> Scheduler:
     """The core runs ``trace`` to its end on 8 idle GPUs of a virtual host, its target at
-    the task file's cap: every arrival submitted at its time, a pass at each instant."""
+    the task file's cap: every arrival submitted at its time, a pass at each instant,
+    after which ``after_pass`` is given the instant and the request ids that arrived."""
     profiles = {**policy.profiles, **{a.profile.name: a.profile for a in trace}}
     policy = replace(policy, profiles=profiles,
                      initial_concurrent_experiments=upper_bound(policy, None))
@@ -566,11 +570,15 @@ def drive(policy: Policy, trace: list[Arrival]) -> Scheduler:
     while arrivals or loop.next_end() < math.inf:
         now = min(arrivals[0].at if arrivals else math.inf, loop.next_end())
         loop.advance(now)
+        arrived = []
         while arrivals and arrivals[0].at == now:
             request = arrivals.popleft().request
             loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
                                     digest=request.request_id,
                                     request_id=request.request_id, request=request))
+            arrived.append(request.request_id)
         for event in sched.next_launches(now):
             loop.handle(event)
+        if after_pass is not None:
+            after_pass(sched, now, arrived)
     return sched

@@ -5,23 +5,17 @@ arrival may change (a queue's reserve), are restated at status's cadence as befo
 
 from __future__ import annotations
 
-import math
 import random
-from collections import deque
 from dataclasses import replace
 
 import pytest
 
-from praxist_fs.backends.memory import MemoryBackend, Run
 from praxist_fs.config import load_policy
-from praxist_fs.core.events import CoordinatorStarted, HostSampled, RequestSeen
-from praxist_fs.core.observations import PressureSample
 from praxist_fs.core.policy import Profile
 from praxist_fs.core.scheduler import Scheduler
 from praxist_fs.core.states import JobState
-from praxist_fs.driver import VirtualLoop
 
-from .helpers import FCFS, GPUS, busy_trace
+from .helpers import FCFS, busy_trace, drive
 
 CPU = Profile(name="cpu", accelerator="cpu")
 
@@ -39,45 +33,28 @@ def held_alone_and_by_the_walk(seed: int) -> tuple[int, int]:
         profile = CPU if i % 4 == 0 else arrival.profile
         trace[i] = replace(arrival, profile=profile, request=replace(
             arrival.request, work_class=work_class, profile=profile.name))
-    policy = load_policy(FCFS)
-    policy = replace(policy, profiles={**policy.profiles, CPU.name: CPU,
-                                       **{a.profile.name: a.profile for a in trace}},
-                     initial_concurrent_experiments=4, min_concurrent_experiments=4,
-                     max_concurrent_experiments=4, max_concurrent_per_peer=2)
-    sched = Scheduler(policy)
-    sched.handle(CoordinatorStarted(at=0.0, policy=policy.to_dict(), pid=1, host="test",
-                                    boot_id="memory"))
-    sched.handle(HostSampled(at=0.0, gpus=GPUS, pressure=PressureSample(
-        source="simulated", cpu=0.0, memory=0.0, io=0.0)))
-    runs = {a.request.request_id: Run(a.duration_s) for a in trace}
-    loop = VirtualLoop(sched, MemoryBackend(lambda launch: runs[launch.metadata["request_id"]]))
-    arrivals, compared, not_the_slot = deque(trace), 0, 0
-    while arrivals or loop.next_end() < math.inf:
-        now = min(arrivals[0].at if arrivals else math.inf, loop.next_end())
-        loop.advance(now)
-        new = []
-        while arrivals and arrivals[0].at == now:
-            request = arrivals.popleft().request
-            loop.handle(RequestSeen(at=now, name=f"{request.request_id}.json",
-                                    digest=request.request_id,
-                                    request_id=request.request_id, request=request))
-            new.append(request.request_id)
-        for event in sched.next_launches(now):
-            loop.handle(event)
-        waiting = [job for job in sched.queued() if job.request.request_id in new]
-        if waiting and sched.passes._no_slot():
-            for job in waiting:
-                sched._pending.pop(job.job_id, None)
-            sched.reasons_of_written([sched._write_job(job) for job in waiting])
-            assert sched.passes.reasons_stale, "the arrivals were not held alone"
-            alone = {job.job_id: sched._pending[job.job_id] for job in waiting}
-            sched.refresh_reasons()  # the whole walk, as status's writer asks
-            assert alone == {job.job_id: sched.pending[job.job_id] for job in waiting}, now
-            compared += len(alone)
-            not_the_slot += sum(not reason.startswith("waiting for a slot")
-                                for reason in alone.values())
+    policy = replace(load_policy(FCFS), initial_concurrent_experiments=4,
+                     min_concurrent_experiments=4, max_concurrent_experiments=4,
+                     max_concurrent_per_peer=2)
+    compared: dict[str, str] = {}
+
+    def held_alone(sched: Scheduler, now: float, arrived: list[str]) -> None:
+        waiting = [job for job in sched.queued() if job.request.request_id in arrived]
+        if not waiting or not sched.passes._no_slot():
+            return
+        for job in waiting:
+            sched._pending.pop(job.job_id, None)
+        sched.reasons_of_written([sched._write_job(job) for job in waiting])
+        assert sched.passes.reasons_stale, "the arrivals were not held alone"
+        alone = {job.job_id: sched._pending[job.job_id] for job in waiting}
+        sched.refresh_reasons()  # the whole walk, as status's writer asks
+        assert alone == {job.job_id: sched.pending[job.job_id] for job in waiting}, now
+        compared.update(alone)
+
+    sched = drive(policy, trace, held_alone)
     assert sched.count(JobState.COMPLETED) == len(trace), "the workload did not run to its end"
-    return compared, not_the_slot
+    return len(compared), sum(not reason.startswith("waiting for a slot")
+                              for reason in compared.values())
 
 
 @pytest.mark.parametrize("seed", [1, 2])
