@@ -147,6 +147,8 @@ class PassDesk:
         queue's reserve) wait for the next whole pass, at status's cadence
         (``reasons_stale``). With a slot free the next pass decides the job, and may start
         it: a pass run only for reasons would drop what it started."""
+        if not jobs:  # every job written is held or waiting: its reason is said already
+            return
         if self._no_slot() and not self.board.stopped and not self._assessing():
             self.drop_rest()
             self.reasons_stale = True
