@@ -122,6 +122,14 @@ class PassDesk:
         if self.last_pass == (board.version, board.samples_seen) or board.stopped:
             return []
         self.last_pass, self.last_at = (board.version, board.samples_seen), at
+        self.drop_rest()  # whatever was added meanwhile now counts in the queue's length
+        if not board._queue() and not board._by_state[JobState.SUSPENDED]:
+            # nothing to start or resume, nobody to hold: an exit or a shim's word with
+            # the queue empty (31 us a pass of nothing: a third of a launch's own pass)
+            self.reasons_stale = self.slot_limited = False
+            board.unused_slots = max(0, board.concurrency_target() -
+                                     board.count(JobState.RUNNING))
+            return []
         if self._no_slot():
             self.drop_rest()
             self.reasons_stale, board.unused_slots = True, 0

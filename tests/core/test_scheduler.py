@@ -108,6 +108,25 @@ def test_a_peer_at_its_cap_keeps_its_jobs_queued_while_other_peers_launch():
 
 
 
+def test_with_nothing_queued_a_pass_starts_nothing_and_every_free_slot_is_unused():
+    """An exit or a shim's word with the queue empty makes a pass due; with nothing
+    queued or suspended it is cut short (a pass of nothing took 31 us, 4 us now), and
+    must still say what a whole one would: no launch, every free slot unused (the
+    supply's leases offer them to idle peers), no work waiting for a slot (the
+    controller raises nothing for it)."""
+    h = Harness(make_policy(initial_concurrent_experiments=3, max_concurrent_experiments=3))
+    job_id = h.submit("a")["job_id"]
+    assert h.launch_all() == [(job_id, "a1")]
+    h.go(job_id, "a1")
+    assert h.sched.next_launches(h.tick()) == [] and h.sched.passes.last_pass is not None
+    assert h.sched.unused_slots == 2 and not h.sched.passes.slot_limited_now()
+    h.exit(job_id, "a1", 0)
+    assert h.sched.next_launches(h.tick()) == []
+    assert h.sched.unused_slots == 3 and not h.sched.passes.slot_limited_now()
+    later = h.submit("b")["job_id"]
+    assert h.launch_all() == [(later, "a1")] and h.sched.unused_slots == 2
+
+
 def test_a_capped_peer_says_so_when_every_slot_is_taken_too():
     """seed 000 "Submission" (R-SUB-5): a slot would not start the job, so its reason names
     the cap, and it does not count as work waiting for a slot (concurrency is not raised
