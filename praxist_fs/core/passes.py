@@ -131,7 +131,6 @@ class PassDesk:
                                      board.count(JobState.RUNNING))
             return []
         if self._no_slot():
-            self.drop_rest()
             self.reasons_stale, board.unused_slots = True, 0
             return []
         return self._pass(at)
