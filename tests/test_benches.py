@@ -118,14 +118,11 @@ def test_the_cli_bench_times_an_installed_praxist_fs_not_the_tree_nor_the_editab
     """bench_cli.installed_python: a Python that imports praxist_fs from its own
     site-packages, compiled, with the dependencies of this environment and without the
     editable install's finder, as a user's ``pip install`` would run the verbs."""
-    spec = importlib.util.spec_from_file_location("bench_cli_probe", ROOT / "bench" / "bench_cli.py")
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        bench_cli = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench_cli)
-        python = bench_cli.installed_python(tmp_path)
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    made = bench("-c", "import sys; from pathlib import Path; sys.path.insert(0, 'bench'); "
+                 "import bench_cli; print(bench_cli.installed_python(Path("
+                 f"{str(tmp_path)!r})))", tmp_path=tmp_path)
+    assert made.returncode == 0, made.stderr
+    python = made.stdout.strip()
     probe = ("import sys, praxist_fs, psutil, yaml; print(praxist_fs.__file__); "
              "print([name for name in sys.modules if 'editable' in name])")
     done = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
