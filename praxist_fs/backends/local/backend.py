@@ -23,6 +23,7 @@ import selectors
 import signal
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from praxist_fs.adapters import fence, procs
@@ -64,6 +65,18 @@ def shim_handle(pid: int, started: int | None, boot: str | None) -> dict[str, An
     the keys the core documents for a process here (core/model.py's PROCESS_KEYS; the
     job file shows ``pid`` and ``pid_start``, R-FS-5)."""
     return {"pid": pid, "pid_start": started, "boot_id": boot}
+
+
+def _exit_fields(exit_record: Any, attempt_dir: Path) -> dict[str, Any]:
+    """An attempt observation's account of its end, from its exit record (told on the pipe,
+    or exit.json; anything else, or a record without an exit code, is no end) and the
+    task's own failure.json."""
+    if not isinstance(exit_record, dict) or not isinstance(exit_record.get("exit_code"), int):
+        return {"exited": False}
+    return {"exited": True, "exit_code": exit_record["exit_code"],
+            "signal": exit_record.get("signal"), "ended_at": exit_record.get("ended_at"),
+            "error": exit_record.get("error"),
+            "failure": task_report(attempt_dir / "failure.json")}
 
 
 def shim_of(handle: dict[str, Any] | None) -> fence.Shim | None:
@@ -456,38 +469,42 @@ class LocalBackend:
             job.current.attempt_id != key[1] or job.current.phase == AttemptPhase.ENDED)
 
     def observe(self, job: Job, attempt: Attempt) -> AttemptObserved:
-        """What the disk and /proc say about an attempt, as an event for the core."""
+        """What the disk and /proc say about an attempt, as an event for the core.
+
+        An attempt whose command ran and ended, as its shim told on its pipe (``X``), after
+        a GO we journaled and sent: its READY and GO are known (the shim writes READY before
+        it reads GO, and runs nothing without it), so neither is read back, nor is /proc
+        asked: that read was an open, a read and a stat on every job's end, for nothing
+        the core uses of an exit (issue 31)."""
         attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
+        handle = self.handles.get((job.job_id, attempt.attempt_id))
+        told = handle.exit_record if handle is not None else None
+        if attempt.go and isinstance(told, dict) and isinstance(told.get("exit_code"), int) \
+                and told.get("error") is None:
+            return AttemptObserved(at=time.time(), job_id=job.job_id,
+                                   attempt_id=attempt.attempt_id, alive=False, ready=True,
+                                   go=True, **_exit_fields(told, attempt_dir))
         pid, started, boot = shim_of(attempt.handle) or (None, None, None)
         ready = read_json(attempt_dir / "READY")
         if pid is None and isinstance(ready, dict):
             pid, started, boot = ready.get("pid"), ready.get("start_time"), ready.get("boot_id")
-        handle = self.handles.get((job.job_id, attempt.attempt_id))
         if pid is None and handle is not None:  # its pid's record failed (a full disk)
             pid, started, boot = handle.popen.pid, procs.start_time(handle.popen.pid), \
                 procs.boot_id()
         # a supervisor outlives its attempt, and a shim that told the exit on its pipe runs
         # nothing of it any more: asked first, as it spares every end's read of /proc
-        alive = (handle is None or (not handle.over and handle.exit_record is None
+        alive = (handle is None or (not handle.over and told is None
                                     and handle.popen.poll() is None)) and \
             procs.is_alive(pid, started, boot)
         # Told on its pipe before exit.json is written (``X``): it counts once the commit
         # of this observation is durable, before anything is done about it; should we die
         # before that commit, the shim still writes exit.json for the next coordinator.
-        exit_record = handle.exit_record if handle is not None else None
-        if exit_record is None:
-            exit_record = read_json(attempt_dir / "exit.json")
-        exited = isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
-        failure = task_report(attempt_dir / "failure.json") if exited else None
+        exit_record = told if told is not None else read_json(attempt_dir / "exit.json")
         return AttemptObserved(
             at=time.time(), job_id=job.job_id, attempt_id=attempt.attempt_id, alive=alive,
             handle=shim_handle(pid, started, boot) if alive else None,
-            ready=isinstance(ready, dict),
-            go=(attempt_dir / "GO").exists(), exited=exited,
-            exit_code=exit_record["exit_code"] if exited else None,
-            signal=exit_record.get("signal") if exited else None,
-            ended_at=exit_record.get("ended_at") if exited else None,
-            error=exit_record.get("error") if exited else None, failure=failure)
+            ready=isinstance(ready, dict), go=(attempt_dir / "GO").exists(),
+            **_exit_fields(exit_record, attempt_dir))
 
     def adopt(self, job: Job, attempt: Attempt) -> list[Event]:
         """Re-adopt an attempt found running at start: what it is up to and, while its shim
