@@ -488,6 +488,8 @@ def serve_attempt(attempt_dir, fds, go_fd, status_fd, identity, spec, pool=None,
     prepared = shim_command.prepare(spec) if told_ahead else None
     described = []  # attempt.json is written
     if word is None:
+        if told_ahead:  # prepared: GO must not put us before the coordinator's next GO
+            shim_command.stand_aside(True)
         word = read_go(go_fd)
     went = wait_for_go(directory, go_fd, spec["barrier_timeout_s"], word,
                        told_ahead)  # closes go_fd

@@ -368,9 +368,11 @@ class LocalBackend:
             # on our CPU, as if we were about to sleep, and we are not (the batch's files
             # come next), so its spawn waited behind them while another CPU idled: GO ->
             # spawn p90 0.32-1.5 ms, 0.17-0.24 ms giving way here (150 interleaved jobs,
-            # 4 runs each). The shim slept, so it is owed the CPU and runs first. Only
-            # with nothing else runnable but the two of us: else our CPU may go to other
-            # work for a slice or more, and the batch's other GOs wait on it.
+            # 4 runs each). The shim slept, so it is owed the CPU and runs first (a shim
+            # told ahead waits for GO standing aside, shim_command.stand_aside, and
+            # runs only so). Only with nothing else runnable but the two of us: else our
+            # CPU may go to other work for a slice or more, and the batch's other GOs
+            # wait on it.
             if launcher.runnable_now() <= 2:
                 os.sched_yield()
             return

@@ -53,11 +53,11 @@ def test_a_warm_shim_stands_aside_until_told_its_attempt_and_its_command_runs_as
         layout, tmp_path, prestart):
     """Waiting for its attempt, a warm shim runs as SCHED_BATCH (``ps -o cls``: B), so
     that the tell's wake-up never puts it before the coordinator on the way to that
-    commit's fsync; preparing the attempt and waiting for GO it is SCHED_OTHER again, so
-    that GO wakes it at once; and its command runs as SCHED_OTHER,
-    as every process the coordinator starts does; once it told the exit, what is left
-    to it is on no job's path, and a supervisor goes idle standing aside
-    (shim_command.stand_aside)."""
+    commit's fsync; it prepares the attempt as SCHED_OTHER and, prepared, waits for GO
+    as SCHED_BATCH again, so that a GO does not take the coordinator's CPU before the
+    batch's next GO; its command runs as SCHED_OTHER, as every process the coordinator
+    starts does; once it told the exit, what is left to it is on no job's path, and a
+    supervisor goes idle standing aside (shim_command.stand_aside)."""
     warm = prestart()
     pid = warm.handle.popen.pid
     wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_BATCH, message="SCHED_BATCH")
@@ -68,7 +68,8 @@ def test_a_warm_shim_stands_aside_until_told_its_attempt_and_its_command_runs_as
                           gpus=(), metadata={"peer": "p"})
     handle = launcher.tell(layout, effect, attempt_environment(layout, effect), warm)
     wait_for(lambda: layout.log("job-1", "a1").exists(), message="the log")  # prepared
-    assert os.sched_getscheduler(pid) == os.SCHED_OTHER  # since it was told
+    wait_for(lambda: os.sched_getscheduler(pid) == os.SCHED_BATCH,
+             message="SCHED_BATCH, waiting for GO")
     handle.release_barrier(b"G")
     assert finish(handle) == b"X"
     assert int(policy.read_text()) == os.SCHED_OTHER == os.sched_getscheduler(0)
