@@ -475,9 +475,9 @@ class LocalBackend:
 
         An attempt whose command ran and ended, as its shim told on its pipe (``X``), after
         a GO we journaled and sent: its READY and GO are known (the shim writes READY before
-        it reads GO, and runs nothing without it), so neither is read back, nor is /proc
-        asked: that read was an open, a read and a stat on every job's end, for nothing
-        the core uses of an exit (issue 31)."""
+        it reads GO, and runs nothing without it), so neither is read back: an open, a
+        read and two stats on every job's end, for nothing the core uses of an exit
+        (issue 31)."""
         attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
         handle = self.handles.get((job.job_id, attempt.attempt_id))
         told = handle.exit_record if handle is not None else None
