@@ -148,8 +148,8 @@ def record_go(directory):
         shim_command.complain(b"could not write GO: %s\n" % str(exc).encode())
 
 
-def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
-    """True once GO is given (``word``: what the pipe gave already); False on ABORT (either
+def wait_for_go(directory, go_fd, timeout, word, told_ahead=False):
+    """True once GO is given (``word``: what the pipe gave, read_go); False on ABORT (either
     in the attempt's ``directory``, its fd) or when no coordinator gave GO in time.
 
     ``told_ahead``: we were told the attempt before the commit that journals it with its
@@ -158,8 +158,6 @@ def wait_for_go(directory, go_fd, timeout, word=None, told_ahead=False):
     up at once (None): nothing ran, and without READY the next coordinator releases the
     attempt if it was journaled, or launches it anew if not; no shim of ours waits on
     for a GO file meant for another."""
-    if word is None:
-        word = read_go(go_fd)
     posix.close(go_fd)
     if word == b"G":  # the coordinator journaled GO first; we write the GO file
         return True
