@@ -127,6 +127,18 @@ def rows(result: dict, row) -> list[dict]:
     return found
 
 
+def _verb_rows(row, times: dict[str, float], where: str, judged: bool) -> list[dict]:
+    """A row per timed command, ``CLI <command>, <where>``; a verb's judged against
+    VERB_MS when ``judged``, a bare ``python -c pass`` never (the interpreter's own)."""
+    found = []
+    for label, ms in times.items():
+        judging = judged and not label.startswith("python")
+        found.append(row(f"CLI {label}, {where}", ms, None, None,
+                         f"<= {VERB_MS:.0f}" if judging else "reference",
+                         ms <= VERB_MS if judging else None, "ms"))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--finished", type=int, default=100_000)
@@ -142,13 +154,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
-
-def _verb_rows(row, times: dict[str, float], where: str, judged: bool) -> list[dict]:
-    """A row per timed command, ``CLI <command>, <where>``; a verb's judged against
-    VERB_MS when ``judged``, a bare ``python -c pass`` never (the interpreter's own)."""
-    return [row(f"CLI {label}, {where}", ms, None, None,
-                f"<= {VERB_MS:.0f}" if judging else "reference",
-                ms <= VERB_MS if judging else None, "ms")
-            for label, ms in times.items()
-            for judging in [judged and not label.startswith("python")]]
