@@ -67,11 +67,15 @@ def shim_handle(pid: int, started: int | None, boot: str | None) -> dict[str, An
     return {"pid": pid, "pid_start": started, "boot_id": boot}
 
 
+def _ended(exit_record: Any) -> bool:
+    """Whether an exit record (told on the pipe, or exit.json) holds an end: an exit code."""
+    return isinstance(exit_record, dict) and isinstance(exit_record.get("exit_code"), int)
+
+
 def _exit_fields(exit_record: Any, attempt_dir: Path) -> dict[str, Any]:
-    """An attempt observation's account of its end, from its exit record (told on the pipe,
-    or exit.json; anything else, or a record without an exit code, is no end) and the
-    task's own failure.json."""
-    if not isinstance(exit_record, dict) or not isinstance(exit_record.get("exit_code"), int):
+    """An attempt observation's account of its end, from its exit record (``_ended``) and
+    the task's own failure.json."""
+    if not _ended(exit_record):
         return {"exited": False}
     return {"exited": True, "exit_code": exit_record["exit_code"],
             "signal": exit_record.get("signal"), "ended_at": exit_record.get("ended_at"),
@@ -481,8 +485,7 @@ class LocalBackend:
         attempt_dir = self.layout.attempt_dir(job.job_id, attempt.attempt_id)
         handle = self.handles.get((job.job_id, attempt.attempt_id))
         told = handle.exit_record if handle is not None else None
-        if attempt.go and isinstance(told, dict) and isinstance(told.get("exit_code"), int) \
-                and told.get("error") is None:
+        if attempt.go and _ended(told) and told.get("error") is None:
             return AttemptObserved(at=time.time(), job_id=job.job_id,
                                    attempt_id=attempt.attempt_id, alive=False, ready=True,
                                    go=True, **_exit_fields(told, attempt_dir))
