@@ -8,12 +8,18 @@ command needs, and a CLI call should start in a blink, not pay every command's i
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
+from collections.abc import Callable
 
 from .adapters import procs
 from .errors import NoProcfs
+
+TYPE_CHECKING = False  # ``typing`` is ~3 ms of a CLI call's start (R-PERF-3)
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 # Commands that read only files, so they work where procfs is missing; every other one
 # identifies processes (a live coordinator, attempts, what to stop) and refuses there.
@@ -28,16 +34,35 @@ VERBS = {"serve": "run", "demo": "run", "launch": "launch", "status": "status",
          "lease": "supply", "stop": "stop", "simulate": "simulate", "report": "report"}
 
 
-def main(argv: list[str] | None = None) -> int:
+def run() -> NoReturn:
+    """The entry of a process of its own: the console script's and ``python -m
+    praxist_fs``'s. ``main``, with the cyclic garbage collector off until the verb is
+    known and its flags parsed, and everything then alive frozen out of the collections of
+    the interpreter's teardown. Modules and what they define live as long as the process,
+    so those collections found nothing to free and only walked them: 3-5 ms of a 25-35 ms
+    ``status`` or ``jobs`` (R-PERF-3; bench/bench_cli.py). The verb itself runs with the
+    collector on, as a long one (``serve``, ``wait``, ``simulate``) must."""
+    gc.disable()
+    code = main(parsed=gc.enable)
+    gc.freeze()
+    raise SystemExit(code)
+
+
+def main(argv: list[str] | None = None, parsed: Callable[[], object] = lambda: None) -> int:
+    """Run the verb ``argv`` names (``sys.argv``'s by default) and return its exit status;
+    ``parsed`` is called once the verb is known and its flags parsed, before it runs."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["profile"]:  # these two parse their own flags and pass the rest on
+        parsed()
         from .profiler import main_profile
         return main_profile(argv[1:])
     if argv[:1] == ["bind"]:
+        parsed()
         from .binding import main_bind
         return main_bind(argv[1:])
     parser = _parser(argv[0] if argv and VERBS.get(argv[0]) else None)
     args = parser.parse_args(argv)
+    parsed()
     if args.command is None:
         parser.print_help()
         return 2

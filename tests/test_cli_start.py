@@ -162,3 +162,37 @@ def test_the_help_keeps_the_terminals_width():
                               env={**os.environ, "COLUMNS": columns})
         widths[columns] = max(len(line) for line in done.stdout.splitlines())
     assert widths["50"] <= 55 < 80 < widths["120"], widths
+
+
+def test_a_verb_run_as_its_own_process_collects_garbage_and_keeps_its_exit_status(run):
+    """``praxist-fs VERB`` (and ``python -m praxist_fs``) starts with the cyclic garbage
+    collector off, for its imports only: the verb itself runs with it on (a ``serve`` or a
+    ``wait`` runs for days), and its exit status is the process's."""
+    run_dir, _ = run
+    code = ("import gc, sys\n"
+            "import praxist_fs.commands.jobs as jobs\n"
+            "def cmd_jobs(args):\n"
+            "    print('collecting' if gc.isenabled() else 'not collecting')\n"
+            "    return 3\n"
+            "jobs.cmd_jobs = cmd_jobs\n"
+            "from praxist_fs.cli import run\n"
+            f"sys.argv = ['praxist-fs', 'jobs', '--run-dir', {str(run_dir)!r}]\n"
+            "run()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout.strip()) == (3, "collecting"), done.stderr
+
+
+@pytest.mark.parametrize("entry", [[sys.executable, "-m", "praxist_fs"],
+                                   [str(Path(sys.executable).parent / "praxist-fs")]],
+                         ids=["python -m", "console script"])
+def test_each_entry_answers_a_verb_and_a_mistake(entry, run):
+    """Both ways a user starts the CLI go through ``run``: a verb's output and status as
+    ``main`` gives them, and a mistake's status 2 with argparse's message."""
+    run_dir, job_file = run
+    done = subprocess.run([*entry, "jobs", "--limit", "20", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and job_file["job_id"] in done.stdout, done.stderr
+    wrong = subprocess.run([*entry, "jobs", "--no-such-flag"], capture_output=True,
+                           text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert wrong.returncode == 2 and "--no-such-flag" in wrong.stderr
