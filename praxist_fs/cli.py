@@ -39,9 +39,9 @@ def run() -> NoReturn:
     praxist_fs``'s. ``main``, with the cyclic garbage collector off until the verb is
     known and its flags parsed, and everything then alive frozen out of the collections of
     the interpreter's teardown. Modules and what they define live as long as the process,
-    so those collections found nothing to free and only walked them: 3-5 ms of a 25-35 ms
-    ``status`` or ``jobs`` (R-PERF-3; bench/bench_cli.py). The verb itself runs with the
-    collector on, as a long one (``serve``, ``wait``, ``simulate``) must."""
+    so those collections found nothing to free and only walked them: 2-6 ms of a 26-34 ms
+    read or control verb, installed (R-PERF-3; bench/bench_cli.py). The verb itself runs
+    with the collector on, as a long one (``serve``, ``wait``, ``simulate``) must."""
     gc.disable()
     code = main(parsed=gc.enable)
     gc.freeze()
