@@ -36,16 +36,22 @@ VERBS = {"serve": "run", "demo": "run", "launch": "launch", "status": "status",
 
 def run() -> NoReturn:
     """The entry of a process of its own: the console script's and ``python -m
-    praxist_fs``'s. ``main``, with the cyclic garbage collector off until the verb is
-    known and its flags parsed, and everything then alive frozen out of the collections of
-    the interpreter's teardown. Modules and what they define live as long as the process,
-    so those collections found nothing to free and only walked them: 2-6 ms of a 26-34 ms
-    read or control verb, installed (R-PERF-3; bench/bench_cli.py). The verb itself runs
-    with the collector on, as a long one (``serve``, ``wait``, ``simulate``) must."""
+    praxist_fs``'s. ``main``, with the cyclic garbage collector off while the verb's
+    modules are imported and its flags parsed, and what those made frozen out of every
+    later collection (``_collect_from_here``): modules and what they define live as long
+    as the process, so the collections of the imports, of the verb and of the
+    interpreter's teardown found nothing to free among them and only walked them: 2-6 ms
+    of a 26-34 ms read or control verb, installed (R-PERF-3; bench/bench_cli.py)."""
     gc.disable()
-    code = main(parsed=gc.enable)
+    raise SystemExit(main(parsed=_collect_from_here))
+
+
+def _collect_from_here() -> None:
+    """The verb is known: what exists now is frozen, and the collector is on for the
+    verb's own objects, as a long verb (``serve``, ``wait``, ``simulate``) needs, and as a
+    short one's garbage is collected and finalized at its exit."""
     gc.freeze()
-    raise SystemExit(code)
+    gc.enable()
 
 
 def main(argv: list[str] | None = None, parsed: Callable[[], object] = lambda: None) -> int:

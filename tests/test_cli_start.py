@@ -167,12 +167,19 @@ def test_the_help_keeps_the_terminals_width():
 def test_a_verb_run_as_its_own_process_collects_garbage_and_keeps_its_exit_status(run):
     """``praxist-fs VERB`` (and ``python -m praxist_fs``) starts with the cyclic garbage
     collector off, for its imports only: the verb itself runs with it on (a ``serve`` or a
-    ``wait`` runs for days), and its exit status is the process's."""
+    ``wait`` runs for days), the garbage it leaves is collected and finalized at its exit
+    (a buffered file in a cycle is flushed, as before), and its exit status is the
+    process's."""
     run_dir, _ = run
-    code = ("import gc, sys\n"
+    code = ("import gc, os, sys\n"
             "import praxist_fs.commands.jobs as jobs\n"
+            "class Cycle:\n"
+            "    def __del__(self, write=os.write):\n"
+            "        write(1, b'finalized\\n')\n"
             "def cmd_jobs(args):\n"
-            "    print('collecting' if gc.isenabled() else 'not collecting')\n"
+            "    cycle = Cycle()\n"
+            "    cycle.itself = cycle\n"
+            "    print('collecting' if gc.isenabled() else 'not collecting', flush=True)\n"
             "    return 3\n"
             "jobs.cmd_jobs = cmd_jobs\n"
             "from praxist_fs.cli import run\n"
@@ -180,7 +187,8 @@ def test_a_verb_run_as_its_own_process_collects_garbage_and_keeps_its_exit_statu
             "run()\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
-    assert (done.returncode, done.stdout.strip()) == (3, "collecting"), done.stderr
+    assert (done.returncode, done.stdout.split()) == (3, ["collecting", "finalized"]), \
+        done.stderr
 
 
 @pytest.mark.parametrize("entry", [[sys.executable, "-m", "praxist_fs"],
