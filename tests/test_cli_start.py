@@ -195,8 +195,9 @@ def test_a_verb_run_as_its_own_process_collects_garbage_and_keeps_its_exit_statu
                                    [str(Path(sys.executable).parent / "praxist-fs")]],
                          ids=["python -m", "console script"])
 def test_each_entry_answers_a_verb_and_a_mistake(entry, run):
-    """Both ways a user starts the CLI go through ``run``: a verb's output and status as
-    ``main`` gives them, and a mistake's status 2 with argparse's message."""
+    """Both ways a user starts the CLI (each now entered through ``run``) answer as
+    ``main`` does: a verb's output and status 0, and a mistake's status 2 with argparse's
+    message."""
     run_dir, job_file = run
     done = subprocess.run([*entry, "jobs", "--limit", "20", "--run-dir", str(run_dir)],
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
