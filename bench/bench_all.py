@@ -105,7 +105,9 @@ def px_scheduling(jobs: int, rounds: int) -> dict:
 
 
 def physical_floor(n: int) -> dict:
-    """What one durable file hand-off and one process start cost here, from Python."""
+    """What one durable file hand-off and one process start cost here, from Python; and
+    a journal record's flush after a quiet spell and right after another
+    (``disk.flushes_after_quiet_ns``, a quarter as many: each waits 50 ms)."""
     durable, spawn = disk.durable_handoffs_ns(n), []
     for _ in range(n):
         t0 = time.perf_counter_ns()
@@ -113,8 +115,11 @@ def physical_floor(n: int) -> dict:
         os.waitpid(pid, 0)
         spawn.append(time.perf_counter_ns() - t0)
     d, s = summary_ms(durable), summary_ms(spawn)
+    flushes = disk.flushes_after_quiet_ns(max(1, n // 4))
     return {"samples": n, "write_fsync_rename_dirfsync": d, "spawn_true_and_wait": s,
-            "sum_p50_ms": round(d["p50_ms"] + s["p50_ms"], 3)}
+            "sum_p50_ms": round(d["p50_ms"] + s["p50_ms"], 3),
+            "append_fsync_after_50ms_quiet": summary_ms(flushes["after_quiet"]),
+            "append_fsync_after_a_flush": summary_ms(flushes["after_flush"])}
 
 
 def profile_summary(path: Path, top: int = 25) -> str:

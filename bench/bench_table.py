@@ -156,6 +156,13 @@ def build_rows(r: dict) -> list[dict]:
     rows.append(row("floor: posix_spawn true + wait (p50)", fl["spawn_true_and_wait"]["p50_ms"],
                     None, None, "reference", None, "ms"))
     rows.append(row("floor: sum", fl["sum_p50_ms"], None, None, "reference", None, "ms"))
+    if "append_fsync_after_50ms_quiet" in fl:  # not in older results
+        rows.append(row("floor: journal append+fsync after 50 ms quiet (p50)",
+                        fl["append_fsync_after_50ms_quiet"]["p50_ms"], None, None,
+                        "reference", None, "ms"))
+        rows.append(row("floor: same, right after another flush (p50)",
+                        fl["append_fsync_after_a_flush"]["p50_ms"], None, None, "reference",
+                        None, "ms"))
     import bench_queue_depth
     import perf3_rows  # here: it imports bench_compaction, which imports history_rows
 

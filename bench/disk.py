@@ -82,6 +82,37 @@ def durable_handoffs_ns(n: int) -> list[int]:
     return durable
 
 
+def flushes_after_quiet_ns(n: int, quiet_s: float = 0.05) -> dict[str, list[int]]:
+    """One journal record's append + fsync (what a launch's commit does before its GO, the
+    launch barrier of SPEC R-RUN-2), ``n`` times after ``quiet_s`` without a flush of ours
+    (``after_quiet``) and ``n`` times right after another one (``after_flush``). On this
+    development machine's virtual disk the first flush after a quiet spell cost 0.38-0.47
+    ms and one made right after another 0.15-0.16 ms, the warmth fading over 10-30 ms
+    (2026-12-07): the latency rows' jobs each come after both systems went quiet
+    (``settle``), so their commit pays the first, and task-spooler flushes nothing."""
+    scratch = Path(tempfile.mkdtemp(prefix="praxist-bench-flush-"))
+    record = b"1 00000000 " + json.dumps({"pad": "y" * 300}).encode() + b"\n"
+    flushes: dict[str, list[int]] = {"after_quiet": [], "after_flush": []}
+    fd = os.open(scratch / "journal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+    def flush() -> int:
+        t0 = time.perf_counter_ns()
+        os.write(fd, record)
+        os.fsync(fd)
+        return time.perf_counter_ns() - t0
+
+    try:
+        flush()  # the file's creation is journaled too: not a record's cost
+        for _ in range(n):
+            time.sleep(quiet_s)
+            flushes["after_quiet"].append(flush())
+            flushes["after_flush"].append(flush())
+    finally:
+        os.close(fd)
+        discard(scratch)
+    return flushes
+
+
 def creation_us(n: int = 300) -> float:
     """Kernel CPU time (microseconds, not wall: the load of other processes does not
     enter it) of creating one empty file in a fresh scratch directory, over ``n``: what

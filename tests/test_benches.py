@@ -453,3 +453,19 @@ python 100/100 [000] 1.010000: syscalls:sys_enter_rename: oldname: 0x1, newname:
     # woken by its I/O at 1.4 ms, the coordinator ran only once the shim slept at 1.7
     assert found["coordinator_waiting_in_fsync"] == {
         "p50": 0.3, "p90": 0.3, "fsyncs": 1, "over_0.1_ms": 1}
+
+
+def test_the_physical_floor_times_a_journal_flush_after_quiet_and_right_after_another(
+        tmp_path):
+    """The floor rows say what a launch's commit pays on this disk after a quiet spell and
+    right after another flush (the latency rows' jobs come after a quiet spell), each its
+    own sample count, and the scratch journal they flush is gone afterwards."""
+    script = ("import sys, json; sys.path.insert(0, 'bench'); import bench_all; "
+              "print(json.dumps(bench_all.physical_floor(8)))")
+    done = bench("-c", script, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    floor = json.loads(done.stdout)
+    for kind in ("append_fsync_after_50ms_quiet", "append_fsync_after_a_flush"):
+        assert floor[kind]["n"] == 2
+        assert 0 < floor[kind]["min_ms"] <= floor[kind]["p50_ms"]
+    assert not list(tmp_path.glob("praxist-bench-flush-*"))
