@@ -102,7 +102,7 @@ def flushes_after_quiet_ns(n: int, quiet_s: float = 0.05) -> dict[str, list[int]
         return time.perf_counter_ns() - t0
 
     try:
-        flush()  # the file's creation is journaled too: not a record's cost
+        flush()  # the first also writes the new file's inode and entry: not a record's cost
         for _ in range(n):
             time.sleep(quiet_s)
             flushes["after_quiet"].append(flush())
