@@ -86,8 +86,8 @@ def flushes_after_quiet_ns(n: int, quiet_s: float = 0.05) -> dict[str, list[int]
     """One journal record's append + fsync (what a launch's commit does before its GO, the
     launch barrier of SPEC R-RUN-2), ``n`` times after ``quiet_s`` without a flush of ours
     (``after_quiet``) and ``n`` times right after another one (``after_flush``). On this
-    development machine's virtual disk the first flush after a quiet spell cost 0.36-0.47
-    ms and one made right after another 0.15-0.17 ms, the warmth fading over 10-30 ms
+    development machine's virtual disk the first flush after a quiet spell cost 0.35-0.47
+    ms and one made right after another 0.14-0.17 ms, the warmth fading over 10-30 ms
     (2026-12-07): the latency rows' jobs each come after both systems went quiet
     (``settle``), so their commit pays the first, and task-spooler flushes nothing."""
     scratch = Path(tempfile.mkdtemp(prefix="praxist-bench-flush-"))
